@@ -1,0 +1,1 @@
+"""Side-by-side benchmark of LM-head losses (``bench_lce.py``) and its renderer (``render.py``)."""

@@ -1,0 +1,180 @@
+"""One benchmark run as a file: its environment, its settings, the GEMM rates and the cells.
+
+The JSON file (``<gpu-slug>-<YYYY-MM-DD>[-variant].json``) is the record; the Markdown
+table beside it is rendered from it (:mod:`benchmarks.render`) and can be rebuilt at any
+time without a GPU. Cells are :class:`profiler.records.CellResult` rows, the format the
+profiler writes too.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import importlib.metadata
+import json
+import os
+import platform
+import re
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from benchmarks.measure import GemmRate
+from benchmarks.protocol import Row
+from profiler.records import CellResult
+
+FORMAT_VERSION = 1
+_REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class Environment:
+    """Where and with what a run was measured (versions are "" where not installed)."""
+
+    gpu: str
+    driver: str
+    cuda: str
+    torch: str
+    triton: str
+    liger_kernel: str
+    cut_cross_entropy: str
+    fusedce: str
+    fusedce_commit: str
+    python: str
+    date: str  # ISO 8601, UTC
+    pytorch_cuda_alloc_conf: str
+    gpu_memory_bytes: int | None = None
+
+
+@dataclass
+class BenchSettings:
+    """What was asked for: rows (``NxHxV``), modes and impls (command-line names), options."""
+
+    rows: list[str]
+    modes: list[str]
+    impls: list[str]
+    device: str = "cuda"
+    repeats: int = 5
+    seed: int = 0
+    ignore_frac: float = 0.0
+    all_options: bool = False
+    tag: str = ""
+
+    def variant(self) -> str:
+        """The file-name suffix: ``ignore30``, ``all-options``, the tag, joined by ``-``."""
+        parts = []
+        if self.ignore_frac:
+            parts.append(f"ignore{round(self.ignore_frac * 100)}")
+        if self.all_options:
+            parts.append("all-options")
+        if self.tag:
+            parts.append(self.tag)
+        return "-".join(parts)
+
+
+@dataclass
+class BenchRun:
+    """Everything one run measured; ``rows`` keeps the labels of the rows."""
+
+    environment: Environment
+    settings: BenchSettings
+    rows: list[Row] = field(default_factory=list)
+    gemm: list[GemmRate] = field(default_factory=list)
+    cells: list[CellResult] = field(default_factory=list)
+    wall_s: float | None = None
+
+    def gemm_rate(self, tokens: int, hidden: int, vocab: int) -> GemmRate | None:
+        for rate in self.gemm:
+            if (rate.tokens, rate.hidden, rate.vocab) == (tokens, hidden, vocab):
+                return rate
+        return None
+
+    def to_dict(self) -> dict:
+        return {
+            "format": FORMAT_VERSION,
+            "environment": dataclasses.asdict(self.environment),
+            "settings": dataclasses.asdict(self.settings),
+            "rows": [dataclasses.asdict(row) for row in self.rows],
+            "gemm": [dataclasses.asdict(rate) for rate in self.gemm],
+            "cells": [json.loads(cell.to_json()) for cell in self.cells],
+            "wall_s": self.wall_s,
+        }
+
+    @classmethod
+    def from_dict(cls, raw: dict) -> "BenchRun":
+        if raw.get("format") != FORMAT_VERSION:
+            raise ValueError(f"results format {raw.get('format')!r} is not {FORMAT_VERSION}")
+        return cls(
+            environment=Environment(**raw["environment"]),
+            settings=BenchSettings(**raw["settings"]),
+            rows=[Row(**row) for row in raw["rows"]],
+            gemm=[GemmRate(**rate) for rate in raw["gemm"]],
+            cells=[CellResult.from_json(json.dumps(cell)) for cell in raw["cells"]],
+            wall_s=raw.get("wall_s"),
+        )
+
+
+def save_run(run: BenchRun, path: Path) -> None:
+    """Write ``run`` as indented JSON (atomically: a partial file never replaces a whole one)."""
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(run.to_dict(), indent=1, sort_keys=True) + "\n")
+    tmp.replace(path)
+
+
+def load_run(path: str | Path) -> BenchRun:
+    return BenchRun.from_dict(json.loads(Path(path).read_text()))
+
+
+def slug(text: str) -> str:
+    """``"NVIDIA H200"`` -> ``"nvidia-h200"``."""
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "unknown"
+
+
+def result_stem(environment: Environment, settings: BenchSettings) -> str:
+    """``<gpu-slug>-<YYYY-MM-DD>[-variant]``."""
+    parts = [slug(environment.gpu), environment.date[:10], settings.variant()]
+    return "-".join(part for part in parts if part)
+
+
+def _version(distribution: str) -> str:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return ""
+
+
+def _command_output(args: list[str], cwd: Path | None = None) -> str:
+    try:
+        done = subprocess.run(args, capture_output=True, text=True, timeout=20, cwd=cwd, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return done.stdout.strip().splitlines()[0] if done.stdout.strip() else ""
+
+
+def collect_environment(device: str) -> Environment:
+    """The GPU (or "cpu"), driver, CUDA, versions of every back-end, date, allocator settings."""
+    import triton
+
+    try:
+        import fusedce
+
+        fusedce_version = getattr(fusedce, "__version__", "")
+    except ImportError:
+        fusedce_version = ""
+    cuda = device == "cuda"
+    return Environment(
+        gpu=torch.cuda.get_device_name() if cuda else "cpu",
+        driver=_command_output(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]) if cuda else "",
+        cuda=torch.version.cuda or "",
+        torch=torch.__version__,
+        triton=triton.__version__,
+        liger_kernel=_version("liger-kernel"),
+        cut_cross_entropy=_version("cut-cross-entropy"),
+        fusedce=fusedce_version,
+        fusedce_commit=_command_output(["git", "rev-parse", "--short", "HEAD"], cwd=_REPO_ROOT),
+        python=platform.python_version(),
+        date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        pytorch_cuda_alloc_conf=os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
+        gpu_memory_bytes=torch.cuda.get_device_properties(0).total_memory if cuda else None,
+    )

@@ -1,0 +1,1 @@
+"""The ``fusedce-profile`` command line."""

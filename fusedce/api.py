@@ -1,0 +1,160 @@
+"""The public loss: ``linear_cross_entropy`` and ``LinearCrossEntropyLoss``."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from fusedce import op
+from fusedce.chunked import accumulation_dtype
+from fusedce.chunking import plan_chunks
+from fusedce.options import IMPLS, LossOptions
+from fusedce.validation import check_tensors, raise_on_out_of_range_targets
+
+_AUTOCASTABLE = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def linear_cross_entropy(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    target: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    *,
+    ignore_index: int = -100,
+    reduction: str = "mean",
+    label_smoothing: float = 0.0,
+    z_loss: float = 0.0,
+    softcap: float | None = None,
+    impl: str = "auto",
+    chunk_size: int | None = None,
+    vocab_chunk_size: int | None = None,
+    memory_budget: int | None = None,
+    validate_targets: bool | None = None,
+) -> torch.Tensor:
+    """Cross-entropy of ``hidden @ weight.T (+ bias)`` without materialising the N×V logits.
+
+    Value, in exact arithmetic: ``logits = hidden @ weight.T + bias``; with ``softcap``,
+    ``logits = softcap * tanh(logits / softcap)``; per token
+    ``F.cross_entropy(logits, target, label_smoothing=...) + z_loss * logsumexp(logits)**2``,
+    0 at ``ignore_index``; ``mean`` divides by the number of non-ignored tokens (NaN if
+    there are none, like ``F.cross_entropy``), ``sum`` sums, ``none`` returns ``target``'s shape.
+
+    Args:
+        hidden: (..., H) float16/bfloat16/float32 (float64 with impl='torch').
+        weight: (V, H) floating; its gradient comes back in its own dtype.
+        target: hidden.shape[:-1], integer class indices in [0, V) or ``ignore_index``.
+        bias: optional (V,).
+        impl: "auto" (Triton on CUDA tensors, PyTorch otherwise), "torch" or "triton"
+            (CUDA tensors, or CPU tensors under ``TRITON_INTERPRET=1``).
+        chunk_size / vocab_chunk_size: cap the tokens / vocabulary entries per block.
+        memory_budget: bytes of temporaries to aim for (default: a tenth of the gradient
+            bytes plus 64 MiB); see :mod:`fusedce.chunking`.
+        validate_targets: raise IndexError on out-of-range targets. Default: on CPU always;
+            on CUDA never (that read is a host sync) — out-of-range tokens get a NaN loss.
+
+    Returns:
+        fp32 loss (fp64 for fp64 inputs): a scalar, or ``target.shape`` for ``none``.
+
+    Under ``torch.autocast`` the matrix products run in the autocast dtype (fp32 master
+    weights are converted chunk by chunk, never copied whole) and every reduction
+    accumulates in fp32.
+    """
+    opts = LossOptions(ignore_index=ignore_index, reduction=reduction, label_smoothing=label_smoothing,
+                       z_loss=z_loss, softcap=softcap)
+    check_tensors(hidden, weight, target, bias)
+    impl = _resolve_impl(impl, hidden.device)
+    compute_dtype = _compute_dtype(hidden, weight)
+    if impl == "triton" and compute_dtype not in _AUTOCASTABLE:
+        raise TypeError(f"impl='triton' computes in float32/bfloat16/float16; got inputs needing {compute_dtype}")
+
+    vocab, h = weight.shape
+    hidden2d = hidden.reshape(-1, h)
+    target1d = target.reshape(-1).to(torch.int64)
+    if validate_targets or (validate_targets is None and hidden.device.type != "cuda"):
+        raise_on_out_of_range_targets(target1d, vocab, ignore_index)
+    plan = plan_chunks(hidden2d.shape[0], h, vocab, hidden_dtype=hidden.dtype, weight_dtype=weight.dtype,
+                       compute_dtype=compute_dtype, chunk_size=chunk_size, vocab_chunk_size=vocab_chunk_size,
+                       memory_budget=memory_budget)
+
+    per_token, _ = op.forward_op(hidden2d, weight, target1d, bias, ignore_index, float(label_smoothing),
+                                 float(z_loss), opts.softcap_value, compute_dtype, impl, plan.rows, plan.cols)
+    if reduction == "none":
+        return per_token.view(target.shape)
+    total = per_token.sum()
+    if reduction == "sum":
+        return total
+    count = (target1d != ignore_index).sum()
+    return total / count.to(total.dtype)
+
+
+class LinearCrossEntropyLoss(nn.Module):
+    """Module form of :func:`linear_cross_entropy`, called as ``loss_fn(hidden, weight, target, bias=None)``.
+
+    Holds the options; the weight stays with the layer that owns it (e.g. ``lm_head.weight``).
+    """
+
+    def __init__(
+        self,
+        *,
+        ignore_index: int = -100,
+        reduction: str = "mean",
+        label_smoothing: float = 0.0,
+        z_loss: float = 0.0,
+        softcap: float | None = None,
+        impl: str = "auto",
+        chunk_size: int | None = None,
+        vocab_chunk_size: int | None = None,
+        memory_budget: int | None = None,
+        validate_targets: bool | None = None,
+    ) -> None:
+        super().__init__()
+        LossOptions(ignore_index=ignore_index, reduction=reduction, label_smoothing=label_smoothing,
+                    z_loss=z_loss, softcap=softcap)  # validate early
+        if impl not in IMPLS:
+            raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
+        self.ignore_index = ignore_index
+        self.reduction = reduction
+        self.label_smoothing = label_smoothing
+        self.z_loss = z_loss
+        self.softcap = softcap
+        self.impl = impl
+        self.chunk_size = chunk_size
+        self.vocab_chunk_size = vocab_chunk_size
+        self.memory_budget = memory_budget
+        self.validate_targets = validate_targets
+
+    def forward(self, hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor,
+                bias: torch.Tensor | None = None) -> torch.Tensor:
+        return linear_cross_entropy(
+            hidden, weight, target, bias, ignore_index=self.ignore_index, reduction=self.reduction,
+            label_smoothing=self.label_smoothing, z_loss=self.z_loss, softcap=self.softcap, impl=self.impl,
+            chunk_size=self.chunk_size, vocab_chunk_size=self.vocab_chunk_size,
+            memory_budget=self.memory_budget, validate_targets=self.validate_targets,
+        )
+
+    def extra_repr(self) -> str:
+        return (f"ignore_index={self.ignore_index}, reduction={self.reduction!r}, "
+                f"label_smoothing={self.label_smoothing}, z_loss={self.z_loss}, softcap={self.softcap}, "
+                f"impl={self.impl!r}")
+
+
+def _resolve_impl(impl: str, device: torch.device) -> str:
+    if impl not in IMPLS:
+        raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
+    if impl == "auto":
+        return "triton" if device.type == "cuda" and op.triton_available(device) else "torch"
+    if impl == "triton" and not op.triton_available(device):
+        raise ValueError(
+            f"impl='triton' needs CUDA tensors (or CPU tensors with TRITON_INTERPRET=1 and triton installed); "
+            f"got tensors on {device}"
+        )
+    return impl
+
+
+def _compute_dtype(hidden: torch.Tensor, weight: torch.Tensor) -> torch.dtype:
+    """The dtype of the matrix products: the autocast dtype when autocast is on for the
+    device (and the inputs are autocast-eligible), else the promoted input dtype."""
+    device_type = hidden.device.type
+    if (device_type in ("cuda", "cpu") and torch.is_autocast_enabled(device_type)
+            and hidden.dtype in _AUTOCASTABLE and weight.dtype in _AUTOCASTABLE):
+        return torch.get_autocast_dtype(device_type)
+    return torch.promote_types(hidden.dtype, weight.dtype)

@@ -1,0 +1,109 @@
+"""How the N×V logits are cut into chunks that fit a memory budget.
+
+Both implementations (PyTorch and Triton) walk the same two-level loop: row chunks of
+``rows`` tokens, and inside each, vocabulary chunks of ``cols`` entries. Only one
+``rows × cols`` block of fp32 logits exists at a time.
+
+Temporaries of the backward pass for one block (bytes; ``c`` = bytes per element of the
+compute dtype, 2 for bf16/fp16):
+
+    grad_hidden accumulator   rows · H · 4        (fp32, summed over vocabulary chunks)
+    hidden chunk, scaled      rows · H · c        (the GEMM operand, see backward)
+    logits / logit grads      rows · cols · 4     (the grads overwrite the logits in place)
+    weight chunk, converted   cols · H · c        (only if weight.dtype != compute dtype)
+
+grad_weight is summed over row chunks. When the weight is fp32 (mixed precision), that sum
+happens in the fp32 ``grad_weight`` output itself, at no extra cost. When it is bf16/fp16,
+a sum over several row chunks would need an fp32 copy of grad_weight (V·H·4 bytes), so the
+planner takes all N rows in one chunk instead and pays ``N·H·4`` for the grad_hidden
+accumulator — unless ``chunk_size`` forces smaller row chunks.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+MiB = 1 << 20
+MIN_BUDGET = 32 * MiB
+COL_ALIGN = 128
+MIN_COLS = 256
+MIN_ROWS = 1024
+
+
+@dataclass(frozen=True)
+class ChunkPlan:
+    """A chunking of an (N, V) logits matrix: ``rows`` tokens × ``cols`` vocabulary entries."""
+
+    rows: int
+    cols: int
+    budget_bytes: int
+
+    def row_chunks(self, n: int) -> list[tuple[int, int]]:
+        return [(r, min(n, r + self.rows)) for r in range(0, n, self.rows)]
+
+    def col_chunks(self, v: int) -> list[tuple[int, int]]:
+        return [(c, min(v, c + self.cols)) for c in range(0, v, self.cols)]
+
+
+def dtype_bytes(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype).element_size()
+
+
+def gradient_floor_bytes(n: int, h: int, v: int, hidden_dtype: torch.dtype, weight_dtype: torch.dtype) -> int:
+    """Bytes of grad_hidden + grad_weight: what any implementation must hold at the end."""
+    return n * h * dtype_bytes(hidden_dtype) + v * h * dtype_bytes(weight_dtype)
+
+
+def default_budget_bytes(floor_bytes: int) -> int:
+    """Default bytes for temporaries: a tenth of the gradient floor plus 64 MiB (≥ 32 MiB)."""
+    return max(MIN_BUDGET, floor_bytes // 10 + 64 * MiB)
+
+
+def plan_chunks(
+    n: int,
+    h: int,
+    v: int,
+    *,
+    hidden_dtype: torch.dtype,
+    weight_dtype: torch.dtype,
+    compute_dtype: torch.dtype,
+    chunk_size: int | None = None,
+    vocab_chunk_size: int | None = None,
+    memory_budget: int | None = None,
+) -> ChunkPlan:
+    """Pick ``rows`` and ``cols`` so the backward temporaries fit ``memory_budget`` bytes.
+
+    ``chunk_size`` / ``vocab_chunk_size``, when given, cap rows / cols directly. The budget is
+    a target, not a hard limit: a chunk never gets narrower than 256 vocabulary entries.
+    """
+    for name, value in (("chunk_size", chunk_size), ("vocab_chunk_size", vocab_chunk_size),
+                        ("memory_budget", memory_budget)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"{name} must be None or a positive int, got {value!r}")
+    c = dtype_bytes(compute_dtype)
+    floor = gradient_floor_bytes(n, h, v, hidden_dtype, weight_dtype)
+    budget = memory_budget if memory_budget is not None else default_budget_bytes(floor)
+    n_eff = max(n, 1)
+
+    if chunk_size is not None:
+        rows = min(n_eff, chunk_size)
+    elif weight_dtype != torch.float32:
+        rows = n_eff  # see the module docstring: avoids an fp32 copy of grad_weight
+    else:
+        per_row = h * (4 + c)
+        rows = n_eff if n_eff * per_row <= budget // 2 else max(MIN_ROWS, (budget // 2) // per_row)
+        rows = min(rows, n_eff)
+
+    if vocab_chunk_size is not None:
+        cols = min(v, vocab_chunk_size)
+    else:
+        weight_conv = h * c if weight_dtype != compute_dtype else 0
+        left = budget - rows * h * (4 + c)
+        cols = max(0, left) // (rows * 4 + weight_conv)
+        if cols >= v:
+            cols = v
+        else:
+            cols = max(MIN_COLS, cols // COL_ALIGN * COL_ALIGN)
+            cols = min(cols, v)
+    return ChunkPlan(rows=rows, cols=cols, budget_bytes=budget)

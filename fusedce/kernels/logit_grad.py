@@ -1,0 +1,89 @@
+"""Kernel: the gradient of each token's loss with respect to its raw logits, in place."""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from fusedce.kernels.activation import activate
+
+
+@triton.jit
+def logit_grad_kernel(
+    z_ptr, z_row_stride, d_ptr, d_row_stride, bias_ptr, target_ptr, lse_ptr, row_scale_ptr,
+    col0, n_cols, inv_vocab, label_smoothing, z_loss, softcap,
+    HAS_BIAS: tl.constexpr, HAS_SOFTCAP: tl.constexpr, IN_PLACE_NARROW: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+):
+    """One program per token row: d = row_scale · ∂loss/∂x for the block's raw logits x.
+
+    With c = softcap·tanh(x/softcap) (or c = x), p = softmax(c) = exp(c − lse), ε the label
+    smoothing, λ the z-loss weight and y the target, the per-token loss is
+        L = (1 − ε)(lse − c_y) + ε(lse − Σ_v c_v / V) + λ·lse²,
+    so  ∂L/∂c_v = p_v·(1 + 2λ·lse) − (1 − ε)·[v = y] − ε/V,
+    and ∂c/∂x = 1 − tanh² = 1 − (c/softcap)².
+
+    ``d`` may alias ``z`` as a narrower dtype (bf16/fp16 view of the same bytes, row stride
+    twice the row length): block k then writes bytes that blocks ≤ k read, so a barrier
+    after each block's loads keeps warps that run ahead from overwriting unread logits.
+    """
+    row = tl.program_id(0).to(tl.int64)
+    z_row = z_ptr + row * z_row_stride
+    d_row = d_ptr + row * d_row_stride
+    local_target = tl.load(target_ptr + row) - col0
+    lse = tl.load(lse_ptr + row)
+    scale = tl.load(row_scale_ptr + row)
+    p_coef = 1.0 + 2.0 * z_loss * lse
+    for start in range(0, n_cols, BLOCK_V):
+        offs = start + tl.arange(0, BLOCK_V)
+        mask = offs < n_cols
+        x = tl.load(z_row + offs, mask=mask, other=0.0)
+        if IN_PLACE_NARROW:
+            tl.debug_barrier()
+        c = activate(x, bias_ptr, offs, mask, softcap, HAS_BIAS, HAS_SOFTCAP)
+        grad = tl.exp(c - lse) * p_coef - label_smoothing * inv_vocab
+        grad -= tl.where(offs == local_target, 1.0 - label_smoothing, 0.0)
+        if HAS_SOFTCAP:
+            t = c / softcap
+            grad *= 1.0 - t * t
+        grad *= scale
+        tl.store(d_row + offs, grad.to(d_ptr.dtype.element_ty), mask=mask)
+
+
+def logit_grad(
+    z: torch.Tensor,
+    bias: torch.Tensor | None,
+    col0: int,
+    target: torch.Tensor,
+    lse: torch.Tensor,
+    row_scale: torch.Tensor,
+    *,
+    vocab: int,
+    label_smoothing: float,
+    z_loss: float,
+    softcap: float,
+    out_dtype: torch.dtype,
+) -> torch.Tensor:
+    """Overwrite ``z`` (R, C) fp32 with the logit gradients; return them as ``out_dtype``.
+
+    For a 2-byte ``out_dtype`` the result is a view of z's own memory: (R, C) with row
+    stride 2·C, which cuBLAS reads directly. No new R×C buffer is allocated.
+    """
+    rows, n_cols = z.shape
+    assert z.dtype == torch.float32 and z.is_contiguous()
+    if out_dtype == torch.float32:
+        d = z
+    elif out_dtype in (torch.bfloat16, torch.float16):
+        d = z.view(out_dtype)[:, :n_cols]
+    else:
+        raise TypeError(f"impl='triton' computes in float32/bfloat16/float16, not {out_dtype}")
+    if rows == 0:
+        return d
+    block = min(triton.next_power_of_2(n_cols), 2048)
+    logit_grad_kernel[(rows,)](
+        z, z.stride(0), d, d.stride(0), bias if bias is not None else z, target, lse, row_scale,
+        col0, n_cols, 1.0 / vocab, float(label_smoothing), float(z_loss), float(softcap),
+        HAS_BIAS=bias is not None, HAS_SOFTCAP=bool(softcap), IN_PLACE_NARROW=d.dtype != z.dtype,
+        BLOCK_V=block, num_warps=8 if block >= 2048 else 4,
+    )
+    return d

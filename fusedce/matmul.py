@@ -1,0 +1,47 @@
+"""Matrix products with an fp32 (or fp64) result from low-precision operands.
+
+On CUDA, cuBLAS multiplies bf16/fp16 operands, accumulates in fp32 and can write (or add
+into) an fp32 matrix directly (``torch.mm``/``torch.addmm`` with ``out_dtype``), so no fp32
+copy of an operand and no temporary result is needed. Where that is not available (the
+CPU build, older torch), the product is computed in the operands' dtype and added.
+"""
+from __future__ import annotations
+
+import functools
+
+import torch
+
+
+@functools.lru_cache(maxsize=None)
+def _has_out_dtype(device_type: str, dtype: torch.dtype) -> bool:
+    if device_type != "cuda":
+        return False
+    try:
+        a = torch.ones(2, 2, device=device_type, dtype=dtype)
+        out = torch.zeros(2, 2, device=device_type, dtype=torch.float32)
+        torch.addmm(out, a, a, out_dtype=torch.float32, out=out)
+        torch.mm(a, a, out_dtype=torch.float32, out=out)
+        return True
+    except (TypeError, RuntimeError):
+        return False
+
+
+def matmul_into(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, accumulate: bool) -> None:
+    """``out (+)= a @ b``; a (M, K) and b (K, N) share a dtype, out (M, N) may be wider.
+
+    The product is accumulated in at least fp32 whatever the operand dtype.
+    """
+    if out.dtype == a.dtype:
+        if accumulate:
+            torch.addmm(out, a, b, out=out)
+        else:
+            torch.mm(a, b, out=out)
+    elif _has_out_dtype(a.device.type, a.dtype):
+        if accumulate:
+            torch.addmm(out, a, b, out_dtype=out.dtype, out=out)
+        else:
+            torch.mm(a, b, out_dtype=out.dtype, out=out)
+    elif accumulate:
+        out.add_(torch.mm(a, b))
+    else:
+        out.copy_(torch.mm(a, b))

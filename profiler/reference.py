@@ -1,0 +1,69 @@
+"""The fp32 reference loss and gradients, computed in chunks of tokens, and parity.
+
+The reference upcasts the cell's own inputs to fp32 and evaluates :func:`torch_loss`
+(the eager formula) on ``chunk`` rows at a time, so it never holds more than
+chunk × V fp32 logits: it fits wherever the inputs and fp32 gradients fit, even where a
+naive back-end ran out of memory. "mean" is normalised by the number of non-ignored rows
+of the whole batch, not of each chunk.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from profiler.backends import LossOptions, torch_loss
+from profiler.records import Parity
+
+#: Target bytes of one chunk's fp32 logits (chunk rows × V × 4).
+CHUNK_LOGIT_BYTES = 256 * 2**20
+
+
+@dataclass
+class Reference:
+    """fp32 loss (scalar, or (N,) for reduction="none") and gradients."""
+
+    loss: torch.Tensor
+    grad_hidden: torch.Tensor
+    grad_weight: torch.Tensor
+    grad_bias: torch.Tensor | None
+
+
+def reference(hidden, weight, target, bias, options: LossOptions, *, chunk: int | None = None) -> Reference:
+    """fp32 loss and gradients of ``torch_loss`` on the given inputs (which are not modified).
+
+    ``chunk`` rows per step (default: as many as fit in :data:`CHUNK_LOGIT_BYTES`).
+    """
+    n, v = hidden.shape[0], weight.shape[0]
+    chunk = chunk or max(1, CHUNK_LOGIT_BYTES // (4 * v))
+    w = weight.detach().float().requires_grad_()
+    b = bias.detach().float().requires_grad_() if bias is not None else None
+    valid = int((target != options.ignore_index).sum())
+    per_chunk = LossOptions(options.ignore_index, "none" if options.reduction == "none" else "sum",
+                            options.label_smoothing, options.z_loss, options.softcap)
+    scale = 1.0 / valid if options.reduction == "mean" else 1.0
+    grad_hidden = torch.empty(hidden.shape, dtype=torch.float32, device=hidden.device)
+    pieces = []
+    for start in range(0, n, chunk):
+        h = hidden[start:start + chunk].detach().float().requires_grad_()
+        loss = torch_loss(h, w, target[start:start + chunk], b, per_chunk) * scale
+        # d(total)/d(piece) is 1 for sum/mean (scale folded in) and 1 per row for "none".
+        loss.backward(torch.ones_like(loss))
+        grad_hidden[start:start + chunk] = h.grad
+        pieces.append(loss.detach())
+    total = torch.cat(pieces) if options.reduction == "none" else torch.stack(pieces).sum()
+    return Reference(total, grad_hidden, w.grad, b.grad if b is not None else None)
+
+
+def rel_err(got: torch.Tensor | None, ref: torch.Tensor | None) -> float | None:
+    """‖got − ref‖ / ‖ref‖ in fp32 (``None`` if either is missing; NaN if ``got`` has NaN)."""
+    if got is None or ref is None:
+        return None
+    diff = torch.linalg.vector_norm(got.detach().float() - ref).item()
+    norm = torch.linalg.vector_norm(ref).item()
+    return diff / norm if norm else diff
+
+
+def parity(loss, grad_hidden, grad_weight, grad_bias, ref: Reference) -> Parity:
+    return Parity(loss=rel_err(loss, ref.loss), grad_hidden=rel_err(grad_hidden, ref.grad_hidden),
+                  grad_weight=rel_err(grad_weight, ref.grad_weight), grad_bias=rel_err(grad_bias, ref.grad_bias))

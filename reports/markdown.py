@@ -1,0 +1,82 @@
+"""``summary.md``: the report as Markdown, ready to paste into a GitHub issue.
+
+Sections: headline counts, findings, one table per group of cells, the plots (relative
+links into ``plots/``), how it was measured, and the environment in a collapsed block.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from reports.environment import environment_lines
+from reports.findings import Finding
+from reports.measurement import COLUMNS, memory_terms
+from reports.tables import CellTable
+from reports.tolerances import TOLERANCES
+
+
+def markdown_table(rows: pd.DataFrame) -> str:
+    """A GitHub-flavoured Markdown table of string cells (``|`` escaped)."""
+    def cell(value: Any) -> str:
+        return str(value).replace("|", "\\|").replace("\n", " ")
+
+    header = "| " + " | ".join(cell(c) for c in rows.columns) + " |"
+    rule = "|" + "|".join("---" for _ in rows.columns) + "|"
+    body = ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows.itertuples(index=False)]
+    return "\n".join([header, rule, *body])
+
+
+def headline(frame: pd.DataFrame) -> str:
+    """``24 cells on cuda: 22 ok, 1 oom, 1 error; back-ends: torch, fusedce``."""
+    from reports.palette import ordered
+
+    counts = frame["status"].value_counts()
+    states = ", ".join(f"{int(counts[s])} {s}" for s in ("ok", "oom", "error", "skipped") if s in counts)
+    devices = "/".join(sorted(set(frame["device"])))
+    return f"{len(frame)} cells on {devices} ({states}); back-ends: {', '.join(ordered(frame['backend']))}."
+
+
+def tolerance_sentence() -> str:
+    modes = ", ".join(f"{mode} {tol:.0e}" for mode, tol in TOLERANCES.items())
+    return f"Parity tolerances (relative error, per precision mode): {modes}."
+
+
+def render_markdown(
+    frame: pd.DataFrame,
+    findings: Sequence[Finding],
+    tables: Sequence[CellTable],
+    plots: Sequence[tuple[str, Path]],
+    environment: dict[str, Any],
+    *,
+    plot_base: Path,
+) -> str:
+    """The whole ``summary.md``. ``plots`` are (caption, path) pairs; links are relative to
+    ``plot_base`` (the folder ``summary.md`` is written to)."""
+    out = ["# fusedce-profile report", ""]
+    if frame.empty:
+        out += ["No cells were measured (the results file is empty).", ""]
+    else:
+        out += [headline(frame), ""]
+    if findings:
+        out += ["## Findings", ""]
+        out += [f"- {f'**{f.scope}**: ' if f.scope else ''}{f.text}" for f in findings]
+        out.append("")
+    if tables:
+        out += ["## Results", ""]
+        for table in tables:
+            out += [f"### {table.title}", "", markdown_table(table.rows), ""]
+    if plots:
+        out += ["## Plots", ""]
+        for caption, path in plots:
+            out += [f"![{caption}]({Path(path).relative_to(plot_base).as_posix()})", ""]
+    out += ["## How it was measured", ""]
+    out += [f"- **{term}**: {text}" for term, text in memory_terms(frame)]
+    out += [f"- **{term}**: {text}" for term, text in COLUMNS]
+    out += [f"- {tolerance_sentence()}", ""]
+    out += ["<details><summary>Environment</summary>", "", "```text"]
+    out += environment_lines(environment) or ["(no environment.json in the run folder)"]
+    out += ["```", "", "</details>", ""]
+    return "\n".join(out)
