@@ -12,6 +12,12 @@ the speed stretch goal.
     python3 benchmarks/bench_lce.py --out DIR --all-options        # goal-4 variant: every option on
     python3 benchmarks/bench_lce.py --out DIR --device cpu --rows 64x32x97 --impls torch fusedce
 
+Duration of the default run on one H200 (an estimate, not yet timed): about 3–4 minutes,
+mostly warm-ups (torch.compile compiles 8 static-shape graphs, one per row and mode;
+Liger, cut-cross-entropy and fusedce JIT-compile their Triton kernels); the measured steps
+themselves take about 30 s and the fp32 references about 10 s. Each cell's warm-up time
+is in ``extra["warmup_ms"]`` and printed as the run goes.
+
 Exit status: 0, or 1 with ``--check`` when a fusedce cell misses goal 1, 2 or 3 (or did not
 run), 2 on bad arguments or an existing output file (``--overwrite`` replaces it).
 """
@@ -35,7 +41,7 @@ from benchmarks.measure import measure_cell, measure_gemm, settle
 from benchmarks.protocol import (ALL_OPTIONS_LABEL_SMOOTHING, ALL_OPTIONS_SOFTCAP, ALL_OPTIONS_Z_LOSS,
                                  ANCHOR_ROWS, MODES, make_inputs, parse_row)
 from benchmarks.reference import reference_loss_and_grads
-from benchmarks.render import fmt_ms, render_console, render_markdown
+from benchmarks.render import fmt_error, fmt_ms, render_console, render_markdown
 from benchmarks.results import BenchRun, BenchSettings, collect_environment, result_stem, save_run
 from profiler.records import CellResult, CellSpec
 
@@ -111,7 +117,7 @@ def _progress(cell: CellResult) -> str:
         return f"{what} {cell.status}: {cell.message}"
     peak = f"{cell.peak_step_bytes / 2**30:7.3f} GiB" if cell.peak_step_bytes is not None else "      – GiB"
     return (f"{what} {peak} {fmt_ms(cell.time_ms):>7} ms  warm-up {cell.extra['warmup_ms'] / 1e3:6.1f} s  "
-            f"err h {cell.parity.grad_hidden:.2e} W {cell.parity.grad_weight:.2e}")
+            f"err h {fmt_error(cell.parity.grad_hidden)} W {fmt_error(cell.parity.grad_weight)}")
 
 
 def run_benchmark(settings: BenchSettings, out: Path, *, overwrite: bool = False,

@@ -65,8 +65,9 @@ def _torch_compile_step(spec: CellSpec) -> Step:
     def loss(hidden, weight, target, bias):
         return eager_loss(hidden, weight, target, bias, **kwargs)
 
-    # A fresh Dynamo cache per cell: every (row, mode) is a new static-shape graph, and the
-    # per-function recompile limit (8) would otherwise silently fall back to eager.
+    # A fresh Dynamo cache per cell: every (row, mode) is a new static-shape graph of the same
+    # code object, and past Dynamo's per-code recompile limit (8, reached by the default run's
+    # 8 cells) it would silently run eagerly. The compile lands in the cell's warm-up.
     torch._dynamo.reset()
     compiled = torch.compile(loss, dynamic=False)
     return lambda x: compiled(x.hidden, x.weight, x.target, x.bias)
@@ -107,42 +108,53 @@ def _triton_interpreter_on() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
+def _torch_version() -> str:
+    return torch.__version__
+
+
+def _fusedce_version() -> str:
+    try:
+        import fusedce
+    except ImportError:  # the cell's step reports it as an error
+        return ""
+    return getattr(fusedce, "__version__", "")
+
+
+def _distribution_version(distribution: str) -> Callable[[], str]:
+    def version() -> str:
+        try:
+            return importlib.metadata.version(distribution)
+        except importlib.metadata.PackageNotFoundError:
+            return ""
+    return version
+
+
 @dataclass(frozen=True)
 class Impl:
     """One loss implementation: how to build its step, where it runs, what it needs.
 
-    ``module``/``distribution``: the import name and pip name of an optional back-end
-    (``None`` for torch and fusedce). ``cpu``: runs on CPU tensors (``"interpreter"``: only
-    under ``TRITON_INTERPRET=1``). ``unsupported_options``: the reason a cell's options
-    cannot be run, or None.
+    ``module``: the import name of an optional back-end (None: always there), installed as
+    ``distribution``. ``cpu``: "yes", "interpreter" (only under ``TRITON_INTERPRET=1``) or
+    "no". ``unsupported_options``: the reason a cell's options cannot be run, or None.
     """
 
     name: str
     build: Callable[[CellSpec], Step]
+    version: Callable[[], str]
     module: str | None = None
     distribution: str | None = None
-    cpu: bool | str = True
+    cpu: str = "yes"
     unsupported_options: Callable[[CellSpec], str | None] = lambda spec: None
 
     def installed(self) -> bool:
         return self.module is None or importlib.util.find_spec(self.module) is not None
 
-    def version(self) -> str:
-        if self.name in ("torch", "torch_compile"):
-            return torch.__version__
-        if self.name == "fusedce":
-            import fusedce
-
-            return getattr(fusedce, "__version__", "")
-        try:
-            return importlib.metadata.version(self.distribution)
-        except importlib.metadata.PackageNotFoundError:
-            return ""
-
     def unsupported(self, spec: CellSpec) -> str | None:
         """Why this implementation cannot run ``spec`` (a "skipped" reason), or None."""
-        if spec.device == "cpu" and (self.cpu is False or (self.cpu == "interpreter" and not _triton_interpreter_on())):
-            return "needs CUDA" if self.cpu is False else "needs CUDA (or TRITON_INTERPRET=1)"
+        if spec.device == "cpu" and self.cpu == "no":
+            return "needs CUDA"
+        if spec.device == "cpu" and self.cpu == "interpreter" and not _triton_interpreter_on():
+            return "needs CUDA (or TRITON_INTERPRET=1)"
         if not self.installed():
             return f"{self.distribution} not installed"
         return self.unsupported_options(spec)
@@ -155,11 +167,12 @@ class Impl:
 IMPLS = {
     impl.name: impl
     for impl in (
-        Impl("torch", _torch_step),
-        Impl("torch_compile", _torch_compile_step),
-        Impl("liger", _liger_step, module="liger_kernel", distribution="liger-kernel", cpu="interpreter"),
-        Impl("cce", _cce_step, module="cut_cross_entropy", distribution="cut-cross-entropy", cpu=False,
-             unsupported_options=_cce_unsupported_options),
-        Impl("fusedce", _fusedce_step),
+        Impl("torch", _torch_step, _torch_version),
+        Impl("torch_compile", _torch_compile_step, _torch_version),
+        Impl("liger", _liger_step, _distribution_version("liger-kernel"), module="liger_kernel",
+             distribution="liger-kernel", cpu="interpreter"),
+        Impl("cce", _cce_step, _distribution_version("cut-cross-entropy"), module="cut_cross_entropy",
+             distribution="cut-cross-entropy", cpu="no", unsupported_options=_cce_unsupported_options),
+        Impl("fusedce", _fusedce_step, _fusedce_version),
     )
 }

@@ -20,7 +20,9 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.goals import SUBJECT, GoalCheck, check_goals, group_key
-from benchmarks.protocol import (GIB, MODE_LABELS, Row, memory_goal_bytes, step_flops, tflops)
+from benchmarks.protocol import (ALL_OPTIONS_LABEL_SMOOTHING, ALL_OPTIONS_SOFTCAP, ALL_OPTIONS_Z_LOSS,
+                                 GEMM_STRETCH_FRACTION, GIB, MEMORY_GOAL_FACTOR, MEMORY_GOAL_SLACK_BYTES, MIB,
+                                 MODE_LABELS, Row, memory_goal_bytes, step_flops, tflops)
 from benchmarks.results import BenchRun, load_run
 from profiler.records import CellResult
 
@@ -40,6 +42,13 @@ def fmt_ms(value: float | None) -> str:
     if value is None:
         return "–"
     return f"{value:.1f}" if value >= 10 else f"{value:.2f}"
+
+
+def fmt_rate(value: float | None) -> str:
+    """TFLOP/s: whole numbers, two significant digits below 10 (CPU smoke runs)."""
+    if value is None:
+        return "–"
+    return f"{value:.0f}" if value >= 10 else f"{value:.2g}"
 
 
 def fmt_goals(check: GoalCheck | None) -> str:
@@ -72,7 +81,7 @@ def cell_columns(cell: CellResult, gemm_tflops: float | None) -> list[str]:
         f"{peak / GIB:.3f}" if peak is not None else "–",
         f"{peak / cell.floor_bytes:.2f}" if peak is not None and cell.floor_bytes else "–",
         fmt_ms(cell.time_ms),
-        f"{achieved:.0f}",
+        fmt_rate(achieved),
         f"{100 * achieved / gemm_tflops:.0f}%" if gemm_tflops else "–",
         fmt_error(cell.parity.loss),
         fmt_error(cell.parity.grad_hidden),
@@ -114,7 +123,7 @@ def floors_table(run: BenchRun) -> str:
         floor_ms = flops / (rate.tflops * 1e12) * 1e3 if rate and rate.tflops else None
         lines.append([f"{key[0]}×{key[1]}×{key[2]}", MODE_LABELS.get(key[3], key[3]),
                       f"{cell.floor_bytes / GIB:.3f}", f"{memory_goal_bytes(cell.floor_bytes) / GIB:.3f}",
-                      f"{rate.tflops:.0f}" if rate and rate.tflops else "–", fmt_ms(floor_ms)])
+                      fmt_rate(rate.tflops if rate else None), fmt_ms(floor_ms)])
     header = ("N×H×V", "mode", "floor GiB", "goal ≤ GiB", "bf16 GEMM TFLOP/s (measured)",
               "6·N·H·V at that rate, ms")
     return _markdown_table(header, lines)
@@ -126,7 +135,8 @@ def _options_line(run: BenchRun) -> str:
     if s.ignore_frac:
         options.append(f"{s.ignore_frac:.0%} ignored targets")
     if s.all_options:
-        options.append("bias + label smoothing + z-loss + soft-cap")
+        options.append(f"bias + label smoothing {ALL_OPTIONS_LABEL_SMOOTHING} + z-loss {ALL_OPTIONS_Z_LOSS:g} "
+                       f"+ soft-cap {ALL_OPTIONS_SOFTCAP:g}")
     return ", ".join(options) or "no ignored targets, no bias, no label smoothing / z-loss / soft-cap"
 
 
@@ -143,9 +153,14 @@ def render_markdown(run: BenchRun) -> str:
         f"{env.cut_cross_entropy or 'not installed'}, fusedce {env.fusedce} ({env.fusedce_commit or 'no commit'}), "
         f"PYTORCH_CUDA_ALLOC_CONF={env.pytorch_cuda_alloc_conf or '(unset)'}.",
         f"Options: {_options_line(run)}. Time: median of {run.settings.repeats} forward+backward calls "
-        f"after one warm-up. Protocol: `shared/ANCHORS.md`.",
+        f"after one warm-up; protocol in `benchmarks/measure.py`.",
         "",
         _markdown_table(HEADER, table_lines(run)),
+        "",
+        f"Goals (fusedce): mem = peak extra ≤ {MEMORY_GOAL_FACTOR:.2f} × floor + "
+        f"{MEMORY_GOAL_SLACK_BYTES // MIB} MiB; time = ms ≤ torch_compile's; parity = every rel err ≤ eager "
+        f"torch's; (stretch) = TFLOP/s ≥ {GEMM_STRETCH_FRACTION:.0%} of the measured bf16 GEMM rate. "
+        "✓ met, ✗ missed, – not measurable in this run.",
         "",
         floors_table(run),
     ]

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import importlib.metadata
 import json
 import os
 import platform
@@ -20,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from benchmarks.impls import IMPLS
 from benchmarks.measure import GemmRate
 from benchmarks.protocol import Row
 from profiler.records import CellResult
@@ -137,13 +137,6 @@ def result_stem(environment: Environment, settings: BenchSettings) -> str:
     return "-".join(part for part in parts if part)
 
 
-def _version(distribution: str) -> str:
-    try:
-        return importlib.metadata.version(distribution)
-    except importlib.metadata.PackageNotFoundError:
-        return ""
-
-
 def _command_output(args: list[str], cwd: Path | None = None) -> str:
     try:
         done = subprocess.run(args, capture_output=True, text=True, timeout=20, cwd=cwd, check=True)
@@ -156,12 +149,6 @@ def collect_environment(device: str) -> Environment:
     """The GPU (or "cpu"), driver, CUDA, versions of every back-end, date, allocator settings."""
     import triton
 
-    try:
-        import fusedce
-
-        fusedce_version = getattr(fusedce, "__version__", "")
-    except ImportError:
-        fusedce_version = ""
     cuda = device == "cuda"
     return Environment(
         gpu=torch.cuda.get_device_name() if cuda else "cpu",
@@ -169,9 +156,9 @@ def collect_environment(device: str) -> Environment:
         cuda=torch.version.cuda or "",
         torch=torch.__version__,
         triton=triton.__version__,
-        liger_kernel=_version("liger-kernel"),
-        cut_cross_entropy=_version("cut-cross-entropy"),
-        fusedce=fusedce_version,
+        liger_kernel=IMPLS["liger"].version(),
+        cut_cross_entropy=IMPLS["cce"].version(),
+        fusedce=IMPLS["fusedce"].version(),
         fusedce_commit=_command_output(["git", "rev-parse", "--short", "HEAD"], cwd=_REPO_ROOT),
         python=platform.python_version(),
         date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

@@ -1,13 +1,275 @@
-"""TEMPORARY: replaced by the CLI owner."""
+"""``fusedce-profile``: the command line (typer + rich).
+
+With no sub-command it runs the built-in default grid (:mod:`cli.defaults`) and writes a
+report; ``grid`` runs a grid of the user's choosing; ``report DIR`` rebuilds a report from
+a run folder without a GPU; ``env``, ``backends`` and ``presets`` describe what is there;
+``model``, ``parity`` and ``doctor`` (from :mod:`cli.model_commands`) look at a whole
+training step. Exit codes: :mod:`cli.exit_codes`.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
 import typer
 
-app = typer.Typer(help="Profile the memory, time and parity of LM-head losses.")
+from cli import exit_codes
+from cli.console import error, make_console
+from cli.heads import head_from
+from cli.output_dir import OutputDirError, prepare_out_dir
+from cli.parsing import parse_backends, parse_counts, parse_floats, parse_modes
+
+HELP = """Profile the memory, time and parity of LM-head losses (linear + cross-entropy).
+
+Run without a command for the built-in default: the user's head (H=768, V=32777) and the Llama-3 head (H=4096, V=128256) from 1k tokens up, every installed back-end, amp-bf16. On a CPU-only machine: a small grid that takes about a minute.
+
+Exit codes: 0 ok; 1 a parity check failed its tolerance; 2 bad usage or input.
+"""
+
+app = typer.Typer(help=HELP, add_completion=False, no_args_is_help=False, pretty_exceptions_enable=False)
+
+OutOption = Annotated[Optional[Path], typer.Option(
+    "--out", help="Run folder (default: a new ./fusedce-profile-YYYYmmdd-HHMMSS).")]
+ForceOption = Annotated[bool, typer.Option("--force", help="Replace the previous run in a non-empty --out folder.")]
+ResumeOption = Annotated[bool, typer.Option("--resume", help="Continue the run in --out, skipping finished cells.")]
+SnapshotOption = Annotated[bool, typer.Option(
+    "--snapshot", help="Record a CUDA memory snapshot per cell and draw its timeline.")]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print a machine-readable summary on stdout.")]
+DeviceOption = Annotated[Optional[str], typer.Option(
+    "--device", help="cuda, cuda:K or cpu (default: cuda when a GPU is visible).")]
+PresetOption = Annotated[Optional[str], typer.Option(
+    "--preset", help="Take H, V and the soft-cap from a built-in model (see `presets`).")]
+ConfigOption = Annotated[Optional[Path], typer.Option(
+    "--config", help="Take H, V and the soft-cap from a Hugging Face config.json or our JSON/TOML.")]
+
+
+def _fail(message: str) -> typer.Exit:
+    error(message)
+    return typer.Exit(exit_codes.BAD_INPUT)
+
+
+def _device(device: Optional[str]) -> str:
+    from profiler.grid import default_device
+
+    return device or default_device()
+
+
+def _prepare(out: Optional[Path], force: bool, resume: bool) -> Path:
+    try:
+        return prepare_out_dir(out, force=force, resume=resume)
+    except OutputDirError as exc:
+        raise _fail(str(exc)) from None
+
+
+@app.callback(invoke_without_command=True)
+def default(
+    ctx: typer.Context,
+    out: OutOption = None,
+    force: ForceOption = False,
+    resume: ResumeOption = False,
+    snapshot: SnapshotOption = False,
+    as_json: JsonOption = False,
+    device: DeviceOption = None,
+    preset: PresetOption = None,
+    config: ConfigOption = None,
+) -> None:
+    """The built-in default run (when no command is given)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from cli.defaults import default_run
+    from cli.run import run_grids
+
+    console = make_console(to_stderr=as_json)
+    try:
+        head = head_from(preset, config)
+        run = default_run(_device(device), heads=((head.hidden, head.vocab),) if head else None,
+                          softcap=head.softcap if head else None)
+        for grid in run.grids:
+            grid.validate()
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
+    out_dir = _prepare(out, force, resume)
+    console.print(f"fusedce-profile: {run.description}\nwriting to {out_dir}", markup=False)
+    raise typer.Exit(run_grids(run.grids, out_dir, console, resume=resume, snapshot=snapshot, as_json=as_json))
 
 
 @app.command()
-def grid():
-    """Run a grid (placeholder)."""
+def grid(
+    tokens: Annotated[Optional[str], typer.Option(
+        help="Tokens N = B·T, comma-separated (1024,4k,16k). Default 1024,4096,16384.")] = None,
+    batch: Annotated[Optional[str], typer.Option(help="Batch sizes B (with --seq, instead of --tokens).")] = None,
+    seq: Annotated[Optional[str], typer.Option(help="Sequence lengths T (with --batch).")] = None,
+    vocab: Annotated[Optional[str], typer.Option(help="Vocabulary sizes V. Default 32777 or the model's.")] = None,
+    hidden: Annotated[Optional[str], typer.Option(help="Hidden sizes H. Default 768 or the model's.")] = None,
+    backend: Annotated[Optional[list[str]], typer.Option(
+        help="Back-end (repeatable): torch, torch-compile, torch-native, fusedce, liger, cce or "
+             "module:callable. Default: every installed one.")] = None,
+    mode: Annotated[Optional[list[str]], typer.Option(
+        help="amp-bf16 (default), amp-fp16, bf16, fp32 (repeatable).")] = None,
+    device: DeviceOption = None,
+    bias: Annotated[bool, typer.Option("--bias", help="Give the head a bias.")] = False,
+    ignore_frac: Annotated[Optional[str], typer.Option(
+        help="Fractions of targets set to ignore_index, e.g. 0,0.3.")] = None,
+    label_smoothing: Annotated[Optional[str], typer.Option(help="Label smoothing values.")] = None,
+    z_loss: Annotated[Optional[str], typer.Option(help="z-loss coefficients.")] = None,
+    softcap: Annotated[Optional[str], typer.Option(help="Logit soft-caps ('none' for none).")] = None,
+    reduction: Annotated[str, typer.Option(help="mean, sum or none.")] = "mean",
+    repeats: Annotated[int, typer.Option(help="Timed forward+backward steps per cell.")] = 5,
+    warmup: Annotated[int, typer.Option(help="Untimed steps before measuring.")] = 1,
+    preset: PresetOption = None,
+    config: ConfigOption = None,
+    out: OutOption = None,
+    force: ForceOption = False,
+    resume: ResumeOption = False,
+    snapshot: SnapshotOption = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Run a grid of back-ends × shapes × modes × options and write its report.
+
+    --preset/--config set H, V and the soft-cap; --hidden, --vocab and --softcap given
+    explicitly take precedence.
+    """
+    from cli.defaults import installed_backends
+    from cli.run import run_grids
+    from profiler.backends import BUILTIN_BACKENDS
+    from profiler.grid import GridSpec
+
+    console = make_console(to_stderr=as_json)
+    if tokens is not None and (batch is not None or seq is not None):
+        raise _fail("give --tokens, or --batch with --seq, not both")
+    if (batch is None) != (seq is None):
+        raise _fail("--batch and --seq go together")
+    try:
+        head = head_from(preset, config)
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
+    run_device = _device(device)
+    backends = parse_backends(backend, list(BUILTIN_BACKENDS)) or installed_backends(run_device)
+    softcaps = parse_floats(softcap, "--softcap", allow_none=True) or ((head.softcap,) if head else (None,))
+    fields = dict(
+        tokens=tuple(parse_counts(tokens, "--tokens") or (1024, 4096, 16384)),
+        vocab=tuple(parse_counts(vocab, "--vocab") or ([head.vocab] if head else [32777])),
+        hidden=tuple(parse_counts(hidden, "--hidden") or ([head.hidden] if head else [768])),
+        backends=tuple(backends),
+        modes=tuple(parse_modes(mode) or ("amp-bf16",)),
+        device=run_device,
+        bias=(bias,),
+        ignore_frac=parse_floats(ignore_frac, "--ignore-frac") or (0.0,),
+        label_smoothing=parse_floats(label_smoothing, "--label-smoothing") or (0.0,),
+        z_loss=parse_floats(z_loss, "--z-loss") or (0.0,),
+        softcap=softcaps,
+        reduction=reduction,
+        repeats=repeats,
+        warmup=warmup,
+    )
+    if batch is not None:
+        fields.update(batch=tuple(parse_counts(batch, "--batch")), seq=tuple(parse_counts(seq, "--seq")))
+    try:
+        spec = GridSpec(**fields)
+        spec.validate()
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
+    out_dir = _prepare(out, force, resume)
+    console.print(f"fusedce-profile grid: {len(spec.cells())} cells, writing to {out_dir}", markup=False)
+    raise typer.Exit(run_grids([spec], out_dir, console, resume=resume, snapshot=snapshot, as_json=as_json))
 
 
-def main():
+@app.command()
+def report(
+    run_dir: Annotated[Path, typer.Argument(help="A run folder holding results.jsonl.", metavar="DIR")],
+    as_json: JsonOption = False,
+) -> None:
+    """Rebuild every table and plot of a run folder from its results.jsonl (no GPU needed)."""
+    from cli.run import finish
+
+    if not (run_dir / "results.jsonl").is_file():
+        raise _fail(f"{run_dir}: no results.jsonl here (give the folder a grid run wrote)")
+    console = make_console(to_stderr=as_json)
+    try:
+        code = finish(run_dir, console, as_json=as_json)
+    except ValueError as exc:  # a malformed results file
+        raise _fail(str(exc)) from None
+    raise typer.Exit(code)
+
+
+@app.command()
+def env(as_json: JsonOption = False) -> None:
+    """Print the environment block (GPU, driver, CUDA, torch, triton, back-end versions)."""
+    from profiler.environment import collect_environment
+    from reports.environment import environment_lines
+
+    environment = collect_environment()
+    if as_json:
+        sys.stdout.write(json.dumps(environment, indent=2, default=str) + "\n")
+        return
+    make_console(to_stderr=False).print("\n".join(environment_lines(environment)), markup=False)
+
+
+@app.command()
+def backends(as_json: JsonOption = False) -> None:
+    """List the loss back-ends: installed or not, version, devices, options they support."""
+    from dataclasses import asdict
+
+    from rich.table import Table
+
+    from profiler.backends import list_backends
+
+    infos = list_backends()
+    if as_json:
+        sys.stdout.write(json.dumps([asdict(i) for i in infos], indent=2) + "\n")
+        return
+    table = Table(header_style="bold")
+    for column in ("back-end", "installed", "version", "devices", "options", "notes"):
+        table.add_column(column)
+    for info in infos:
+        table.add_row(info.name, "yes" if info.available else "no", info.version or "–", ", ".join(info.devices),
+                      ", ".join(info.options) or "–", info.reason or info.description,
+                      style="" if info.available else "dim")
+    console = make_console(to_stderr=False)
+    console.print(table)
+    console.print("Your own loss: --backend package.module:callable", markup=False)
+
+
+@app.command()
+def presets(as_json: JsonOption = False) -> None:
+    """List the built-in model presets (for --preset) and their LM-head shapes."""
+    from rich.table import Table
+
+    from profiler.configs import PRESETS
+
+    if as_json:
+        sys.stdout.write(json.dumps({name: cfg.to_dict() for name, cfg in PRESETS.items()}, indent=2) + "\n")
+        return
+    table = Table(header_style="bold")
+    for column in ("preset", "H", "V", "layers", "heads", "MLP width", "tied", "soft-cap"):
+        table.add_column(column, justify="left" if column == "preset" else "right")
+    for name, cfg in PRESETS.items():
+        table.add_row(name, str(cfg.hidden_size), str(cfg.vocab_size), str(cfg.num_hidden_layers),
+                      str(cfg.num_attention_heads), str(cfg.intermediate_size),
+                      "yes" if cfg.tie_word_embeddings else "no",
+                      "–" if cfg.final_logit_softcapping is None else f"{cfg.final_logit_softcapping:g}")
+    make_console(to_stderr=False).print(table)
+
+
+def _register_model_commands() -> None:
+    """``model``, ``parity`` and ``doctor`` live in :mod:`cli.model_commands` (issue 7)."""
+    try:
+        model_commands = importlib.import_module("cli.model_commands")
+    except ModuleNotFoundError as exc:
+        if exc.name != "cli.model_commands":  # it exists but one of its imports is missing
+            raise
+        return
+    app.command("model")(model_commands.model)
+    app.command("parity")(model_commands.parity)
+    app.command("doctor")(model_commands.doctor)
+
+
+_register_model_commands()
+
+
+def main() -> None:
+    """Console-script entry point (``fusedce-profile``)."""
     app()

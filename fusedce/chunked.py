@@ -58,6 +58,7 @@ def forward(
     """
     n, _ = hidden.shape
     v = weight.shape[0]
+    target, bias = _contiguous_vectors(target, bias)
     acc = accumulation_dtype(compute_dtype)
     stats = RowStats.empty(n, hidden.device, acc)
     buffer = _block_buffer(plan, n, v, hidden.device, acc)
@@ -107,6 +108,7 @@ def backward(
     """
     n, h = hidden.shape
     v = weight.shape[0]
+    target, bias = _contiguous_vectors(target, bias)
     device = hidden.device
     acc = accumulation_dtype(compute_dtype)
     valid = target != opts.ignore_index
@@ -167,6 +169,11 @@ def backward(
             grad_bias.mul_(scale)
         grad_bias = grad_bias.to(bias.dtype)
     return grad_hidden, grad_weight, grad_bias
+
+
+def _contiguous_vectors(target: torch.Tensor, bias: torch.Tensor | None):
+    """The kernels index target and bias with unit stride (copies only strided inputs, O(N + V))."""
+    return target.contiguous(), (None if bias is None else bias.contiguous())
 
 
 def _write_product(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:

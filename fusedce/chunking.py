@@ -8,7 +8,7 @@ Temporaries of the backward pass for one block (bytes; ``c`` = bytes per element
 compute dtype, 2 for bf16/fp16):
 
     grad_hidden accumulator   rows · H · 4        (fp32, summed over vocabulary chunks)
-    hidden chunk, scaled      rows · H · c        (the GEMM operand, see backward)
+    hidden chunk, converted   rows · H · c        (only if hidden.dtype != compute dtype)
     logits / logit grads      rows · cols · 4     (the grads overwrite the logits in place)
     weight chunk, converted   cols · H · c        (only if weight.dtype != compute dtype)
 
@@ -26,8 +26,9 @@ import torch
 
 MiB = 1 << 20
 MIN_BUDGET = 32 * MiB
+BASE_BUDGET = 112 * MiB
 COL_ALIGN = 128
-MIN_COLS = 256
+MIN_COLS = 1024  # below this the GEMMs get thin and launches dominate
 MIN_ROWS = 1024
 
 
@@ -55,9 +56,13 @@ def gradient_floor_bytes(n: int, h: int, v: int, hidden_dtype: torch.dtype, weig
     return n * h * dtype_bytes(hidden_dtype) + v * h * dtype_bytes(weight_dtype)
 
 
-def default_budget_bytes(floor_bytes: int) -> int:
-    """Default bytes for temporaries: a tenth of the gradient floor plus 64 MiB (≥ 32 MiB)."""
-    return max(MIN_BUDGET, floor_bytes // 10 + 64 * MiB)
+def default_budget_bytes(floor_bytes: int, n: int = 0) -> int:
+    """Default bytes for temporaries: a tenth of the gradient floor plus 112 MiB, less the
+    per-token vectors (≈ 40 bytes a token), at least 32 MiB.
+
+    This keeps the whole step under 1.1 × floor + 128 MiB, the goal in ANCHORS.md.
+    """
+    return max(MIN_BUDGET, floor_bytes // 10 + BASE_BUDGET - 40 * n)
 
 
 def plan_chunks(
@@ -75,15 +80,17 @@ def plan_chunks(
     """Pick ``rows`` and ``cols`` so the backward temporaries fit ``memory_budget`` bytes.
 
     ``chunk_size`` / ``vocab_chunk_size``, when given, cap rows / cols directly. The budget is
-    a target, not a hard limit: a chunk never gets narrower than 256 vocabulary entries.
+    a target, not a hard limit: a chunk never gets narrower than 1024 vocabulary entries
+    (unless V is smaller or ``vocab_chunk_size`` asks for it).
     """
     for name, value in (("chunk_size", chunk_size), ("vocab_chunk_size", vocab_chunk_size),
                         ("memory_budget", memory_budget)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise ValueError(f"{name} must be None or a positive int, got {value!r}")
     c = dtype_bytes(compute_dtype)
+    per_row = h * (4 + (c if hidden_dtype != compute_dtype else 0))  # accumulator (+ converted row)
     floor = gradient_floor_bytes(n, h, v, hidden_dtype, weight_dtype)
-    budget = memory_budget if memory_budget is not None else default_budget_bytes(floor)
+    budget = memory_budget if memory_budget is not None else default_budget_bytes(floor, n)
     n_eff = max(n, 1)
 
     if chunk_size is not None:
@@ -91,15 +98,15 @@ def plan_chunks(
     elif weight_dtype != torch.float32:
         rows = n_eff  # see the module docstring: avoids an fp32 copy of grad_weight
     else:
-        per_row = h * (4 + c)
-        rows = n_eff if n_eff * per_row <= budget // 2 else max(MIN_ROWS, (budget // 2) // per_row)
+        share = budget * 2 // 3  # at most two thirds of the budget for row-sized buffers
+        rows = n_eff if n_eff * per_row <= share else max(MIN_ROWS, share // per_row)
         rows = min(rows, n_eff)
 
     if vocab_chunk_size is not None:
         cols = min(v, vocab_chunk_size)
     else:
         weight_conv = h * c if weight_dtype != compute_dtype else 0
-        left = budget - rows * h * (4 + c)
+        left = budget - rows * per_row
         cols = max(0, left) // (rows * 4 + weight_conv)
         if cols >= v:
             cols = v

@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import importlib.util
 import inspect
+import sys
 from dataclasses import dataclass
 from typing import Callable
 
@@ -110,6 +112,16 @@ def torch_loss(hidden, weight, target, bias, options: LossOptions) -> torch.Tens
     if options.reduction == "sum":
         return per_row.sum()
     return per_row.sum() / valid.sum()
+
+
+def _require(module: str) -> None:
+    """Raise ``ImportError`` if ``module`` cannot be imported, without importing it."""
+    try:
+        found = sys.modules[module] if module in sys.modules else importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        found = None
+    if found is None:
+        raise ImportError(f"No module named {module!r}")
 
 
 def _dist_version(*names: str) -> str | None:
@@ -202,9 +214,8 @@ class FusedceBackend(Backend):
     description = "fusedce.linear_cross_entropy (this project)"
 
     def version(self) -> str:
-        import fusedce
-
-        return getattr(fusedce, "__version__", "unknown")
+        _require("fusedce")
+        return _dist_version("fusedce") or "unknown"
 
     def make(self) -> LossFn:
         import fusedce
@@ -229,7 +240,7 @@ class LigerBackend(Backend):
                "z_loss": "lse_square_scale", "softcap": "softcap", "reduction": "reduction"}
 
     def version(self) -> str:
-        importlib.import_module("liger_kernel")
+        _require("liger_kernel")
         return _dist_version("liger-kernel", "liger_kernel") or "unknown"
 
     @property
@@ -271,7 +282,7 @@ class CceBackend(Backend):
     devices = ("cuda",)
 
     def version(self) -> str:
-        importlib.import_module("cut_cross_entropy")
+        _require("cut_cross_entropy")
         return _dist_version("cut-cross-entropy", "cut_cross_entropy") or "unknown"
 
     @property
@@ -316,7 +327,8 @@ class UserBackend(Backend):
 
     def __init__(self, target: str):
         module, sep, attr = target.partition(":")
-        if not sep or not module or not attr:
+        dotted = all(part.isidentifier() for part in f"{module}.{attr}".split("."))
+        if not sep or not dotted:
             raise ValueError(f"backend {target!r}: a user back-end is written 'package.module:callable'")
         self.name, self.module, self.attr = target, module, attr
         self.description = f"user callable {target}"

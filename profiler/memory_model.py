@@ -164,9 +164,12 @@ def _fusedce(spec: CellSpec) -> Prediction:
     except ImportError:
         return Prediction(None, reason="fusedce.memory_model.predict_peak_bytes is not available")
     prec = precision(spec.mode)
-    peak = predict_peak_bytes(spec.tokens, spec.hidden, spec.vocab, hidden_dtype=prec.hidden,
-                              weight_dtype=prec.weight, compute_dtype=prec.compute, has_bias=spec.bias)
-    return Prediction(int(peak))
+    # fusedce's impl="auto": Triton kernels on CUDA tensors, its PyTorch path elsewhere.
+    impl = "triton" if spec.device.startswith("cuda") else "torch"
+    model = predict_peak_bytes(spec.tokens, spec.hidden, spec.vocab, hidden_dtype=prec.hidden,
+                               weight_dtype=prec.weight, compute_dtype=prec.compute, has_bias=spec.bias,
+                               impl=impl)
+    return Prediction(int(model.step), int(model.forward), int(model.backward))
 
 
 def _cce(spec: CellSpec) -> Prediction:

@@ -38,6 +38,12 @@ def environment_lines(environment: dict[str, Any], prefix: str = "") -> list[str
         name = f"{prefix}{key}"
         if isinstance(value, dict):
             lines.extend(environment_lines(value, prefix=f"{name}."))
+        elif isinstance(value, (list, tuple)) and value and all(isinstance(v, dict) for v in value):
+            # e.g. "resumed": the environments of later sessions of the same run; show
+            # only what differs from this one, so an unchanged machine costs one line each.
+            for index, item in enumerate(value, start=1):
+                changed = {k: v for k, v in item.items() if environment.get(k) != v}
+                lines.extend(environment_lines(changed, prefix=f"{name}[{index}].") or [f"{name}[{index}]: same"])
         elif isinstance(value, (list, tuple)):
             lines.append(f"{name}: {', '.join(str(v) for v in value)}")
         else:

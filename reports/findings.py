@@ -61,17 +61,22 @@ def _memory_findings(scope: str, group: pd.DataFrame, hero: str) -> list[Finding
     top = rows.iloc[-1]
     torch_peak = top["torch_peak_bytes"]
     dtype = _DTYPE_NAME.get(top["mode"], top["mode"])
+    if top["saving_bytes"] >= 0:
+        verdict = (f"{hero} saves {format_bytes(top['saving_bytes'])} ({format_percent(top['saving_frac'])}) "
+                   f"of the loss's peak")
+    else:
+        verdict = (f"{hero} uses {format_bytes(-top['saving_bytes'])} ({format_percent(-top['saving_frac'])}) "
+                   f"more than {BASELINE_BACKEND}")
     text = (
         f"At {format_tokens(top['tokens'])} tokens the logits are {format_bytes(top['logits_bytes'])} "
-        f"in {dtype}; {hero} saves {format_bytes(top['saving_bytes'])} ({format_percent(top['saving_frac'])}) "
-        f"of the loss's peak: {BASELINE_BACKEND} {format_bytes(torch_peak)} → {hero} "
+        f"in {dtype}; {verdict}: {BASELINE_BACKEND} {format_bytes(torch_peak)} → {hero} "
         f"{format_bytes(top['peak_bytes'])}"
     )
     if not is_missing(top["x_floor"]):
         text += f", {top['x_floor']:.2f}× the floor of {format_bytes(top['floor_bytes'])} (the gradients)"
     findings = [Finding("memory", scope, text + ".")]
 
-    if len(rows) >= 2:
+    if len(rows) >= 2 and (rows["saving_bytes"] > 0).all():
         tokens = rows["tokens"].to_numpy(float)
         saving = rows["saving_bytes"].to_numpy(float)
         first = rows.iloc[0]

@@ -142,29 +142,62 @@ def plot_peak_memory(frame: pd.DataFrame, path: Path) -> Path | None:
     return _save(fig, path)
 
 
+def _spread(values: list[float], gap: float) -> list[float]:
+    """Move sorted label positions apart so that neighbours are at least ``gap`` apart."""
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    placed = list(values)
+    for previous, current in zip(order, order[1:]):
+        placed[current] = max(placed[current], placed[previous] + gap)
+    return placed
+
+
+def _linear_tokens_axis(ax: plt.Axes, tokens: pd.Series) -> None:
+    """A linear tokens axis (a saving linear in B·T is a straight line), labels thinned so
+    that small sizes crowded at the left do not overlap."""
+    values = sorted(set(int(t) for t in tokens))
+    ax.set_xticks(values)
+    span = max(values[-1] - values[0], 1)
+    labels, last = [], None
+    for value in values:
+        show = last is None or (value - last) / span > 0.07 or value == values[-1]
+        labels.append(format_tokens(value) if show else "")
+        last = value if show else last
+    ax.set_xticklabels(labels)
+    ax.set_xlabel("tokens N = B·T")
+    ax.set_xlim(0, values[-1] * 1.18)  # from zero: the saving's proportionality shows; room for labels
+
+
 def plot_saving(frame: pd.DataFrame, path: Path) -> Path | None:
-    """Bytes saved vs the ``torch`` baseline, per back-end and tokens, one panel per head;
-    the share of torch's peak annotated at the largest size."""
+    """Bytes saved vs the ``torch`` baseline against tokens (linear axes, so a saving that
+    grows linearly with B·T is a straight line), per back-end, one panel per head; each
+    back-end's share of torch's peak annotated at the largest size."""
     saved = frame[frame["saving_bytes"].notna() & (frame["backend"] != BASELINE_BACKEND)]
     if saved.empty:
         return None
     backends = ordered(saved["backend"])
     groups = _groups(saved)
     fig, axes = _panels(len(groups), f"Memory saved vs {BASELINE_BACKEND} (its peak minus the back-end's)")
+    unit, unit_name = (1 << 30, "GiB") if saved["saving_bytes"].abs().max() >= (1 << 30) else (1 << 20, "MiB")
     for ax, (title, group) in zip(axes, groups):
+        ends = []
         for backend in backends:
             own = group[group["backend"] == backend].sort_values("tokens")
             if own.empty:
                 continue
             style = backend_style(backend, backends)
-            ax.plot(own["tokens"], own["saving_bytes"] / (1 << 30), markersize=5, **style)
+            ax.plot(own["tokens"], own["saving_bytes"] / unit, markersize=5, **style)
             last = own.iloc[-1]
-            ax.annotate(f"{100 * last['saving_frac']:.0f}%", (last["tokens"], last["saving_bytes"] / (1 << 30)),
-                        xytext=(5, 0), textcoords="offset points", fontsize=8, color=style["color"], va="center")
+            ends.append((last["tokens"], last["saving_bytes"] / unit, f"{100 * last['saving_frac']:.0f}%",
+                         style["color"]))
         ax.axhline(0, color="black", linewidth=0.8)
-        _tokens_axis(ax, group["tokens"])
-        ax.set_xlim(right=ax.get_xlim()[1] * 1.25)  # room for the percentages
-        ax.set_ylabel("saved (GiB)")
+        _linear_tokens_axis(ax, group["tokens"])
+        low, high = ax.get_ylim()
+        ax.set_ylim(min(low, 0), high)
+        placed = _spread([y for _, y, _, _ in ends], gap=0.06 * (high - min(low, 0)))
+        for (x, y, text, colour), y_text in zip(ends, placed):
+            ax.annotate(text, (x, y), xytext=(x * 1.02, y_text), textcoords="data", fontsize=8,
+                        color=colour, va="center")
+        ax.set_ylabel(f"saved ({unit_name})")
         ax.set_title(title)
     _legend(fig, _backend_handles(backends))
     return _save(fig, path)

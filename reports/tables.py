@@ -45,10 +45,10 @@ def _peak_text(row: pd.Series) -> str:
 
 
 def _saving_text(row: pd.Series, failed_baselines: dict[str, str]) -> str:
-    if row["backend"] == BASELINE_BACKEND:
-        return "baseline"
     if row["status"] != "ok":
         return "–"
+    if row["backend"] == BASELINE_BACKEND:
+        return "baseline"
     if is_missing(row["saving_bytes"]):
         return f"{BASELINE_BACKEND} {failed_baselines[row['group']]}" if row["group"] in failed_baselines else "–"
     return f"{format_bytes(row['saving_bytes'])} ({format_percent(row['saving_frac'])})"

@@ -1,9 +1,10 @@
 """Bad input raises ValueError/TypeError (IndexError for out-of-range targets) naming the argument.
 
-Each case is checked on the PyTorch path and, when Triton imports, on the Triton path (under
-``TRITON_INTERPRET=1`` on this CPU), so validation cannot live in only one of them.
+Each case is checked on the PyTorch path and, under ``TRITON_INTERPRET=1`` (CI, no CUDA), on
+the Triton path too, so validation cannot live in only one of them.
 """
 import importlib.util
+import os
 
 import pytest
 import torch
@@ -14,7 +15,13 @@ IMPLS = [
     "torch",
     pytest.param(
         "triton",
-        marks=pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed"),
+        marks=[
+            pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed"),
+            pytest.mark.skipif(
+                os.environ.get("TRITON_INTERPRET") != "1",
+                reason="Triton runs CPU tensors only under TRITON_INTERPRET=1 (CUDA inputs: test_fusedce_gpu.py)",
+            ),
+        ],
     ),
 ]
 
@@ -88,7 +95,9 @@ def test_custom_ignore_index_does_not_excuse_the_default_one(impl):
 
 
 @pytest.mark.parametrize("impl", IMPLS)
-@pytest.mark.parametrize("bad_shape", [(V + 1,), (V - 1,), (1, V), (N, V)], ids=["longer", "shorter", "2d", "per-token"])
+@pytest.mark.parametrize(
+    "bad_shape", [(V + 1,), (V - 1,), (1, V), (N, V)], ids=["longer", "shorter", "2d", "per-token"]
+)
 def test_bias_shape_mismatch_names_bias(impl, bad_shape):
     with pytest.raises((ValueError, TypeError), match="bias"):
         call(impl, bias=torch.randn(bad_shape))
@@ -149,8 +158,14 @@ def test_unknown_impl_names_impl(impl):
         call(impl)
 
 
-def test_module_validates_like_the_function():
-    loss_fn = fusedce.LinearCrossEntropyLoss(reduction="avg")
+@pytest.mark.parametrize(
+    "options,name",
+    [({"reduction": "avg"}, "reduction"), ({"label_smoothing": 2.0}, "label_smoothing"),
+     ({"softcap": 0.0}, "softcap"), ({"impl": "fused"}, "impl")],
+    ids=["reduction", "label_smoothing", "softcap", "impl"],
+)
+def test_module_validates_its_options_like_the_function(options, name):
+    """At construction or at the latest on the first call."""
     hidden, weight, target, bias = good_inputs()
-    with pytest.raises((ValueError, TypeError), match="reduction"):
-        loss_fn(hidden, weight, target, bias)
+    with pytest.raises((ValueError, TypeError), match=name):
+        fusedce.LinearCrossEntropyLoss(**options)(hidden, weight, target, bias)

@@ -2,7 +2,8 @@
 
 Covers: all targets ignored, N = 0, V = 1, inputs with more than one batch dimension,
 non-contiguous inputs, very large logits, the module API, ``impl="auto"`` and determinism.
-The Triton path runs under ``TRITON_INTERPRET=1`` here, so shapes stay tiny.
+The Triton path runs on CUDA tensors when there is a GPU, else on CPU tensors under
+``TRITON_INTERPRET=1``; shapes stay tiny for the interpreter.
 """
 import functools
 import importlib.util
@@ -14,6 +15,7 @@ import fusedce
 from reference import (
     OPTION_CASES,
     REDUCTIONS,
+    SINGLE_CLASS_CASE,
     LossOptions,
     assert_matches_reference,
     check_against_reference,
@@ -36,6 +38,11 @@ IMPLS = [
 ]
 
 
+def device_for(impl: str) -> str:
+    """Where the inputs of ``impl`` live: Triton takes CUDA tensors when there is a GPU."""
+    return "cuda" if impl == "triton" and torch.cuda.is_available() else "cpu"
+
+
 def with_reduction(options: LossOptions, reduction: str) -> LossOptions:
     return LossOptions(**{**options.as_kwargs(), "reduction": reduction})
 
@@ -45,9 +52,14 @@ def with_reduction(options: LossOptions, reduction: str) -> LossOptions:
 def test_all_targets_ignored_gives_nan_mean_zero_sum_and_zero_grads(impl, reduction):
     """As F.cross_entropy: mean → nan (0/0), sum → 0, none → zeros; every gradient is exactly 0."""
     options = with_reduction(MIXED.options, reduction)
-    hidden, weight, target, bias = make_inputs(13, 8, 17, seed=seed_for("all-ignored", impl, reduction), with_bias=True, ignore_fraction=1.0)
+    hidden, weight, target, bias = make_inputs(
+        13, 8, 17, seed=seed_for("all-ignored", impl, reduction), with_bias=True, ignore_fraction=1.0,
+        device=device_for(impl),
+    )
     upstream = make_upstream(target, reduction, seed_for("all-ignored-up", reduction))
-    got = run_fused(fusedce.linear_cross_entropy, hidden, weight, target, bias, upstream, impl=impl, **options.as_kwargs())
+    got = run_fused(
+        fusedce.linear_cross_entropy, hidden, weight, target, bias, upstream, impl=impl, **options.as_kwargs()
+    )
     if reduction == "mean":
         assert torch.isnan(got.loss)
     else:
@@ -64,9 +76,14 @@ def test_all_targets_ignored_gives_nan_mean_zero_sum_and_zero_grads(impl, reduct
 def test_zero_tokens_gives_nan_mean_zero_sum_and_empty_or_zero_grads(impl, reduction, batch_shape):
     """N = 0 as F.cross_entropy: mean → nan, sum → 0, none → empty; grad_hidden empty, grad_weight/bias 0."""
     options = with_reduction(MIXED.options, reduction)
-    hidden, weight, target, bias = make_inputs(0, 8, 17, seed=seed_for("empty", impl, reduction), with_bias=True, batch_shape=batch_shape)
+    hidden, weight, target, bias = make_inputs(
+        0, 8, 17, seed=seed_for("empty", impl, reduction), with_bias=True, batch_shape=batch_shape,
+        device=device_for(impl),
+    )
     upstream = make_upstream(target, reduction, seed_for("empty-up", reduction))
-    got = run_fused(fusedce.linear_cross_entropy, hidden, weight, target, bias, upstream, impl=impl, **options.as_kwargs())
+    got = run_fused(
+        fusedce.linear_cross_entropy, hidden, weight, target, bias, upstream, impl=impl, **options.as_kwargs()
+    )
     if reduction == "mean":
         assert got.loss.shape == () and torch.isnan(got.loss)
     elif reduction == "sum":
@@ -83,9 +100,16 @@ def test_zero_tokens_gives_nan_mean_zero_sum_and_empty_or_zero_grads(impl, reduc
 def test_single_class_vocabulary_has_zero_cross_entropy_but_z_loss_and_its_grads(impl, reduction):
     """V = 1: log-softmax is 0, so only the z-loss term (through bias and soft-cap) remains."""
     fn = functools.partial(fusedce.linear_cross_entropy, impl=impl)
-    got = check_against_reference(fn, 9, 12, 1, MIXED, reduction, rtol=FP32_RTOL, seed=seed_for("V-1", impl, reduction))
+    device = device_for(impl)
+    got = check_against_reference(
+        fn, 9, 12, 1, SINGLE_CLASS_CASE, reduction, rtol=FP32_RTOL, seed=seed_for("V-1", impl, reduction),
+        device=device,
+    )
     assert torch.count_nonzero(got.grad_weight) > 0, "z-loss gradient missing at V = 1"
-    plain = check_against_reference(fn, 9, 12, 1, OPTION_CASES["plain"], reduction, rtol=FP32_RTOL, seed=seed_for("V-1-plain", impl))
+    plain = check_against_reference(
+        fn, 9, 12, 1, OPTION_CASES["plain"], reduction, rtol=FP32_RTOL, seed=seed_for("V-1-plain", impl),
+        device=device,
+    )
     assert torch.count_nonzero(plain.loss) == 0
 
 
@@ -98,7 +122,8 @@ def test_leading_batch_dimensions_are_flattened_and_restored(impl, reduction, ba
         n *= d
     fn = functools.partial(fusedce.linear_cross_entropy, impl=impl)
     got = check_against_reference(
-        fn, n, 12, 19, MIXED, reduction, rtol=FP32_RTOL, seed=seed_for("batch", impl, reduction, batch_shape), batch_shape=batch_shape
+        fn, n, 12, 19, MIXED, reduction, rtol=FP32_RTOL, seed=seed_for("batch", impl, reduction, batch_shape),
+        batch_shape=batch_shape, device=device_for(impl),
     )
     assert got.grad_hidden.shape == (*batch_shape, 12)
     assert got.loss.shape == (batch_shape if reduction == "none" else ())
@@ -111,20 +136,25 @@ def test_non_contiguous_inputs_match_reference(impl, reduction, layout):
     """hidden / weight as transposed or every-other-column views, target and bias strided slices."""
     n, h, v = 11, 12, 23
     gen = torch.Generator().manual_seed(seed_for("non-contiguous", impl, reduction, layout))
+    device = device_for(impl)
+
+    def draw(*shape, scale=1.0):  # drawn on the CPU, moved contiguous, viewed on the device
+        return (torch.randn(*shape, generator=gen) * scale).to(device)
+
     if layout == "transposed":
-        hidden = torch.randn(h, n, generator=gen).T
-        weight = (torch.randn(h, v, generator=gen) * 3 / h**0.5).T
+        hidden, weight = draw(h, n).T, draw(h, v, scale=3 / h**0.5).T
     else:
-        hidden = torch.randn(n, 2 * h, generator=gen)[:, ::2]
-        weight = (torch.randn(v, 2 * h, generator=gen) * 3 / h**0.5)[:, 1::2]
-    target = torch.randint(0, v, (2 * n,), generator=gen)[::2]
+        hidden, weight = draw(n, 2 * h)[:, ::2], draw(v, 2 * h, scale=3 / h**0.5)[:, 1::2]
+    target = torch.randint(0, v, (2 * n,), generator=gen).to(device)[::2]
     target[::3] = -100
-    bias = torch.randn(2 * v, generator=gen)[1::2]
+    bias = draw(2 * v)[1::2]
     assert not (hidden.is_contiguous() or weight.is_contiguous() or target.is_contiguous() or bias.is_contiguous())
     leaves = [t.detach().requires_grad_(True) for t in (hidden, weight, bias)]
     options = with_reduction(MIXED.options, reduction)
     upstream = make_upstream(target, reduction, seed_for("non-contiguous-up", reduction))
-    got = run_fused(fusedce.linear_cross_entropy, leaves[0], leaves[1], target, leaves[2], upstream, impl=impl, **options.as_kwargs())
+    got = run_fused(
+        fusedce.linear_cross_entropy, *leaves[:2], target, leaves[2], upstream, impl=impl, **options.as_kwargs()
+    )
     want = reference_linear_cross_entropy(leaves[0], leaves[1], target, leaves[2], options, upstream)
     assert_matches_reference(got, want, rtol=FP32_RTOL)
 
@@ -134,7 +164,9 @@ def test_very_large_logits_stay_finite_and_accurate(impl):
     """Logits with standard deviation ~80 (exp overflows fp32 without max-subtraction)."""
     fn = functools.partial(fusedce.linear_cross_entropy, impl=impl)
     case = OPTION_CASES["label_smoothing"]
-    hidden, weight, target, _ = make_inputs(13, 16, 29, seed=seed_for("large-logits", impl), logit_std=80.0)
+    hidden, weight, target, _ = make_inputs(
+        13, 16, 29, seed=seed_for("large-logits", impl), logit_std=80.0, device=device_for(impl)
+    )
     got = run_fused(fn, hidden, weight, target, **case.options.as_kwargs())
     want = reference_linear_cross_entropy(hidden, weight, target, None, case.options)
     assert torch.isfinite(got.loss) and torch.isfinite(got.grad_hidden).all() and torch.isfinite(got.grad_weight).all()
@@ -146,7 +178,9 @@ def test_module_matches_the_function_bitwise(impl):
     options = {**MIXED.options.as_kwargs(), "impl": impl}
     loss_fn = fusedce.LinearCrossEntropyLoss(**options)
     assert isinstance(loss_fn, torch.nn.Module) and len(list(loss_fn.parameters())) == 0
-    hidden, weight, target, bias = make_inputs(15, 8, 21, seed=seed_for("module", impl), with_bias=True, ignore_fraction=0.3)
+    hidden, weight, target, bias = make_inputs(
+        15, 8, 21, seed=seed_for("module", impl), with_bias=True, ignore_fraction=0.3, device=device_for(impl)
+    )
     got = run_fused(lambda h, w, t, b: loss_fn(h, w, t, b), hidden, weight, target, bias)
     want = run_fused(fusedce.linear_cross_entropy, hidden, weight, target, bias, **options)
     for field in ("loss", "grad_hidden", "grad_weight", "grad_bias"):
@@ -163,8 +197,9 @@ def test_module_bias_defaults_to_none():
 
 def test_auto_impl_on_cpu_tensors_is_the_torch_path():
     hidden, weight, target, bias = make_inputs(15, 8, 21, seed=seed_for("auto"), with_bias=True, ignore_fraction=0.3)
-    auto = run_fused(fusedce.linear_cross_entropy, hidden, weight, target, bias, impl="auto", **MIXED.options.as_kwargs())
-    torch_ = run_fused(fusedce.linear_cross_entropy, hidden, weight, target, bias, impl="torch", **MIXED.options.as_kwargs())
+    options = MIXED.options.as_kwargs()
+    auto = run_fused(fusedce.linear_cross_entropy, hidden, weight, target, bias, impl="auto", **options)
+    torch_ = run_fused(fusedce.linear_cross_entropy, hidden, weight, target, bias, impl="torch", **options)
     for field in ("loss", "grad_hidden", "grad_weight", "grad_bias"):
         assert torch.equal(getattr(auto, field), getattr(torch_, field)), field
 
@@ -173,10 +208,15 @@ def test_auto_impl_on_cpu_tensors_is_the_torch_path():
 @pytest.mark.parametrize("impl", IMPLS)
 def test_two_runs_are_bitwise_identical(impl, reduction):
     options = with_reduction(MIXED.options, reduction)
-    hidden, weight, target, bias = make_inputs(37, 24, 53, seed=seed_for("determinism", impl, reduction), with_bias=True, ignore_fraction=0.3)
+    hidden, weight, target, bias = make_inputs(
+        37, 24, 53, seed=seed_for("determinism", impl, reduction), with_bias=True, ignore_fraction=0.3,
+        device=device_for(impl),
+    )
     upstream = make_upstream(target, reduction, seed_for("determinism-up", reduction))
     runs = [
-        run_fused(fusedce.linear_cross_entropy, hidden, weight, target, bias, upstream, impl=impl, **options.as_kwargs())
+        run_fused(
+            fusedce.linear_cross_entropy, hidden, weight, target, bias, upstream, impl=impl, **options.as_kwargs()
+        )
         for _ in range(2)
     ]
     for field in ("loss", "grad_hidden", "grad_weight", "grad_bias"):

@@ -3,7 +3,16 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from reference import LossOptions, make_inputs, reference_linear_cross_entropy, seed_for
+from reference import (
+    OPTION_CASES,
+    LossOptions,
+    assert_matches_reference,
+    chunked_reference_linear_cross_entropy,
+    make_inputs,
+    make_upstream,
+    reference_linear_cross_entropy,
+    seed_for,
+)
 
 
 def torch_composition(hidden, weight, target, bias, options: LossOptions) -> torch.Tensor:
@@ -55,3 +64,18 @@ def test_reference_mean_of_all_ignored_is_nan_with_zero_gradients_like_cross_ent
     got = reference_linear_cross_entropy(hidden, weight, target)
     assert torch.isnan(got.loss)
     assert torch.count_nonzero(got.grad_hidden) == 0 and torch.count_nonzero(got.grad_weight) == 0
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("ignore_fraction", [0.3, 1.0], ids=["some-ignored", "all-ignored"])
+def test_chunked_reference_equals_the_reference(reduction, ignore_fraction):
+    """The GPU tests' row-chunked float64 reference agrees with the one-shot reference."""
+    options = LossOptions(**{**OPTION_CASES["mixed"].options.as_kwargs(), "reduction": reduction})
+    hidden, weight, target, bias = make_inputs(
+        37, 12, 17, seed=seed_for("chunked-reference", reduction, ignore_fraction), with_bias=True,
+        ignore_fraction=ignore_fraction, batch_shape=(37,),
+    )
+    upstream = make_upstream(target, reduction, seed_for("chunked-reference-up", reduction))
+    want = reference_linear_cross_entropy(hidden, weight, target, bias, options, upstream)
+    got = chunked_reference_linear_cross_entropy(hidden, weight, target, bias, options, upstream, rows_per_chunk=8)
+    assert_matches_reference(got, want, rtol=1e-12)

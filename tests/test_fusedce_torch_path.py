@@ -15,6 +15,7 @@ from reference import (
     OPTION_CASES,
     REDUCTIONS,
     assert_matches_reference,
+    case_for_vocab,
     check_against_reference,
     make_inputs,
     make_upstream,
@@ -36,9 +37,8 @@ torch_path = functools.partial(fusedce.linear_cross_entropy, impl="torch")
     ids=["odd-N_prime-V", "single-token", "H-16_prime-V", "larger-ragged", "V-1", "tiny-H"],
 )
 def test_ragged_shapes_match_reference(n, h, v):
-    check_against_reference(
-        torch_path, n, h, v, OPTION_CASES["mixed"], "mean", rtol=FP32_RTOL, seed=seed_for("shape", n, h, v)
-    )
+    case = case_for_vocab(v, OPTION_CASES["mixed"])
+    check_against_reference(torch_path, n, h, v, case, "mean", rtol=FP32_RTOL, seed=seed_for("shape", n, h, v))
 
 
 @pytest.mark.parametrize("reduction", REDUCTIONS)
@@ -57,6 +57,17 @@ def test_chunk_size_does_not_change_the_result(chunk_size, reduction):
     check_against_reference(
         torch_path, 45, 24, 97, OPTION_CASES["mixed"], reduction,
         rtol=FP32_RTOL, seed=seed_for("chunk", chunk_size, reduction), chunk_size=chunk_size,
+    )
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("chunk_size,vocab_chunk_size", [(None, 1), (None, 10), (8, 32), (45, 96)])
+def test_vocabulary_chunks_do_not_change_the_result(chunk_size, vocab_chunk_size, reduction):
+    """V = 97 in chunks of 1, 10, 32 (last one partial) and 96 (last one a single entry)."""
+    check_against_reference(
+        torch_path, 45, 24, 97, OPTION_CASES["mixed"], reduction, rtol=FP32_RTOL,
+        seed=seed_for("vocab-chunk", chunk_size, vocab_chunk_size, reduction),
+        chunk_size=chunk_size, vocab_chunk_size=vocab_chunk_size,
     )
 
 
@@ -162,13 +173,32 @@ def test_chunked_path_never_allocates_a_full_n_by_v_tensor(case_name, reduction)
     )
 
 
+def test_memory_budget_bounds_the_logits_block():
+    """A budget of a quarter of the N×V fp32 logits: every tensor stays below N·V, results unchanged."""
+    n, h, v = 300, 16, 997
+    budget = n * v * 4 // 4
+    case = OPTION_CASES["mixed"]
+    hidden, weight, target, bias = make_inputs(
+        n, h, v, seed=seed_for("budget"), with_bias=True, ignore_fraction=case.ignore_fraction
+    )
+    with LargestTensorMode() as mode:
+        got = run_fused(torch_path, hidden, weight, target, bias, memory_budget=budget, **case.options.as_kwargs())
+    assert mode.largest < n * v, f"{mode.largest_op} returned {mode.largest} elements (N·V = {n * v})"
+    want = reference_linear_cross_entropy(hidden, weight, target, bias, case.options)
+    assert_matches_reference(got, want, rtol=FP32_RTOL)
+
+
 def test_op_count_does_not_grow_with_tokens_inside_one_chunk():
     """No Python loop per token: 10× more tokens in a single chunk dispatch the same number of ops."""
     counts = []
     for n in (40, 400):
-        hidden, weight, target, bias = make_inputs(n, 16, 53, seed=seed_for("ops", n), with_bias=True, ignore_fraction=0.3)
+        hidden, weight, target, bias = make_inputs(
+            n, 16, 53, seed=seed_for("ops", n), with_bias=True, ignore_fraction=0.3
+        )
         with LargestTensorMode() as mode:
-            run_fused(torch_path, hidden, weight, target, bias, chunk_size=n, **OPTION_CASES["mixed"].options.as_kwargs())
+            run_fused(
+                torch_path, hidden, weight, target, bias, chunk_size=n, **OPTION_CASES["mixed"].options.as_kwargs()
+            )
         counts.append(mode.op_count)
     assert counts[1] <= counts[0] * 1.5, f"ops dispatched for N=40 vs N=400: {counts}"
 

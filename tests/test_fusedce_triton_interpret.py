@@ -16,6 +16,7 @@ import fusedce
 from reference import (
     OPTION_CASES,
     REDUCTIONS,
+    case_for_vocab,
     check_against_reference,
     make_inputs,
     reference_linear_cross_entropy,
@@ -42,9 +43,8 @@ def triton_path(hidden, weight, target, bias=None, **kwargs):
 
 def check(n, h, v, case_name, reduction, *, seed, **kwargs):
     fn = functools.partial(triton_path, **kwargs)
-    return check_against_reference(
-        fn, n, h, v, OPTION_CASES[case_name], reduction, rtol=FP32_RTOL, seed=seed, device=DEVICE
-    )
+    case = case_for_vocab(v, OPTION_CASES[case_name])
+    return check_against_reference(fn, n, h, v, case, reduction, rtol=FP32_RTOL, seed=seed, device=DEVICE)
 
 
 @pytest.mark.parametrize("reduction", REDUCTIONS)
@@ -63,7 +63,9 @@ def test_ragged_shapes_match_reference(n, h, v):
 
 
 @pytest.mark.parametrize("reduction", REDUCTIONS)
-@pytest.mark.parametrize("chunk_size,vocab_chunk_size", [(7, None), (None, 32), (16, 48)], ids=["rows-7", "cols-32", "rows-16_cols-48"])
+@pytest.mark.parametrize(
+    "chunk_size,vocab_chunk_size", [(7, None), (None, 32), (16, 48)], ids=["rows-7", "cols-32", "rows-16_cols-48"]
+)
 def test_many_chunks_match_reference(chunk_size, vocab_chunk_size, reduction):
     """Several row and vocabulary chunks (none dividing N = 37 or V = 131) with every option."""
     check(

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from profiler.model.gpt import GPT
-from profiler.model.losses import LossFn
+from profiler.backends import LossFn, LossOptions
 from profiler.model.memory import Phase, PhaseMeter
 
 MODEL_MODES = ("amp-bf16", "fp32")
@@ -169,7 +169,7 @@ def autocast_context(mode: str, device: torch.device):
     return contextlib.nullcontext()
 
 
-def train_step(model: GPT, loss_fn: LossFn, options: dict, optimizer: torch.optim.Optimizer,
+def train_step(model: GPT, loss_fn: LossFn, options: LossOptions, optimizer: torch.optim.Optimizer,
                input_ids: torch.Tensor, targets: torch.Tensor, mode: str,
                meter: PhaseMeter | None = None, counters: tuple | None = None) -> torch.Tensor:
     """One forward/backward/AdamW step; returns the loss (detached). Marks phases on ``meter``."""
@@ -231,7 +231,7 @@ def compose_peak(static_parts: list[Part], static: int, phases: dict[str, Phase]
     return parts
 
 
-def measure_step(model: GPT, loss_fn: LossFn, options: dict, optimizer: torch.optim.Optimizer,
+def measure_step(model: GPT, loss_fn: LossFn, options: LossOptions, optimizer: torch.optim.Optimizer,
                  input_ids: torch.Tensor, targets: torch.Tensor, mode: str, *,
                  eval_first: bool = False, warmup_steps: int = 1) -> StepOutcome:
     """Warm up, then measure one training step.

@@ -1,0 +1,114 @@
+"""Terminal output: the terse summary table, progress and messages.
+
+Colours and the progress bar appear only on a terminal (rich's detection, ``NO_COLOR``
+respected); piped or captured output gets plain text and one line per finished cell.
+With ``--json`` everything human goes to stderr so that stdout holds only the JSON.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from contextlib import contextmanager
+from collections.abc import Iterator
+
+import pandas as pd
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from profiler.records import CellResult
+from reports.frame import BASELINE_BACKEND
+from reports.tables import group_title
+from reports.units import format_bytes, format_error, format_ms, format_percent, format_tokens, is_missing
+
+
+PIPED_WIDTH = 120
+
+
+def make_console(*, to_stderr: bool) -> Console:
+    """A rich console on stdout (or stderr), colours only when it is a terminal."""
+    stream = sys.stderr if to_stderr else sys.stdout
+    # Piped output (a log file) gets a fixed width wide enough for the tables.
+    width = None if stream.isatty() else PIPED_WIDTH
+    return Console(file=stream, highlight=False, soft_wrap=False, width=width)
+
+
+def error(message: str) -> None:
+    """Print an error message to stderr (red on a terminal)."""
+    Console(file=sys.stderr, highlight=False).print(f"[bold red]error:[/] {message}", markup=True)
+
+
+def _cell_line(done: int, total: int | None, result: CellResult) -> str:
+    spec = result.spec
+    head = f"{spec.backend} {format_tokens(spec.tokens)}×{spec.hidden}×{spec.vocab} {spec.mode}"
+    if result.status == "ok":
+        detail = f"peak {format_bytes(result.peak_step_bytes)}, {format_ms(result.time_ms)}"
+    elif result.status == "oom":
+        detail = "out of memory"
+    else:
+        detail = f"{result.status}: {result.message.splitlines()[0][:100] if result.message else ''}"
+    return f"[{done}/{total if total is not None else '?'}] {head}: {detail}"
+
+
+class CellProgress:
+    """Reports finished cells: a progress bar with ETA on a terminal, else one line per cell."""
+
+    def __init__(self, console: Console, total: int | None) -> None:
+        self.console, self.total, self.done = console, total, 0
+        self._progress: Progress | None = None
+        self._task = None
+        self._started = time.monotonic()
+
+    @contextmanager
+    def running(self) -> Iterator["CellProgress"]:
+        if self.console.is_terminal:
+            self._progress = Progress(
+                TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                TextColumn("cells"), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+                console=self.console, transient=True,
+            )
+            self._task = self._progress.add_task("profiling", total=self.total)
+            with self._progress:
+                yield self
+        else:
+            yield self
+
+    def __call__(self, result: CellResult) -> None:
+        self.done += 1
+        if self._progress is not None:
+            self._progress.update(self._task, advance=1,
+                                  description=f"{result.spec.backend} {format_tokens(result.spec.tokens)}")
+        else:
+            self.console.print(_cell_line(self.done, self.total, result), markup=False)
+
+
+_STATUS_STYLE = {"ok": "", "oom": "yellow", "error": "red", "skipped": "dim"}
+
+
+def _table(title: str, group: pd.DataFrame) -> Table:
+    table = Table(title=title, title_justify="left", title_style="bold", header_style="bold", pad_edge=False)
+    for column in ("back-end", "tokens", "peak extra", "× floor", "saving vs torch", "time", "parity"):
+        table.add_column(column, justify="left" if column == "back-end" else "right", no_wrap=True)
+    for row in group.itertuples():
+        peak = format_bytes(row.peak_bytes) if row.status == "ok" else "OOM" if row.status == "oom" else row.status
+        if row.status != "ok":
+            saving = "–"
+        elif row.backend == BASELINE_BACKEND:
+            saving = "baseline"
+        elif is_missing(row.saving_bytes):
+            saving = "–"
+        else:
+            saving = f"{format_bytes(row.saving_bytes)} ({format_percent(row.saving_frac)})"
+        parity = "–" if row.parity_ok is None or is_missing(row.worst_error) else (
+            f"{format_error(row.worst_error)} " + ("✓" if row.parity_ok else "✗"))
+        style = "red" if row.parity_ok is False else _STATUS_STYLE.get(row.status, "")
+        table.add_row(row.backend, format_tokens(row.tokens), peak,
+                      "–" if is_missing(row.x_floor) else f"{row.x_floor:.2f}", saving, format_ms(row.time_ms),
+                      parity, style=style)
+    return table
+
+
+def summary_tables(frame: pd.DataFrame) -> list[Table]:
+    """One terse table per (device, mode, head, options) group, a row per cell."""
+    return [_table(group_title(d, m, int(h), int(v), o), group)
+            for (d, m, h, v, o), group in frame.groupby(["device", "mode", "hidden", "vocab", "options"], sort=False)]

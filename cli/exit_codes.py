@@ -1,0 +1,11 @@
+"""Exit codes of ``fusedce-profile`` (also listed in ``fusedce-profile --help``)."""
+
+OK = 0
+"""Every cell ran or was recorded (OOM cells are results, not failures) and parity held."""
+
+PARITY_FAILED = 1
+"""At least one cell's relative error exceeded its mode's tolerance (``reports.tolerances``)."""
+
+BAD_INPUT = 2
+"""Bad usage or input: unknown option or back-end, bad grid value, unreadable config file,
+an output folder that is not empty without ``--force`` / ``--resume``."""

@@ -1,0 +1,246 @@
+"""``model``, ``parity`` and ``doctor``: a whole training step, not just the loss (issue 7).
+
+The functions are typer-annotated; :mod:`cli.app` registers them as sub-commands. Each
+writes its report folder through :mod:`profiler.model.report`. Exit codes as everywhere
+(:mod:`cli.exit_codes`): 0 ok, 1 a parity or doctor check failed, 2 bad usage or input.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from cli import exit_codes
+from cli.console import error, make_console
+from cli.output_dir import OutputDirError, prepare_out_dir
+from cli.parsing import parse_backends
+from profiler.configs import ModelConfig, get_preset, load_config
+
+GIB = 1 << 30
+
+PresetOption = Annotated[Optional[str], typer.Option(
+    "--preset", help="A built-in model (see `presets`); default user-gpt on a GPU, tiny on the CPU.")]
+ConfigOption = Annotated[Optional[Path], typer.Option(
+    "--config", help="A Hugging Face config.json, or our JSON/TOML (hidden_size, ffn_factor, ...).")]
+TiedOption = Annotated[Optional[bool], typer.Option(
+    "--tied/--untied", help="Override the config's tie_word_embeddings.")]
+DeviceOption = Annotated[Optional[str], typer.Option("--device", help="cuda, cuda:K or cpu (default: cuda if visible).")]
+ModeOption = Annotated[Optional[str], typer.Option(
+    "--mode", help="amp-bf16 (fp32 weights, bf16 autocast) or fp32. Default amp-bf16 (parity on CPU: fp32).")]
+OutOption = Annotated[Optional[Path], typer.Option("--out", help="Report folder (default: a new time-stamped one).")]
+ForceOption = Annotated[bool, typer.Option("--force", help="Replace the previous run in a non-empty --out folder.")]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print a machine-readable summary on stdout.")]
+BackendOption = Annotated[Optional[list[str]], typer.Option(
+    "--backend", help="Loss back-end (repeatable): torch, torch-compile, torch-native, fusedce, liger, cce, "
+                      "or module:callable with the back-end signature (hidden, weight, target, bias, **options).")]
+
+
+def _fail(message: str) -> typer.Exit:
+    error(message)
+    return typer.Exit(exit_codes.BAD_INPUT)
+
+
+def _device(device: Optional[str]) -> str:
+    from profiler.grid import default_device
+
+    return device or default_device()
+
+
+def _config(preset: Optional[str], config: Optional[Path], tied: Optional[bool], default: str) -> ModelConfig:
+    if preset and config:
+        raise _fail("--preset and --config both name a model: give one of them")
+    try:
+        model = load_config(config) if config else get_preset(preset or default)
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
+    return model if tied is None else dataclasses.replace(model, tie_word_embeddings=tied)
+
+
+def _out(out: Optional[Path], force: bool) -> Path:
+    try:
+        return prepare_out_dir(out, force=force, resume=False)
+    except OutputDirError as exc:
+        raise _fail(str(exc)) from None
+
+
+def _backends(backend: Optional[list[str]], default: list[str]) -> list[str]:
+    from profiler.backends import BUILTIN_BACKENDS
+
+    names = parse_backends(backend, list(BUILTIN_BACKENDS)) or default
+    return ["torch"] + [b for b in names if b != "torch"]  # torch first: the reference
+
+
+def model(
+    preset: PresetOption = None,
+    config: ConfigOption = None,
+    tied: TiedOption = None,
+    batch: Annotated[Optional[int], typer.Option(help="Batch size B (default 8 on a GPU, 4 on the CPU).", min=1)] = None,
+    seq: Annotated[Optional[int], typer.Option(help="Sequence length T (default 1024 on a GPU, 64 on the CPU).",
+                                               min=1)] = None,
+    backend: BackendOption = None,
+    attention: Annotated[str, typer.Option(help="sdpa, or eager (B×heads×T×T scores materialised).")] = "sdpa",
+    checkpointing: Annotated[bool, typer.Option("--checkpointing", help="Activation checkpointing per block.")] = False,
+    eval_step: Annotated[bool, typer.Option(
+        "--eval-step", help="Also run each back-end after an evaluation pass that materialises full logits "
+                            "(Lightning's sanity check), to show what it leaves reserved.")] = False,
+    fit: Annotated[Optional[float], typer.Option(
+        help="GiB: find the largest size that trains under this limit (context included) per back-end.")] = None,
+    fit_axis: Annotated[str, typer.Option(help="What --fit grows: batch or seq.")] = "batch",
+    fit_max: Annotated[int, typer.Option(help="Largest value --fit tries.", min=1)] = 1024,
+    device: DeviceOption = None,
+    mode: ModeOption = None,
+    out: OutOption = None,
+    force: ForceOption = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Measure one training step of a model per loss back-end: where the peak goes, what each saves."""
+    from cli.defaults import installed_backends
+    from profiler.environment import collect_environment
+    from profiler.model.fit import FIT_AXES, fit_backend
+    from profiler.model.report import append_result, write_model_report
+    from profiler.model.run import ModelJob, run_job_subprocess
+    from reports.units import format_bytes, format_percent
+
+    console = make_console(to_stderr=as_json)
+    run_device = _device(device)
+    on_gpu = run_device.startswith("cuda")
+    cfg = _config(preset, config, tied, "user-gpt" if on_gpu else "tiny")
+    if fit_axis not in FIT_AXES:
+        raise _fail(f"--fit-axis must be one of {', '.join(FIT_AXES)}, got {fit_axis!r}")
+    if fit is not None and fit <= 0:
+        raise _fail(f"--fit must be a positive number of GiB, got {fit}")
+    names = _backends(backend, installed_backends(run_device))
+    try:
+        base = ModelJob(cfg, "torch", batch or (8 if on_gpu else 4), seq or (1024 if on_gpu else 64),
+                        device=run_device, mode=mode or "amp-bf16", attention=attention, checkpointing=checkpointing)
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
+    out_dir = _out(out, force)
+    console.print(f"fusedce-profile model: {cfg.name} ({cfg.num_parameters() / 1e6:.1f} M parameters), "
+                  f"B={base.batch} T={base.seq}, {base.mode}, {run_device}; writing to {out_dir}", markup=False)
+    jobs = [dataclasses.replace(base, backend=name) for name in names]
+    if eval_step:
+        jobs += [dataclasses.replace(job, eval_step=True) for job in jobs]
+    summary = []
+    for job in jobs:
+        result = run_job_subprocess(job)
+        append_result(out_dir, result)
+        m = result.memory
+        detail = (f"peak {format_bytes(m.peak)} ({m.peak_phase}), loss region {format_bytes(m.loss_extra)} "
+                  f"= {format_percent(m.loss_share)} of the peak" if m else f"{result.status}: "
+                  f"{result.message.splitlines()[0][:120] if result.message else ''}")
+        console.print(f"  {job.label}: {detail}", markup=False)
+        summary.append({"backend": job.label, "status": result.status, "peak_bytes": m.peak if m else None,
+                        "loss_bytes": m.loss_extra if m else None, "smi_peak_bytes": m.smi_peak if m else None})
+    fits = []
+    if fit is not None:
+        limit = int(fit * GIB)
+        for name in names:
+            job = dataclasses.replace(base, backend=name)
+            found = fit_backend(job, fit_axis, limit, fit_max)
+            fits.append(found)
+            console.print(f"  fit {format_bytes(limit)}: {name}: largest {fit_axis} = {found.search.largest}",
+                          markup=False)
+    report_path = write_model_report(out_dir, fits, collect_environment())
+    console.print(f"report: {report_path}", markup=False)
+    if as_json:
+        print(json.dumps({"out": str(out_dir), "results": summary,
+                          "fit": [{"backend": f.backend, "axis": f.axis, "largest": f.search.largest} for f in fits]}))
+
+
+def parity(
+    preset: PresetOption = None,
+    config: ConfigOption = None,
+    tied: TiedOption = None,
+    backend: BackendOption = None,
+    steps: Annotated[int, typer.Option(help="Training steps per back-end.", min=10)] = 300,
+    batch: Annotated[int, typer.Option(help="Batch size.", min=1)] = 8,
+    seq: Annotated[int, typer.Option(help="Sequence length.", min=2)] = 64,
+    lr: Annotated[float, typer.Option(help="AdamW learning rate.")] = 3e-3,
+    reduction: Annotated[str, typer.Option(help="mean or sum.")] = "mean",
+    bias: Annotated[bool, typer.Option("--bias", help="Give the LM head a (random) bias.")] = False,
+    ignore_frac: Annotated[float, typer.Option(help="Fraction of targets that are padding (-100).")] = 0.0,
+    loss_tol: Annotated[float, typer.Option(help="Allowed relative difference of the final loss.")] = 0.02,
+    device: DeviceOption = None,
+    mode: ModeOption = None,
+    out: OutOption = None,
+    force: ForceOption = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Train from the same init on the same batches with torch and each back-end; exit 1 on divergence."""
+    from profiler.environment import collect_environment
+    from profiler.model.parity import ParitySettings, run_parity
+    from profiler.model.report import parity_table, write_parity_report
+
+    console = make_console(to_stderr=as_json)
+    run_device = _device(device)
+    cfg = _config(preset, config, tied, "tiny")
+    try:
+        settings = ParitySettings(
+            config=cfg, backends=_backends(backend, ["fusedce"])[1:] or ["fusedce"], steps=steps, batch=batch,
+            seq=seq, lr=lr, device=run_device, mode=mode or ("amp-bf16" if run_device.startswith("cuda") else "fp32"),
+            reduction=reduction, bias=bias, ignore_frac=ignore_frac, loss_tolerance=loss_tol)
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
+    out_dir = _out(out, force)
+    console.print(f"fusedce-profile parity: {cfg.name}, {steps} steps, {settings.mode} on {run_device}; "
+                  f"writing to {out_dir}", markup=False)
+    try:
+        result = run_parity(settings, progress=lambda name: console.print(f"  training with {name} ...",
+                                                                           markup=False))
+    except RuntimeError as exc:  # the torch reference itself failed
+        raise _fail(str(exc)) from None
+    summary = write_parity_report(out_dir, result, collect_environment())
+    table = parity_table(result)
+    for row in table.itertuples(index=False):
+        console.print(f"  {row[0]}: {row[1]}, final loss {row[2]}, rel. diff {row[3]}, worst grad {row[5]}"
+                      + (f" — {row[6]}" if row[6] else ""), markup=False)
+    verdict = "PASS" if result.passed else "FAIL"
+    if not result.reference_learned:
+        console.print("  torch did not learn on this data: raise --steps or --lr", markup=False)
+    console.print(f"parity: {verdict}; report: {summary}", markup=False)
+    if as_json:
+        print(json.dumps({"out": str(out_dir), "passed": result.passed,
+                          "verdicts": [dataclasses.asdict(v) for v in result.verdicts]}))
+    raise typer.Exit(exit_codes.OK if result.passed else exit_codes.PARITY_FAILED)
+
+
+def doctor(
+    loss: Annotated[str, typer.Option(
+        "--loss", help="Your loss wrapper 'package.module:callable', called fn(model, input_ids, labels) -> "
+                       "scalar; see profiler.model.doctor for the contract.")],
+    preset: PresetOption = None,
+    config: ConfigOption = None,
+    out: OutOption = None,
+    force: ForceOption = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Check a loss wrapper against the reference on a small model: one verdict per item, exit 1 on a failure."""
+    from profiler.model.doctor import load_wrapper, run_doctor
+
+    console = make_console(to_stderr=as_json)
+    cfg = _config(preset, config, None, "tiny")
+    if cfg.num_parameters() > 50_000_000:
+        raise _fail(f"doctor runs on the CPU in fp32: {cfg.name} has {cfg.num_parameters() / 1e6:.0f} M "
+                    "parameters; use a small config (the wiring does not depend on size)")
+    try:
+        fn = load_wrapper(loss)
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
+    checks = run_doctor(fn, cfg)
+    failed = any(c.verdict == "fail" for c in checks)
+    lines = [f"# fusedce-profile doctor: {loss}", "", "| item | verdict | evidence |", "|---|---|---|"]
+    lines += [f"| {c.item} | {c.verdict} | {c.evidence.replace('|', '/')} |" for c in checks]
+    for c in checks:
+        console.print(f"  [{c.verdict:^7}] {c.item}: {c.evidence}", markup=False)
+    console.print(f"doctor: {'FAIL' if failed else 'PASS'}", markup=False)
+    if out is not None:
+        out_dir = _out(out, force)
+        (out_dir / "summary.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        (out_dir / "doctor.json").write_text(json.dumps([dataclasses.asdict(c) for c in checks], indent=1))
+    if as_json:
+        print(json.dumps({"passed": not failed, "checks": [dataclasses.asdict(c) for c in checks]}))
+    raise typer.Exit(exit_codes.PARITY_FAILED if failed else exit_codes.OK)

@@ -1,0 +1,87 @@
+"""Parse and validate the command line's grid values; errors become exit code 2.
+
+Every function raises :class:`typer.BadParameter` naming the option and the bad value, so
+the user sees ``Invalid value for '--tokens': ...`` and the exit code is 2.
+"""
+from __future__ import annotations
+
+import re
+
+import typer
+
+from profiler.records import MODES
+
+_SUFFIX = {"k": 1024, "m": 1024 * 1024}
+
+
+def parse_count(text: str, option: str) -> int:
+    """A positive integer; ``8k`` means 8192 and ``1m`` 1048576 (binary, like token counts)."""
+    match = re.fullmatch(r"\s*(\d+)\s*([kKmM]?)\s*", text)
+    if not match:
+        raise typer.BadParameter(f"{text!r} is not a positive integer (e.g. 8192 or 8k)", param_hint=option)
+    value = int(match.group(1)) * _SUFFIX.get(match.group(2).lower(), 1)
+    if value <= 0:
+        raise typer.BadParameter(f"{text!r} must be positive", param_hint=option)
+    return value
+
+
+def parse_counts(text: str | None, option: str) -> list[int] | None:
+    """A comma-separated list of positive integers (``1024,4k,16k``), sorted, duplicates
+    removed; ``None`` stays ``None`` (option not given)."""
+    if text is None:
+        return None
+    items = [item for item in text.split(",") if item.strip()]
+    if not items:
+        raise typer.BadParameter("give at least one value", param_hint=option)
+    return sorted({parse_count(item, option) for item in items})
+
+
+def parse_modes(values: list[str] | None) -> list[str] | None:
+    """Repeatable and/or comma-separated ``--mode`` values, each one of the known modes."""
+    if not values:
+        return None
+    modes = [m.strip() for value in values for m in value.split(",") if m.strip()]
+    for mode in modes:
+        if mode not in MODES:
+            raise typer.BadParameter(f"{mode!r} is not a precision mode; choose from {', '.join(MODES)}",
+                                     param_hint="--mode")
+    return list(dict.fromkeys(modes))
+
+
+def parse_backends(values: list[str] | None, available: list[str]) -> list[str] | None:
+    """Repeatable and/or comma-separated ``--backend`` values.
+
+    A name must be one of ``available`` (the built-in back-ends) or ``module:callable``
+    (a user's loss); otherwise the error lists the available ones.
+    """
+    if not values:
+        return None
+    names = [b.strip() for value in values for b in value.split(",") if b.strip()]
+    for name in names:
+        if name not in available and ":" not in name:
+            raise typer.BadParameter(
+                f"unknown back-end {name!r}; available: {', '.join(available)} (or 'package.module:callable')",
+                param_hint="--backend",
+            )
+    return list(dict.fromkeys(names))
+
+
+def parse_floats(text: str | None, option: str, *, allow_none: bool = False) -> tuple | None:
+    """A comma-separated list of numbers (``0,0.3``); with ``allow_none``, ``none`` is an
+    item too (``--softcap none,30``). ``None`` stays ``None`` (option not given)."""
+    if text is None:
+        return None
+    values: list[float | None] = []
+    for item in (i.strip() for i in text.split(",")):
+        if not item:
+            continue
+        if allow_none and item.lower() == "none":
+            values.append(None)
+            continue
+        try:
+            values.append(float(item))
+        except ValueError:
+            raise typer.BadParameter(f"{item!r} is not a number", param_hint=option) from None
+    if not values:
+        raise typer.BadParameter("give at least one value", param_hint=option)
+    return tuple(dict.fromkeys(values))

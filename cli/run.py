@@ -1,0 +1,99 @@
+"""Run grids into a folder, build its report, print the summary, choose the exit code.
+
+Shared by the default command and ``fusedce-profile grid``.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from rich.console import Console
+
+from cli import exit_codes
+from cli.console import CellProgress, summary_tables
+from profiler.grid import GridSpec
+from reports import Report, build_report
+from reports.environment import ENVIRONMENT_FILE, write_environment
+
+
+def _run_grid(grid: GridSpec, out_dir: Path, *, resume: bool, snapshot: bool, on_cell) -> None:
+    from profiler.runner import run_grid
+
+    run_grid(grid, out_dir, resume=resume, snapshot=snapshot, on_cell=on_cell)
+
+
+def print_report(report: Report, console: Console) -> None:
+    """The terminal summary: the table, the findings, where the report is."""
+    for table in summary_tables(report.frame) if not report.frame.empty else []:
+        console.print(table)
+    for finding in report.findings:
+        scope = f"[bold]{finding.scope}[/]: " if finding.scope else ""
+        console.print(f"• {scope}{finding.text}", markup=True, highlight=False)
+    console.print(f"\nReport: [bold]{report.summary}[/] (Markdown), {report.html} (HTML), "
+                  f"{report.csv} (CSV), plots in {report.run_dir / 'plots'}", markup=True)
+
+
+def json_summary(report: Report, exit_code: int) -> dict:
+    """The machine-readable summary printed by ``--json``."""
+    frame = report.frame
+    columns = ["backend", "tokens", "hidden", "vocab", "mode", "device", "options", "status", "peak_bytes",
+               "floor_bytes", "predicted_bytes", "x_floor", "saving_bytes", "saving_frac", "time_ms",
+               "worst_error", "tolerance", "parity_ok"]
+    rows = json.loads(frame.reindex(columns=columns).to_json(orient="records")) if not frame.empty else []
+    return {
+        "out_dir": str(report.run_dir),
+        "summary_md": str(report.summary),
+        "report_html": str(report.html),
+        "results_csv": str(report.csv),
+        "plots": [str(p) for p in [*report.plots.values(), *report.timelines]],
+        "cells": {"total": len(frame), **{k: int(v) for k, v in frame["status"].value_counts().items()}}
+        if not frame.empty else {"total": 0},
+        "parity_failed": report.parity_failed,
+        "exit_code": exit_code,
+        "findings": [{"topic": f.topic, "scope": f.scope, "text": f.text} for f in report.findings],
+        "rows": rows,
+    }
+
+
+def finish(out_dir: Path, console: Console, *, as_json: bool) -> int:
+    """Build the report of ``out_dir``, print it (or its JSON), return the exit code."""
+    report = build_report(out_dir)
+    code = exit_codes.PARITY_FAILED if report.parity_failed else exit_codes.OK
+    print_report(report, console)
+    if report.parity_failed:
+        console.print("[bold red]A parity check failed its tolerance: exit code 1.[/]", markup=True)
+    if as_json:
+        sys.stdout.write(json.dumps(json_summary(report, code), indent=2) + "\n")
+    return code
+
+
+def run_grids(grids: Sequence[GridSpec], out_dir: Path, console: Console, *, resume: bool, snapshot: bool,
+              as_json: bool) -> int:
+    """Run ``grids`` one after the other into ``out_dir`` (one results file), then report.
+
+    Ctrl-C stops the run; the cells finished so far are kept and reported, and the exit
+    code is 130 (the shell's convention for an interrupt).
+    """
+    total = sum(len(grid.cells()) for grid in grids)
+    progress = CellProgress(console, total)
+    interrupted = False
+    try:
+        with progress.running():
+            for index, grid in enumerate(grids):
+                # Later grids append to the same results file: they resume it.
+                _run_grid(grid, out_dir, resume=resume or index > 0, snapshot=snapshot, on_cell=progress)
+    except KeyboardInterrupt:
+        interrupted = True
+        console.print(f"\nInterrupted after {progress.done} of {total} cells; continue with "
+                      f"--resume --out {out_dir}", markup=False)
+    if not (out_dir / ENVIRONMENT_FILE).exists():
+        from profiler.environment import collect_environment
+
+        write_environment(out_dir, collect_environment())
+    if not (out_dir / "results.jsonl").exists():
+        console.print("No cell finished: nothing to report.", markup=False)
+        return 130 if interrupted else exit_codes.OK
+    code = finish(out_dir, console, as_json=as_json)
+    return 130 if interrupted else code

@@ -1,0 +1,70 @@
+"""Analytic peak memory of one fusedce forward+backward, for the profiler's predicted column.
+
+Counts the tensors :mod:`fusedce.chunked` allocates (see its docstring and DESIGN.md), in
+bytes, as "extra over the baseline where the inputs already exist". The prediction is for
+the Triton path on CUDA (cuBLAS writes fp32 results directly, the logit gradients overwrite
+the logits block in place); the PyTorch path creates a few more block-sized temporaries,
+counted when ``impl="torch"``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from fusedce.chunked import accumulation_dtype
+from fusedce.chunking import ChunkPlan, dtype_bytes, plan_chunks
+
+
+@dataclass(frozen=True)
+class MemoryPrediction:
+    """Bytes: peak extra during forward, during backward (gradients included), and the plan."""
+
+    forward: int
+    backward: int
+    plan: ChunkPlan
+
+    @property
+    def step(self) -> int:
+        return max(self.forward, self.backward)
+
+
+def predict_peak_bytes(
+    n: int,
+    h: int,
+    v: int,
+    *,
+    hidden_dtype: torch.dtype,
+    weight_dtype: torch.dtype,
+    compute_dtype: torch.dtype,
+    has_bias: bool = False,
+    bias_dtype: torch.dtype | None = None,
+    impl: str = "triton",
+    chunk_size: int | None = None,
+    vocab_chunk_size: int | None = None,
+    memory_budget: int | None = None,
+) -> MemoryPrediction:
+    """Predicted peak extra bytes of ``linear_cross_entropy`` forward and backward."""
+    plan = plan_chunks(n, h, v, hidden_dtype=hidden_dtype, weight_dtype=weight_dtype, compute_dtype=compute_dtype,
+                       chunk_size=chunk_size, vocab_chunk_size=vocab_chunk_size, memory_budget=memory_budget)
+    acc = dtype_bytes(accumulation_dtype(compute_dtype))
+    c = dtype_bytes(compute_dtype)
+    rows, cols = min(plan.rows, max(n, 1)), min(plan.cols, v)
+    block = rows * cols * acc
+    hidden_chunk = rows * h * c if hidden_dtype != compute_dtype else 0
+    weight_chunk = cols * h * c if weight_dtype != compute_dtype else 0
+    if impl == "torch":
+        # exp(), the soft-cap factor and the cast of the gradients are separate blocks there
+        block += rows * cols * (acc + c)
+        if compute_dtype != accumulation_dtype(compute_dtype):
+            block += rows * cols * c  # matmul result before the upcast (no out_dtype on CPU)
+    per_token = n * acc
+    # forward: 4 running statistics + lse + loss + a few (N,) temporaries of the loss formula
+    forward = 8 * per_token + block + hidden_chunk + weight_chunk
+    # backward: saved lse and the loss stay alive; gradients are allocated up front
+    bias_bytes = v * dtype_bytes(bias_dtype or weight_dtype) + v * acc if has_bias else 0
+    grads = n * h * dtype_bytes(hidden_dtype) + v * h * dtype_bytes(weight_dtype) + bias_bytes
+    n_row_chunks = -(-max(n, 1) // plan.rows)
+    weight_acc = v * h * acc if (weight_dtype != accumulation_dtype(compute_dtype) and n_row_chunks > 1) else 0
+    backward = 6 * per_token + grads + weight_acc + rows * h * acc + block + hidden_chunk + weight_chunk
+    return MemoryPrediction(forward=forward, backward=backward, plan=plan)

@@ -1,0 +1,108 @@
+"""``--fit``: the largest batch (or sequence length) whose training step fits a memory limit.
+
+:func:`largest_fitting` is the search, independent of how a probe is run: it doubles from a
+starting value until a probe fails (or ``maximum`` is reached), then bisects between the
+last value that fitted and the first that did not. It assumes fitting is monotone (if ``n``
+fits, every smaller ``n`` fits), which holds for memory up to allocator fragmentation.
+:func:`fit_backend` runs each probe as a :class:`~profiler.model.run.ModelJob` in its own
+process with the limit applied.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Callable
+
+from profiler.model.run import ModelJob, ModelResult, run_job_subprocess
+
+FIT_AXES = ("batch", "seq")
+
+
+@dataclass
+class FitSearch:
+    """The answer and its evidence: every probe in order, as (value, fitted)."""
+
+    largest: int  # 0 when not even the smallest value fits
+    probes: list[tuple[int, bool]] = field(default_factory=list)
+    hit_maximum: bool = False  # the search stopped at ``maximum`` while still fitting
+
+
+def largest_fitting(fits: Callable[[int], bool], start: int = 1, maximum: int = 1 << 16) -> FitSearch:
+    """The largest ``n`` in ``[1, maximum]`` with ``fits(n)``, in O(log n) probes."""
+    if start < 1 or maximum < start:
+        raise ValueError(f"need 1 ≤ start ≤ maximum, got start={start}, maximum={maximum}")
+    search = FitSearch(largest=0)
+
+    def probe(n: int) -> bool:
+        ok = bool(fits(n))
+        search.probes.append((n, ok))
+        return ok
+
+    good, bad = 0, None
+    n = start
+    if probe(n):
+        good = n
+        while good < maximum:
+            n = min(2 * good, maximum)
+            if not probe(n):
+                bad = n
+                break
+            good = n
+        else:
+            search.largest, search.hit_maximum = good, True
+            return search
+    else:
+        bad = n
+    # Invariant: good fits (or is 0), bad does not; bisect the gap.
+    while bad - good > 1:
+        mid = (good + bad) // 2
+        if probe(mid):
+            good = mid
+        else:
+            bad = mid
+    search.largest = good
+    return search
+
+
+@dataclass
+class FitResult:
+    """One back-end's fit: the search and the result of the largest fitting probe."""
+
+    backend: str
+    axis: str
+    limit_bytes: int
+    search: FitSearch
+    best: ModelResult | None
+
+
+def fit_backend(job: ModelJob, axis: str, limit_bytes: int, maximum: int,
+                runner: Callable[[ModelJob], ModelResult] = run_job_subprocess) -> FitResult:
+    """Search the largest ``job.<axis>`` that trains under ``limit_bytes``; each probe is a job.
+
+    A probe fits when its status is ``ok``; ``error`` and ``skipped`` stop the search (the
+    back-end cannot run at all), reported as ``largest = 0`` with the failing result.
+    """
+    if axis not in FIT_AXES:
+        raise ValueError(f"fit axis must be one of {FIT_AXES}, got {axis!r}")
+    results: dict[int, ModelResult] = {}
+
+    def fits(n: int) -> bool:
+        probe_job = dataclasses.replace(job, memory_limit_bytes=limit_bytes, **{axis: n})
+        result = runner(probe_job)
+        results[n] = result
+        if result.status in ("error", "skipped"):
+            raise _Unfit(result)
+        return result.status == "ok"
+
+    try:
+        search = largest_fitting(fits, start=getattr(job, axis), maximum=maximum)
+    except _Unfit as stop:
+        n = getattr(stop.result.job, axis)
+        return FitResult(job.backend, axis, limit_bytes, FitSearch(0, [(n, False)]), stop.result)
+    return FitResult(job.backend, axis, limit_bytes, search, results.get(search.largest))
+
+
+class _Unfit(Exception):
+    def __init__(self, result: ModelResult) -> None:
+        super().__init__(result.message)
+        self.result = result

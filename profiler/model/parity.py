@@ -1,0 +1,267 @@
+"""Training parity: does a fused back-end train the model like eager torch does?
+
+Each back-end trains its own copy of the model from the same initialisation on the same
+batches (:class:`~profiler.model.data.MarkovChain`) for ``steps`` AdamW steps. Two kinds of
+evidence:
+
+- **loss curves**: per-step ``|L_b − L_torch| / L_torch`` and the final loss (mean of the
+  last tenth of the steps), which must agree within ``loss_tolerance``; and the torch run
+  itself must learn (final loss below ``LEARN_FRACTION`` of the initial loss).
+- **gradients along the trajectory**: at ``check_steps``, on the back-end's *own* current
+  weights and batch, the gradients of the LM-head weight (which, tied, is the embedding and
+  holds both contributions), its bias, and the hidden states, against eager torch in fp32
+  (relative error ‖g − g_ref‖ / ‖g_ref‖), which must be within the mode's tolerance
+  (:mod:`reports.tolerances`).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from profiler.backends import LossOptions, torch_loss
+from profiler.configs import ModelConfig
+from profiler.model.data import IGNORE_INDEX, MarkovChain
+from profiler.model.gpt import GPT
+from profiler.model.losses import BackendUnavailable, resolve_backend
+from profiler.model.step import MODEL_MODES, autocast_context
+from reports.tolerances import tolerance_for
+
+REFERENCE = "torch"
+LEARN_FRACTION = 0.9  # the reference's final loss must be below 90% of its initial loss
+
+
+@dataclass
+class ParitySettings:
+    """What to train. ``bias`` adds a (random) LM-head bias; ``ignore_frac`` pads batches."""
+
+    config: ModelConfig
+    backends: list[str]
+    steps: int = 300
+    batch: int = 8
+    seq: int = 64
+    lr: float = 3e-3
+    device: str = "cpu"
+    mode: str = "fp32"
+    reduction: str = "mean"
+    bias: bool = False
+    ignore_frac: float = 0.0
+    check_steps: list[int] | None = None
+    loss_tolerance: float = 0.02
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.steps < 10:
+            raise ValueError(f"steps must be at least 10 (the final loss averages the last tenth), got {self.steps}")
+        if self.mode not in MODEL_MODES:
+            raise ValueError(f"mode must be one of {MODEL_MODES}, got {self.mode!r}")
+        if self.reduction not in ("mean", "sum"):
+            raise ValueError(f"reduction must be 'mean' or 'sum', got {self.reduction!r}")
+        if not self.backends:
+            raise ValueError("backends: give at least one back-end to compare with torch")
+        if self.check_steps is None:
+            self.check_steps = sorted({0, self.steps // 2, self.steps - 1})
+        bad = [s for s in self.check_steps if not 0 <= s < self.steps]
+        if bad:
+            raise ValueError(f"check_steps {bad} are outside [0, steps={self.steps})")
+        if self.bias and not self.config.lm_head_bias:
+            self.config = dataclasses.replace(self.config, lm_head_bias=True)
+
+    @property
+    def grad_tolerance(self) -> float:
+        return tolerance_for(self.mode)
+
+
+@dataclass
+class GradCheck:
+    """Relative errors of one back-end's gradients at one step (``None``: no such tensor)."""
+
+    step: int
+    lm_head: float
+    hidden: float
+    bias: float | None = None
+
+
+@dataclass
+class ParityCurve:
+    """One back-end's training run (``status`` as in model results)."""
+
+    backend: str
+    status: str = "ok"
+    message: str = ""
+    version: str = ""
+    losses: list[float] = field(default_factory=list)
+    grad_checks: list[GradCheck] = field(default_factory=list)
+
+    def final_loss(self) -> float:
+        tail = self.losses[-max(1, len(self.losses) // 10):]
+        return sum(tail) / len(tail)
+
+    def initial_loss(self) -> float:
+        head = self.losses[:max(1, len(self.losses) // 10)]
+        return sum(head) / len(head)
+
+
+@dataclass
+class ParityVerdict:
+    """Pass/fail of one back-end against the torch run, with the numbers behind it."""
+
+    backend: str
+    passed: bool | None  # None: the back-end did not run (skipped)
+    final_loss_rel_diff: float | None = None
+    max_step_rel_diff: float | None = None
+    worst_grad_error: float | None = None
+    worst_grad_name: str | None = None
+    reasons: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ParityReport:
+    settings: ParitySettings
+    curves: list[ParityCurve]
+    verdicts: list[ParityVerdict]
+    entropy_rate: float
+    reference_learned: bool
+
+    @property
+    def passed(self) -> bool:
+        """True when torch learned and no back-end that ran failed."""
+        return self.reference_learned and all(v.passed is not False for v in self.verdicts)
+
+
+def relative_error(value: torch.Tensor, reference: torch.Tensor) -> float:
+    """‖value − reference‖ / ‖reference‖ in fp64 (``inf`` if value is missing, 0/0 → 0)."""
+    ref = reference.double()
+    diff = (value.double() - ref).norm()
+    norm = ref.norm()
+    if norm == 0:
+        return 0.0 if diff == 0 else math.inf
+    return float(diff / norm)
+
+
+def build_model(settings: ParitySettings) -> GPT:
+    """The model every back-end starts from (same seed → same weights; bias random if any)."""
+    with torch.device(settings.device):
+        model = GPT(settings.config, seed=settings.seed)
+    if model.lm_head_bias is not None:
+        gen = torch.Generator(device=settings.device).manual_seed(settings.seed + 1)
+        with torch.no_grad():
+            model.lm_head_bias.copy_(torch.randn(model.lm_head_bias.shape, generator=gen,
+                                                 device=settings.device) * 0.5)
+    return model
+
+
+def _loss_and_grads(model: GPT, loss_fn, options: LossOptions, inputs, targets, mode: str):
+    """Zero the gradients, forward + backward once; return (loss, copies of the LM-head
+    weight, bias and hidden-state gradients). The parameters keep their ``.grad``."""
+    model.zero_grad(set_to_none=True)
+    captured: dict[str, torch.Tensor] = {}
+    with autocast_context(mode, inputs.device):
+        hidden = model(inputs)
+        hidden.register_hook(lambda g: captured.__setitem__("hidden", g.detach().clone()))
+        loss = loss_fn(hidden.reshape(-1, hidden.shape[-1]), model.lm_head_weight, targets.reshape(-1),
+                       model.lm_head_bias, options)
+    loss.backward()
+    weight_grad = model.lm_head_weight.grad
+    grads = {"lm_head": weight_grad.detach().clone() if weight_grad is not None
+             else torch.zeros_like(model.lm_head_weight),
+             "hidden": captured.get("hidden", torch.zeros_like(hidden))}
+    if model.lm_head_bias is not None:
+        bias_grad = model.lm_head_bias.grad
+        grads["bias"] = bias_grad.detach().clone() if bias_grad is not None else torch.zeros_like(model.lm_head_bias)
+    return loss.detach(), grads
+
+
+def train_curve(settings: ParitySettings, backend_name: str, chain: MarkovChain) -> ParityCurve:
+    """Train a fresh model with one back-end; record losses and gradient checks."""
+    curve = ParityCurve(backend_name)
+    options = LossOptions(reduction=settings.reduction, softcap=settings.config.final_logit_softcapping)
+    try:
+        backend = resolve_backend(backend_name, settings.config, options, settings.device,
+                                  settings.batch * settings.seq)
+    except BackendUnavailable as exc:
+        curve.status, curve.message = "skipped", str(exc)
+        return curve
+    curve.version = backend.version
+    model = build_model(settings)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=settings.lr)
+    checks = set(settings.check_steps)
+    try:
+        for step in range(settings.steps):
+            inputs, targets = chain.batch(step, settings.batch, settings.seq, settings.ignore_frac, settings.seed)
+            inputs, targets = inputs.to(settings.device), targets.to(settings.device)
+            reference = None
+            if step in checks:  # eager torch in fp32 on the same weights and batch
+                _, reference = _loss_and_grads(model, torch_loss, options, inputs, targets, "fp32")
+            loss, grads = _loss_and_grads(model, backend.fn, options, inputs, targets, settings.mode)
+            if reference is not None:
+                curve.grad_checks.append(GradCheck(
+                    step, relative_error(grads["lm_head"], reference["lm_head"]),
+                    relative_error(grads["hidden"], reference["hidden"]),
+                    relative_error(grads["bias"], reference["bias"]) if "bias" in grads else None))
+            optimizer.step()
+            curve.losses.append(float(loss))
+    except torch.OutOfMemoryError as exc:
+        curve.status, curve.message = "oom", str(exc).splitlines()[0]
+    except Exception as exc:  # a back-end that crashes mid-run is a parity failure with evidence
+        curve.status, curve.message = "error", f"{type(exc).__name__}: {exc}"
+    return curve
+
+
+def judge(settings: ParitySettings, curve: ParityCurve, reference: ParityCurve) -> ParityVerdict:
+    """Compare one back-end's run with the torch run (see the module docstring)."""
+    verdict = ParityVerdict(curve.backend, passed=None)
+    if curve.status == "skipped":
+        verdict.reasons.append(f"skipped: {curve.message}")
+        return verdict
+    if curve.status != "ok":
+        verdict.passed = False
+        verdict.reasons.append(f"{curve.status}: {curve.message}")
+        return verdict
+    losses = torch.tensor(curve.losses, dtype=torch.float64)
+    ref = torch.tensor(reference.losses, dtype=torch.float64)
+    if not bool(torch.isfinite(losses).all()):
+        first = int((~torch.isfinite(losses)).nonzero()[0])
+        verdict.passed = False
+        verdict.reasons.append(f"loss is not finite from step {first}")
+        return verdict
+    step_diff = (losses - ref).abs() / ref.abs()
+    verdict.max_step_rel_diff = float(step_diff.max())
+    verdict.final_loss_rel_diff = abs(curve.final_loss() - reference.final_loss()) / abs(reference.final_loss())
+    if verdict.final_loss_rel_diff > settings.loss_tolerance:
+        verdict.reasons.append(f"final loss {curve.final_loss():.4f} vs torch {reference.final_loss():.4f}: "
+                               f"relative difference {verdict.final_loss_rel_diff:.2e} > {settings.loss_tolerance:.0e}")
+    worst = None
+    for check in curve.grad_checks:
+        for name in ("lm_head", "hidden", "bias"):
+            value = getattr(check, name)
+            if value is not None and (worst is None or not value <= worst[0]):
+                worst = (value, f"{name} gradient at step {check.step}")
+    if worst is not None:
+        verdict.worst_grad_error, verdict.worst_grad_name = worst
+        if not worst[0] <= settings.grad_tolerance:
+            verdict.reasons.append(f"{worst[1]}: relative error {worst[0]:.2e} > {settings.grad_tolerance:.0e}")
+    verdict.passed = not verdict.reasons
+    return verdict
+
+
+def run_parity(settings: ParitySettings, progress=None) -> ParityReport:
+    """Train torch and every back-end in ``settings.backends``; judge each against torch.
+
+    ``progress(backend_name)`` is called before each run (for a progress display).
+    """
+    chain = MarkovChain(settings.config.vocab_size, seed=settings.seed)
+    names = [REFERENCE] + [b for b in settings.backends if b != REFERENCE]
+    curves = []
+    for name in names:
+        if progress is not None:
+            progress(name)
+        curves.append(train_curve(settings, name, chain))
+    reference = curves[0]
+    if reference.status != "ok":
+        raise RuntimeError(f"the torch reference run failed: {reference.status}: {reference.message}")
+    learned = reference.final_loss() < LEARN_FRACTION * reference.initial_loss()
+    verdicts = [judge(settings, curve, reference) for curve in curves[1:]]
+    return ParityReport(settings, curves, verdicts, chain.entropy_rate(), learned)

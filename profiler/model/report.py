@@ -1,0 +1,319 @@
+"""The model mode's report folder: results files, ``summary.md`` and PNG plots.
+
+Pure functions of the results (``model_results.jsonl`` for ``model``, ``parity.json`` for
+``parity``): :func:`read_model_results` / :func:`write_model_report` and
+:func:`write_parity_report`. Tables reuse :mod:`reports` (units, Markdown tables, the
+per-back-end palette) so the look matches the grid's report.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from profiler.model.fit import FitResult  # noqa: E402
+from profiler.model.parity import ParityReport  # noqa: E402
+from profiler.model.run import ModelResult  # noqa: E402
+from reports.environment import environment_lines, write_environment  # noqa: E402
+from reports.markdown import markdown_table  # noqa: E402
+from reports.palette import backend_style  # noqa: E402
+from reports.units import GIB, format_bytes, format_ms, format_percent  # noqa: E402
+
+REFERENCE = "torch"
+RESULTS_FILE = "model_results.jsonl"
+FIT_FILE = "fit.json"
+PARITY_FILE = "parity.json"
+
+
+# --- model ---------------------------------------------------------------------------------
+
+def append_result(out_dir: Path, result: ModelResult) -> None:
+    """Append one result to ``model_results.jsonl`` (flushed: a killed run loses nothing)."""
+    with open(Path(out_dir) / RESULTS_FILE, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(result.to_dict()) + "\n")
+        fh.flush()
+
+
+def read_model_results(out_dir: Path) -> list[ModelResult]:
+    path = Path(out_dir) / RESULTS_FILE
+    return [ModelResult.from_dict(json.loads(line)) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _reference(results: list[ModelResult], result: ModelResult) -> ModelResult | None:
+    """The torch result of the same model, batch and settings (without the eval pass)."""
+    for other in results:
+        job, ref = result.job, other.job
+        if (ref.backend == REFERENCE and other.status == "ok" and not ref.eval_step
+                and dataclasses.replace(ref, backend=job.backend, eval_step=job.eval_step) == job):
+            return other
+    return None
+
+
+def model_table(results: list[ModelResult]) -> pd.DataFrame:
+    """One row per result: peak, loss region, saving vs torch, reserved, nvidia-smi, time."""
+    rows = []
+    for r in results:
+        m = r.memory
+        ref = _reference(results, r)
+        saving = (ref.memory.peak - m.peak) if (m and ref and ref is not r) else None
+        rows.append({
+            "model": f"{r.job.config.name} B={r.job.batch} T={r.job.seq}"
+                     + (" tied" if r.job.config.tie_word_embeddings else ""),
+            "back-end": r.job.label,
+            "status": r.status if r.status == "ok" else f"{r.status}: {r.message.splitlines()[0][:80]}",
+            "peak allocated": format_bytes(m.peak) if m else "–",
+            "peak phase": m.peak_phase if m else "–",
+            "loss region": format_bytes(m.loss_extra) if m else "–",
+            "loss share of peak": format_percent(m.loss_share) if m else "–",
+            "saving vs torch": (f"{format_bytes(saving)} ({format_percent(saving / ref.memory.peak)})"
+                                if saving is not None else "–"),
+            "peak reserved": format_bytes(m.peak_reserved) if m and m.peak_reserved is not None else "–",
+            "nvidia-smi at peak": format_bytes(m.smi_peak) if m and m.smi_peak is not None else "–",
+            "step time": format_ms(r.time_ms),
+        })
+    return pd.DataFrame(rows)
+
+
+def breakdown_table(result: ModelResult) -> pd.DataFrame:
+    """The peak's composition (sums to the peak) and the other sizes, for one result."""
+    m = result.memory
+    rows = [{"part": p.name, "bytes": format_bytes(p.bytes), "share of peak": format_percent(p.bytes / m.peak)}
+            for p in m.composition]
+    rows.append({"part": f"**peak ({m.peak_phase} phase)**", "bytes": f"**{format_bytes(m.peak)}**",
+                 "share of peak": "100%"})
+    return pd.DataFrame(rows)
+
+
+def sizes_table(result: ModelResult) -> pd.DataFrame:
+    m = result.memory
+    rows = [
+        ("parameters (fp32)", m.parameters),
+        ("gradients (fp32, at the end of backward)", m.gradients),
+        ("optimizer state (AdamW exp_avg + exp_avg_sq)", m.optimizer_state),
+        ("activations left by the forward (at loss entry)", m.activations),
+        ("  of which tensors saved for backward (hooks)", m.saved_tensors),
+        ("  of which autocast bf16 weight copies", m.weight_copies),
+        ("loss region's own extra (peak above its start)", m.loss_extra),
+        ("  of which saved by the loss for backward", m.loss_saved),
+    ]
+    if m.context is not None:
+        rows.append(("CUDA context + non-allocator memory", m.context))
+    return pd.DataFrame([{"size": name, "bytes": format_bytes(value)} for name, value in rows])
+
+
+def findings(results: list[ModelResult]) -> list[str]:
+    """Plain-language sentences computed from the results."""
+    out = []
+    for r in results:
+        ref = _reference(results, r)
+        if r.status != "ok" or ref is None:
+            continue
+        m, rm = r.memory, ref.memory
+        if r is ref:
+            out.append(f"{r.job.config.name} at B={r.job.batch}×T={r.job.seq}: torch peaks at "
+                       f"{format_bytes(m.peak)} allocated ({m.peak_phase} phase); its loss region adds "
+                       f"{format_bytes(m.loss_extra)} ({format_percent(m.loss_share)} of the peak); activations "
+                       f"{format_bytes(m.activations)}, parameters + gradients + AdamW "
+                       f"{format_bytes(m.parameters + m.gradients + m.optimizer_state)}.")
+            continue
+        saving = rm.peak - m.peak
+        sentence = (f"{r.job.label}: peak {format_bytes(m.peak)}, saves {format_bytes(saving)} "
+                    f"({format_percent(saving / rm.peak)}) of torch's peak; its loss region is "
+                    f"{format_bytes(m.loss_extra)} vs torch's {format_bytes(rm.loss_extra)}.")
+        if r.job.eval_step and m.peak_reserved is not None and rm.peak_reserved is not None:
+            sentence += (f" With an evaluation pass over full logits first, reserved memory is "
+                         f"{format_bytes(m.peak_reserved)} (nvidia-smi {format_bytes(m.smi_peak)}) although "
+                         f"allocated peaks at {format_bytes(m.peak)}.")
+        elif saving < 0.1 * rm.peak and rm.loss_share > 0.2:
+            sentence += " That is far less than torch's loss region: check that the fused path is really active."
+        out.append(sentence)
+    return out
+
+
+def fit_table(fits: list[FitResult]) -> pd.DataFrame:
+    rows = []
+    for f in fits:
+        best = f.best.memory if f.best is not None and f.best.memory is not None else None
+        rows.append({
+            "back-end": f.backend,
+            f"largest {f.axis} under {format_bytes(f.limit_bytes)}": (
+                f"{f.search.largest}" + (" (search maximum)" if f.search.hit_maximum else "")
+                if f.search.largest else "none fits"),
+            "peak allocated there": format_bytes(best.peak) if best else "–",
+            "nvidia-smi there": format_bytes(best.smi_peak) if best and best.smi_peak is not None else "–",
+            "probes (value: fits)": ", ".join(f"{n}:{'y' if ok else 'n'}" for n, ok in f.search.probes),
+        })
+    return pd.DataFrame(rows)
+
+
+def plot_breakdown(results: list[ModelResult], path: Path) -> Path | None:
+    """Horizontal stacked bars: each back-end's peak split into its composition."""
+    ok = [r for r in results if r.status == "ok"]
+    if not ok:
+        return None
+    part_names: list[str] = []
+    for r in ok:
+        for p in r.memory.composition:
+            if p.name not in part_names:
+                part_names.append(p.name)
+    cmap = plt.get_cmap("tab10")
+    fig, ax = plt.subplots(figsize=(10, 0.6 * len(ok) + 2.0))
+    labels = [f"{r.job.label} ({r.job.config.name}, B={r.job.batch})" for r in ok]
+    labelled: set[str] = set()
+    for i, r in enumerate(ok):
+        left = 0.0
+        for p in r.memory.composition:
+            width = p.bytes / GIB
+            ax.barh(i, width, left=left, color=cmap(part_names.index(p.name) % 10),
+                    label=None if p.name in labelled else p.name)
+            labelled.add(p.name)
+            left += width
+        ax.text(left, i, f" {format_bytes(r.memory.peak)}", va="center", fontsize=9)
+    ax.legend(loc="lower right", fontsize=8)
+    ax.set_yticks(range(len(ok)), labels)
+    ax.invert_yaxis()
+    ax.set_xlabel("GiB allocated at the step's peak")
+    ax.set_title("Where the training step's peak memory goes")
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def render_model_markdown(results: list[ModelResult], fits: list[FitResult], environment: dict,
+                          plots: list[Path]) -> str:
+    source = results[0].memory.source if results and results[0].memory else "cuda-allocator"
+    lines = ["# fusedce-profile model: one training step, memory by part", ""]
+    lines += [f"- {s}" for s in findings(results)] + [""]
+    lines += ["## Peak per back-end", "", markdown_table(model_table(results)), ""]
+    for r in results:
+        if r.status == "ok":
+            lines += [f"## {r.job.label}: composition of the peak", "", markdown_table(breakdown_table(r)), "",
+                      markdown_table(sizes_table(r)), ""]
+    if fits:
+        lines += ["## Largest size that fits", "", markdown_table(fit_table(fits)), ""]
+    lines += [f"![breakdown](plots/{p.name})" for p in plots] + [""]
+    lines += ["## How it was measured", "",
+              "One training step (forward, loss, backward, AdamW step) after a warm-up step, fp32 master "
+              "weights under bf16 autocast, each back-end in its own process. "
+              + ("Memory: the CUDA caching allocator's allocated bytes (tensors), reset at each phase; "
+                 "reserved = allocated + the allocator's cache; nvidia-smi = reserved + the CUDA context "
+                 "(measured with `mem_get_info`)." if source == "cuda-allocator" else
+                 "Memory: the CPU allocator's allocation events recorded by the PyTorch profiler "
+                 "(tensor bytes only; no reserved or nvidia-smi figures on the CPU)."),
+              "The composition sums exactly to the peak: static bytes at the step's start, then what the "
+              "phase holding the peak added (activations left by the forward, then the loss region or the "
+              "backward's working set).", ""]
+    lines += ["<details><summary>Environment</summary>", "", "```"] + environment_lines(environment) + [
+        "```", "</details>", ""]
+    return "\n".join(lines)
+
+
+def write_model_report(out_dir: Path, fits: list[FitResult] | None = None,
+                       environment: dict | None = None) -> Path:
+    """Write ``summary.md``, ``fit.json`` and ``plots/breakdown.png`` from ``model_results.jsonl``."""
+    out_dir = Path(out_dir)
+    results = read_model_results(out_dir)
+    fits = fits or []
+    if environment is not None:
+        write_environment(out_dir, environment)
+    if fits:
+        (out_dir / FIT_FILE).write_text(json.dumps([dataclasses.asdict(f) for f in fits], indent=1))
+    plots = [p for p in [plot_breakdown(results, out_dir / "plots" / "breakdown.png")] if p]
+    summary = out_dir / "summary.md"
+    summary.write_text(render_model_markdown(results, fits, environment or {}, plots), encoding="utf-8")
+    return summary
+
+
+# --- parity --------------------------------------------------------------------------------
+
+def parity_table(report: ParityReport) -> pd.DataFrame:
+    rows = []
+    ref = report.curves[0]
+    rows.append({"back-end": ref.backend, "verdict": "reference", "final loss": f"{ref.final_loss():.4f}",
+                 "final loss rel. diff": "–", "max per-step rel. diff": "–", "worst gradient rel. err": "–",
+                 "why": ""})
+    for curve, v in zip(report.curves[1:], report.verdicts):
+        rows.append({
+            "back-end": curve.backend,
+            "verdict": {True: "pass", False: "FAIL", None: "skipped"}[v.passed],
+            "final loss": f"{curve.final_loss():.4f}" if curve.losses else "–",
+            "final loss rel. diff": f"{v.final_loss_rel_diff:.1e}" if v.final_loss_rel_diff is not None else "–",
+            "max per-step rel. diff": f"{v.max_step_rel_diff:.1e}" if v.max_step_rel_diff is not None else "–",
+            "worst gradient rel. err": (f"{v.worst_grad_error:.1e} ({v.worst_grad_name})"
+                                        if v.worst_grad_error is not None else "–"),
+            "why": "; ".join(v.reasons),
+        })
+    return pd.DataFrame(rows)
+
+
+def plot_parity(report: ParityReport, path: Path) -> Path:
+    """Loss curves of every back-end (top) and their relative difference to torch (bottom)."""
+    names = [c.backend for c in report.curves]
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 7), sharex=True, gridspec_kw={"height_ratios": [2, 1]})
+    ref = report.curves[0]
+    for curve in report.curves:
+        if not curve.losses:
+            continue
+        style = backend_style(curve.backend, names)
+        top.plot(range(len(curve.losses)), curve.losses, color=style["color"], linewidth=style["linewidth"],
+                 label=curve.backend, alpha=0.85)
+        if curve is not ref:
+            n = min(len(curve.losses), len(ref.losses))
+            diff = [abs(a - b) / abs(b) for a, b in zip(curve.losses[:n], ref.losses[:n])]
+            bottom.semilogy(range(n), [max(d, 1e-12) for d in diff], color=style["color"], label=curve.backend)
+    top.axhline(report.entropy_rate, color="black", linestyle=":", linewidth=1,
+                label=f"data entropy rate {report.entropy_rate:.3f}")
+    s = report.settings
+    top.set_title(f"Training parity: {s.config.name}, {s.mode}, B={s.batch} T={s.seq}, reduction={s.reduction}"
+                  + (", tied" if s.config.tie_word_embeddings else "") + (", bias" if s.config.lm_head_bias else "")
+                  + (f", {s.ignore_frac:.0%} padding" if s.ignore_frac else ""))
+    top.set_ylabel("training loss")
+    top.legend(fontsize=9)
+    top.grid(alpha=0.3)
+    bottom.axhline(s.loss_tolerance, color="grey", linestyle="--", linewidth=1, label="final-loss tolerance")
+    bottom.set_ylabel("|L − L_torch| / L_torch")
+    bottom.set_xlabel("step")
+    bottom.grid(alpha=0.3)
+    if bottom.lines:
+        bottom.legend(fontsize=9)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def write_parity_report(out_dir: Path, report: ParityReport, environment: dict | None = None) -> Path:
+    """Write ``parity.json``, ``summary.md`` and ``plots/parity_loss.png``."""
+    out_dir = Path(out_dir)
+    if environment is not None:
+        write_environment(out_dir, environment)
+    (out_dir / PARITY_FILE).write_text(json.dumps(dataclasses.asdict(report), indent=1))
+    png = plot_parity(report, out_dir / "plots" / "parity_loss.png")
+    s = report.settings
+    ref = report.curves[0]
+    verdict = "PASS" if report.passed else "FAIL"
+    lines = [f"# fusedce-profile parity: {verdict}", "",
+             f"{s.steps} AdamW steps (lr {s.lr}) of {s.config.name} from the same initialisation on the same "
+             f"batches (a random Markov chain, entropy rate {report.entropy_rate:.3f} nats), {s.mode} on "
+             f"{s.device}. torch's loss went from {ref.initial_loss():.3f} to {ref.final_loss():.3f}"
+             + ("" if report.reference_learned else " — it did NOT learn, so nothing can be concluded") + ".",
+             f"Tolerances: final loss (mean of the last tenth of the steps) within {s.loss_tolerance:.0e} relative "
+             f"of torch's; gradients of the LM head weight{' (the tied embedding)' if s.config.tie_word_embeddings else ''}"
+             f"{', its bias' if s.config.lm_head_bias else ''} and the hidden states within {s.grad_tolerance:.0e} "
+             f"of eager torch in fp32 on the same weights, at steps {', '.join(map(str, s.check_steps))}.", "",
+             markdown_table(parity_table(report)), "", f"![loss curves](plots/{png.name})", ""]
+    lines += ["<details><summary>Environment</summary>", "", "```"] + environment_lines(environment or {}) + [
+        "```", "</details>", ""]
+    summary = out_dir / "summary.md"
+    summary.write_text("\n".join(lines), encoding="utf-8")
+    return summary

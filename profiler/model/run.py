@@ -1,0 +1,178 @@
+"""Model-mode jobs: one back-end's measured training step, in this process or a fresh one.
+
+A :class:`ModelJob` says what to run; :func:`run_job` runs it here and returns a
+:class:`ModelResult`; :func:`run_job_subprocess` runs it in a new Python process
+(``python -m profiler.model.worker``) so that one back-end's allocator cache, compiled
+kernels or crash cannot affect the next. Out-of-memory is a result (``status="oom"``), not
+an exception; so is a back-end that cannot run here (``"skipped"``) and any other failure
+(``"error"``, with the message).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from profiler.configs import ModelConfig
+from profiler.model.gpt import ATTENTION_IMPLS, GPT
+from profiler.model.losses import BackendUnavailable, loss_options, resolve_backend
+from profiler.model.memory import Phase
+from profiler.model.step import MODEL_MODES, Part, StepMemory, make_batch, measure_step
+
+STATUSES = ("ok", "oom", "error", "skipped")
+
+
+@dataclass
+class ModelJob:
+    """One back-end's training step on one model at one batch size.
+
+    ``memory_limit_bytes`` emulates a smaller card: on CUDA the allocator is capped at the
+    limit minus the CUDA context (``set_per_process_memory_fraction``), so "fits" means
+    context + reserved ≤ limit, as ``nvidia-smi`` would count it; on the CPU the measured
+    peak is compared with the limit after the step.
+    """
+
+    config: ModelConfig
+    backend: str
+    batch: int
+    seq: int
+    device: str = "cuda"
+    mode: str = "amp-bf16"
+    attention: str = "sdpa"
+    checkpointing: bool = False
+    eval_step: bool = False
+    warmup_steps: int = 1
+    memory_limit_bytes: int | None = None
+    reduction: str = "mean"
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for key in ("batch", "seq"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{key} must be a positive integer, got {value!r}")
+        if self.attention not in ATTENTION_IMPLS:
+            raise ValueError(f"attention must be one of {ATTENTION_IMPLS}, got {self.attention!r}")
+        if self.mode not in MODEL_MODES:
+            raise ValueError(f"mode must be one of {MODEL_MODES}, got {self.mode!r}")
+        if self.warmup_steps < 1:
+            raise ValueError(f"warmup_steps must be ≥ 1 (AdamW state must exist), got {self.warmup_steps}")
+
+    @property
+    def label(self) -> str:
+        """The back-end's name as reports show it (``+eval`` when a sanity-check pass ran first)."""
+        return self.backend + ("+eval" if self.eval_step else "")
+
+
+@dataclass
+class ModelResult:
+    """What one job measured (``memory`` is ``None`` unless ``status == "ok"``)."""
+
+    job: ModelJob
+    status: str = "ok"
+    message: str = ""
+    backend_version: str = ""
+    device_name: str = ""
+    loss: float | None = None
+    time_ms: float | None = None
+    memory: StepMemory | None = None
+    extra: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, raw: dict) -> "ModelResult":
+        raw = dict(raw)
+        job = dict(raw["job"])
+        job["config"] = ModelConfig(**job["config"])
+        raw["job"] = ModelJob(**job)
+        if raw.get("memory") is not None:
+            mem = dict(raw["memory"])
+            mem["composition"] = [Part(**p) for p in mem["composition"]]
+            mem["phases"] = [Phase(**p) for p in mem["phases"]]
+            raw["memory"] = StepMemory(**mem)
+        return cls(**raw)
+
+
+def _device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return "cpu"
+
+
+def _cap_cuda_memory(device: torch.device, limit: int) -> None:
+    """Cap the allocator so that context + reserved stays under ``limit`` bytes."""
+    torch.empty(1, device=device)  # create the context
+    free, total = torch.cuda.mem_get_info(device)
+    context = total - free - torch.cuda.memory_reserved(device)
+    if limit <= context:
+        raise ValueError(f"memory limit {limit} bytes is below the CUDA context alone ({context} bytes)")
+    torch.cuda.set_per_process_memory_fraction((limit - context) / total, device)
+
+
+def run_job(job: ModelJob) -> ModelResult:
+    """Build the model, warm up and measure one step with ``job.backend``, in this process."""
+    device = torch.device(job.device)
+    result = ModelResult(job=job, device_name=_device_name(device) if device.type != "cuda"
+                         or torch.cuda.is_available() else "cuda (unavailable)")
+    try:
+        options = loss_options(job.config, job.reduction)
+        backend = resolve_backend(job.backend, job.config, options, device.type, job.batch * job.seq)
+        result.backend_version = backend.version
+        if job.memory_limit_bytes is not None and device.type == "cuda":
+            _cap_cuda_memory(device, job.memory_limit_bytes)
+        torch.manual_seed(job.seed)
+        with device:
+            model = GPT(job.config, attention=job.attention, checkpointing=job.checkpointing, seed=job.seed)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        input_ids, targets = make_batch(job.config.vocab_size, job.batch, job.seq, device, seed=job.seed)
+        outcome = measure_step(model, backend.fn, options, optimizer, input_ids, targets, job.mode,
+                               eval_first=job.eval_step, warmup_steps=job.warmup_steps)
+    except BackendUnavailable as exc:
+        result.status, result.message = "skipped", str(exc)
+        return result
+    except torch.OutOfMemoryError as exc:
+        result.status, result.message = "oom", str(exc).splitlines()[0]
+        return result
+    except Exception as exc:  # any back-end failure is a result, with its traceback tail
+        result.status = "error"
+        result.message = f"{type(exc).__name__}: {exc}\n" + "".join(traceback.format_exc(limit=4))[-2000:]
+        return result
+    result.loss, result.time_ms, result.memory = outcome.loss, outcome.time_ms, outcome.memory
+    limit = job.memory_limit_bytes
+    if limit is not None and device.type != "cuda" and outcome.memory.peak > limit:
+        result.status = "oom"
+        result.message = f"CPU emulation: peak {outcome.memory.peak} bytes exceeds the limit {limit} bytes"
+    return result
+
+
+def run_job_subprocess(job: ModelJob, timeout_s: float | None = 900) -> ModelResult:
+    """:func:`run_job` in a fresh ``python -m profiler.model.worker`` process.
+
+    A worker that dies without writing its result (a CUDA error, a kill, a timeout) gives a
+    ``status="error"`` result carrying the end of its stderr.
+    """
+    with tempfile.TemporaryDirectory(prefix="fusedce-model-") as tmp:
+        job_path, out_path = Path(tmp, "job.json"), Path(tmp, "result.json")
+        job_path.write_text(json.dumps(dataclasses.asdict(job)))
+        env = dict(os.environ)
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        try:
+            proc = subprocess.run([sys.executable, "-m", "profiler.model.worker", str(job_path), str(out_path)],
+                                  capture_output=True, text=True, timeout=timeout_s, env=env)
+        except subprocess.TimeoutExpired:
+            return ModelResult(job=job, status="error", message=f"worker timed out after {timeout_s} s")
+        if out_path.is_file():
+            return ModelResult.from_dict(json.loads(out_path.read_text()))
+        tail = (proc.stderr or "")[-2000:]
+        return ModelResult(job=job, status="error",
+                           message=f"worker exited with code {proc.returncode} without a result:\n{tail}")

@@ -1,0 +1,102 @@
+"""``fusedce-profile grid``: a tiny CPU grid, its options, and bad input (exit code 2)."""
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from cli.app import app
+from profiler.records import CellResult
+
+CONFIGS = Path(__file__).parent / "fixtures" / "configs"
+TINY = ["grid", "--device", "cpu", "--hidden", "32", "--vocab", "256", "--repeats", "1"]
+
+
+def _run(args, **kwargs):
+    return CliRunner().invoke(app, args, **kwargs)
+
+
+def _rows(out):
+    return [CellResult.from_json(line) for line in (out / "results.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def grid_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("grid") / "run"
+    result = _run([*TINY, "--batch", "2,4", "--seq", "8", "--backend", "torch", "--backend", "fusedce",
+                   "--ignore-frac", "0.25", "--out", str(out), "--json"])
+    return out, result
+
+
+def test_grid_measures_every_cell_and_prints_json_on_stdout(grid_run):
+    out, result = grid_run
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)  # stdout holds only the JSON
+    assert summary["cells"] == {"total": 4, "ok": 4}
+    assert summary["summary_md"] == str(out.resolve() / "summary.md")
+    assert {(r["backend"], r["tokens"]) for r in summary["rows"]} == {
+        ("torch", 16), ("fusedce", 16), ("torch", 32), ("fusedce", 32)}
+    assert "fusedce-profile grid: 4 cells" in result.stderr
+
+
+def test_grid_passes_batch_seq_and_options_into_the_cells(grid_run):
+    out, _ = grid_run
+    specs = {(r.spec.batch, r.spec.seq, r.spec.tokens, r.spec.ignore_frac, r.spec.hidden, r.spec.vocab)
+             for r in _rows(out)}
+    assert specs == {(2, 8, 16, 0.25, 32, 256), (4, 8, 32, 0.25, 32, 256)}
+
+
+def test_force_replaces_the_previous_run(grid_run, tmp_path):
+    out, _ = grid_run
+    result = _run([*TINY, "--tokens", "8", "--backend", "torch", "--out", str(out), "--force"])
+    assert result.exit_code == 0, result.output
+    assert [r.spec.tokens for r in _rows(out)] == [8]
+
+
+def test_config_file_in_our_format_sets_h_and_v(tmp_path):
+    out = tmp_path / "run"
+    result = _run(["grid", "--device", "cpu", "--config", str(CONFIGS / "tiny-head.json"),
+                   "--tokens", "8", "--backend", "torch", "--repeats", "1", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    (row,) = _rows(out)
+    assert (row.spec.hidden, row.spec.vocab) == (32, 256)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--backend", "nope"], "unknown back-end 'nope'; available: torch, torch-compile"),
+    (["--tokens", "12x"], "'12x' is not a positive integer"),
+    (["--tokens", "8", "--batch", "2", "--seq", "4"], "give --tokens, or --batch with --seq"),
+    (["--batch", "2"], "--batch and --seq go together"),
+    (["--mode", "int8"], "'int8' is not a precision mode"),
+    (["--ignore-frac", "1.5"], "ignore_frac: 1.5 is outside [0.0, 1.0)"),
+    (["--z-loss", "-1"], "z_loss"),
+    (["--softcap", "abc"], "'abc' is not a number"),
+    (["--reduction", "max"], "reduction: 'max' is not one of mean, sum, none"),
+    (["--preset", "gpt5"], "unknown preset 'gpt5'; known presets: gpt2"),
+    (["--preset", "gpt2", "--config", "x.json"], "give one of them"),
+    (["--config", "/nonexistent/config.json"], "does not exist"),
+])
+def test_bad_grid_input_exits_2_with_a_clear_message(args, message, tmp_path):
+    result = _run([*TINY, *args, "--out", str(tmp_path / "never")])
+    assert result.exit_code == 2, result.output
+    assert message in " ".join(result.output.split())
+    assert not (tmp_path / "never" / "results.jsonl").exists()
+
+
+def test_cuda_without_a_gpu_is_bad_input(tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible")
+    result = _run(["grid", "--device", "cuda", "--out", str(tmp_path / "x")])
+    assert result.exit_code == 2
+    assert "no CUDA device is visible" in " ".join(result.stderr.split())
+
+
+def test_invalid_config_file_is_bad_input(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"hidden_size": 64, "vocab_size": 100, "num_hidden_layers": 1, "num_attention_heads": 2, '
+                   '"ffn_factor": 2, "hiden": 3}')
+    result = _run([*TINY, "--config", str(bad), "--out", str(tmp_path / "x")])
+    assert result.exit_code == 2
+    assert "unknown field(s) hiden" in " ".join(result.stderr.split())

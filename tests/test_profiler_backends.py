@@ -1,0 +1,127 @@
+"""Back-end registry: names, discovery of optional packages, option support, parity on the CPU."""
+from __future__ import annotations
+
+import sys
+
+import pytest
+import torch
+
+from profiler.backends import BUILTIN_BACKENDS, LossOptions, get_backend, list_backends
+from profiler.measure import MeasureSettings, measure_cell
+from profiler.records import CellSpec
+
+
+def test_builtin_backends_are_the_documented_six():
+    assert set(BUILTIN_BACKENDS) == {"torch", "torch-compile", "torch-native", "fusedce", "liger", "cce"}
+    assert [info.name for info in list_backends()] == list(BUILTIN_BACKENDS)
+
+
+def test_unknown_backend_name_is_a_value_error_listing_the_known_ones():
+    with pytest.raises(ValueError, match="torch-compile"):
+        get_backend("tourch")
+
+
+@pytest.mark.parametrize("bad", [":fn", "module:", "a:b:"])
+def test_malformed_user_backend_is_rejected(bad):
+    with pytest.raises(ValueError, match="package.module:callable"):
+        get_backend(bad)
+
+
+@pytest.mark.parametrize("name, module", [("liger", "liger_kernel"), ("cce", "cut_cross_entropy")])
+def test_missing_optional_backend_is_listed_as_not_installed(monkeypatch, name, module):
+    for mod in list(sys.modules):
+        if mod == module or mod.startswith(module + "."):
+            monkeypatch.delitem(sys.modules, mod)
+    monkeypatch.setitem(sys.modules, module, None)  # makes `import module` raise ImportError
+    info = next(i for i in list_backends() if i.name == name)
+    assert not info.available
+    assert info.version is None
+    assert info.reason.startswith("not installed")
+
+
+def test_missing_torch_native_is_reported_not_raised(monkeypatch):
+    monkeypatch.delattr(torch.nn.functional, "linear_cross_entropy", raising=False)
+    info = get_backend("torch-native").info()
+    assert not info.available and "linear_cross_entropy" in info.reason
+
+
+def test_cuda_only_backends_skip_cpu_cells_with_a_reason():
+    spec = CellSpec("liger", 8, 16, 4, device="cpu")
+    assert "cuda" in get_backend("liger").unsupported(spec)
+    result = measure_cell(spec)
+    assert result.status == "skipped" and "cuda" in result.message
+
+
+@pytest.mark.parametrize("backend, option, fragment", [
+    ("torch-native", {"z_loss": 1e-4}, "z_loss"),
+    ("torch-native", {"softcap": 30.0}, "softcap"),
+    ("torch", {"softcap": 30.0}, None),
+    ("fusedce", {"label_smoothing": 0.1, "bias": True}, None),
+])
+def test_option_support_is_checked_per_cell(backend, option, fragment):
+    reason = get_backend(backend).unsupported(CellSpec(backend, 8, 16, 4, device="cpu", **option))
+    if fragment is None:
+        assert reason is None
+    else:
+        assert fragment in reason
+
+
+def _loss_without_softcap(hidden, weight, target, bias=None, reduction="mean"):
+    logits = torch.nn.functional.linear(hidden, weight, bias)
+    return torch.nn.functional.cross_entropy(logits, target, reduction=reduction)
+
+
+def test_user_backend_is_skipped_for_options_its_signature_lacks():
+    name = f"{__name__}:_loss_without_softcap"
+    backend = get_backend(name)
+    assert backend.unsupported(CellSpec(name, 8, 16, 4, device="cpu", reduction="sum")) is None
+    reason = backend.unsupported(CellSpec(name, 8, 16, 4, device="cpu", softcap=10.0))
+    assert "softcap" in reason
+
+
+def test_user_backend_that_cannot_be_imported_is_skipped():
+    name = "no_such_module_xyz:loss"
+    assert "cannot import" in get_backend(name).unsupported(CellSpec(name, 8, 16, 4, device="cpu"))
+
+
+def test_loss_options_list_only_what_differs_from_plain_mean():
+    assert LossOptions().active() == set()
+    assert LossOptions(reduction="sum", softcap=5.0).active() == {"reduction=sum", "softcap"}
+
+
+# Parity: every CPU back-end on a tiny cell, against the chunked fp32 reference.
+# fp32 differs only by summation order; amp-bf16 by bf16 rounding of logits and gradients
+# (ANCHORS: ~2-3e-3 for eager torch).
+_FAST = MeasureSettings(warmup=1, repeats=1)
+
+
+@pytest.mark.parametrize("backend", ["torch", "torch-native", "fusedce", "torch-compile"])
+def test_cpu_backends_agree_with_the_fp32_reference(backend):
+    tol = {"fp32": 1e-4, "amp-bf16": 2e-2}
+    modes = ["fp32"] if backend == "torch-compile" else ["fp32", "amp-bf16"]  # compiling twice is slow
+    for mode in modes:
+        spec = CellSpec(backend, 48, 300, 32, mode=mode, device="cpu", bias=backend != "torch-compile",
+                        ignore_frac=0.25)
+        result = measure_cell(spec, _FAST)
+        assert result.status == "ok", result.message
+        parity = result.parity
+        for name in ("loss", "grad_hidden", "grad_weight"):
+            assert getattr(parity, name) < tol[mode], (mode, name, parity)
+        if spec.bias:
+            assert parity.grad_bias < tol[mode]
+        assert result.memory_source == "cpu-profiler"
+        assert result.peak_step_bytes >= result.floor_bytes  # the gradients alone reach the floor
+
+
+def test_torch_backend_options_match_their_definitions():
+    """z-loss adds z·lse² per valid row; soft-cap is c·tanh(logits/c) before the loss."""
+    torch.manual_seed(0)
+    h, w = torch.randn(6, 4, dtype=torch.float64), torch.randn(10, 4, dtype=torch.float64)
+    y = torch.tensor([1, 2, -100, 3, 4, 5])
+    fn = get_backend("torch").make()
+    logits = 3.0 * torch.tanh(h @ w.T / 3.0)
+    valid = y != -100
+    expected = (torch.nn.functional.cross_entropy(logits, y, reduction="none")
+                + 0.01 * torch.logsumexp(logits, -1).square() * valid).sum() / valid.sum()
+    got = fn(h, w, y, None, LossOptions(z_loss=0.01, softcap=3.0))
+    torch.testing.assert_close(got, expected)

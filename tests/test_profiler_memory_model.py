@@ -1,0 +1,73 @@
+"""The analytic memory model against CPU measurements (PyTorch's allocator accounting)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from profiler.cpu_memory import CpuMemoryMeter
+from profiler.measure import MeasureSettings, measure_cell
+from profiler.memory_model import Tape, floor_bytes, predict
+from profiler.records import CellSpec
+
+_ONE_STEP = MeasureSettings(warmup=1, repeats=1)
+
+
+@pytest.mark.parametrize("mode", ["amp-bf16", "bf16", "fp32"])
+@pytest.mark.parametrize("bias", [False, True])
+def test_eager_torch_prediction_matches_cpu_measurement(mode, bias):
+    spec = CellSpec("torch", 256, 3000, 32, mode=mode, device="cpu", bias=bias)
+    result = measure_cell(spec, _ONE_STEP)
+    assert result.status == "ok", result.message
+    predicted = predict(spec)
+    for measured, model in ((result.peak_step_bytes, predicted.peak_bytes),
+                            (result.peak_forward_bytes, predicted.forward_bytes),
+                            (result.peak_backward_bytes, predicted.backward_bytes)):
+        assert abs(measured - model) <= 0.05 * measured, (mode, bias, measured, model)
+
+
+@pytest.mark.parametrize("mode", ["amp-bf16", "fp32"])
+def test_fusedce_prediction_matches_cpu_measurement(mode):
+    pytest.importorskip("fusedce.memory_model")
+    spec = CellSpec("fusedce", 512, 3000, 32, mode=mode, device="cpu")
+    result = measure_cell(spec, _ONE_STEP)
+    assert result.status == "ok", result.message
+    assert abs(result.peak_step_bytes - result.predicted_bytes) <= 0.05 * result.peak_step_bytes
+
+
+def test_cuda_eager_amp_peak_is_ten_logit_bytes_per_element_plus_the_weight_copy():
+    """CUDA amp-bf16: log-probs stay bf16, nll_loss's fp32 copy + its fp32 gradient: 2VH + 10NV."""
+    n, h, v = 8192, 768, 32777
+    spec = CellSpec("torch", n, v, h, mode="amp-bf16", device="cuda")
+    assert predict(spec).peak_bytes == 2 * v * h + 10 * n * v
+    assert predict(CellSpec("torch", n, v, h, mode="bf16", device="cuda")).peak_bytes == 6 * n * v
+
+
+def test_models_without_a_design_say_why():
+    prediction = predict(CellSpec("torch-compile", 8, 16, 4, device="cpu"))
+    assert prediction.peak_bytes is None and "torch-compile" in prediction.reason
+    prediction = predict(CellSpec("torch", 8, 16, 4, device="cpu", softcap=3.0))
+    assert prediction.peak_bytes is None and "soft-cap" in prediction.reason
+
+
+def test_floor_counts_gradients_in_their_dtypes():
+    assert floor_bytes(CellSpec("torch", 10, 100, 8, mode="amp-bf16", bias=True)) == 10 * 8 * 2 + 100 * 8 * 4 + 100 * 4
+    assert floor_bytes(CellSpec("torch", 10, 100, 8, mode="bf16")) == 10 * 8 * 2 + 100 * 8 * 2
+
+
+def test_tape_rejects_a_buffer_allocated_twice():
+    tape = Tape()
+    tape.alloc("x", 10)
+    with pytest.raises(ValueError, match="already live"):
+        tape.alloc("x", 10)
+
+
+def test_cpu_meter_sees_temporaries_freed_inside_an_op():
+    """A 4 MB temporary created and freed inside the phase still sets the peak."""
+    x = torch.randn(1000, 1000)
+    with CpuMemoryMeter() as meter:
+        with meter.phase("forward"):
+            y = (x * 2).sum()
+    assert meter.trace.peak_bytes >= x.numel() * 4
+    assert meter.trace.end_bytes < 1024  # only the scalar survives
+    assert meter.trace.phase_peak_bytes["forward"] == meter.trace.peak_bytes
+    del y

@@ -1,0 +1,118 @@
+"""The grid runner: results file, resume, and cells that run out of memory or kill their worker.
+
+Test back-ends live in a module written to a temporary folder on ``sys.path`` (spawned
+workers inherit the parent's ``sys.path``) and are named ``"module:callable"``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from profiler.grid import GridSpec
+from profiler.records import CellResult
+from profiler.runner import ENVIRONMENT_FILE, RESULTS_FILE, load_results, run_grid
+
+BACKENDS = textwrap.dedent('''
+    import os, time
+    import torch
+    import torch.nn.functional as F
+
+    def ok(hidden, weight, target, bias=None):
+        return F.cross_entropy(F.linear(hidden, weight, bias), target)
+
+    def oom(hidden, weight, target, bias=None):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.50 GiB. GPU 0 has a total capacity")
+
+    def crash(hidden, weight, target, bias=None):
+        print("about to die", flush=True)
+        os._exit(3)
+
+    def parks_when_large(hidden, weight, target, bias=None):
+        if hidden.shape[0] > 16 and os.environ.get("PROFILER_TEST_PARK"):  # wait for the kill, then exit
+            parent = os.getppid()
+            while os.getppid() == parent:
+                time.sleep(0.05)
+            os._exit(0)
+        return ok(hidden, weight, target, bias)
+''')
+
+
+@pytest.fixture
+def test_backends(tmp_path, monkeypatch):
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "profiler_test_backends.py").write_text(BACKENDS)
+    monkeypatch.syspath_prepend(str(package))
+    return "profiler_test_backends"
+
+
+def _grid(*backends, tokens=(8, 16)):
+    return GridSpec(tokens=tokens, vocab=(32,), hidden=(4,), backends=backends, modes=("fp32",), device="cpu",
+                    warmup=0, repeats=1)
+
+
+def test_grid_writes_one_line_per_cell_and_the_environment(tmp_path, test_backends):
+    seen: list[CellResult] = []
+    results = run_grid(_grid("torch", f"{test_backends}:ok"), tmp_path / "out", on_cell=seen.append)
+    assert [r.status for r in results] == ["ok"] * 4
+    assert seen == results
+    assert load_results(tmp_path / "out") == results
+    environment = json.loads((tmp_path / "out" / ENVIRONMENT_FILE).read_text())
+    assert environment["torch"] and environment["backends"]["torch"] == environment["torch"]
+
+
+def test_existing_results_are_not_overwritten(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / RESULTS_FILE).write_text("{}\n")
+    with pytest.raises(FileExistsError, match="resume"):
+        run_grid(_grid("torch"), out)
+
+
+def test_oom_and_crash_are_recorded_and_the_grid_goes_on(tmp_path, test_backends):
+    grid = _grid(f"{test_backends}:oom", f"{test_backends}:crash", "torch", tokens=(8,))
+    oom, crash, after = run_grid(grid, tmp_path / "out")
+    assert oom.status == "oom" and oom.oom_requested_bytes == int(2.5 * 2**30)
+    assert crash.status == "error"
+    assert "exited with code 3" in crash.message and "about to die" in crash.message
+    assert after.status == "ok"  # on a fresh worker
+    assert [r.status for r in load_results(tmp_path / "out")] == ["oom", "error", "ok"]
+
+
+def test_unsupported_cells_are_skipped_without_a_worker(tmp_path):
+    (cell,) = run_grid(_grid("liger", tokens=(8,)), tmp_path / "out")
+    assert cell.status == "skipped" and "cuda" in cell.message
+
+
+def test_resume_after_a_killed_run_measures_only_the_missing_cells(tmp_path, test_backends):
+    out = tmp_path / "out"
+    grid = _grid(f"{test_backends}:parks_when_large", tokens=(8, 32))
+    script = ("from profiler.grid import GridSpec\nfrom profiler.runner import run_grid\n"
+              f"run_grid({grid!r}, {str(out)!r})")
+    env = {**os.environ, "PROFILER_TEST_PARK": "1",
+           "PYTHONPATH": os.pathsep.join([str(tmp_path / "pkg"), *sys.path])}
+    run = subprocess.Popen([sys.executable, "-c", script], env=env)
+    deadline = time.monotonic() + 120
+    while not (out / RESULTS_FILE).exists() or not (out / RESULTS_FILE).read_text():
+        assert run.poll() is None and time.monotonic() < deadline, "the first cell never finished"
+        time.sleep(0.1)
+    run.send_signal(signal.SIGKILL)
+    run.wait()
+    with (out / RESULTS_FILE).open("a") as fh:
+        fh.write('{"spec": {"backend": "torch", "tok')  # a write cut short by the kill
+    assert [r.spec.tokens for r in load_results(out)] == [8]
+
+    seen: list[CellResult] = []
+    results = run_grid(grid, out, resume=True, on_cell=seen.append)
+    assert [r.spec.tokens for r in seen] == [32]
+    assert [(r.spec.tokens, r.status) for r in results] == [(8, "ok"), (32, "ok")]
+    lines = (out / RESULTS_FILE).read_text().splitlines()
+    assert len(lines) == 2 and all(json.loads(line) for line in lines)  # the cut line is gone
+    assert "resumed" in json.loads((out / ENVIRONMENT_FILE).read_text())
