@@ -64,6 +64,11 @@ def _prepare(out: Optional[Path], force: bool, resume: bool) -> Path:
         raise _fail(str(exc)) from None
 
 
+def _note_cpu_snapshot(console, snapshot: bool, device: str) -> None:
+    if snapshot and device == "cpu":
+        console.print("note: --snapshot records CUDA memory snapshots; the CPU run has none", markup=False)
+
+
 @app.callback(invoke_without_command=True)
 def default(
     ctx: typer.Context,
@@ -78,6 +83,11 @@ def default(
 ) -> None:
     """The built-in default run (when no command is given)."""
     if ctx.invoked_subcommand is not None:
+        flags = {param.name: param.opts[0] for param in ctx.command.params}
+        given = [flags[name] for name, value in ctx.params.items() if value not in (None, False)]
+        if given:
+            raise _fail(f"{', '.join(given)} given before '{ctx.invoked_subcommand}': "
+                        "put options after the command")
         return
     from cli.defaults import default_run
     from cli.run import run_grids
@@ -93,6 +103,7 @@ def default(
         raise _fail(str(exc)) from None
     out_dir = _prepare(out, force, resume)
     console.print(f"fusedce-profile: {run.description}\nwriting to {out_dir}", markup=False)
+    _note_cpu_snapshot(console, snapshot, run.grids[0].device)
     raise typer.Exit(run_grids(run.grids, out_dir, console, resume=resume, snapshot=snapshot, as_json=as_json))
 
 
@@ -174,6 +185,7 @@ def grid(
         raise _fail(str(exc)) from None
     out_dir = _prepare(out, force, resume)
     console.print(f"fusedce-profile grid: {len(spec.cells())} cells, writing to {out_dir}", markup=False)
+    _note_cpu_snapshot(console, snapshot, spec.device)
     raise typer.Exit(run_grids([spec], out_dir, console, resume=resume, snapshot=snapshot, as_json=as_json))
 
 
@@ -208,6 +220,10 @@ def env(as_json: JsonOption = False) -> None:
     make_console(to_stderr=False).print("\n".join(environment_lines(environment)), markup=False)
 
 
+_SHORT_OPTION = {"ignore_index": "ignore", "label_smoothing": "smoothing", "reduction=sum": "sum",
+                 "reduction=none": "none"}
+
+
 @app.command()
 def backends(as_json: JsonOption = False) -> None:
     """List the loss back-ends: installed or not, version, devices, options they support."""
@@ -222,11 +238,12 @@ def backends(as_json: JsonOption = False) -> None:
         sys.stdout.write(json.dumps([asdict(i) for i in infos], indent=2) + "\n")
         return
     table = Table(header_style="bold")
-    for column in ("back-end", "installed", "version", "devices", "options", "notes"):
-        table.add_column(column)
+    for column in ("back-end", "installed", "version", "devices", "options"):
+        table.add_column(column, no_wrap=column != "options")
     for info in infos:
-        table.add_row(info.name, "yes" if info.available else "no", info.version or "–", ", ".join(info.devices),
-                      ", ".join(info.options) or "–", info.reason or info.description,
+        version = info.version if info.available else f"– ({info.reason})" if info.reason else "–"
+        table.add_row(info.name, "yes" if info.available else "no", version, ", ".join(info.devices),
+                      " ".join(_SHORT_OPTION.get(o, o) for o in info.options) or "–",
                       style="" if info.available else "dim")
     console = make_console(to_stderr=False)
     console.print(table)

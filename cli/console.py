@@ -6,12 +6,14 @@ With ``--json`` everything human goes to stderr so that stdout holds only the JS
 """
 from __future__ import annotations
 
+import os
 import sys
 import time
 from contextlib import contextmanager
 from collections.abc import Iterator
 
 import pandas as pd
+from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
@@ -28,14 +30,18 @@ PIPED_WIDTH = 120
 def make_console(*, to_stderr: bool) -> Console:
     """A rich console on stdout (or stderr), colours only when it is a terminal."""
     stream = sys.stderr if to_stderr else sys.stdout
-    # Piped output (a log file) gets a fixed width wide enough for the tables.
-    width = None if stream.isatty() else PIPED_WIDTH
+    # Piped output (a log file) gets a fixed width wide enough for the tables, unless
+    # COLUMNS says otherwise.
+    width = None if stream.isatty() or os.environ.get("COLUMNS") else PIPED_WIDTH
     return Console(file=stream, highlight=False, soft_wrap=False, width=width)
 
 
 def error(message: str) -> None:
-    """Print an error message to stderr (red on a terminal)."""
-    Console(file=sys.stderr, highlight=False).print(f"[bold red]error:[/] {message}", markup=True)
+    """Print an error message to stderr (red on a terminal; one unwrapped line otherwise)."""
+    if not sys.stderr.isatty():
+        sys.stderr.write(f"error: {message}\n")
+        return
+    Console(file=sys.stderr, highlight=False, soft_wrap=True).print(f"[bold red]error:[/] {message}", markup=True)
 
 
 def _cell_line(done: int, total: int | None, result: CellResult) -> str:
@@ -86,9 +92,12 @@ _STATUS_STYLE = {"ok": "", "oom": "yellow", "error": "red", "skipped": "dim"}
 
 
 def _table(title: str, group: pd.DataFrame) -> Table:
-    table = Table(title=title, title_justify="left", title_style="bold", header_style="bold", pad_edge=False)
+    table = Table(title=title, title_justify="left", title_style="bold", header_style="bold", pad_edge=False,
+                  box=box.SIMPLE_HEAD, collapse_padding=True)
     for column in ("back-end", "tokens", "peak extra", "× floor", "saving vs torch", "time", "parity"):
-        table.add_column(column, justify="left" if column == "back-end" else "right", no_wrap=True)
+        # only the saving may wrap ("2.40 GiB" / "(94%)") in an 80-column terminal
+        table.add_column(column, justify="left" if column == "back-end" else "right",
+                         no_wrap=column != "saving vs torch")
     for row in group.itertuples():
         peak = format_bytes(row.peak_bytes) if row.status == "ok" else "OOM" if row.status == "oom" else row.status
         if row.status != "ok":

@@ -9,3 +9,7 @@ PARITY_FAILED = 1
 BAD_INPUT = 2
 """Bad usage or input: unknown option or back-end, bad grid value, unreadable config file,
 an output folder that is not empty without ``--force`` / ``--resume``."""
+
+INTERRUPTED = 130
+"""Ctrl-C (SIGINT) stopped the run; the finished cells are kept and reported (the shell's
+convention, 128 + SIGINT)."""

@@ -178,9 +178,12 @@ def parity(
     console = make_console(to_stderr=as_json)
     run_device = _device(device)
     cfg = _config(preset, config, tied, "tiny")
+    compared = _backends(backend, ["fusedce"])[1:]
+    if not compared:
+        raise _fail("parity compares back-ends with torch: give at least one --backend other than torch")
     try:
         settings = ParitySettings(
-            config=cfg, backends=_backends(backend, ["fusedce"])[1:] or ["fusedce"], steps=steps, batch=batch,
+            config=cfg, backends=compared, steps=steps, batch=batch,
             seq=seq, lr=lr, device=run_device, mode=mode or ("amp-bf16" if run_device.startswith("cuda") else "fp32"),
             reduction=reduction, bias=bias, ignore_frac=ignore_frac, loss_tolerance=loss_tol)
     except ValueError as exc:

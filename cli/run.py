@@ -14,14 +14,9 @@ from rich.console import Console
 from cli import exit_codes
 from cli.console import CellProgress, summary_tables
 from profiler.grid import GridSpec
+from profiler.runner import load_results, run_grid
 from reports import Report, build_report
 from reports.environment import ENVIRONMENT_FILE, write_environment
-
-
-def _run_grid(grid: GridSpec, out_dir: Path, *, resume: bool, snapshot: bool, on_cell) -> None:
-    from profiler.runner import run_grid
-
-    run_grid(grid, out_dir, resume=resume, snapshot=snapshot, on_cell=on_cell)
 
 
 def print_report(report: Report, console: Console) -> None:
@@ -74,19 +69,20 @@ def run_grids(grids: Sequence[GridSpec], out_dir: Path, console: Console, *, res
     """Run ``grids`` one after the other into ``out_dir`` (one results file), then report.
 
     Ctrl-C stops the run; the cells finished so far are kept and reported, and the exit
-    code is 130 (the shell's convention for an interrupt).
+    code is :data:`exit_codes.INTERRUPTED`.
     """
-    total = sum(len(grid.cells()) for grid in grids)
+    finished = {r.spec.key() for r in load_results(out_dir)} if resume else set()
+    total = len({spec.key() for grid in grids for spec in grid.cells()} - finished)
     progress = CellProgress(console, total)
     interrupted = False
     try:
         with progress.running():
             for index, grid in enumerate(grids):
                 # Later grids append to the same results file: they resume it.
-                _run_grid(grid, out_dir, resume=resume or index > 0, snapshot=snapshot, on_cell=progress)
+                run_grid(grid, out_dir, resume=resume or index > 0, snapshot=snapshot, on_cell=progress)
     except KeyboardInterrupt:
         interrupted = True
-        console.print(f"\nInterrupted after {progress.done} of {total} cells; continue with "
+        console.print(f"\nInterrupted after {progress.done} of {total} new cells; continue with "
                       f"--resume --out {out_dir}", markup=False)
     if not (out_dir / ENVIRONMENT_FILE).exists():
         from profiler.environment import collect_environment
@@ -94,6 +90,6 @@ def run_grids(grids: Sequence[GridSpec], out_dir: Path, console: Console, *, res
         write_environment(out_dir, collect_environment())
     if not (out_dir / "results.jsonl").exists():
         console.print("No cell finished: nothing to report.", markup=False)
-        return 130 if interrupted else exit_codes.OK
+        return exit_codes.INTERRUPTED if interrupted else exit_codes.OK
     code = finish(out_dir, console, as_json=as_json)
-    return 130 if interrupted else code
+    return exit_codes.INTERRUPTED if interrupted else code

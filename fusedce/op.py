@@ -66,17 +66,16 @@ def backward_op(
     gh, gw, gb = chunked.backward(grad_loss, hidden, weight, target, bias, lse, opts, compute_dtype, plan,
                                   _ops(impl), need_hidden=need_hidden, need_weight=need_weight,
                                   need_bias=need_bias)
-    empty = hidden.new_empty((0,))
-    return (empty if gh is None else gh, empty if gw is None else gw, empty if gb is None else gb)
+    # a gradient not asked for is a fresh empty tensor (custom-op outputs may not alias each other)
+    return tuple(hidden.new_empty((0,)) if g is None else g for g in (gh, gw, gb))
 
 
 @backward_op.register_fake
 def _backward_fake(grad_loss, hidden, weight, target, bias, lse, ignore_index, label_smoothing, z_loss,
                    softcap, compute_dtype, impl, rows, cols, need_hidden, need_weight, need_bias):
-    empty = hidden.new_empty((0,))
-    return (torch.empty_like(hidden) if need_hidden else empty,
-            weight.new_empty(weight.shape) if need_weight else empty,
-            bias.new_empty(bias.shape) if (need_bias and bias is not None) else empty)
+    return (torch.empty_like(hidden) if need_hidden else hidden.new_empty((0,)),
+            weight.new_empty(weight.shape) if need_weight else hidden.new_empty((0,)),
+            bias.new_empty(bias.shape) if (need_bias and bias is not None) else hidden.new_empty((0,)))
 
 
 def _setup_context(ctx, inputs, output):

@@ -71,7 +71,7 @@ def logit_grad(
     if z_loss:
         dc.mul_((1.0 + 2.0 * z_loss * lse).unsqueeze(1))
     index, inside = _target_mask(target, col0, c.shape[1])
-    dc.scatter_add_(1, index, torch.where(inside, -(1.0 - label_smoothing), 0.0).to(dc.dtype).unsqueeze(1))
+    dc.scatter_add_(1, index, (inside.to(dc.dtype) * -(1.0 - label_smoothing)).unsqueeze(1))
     if label_smoothing:
         dc.sub_(label_smoothing / vocab)
     if softcap:

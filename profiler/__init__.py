@@ -2,8 +2,11 @@
 
 The API the CLI and reports build on:
 
-- :func:`run_grid` (``GridSpec``, out_dir, resume=, snapshot=, on_cell=) → results;
-  writes ``DIR/results.jsonl`` and ``DIR/environment.json``.
+- :func:`run_grid` (``GridSpec``, out_dir, resume=, snapshot=, on_cell=,
+  cell_timeout_s=, fresh_worker_per_cell=) → ``list[CellResult]``; writes
+  ``DIR/results.jsonl``, ``DIR/environment.json``, ``DIR/snapshots/``, ``DIR/logs/``.
+- :class:`GridSpec` (``validate()`` raises ``ValueError`` naming the bad field,
+  ``cells()`` → ``list[CellSpec]``); :func:`measure_cell` measures one cell in-process.
 - :func:`load_results` (results.jsonl or its folder) → ``list[CellResult]``.
 - :func:`list_backends` → ``list[BackendInfo]``; :func:`collect_environment` → dict.
 - :func:`predict` (``CellSpec``) → ``Prediction``; :func:`floor_bytes`.

@@ -2,7 +2,8 @@
 
 How it works: ``torch.profiler.profile(profile_memory=True)`` makes the CPU allocator
 report every allocation and free (size in bytes, signed) to the profiler, inside ops and
-inside autograd alike, on every thread. Sorting those events by time and summing them
+inside autograd alike (on the CPU the autograd engine runs backward on the calling
+thread, so forward and backward are both seen). Sorting those events by time and summing them
 gives the bytes allocated over time relative to the moment profiling started; the
 maximum of that running sum is the peak extra over the baseline, exactly as
 ``max_memory_allocated() - memory_allocated()`` on CUDA. Named phases (forward,

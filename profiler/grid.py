@@ -93,7 +93,8 @@ class GridSpec:
         return sorted((b * t, b, t) for b, t in itertools.product(self.batch, self.seq))
 
     def cells(self) -> list[CellSpec]:
-        """The validated grid, shape by shape, tokens ascending, back-ends side by side."""
+        """The validated grid: shape by shape, tokens in the order given (B·T ascending),
+        back-ends side by side."""
         self.validate()
         cells = []
         for hidden, vocab, (tokens, batch, seq), mode, bias, ignore, smooth, z, cap, backend in itertools.product(

@@ -20,6 +20,13 @@ Out-of-memory raises :class:`torch.OutOfMemoryError`; :func:`measure_cell` turns
 into ``status="oom"`` with the size that failed. Other exceptions become
 ``status="error"``. A back-end that does not support the cell gives ``"skipped"``.
 
+``CellResult.peak_reserved_bytes`` is the allocator's absolute peak reserved; keys this
+module adds to ``CellResult.extra``: ``baseline_reserved_bytes`` (CUDA),
+``predicted_forward_bytes`` / ``predicted_backward_bytes`` (the model's phase peaks),
+``prediction_note`` (why there is no prediction), ``parity_note`` (why there is no
+parity), ``traceback`` (for ``status="error"``), ``warnings`` (the first distinct
+warnings raised while measuring, e.g. a back-end falling back to another code path).
+
 Public API: :class:`MeasureSettings`, :func:`measure_cell`, :func:`oom_requested_bytes`.
 """
 from __future__ import annotations
@@ -29,7 +36,8 @@ import re
 import statistics
 import time
 import traceback
-from dataclasses import dataclass
+import warnings
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -39,7 +47,11 @@ from profiler.cpu_memory import CpuMemoryMeter
 from profiler.inputs import CellInputs, autocast_for, make_inputs
 from profiler.memory_model import floor_bytes, predict
 from profiler.records import CellResult, CellSpec
-from profiler.reference import parity, reference
+from profiler.reference import Reference, parity, reference
+
+
+#: torch.OutOfMemoryError (torch >= 2.5) or its older CUDA-only name.
+OutOfMemoryError = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
 
 
 @dataclass(frozen=True)
@@ -66,6 +78,23 @@ def oom_requested_bytes(message: str) -> int | None:
         if match:
             return int(float(match.group(1)) * _UNITS[match.group(2)])
     return None
+
+
+#: The last fp32 reference (on the CPU) and the key of the inputs it belongs to: back-ends
+#: of the same cell run side by side in one worker and share it.
+_last_reference: tuple[str, Reference] | None = None
+
+
+def _reference_for(spec: CellSpec, inputs: CellInputs, options: LossOptions) -> Reference:
+    """The chunked fp32 reference of this cell's inputs (which depend on the spec, not on
+    the back-end), computed once per cell and kept on the CPU between back-ends."""
+    global _last_reference
+    key = CellSpec(**{**asdict(spec), "backend": ""}).key()
+    if _last_reference is None or _last_reference[0] != key:
+        _last_reference = None  # free the old one before computing the new one
+        ref = reference(inputs.hidden, inputs.weight, inputs.target, inputs.bias, options)
+        _last_reference = (key, ref.to("cpu"))
+    return _last_reference[1]
 
 
 def _sync(device: torch.device) -> None:
@@ -96,6 +125,7 @@ def _memory_cuda(fn, inputs, options, spec, result: CellResult, snapshot_dir: st
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats(device)
     base = torch.cuda.memory_allocated(device)
+    result.extra["baseline_reserved_bytes"] = torch.cuda.memory_reserved(device)
     recorder = None
     if snapshot_dir is not None:
         from profiler.snapshot import SnapshotRecorder
@@ -194,6 +224,18 @@ def measure_cell(spec: CellSpec, settings: MeasureSettings = MeasureSettings()) 
     if reason:
         result.status, result.message = "skipped", reason
         return result
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")
+        _measure(spec, settings, backend, result)
+    messages = list(dict.fromkeys(_first_line(str(w.message), 300) for w in caught
+                                  if not issubclass(w.category, (DeprecationWarning, FutureWarning))))
+    if messages:  # e.g. a back-end falling back to another path for this cell
+        result.extra["warnings"] = messages[:5]
+    return result
+
+
+def _measure(spec: CellSpec, settings: MeasureSettings, backend, result: CellResult) -> None:
+    """Steps 1-5 of the protocol, filling ``result``; failures become its status."""
     try:
         result.backend_version = backend.version()
         fn = backend.make()
@@ -208,27 +250,22 @@ def measure_cell(spec: CellSpec, settings: MeasureSettings = MeasureSettings()) 
         grads = [inputs.hidden.grad, inputs.weight.grad, inputs.bias.grad if inputs.bias is not None else None]
         inputs.clear_grads()
         try:
-            ref = reference(inputs.hidden, inputs.weight, inputs.target, inputs.bias, options)
-            result.parity = parity(loss, *grads, ref)
-            del ref
-        except torch.OutOfMemoryError as exc:  # the back-end's own step did fit
+            result.parity = parity(loss, *grads, _reference_for(spec, inputs, options))
+        except OutOfMemoryError as exc:  # the back-end's own step did fit
             result.extra["parity_note"] = f"fp32 reference out of memory: {_first_line(str(exc))}"
         del grads, loss
         times = _times(fn, inputs, options, spec, settings.repeats)
         result.times_ms = times
         result.time_ms = statistics.median(times)
         result.time_ms_min, result.time_ms_max = min(times), max(times)
-    except torch.OutOfMemoryError as exc:
-        result.status, result.message = "oom", _first_line(str(exc))
-        result.oom_requested_bytes = oom_requested_bytes(str(exc))
     except Exception as exc:  # a back-end's failure is a result, not a crash of the grid
-        if oom_requested_bytes(str(exc)) is not None and "allocate" in str(exc):  # CPU allocator
+        requested = oom_requested_bytes(str(exc))
+        if isinstance(exc, OutOfMemoryError) or requested is not None:  # the CPU allocator raises RuntimeError
             result.status, result.message = "oom", _first_line(str(exc))
-            result.oom_requested_bytes = oom_requested_bytes(str(exc))
-            return result
-        result.status, result.message = "error", f"{type(exc).__name__}: {_first_line(str(exc))}"
-        result.extra["traceback"] = traceback.format_exc(limit=8)
-    return result
+            result.oom_requested_bytes = requested
+        else:
+            result.status, result.message = "error", f"{type(exc).__name__}: {_first_line(str(exc))}"
+            result.extra["traceback"] = traceback.format_exc(limit=8)
 
 
 def _first_line(text: str, limit: int = 500) -> str:

@@ -27,8 +27,10 @@ backward
   8. ``mm`` backward: grad_h (N·H·s_h) and grad_W in s_c (V·H·s_c); amp: cast to the
      fp32 ``.grad`` (V·H·4) while the s_c copy is alive.
 
-So, without bias, under CUDA amp-bf16 the peak is at step 5: 2VH + 10NV bytes; in bf16
-it is at step 7: 6NV; on the CPU under amp-bf16, at step 7: 2VH + 12NV.
+So, without bias and for N·V ≫ V·H, under CUDA amp-bf16 the peak is at step 5:
+2VH + 10NV bytes; in bf16 at step 7: 6NV; on the CPU under amp-bf16 at step 7:
+2VH + 12NV. For few tokens and a wide head the gradient GEMMs of step 8 set it instead
+(amp: 2NH + 2VH + 4VH).
 
 ``fusedce`` is modelled by the lead's ``fusedce.memory_model.predict_peak_bytes`` (used
 when importable). ``cce`` follows its documented design (no logits; recomputed in

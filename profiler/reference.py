@@ -16,7 +16,7 @@ from profiler.backends import LossOptions, torch_loss
 from profiler.records import Parity
 
 #: Target bytes of one chunk's fp32 logits (chunk rows × V × 4).
-CHUNK_LOGIT_BYTES = 256 * 2**20
+CHUNK_LOGIT_BYTES = 512 * 2**20
 
 
 @dataclass
@@ -27,6 +27,10 @@ class Reference:
     grad_hidden: torch.Tensor
     grad_weight: torch.Tensor
     grad_bias: torch.Tensor | None
+
+    def to(self, device) -> "Reference":
+        return Reference(*(t.to(device) if t is not None else None
+                           for t in (self.loss, self.grad_hidden, self.grad_weight, self.grad_bias)))
 
 
 def reference(hidden, weight, target, bias, options: LossOptions, *, chunk: int | None = None) -> Reference:
@@ -59,6 +63,7 @@ def rel_err(got: torch.Tensor | None, ref: torch.Tensor | None) -> float | None:
     """‖got − ref‖ / ‖ref‖ in fp32 (``None`` if either is missing; NaN if ``got`` has NaN)."""
     if got is None or ref is None:
         return None
+    ref = ref.to(got.device)
     diff = torch.linalg.vector_norm(got.detach().float() - ref).item()
     norm = torch.linalg.vector_norm(ref).item()
     return diff / norm if norm else diff

@@ -7,10 +7,10 @@ Output folder ``DIR``:
   and Ctrl-C leaves only whole lines. ``resume=True`` skips the cells already there
   (matched by :meth:`CellSpec.key`); without it an existing non-empty file is an error.
 - ``environment.json``: :func:`~profiler.environment.collect_environment`, taken in a
-  worker (the parent never touches the GPU); a resumed run adds its own under
-  ``"resumed"``.
+  worker (the parent never touches the GPU); a resumed run in a different environment
+  adds its own under ``"resumed"``.
 - ``snapshots/<cell>.pickle.gz`` and ``snapshots/<cell>.png`` with ``snapshot=True``
-  (CUDA cells only).
+  (CUDA cells only); ``CellResult.snapshot_path`` / ``timeline_png`` are relative to ``DIR``.
 - ``logs/worker-*.log``: each worker's stdout/stderr.
 
 Public API: :func:`run_grid`, :func:`load_results`, :data:`RESULTS_FILE`,
@@ -84,11 +84,24 @@ def _skipped(spec, reason: str) -> CellResult:
     return result
 
 
+def _relative_paths(result: CellResult, out: Path) -> None:
+    """Store snapshot paths relative to the output folder, so the folder can move."""
+    for name in ("snapshot_path", "timeline_png"):
+        value = getattr(result, name)
+        if value:
+            setattr(result, name, os.path.relpath(value, out))
+
+
 def _write_environment(path: Path, environment: dict | None, resumed: bool) -> None:
+    """Write the environment; a resumed run in a different one is added under ``"resumed"``."""
     if environment is None:
         return
     if resumed and path.exists():
         stored = json.loads(path.read_text())
+        same = {k: v for k, v in stored.items() if k not in ("date", "resumed")} == \
+            {k: v for k, v in environment.items() if k != "date"}
+        if same:
+            return
         stored.setdefault("resumed", []).append(environment)
         environment = stored
     path.write_text(json.dumps(environment, indent=2, sort_keys=True) + "\n")
@@ -96,14 +109,19 @@ def _write_environment(path: Path, environment: dict | None, resumed: bool) -> N
 
 def run_grid(grid: GridSpec, out_dir: str | Path, *, resume: bool = False, snapshot: bool = False,
              on_cell: Callable[[CellResult], None] | None = None,
-             cell_timeout_s: float | None = None) -> list[CellResult]:
+             cell_timeout_s: float | None = None, fresh_worker_per_cell: bool = False) -> list[CellResult]:
     """Measure every cell of ``grid`` into ``out_dir``; return all results in grid order.
 
     ``on_cell`` is called with each newly measured result (not with resumed ones), e.g.
     to print a table row. ``cell_timeout_s``: a cell still running after that long is
-    recorded as ``error`` and its worker killed. Raises ``ValueError`` for a bad grid,
-    ``FileExistsError`` if ``out_dir`` holds results and ``resume`` is false;
-    ``KeyboardInterrupt`` propagates after the worker is stopped (results stay valid).
+    recorded as ``error`` and its worker killed. A worker serves cells until one fails
+    (``oom``/``error``), then a fresh one takes over; ``fresh_worker_per_cell`` starts a
+    new process for every cell (nothing shared, not even Triton's or inductor's
+    in-memory caches; costs an interpreter and CUDA start-up per cell).
+
+    Raises ``ValueError`` for a bad grid, ``FileExistsError`` if ``out_dir`` holds
+    results and ``resume`` is false; ``KeyboardInterrupt`` propagates after the worker
+    is stopped (the results file keeps only whole lines).
     """
     cells = grid.cells()
     out = Path(out_dir)
@@ -133,7 +151,8 @@ def run_grid(grid: GridSpec, out_dir: str | Path, *, resume: bool = False, snaps
                     _write_environment(out / ENVIRONMENT_FILE, worker.environment(), resumed=bool(done))
                     environment_written = True
                 result = worker.run(spec, settings, cell_timeout_s)
-                if result.status in ("oom", "error"):
+                _relative_paths(result, out)
+                if result.status in ("oom", "error") or fresh_worker_per_cell:
                     worker.close()
                     worker = None
             _append(results_path, result)

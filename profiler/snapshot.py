@@ -78,7 +78,8 @@ class SnapshotRecorder:
     def start(self) -> None:
         import torch
 
-        torch.cuda.memory._record_memory_history(max_entries=_MAX_ENTRIES)
+        # Python stacks only: symbolising C++ frames at snapshot time takes minutes.
+        torch.cuda.memory._record_memory_history(max_entries=_MAX_ENTRIES, stacks="python")
 
     def mark_backward(self) -> None:
         fusedce_profile_phase_marker(self.device)

@@ -81,24 +81,25 @@ class Worker:
         self._process.start()
         child.close()
 
-    def _receive(self, timeout_s: float | None) -> str | None:
-        """The child's reply, or ``None`` if it died or ran past ``timeout_s``."""
+    def _receive(self, timeout_s: float | None) -> tuple[str | None, bool]:
+        """(the child's reply, or ``None`` if it died or timed out; whether it timed out)."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
             if self._conn.poll(0.2):
                 try:
-                    return self._conn.recv()
-                except EOFError:
-                    return None
+                    return self._conn.recv(), False
+                except EOFError:  # the child closed its end: it is exiting
+                    self._process.join(timeout=5)
+                    return None, False
             if not self._process.is_alive():
-                return self._conn.recv() if self._conn.poll(0) else None
+                return (self._conn.recv() if self._conn.poll(0) else None), False
             if deadline is not None and time.monotonic() > deadline:
-                return None
+                return None, True
 
     def environment(self, timeout_s: float = 300) -> dict | None:
         """The child's :func:`~profiler.environment.collect_environment` (``None`` if it died)."""
         self._conn.send(("environment",))
-        reply = self._receive(timeout_s)
+        reply, _ = self._receive(timeout_s)
         return json.loads(reply) if reply is not None else None
 
     def run(self, spec: CellSpec, settings, timeout_s: float | None = None) -> CellResult:
@@ -108,12 +109,11 @@ class Worker:
         tail of its log; the caller must then :meth:`close` this worker.
         """
         self._conn.send(("cell", spec.key(), asdict(settings)))
-        reply = self._receive(timeout_s)
+        reply, timed_out = self._receive(timeout_s)
         if reply is not None:
             return CellResult.from_json(reply)
-        alive = self._process.is_alive()
         self.close()
-        reason = f"timed out after {timeout_s:g} s" if alive else _describe_exit(self._process.exitcode)
+        reason = f"timed out after {timeout_s:g} s" if timed_out else _describe_exit(self._process.exitcode)
         tail = _tail(self.log_path)
         message = f"{reason}; log {self.log_path}" + (f":\n{tail}" if tail else "")
         return CellResult(spec=spec, status="error", message=message,

@@ -145,12 +145,11 @@ def build_report(run_dir: Path) -> Report:
                 drawn.append((caption, path))
                 by_name[stem] = path
     timelines = _timelines(run_dir, frame, plots_dir) if not frame.empty else []
-    drawn += timelines
 
     csv = write_csv(frame, run_dir / "results.csv")
     summary = run_dir / "summary.md"
-    summary.write_text(render_markdown(frame, findings, tables, drawn, environment, plot_base=run_dir),
-                       encoding="utf-8")
+    summary.write_text(render_markdown(frame, findings, tables, drawn, environment, plot_base=run_dir,
+                                       timelines=timelines), encoding="utf-8")
     page = run_dir / "report.html"
-    page.write_text(render_html(frame, findings, tables, drawn, environment), encoding="utf-8")
+    page.write_text(render_html(frame, findings, tables, drawn, environment, timelines), encoding="utf-8")
     return Report(run_dir, frame, findings, tables, csv, summary, page, by_name, [p for _, p in timelines])

@@ -42,8 +42,9 @@ class Finding:
     text: str
 
 
-def _hero(group: pd.DataFrame) -> str | None:
-    """The fused back-end to describe: fusedce if it ran, else the one saving the most."""
+def headline_backend(group: pd.DataFrame) -> str | None:
+    """The back-end the findings (and the heatmap) describe: fusedce if it saved anything
+    measurable against torch, else the one saving the most at the largest size."""
     ok = group[(group["status"] == "ok") & (group["backend"] != BASELINE_BACKEND)]
     ok = ok[ok["saving_bytes"].notna()]
     if ok.empty:
@@ -180,7 +181,7 @@ def _prediction_findings(frame: pd.DataFrame) -> list[Finding]:
     )
     if not outside.empty:
         names = ", ".join(ordered(outside["backend"]))
-        text += f" Outside the band: {names} — their measured peak is not what their design explains."
+        text += f" Outside the band: {names} (a measured peak that the back-end's design does not explain)."
     return [Finding("prediction", "", text)]
 
 
@@ -212,7 +213,7 @@ def compute_findings(frame: pd.DataFrame) -> list[Finding]:
     keys = ["device", "mode", "hidden", "vocab", "options"]
     for (device, mode, hidden, vocab, options), group in frame.groupby(keys, sort=False):
         scope = group_title(device, mode, int(hidden), int(vocab), options)
-        hero = _hero(group)
+        hero = headline_backend(group)
         if hero is not None:
             findings.extend(_memory_findings(scope, group, hero))
         findings.extend(_oom_findings(scope, group))

@@ -69,8 +69,9 @@ def render_html(
     tables: Sequence[CellTable],
     plots: Sequence[tuple[str, Path]],
     environment: dict[str, Any],
+    timelines: Sequence[tuple[str, Path]] = (),
 ) -> str:
-    """The whole ``report.html`` as a string."""
+    """The whole ``report.html`` as a string (timelines in a collapsed section)."""
     out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
            "<title>fusedce-profile report</title>", f"<style>{_STYLE}</style></head><body>",
            "<h1>fusedce-profile report</h1>"]
@@ -86,6 +87,11 @@ def render_html(
     if plots:
         out.append("<h2>Plots</h2>")
         out += [f'<figure><img alt="{_esc(caption)}" src="{embedded_png(path)}"></figure>' for caption, path in plots]
+    if timelines:
+        out.append(f"<h2>Memory timelines</h2><details><summary>{len(timelines)} timelines</summary>")
+        out += [f'<figure><figcaption>{_esc(caption)}</figcaption><img alt="{_esc(caption)}" '
+                f'src="{embedded_png(path)}"></figure>' for caption, path in timelines]
+        out.append("</details>")
     out.append("<h2>How it was measured</h2><ul>")
     out += [f"<li><b>{_esc(term)}</b>: {_inline(text)}</li>" for term, text in (*memory_terms(frame), *COLUMNS)]
     out.append(f"<li>{_esc(tolerance_sentence())}</li></ul>")

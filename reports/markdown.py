@@ -18,6 +18,10 @@ from reports.tables import CellTable
 from reports.tolerances import TOLERANCES
 
 
+OPEN_TIMELINES = 4
+"""Up to this many memory timelines are shown open; more are folded into <details>."""
+
+
 def markdown_table(rows: pd.DataFrame) -> str:
     """A GitHub-flavoured Markdown table of string cells (``|`` escaped)."""
     def cell(value: Any) -> str:
@@ -52,9 +56,11 @@ def render_markdown(
     environment: dict[str, Any],
     *,
     plot_base: Path,
+    timelines: Sequence[tuple[str, Path]] = (),
 ) -> str:
-    """The whole ``summary.md``. ``plots`` are (caption, path) pairs; links are relative to
-    ``plot_base`` (the folder ``summary.md`` is written to)."""
+    """The whole ``summary.md``. ``plots`` and ``timelines`` are (caption, path) pairs;
+    links are relative to ``plot_base`` (the folder ``summary.md`` is written to). More
+    than :data:`OPEN_TIMELINES` timelines go into a collapsed block."""
     out = ["# fusedce-profile report", ""]
     if frame.empty:
         out += ["No cells were measured (the results file is empty).", ""]
@@ -72,6 +78,15 @@ def render_markdown(
         out += ["## Plots", ""]
         for caption, path in plots:
             out += [f"![{caption}]({Path(path).relative_to(plot_base).as_posix()})", ""]
+    if timelines:
+        out += ["## Memory timelines", ""]
+        folded = len(timelines) > OPEN_TIMELINES
+        if folded:
+            out += [f"<details><summary>{len(timelines)} memory timelines</summary>", ""]
+        for caption, path in timelines:
+            out += [f"**{caption}**", "", f"![{caption}]({Path(path).relative_to(plot_base).as_posix()})", ""]
+        if folded:
+            out += ["</details>", ""]
     out += ["## How it was measured", ""]
     out += [f"- **{term}**: {text}" for term, text in memory_terms(frame)]
     out += [f"- **{term}**: {text}" for term, text in COLUMNS]

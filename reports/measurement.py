@@ -32,7 +32,7 @@ COLUMNS = (
     ("peak extra", "Peak over the baseline during one forward + backward of the loss."),
     ("× floor",
      "Peak extra divided by the floor: the bytes of the gradients that must exist at the end "
-     "(grad hidden N·H in the hidden dtype + grad weight V·H in the weight dtype)."),
+     "(grad hidden N·H in the hidden dtype + grad weight V·H, and grad bias V, in the weight dtype)."),
     ("predicted", "The analytic memory model's prediction of the peak for that back-end's design."),
     ("saving vs torch", "The `torch` back-end's peak minus this back-end's, and its share of torch's peak."),
     ("time", "Median of several forward + backward calls after the warm-up (CUDA events on a GPU)."),

@@ -1,28 +1,32 @@
-"""PNG plots of a results frame (matplotlib, Agg), sized for GitHub's ~900 px column.
+"""PNG plots of a results frame, sized for GitHub's ~900 px column.
 
 Each function draws one figure from the frame, writes it to ``path`` and returns the path,
 or returns ``None`` when the frame holds nothing to draw (e.g. no timed cells). Back-ends
 keep their colour and marker across every plot (:mod:`reports.palette`). Axes of bytes and
-tokens are base-2 logarithmic, so every doubling of B·T is one step.
+tokens are base-2 logarithmic, so every doubling of B·T is one step (the saving plot is
+linear, so that a saving proportional to B·T is a straight line). Figures are drawn on
+matplotlib's Agg canvas directly: no pyplot state, no display, the caller's settings kept.
 """
 from __future__ import annotations
 
+import functools
 import math
 from pathlib import Path
 
 import matplotlib
+import numpy as np
+import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-matplotlib.use("Agg")  # files only; never needs a display
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-from matplotlib.lines import Line2D  # noqa: E402
-from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
-
-from reports.frame import BASELINE_BACKEND  # noqa: E402
-from reports.palette import backend_style, ordered  # noqa: E402
-from reports.tables import group_title  # noqa: E402
-from reports.units import format_bytes, format_error, format_ms, format_tokens  # noqa: E402
+from reports.findings import headline_backend
+from reports.frame import BASELINE_BACKEND
+from reports.palette import backend_style, ordered
+from reports.tables import group_title
+from reports.units import format_bytes, format_error, format_ms, format_tokens
 
 WIDTH_IN = 9.0
 DPI = 130
@@ -31,10 +35,20 @@ GROUP_KEYS = ["device", "mode", "hidden", "vocab", "options"]
 QUANTITIES = (("err_loss", "loss", "o"), ("err_grad_hidden", "grad hidden", "s"),
               ("err_grad_weight", "grad weight", "^"), ("err_grad_bias", "grad bias", "D"))
 
-plt.rcParams.update({
+STYLE = {
     "font.size": 9.5, "axes.titlesize": 10, "axes.labelsize": 9.5, "legend.fontsize": 8.5,
     "axes.grid": True, "grid.alpha": 0.3, "axes.spines.top": False, "axes.spines.right": False,
-})
+}
+
+
+def _styled(draw):
+    """Draw under :data:`STYLE` without touching the caller's matplotlib settings."""
+    @functools.wraps(draw)
+    def wrapper(*args, **kwargs):
+        with matplotlib.rc_context(STYLE):
+            return draw(*args, **kwargs)
+
+    return wrapper
 
 
 def _groups(frame: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
@@ -42,11 +56,12 @@ def _groups(frame: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
             for (d, m, h, v, o), g in frame.groupby(GROUP_KEYS, sort=False)]
 
 
-def _panels(count: int, title: str) -> tuple[plt.Figure, list[plt.Axes]]:
+def _panels(count: int, title: str) -> tuple[Figure, list[Axes]]:
     columns = min(count, 2)
     rows = math.ceil(count / columns)
-    fig, axes = plt.subplots(rows, columns, figsize=(WIDTH_IN, 1.0 + PANEL_HEIGHT_IN * rows),
-                             squeeze=False, layout="constrained")
+    fig = Figure(figsize=(WIDTH_IN, 1.0 + PANEL_HEIGHT_IN * rows), layout="constrained")
+    FigureCanvasAgg(fig)  # render with Agg, whatever pyplot's backend is
+    axes = fig.subplots(rows, columns, squeeze=False)
     flat = list(axes.flat)
     for extra in flat[count:]:
         extra.set_visible(False)
@@ -54,7 +69,7 @@ def _panels(count: int, title: str) -> tuple[plt.Figure, list[plt.Axes]]:
     return fig, flat[:count]
 
 
-def _tokens_axis(ax: plt.Axes, tokens: pd.Series) -> None:
+def _tokens_axis(ax: Axes, tokens: pd.Series) -> None:
     ax.set_xscale("log", base=2)
     values = sorted(set(int(t) for t in tokens))
     ax.set_xticks(values)
@@ -74,14 +89,14 @@ def _tick_bytes(y: float) -> str:
     return f"{number} {unit}".strip()
 
 
-def _bytes_axis(ax: plt.Axes) -> None:
+def _bytes_axis(ax: Axes) -> None:
     ax.set_yscale("log", base=2)
     ax.yaxis.set_major_locator(LogLocator(base=2))
     ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: _tick_bytes(y)))
     ax.yaxis.set_minor_formatter(NullFormatter())
 
 
-def _legend(fig: plt.Figure, handles: list, ncol: int | None = None) -> None:
+def _legend(fig: Figure, handles: list, ncol: int | None = None) -> None:
     fig.legend(handles=handles, loc="outside lower center", ncol=ncol or min(len(handles), 6), frameon=False)
 
 
@@ -90,9 +105,8 @@ def _backend_handles(backends: list[str]) -> list[Line2D]:
             for b in backends]
 
 
-def _save(fig: plt.Figure, path: Path) -> Path:
+def _save(fig: Figure, path: Path) -> Path:
     fig.savefig(path, dpi=DPI)
-    plt.close(fig)
     return Path(path)
 
 
@@ -100,6 +114,7 @@ def _memory_label(frame: pd.DataFrame) -> str:
     return "peak extra (CPU accounting)" if (frame["memory_source"] == "cpu-profiler").all() else "peak extra (allocated)"
 
 
+@_styled
 def plot_peak_memory(frame: pd.DataFrame, path: Path) -> Path | None:
     """Peak extra bytes vs tokens per back-end, one panel per head; floor and logits lines,
     ``✕ OOM`` markers along the top edge at the sizes where a back-end ran out of memory."""
@@ -151,7 +166,7 @@ def _spread(values: list[float], gap: float) -> list[float]:
     return placed
 
 
-def _linear_tokens_axis(ax: plt.Axes, tokens: pd.Series) -> None:
+def _linear_tokens_axis(ax: Axes, tokens: pd.Series) -> None:
     """A linear tokens axis (a saving linear in B·T is a straight line), labels thinned so
     that small sizes crowded at the left do not overlap."""
     values = sorted(set(int(t) for t in tokens))
@@ -167,6 +182,7 @@ def _linear_tokens_axis(ax: plt.Axes, tokens: pd.Series) -> None:
     ax.set_xlim(0, values[-1] * 1.18)  # from zero: the saving's proportionality shows; room for labels
 
 
+@_styled
 def plot_saving(frame: pd.DataFrame, path: Path) -> Path | None:
     """Bytes saved vs the ``torch`` baseline against tokens (linear axes, so a saving that
     grows linearly with B·T is a straight line), per back-end, one panel per head; each
@@ -193,7 +209,9 @@ def plot_saving(frame: pd.DataFrame, path: Path) -> Path | None:
         _linear_tokens_axis(ax, group["tokens"])
         low, high = ax.get_ylim()
         ax.set_ylim(min(low, 0), high)
-        placed = _spread([y for _, y, _, _ in ends], gap=0.06 * (high - min(low, 0)))
+        gap = 0.06 * (high - min(low, 0))
+        placed = _spread([y for _, y, _, _ in ends], gap=gap)
+        ax.set_ylim(min(low, 0), max([high, *(y + gap / 2 for y in placed)]))
         for (x, y, text, colour), y_text in zip(ends, placed):
             ax.annotate(text, (x, y), xytext=(x * 1.02, y_text), textcoords="data", fontsize=8,
                         color=colour, va="center")
@@ -203,26 +221,18 @@ def plot_saving(frame: pd.DataFrame, path: Path) -> Path | None:
     return _save(fig, path)
 
 
-def _hero_backend(frame: pd.DataFrame) -> str | None:
-    from reports.findings import PREFERRED_BACKEND
-
-    candidates = frame[frame["saving_bytes"].notna() & (frame["backend"] != BASELINE_BACKEND)]
-    if candidates.empty:
-        return None
-    if PREFERRED_BACKEND in set(candidates["backend"]):
-        return PREFERRED_BACKEND
-    return str(candidates.groupby("backend")["saving_frac"].mean().idxmax())
-
-
+@_styled
 def plot_saving_heatmap(frame: pd.DataFrame, path: Path) -> Path | None:
     """Share of torch's peak saved by the headline back-end over (head, tokens), one panel per
     mode; drawn only when the run covers at least two vocabulary sizes."""
     if frame["vocab"].nunique() < 2:
         return None
-    hero = _hero_backend(frame)
+    hero = headline_backend(frame)
     if hero is None:
         return None
     own = frame[frame["backend"] == hero]
+    baseline = frame[frame["backend"] == BASELINE_BACKEND]
+    baseline_status = dict(zip(baseline["group"], baseline["status"]))
     panels = list(own.groupby(["device", "mode", "options"], sort=False))
     fig, axes = _panels(len(panels), f"Share of {BASELINE_BACKEND}'s peak saved by {hero}")
     image = None
@@ -244,7 +254,7 @@ def plot_saving_heatmap(frame: pd.DataFrame, path: Path) -> Path | None:
                 elif row["status"] != "ok":
                     labels[i][j] = row["status"]
                 else:
-                    labels[i][j] = f"{BASELINE_BACKEND}\nfailed"
+                    labels[i][j] = f"{BASELINE_BACKEND}\n{baseline_status.get(row['group'], 'not run')}"
         ax.set_facecolor("#eeeeee")  # cells not measured
         image = ax.imshow(grid, cmap="Blues", vmin=0, vmax=1, aspect="auto")
         for i in range(len(heads)):
@@ -261,6 +271,7 @@ def plot_saving_heatmap(frame: pd.DataFrame, path: Path) -> Path | None:
     return _save(fig, path)
 
 
+@_styled
 def plot_time(frame: pd.DataFrame, path: Path) -> Path | None:
     """Median forward+backward time vs tokens per back-end (log-log, min–max as error bars)."""
     timed = frame[(frame["status"] == "ok") & frame["time_ms"].notna()]
@@ -289,6 +300,7 @@ def plot_time(frame: pd.DataFrame, path: Path) -> Path | None:
     return _save(fig, path)
 
 
+@_styled
 def plot_parity(frame: pd.DataFrame, path: Path) -> Path | None:
     """Relative error vs the fp32 reference of every cell, per back-end and quantity, one
     panel per precision mode, with that mode's tolerance as a dashed line."""

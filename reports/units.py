@@ -28,9 +28,11 @@ def format_bytes(n: float | None) -> str:
 
 
 def format_ms(ms: float | None) -> str:
-    """Milliseconds with three significant figures; ``–`` when missing."""
+    """Milliseconds with three significant figures (seconds from 1000 ms); ``–`` when missing."""
     if is_missing(ms):
         return "–"
+    if ms >= 1000:
+        return f"{ms / 1000:.2f} s"
     if ms >= 100:
         return f"{ms:.0f} ms"
     if ms >= 10:

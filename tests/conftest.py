@@ -19,3 +19,7 @@ if not _HAS_CUDA:
 import matplotlib
 
 matplotlib.use("Agg")
+
+# The suite runs many tiny ops; on a small shared CI machine one intra-op thread avoids
+# thread hand-off costs that dominate at these sizes.
+torch.set_num_threads(1)

@@ -14,6 +14,11 @@ Per-token loss, in exact arithmetic (``lse`` = log-sum-exp of the logits)::
 
 ``mean`` divides the sum by the number of non-ignored tokens (nan when there are none, as
 ``F.cross_entropy`` does), ``sum`` sums, ``none`` keeps ``target``'s shape.
+
+Besides the reference (one-shot, and row-chunked for GPU-sized inputs) this module holds
+what every fusedce test file shares: seeded input generation with realistic logit scales,
+running the fused loss with a non-trivial upstream gradient, the comparison helpers, and
+the option combinations the value tests sweep. It does not import ``fusedce``.
 """
 from __future__ import annotations
 

@@ -16,6 +16,11 @@ def _run(args, **kwargs):
     return CliRunner().invoke(app, args, **kwargs)
 
 
+def _plain(text: str) -> str:
+    """Output without the error box's borders and line breaks (typer wraps long messages)."""
+    return " ".join(text.replace("│", " ").split())
+
+
 def _rows(out):
     return [CellResult.from_json(line) for line in (out / "results.jsonl").read_text().splitlines()]
 
@@ -79,7 +84,7 @@ def test_config_file_in_our_format_sets_h_and_v(tmp_path):
 def test_bad_grid_input_exits_2_with_a_clear_message(args, message, tmp_path):
     result = _run([*TINY, *args, "--out", str(tmp_path / "never")])
     assert result.exit_code == 2, result.output
-    assert message in " ".join(result.output.split())
+    assert message in _plain(result.output)
     assert not (tmp_path / "never" / "results.jsonl").exists()
 
 
@@ -100,3 +105,19 @@ def test_invalid_config_file_is_bad_input(tmp_path):
     result = _run([*TINY, "--config", str(bad), "--out", str(tmp_path / "x")])
     assert result.exit_code == 2
     assert "unknown field(s) hiden" in " ".join(result.stderr.split())
+
+
+def overscaled_loss(hidden, weight, target, bias=None):
+    """A deliberately wrong user loss: 1.5× cross-entropy, so loss and gradients are 50% off."""
+    import torch.nn.functional as F
+
+    return 1.5 * F.cross_entropy(F.linear(hidden, weight, bias).float(), target)
+
+
+def test_grid_exits_1_when_a_back_end_fails_parity(tmp_path):
+    out = tmp_path / "run"
+    result = _run([*TINY, "--tokens", "16", "--backend", "torch", "--backend", f"{__name__}:overscaled_loss",
+                   "--out", str(out)])
+    assert result.exit_code == 1, result.output
+    assert f"PARITY FAILURE: {__name__}:overscaled_loss" in _plain(result.stdout)
+    assert "A parity check failed its tolerance: exit code 1." in _plain(result.stdout)

@@ -32,7 +32,7 @@ def test_report_rebuilds_from_the_fixture_without_a_gpu(tmp_path):
 
 def test_report_exits_1_when_a_cell_fails_its_parity_tolerance(tmp_path):
     run = _copy_fixture(tmp_path)
-    lines = (run / "results.jsonl").read_text().splitlines()
+    lines = (run / "results.jsonl").read_text().splitlines()[:2]  # torch and torch-compile, 8k tokens
     broken = CellResult.from_json(lines[0])
     broken.parity.grad_weight = 0.5  # far beyond amp-bf16's 3e-2
     lines[0] = broken.to_json()

@@ -16,7 +16,9 @@ from reference import (
     OPTION_CASES,
     REDUCTIONS,
     SINGLE_CLASS_CASE,
+    LossAndGrads,
     LossOptions,
+    OptionCase,
     assert_matches_reference,
     check_against_reference,
     make_inputs,
@@ -115,7 +117,7 @@ def test_single_class_vocabulary_has_zero_cross_entropy_but_z_loss_and_its_grads
 
 @pytest.mark.parametrize("reduction", REDUCTIONS)
 @pytest.mark.parametrize("impl", IMPLS)
-@pytest.mark.parametrize("batch_shape", [(3, 5), (2, 3, 2)], ids=["3d", "4d"])
+@pytest.mark.parametrize("batch_shape", [(3, 5), (2, 3, 2), ()], ids=["3d", "4d", "unbatched"])
 def test_leading_batch_dimensions_are_flattened_and_restored(impl, reduction, batch_shape):
     n = 1
     for d in batch_shape:
@@ -157,6 +159,102 @@ def test_non_contiguous_inputs_match_reference(impl, reduction, layout):
     )
     want = reference_linear_cross_entropy(leaves[0], leaves[1], target, leaves[2], options, upstream)
     assert_matches_reference(got, want, rtol=FP32_RTOL)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("upstream_kind", ["sum-of-none", "sliced", "transposed"])
+def test_none_reduction_accepts_expanded_and_strided_upstream_gradients(impl, upstream_kind):
+    """``loss.sum().backward()`` sends a stride-0 gradient; slicing and transposing send strided ones."""
+    hidden, weight, target, bias = make_inputs(
+        4 * 5, 8, 13, seed=seed_for("upstream", impl, upstream_kind), with_bias=True, ignore_fraction=0.3,
+        batch_shape=(4, 5), device=device_for(impl),
+    )
+    options = with_reduction(MIXED.options, "none")
+    per_token = fusedce.linear_cross_entropy(hidden, weight, target, bias, impl=impl, **options.as_kwargs())
+    gen = torch.Generator().manual_seed(seed_for("upstream-values", upstream_kind))
+    if upstream_kind == "sum-of-none":
+        per_token.sum().backward()
+        upstream = torch.ones(target.shape)
+    elif upstream_kind == "sliced":
+        scale = torch.randn(4, 10, generator=gen)
+        (per_token * scale.to(per_token.device)[:, ::2]).sum().backward()
+        upstream = scale[:, ::2]
+    else:
+        scale = torch.randn(5, 4, generator=gen)
+        (per_token.T * scale.to(per_token.device)).sum().backward()
+        upstream = scale.T
+    got = LossAndGrads(per_token.detach(), hidden.grad, weight.grad, bias.grad)
+    upstream = upstream.to(target.device)
+    want = reference_linear_cross_entropy(hidden, weight, target, bias, options, upstream)
+    assert_matches_reference(got, want, rtol=FP32_RTOL)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize(
+    "trainable,with_bias",
+    [("hidden", False), ("hidden", True), ("weight", False), ("weight", True), ("bias", True)],
+    ids=["hidden-no-bias", "hidden-bias", "weight-no-bias", "weight-bias", "bias"],
+)
+def test_gradient_for_a_single_trainable_input(impl, trainable, with_bias):
+    """A frozen LM head (LoRA, frozen tied embeddings) or a detached hidden: one input asks for a grad."""
+    hidden, weight, target, bias = make_inputs(
+        21, 12, 29, seed=seed_for("single-grad", impl, trainable, with_bias), with_bias=with_bias,
+        ignore_fraction=0.3, device=device_for(impl),
+    )
+    for name, t in (("hidden", hidden), ("weight", weight), ("bias", bias)):
+        if t is not None and name != trainable:
+            t.requires_grad_(False)
+    got = run_fused(fusedce.linear_cross_entropy, hidden, weight, target, bias, impl=impl, **MIXED.options.as_kwargs())
+    want = reference_linear_cross_entropy(hidden, weight, target, bias, MIXED.options)
+    assert_matches_reference(got, want, rtol=FP32_RTOL)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_mixed_input_dtypes_without_autocast_return_grads_in_each_inputs_dtype(impl):
+    """bf16 hidden with an fp32 weight and bias, no autocast: compute in fp32, grads keep their dtypes."""
+    hidden, weight, target, bias = make_inputs(
+        21, 16, 37, seed=seed_for("mixed-dtypes", impl), with_bias=True, device=device_for(impl)
+    )
+    hidden = hidden.detach().to(torch.bfloat16).requires_grad_(True)
+    got = run_fused(fusedce.linear_cross_entropy, hidden, weight, target, bias, impl=impl)
+    assert got.grad_hidden.dtype == torch.bfloat16
+    assert got.grad_weight.dtype == got.grad_bias.dtype == torch.float32
+    want = reference_linear_cross_entropy(hidden, weight, target, bias)
+    assert_matches_reference(got, want, rtol=1e-2, norm_only=True)
+
+
+def test_float64_inputs_on_the_torch_path_match_the_reference_to_float64_precision():
+    hidden, weight, target, bias = make_inputs(
+        17, 12, 23, seed=seed_for("fp64"), with_bias=True, ignore_fraction=0.3, dtype=torch.float64
+    )
+    got = run_fused(
+        fusedce.linear_cross_entropy, hidden, weight, target, bias, impl="torch", **MIXED.options.as_kwargs()
+    )
+    assert got.loss.dtype == got.grad_weight.dtype == torch.float64
+    want = reference_linear_cross_entropy(hidden, weight, target, bias, MIXED.options)
+    assert_matches_reference(got, want, rtol=1e-10)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_ignore_index_beyond_the_vocabulary_is_ignored_not_an_error(impl):
+    v = 19
+    case = OptionCase(LossOptions(ignore_index=v + 3), ignore_fraction=0.4)
+    fn = functools.partial(fusedce.linear_cross_entropy, impl=impl)
+    got = check_against_reference(
+        fn, 15, 8, v, case, "mean", rtol=FP32_RTOL, seed=seed_for("ignore-beyond", impl), device=device_for(impl)
+    )
+    assert torch.isfinite(got.loss)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_int32_targets_give_the_same_result_as_int64(impl):
+    hidden, weight, target, bias = make_inputs(
+        15, 8, 21, seed=seed_for("int32", impl), with_bias=True, ignore_fraction=0.3, device=device_for(impl)
+    )
+    wide = run_fused(fusedce.linear_cross_entropy, hidden, weight, target, bias, impl=impl)
+    narrow = run_fused(fusedce.linear_cross_entropy, hidden, weight, target.to(torch.int32), bias, impl=impl)
+    for field in ("loss", "grad_hidden", "grad_weight", "grad_bias"):
+        assert torch.equal(getattr(wide, field), getattr(narrow, field)), field
 
 
 @pytest.mark.parametrize("impl", IMPLS)
@@ -222,3 +320,21 @@ def test_two_runs_are_bitwise_identical(impl, reduction):
     for field in ("loss", "grad_hidden", "grad_weight", "grad_bias"):
         a, b = getattr(runs[0], field), getattr(runs[1], field)
         assert torch.equal(a, b), f"{field} differs between two identical runs"
+
+
+def test_torch_compile_of_a_function_calling_fusedce_matches_eager():
+    """Dynamo + AOTAutograd (aot_eager: no C++ compiler needed) trace the loss through its fake
+    implementations; the compiled forward and backward equal eager ones."""
+    torch._dynamo.reset()
+    options = MIXED.options.as_kwargs()
+    hidden, weight, target, bias = make_inputs(
+        33, 16, 41, seed=seed_for("compile"), with_bias=True, ignore_fraction=0.3
+    )
+
+    def loss_fn(hidden, weight, target, bias):
+        return fusedce.linear_cross_entropy(hidden, weight, target, bias, impl="torch", **options)
+
+    eager = run_fused(loss_fn, hidden, weight, target, bias)
+    compiled = run_fused(torch.compile(loss_fn, backend="aot_eager"), hidden, weight, target, bias)
+    for field in ("loss", "grad_hidden", "grad_weight", "grad_bias"):
+        torch.testing.assert_close(getattr(compiled, field), getattr(eager, field), rtol=1e-6, atol=0)

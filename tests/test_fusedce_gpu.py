@@ -336,3 +336,19 @@ def test_peak_memory_stays_far_below_the_logits(record_property, weight_dtype):
         f"peak extra {peak_extra / 2**20:.0f} MiB = floor {floor / 2**20:.0f} MiB + "
         f"{(peak_extra - floor) / 2**20:.0f} MiB of temporaries (N·V·2/8 = {logits_bf16 / 8 / 2**20:.0f} MiB)"
     )
+
+
+@pytest.mark.parametrize("moved", ["weight", "target"])
+def test_inputs_split_between_cuda_and_cpu_name_the_device(moved):
+    hidden, weight, target, _ = make_inputs(8, 16, 32, seed=seed_for("gpu-devices"), device=DEVICE)
+    inputs = {"hidden": hidden, "weight": weight, "target": target}
+    inputs[moved] = inputs[moved].detach().cpu()
+    with pytest.raises((ValueError, TypeError), match=rf"{moved}|device"):
+        fusedce.linear_cross_entropy(inputs["hidden"], inputs["weight"], inputs["target"])
+
+
+def test_triton_impl_on_cpu_tensors_without_the_interpreter_names_impl(monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    hidden, weight, target, _ = make_inputs(8, 16, 32, seed=seed_for("gpu-cpu-triton"))
+    with pytest.raises((ValueError, TypeError), match="impl"):
+        fusedce.linear_cross_entropy(hidden, weight, target, impl="triton")

@@ -62,9 +62,10 @@ def test_ragged_shapes_match_reference(n, h, v):
     check(n, h, v, "mixed", "mean", seed=seed_for("triton-shape", n, h, v))
 
 
-@pytest.mark.parametrize("reduction", REDUCTIONS)
 @pytest.mark.parametrize(
-    "chunk_size,vocab_chunk_size", [(7, None), (None, 32), (16, 48)], ids=["rows-7", "cols-32", "rows-16_cols-48"]
+    "chunk_size,vocab_chunk_size,reduction",
+    [(7, None, "mean"), (None, 32, "none"), (16, 48, "sum")],
+    ids=["rows-7-mean", "cols-32-none", "rows-16_cols-48-sum"],
 )
 def test_many_chunks_match_reference(chunk_size, vocab_chunk_size, reduction):
     """Several row and vocabulary chunks (none dividing N = 37 or V = 131) with every option."""
@@ -72,6 +73,12 @@ def test_many_chunks_match_reference(chunk_size, vocab_chunk_size, reduction):
         37, 24, 131, "mixed", reduction, seed=seed_for("triton-chunks", chunk_size, vocab_chunk_size, reduction),
         chunk_size=chunk_size, vocab_chunk_size=vocab_chunk_size,
     )
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+def test_rows_longer_than_one_kernel_block_match_reference(reduction):
+    """V = 4099 in one vocabulary chunk: each row spans several kernel blocks, the last one partial."""
+    check(5, 8, 4099, "mixed", reduction, seed=seed_for("triton-long-rows", reduction))
 
 
 @pytest.mark.parametrize("reduction", REDUCTIONS)
@@ -115,6 +122,22 @@ def test_low_precision_inputs_return_grads_in_each_inputs_dtype(hidden_dtype, we
         if getattr(want, field) is not None:
             err = relative_error(getattr(got, field), getattr(want, field))
             assert err <= LOW_PRECISION_RTOL, f"{field}: relative error {err:.3g}"
+
+
+def test_bf16_autocast_rows_longer_than_one_kernel_block():
+    """The logit gradients are written as bf16 over the fp32 logits they replace: with several
+    blocks per row, each block must write only over logits already read."""
+    case = OPTION_CASES["mixed"]
+    hidden, weight, target, bias = make_inputs(
+        5, 8, 4099, seed=seed_for("triton-long-rows-bf16"), with_bias=True,
+        ignore_fraction=case.ignore_fraction, device=DEVICE,
+    )
+    with torch.autocast(DEVICE, dtype=torch.bfloat16):
+        got = run_fused(triton_path, hidden, weight, target, bias, **case.options.as_kwargs())
+    want = reference_linear_cross_entropy(hidden, weight, target, bias, case.options)
+    for field in ("loss", "grad_hidden", "grad_weight", "grad_bias"):
+        err = relative_error(getattr(got, field), getattr(want, field))
+        assert err <= LOW_PRECISION_RTOL, f"{field}: relative error {err:.3g}"
 
 
 def test_triton_and_torch_paths_agree():

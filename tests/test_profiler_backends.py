@@ -37,6 +37,7 @@ def test_missing_optional_backend_is_listed_as_not_installed(monkeypatch, name, 
     assert not info.available
     assert info.version is None
     assert info.reason.startswith("not installed")
+    assert "not installed" in get_backend(name).unsupported(CellSpec(name, 8, 16, 4, device="cuda"))
 
 
 def test_missing_torch_native_is_reported_not_raised(monkeypatch):
@@ -55,6 +56,8 @@ def test_cuda_only_backends_skip_cpu_cells_with_a_reason():
 @pytest.mark.parametrize("backend, option, fragment", [
     ("torch-native", {"z_loss": 1e-4}, "z_loss"),
     ("torch-native", {"softcap": 30.0}, "softcap"),
+    ("torch-native", {"label_smoothing": 0.1}, "label_smoothing"),  # its chunked path would fall back
+    ("torch-native", {"bias": True, "ignore_frac": 0.3, "reduction": "none"}, None),
     ("torch", {"softcap": 30.0}, None),
     ("fusedce", {"label_smoothing": 0.1, "bias": True}, None),
 ])

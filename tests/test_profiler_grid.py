@@ -14,8 +14,8 @@ def test_grid_expands_to_the_product_in_a_stable_order():
     assert len({c.key() for c in cells}) == len(cells)
     assert [c.backend for c in cells[:2]] == ["torch", "fusedce"]  # back-ends side by side
     assert [c.hidden for c in cells] == sorted((c.hidden for c in cells), key=[8, 4].index)
-    first_shape = [c.tokens for c in cells if c.hidden == 8 and c.mode == "fp32" and not c.bias and c.backend == "torch"]
-    assert first_shape == [64, 16]  # in the order given
+    torch_fp32 = [c.tokens for c in cells if c.hidden == 8 and c.mode == "fp32" and not c.bias and c.backend == "torch"]
+    assert torch_fp32 == [64, 16]  # in the order given
 
 
 def test_batch_and_seq_give_tokens_and_are_kept():

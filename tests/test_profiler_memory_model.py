@@ -71,3 +71,30 @@ def test_cpu_meter_sees_temporaries_freed_inside_an_op():
     assert meter.trace.end_bytes < 1024  # only the scalar survives
     assert meter.trace.phase_peak_bytes["forward"] == meter.trace.peak_bytes
     del y
+
+
+_needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@pytest.mark.gpu
+@_needs_cuda
+@pytest.mark.parametrize("mode", ["amp-bf16", "bf16"])
+def test_eager_torch_prediction_matches_cuda_measurement(mode):
+    spec = CellSpec("torch", 4096, 32777, 768, mode=mode, device="cuda")
+    result = measure_cell(spec, _ONE_STEP)
+    assert result.status == "ok", result.message
+    assert abs(result.peak_step_bytes - result.predicted_bytes) <= max(0.05 * result.peak_step_bytes, 64 * 2**20)
+
+
+@pytest.mark.gpu
+@_needs_cuda
+def test_cuda_snapshot_is_saved_and_drawn(tmp_path):
+    from profiler.snapshot import load_snapshot, parse_timeline
+
+    spec = CellSpec("torch", 1024, 32777, 768, mode="amp-bf16", device="cuda")
+    result = measure_cell(spec, MeasureSettings(warmup=1, repeats=1, snapshot_dir=str(tmp_path)))
+    assert result.status == "ok", result.message
+    timeline = parse_timeline(load_snapshot(result.snapshot_path))
+    assert timeline.backward_ms is not None
+    assert abs(timeline.peak_bytes - result.peak_step_bytes) <= 0.05 * result.peak_step_bytes
+    assert open(result.timeline_png, "rb").read(4) == b"\x89PNG"

@@ -68,6 +68,16 @@ def test_grid_writes_one_line_per_cell_and_the_environment(tmp_path, test_backen
     assert environment["torch"] and environment["backends"]["torch"] == environment["torch"]
 
 
+def test_ctrl_c_stops_the_grid_and_leaves_whole_lines(tmp_path):
+    def interrupt(result):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_grid(_grid("torch"), tmp_path / "out", on_cell=interrupt)
+    assert [r.spec.tokens for r in load_results(tmp_path / "out")] == [8]
+    assert (tmp_path / "out" / RESULTS_FILE).read_text().endswith("\n")
+
+
 def test_existing_results_are_not_overwritten(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
@@ -115,4 +125,4 @@ def test_resume_after_a_killed_run_measures_only_the_missing_cells(tmp_path, tes
     assert [(r.spec.tokens, r.status) for r in results] == [(8, "ok"), (32, "ok")]
     lines = (out / RESULTS_FILE).read_text().splitlines()
     assert len(lines) == 2 and all(json.loads(line) for line in lines)  # the cut line is gone
-    assert "resumed" in json.loads((out / ENVIRONMENT_FILE).read_text())
+    assert json.loads((out / ENVIRONMENT_FILE).read_text())["torch"]  # same environment: kept as is

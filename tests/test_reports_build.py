@@ -136,3 +136,18 @@ def test_empty_results_give_a_report_without_plots(tmp_path):
     assert report.plots == {}
     assert "No cells were measured" in report.summary.read_text()
     assert json.loads(json.dumps(report.findings)) == []
+
+
+def test_timeline_is_redrawn_from_a_snapshot_of_a_moved_run_folder(tmp_path):
+    snapshot = Path(__file__).resolve().parents[1] / "profiler" / "data" / "example_snapshot.pickle.gz"
+    if not snapshot.is_file():
+        pytest.skip("the profiler's example snapshot is not there")
+    (tmp_path / "snapshots").mkdir()
+    shutil.copy(snapshot, tmp_path / "snapshots" / "torch_cell.pickle.gz")
+    row = _fixture_rows()[0]
+    row.snapshot_path = "/elsewhere/original-run/snapshots/torch_cell.pickle.gz"  # where it was recorded
+    (tmp_path / "results.jsonl").write_text(row.to_json() + "\n")
+    report = build_report(tmp_path)
+    (timeline,) = report.timelines
+    assert timeline.name == "timeline_torch_cell.png" and timeline.stat().st_size > 10_000
+    assert f"](plots/{timeline.name})" in report.summary.read_text()

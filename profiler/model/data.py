@@ -3,11 +3,15 @@
 Each token has ``branching`` possible successors with fixed random probabilities, so a
 model that learns the transitions can push the loss from ln V (uniform guessing) down to
 the chain's entropy rate (:meth:`MarkovChain.entropy_rate`), which is the floor any
-correct training run approaches. Batches are a pure function of (seed, step): every
+correct training run approaches. Successors are drawn with Zipf-like frequencies
+(p ∝ 1/rank, as words in text), so the chain concentrates on frequent tokens and even a
+short run with a 32k-token vocabulary learns visibly (a uniform choice over V = 32777
+barely moves the loss in a few hundred steps). Batches are a pure function of (seed, step): every
 back-end trains on exactly the same tokens.
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -32,10 +36,7 @@ class MarkovChain:
 
     def tables(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(successors: (V, k) int64, probabilities: (V, k) fp32, rows sum to 1)."""
-        gen = torch.Generator().manual_seed(self.seed)
-        successors = torch.randint(0, self.vocab, (self.vocab, self.branching), generator=gen)
-        weights = torch.rand(self.vocab, self.branching, generator=gen) + 0.1
-        return successors, weights / weights.sum(-1, keepdim=True)
+        return _chain_tables(self.vocab, self.branching, self.seed)
 
     def entropy_rate(self, iterations: int = 200) -> float:
         """Σ_i π_i H(P_i) in nats, with π the stationary distribution (power iteration)."""
@@ -72,3 +73,12 @@ class MarkovChain:
             targets[padded] = IGNORE_INDEX
             inputs[padded] = 0
         return inputs, targets
+
+
+@functools.lru_cache(maxsize=4)
+def _chain_tables(vocab: int, branching: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    zipf = 1.0 / torch.arange(1, vocab + 1, dtype=torch.float32)
+    successors = torch.multinomial(zipf, vocab * branching, replacement=True, generator=gen).reshape(vocab, branching)
+    weights = torch.rand(vocab, branching, generator=gen) + 0.1
+    return successors, weights / weights.sum(-1, keepdim=True)

@@ -67,6 +67,7 @@ class PhaseMeter:
         self._names: list[str] = []
         self._profiler = None
         self._open: tuple[str, int] | None = None
+        self._reserved = 0  # CUDA: max reserved seen so far (the peak counters reset at each mark)
 
     def __enter__(self) -> "PhaseMeter":
         if self.device.type == "cuda":
@@ -86,7 +87,7 @@ class PhaseMeter:
             if self._open is not None:
                 self._close_cuda(now)
             torch.cuda.reset_peak_memory_stats(self.device)
-            self._reserved = max(getattr(self, "_reserved", 0), torch.cuda.max_memory_reserved(self.device))
+            self._reserved = max(self._reserved, torch.cuda.max_memory_reserved(self.device))
             self._open = (name, now)
         else:
             with torch.profiler.record_function(_MARK_PREFIX + name):
@@ -102,7 +103,7 @@ class PhaseMeter:
         if self.device.type == "cuda":
             if self._open is not None:
                 self._close_cuda(torch.cuda.memory_allocated(self.device))
-            self.record.peak_reserved_bytes = getattr(self, "_reserved", None)
+            self.record.peak_reserved_bytes = self._reserved
             return
         self._profiler.__exit__(*exc)
         if exc[0] is None:

@@ -23,7 +23,7 @@ import torch
 
 from profiler.backends import LossOptions, torch_loss
 from profiler.configs import ModelConfig
-from profiler.model.data import IGNORE_INDEX, MarkovChain
+from profiler.model.data import MarkovChain
 from profiler.model.gpt import GPT
 from profiler.model.losses import BackendUnavailable, resolve_backend
 from profiler.model.step import MODEL_MODES, autocast_context

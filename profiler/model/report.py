@@ -100,38 +100,67 @@ def sizes_table(result: ModelResult) -> pd.DataFrame:
         ("  of which tensors saved for backward (hooks)", m.saved_tensors),
         ("  of which autocast bf16 weight copies", m.weight_copies),
         ("loss region's own extra (peak above its start)", m.loss_extra),
-        ("  of which saved by the loss for backward", m.loss_saved),
     ]
     if m.context is not None:
         rows.append(("CUDA context + non-allocator memory", m.context))
     return pd.DataFrame([{"size": name, "bytes": format_bytes(value)} for name, value in rows])
 
 
+def _counterpart(results: list[ModelResult], result: ModelResult) -> ModelResult | None:
+    """The same job without the evaluation pass (for a ``+eval`` result)."""
+    for other in results:
+        if other.status == "ok" and other.job == dataclasses.replace(result.job, eval_step=False):
+            return other
+    return None
+
+
 def findings(results: list[ModelResult]) -> list[str]:
-    """Plain-language sentences computed from the results."""
+    """Plain-language sentences computed from the results.
+
+    For each fused back-end the saving is explained by one of: the loss was a small part of
+    torch's peak (activations dominate), the back-end's loss region is as large as torch's
+    (the fused path is not active), or the peak moved to another phase.
+    """
     out = []
     for r in results:
         ref = _reference(results, r)
         if r.status != "ok" or ref is None:
             continue
         m, rm = r.memory, ref.memory
+        if r.job.eval_step:
+            plain = _counterpart(results, r)
+            if plain is not None and m.peak_reserved is not None and plain.memory.peak_reserved is not None:
+                kept = m.peak_reserved > 1.05 * plain.memory.peak_reserved
+                out.append(f"{r.job.label}: after an evaluation pass over full logits, the training step's peak "
+                           f"reserved is {format_bytes(m.peak_reserved)} (nvidia-smi {format_bytes(m.smi_peak)}) "
+                           f"against {format_bytes(plain.memory.peak_reserved)} (nvidia-smi "
+                           f"{format_bytes(plain.memory.smi_peak)}) without it, for an allocated peak of "
+                           f"{format_bytes(m.peak)} vs {format_bytes(plain.memory.peak)}: "
+                           + ("the allocator's cache keeps the evaluation's high-water mark, and nvidia-smi shows it."
+                              if kept else "the evaluation pass left no lasting reservation here."))
+            continue
         if r is ref:
             out.append(f"{r.job.config.name} at B={r.job.batch}×T={r.job.seq}: torch peaks at "
                        f"{format_bytes(m.peak)} allocated ({m.peak_phase} phase); its loss region adds "
                        f"{format_bytes(m.loss_extra)} ({format_percent(m.loss_share)} of the peak); activations "
-                       f"{format_bytes(m.activations)}, parameters + gradients + AdamW "
+                       f"{format_bytes(m.activations)}, parameters + gradients + AdamW state "
                        f"{format_bytes(m.parameters + m.gradients + m.optimizer_state)}.")
             continue
         saving = rm.peak - m.peak
-        sentence = (f"{r.job.label}: peak {format_bytes(m.peak)}, saves {format_bytes(saving)} "
-                    f"({format_percent(saving / rm.peak)}) of torch's peak; its loss region is "
-                    f"{format_bytes(m.loss_extra)} vs torch's {format_bytes(rm.loss_extra)}.")
-        if r.job.eval_step and m.peak_reserved is not None and rm.peak_reserved is not None:
-            sentence += (f" With an evaluation pass over full logits first, reserved memory is "
-                         f"{format_bytes(m.peak_reserved)} (nvidia-smi {format_bytes(m.smi_peak)}) although "
-                         f"allocated peaks at {format_bytes(m.peak)}.")
-        elif saving < 0.1 * rm.peak and rm.loss_share > 0.2:
-            sentence += " That is far less than torch's loss region: check that the fused path is really active."
+        sentence = (f"{r.job.label}: peak {format_bytes(m.peak)} ({m.peak_phase} phase), saves "
+                    f"{format_bytes(saving)} ({format_percent(saving / rm.peak)}) of torch's peak; its loss region "
+                    f"is {format_bytes(m.loss_extra)} vs torch's {format_bytes(rm.loss_extra)}.")
+        if m.smi_peak is not None and rm.smi_peak is not None:
+            sentence += (f" On nvidia-smi: {format_bytes(m.smi_peak)} vs torch's {format_bytes(rm.smi_peak)} "
+                         f"(saves {format_bytes(rm.smi_peak - m.smi_peak)}).")
+        if rm.loss_extra > 0 and m.loss_extra >= 0.8 * rm.loss_extra:
+            sentence += " Its loss region is as large as torch's: the fused path is not active here."
+        elif m.peak_phase != "loss" and rm.peak_phase == "loss":
+            sentence += (f" The peak is now in the {m.peak_phase} phase: the loss no longer decides it, and "
+                         "activations (checkpointing, a smaller batch) are the next lever.")
+        elif rm.loss_share < 0.25:
+            sentence += (f" The loss was only {format_percent(rm.loss_share)} of torch's peak, so no loss can save "
+                         "more than that here.")
         out.append(sentence)
     return out
 
@@ -162,28 +191,57 @@ def plot_breakdown(results: list[ModelResult], path: Path) -> Path | None:
         for p in r.memory.composition:
             if p.name not in part_names:
                 part_names.append(p.name)
+    unit, unit_name = (GIB, "GiB") if max(r.memory.peak for r in ok) >= GIB else (1 << 20, "MiB")
     cmap = plt.get_cmap("tab10")
-    fig, ax = plt.subplots(figsize=(10, 0.6 * len(ok) + 2.0))
-    labels = [f"{r.job.label} ({r.job.config.name}, B={r.job.batch})" for r in ok]
+    fig, ax = plt.subplots(figsize=(10, 0.55 * len(ok) + 2.4))
+    labels = [f"{r.job.label} ({r.job.config.name}{' tied' if r.job.config.tie_word_embeddings else ''}, "
+              f"B={r.job.batch} T={r.job.seq})" for r in ok]
     labelled: set[str] = set()
     for i, r in enumerate(ok):
         left = 0.0
         for p in r.memory.composition:
-            width = p.bytes / GIB
+            width = p.bytes / unit
             ax.barh(i, width, left=left, color=cmap(part_names.index(p.name) % 10),
                     label=None if p.name in labelled else p.name)
             labelled.add(p.name)
             left += width
         ax.text(left, i, f" {format_bytes(r.memory.peak)}", va="center", fontsize=9)
-    ax.legend(loc="lower right", fontsize=8)
     ax.set_yticks(range(len(ok)), labels)
     ax.invert_yaxis()
-    ax.set_xlabel("GiB allocated at the step's peak")
+    ax.set_xlim(0, max(r.memory.peak for r in ok) / unit * 1.15)
+    ax.set_xlabel(f"{unit_name} allocated at the step's peak ({ok[0].memory.source})")
     ax.set_title("Where the training step's peak memory goes")
     ax.grid(axis="x", alpha=0.3)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12 - 0.6 / (len(ok) + 3)), ncol=4, fontsize=8,
+              frameon=False)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def plot_reserved(results: list[ModelResult], path: Path) -> Path | None:
+    """Allocated peak, reserved peak and nvidia-smi (reserved + context) per result (CUDA only)."""
+    ok = [r for r in results if r.status == "ok" and r.memory.smi_peak is not None]
+    if not ok:
+        return None
+    fig, ax = plt.subplots(figsize=(10, 0.7 * len(ok) + 2.0))
+    series = (("allocated peak", "peak", "#1f77b4"), ("reserved peak", "peak_reserved", "#ff7f0e"),
+              ("nvidia-smi (reserved + context)", "smi_peak", "#7f7f7f"))
+    height = 0.8 / len(series)
+    for k, (name, attr, colour) in enumerate(series):
+        values = [getattr(r.memory, attr) / GIB for r in ok]
+        ax.barh([i + (k - 1) * height for i in range(len(ok))], values, height=height, color=colour, label=name)
+    ax.set_yticks(range(len(ok)), [r.job.label for r in ok])
+    ax.invert_yaxis()
+    ax.set_xlabel("GiB")
+    ax.set_title("Allocated vs what the device shows (an evaluation pass first: +eval)")
+    ax.grid(axis="x", alpha=0.3)
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=3, frameon=False)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
     return path
 
@@ -200,7 +258,7 @@ def render_model_markdown(results: list[ModelResult], fits: list[FitResult], env
                       markdown_table(sizes_table(r)), ""]
     if fits:
         lines += ["## Largest size that fits", "", markdown_table(fit_table(fits)), ""]
-    lines += [f"![breakdown](plots/{p.name})" for p in plots] + [""]
+    lines += [f"![{p.stem}](plots/{p.name})" for p in plots] + [""]
     lines += ["## How it was measured", "",
               "One training step (forward, loss, backward, AdamW step) after a warm-up step, fp32 master "
               "weights under bf16 autocast, each back-end in its own process. "
@@ -219,7 +277,8 @@ def render_model_markdown(results: list[ModelResult], fits: list[FitResult], env
 
 def write_model_report(out_dir: Path, fits: list[FitResult] | None = None,
                        environment: dict | None = None) -> Path:
-    """Write ``summary.md``, ``fit.json`` and ``plots/breakdown.png`` from ``model_results.jsonl``."""
+    """Write ``summary.md``, ``fit.json`` and the plots (``breakdown.png``; ``reserved.png`` on CUDA)
+    from ``model_results.jsonl``."""
     out_dir = Path(out_dir)
     results = read_model_results(out_dir)
     fits = fits or []
@@ -227,7 +286,8 @@ def write_model_report(out_dir: Path, fits: list[FitResult] | None = None,
         write_environment(out_dir, environment)
     if fits:
         (out_dir / FIT_FILE).write_text(json.dumps([dataclasses.asdict(f) for f in fits], indent=1))
-    plots = [p for p in [plot_breakdown(results, out_dir / "plots" / "breakdown.png")] if p]
+    plots = [p for p in (plot_breakdown(results, out_dir / "plots" / "breakdown.png"),
+                         plot_reserved(results, out_dir / "plots" / "reserved.png")) if p]
     summary = out_dir / "summary.md"
     summary.write_text(render_model_markdown(results, fits, environment or {}, plots), encoding="utf-8")
     return summary
@@ -264,12 +324,13 @@ def plot_parity(report: ParityReport, path: Path) -> Path:
         if not curve.losses:
             continue
         style = backend_style(curve.backend, names)
+        is_ref = curve is ref  # drawn dashed on top, so identical curves stay visible
         top.plot(range(len(curve.losses)), curve.losses, color=style["color"], linewidth=style["linewidth"],
-                 label=curve.backend, alpha=0.85)
-        if curve is not ref:
+                 linestyle="--" if is_ref else "-", zorder=4 if is_ref else 2, label=curve.backend)
+        if not is_ref:
             n = min(len(curve.losses), len(ref.losses))
-            diff = [abs(a - b) / abs(b) for a, b in zip(curve.losses[:n], ref.losses[:n])]
-            bottom.semilogy(range(n), [max(d, 1e-12) for d in diff], color=style["color"], label=curve.backend)
+            diff = [abs(a - b) / abs(b) if a != b else float("nan") for a, b in zip(curve.losses[:n], ref.losses[:n])]
+            bottom.semilogy(range(n), diff, color=style["color"], label=f"{curve.backend} (gaps: equal losses)")
     top.axhline(report.entropy_rate, color="black", linestyle=":", linewidth=1,
                 label=f"data entropy rate {report.entropy_rate:.3f}")
     s = report.settings

@@ -122,9 +122,9 @@ def _cap_cuda_memory(device: torch.device, limit: int) -> None:
 def run_job(job: ModelJob) -> ModelResult:
     """Build the model, warm up and measure one step with ``job.backend``, in this process."""
     device = torch.device(job.device)
-    result = ModelResult(job=job, device_name=_device_name(device) if device.type != "cuda"
-                         or torch.cuda.is_available() else "cuda (unavailable)")
+    result = ModelResult(job=job)
     try:
+        result.device_name = _device_name(device)
         options = loss_options(job.config, job.reduction)
         backend = resolve_backend(job.backend, job.config, options, device.type, job.batch * job.seq)
         result.backend_version = backend.version

@@ -52,7 +52,8 @@ class StepMemory:
       ``saved_tensors_hooks`` (parameters excluded); ``weight_copies``: the part of those that
       are autocast's bf16 copies of fp32 weights.
     - ``loss_extra``: the loss phase's peak above its start (logits, their fp32 copies and
-      gradients, the lm_head weight gradient); ``loss_saved``: bytes the loss saved for backward.
+      gradients, the lm_head weight gradient). The loss region is not hooked: hooks could change
+      how a compiled back-end runs.
     - ``peak``: the step's peak allocated; ``peak_phase``: the phase where it happened;
       ``composition``: named parts summing exactly to ``peak``.
     - ``peak_reserved``: the caching allocator's peak reserved (CUDA); ``device_used``: bytes
@@ -71,7 +72,6 @@ class StepMemory:
     saved_tensors: int
     weight_copies: int
     loss_extra: int
-    loss_saved: int
     peak: int
     peak_phase: str
     composition: list[Part]
@@ -108,9 +108,10 @@ def tensor_bytes(tensors) -> int:
     return sum(seen.values())
 
 
-def optimizer_state_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+def optimizer_state_tensors(optimizer: torch.optim.Optimizer, device: torch.device) -> list[torch.Tensor]:
+    """The optimizer's state tensors on ``device`` (AdamW keeps its step counters on the CPU)."""
     return [v for state in optimizer.state.values() for v in state.values()
-            if isinstance(v, torch.Tensor)]
+            if isinstance(v, torch.Tensor) and v.device == device]
 
 
 class SavedTensorCounter:
@@ -171,21 +172,19 @@ def autocast_context(mode: str, device: torch.device):
 
 def train_step(model: GPT, loss_fn: LossFn, options: LossOptions, optimizer: torch.optim.Optimizer,
                input_ids: torch.Tensor, targets: torch.Tensor, mode: str,
-               meter: PhaseMeter | None = None, counters: tuple | None = None) -> torch.Tensor:
+               meter: PhaseMeter | None = None, counter: SavedTensorCounter | None = None) -> torch.Tensor:
     """One forward/backward/AdamW step; returns the loss (detached). Marks phases on ``meter``."""
     mark = meter.mark if meter is not None else (lambda name: None)
-    trunk_counter, loss_counter = counters or (None, None)
     optimizer.zero_grad(set_to_none=True)
     mark("forward")
     with autocast_context(mode, input_ids.device):
-        with trunk_counter.hooks() if trunk_counter else contextlib.nullcontext():
+        with counter.hooks() if counter else contextlib.nullcontext():
             hidden = model(input_ids)
         if hidden.requires_grad:
             hidden.register_hook(lambda grad: mark("backward"))
         mark("loss")
-        with loss_counter.hooks() if loss_counter else contextlib.nullcontext():
-            loss = loss_fn(hidden.reshape(-1, hidden.shape[-1]), model.lm_head_weight, targets.reshape(-1),
-                           model.lm_head_bias, options)
+        loss = loss_fn(hidden.reshape(-1, hidden.shape[-1]), model.lm_head_weight, targets.reshape(-1),
+                       model.lm_head_bias, options)
     loss.backward()
     mark("optimizer")
     optimizer.step()
@@ -193,16 +192,16 @@ def train_step(model: GPT, loss_fn: LossFn, options: LossOptions, optimizer: tor
 
 
 @torch.no_grad()
-def evaluation_step(model: GPT, input_ids: torch.Tensor, targets: torch.Tensor, mode: str) -> float:
+def evaluation_step(model: GPT, input_ids: torch.Tensor, targets: torch.Tensor, mode: str) -> tuple[float, float]:
     """A validation pass that materialises the full (B, T, V) logits, as Lightning's sanity
-    check or any accuracy metric does; returns the loss."""
+    check or any accuracy metric does; returns (loss, next-token accuracy)."""
     model.eval()
     try:
         with autocast_context(mode, input_ids.device):
             logits = model.logits(model(input_ids))
             loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1))
             accuracy = (logits.argmax(-1) == targets).float().mean()
-        return float(loss) + 0.0 * float(accuracy)
+        return float(loss), float(accuracy)
     finally:
         model.train()
 
@@ -253,13 +252,13 @@ def measure_step(model: GPT, loss_fn: LossFn, options: LossOptions, optimizer: t
     # Free the last step's gradients now: the CPU profiler cannot see frees of tensors
     # allocated before it started (train_step's own zero_grad is then a no-op).
     optimizer.zero_grad(set_to_none=True)
-    baseline = tensor_bytes(params + optimizer_state_tensors(optimizer) + [input_ids, targets])
-    trunk_counter, loss_counter = SavedTensorCounter(params), SavedTensorCounter(params)
+    baseline = tensor_bytes(params + optimizer_state_tensors(optimizer, device) + [input_ids, targets])
+    trunk_counter = SavedTensorCounter(params)
     meter = PhaseMeter(device, baseline_bytes=baseline)
     with meter:
         start = time.perf_counter()
         loss = train_step(model, loss_fn, options, optimizer, input_ids, targets, mode, meter,
-                          (trunk_counter, loss_counter))
+                          trunk_counter)
         meter.mark("end")  # closes the optimizer phase
         if device.type == "cuda":
             torch.cuda.synchronize(device)
@@ -269,7 +268,7 @@ def measure_step(model: GPT, loss_fn: LossFn, options: LossOptions, optimizer: t
     record = meter.record
     phases = {p.name: p for p in record.phases if p.name != "end"}
     param_bytes = tensor_bytes(params)
-    opt_bytes = tensor_bytes(optimizer_state_tensors(optimizer))
+    opt_bytes = tensor_bytes(optimizer_state_tensors(optimizer, device))
     batch_bytes = tensor_bytes([input_ids, targets])
     static = phases["forward"].start_bytes
     peak_phase = max(phases.values(), key=lambda p: p.peak_bytes).name
@@ -285,7 +284,6 @@ def measure_step(model: GPT, loss_fn: LossFn, options: LossOptions, optimizer: t
         saved_tensors=trunk_counter.bytes,
         weight_copies=trunk_counter.weight_copy_bytes,
         loss_extra=phases["loss"].peak_bytes - phases["loss"].start_bytes,
-        loss_saved=loss_counter.bytes,
         peak=phases[peak_phase].peak_bytes,
         peak_phase=peak_phase,
         composition=compose_peak(static_parts, static, phases, peak_phase, phases["optimizer"].start_bytes),

@@ -1,0 +1,47 @@
+"""The run folder: time-stamped by default, never overwritten without --force."""
+import datetime as dt
+
+import pytest
+
+from cli.output_dir import OutputDirError, default_out_dir, prepare_out_dir
+
+
+def test_default_folder_is_time_stamped_and_never_reused(tmp_path):
+    now = dt.datetime(2026, 12, 2, 14, 5, 9)
+    first = default_out_dir(now, parent=tmp_path)
+    assert first.name == "fusedce-profile-20261202-140509"
+    first.mkdir()
+    assert default_out_dir(now, parent=tmp_path).name == "fusedce-profile-20261202-140509-2"
+
+
+def test_non_empty_folder_needs_force_or_resume(tmp_path):
+    (tmp_path / "results.jsonl").write_text("{}\n")
+    with pytest.raises(OutputDirError, match="not empty; pass --force"):
+        prepare_out_dir(tmp_path, force=False, resume=False)
+    assert prepare_out_dir(tmp_path, force=False, resume=True) == tmp_path
+    assert (tmp_path / "results.jsonl").exists()  # resume keeps the results
+
+
+def test_force_removes_the_previous_run_but_not_other_files(tmp_path):
+    (tmp_path / "results.jsonl").write_text("{}\n")
+    (tmp_path / "plots").mkdir()
+    (tmp_path / "plots" / "time.png").write_bytes(b"png")
+    (tmp_path / "my-notes.txt").write_text("keep me")
+    prepare_out_dir(tmp_path, force=True, resume=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["my-notes.txt"]
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"force": True, "resume": True}, "contradict"),
+    ({"force": False, "resume": True}, "--resume needs --out"),
+])
+def test_contradictory_or_incomplete_choices_are_errors(kwargs, message):
+    with pytest.raises(OutputDirError, match=message):
+        prepare_out_dir(None, **kwargs)
+
+
+def test_a_file_is_not_a_run_folder(tmp_path):
+    path = tmp_path / "file"
+    path.write_text("x")
+    with pytest.raises(OutputDirError, match="not a folder"):
+        prepare_out_dir(path, force=True, resume=False)

@@ -1,0 +1,97 @@
+"""The model, parity and doctor sub-commands through typer's CliRunner: files and exit codes."""
+import json
+
+import pytest
+import torch
+import torch.nn.functional as F
+from typer.testing import CliRunner
+
+from cli.app import app
+from profiler.backends import LossOptions, torch_loss
+
+runner = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def scaled_loss(hidden, weight, target, bias, **options):
+    return 1.1 * torch_loss(hidden, weight, target, bias, LossOptions(**options))
+
+
+def good_wrapper(model, input_ids, labels):
+    logits = model.logits(model(input_ids))[:, :-1]
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1))
+
+
+def unshifted_wrapper(model, input_ids, labels):
+    logits = model.logits(model(input_ids))
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
+
+
+def test_model_command_writes_its_report(tmp_path):
+    out = tmp_path / "run"
+    result = runner.invoke(app, ["model", "--device", "cpu", "--preset", "tiny", "--batch", "2", "--seq", "16",
+                                 "--backend", "torch", "--out", str(out), "--json"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    assert summary["results"][0]["status"] == "ok" and summary["results"][0]["peak_bytes"] > 0
+    text = (out / "summary.md").read_text()
+    assert "composition of the peak" in text and "torch peaks at" in text
+    assert (out / "plots" / "breakdown.png").stat().st_size > 5000
+    assert len((out / "model_results.jsonl").read_text().splitlines()) == 1
+
+
+def test_model_command_refuses_a_non_empty_folder_without_force(tmp_path):
+    (tmp_path / "keep.txt").write_text("x")
+    result = runner.invoke(app, ["model", "--device", "cpu", "--out", str(tmp_path)])
+    assert result.exit_code == 2
+
+
+@pytest.mark.parametrize("args", [
+    ["model", "--device", "cpu", "--preset", "gpt5"],
+    ["model", "--device", "cpu", "--backend", "nope"],
+    ["model", "--device", "cpu", "--fit-axis", "layers"],
+    ["model", "--device", "cpu", "--attention", "flash"],
+    ["parity", "--device", "cpu", "--reduction", "none"],
+    ["parity", "--device", "cpu", "--backend", "torch"],
+    ["doctor", "--loss", "no_colon"],
+])
+def test_bad_input_exits_2(args, tmp_path):
+    result = runner.invoke(app, args + ["--out", str(tmp_path / "o")])
+    assert result.exit_code == 2, result.output
+
+
+def test_bad_config_file_exits_2_naming_the_field(tmp_path):
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps({"hidden_size": 8, "num_hidden_layers": 1, "num_attention_heads": 2,
+                                "vocab_size": 10}))
+    result = runner.invoke(app, ["model", "--device", "cpu", "--config", str(path), "--out", str(tmp_path / "o")])
+    assert result.exit_code == 2
+    assert "ffn_factor" in result.output
+
+
+def test_parity_exit_codes_and_report(tmp_path):
+    common = ["parity", "--device", "cpu", "--steps", "40", "--batch", "4", "--seq", "32"]
+    ok = runner.invoke(app, common + ["--backend", "fusedce", "--out", str(tmp_path / "ok")])
+    assert ok.exit_code == 0, ok.output
+    assert (tmp_path / "ok" / "plots" / "parity_loss.png").stat().st_size > 5000
+    assert "PASS" in (tmp_path / "ok" / "summary.md").read_text()
+    bad = runner.invoke(app, common + ["--backend", f"{__name__}:scaled_loss", "--out", str(tmp_path / "bad")])
+    assert bad.exit_code == 1, bad.output
+    saved = json.loads((tmp_path / "bad" / "parity.json").read_text())
+    assert saved["verdicts"][0]["passed"] is False
+
+
+def test_doctor_exit_codes(tmp_path):
+    good = runner.invoke(app, ["doctor", "--loss", f"{__name__}:good_wrapper", "--out", str(tmp_path / "g")])
+    assert good.exit_code == 0, good.output
+    assert "| targets shifted" in (tmp_path / "g" / "summary.md").read_text()
+    bad = runner.invoke(app, ["doctor", "--loss", f"{__name__}:unshifted_wrapper"])
+    assert bad.exit_code == 1
+    assert "fail" in bad.output and "targets shifted" in bad.output

@@ -1,0 +1,41 @@
+"""The model mode on CUDA: allocator accounting, reserved/context, the evaluation pass, --fit."""
+import pytest
+import torch
+
+from profiler.configs import get_preset
+from profiler.model.fit import fit_backend
+from profiler.model.run import ModelJob, run_job, run_job_subprocess
+
+pytestmark = pytest.mark.gpu
+if not torch.cuda.is_available():
+    pytest.skip("needs CUDA", allow_module_level=True)
+
+CONFIG = get_preset("tiny").replace(vocab_size=32768, hidden_size=256, intermediate_size=768,
+                                    max_position_embeddings=1024)
+
+
+def test_cuda_breakdown_sums_to_the_peak_and_device_figures_are_ordered():
+    result = run_job_subprocess(ModelJob(CONFIG, "torch", 8, 512, device="cuda"), timeout_s=300)
+    assert result.status == "ok", result.message
+    m = result.memory
+    assert m.source == "cuda-allocator"
+    assert sum(p.bytes for p in m.composition) == m.peak
+    assert m.peak_phase == "loss"
+    assert m.loss_extra >= 8 * 512 * CONFIG.vocab_size * (2 + 4)  # bf16 logits and their fp32 copy at least
+    assert m.peak <= m.peak_reserved <= m.smi_peak and m.context > 0
+
+
+def test_evaluation_pass_raises_reserved_not_allocated():
+    plain = run_job_subprocess(ModelJob(CONFIG, "torch", 8, 512, device="cuda"), timeout_s=300)
+    after = run_job_subprocess(ModelJob(CONFIG, "torch", 8, 512, device="cuda", eval_step=True), timeout_s=300)
+    assert plain.status == after.status == "ok"
+    assert abs(after.memory.peak - plain.memory.peak) < 64 << 20
+    assert after.memory.peak_reserved > plain.memory.peak_reserved
+
+
+def test_fit_under_a_cap_finds_a_batch_that_runs_and_one_that_does_not():
+    probe = run_job(ModelJob(CONFIG, "torch", 4, 512, device="cuda"))
+    limit = probe.memory.context + 3 * probe.memory.peak_reserved
+    found = fit_backend(ModelJob(CONFIG, "torch", 4, 512, device="cuda"), "batch", limit, maximum=256)
+    assert 4 <= found.search.largest < 256
+    assert any(not ok for _, ok in found.search.probes)

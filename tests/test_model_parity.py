@@ -1,0 +1,126 @@
+"""parity: identical training runs agree, planted mistakes are caught, the data is learnable."""
+import pytest
+import torch
+
+from profiler.backends import torch_loss
+from profiler.configs import get_preset
+from profiler.model.data import IGNORE_INDEX, MarkovChain
+from profiler.model.parity import ParitySettings, run_parity
+
+STEPS = 40
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _settings(backends, **kw):
+    fields = dict(config=get_preset("tiny"), backends=backends, steps=STEPS, batch=4, seq=32, mode="fp32")
+    fields.update(kw)
+    return ParitySettings(**fields)
+
+
+# Back-ends with planted mistakes (named module:callable, as a user's back-end would be).
+def scaled_loss(hidden, weight, target, bias, **options):
+    return 1.1 * torch_loss(hidden, weight, target, bias, _options(options))
+
+
+def detached_weight(hidden, weight, target, bias, **options):
+    return torch_loss(hidden, weight.detach().clone(), target, bias, _options(options))
+
+
+def dropped_bias(hidden, weight, target, bias, **options):
+    return torch_loss(hidden, weight, target, None, _options(options))
+
+
+def padding_trained(hidden, weight, target, bias, **options):
+    return torch_loss(hidden, weight, target.clamp(min=0), bias, _options(options))
+
+
+def faithful(hidden, weight, target, bias, **options):
+    return torch_loss(hidden, weight, target, bias, _options(options))
+
+
+def _options(options):
+    from profiler.backends import LossOptions
+
+    return LossOptions(**options)
+
+
+def test_fused_backend_agrees_with_torch_and_the_loss_falls():
+    report = run_parity(_settings(["fusedce"], steps=80))
+    assert report.reference_learned
+    ref = report.curves[0]
+    assert ref.final_loss() < 0.9 * ref.initial_loss()
+    (verdict,) = report.verdicts
+    assert verdict.passed, verdict.reasons
+    assert verdict.final_loss_rel_diff < 1e-4 and verdict.worst_grad_error < 1e-4
+    assert report.passed
+
+
+@pytest.mark.parametrize("options", [
+    {"config": get_preset("tiny").replace(tie_word_embeddings=True)},
+    {"bias": True},
+    {"ignore_frac": 0.3},
+    {"reduction": "sum"},
+])
+def test_faithful_backend_passes_with_tied_bias_padding_and_sum(options):
+    report = run_parity(_settings([f"{__name__}:faithful"], **options))
+    assert report.passed, report.verdicts
+    checks = report.curves[1].grad_checks
+    assert [c.step for c in checks] == [0, STEPS // 2, STEPS - 1]
+    if options.get("bias"):
+        assert all(c.bias is not None for c in checks)
+
+
+@pytest.mark.parametrize("backend, options, reason", [
+    ("scaled_loss", {}, "final loss"),
+    ("detached_weight", {}, "lm_head gradient"),
+    ("detached_weight", {"config": get_preset("tiny").replace(tie_word_embeddings=True)}, "lm_head gradient"),
+    ("dropped_bias", {"bias": True}, "bias gradient"),
+    ("padding_trained", {"ignore_frac": 0.3}, "gradient"),
+])
+def test_planted_mistake_is_flagged_as_divergence(backend, options, reason):
+    report = run_parity(_settings([f"{__name__}:{backend}"], **options))
+    (verdict,) = report.verdicts
+    assert verdict.passed is False
+    assert any(reason in r for r in verdict.reasons), verdict.reasons
+    assert not report.passed
+
+
+def nan_loss(hidden, weight, target, bias, **options):
+    return torch_loss(hidden, weight, target, bias, _options(options)) * float("nan")
+
+
+def test_nan_loss_is_a_failure():
+    report = run_parity(_settings([f"{__name__}:nan_loss"]))
+    assert report.verdicts[0].passed is False
+    assert "not finite" in report.verdicts[0].reasons[0]
+
+
+def test_unavailable_backend_is_skipped_not_failed():
+    report = run_parity(_settings(["no_such_module_xyz:loss"]))
+    assert report.verdicts[0].passed is None and report.passed
+
+
+def test_markov_batches_are_deterministic_and_padded_as_asked():
+    chain = MarkovChain(64, seed=1)
+    a, b = chain.batch(5, 8, 32, ignore_frac=0.3), chain.batch(5, 8, 32, ignore_frac=0.3)
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    assert not torch.equal(chain.batch(6, 8, 32)[0], a[0])
+    ignored = (a[1] == IGNORE_INDEX)
+    assert ignored.any() and not ignored[:, 0].any()
+    assert torch.equal(a[0][ignored], torch.zeros_like(a[0][ignored]))
+    assert 0 < chain.entropy_rate() < torch.log(torch.tensor(4.0)).item() + 1e-9
+
+
+@pytest.mark.parametrize("kw, message", [({"steps": 5}, "steps"), ({"mode": "fp16"}, "mode"),
+                                         ({"reduction": "none"}, "reduction"), ({"check_steps": [99]}, "check_steps"),
+                                         ({"backends": []}, "backends")])
+def test_settings_reject_bad_values(kw, message):
+    with pytest.raises(ValueError, match=message):
+        _settings(kw.pop("backends", ["fusedce"]), **kw)

@@ -1,0 +1,70 @@
+"""The model report: findings and tables are pure functions of the results."""
+import dataclasses
+
+from profiler.configs import get_preset
+from profiler.model.memory import Phase
+from profiler.model.report import breakdown_table, findings, model_table, plot_breakdown, plot_reserved
+from profiler.model.run import ModelJob, ModelResult
+from profiler.model.step import Part, StepMemory
+
+GIB = 1 << 30
+
+
+def _result(backend, peak, loss_extra, *, eval_step=False, reserved=None, phase="loss", activations=8 * GIB):
+    static = 2 * GIB
+    parts = [Part("parameters", GIB // 2), Part("optimizer state", GIB), Part("batch", 0),
+             Part("other at step start", static - GIB // 2 - GIB)]
+    parts += [Part("activations", activations), Part("loss region", peak - static - activations)]
+    memory = StepMemory(
+        source="cuda-allocator", parameters=GIB // 2, gradients=GIB // 2, optimizer_state=GIB, batch=0,
+        static=static, activations=activations, saved_tensors=activations, weight_copies=0, loss_extra=loss_extra,
+        peak=peak, peak_phase=phase, composition=parts,
+        phases=[Phase("loss", static + activations, static + activations, peak)],
+        peak_reserved=reserved or peak + GIB // 4, context=GIB // 2,
+        smi_peak=(reserved or peak + GIB // 4) + GIB // 2)
+    job = ModelJob(get_preset("user-gpt"), backend, 32, 1024, eval_step=eval_step)
+    return ModelResult(job=job, status="ok", memory=memory, time_ms=100.0)
+
+
+def test_findings_explain_a_saving_and_an_inactive_fused_path():
+    torch_run = _result("torch", 20 * GIB, 10 * GIB)
+    good = _result("fusedce", 11 * GIB, GIB)
+    inactive = _result("liger", 20 * GIB - GIB // 2, 9 * GIB)
+    text = findings([torch_run, good, inactive])
+    assert "torch peaks at 20.0 GiB" in text[0] and "50% of the peak" in text[0]
+    assert "fusedce" in text[1] and "saves 9.00 GiB (45%)" in text[1]
+    assert "not active" not in text[1]
+    assert "liger" in text[2] and "fused path is not active" in text[2]
+
+
+def test_findings_say_when_the_loss_was_a_small_part_of_the_peak():
+    torch_run = _result("torch", 20 * GIB, 2 * GIB, activations=16 * GIB)
+    fused = _result("fusedce", 19 * GIB - GIB // 2, GIB // 2, activations=16 * GIB)
+    text = findings([torch_run, fused])
+    assert "only 10% of torch's peak" in text[1]
+
+
+def test_findings_show_what_an_evaluation_pass_leaves_reserved():
+    plain = _result("torch", 20 * GIB, 10 * GIB, reserved=21 * GIB)
+    after_eval = _result("torch", 20 * GIB, 10 * GIB, eval_step=True, reserved=30 * GIB)
+    text = findings([plain, after_eval])
+    assert "torch+eval" in text[1] and "30.0 GiB" in text[1] and "keeps the evaluation's high-water mark" in text[1]
+
+
+def test_tables_and_plots_render(tmp_path):
+    results = [_result("torch", 20 * GIB, 10 * GIB), _result("fusedce", 11 * GIB, GIB),
+               ModelResult(job=ModelJob(get_preset("user-gpt"), "cce", 32, 1024), status="skipped",
+                           message="cut-cross-entropy: not installed")]
+    table = model_table(results)
+    assert list(table["saving vs torch"]) == ["–", "9.00 GiB (45%)", "–"]
+    assert table["status"].iloc[2].startswith("skipped: cut-cross-entropy")
+    parts = breakdown_table(results[0])
+    assert parts["bytes"].iloc[-1] == "**20.0 GiB**"
+    assert plot_breakdown(results, tmp_path / "b.png").stat().st_size > 5000
+    assert plot_reserved(results, tmp_path / "r.png").stat().st_size > 5000
+
+
+def test_results_round_trip_through_json():
+    result = _result("fusedce", 11 * GIB, GIB)
+    again = ModelResult.from_dict(dataclasses.asdict(result))
+    assert again == result
