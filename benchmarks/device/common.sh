@@ -1,0 +1,10 @@
+# Sourced by the device scripts: baseline wheels (liger, cce) and the repo on PYTHONPATH.
+# The device has no network: the wheels travel in .whl (carry it).
+set -u
+export PYTHONUNBUFFERED=1
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+fi
+export PYTHONPATH="$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
+mkdir -p "$OUT"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv | tee "$OUT/nvidia-smi.txt"
