@@ -47,7 +47,7 @@ def linear_cross_entropy(
             (CUDA tensors, or CPU tensors under ``TRITON_INTERPRET=1``).
         chunk_size / vocab_chunk_size: cap the tokens / vocabulary entries per block.
         memory_budget: bytes of temporaries to aim for (default: a tenth of the gradient
-            bytes plus 64 MiB); see :mod:`fusedce.chunking`.
+            bytes plus 96 MiB); see :mod:`fusedce.chunking`.
         validate_targets: raise IndexError on out-of-range targets. Default: on CPU always;
             on CUDA never (that read is a host sync) — out-of-range tokens get a NaN loss.
 

@@ -62,10 +62,12 @@ def forward(
     acc = accumulation_dtype(compute_dtype)
     stats = RowStats.empty(n, hidden.device, acc)
     buffer = _block_buffer(plan, n, v, hidden.device, acc)
+    hidden_rows = _Converter(hidden, plan.rows, compute_dtype)
+    weight_rows = _Converter(weight, plan.cols, compute_dtype)
     for r0, r1 in plan.row_chunks(n):
-        h_i = hidden[r0:r1].to(compute_dtype)
+        h_i = hidden_rows(r0, r1)
         for c0, c1 in plan.col_chunks(v):
-            w_j = weight[c0:c1].to(compute_dtype)
+            w_j = weight_rows(c0, c1)
             z = _block(buffer, r1 - r0, c1 - c0)
             matmul_into(z, h_i, w_j.t(), accumulate=False)
             ops.chunk_stats(z, None if bias is None else bias[c0:c1], c0, target[r0:r1], stats.rows(r0, r1),
@@ -136,11 +138,13 @@ def backward(
 
     buffer = _block_buffer(plan, n, v, device, acc)
     hidden_acc = torch.empty(min(plan.rows, n) * h, device=device, dtype=acc) if need_hidden else None
+    hidden_rows = _Converter(hidden, plan.rows, compute_dtype)
+    weight_rows = _Converter(weight, plan.cols, compute_dtype)
     for r0, r1 in row_chunks:
-        h_i = hidden[r0:r1].to(compute_dtype)
+        h_i = hidden_rows(r0, r1)
         gh = hidden_acc[: (r1 - r0) * h].view(r1 - r0, h) if need_hidden else None
         for k, (c0, c1) in enumerate(plan.col_chunks(v)):
-            w_j = weight[c0:c1].to(compute_dtype)
+            w_j = weight_rows(c0, c1)
             z = _block(buffer, r1 - r0, c1 - c0)
             matmul_into(z, h_i, w_j.t(), accumulate=False)
             d = ops.logit_grad(z, None if bias is None else bias[c0:c1], c0, target[r0:r1], lse[r0:r1],
@@ -169,6 +173,27 @@ def backward(
             grad_bias.mul_(scale)
         grad_bias = grad_bias.to(bias.dtype)
     return grad_hidden, grad_weight, grad_bias
+
+
+class _Converter:
+    """Rows ``[r0, r1)`` of a (M, K) matrix in the compute dtype.
+
+    A view when the dtype already matches; otherwise a copy into one buffer of
+    ``max_rows × K`` reused for every chunk, so two converted chunks never coexist.
+    """
+
+    def __init__(self, matrix: torch.Tensor, max_rows: int, dtype: torch.dtype) -> None:
+        self.matrix, self.dtype = matrix, dtype
+        self.buffer = None
+        if matrix.dtype != dtype:
+            rows = min(max_rows, matrix.shape[0])
+            self.buffer = torch.empty(rows * matrix.shape[1], device=matrix.device, dtype=dtype)
+
+    def __call__(self, r0: int, r1: int) -> torch.Tensor:
+        if self.buffer is None:
+            return self.matrix[r0:r1]
+        out = self.buffer[: (r1 - r0) * self.matrix.shape[1]].view(r1 - r0, self.matrix.shape[1])
+        return out.copy_(self.matrix[r0:r1])
 
 
 def _contiguous_vectors(target: torch.Tensor, bias: torch.Tensor | None):

@@ -26,8 +26,11 @@ def test_cuda_breakdown_sums_to_the_peak_and_device_figures_are_ordered():
 
 
 def test_evaluation_pass_raises_reserved_not_allocated():
-    plain = run_job_subprocess(ModelJob(CONFIG, "torch", 8, 512, device="cuda"), timeout_s=300)
-    after = run_job_subprocess(ModelJob(CONFIG, "torch", 8, 512, device="cuda", eval_step=True), timeout_s=300)
+    """With a fused loss the training step's peak is far below an evaluation pass's full
+    logits, so the pass leaves a higher high-water mark reserved (with torch the training
+    step itself holds the logits, and the eval blocks are simply reused)."""
+    plain = run_job_subprocess(ModelJob(CONFIG, "fusedce", 8, 512, device="cuda"), timeout_s=300)
+    after = run_job_subprocess(ModelJob(CONFIG, "fusedce", 8, 512, device="cuda", eval_step=True), timeout_s=300)
     assert plain.status == after.status == "ok"
     assert abs(after.memory.peak - plain.memory.peak) < 64 << 20
     assert after.memory.peak_reserved > plain.memory.peak_reserved
@@ -37,5 +40,5 @@ def test_fit_under_a_cap_finds_a_batch_that_runs_and_one_that_does_not():
     probe = run_job(ModelJob(CONFIG, "torch", 4, 512, device="cuda"))
     limit = probe.memory.context + 3 * probe.memory.peak_reserved
     found = fit_backend(ModelJob(CONFIG, "torch", 4, 512, device="cuda"), "batch", limit, maximum=256)
-    assert 4 <= found.search.largest < 256
+    assert 4 <= found.search.largest < 256, found.best.message if found.best else found
     assert any(not ok for _, ok in found.search.probes)

@@ -112,11 +112,12 @@ def _device_name(device: torch.device) -> str:
 def _cap_cuda_memory(device: torch.device, limit: int) -> None:
     """Cap the allocator so that context + reserved stays under ``limit`` bytes."""
     torch.empty(1, device=device)  # create the context
-    free, total = torch.cuda.mem_get_info(device)
-    context = total - free - torch.cuda.memory_reserved(device)
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    free, total = torch.cuda.mem_get_info(index)
+    context = total - free - torch.cuda.memory_reserved(index)
     if limit <= context:
         raise ValueError(f"memory limit {limit} bytes is below the CUDA context alone ({context} bytes)")
-    torch.cuda.set_per_process_memory_fraction((limit - context) / total, device)
+    torch.cuda.set_per_process_memory_fraction((limit - context) / total, index)
 
 
 def run_job(job: ModelJob) -> ModelResult:
