@@ -214,8 +214,14 @@ def measure_gemm(row: Row, *, device: str, repeats: int = 5, seed: int = 0) -> G
         a = torch.randn(row.tokens, row.hidden, generator=gen, device=device, dtype=torch.bfloat16)
         w = torch.randn(row.vocab, row.hidden, generator=gen, device=device, dtype=torch.bfloat16)
         out = torch.empty(row.tokens, row.vocab, device=device, dtype=torch.bfloat16)
-        for _ in range(2):  # warm-up: cuBLAS heuristics and workspace
+        # Warm-up: cuBLAS heuristics and workspace, and ~0.3 s of work so that an idle GPU's
+        # clocks have ramped up (two calls were not enough for the first, small row of the
+        # 2026-12-02 runs: it measured 95 TFLOP/s).
+        deadline = time.perf_counter() + 0.3
+        torch.mm(a, w.t(), out=out)
+        while device == "cuda" and time.perf_counter() < deadline:
             torch.mm(a, w.t(), out=out)
+            torch.cuda.synchronize()
         times = time_calls(lambda: torch.mm(a, w.t(), out=out), repeats, device=device)
         result.time_ms = statistics.median(times)
         result.tflops = 2 * row.tokens * row.hidden * row.vocab / (result.time_ms * 1e-3) / 1e12

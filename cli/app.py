@@ -2,9 +2,9 @@
 
 With no sub-command it runs the built-in default grid (:mod:`cli.defaults`) and writes a
 report; ``grid`` runs a grid of the user's choosing; ``report DIR`` rebuilds a report from
-a run folder without a GPU; ``env``, ``backends`` and ``presets`` describe what is there;
-``model``, ``parity`` and ``doctor`` (from :mod:`cli.model_commands`) look at a whole
-training step. Exit codes: :mod:`cli.exit_codes`.
+a run folder (grid, model or parity) without a GPU; ``env``, ``backends`` and ``presets``
+describe what is there; ``model``, ``parity`` and ``doctor`` (from
+:mod:`cli.model_commands`) look at a whole training step. Exit codes: :mod:`cli.exit_codes`.
 """
 from __future__ import annotations
 
@@ -191,20 +191,51 @@ def grid(
 
 @app.command()
 def report(
-    run_dir: Annotated[Path, typer.Argument(help="A run folder holding results.jsonl.", metavar="DIR")],
+    run_dir: Annotated[Path, typer.Argument(
+        help="A run folder: a grid run's (results.jsonl), a `model` run's (model_results.jsonl) or a "
+             "`parity` run's (parity.json).", metavar="DIR")],
     as_json: JsonOption = False,
 ) -> None:
-    """Rebuild every table and plot of a run folder from its results.jsonl (no GPU needed)."""
+    """Rebuild every table and plot of a run folder from its stored results (no GPU needed)."""
     from cli.run import finish
 
-    if not (run_dir / "results.jsonl").is_file():
-        raise _fail(f"{run_dir}: no results.jsonl here (give the folder a grid run wrote)")
     console = make_console(to_stderr=as_json)
+    if (run_dir / "results.jsonl").is_file():
+        try:
+            code = finish(run_dir, console, as_json=as_json)
+        except ValueError as exc:  # a malformed results file
+            raise _fail(str(exc)) from None
+        raise typer.Exit(code)
+    if (run_dir / "model_results.jsonl").is_file() or (run_dir / "parity.json").is_file():
+        raise typer.Exit(_model_report(run_dir, console, as_json))
+    raise _fail(f"{run_dir}: no results.jsonl, model_results.jsonl or parity.json here "
+                "(give the folder a grid, model or parity run wrote)")
+
+
+def _model_report(run_dir: Path, console, as_json: bool) -> int:
+    """Rebuild a ``model`` or ``parity`` folder; print where the summary went; return the exit code."""
+    from profiler.model.report import (missing_rows, read_model_results, rebuild_model_report,
+                                       rebuild_parity_report)
+
     try:
-        code = finish(run_dir, console, as_json=as_json)
+        if (run_dir / "model_results.jsonl").is_file():
+            summary, passed, notes = rebuild_model_report(run_dir), None, missing_rows(read_model_results(run_dir))
+        else:
+            summary, parity_report = rebuild_parity_report(run_dir)
+            passed, notes = parity_report.passed, []
     except ValueError as exc:  # a malformed results file
         raise _fail(str(exc)) from None
-    raise typer.Exit(code)
+    for note in notes:
+        console.print(f"incomplete run: {note}", markup=False)
+    if passed is not None:
+        console.print(f"parity: {'PASS' if passed else 'FAIL'}", markup=False)
+    console.print(f"report: {summary}", markup=False)
+    code = exit_codes.PARITY_FAILED if passed is False else exit_codes.OK
+    if as_json:
+        plots = sorted(str(p) for p in (run_dir / "plots").glob("*.png"))
+        sys.stdout.write(json.dumps({"summary": str(summary), "plots": plots, "incomplete": notes,
+                                     "parity_passed": passed, "exit_code": code}, indent=2) + "\n")
+    return code
 
 
 @app.command()

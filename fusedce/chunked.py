@@ -140,6 +140,7 @@ def backward(
     hidden_acc = torch.empty(min(plan.rows, n) * h, device=device, dtype=acc) if need_hidden else None
     hidden_rows = _Converter(hidden, plan.rows, compute_dtype)
     weight_rows = _Converter(weight, plan.cols, compute_dtype)
+    ones = torch.ones(min(plan.rows, n), device=device, dtype=compute_dtype) if need_bias else None
     for r0, r1 in row_chunks:
         h_i = hidden_rows(r0, r1)
         gh = hidden_acc[: (r1 - r0) * h].view(r1 - r0, h) if need_hidden else None
@@ -150,8 +151,8 @@ def backward(
             d = ops.logit_grad(z, None if bias is None else bias[c0:c1], c0, target[r0:r1], lse[r0:r1],
                                row_scale[r0:r1], vocab=v, label_smoothing=opts.label_smoothing,
                                z_loss=opts.z_loss, softcap=opts.softcap_value, out_dtype=compute_dtype)
-            if need_bias:
-                grad_bias[c0:c1] += d.sum(dim=0, dtype=acc)
+            if need_bias:  # column sums as a (1, R) @ (R, C) product: no fp32 copy of the block
+                matmul_into(grad_bias[c0:c1].view(1, -1), ones[: r1 - r0].view(1, -1), d, accumulate=True)
             if need_hidden:
                 matmul_into(gh, d, w_j, accumulate=k > 0)
             if need_weight:

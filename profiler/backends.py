@@ -225,7 +225,9 @@ class FusedceBackend(Backend):
 
     def version(self) -> str:
         _require("fusedce")
-        return _dist_version("fusedce") or "unknown"
+        import fusedce
+
+        return _dist_version("fusedce") or fusedce.__version__
 
     def make(self) -> LossFn:
         import fusedce

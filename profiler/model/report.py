@@ -2,7 +2,8 @@
 
 Pure functions of the results (``model_results.jsonl`` for ``model``, ``parity.json`` for
 ``parity``): :func:`read_model_results` / :func:`write_model_report` and
-:func:`write_parity_report`. Tables reuse :mod:`reports` (units, Markdown tables, the
+:func:`write_parity_report`; :func:`rebuild_model_report` and :func:`rebuild_parity_report`
+redo a folder from its files alone (``fusedce-profile report DIR``). Tables reuse :mod:`reports` (units, Markdown tables, the
 per-back-end palette) so the look matches the grid's report.
 """
 from __future__ import annotations
@@ -17,10 +18,11 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from profiler.model.fit import FitResult  # noqa: E402
-from profiler.model.parity import ParityReport  # noqa: E402
+from profiler.configs import ModelConfig  # noqa: E402
+from profiler.model.fit import FitResult, FitSearch  # noqa: E402
+from profiler.model.parity import GradCheck, ParityCurve, ParityReport, ParitySettings, ParityVerdict  # noqa: E402
 from profiler.model.run import ModelResult  # noqa: E402
-from reports.environment import environment_lines, write_environment  # noqa: E402
+from reports.environment import environment_lines, read_environment, write_environment  # noqa: E402
 from reports.markdown import markdown_table  # noqa: E402
 from reports.palette import backend_style  # noqa: E402
 from reports.units import GIB, format_bytes, format_ms, format_percent  # noqa: E402
@@ -41,8 +43,52 @@ def append_result(out_dir: Path, result: ModelResult) -> None:
 
 
 def read_model_results(out_dir: Path) -> list[ModelResult]:
+    """The rows of ``model_results.jsonl``; ``ValueError`` naming the file and line if one is malformed."""
     path = Path(out_dir) / RESULTS_FILE
-    return [ModelResult.from_dict(json.loads(line)) for line in path.read_text().splitlines() if line.strip()]
+    results = []
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            results.append(ModelResult.from_dict(json.loads(line)))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"{path}:{number}: not a model result ({exc})") from None
+    return results
+
+
+def read_fits(out_dir: Path) -> list[FitResult]:
+    """The ``--fit`` searches stored in ``fit.json``; ``[]`` when the folder has none."""
+    path = Path(out_dir) / FIT_FILE
+    if not path.is_file():
+        return []
+    fits = []
+    for raw in json.loads(path.read_text()):
+        search = raw["search"]
+        fits.append(FitResult(
+            backend=raw["backend"], axis=raw["axis"], limit_bytes=raw["limit_bytes"],
+            search=FitSearch(search["largest"], [(n, ok) for n, ok in search["probes"]], search["hit_maximum"]),
+            best=ModelResult.from_dict(raw["best"]) if raw.get("best") is not None else None))
+    return fits
+
+
+def missing_rows(results: list[ModelResult]) -> list[str]:
+    """Sentences naming the rows a run that was cut short never wrote.
+
+    ``model --eval-step`` writes every back-end's plain row, then every ``+eval`` row, in
+    that order; so once any ``+eval`` row is present, a back-end with a plain row but no
+    ``+eval`` row was not measured. (A run cut before its first ``+eval`` row, or before a
+    plain row, cannot be told apart from a run that never asked for it.)
+    """
+    if not any(r.job.eval_step for r in results):
+        return []
+    absent = [r.job.label for r in results
+              if not r.job.eval_step
+              and not any(other.job == dataclasses.replace(r.job, eval_step=True) for other in results)]
+    if not absent:
+        return []
+    return [f"+eval rows for {', '.join(absent)} were not measured: the run ended early "
+            f"({RESULTS_FILE} has +eval rows for {', '.join(r.job.backend for r in results if r.job.eval_step)} "
+            "only)."]
 
 
 def _reference(results: list[ModelResult], result: ModelResult) -> ModelResult | None:
@@ -250,6 +296,9 @@ def render_model_markdown(results: list[ModelResult], fits: list[FitResult], env
                           plots: list[Path]) -> str:
     source = results[0].memory.source if results and results[0].memory else "cuda-allocator"
     lines = ["# fusedce-profile model: one training step, memory by part", ""]
+    missing = missing_rows(results)
+    if missing:
+        lines += [f"**Incomplete run.** {s}" for s in missing] + [""]
     lines += [f"- {s}" for s in findings(results)] + [""]
     lines += ["## Peak per back-end", "", markdown_table(model_table(results)), ""]
     for r in results:
@@ -291,6 +340,13 @@ def write_model_report(out_dir: Path, fits: list[FitResult] | None = None,
     summary = out_dir / "summary.md"
     summary.write_text(render_model_markdown(results, fits, environment or {}, plots), encoding="utf-8")
     return summary
+
+
+def rebuild_model_report(out_dir: Path) -> Path:
+    """``write_model_report`` from the folder's files alone: ``model_results.jsonl``, and
+    ``fit.json`` and ``environment.json`` when present (``summary.md`` and the plots are redone)."""
+    out_dir = Path(out_dir)
+    return write_model_report(out_dir, read_fits(out_dir), read_environment(out_dir) or None)
 
 
 # --- parity --------------------------------------------------------------------------------
@@ -351,6 +407,29 @@ def plot_parity(report: ParityReport, path: Path) -> Path:
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def read_parity_report(out_dir: Path) -> ParityReport:
+    """The :class:`ParityReport` stored in ``parity.json``; ``ValueError`` if it is not one."""
+    path = Path(out_dir) / PARITY_FILE
+    try:
+        raw = json.loads(path.read_text())
+        settings = dict(raw["settings"])
+        settings["config"] = ModelConfig(**settings["config"])
+        curves = [ParityCurve(**{**c, "grad_checks": [GradCheck(**g) for g in c["grad_checks"]]})
+                  for c in raw["curves"]]
+        return ParityReport(settings=ParitySettings(**settings), curves=curves,
+                            verdicts=[ParityVerdict(**v) for v in raw["verdicts"]],
+                            entropy_rate=raw["entropy_rate"], reference_learned=raw["reference_learned"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"{path}: not a parity report ({exc})") from None
+
+
+def rebuild_parity_report(out_dir: Path) -> tuple[Path, ParityReport]:
+    """``write_parity_report`` from ``parity.json`` (and ``environment.json``); returns the
+    summary's path and the report (its ``passed`` decides the exit code)."""
+    report = read_parity_report(out_dir)
+    return write_parity_report(out_dir, report, read_environment(out_dir) or None), report
 
 
 def write_parity_report(out_dir: Path, report: ParityReport, environment: dict | None = None) -> Path:
