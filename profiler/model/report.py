@@ -3,8 +3,9 @@
 Pure functions of the results (``model_results.jsonl`` for ``model``, ``parity.json`` for
 ``parity``): :func:`read_model_results` / :func:`write_model_report` and
 :func:`write_parity_report`; :func:`rebuild_model_report` and :func:`rebuild_parity_report`
-redo a folder from its files alone (``fusedce-profile report DIR``). Tables reuse :mod:`reports` (units, Markdown tables, the
-per-back-end palette) so the look matches the grid's report.
+redo a folder from its files alone (``fusedce-profile report DIR``). Tables reuse
+:mod:`reports` (units, Markdown tables, the per-back-end palette) so the look matches the
+grid's report.
 """
 from __future__ import annotations
 
