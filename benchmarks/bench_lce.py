@@ -40,10 +40,11 @@ from benchmarks.impls import IMPLS
 from benchmarks.measure import measure_cell, measure_gemm, settle
 from benchmarks.protocol import (ALL_OPTIONS_LABEL_SMOOTHING, ALL_OPTIONS_SOFTCAP, ALL_OPTIONS_Z_LOSS,
                                  ANCHOR_ROWS, MODES, make_inputs, parse_row)
-from benchmarks.reference import reference_loss_and_grads
 from benchmarks.render import fmt_error, fmt_ms, render_console, render_markdown
 from benchmarks.results import BenchRun, BenchSettings, collect_environment, result_stem, save_run
+from profiler.backends import LossOptions
 from profiler.records import CellResult, CellSpec
+from profiler.reference import reference as fp32_reference
 
 
 def _row_arg(text: str) -> str:
@@ -153,8 +154,8 @@ def run_benchmark(settings: BenchSettings, out: Path, *, overwrite: bool = False
             base = cell_spec(settings, shape, mode, backend="")
             inputs = make_inputs(row, base.mode, device=settings.device, seed=settings.seed,
                                  ignore_frac=settings.ignore_frac, bias=base.bias)
-            options = {k: v for k, v in base.options().items() if k != "reduction"}
-            reference = reference_loss_and_grads(inputs, **options)
+            reference = fp32_reference(inputs.hidden, inputs.weight, inputs.target, inputs.bias,
+                                       LossOptions.from_spec(base))
             for name in settings.impls:
                 cell = measure_cell(IMPLS[name], dataclasses.replace(base, backend=name), inputs, reference,
                                     repeats=settings.repeats)

@@ -22,34 +22,16 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import fusedce  # noqa: E402
 from fusedce import matmul  # noqa: E402
+from profiler.backends import LossOptions  # noqa: E402
+from profiler.reference import reference as fp32_reference  # noqa: E402
 
 GiB = 1 << 30
 
 
 def reference(h, w, y, b=None, *, eps=0.0, zl=0.0, sc=None, chunk=2048):
-    """fp32 chunked reference: (loss sum / count, grad_h, grad_w, grad_b)."""
-    n = h.shape[0]
-    w32 = w.float().detach().requires_grad_()
-    b32 = b.float().detach().requires_grad_() if b is not None else None
-    count = (y != -100).sum().float()
-    gh = torch.empty(h.shape, device=h.device, dtype=torch.float32)
-    total = 0.0
-    for r in range(0, n, chunk):
-        hc = h[r:r + chunk].float().detach().requires_grad_()
-        x = hc @ w32.T
-        if b32 is not None:
-            x = x + b32
-        if sc:
-            x = sc * torch.tanh(x / sc)
-        yc = y[r:r + chunk]
-        l = F.cross_entropy(x, yc, reduction="none", label_smoothing=eps)
-        if zl:
-            l = l + zl * torch.logsumexp(x, -1) ** 2 * (yc != -100)
-        l = l.sum() / count
-        l.backward()
-        gh[r:r + chunk] = hc.grad
-        total += l.item()
-    return total, gh, w32.grad, (b32.grad if b32 is not None else None)
+    """fp32 chunked reference (:func:`profiler.reference.reference`): (loss, grad_h, grad_w, grad_b)."""
+    ref = fp32_reference(h, w, y, b, LossOptions(label_smoothing=eps, z_loss=zl, softcap=sc), chunk=chunk)
+    return ref.loss.item(), ref.grad_hidden, ref.grad_weight, ref.grad_bias
 
 
 def rel(a, b):

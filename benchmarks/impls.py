@@ -23,10 +23,10 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from benchmarks.protocol import Inputs
+from profiler.inputs import CellInputs
 from profiler.records import CellSpec
 
-Step = Callable[[Inputs], torch.Tensor]
+Step = Callable[[CellInputs], torch.Tensor]
 
 
 def eager_loss(hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor,

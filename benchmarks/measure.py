@@ -18,7 +18,6 @@ measured (``memory_source == "none"``).
 """
 from __future__ import annotations
 
-import contextlib
 import gc
 import math
 import re
@@ -30,9 +29,10 @@ from typing import Callable
 import torch
 
 from benchmarks.impls import Impl
-from benchmarks.protocol import Inputs, Row, floor_bytes
-from benchmarks.reference import Reference
+from benchmarks.protocol import Row, floor_bytes
+from profiler.inputs import CellInputs, autocast_for
 from profiler.records import CellResult, CellSpec, Parity
+from profiler.reference import Reference
 
 _COMPARE_CHUNK = 1 << 24  # elements per chunk of the error norms (bounded temporaries)
 _UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
@@ -91,7 +91,7 @@ def relative_error(value: torch.Tensor | None, reference: torch.Tensor | None) -
     return math.sqrt(diff.item() / norm) if norm > 0 else math.sqrt(diff.item())
 
 
-def compare(loss: torch.Tensor, inputs: Inputs, reference: Reference) -> Parity:
+def compare(loss: torch.Tensor, inputs: CellInputs, reference: Reference) -> Parity:
     """Relative errors of a step's loss and the inputs' ``.grad`` against the reference."""
     bias_grad = inputs.bias.grad if inputs.bias is not None else None
     return Parity(
@@ -102,19 +102,13 @@ def compare(loss: torch.Tensor, inputs: Inputs, reference: Reference) -> Parity:
     )
 
 
-def _autocast(spec: CellSpec):
-    if spec.mode == "amp-bf16":
-        return torch.autocast(spec.device, dtype=torch.bfloat16)
-    return contextlib.nullcontext()
-
-
-def _measure(step: Callable[[Inputs], torch.Tensor], spec: CellSpec, inputs: Inputs,
+def _measure(step: Callable[[CellInputs], torch.Tensor], spec: CellSpec, inputs: CellInputs,
              reference: Reference, repeats: int, result: CellResult) -> None:
     """Steps 1–4 of the protocol, filling ``result``; raises what the implementation raises."""
     cuda = spec.device == "cuda"
 
     def forward_backward() -> None:
-        with _autocast(spec):
+        with autocast_for(spec):
             loss = step(inputs)
         loss.backward()
 
@@ -131,7 +125,7 @@ def _measure(step: Callable[[Inputs], torch.Tensor], spec: CellSpec, inputs: Inp
     settle(spec.device)
     if cuda:
         base = torch.cuda.memory_allocated()
-        with _autocast(spec):
+        with autocast_for(spec):
             loss = step(inputs)
         forward_peak = torch.cuda.max_memory_allocated() - base
         forward_reserved = torch.cuda.max_memory_reserved()
@@ -144,7 +138,7 @@ def _measure(step: Callable[[Inputs], torch.Tensor], spec: CellSpec, inputs: Inp
         result.peak_step_bytes = max(forward_peak, backward_peak)
         result.peak_reserved_bytes = max(forward_reserved, torch.cuda.max_memory_reserved())
     else:
-        with _autocast(spec):
+        with autocast_for(spec):
             loss = step(inputs)
         loss.backward()
     result.parity = compare(loss, inputs, reference)
@@ -164,7 +158,7 @@ def _requested_bytes(message: str) -> int | None:
     return round(float(match.group(1)) * _UNITS[match.group(2)]) if match else None
 
 
-def measure_cell(impl: Impl, spec: CellSpec, inputs: Inputs, reference: Reference, *,
+def measure_cell(impl: Impl, spec: CellSpec, inputs: CellInputs, reference: Reference, *,
                  repeats: int = 5) -> CellResult:
     """Run the protocol for ``impl`` on ``inputs``; never raises for the implementation's errors."""
     row = Row(spec.tokens, spec.hidden, spec.vocab)

@@ -23,7 +23,9 @@ from dataclasses import dataclass
 
 import torch
 
-IGNORE_INDEX = -100
+from profiler.backends import IGNORE_INDEX
+from profiler.inputs import CellInputs
+
 MIB = 1 << 20
 GIB = 1 << 30
 
@@ -117,33 +119,15 @@ def tflops(flops: int, ms: float) -> float:
     return flops / (ms * 1e-3) / 1e12
 
 
-@dataclass
-class Inputs:
-    """The tensors every implementation of one (row, mode) cell receives.
+def make_inputs(row: Row, mode: str, *, device: str, seed: int = 0, ignore_frac: float = 0.0,
+                bias: bool = False) -> CellInputs:
+    """Deterministic inputs: h ~ N(0, 1), W ~ N(0, 1/H) (logits of unit scale), b ~ N(0, 1).
 
     hidden: (N, H) bf16, requires grad. weight: (V, H) fp32 (amp) or bf16, requires grad.
     target: (N,) int64 in [0, V) or ``IGNORE_INDEX``. bias: (V,) in the weight's dtype or None.
-    """
-
-    hidden: torch.Tensor
-    weight: torch.Tensor
-    target: torch.Tensor
-    bias: torch.Tensor | None
-
-    def leaves(self) -> list[torch.Tensor]:
-        return [t for t in (self.hidden, self.weight, self.bias) if t is not None]
-
-    def clear_grads(self) -> None:
-        for leaf in self.leaves():
-            leaf.grad = None
-
-
-def make_inputs(row: Row, mode: str, *, device: str, seed: int = 0, ignore_frac: float = 0.0,
-                bias: bool = False) -> Inputs:
-    """Deterministic inputs: h ~ N(0, 1), W ~ N(0, 1/H) (logits of unit scale), b ~ N(0, 1).
-
     The weight is drawn in fp32 and rounded for ``bf16``, so both modes see the same values
     up to that rounding. Exactly ``round(ignore_frac · N)`` targets are ``IGNORE_INDEX``.
+    (Not :func:`profiler.inputs.make_inputs`: the committed results were drawn this way.)
     """
     if not 0.0 <= ignore_frac <= 1.0:
         raise ValueError(f"ignore_frac must be in [0, 1], got {ignore_frac!r}")
@@ -159,7 +143,7 @@ def make_inputs(row: Row, mode: str, *, device: str, seed: int = 0, ignore_frac:
         ignored = torch.randperm(n, generator=gen, device=device)[:n_ignored]
         target[ignored] = IGNORE_INDEX
     b = torch.randn(v, generator=gen, device=device).to(w_dtype) if bias else None
-    return Inputs(
+    return CellInputs(
         hidden=hidden.requires_grad_(),
         weight=weight.requires_grad_(),
         target=target,

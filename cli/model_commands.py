@@ -14,9 +14,10 @@ from typing import Annotated, Optional
 import typer
 
 from cli import exit_codes
-from cli.console import error, make_console
-from cli.output_dir import OutputDirError, prepare_out_dir
+from cli.console import make_console
+from cli.output_dir import prepare_out_dir
 from cli.parsing import parse_backends
+from cli.usage import fail, usage_errors
 from profiler.configs import ModelConfig, get_preset, load_config
 
 GIB = 1 << 30
@@ -38,11 +39,6 @@ BackendOption = Annotated[Optional[list[str]], typer.Option(
                       "or module:callable with the back-end signature (hidden, weight, target, bias, **options).")]
 
 
-def _fail(message: str) -> typer.Exit:
-    error(message)
-    return typer.Exit(exit_codes.BAD_INPUT)
-
-
 def _device(device: Optional[str]) -> str:
     from profiler.grid import default_device
 
@@ -51,19 +47,15 @@ def _device(device: Optional[str]) -> str:
 
 def _config(preset: Optional[str], config: Optional[Path], tied: Optional[bool], default: str) -> ModelConfig:
     if preset and config:
-        raise _fail("--preset and --config both name a model: give one of them")
-    try:
+        raise fail("--preset and --config both name a model: give one of them")
+    with usage_errors():
         model = load_config(config) if config else get_preset(preset or default)
-    except ValueError as exc:
-        raise _fail(str(exc)) from None
     return model if tied is None else dataclasses.replace(model, tie_word_embeddings=tied)
 
 
 def _out(out: Optional[Path], force: bool) -> Path:
-    try:
+    with usage_errors():
         return prepare_out_dir(out, force=force, resume=False)
-    except OutputDirError as exc:
-        raise _fail(str(exc)) from None
 
 
 def _backends(backend: Optional[list[str]], default: list[str]) -> list[str]:
@@ -109,15 +101,13 @@ def model(
     on_gpu = run_device.startswith("cuda")
     cfg = _config(preset, config, tied, "user-gpt" if on_gpu else "tiny")
     if fit_axis not in FIT_AXES:
-        raise _fail(f"--fit-axis must be one of {', '.join(FIT_AXES)}, got {fit_axis!r}")
+        raise fail(f"--fit-axis must be one of {', '.join(FIT_AXES)}, got {fit_axis!r}")
     if fit is not None and fit <= 0:
-        raise _fail(f"--fit must be a positive number of GiB, got {fit}")
+        raise fail(f"--fit must be a positive number of GiB, got {fit}")
     names = _backends(backend, installed_backends(run_device))
-    try:
+    with usage_errors():
         base = ModelJob(cfg, "torch", batch or (8 if on_gpu else 4), seq or (1024 if on_gpu else 64),
                         device=run_device, mode=mode or "amp-bf16", attention=attention, checkpointing=checkpointing)
-    except ValueError as exc:
-        raise _fail(str(exc)) from None
     out_dir = _out(out, force)
     console.print(f"fusedce-profile model: {cfg.name} ({cfg.num_parameters() / 1e6:.1f} M parameters), "
                   f"B={base.batch} T={base.seq}, {base.mode}, {run_device}; writing to {out_dir}", markup=False)
@@ -180,14 +170,12 @@ def parity(
     cfg = _config(preset, config, tied, "tiny")
     compared = _backends(backend, ["fusedce"])[1:]
     if not compared:
-        raise _fail("parity compares back-ends with torch: give at least one --backend other than torch")
-    try:
+        raise fail("parity compares back-ends with torch: give at least one --backend other than torch")
+    with usage_errors():
         settings = ParitySettings(
             config=cfg, backends=compared, steps=steps, batch=batch,
             seq=seq, lr=lr, device=run_device, mode=mode or ("amp-bf16" if run_device.startswith("cuda") else "fp32"),
             reduction=reduction, bias=bias, ignore_frac=ignore_frac, loss_tolerance=loss_tol)
-    except ValueError as exc:
-        raise _fail(str(exc)) from None
     out_dir = _out(out, force)
     console.print(f"fusedce-profile parity: {cfg.name}, {steps} steps, {settings.mode} on {run_device}; "
                   f"writing to {out_dir}", markup=False)
@@ -195,7 +183,7 @@ def parity(
         result = run_parity(settings, progress=lambda name: console.print(f"  training with {name} ...",
                                                                            markup=False))
     except RuntimeError as exc:  # the torch reference itself failed
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     summary = write_parity_report(out_dir, result, collect_environment())
     table = parity_table(result)
     for row in table.itertuples(index=False):
@@ -227,12 +215,10 @@ def doctor(
     console = make_console(to_stderr=as_json)
     cfg = _config(preset, config, None, "tiny")
     if cfg.num_parameters() > 50_000_000:
-        raise _fail(f"doctor runs on the CPU in fp32: {cfg.name} has {cfg.num_parameters() / 1e6:.0f} M "
+        raise fail(f"doctor runs on the CPU in fp32: {cfg.name} has {cfg.num_parameters() / 1e6:.0f} M "
                     "parameters; use a small config (the wiring does not depend on size)")
-    try:
+    with usage_errors():
         fn = load_wrapper(loss)
-    except ValueError as exc:
-        raise _fail(str(exc)) from None
     checks = run_doctor(fn, cfg)
     failed = any(c.verdict == "fail" for c in checks)
     lines = [f"# fusedce-profile doctor: {loss}", "", "| item | verdict | evidence |", "|---|---|---|"]

@@ -1,13 +1,17 @@
 """The fp32 reference loss and gradients, computed in chunks of tokens, and parity.
 
 The reference upcasts the cell's own inputs to fp32 and evaluates :func:`torch_loss`
-(the eager formula) on ``chunk`` rows at a time, so it never holds more than
-chunk × V fp32 logits: it fits wherever the inputs and fp32 gradients fit, even where a
-naive back-end ran out of memory. "mean" is normalised by the number of non-ignored rows
-of the whole batch, not of each chunk.
+(the eager formula: bias, ignore_index, label smoothing, z-loss, soft-cap) on ``chunk``
+rows at a time, so it never holds more than chunk × V fp32 logits: it fits wherever the
+inputs and fp32 gradients fit, even where a naive back-end ran out of memory. It runs in
+true fp32 (TF32 and autocast off, whatever the caller set). "mean" is normalised by the
+number of non-ignored rows of the whole batch, not of each chunk.
+
+Both the profiler (:mod:`profiler.measure`) and the benchmark (``benchmarks/``) use it.
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import torch
@@ -33,28 +37,49 @@ class Reference:
                            for t in (self.loss, self.grad_hidden, self.grad_weight, self.grad_bias)))
 
 
+@contextlib.contextmanager
+def _true_fp32(device_type: str):
+    """TF32 and autocast off for the duration; the caller's TF32 flags are restored after."""
+    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    try:
+        with torch.autocast(device_type, enabled=False):
+            yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
 def reference(hidden, weight, target, bias, options: LossOptions, *, chunk: int | None = None) -> Reference:
     """fp32 loss and gradients of ``torch_loss`` on the given inputs (which are not modified).
 
-    ``chunk`` rows per step (default: as many as fit in :data:`CHUNK_LOGIT_BYTES`).
+    hidden (N, H), weight (V, H), target (N,) int64, bias (V,) or None, in any float dtype.
+    ``chunk`` rows per step (default: as many as fit in :data:`CHUNK_LOGIT_BYTES`). Raises
+    ``ValueError`` for a non-positive ``chunk``, and for reduction "mean" when every target
+    is ignored (the mean is 0/0).
     """
+    if chunk is not None and chunk <= 0:
+        raise ValueError(f"chunk must be a positive number of rows, got {chunk!r}")
     n, v = hidden.shape[0], weight.shape[0]
     chunk = chunk or max(1, CHUNK_LOGIT_BYTES // (4 * v))
     w = weight.detach().float().requires_grad_()
     b = bias.detach().float().requires_grad_() if bias is not None else None
     valid = int((target != options.ignore_index).sum())
+    if options.reduction == "mean" and not valid:
+        raise ValueError(f"every target is ignore_index={options.ignore_index}: the mean loss is 0/0")
     per_chunk = LossOptions(options.ignore_index, "none" if options.reduction == "none" else "sum",
                             options.label_smoothing, options.z_loss, options.softcap)
     scale = 1.0 / valid if options.reduction == "mean" else 1.0
     grad_hidden = torch.empty(hidden.shape, dtype=torch.float32, device=hidden.device)
     pieces = []
-    for start in range(0, n, chunk):
-        h = hidden[start:start + chunk].detach().float().requires_grad_()
-        loss = torch_loss(h, w, target[start:start + chunk], b, per_chunk) * scale
-        # d(total)/d(piece) is 1 for sum/mean (scale folded in) and 1 per row for "none".
-        loss.backward(torch.ones_like(loss))
-        grad_hidden[start:start + chunk] = h.grad
-        pieces.append(loss.detach())
+    with _true_fp32(hidden.device.type):
+        for start in range(0, n, chunk):
+            h = hidden[start:start + chunk].detach().float().requires_grad_()
+            loss = torch_loss(h, w, target[start:start + chunk], b, per_chunk) * scale
+            # d(total)/d(piece) is 1 for sum/mean (scale folded in) and 1 per row for "none".
+            loss.backward(torch.ones_like(loss))
+            grad_hidden[start:start + chunk] = h.grad
+            pieces.append(loss.detach())
     total = torch.cat(pieces) if options.reduction == "none" else torch.stack(pieces).sum()
     return Reference(total, grad_hidden, w.grad, b.grad if b is not None else None)
 

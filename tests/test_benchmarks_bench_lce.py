@@ -8,10 +8,16 @@ from benchmarks import bench_lce
 from benchmarks.impls import IMPLS, Impl
 from benchmarks.measure import measure_cell, time_calls
 from benchmarks.protocol import ANCHOR_ROWS, Row, make_inputs
-from benchmarks.reference import reference_loss_and_grads
+from profiler.backends import LossOptions
 from profiler.records import CellSpec
+from profiler.reference import reference
 
 TINY = Row(16, 8, 37)
+
+
+def _fp32_reference(inputs):
+    """The fp32 reference of a plain mean cross-entropy on ``inputs``."""
+    return reference(inputs.hidden, inputs.weight, inputs.target, inputs.bias, LossOptions())
 
 
 def test_defaults_are_the_anchor_rows_both_modes_all_impls_five_repeats():
@@ -91,13 +97,13 @@ def _failing(name: str, error: Exception) -> Impl:
 ])
 def test_a_failing_implementation_is_recorded_and_the_run_goes_on(error, status, requested):
     inputs = make_inputs(TINY, "bf16", device="cpu")
-    reference = reference_loss_and_grads(inputs)
-    cell = measure_cell(_failing("boom", error), _spec("boom"), inputs, reference, repeats=2)
+    ref = _fp32_reference(inputs)
+    cell = measure_cell(_failing("boom", error), _spec("boom"), inputs, ref, repeats=2)
     assert cell.status == status and cell.oom_requested_bytes == requested
     assert cell.time_ms is None and cell.parity.grad_hidden is None
     assert "\n" not in cell.message and cell.message
     assert inputs.hidden.grad is None and inputs.weight.grad is None
-    follow_up = measure_cell(IMPLS["torch"], _spec("torch"), inputs, reference, repeats=1)
+    follow_up = measure_cell(IMPLS["torch"], _spec("torch"), inputs, ref, repeats=1)
     assert follow_up.status == "ok"
 
 
@@ -115,6 +121,6 @@ def test_liger_adapter_passes_weight_and_hidden_in_liger_order():
     if not torch.cuda.is_available() and IMPLS["liger"].unsupported(_spec("liger")):
         pytest.skip("liger needs CUDA or TRITON_INTERPRET=1")
     inputs = make_inputs(TINY, "bf16", device="cpu")
-    cell = measure_cell(IMPLS["liger"], _spec("liger"), inputs, reference_loss_and_grads(inputs), repeats=1)
+    cell = measure_cell(IMPLS["liger"], _spec("liger"), inputs, _fp32_reference(inputs), repeats=1)
     assert cell.status == "ok", cell.message
     assert cell.parity.loss < 0.01 and cell.parity.grad_hidden < 0.02 and cell.parity.grad_weight < 0.02

@@ -2,7 +2,6 @@
 import json
 
 import pytest
-import torch
 import torch.nn.functional as F
 from typer.testing import CliRunner
 
@@ -10,14 +9,6 @@ from cli.app import app
 from profiler.backends import LossOptions, torch_loss
 
 runner = CliRunner()
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def scaled_loss(hidden, weight, target, bias, **options):

@@ -1,18 +1,9 @@
 """doctor: a correct wrapper passes every item; each planted mistake fails its own item."""
 import pytest
-import torch
 import torch.nn.functional as F
 
 from profiler.configs import get_preset
 from profiler.model.doctor import load_wrapper, run_doctor
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def _ce(model, hidden, labels, *, weight=None, bias="model", shift=True, ignore_index=-100, reduction="mean"):

@@ -8,14 +8,6 @@ from profiler.configs import get_preset, load_config
 from profiler.model.gpt import GPT
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def _ids(config, batch=2, seq=16):
     return torch.randint(0, config.vocab_size, (batch, seq), generator=torch.Generator().manual_seed(0))
 

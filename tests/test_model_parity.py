@@ -10,14 +10,6 @@ from profiler.model.parity import ParitySettings, run_parity
 STEPS = 40
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def _settings(backends, **kw):
     fields = dict(config=get_preset("tiny"), backends=backends, steps=STEPS, batch=4, seq=32, mode="fp32")
     fields.update(kw)

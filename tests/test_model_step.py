@@ -13,14 +13,6 @@ from profiler.model.step import make_batch, measure_step
 MIB = 1 << 20
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def test_cpu_phase_meter_sees_exact_allocations_and_frees():
     with PhaseMeter("cpu", baseline_bytes=1000) as meter:
         meter.mark("a")

@@ -1,0 +1,30 @@
+"""Bad command-line input: one error line on stderr and exit code 2 (:data:`cli.exit_codes.BAD_INPUT`).
+
+:func:`fail` builds the ``typer.Exit`` a command raises; :func:`usage_errors` turns the
+``ValueError`` of a validating step (a config file, a job's settings, an output folder:
+:class:`cli.output_dir.OutputDirError` is one) into it, without a traceback.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import typer
+
+from cli import exit_codes
+from cli.console import error
+
+
+def fail(message: str) -> typer.Exit:
+    """Print ``message`` as an error and return the exit (code 2) for the caller to raise."""
+    error(message)
+    return typer.Exit(exit_codes.BAD_INPUT)
+
+
+@contextmanager
+def usage_errors() -> Iterator[None]:
+    """A ``ValueError`` raised inside becomes :func:`fail` of its message."""
+    try:
+        yield
+    except ValueError as exc:
+        raise fail(str(exc)) from None

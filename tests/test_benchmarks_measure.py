@@ -1,0 +1,34 @@
+"""The error norms of the benchmark's parity (benchmarks/measure.py)."""
+import math
+
+import pytest
+import torch
+
+from benchmarks.measure import relative_error
+
+
+def test_relative_error_is_the_ratio_of_norms():
+    reference = torch.tensor([3.0, 4.0])
+    assert relative_error(torch.tensor([3.0, 4.0]), reference) == 0.0
+    assert relative_error(torch.tensor([0.0, 4.0]), reference) == pytest.approx(3 / 5)
+    assert relative_error(torch.tensor([3.0, 4.0], dtype=torch.bfloat16), reference) == 0.0
+    assert relative_error(None, reference) is None and relative_error(reference, None) is None
+
+
+def test_relative_error_of_a_zero_reference_is_the_absolute_norm():
+    assert relative_error(torch.tensor([3.0, 4.0]), torch.zeros(2)) == pytest.approx(5.0)
+
+
+def test_relative_error_rejects_mismatched_shapes():
+    with pytest.raises(ValueError, match="shape"):
+        relative_error(torch.zeros(3), torch.zeros(4))
+
+
+def test_relative_error_accumulates_across_chunks(monkeypatch):
+    import benchmarks.measure as measure
+
+    monkeypatch.setattr(measure, "_COMPARE_CHUNK", 3)
+    reference = torch.arange(1.0, 11.0)
+    value = reference + torch.linspace(-1, 1, 10)
+    expected = math.sqrt(float(((value - reference) ** 2).sum()) / float((reference ** 2).sum()))
+    assert relative_error(value, reference) == pytest.approx(expected)
