@@ -5,7 +5,7 @@ saved" report) and the Llama-3 head (H = 4096, V = 128256), tokens from 1k upwar
 in steps of 4×, every installed back-end, ``amp-bf16`` (fp32 weight under bf16 autocast, as
 Lightning's ``bf16-mixed`` runs). A few minutes on one H200.
 
-On the CPU: the user's head at a few hundred to a thousand tokens with the back-ends that
+On the CPU: the user's head at 512 to 2048 tokens with the back-ends that
 run on the CPU, in about a minute on a laptop.
 
 Each head is its own :class:`GridSpec` (a single grid would pair every H with every V).
@@ -25,7 +25,7 @@ GPU_HEADS = (USER_HEAD, LLAMA3_HEAD)
 GPU_TOKENS = (1024, 4096, 16384, 65536)
 
 CPU_HEADS = (USER_HEAD,)
-CPU_TOKENS = (128, 256, 512)
+CPU_TOKENS = (512, 1024, 2048)
 CPU_BACKENDS = ("torch", "torch-compile", "fusedce")
 """torch-native is left out of the CPU default: its chunked CPU path takes seconds per
 step at these sizes (``grid --backend torch-native`` measures it)."""

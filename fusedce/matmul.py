@@ -3,8 +3,9 @@
 On CUDA, cuBLAS multiplies bf16/fp16 operands, accumulates in fp32 and can write (or add
 into) an fp32 matrix directly (``torch.mm``/``torch.addmm`` with ``out_dtype``), so no fp32
 copy of an operand and no temporary result is needed. Where that is not available (the
-CPU build, older torch), the operands are widened to the result's dtype first: the same
-arithmetic (rounded operands, wide accumulation) at the cost of block-sized temporaries.
+CPU build, older torch), the product is computed in the operands' dtype, as eager autocast
+does, and added: one temporary of the result's size in the low-precision dtype (widening the
+operands instead would cost a full-precision copy of a weight chunk).
 """
 from __future__ import annotations
 
@@ -42,11 +43,7 @@ def matmul_into(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, accumula
             torch.addmm(out, a, b, out_dtype=out.dtype, out=out)
         else:
             torch.mm(a, b, out_dtype=out.dtype, out=out)
+    elif accumulate:
+        out.add_(torch.mm(a, b))
     else:
-        # bf16/fp16 operands, products summed in out's dtype: what cuBLAS does with out_dtype
-        # (the operands are already rounded; only the accumulation is widened)
-        product = torch.mm(a.to(out.dtype), b.to(out.dtype))
-        if accumulate:
-            out.add_(product)
-        else:
-            out.copy_(product)
+        out.copy_(torch.mm(a, b))

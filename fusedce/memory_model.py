@@ -53,18 +53,22 @@ def predict_peak_bytes(
     block = rows * cols * acc
     hidden_chunk = rows * h * c if hidden_dtype != compute_dtype else 0
     weight_chunk = cols * h * c if weight_dtype != compute_dtype else 0
+    forward_extra = backward_extra = 0
     if impl == "torch":
-        # exp(), the soft-cap factor and the cast of the gradients are separate blocks there
-        block += rows * cols * (acc + c)
+        # forward: exp(z − max) is one more block (it outlives the matmul's own temporary);
+        # backward: the cast logit gradients are a block of their own, and without cuBLAS's
+        # fp32 output each product exists once in the compute dtype before it is added
+        forward_extra = rows * cols * acc
         if compute_dtype != accumulation_dtype(compute_dtype):
-            block += rows * cols * c  # matmul result before the upcast (no out_dtype on CPU)
+            backward_extra = rows * cols * c + max(cols, rows) * h * c
     per_token = n * acc
     # forward: 4 running statistics + lse + loss + a few (N,) temporaries of the loss formula
-    forward = 8 * per_token + block + hidden_chunk + weight_chunk
+    forward = 8 * per_token + block + hidden_chunk + weight_chunk + forward_extra
     # backward: saved lse and the loss stay alive; gradients are allocated up front
     bias_bytes = v * dtype_bytes(bias_dtype or weight_dtype) + v * acc if has_bias else 0
     grads = n * h * dtype_bytes(hidden_dtype) + v * h * dtype_bytes(weight_dtype) + bias_bytes
     n_row_chunks = -(-max(n, 1) // plan.rows)
     weight_acc = v * h * acc if (weight_dtype != accumulation_dtype(compute_dtype) and n_row_chunks > 1) else 0
-    backward = 6 * per_token + grads + weight_acc + rows * h * acc + block + hidden_chunk + weight_chunk
+    backward = (6 * per_token + grads + weight_acc + rows * h * acc + block + hidden_chunk + weight_chunk
+                + backward_extra)
     return MemoryPrediction(forward=forward, backward=backward, plan=plan)

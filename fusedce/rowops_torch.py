@@ -40,7 +40,7 @@ def chunk_stats(
     c = _activate(z, bias, softcap)
     block_max = c.amax(dim=1)
     new_max = torch.maximum(stats.max, block_max)
-    block_sum = torch.exp(c - new_max.unsqueeze(1)).sum(dim=1)
+    block_sum = (c - new_max.unsqueeze(1)).exp_().sum(dim=1)  # one block-sized temporary
     stats.sumexp.mul_(torch.exp(stats.max - new_max)).add_(block_sum)
     stats.max.copy_(new_max)
     index, inside = _target_mask(target, col0, c.shape[1])
@@ -63,11 +63,14 @@ def logit_grad(
     softcap: float,
     out_dtype: torch.dtype,
 ) -> torch.Tensor:
-    """d loss_n / d z_nv for the block, times ``row_scale[n]``, returned in ``out_dtype``."""
+    """d loss_n / d z_nv for the block, times ``row_scale[n]``, returned in ``out_dtype``.
+
+    Overwrites ``z``; the only new block-sized tensors are the cast result (and the soft-cap
+    factor when soft-capping).
+    """
     c = _activate(z, bias, softcap)
-    dc = torch.exp(c - lse.unsqueeze(1))
-    if softcap:
-        cap = 1.0 - (c / softcap) ** 2
+    cap = 1.0 - (c / softcap) ** 2 if softcap else None
+    dc = c.sub_(lse.unsqueeze(1)).exp_()  # p = softmax, in place over the block
     if z_loss:
         dc.mul_((1.0 + 2.0 * z_loss * lse).unsqueeze(1))
     index, inside = _target_mask(target, col0, c.shape[1])
