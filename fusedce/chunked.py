@@ -165,8 +165,10 @@ def backward(
                 gh.mul_(scale)
             grad_hidden[r0:r1] = gh
     if need_weight:
-        if scale is not None:
-            weight_acc.mul_(scale) if weight_acc is not None else grad_weight.mul_(scale.to(grad_weight.dtype))
+        if scale is not None and weight_acc is not None:
+            weight_acc.mul_(scale)
+        elif scale is not None:
+            grad_weight.mul_(scale.to(grad_weight.dtype))
         if grad_weight is None:
             grad_weight = weight_acc.to(weight.dtype)
     if need_bias:
