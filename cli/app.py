@@ -17,10 +17,11 @@ from typing import Annotated, Optional
 import typer
 
 from cli import exit_codes
-from cli.console import error, make_console
+from cli.console import make_console
 from cli.heads import head_from
-from cli.output_dir import OutputDirError, prepare_out_dir
+from cli.output_dir import prepare_out_dir
 from cli.parsing import parse_backends, parse_counts, parse_floats, parse_modes
+from cli.usage import fail, usage_errors
 
 HELP = """Profile the memory, time and parity of LM-head losses (linear + cross-entropy).
 
@@ -46,11 +47,6 @@ ConfigOption = Annotated[Optional[Path], typer.Option(
     "--config", help="Take H, V and the soft-cap from a Hugging Face config.json or our JSON/TOML.")]
 
 
-def _fail(message: str) -> typer.Exit:
-    error(message)
-    return typer.Exit(exit_codes.BAD_INPUT)
-
-
 def _device(device: Optional[str]) -> str:
     from profiler.grid import default_device
 
@@ -58,10 +54,8 @@ def _device(device: Optional[str]) -> str:
 
 
 def _prepare(out: Optional[Path], force: bool, resume: bool) -> Path:
-    try:
+    with usage_errors():  # OutputDirError is a ValueError
         return prepare_out_dir(out, force=force, resume=resume)
-    except OutputDirError as exc:
-        raise _fail(str(exc)) from None
 
 
 def _note_cpu_snapshot(console, snapshot: bool, device: str) -> None:
@@ -86,21 +80,19 @@ def default(
         flags = {param.name: param.opts[0] for param in ctx.command.params}
         given = [flags[name] for name, value in ctx.params.items() if value not in (None, False)]
         if given:
-            raise _fail(f"{', '.join(given)} given before '{ctx.invoked_subcommand}': "
-                        "put options after the command")
+            raise fail(f"{', '.join(given)} given before '{ctx.invoked_subcommand}': "
+                       "put options after the command")
         return
     from cli.defaults import default_run
     from cli.run import run_grids
 
     console = make_console(to_stderr=as_json)
-    try:
+    with usage_errors():
         head = head_from(preset, config)
         run = default_run(_device(device), heads=((head.hidden, head.vocab),) if head else None,
                           softcap=head.softcap if head else None)
         for grid in run.grids:
             grid.validate()
-    except ValueError as exc:
-        raise _fail(str(exc)) from None
     out_dir = _prepare(out, force, resume)
     console.print(f"fusedce-profile: {run.description}\nwriting to {out_dir}", markup=False)
     _note_cpu_snapshot(console, snapshot, run.grids[0].device)
@@ -150,13 +142,11 @@ def grid(
 
     console = make_console(to_stderr=as_json)
     if tokens is not None and (batch is not None or seq is not None):
-        raise _fail("give --tokens, or --batch with --seq, not both")
+        raise fail("give --tokens, or --batch with --seq, not both")
     if (batch is None) != (seq is None):
-        raise _fail("--batch and --seq go together")
-    try:
+        raise fail("--batch and --seq go together")
+    with usage_errors():
         head = head_from(preset, config)
-    except ValueError as exc:
-        raise _fail(str(exc)) from None
     run_device = _device(device)
     backends = parse_backends(backend, list(BUILTIN_BACKENDS)) or installed_backends(run_device)
     softcaps = parse_floats(softcap, "--softcap", allow_none=True) or ((head.softcap,) if head else (None,))
@@ -178,11 +168,9 @@ def grid(
     )
     if batch is not None:
         fields.update(batch=tuple(parse_counts(batch, "--batch")), seq=tuple(parse_counts(seq, "--seq")))
-    try:
+    with usage_errors():
         spec = GridSpec(**fields)
         spec.validate()
-    except ValueError as exc:
-        raise _fail(str(exc)) from None
     out_dir = _prepare(out, force, resume)
     console.print(f"fusedce-profile grid: {len(spec.cells())} cells, writing to {out_dir}", markup=False)
     _note_cpu_snapshot(console, snapshot, spec.device)
@@ -201,15 +189,13 @@ def report(
 
     console = make_console(to_stderr=as_json)
     if (run_dir / "results.jsonl").is_file():
-        try:
+        with usage_errors():
             code = finish(run_dir, console, as_json=as_json)
-        except ValueError as exc:  # a malformed results file
-            raise _fail(str(exc)) from None
         raise typer.Exit(code)
     if (run_dir / "model_results.jsonl").is_file() or (run_dir / "parity.json").is_file():
         raise typer.Exit(_model_report(run_dir, console, as_json))
-    raise _fail(f"{run_dir}: no results.jsonl, model_results.jsonl or parity.json here "
-                "(give the folder a grid, model or parity run wrote)")
+    raise fail(f"{run_dir}: no results.jsonl, model_results.jsonl or parity.json here "
+               "(give the folder a grid, model or parity run wrote)")
 
 
 def _model_report(run_dir: Path, console, as_json: bool) -> int:
@@ -217,14 +203,12 @@ def _model_report(run_dir: Path, console, as_json: bool) -> int:
     from profiler.model.report import (missing_rows, read_model_results, rebuild_model_report,
                                        rebuild_parity_report)
 
-    try:
+    with usage_errors():
         if (run_dir / "model_results.jsonl").is_file():
             summary, passed, notes = rebuild_model_report(run_dir), None, missing_rows(read_model_results(run_dir))
         else:
             summary, parity_report = rebuild_parity_report(run_dir)
             passed, notes = parity_report.passed, []
-    except ValueError as exc:  # a malformed results file
-        raise _fail(str(exc)) from None
     for note in notes:
         console.print(f"incomplete run: {note}", markup=False)
     if passed is not None:
