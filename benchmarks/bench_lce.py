@@ -36,7 +36,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 import torch
 
 from benchmarks.goals import check_goals
-from benchmarks.impls import IMPLS
+from benchmarks.impls import IMPLS, backend_for
 from benchmarks.measure import measure_cell, measure_gemm, settle
 from benchmarks.protocol import (ALL_OPTIONS_LABEL_SMOOTHING, ALL_OPTIONS_SOFTCAP, ALL_OPTIONS_Z_LOSS,
                                  ANCHOR_ROWS, MODES, make_inputs, parse_row)
@@ -157,7 +157,7 @@ def run_benchmark(settings: BenchSettings, out: Path, *, overwrite: bool = False
             reference = fp32_reference(inputs.hidden, inputs.weight, inputs.target, inputs.bias,
                                        LossOptions.from_spec(base))
             for name in settings.impls:
-                cell = measure_cell(IMPLS[name], dataclasses.replace(base, backend=name), inputs, reference,
+                cell = measure_cell(backend_for(name), dataclasses.replace(base, backend=name), inputs, reference,
                                     repeats=settings.repeats)
                 run.cells.append(cell)
                 log(_progress(cell))

@@ -1,6 +1,8 @@
 """The measurement of one cell, exactly as ``../shared/ANCHORS.md`` describes it.
 
-Per (row, mode, implementation), on inputs shared by all implementations:
+Per (row, mode, implementation), on inputs shared by all implementations, the
+implementation being a :class:`profiler.backends.Backend` (its adapter is built fresh for
+every cell: the lazy import, and for torch.compile a reset Dynamo cache):
 
 1. one warm-up forward+backward (compilation, autotuning, cuBLAS workspace), timed by the
    wall clock and reported separately (``extra["warmup_ms"]``);
@@ -28,14 +30,17 @@ from typing import Callable
 
 import torch
 
-from benchmarks.impls import Impl
+from benchmarks.impls import installed_version
 from benchmarks.protocol import Row, floor_bytes
+from profiler.backends import Backend, LossOptions
 from profiler.inputs import CellInputs, autocast_for
 from profiler.records import CellResult, CellSpec, Parity
 from profiler.reference import Reference
 
 _COMPARE_CHUNK = 1 << 24  # elements per chunk of the error norms (bounded temporaries)
 _UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
+
+Step = Callable[[CellInputs], torch.Tensor]
 
 
 def settle(device: str) -> None:
@@ -102,7 +107,18 @@ def compare(loss: torch.Tensor, inputs: CellInputs, reference: Reference) -> Par
     )
 
 
-def _measure(step: Callable[[CellInputs], torch.Tensor], spec: CellSpec, inputs: CellInputs,
+def loss_step(backend: Backend, spec: CellSpec) -> Step:
+    """``step(inputs) -> loss``: the back-end's loss with the cell's options (built now).
+
+    The loss is a 0-d tensor (the benchmark measures ``reduction="mean"``), computed under
+    the caller's autocast and differentiated with ``loss.backward()``.
+    """
+    loss_fn = backend.make()
+    options = LossOptions.from_spec(spec)
+    return lambda x: loss_fn(x.hidden, x.weight, x.target, x.bias, options)
+
+
+def _measure(step: Step, spec: CellSpec, inputs: CellInputs,
              reference: Reference, repeats: int, result: CellResult) -> None:
     """Steps 1–4 of the protocol, filling ``result``; raises what the implementation raises."""
     cuda = spec.device == "cuda"
@@ -158,20 +174,28 @@ def _requested_bytes(message: str) -> int | None:
     return round(float(match.group(1)) * _UNITS[match.group(2)]) if match else None
 
 
-def measure_cell(impl: Impl, spec: CellSpec, inputs: CellInputs, reference: Reference, *,
+def measure_cell(backend: Backend, spec: CellSpec, inputs: CellInputs, reference: Reference, *,
                  repeats: int = 5) -> CellResult:
-    """Run the protocol for ``impl`` on ``inputs``; never raises for the implementation's errors."""
+    """Run the protocol for ``backend`` on ``inputs``; never raises for the back-end's errors.
+
+    ``spec.backend`` is the benchmark's name of the implementation (it goes into the
+    results as is). A cell the back-end cannot run is "skipped" with its reason (not
+    installed, needs CUDA, an unsupported option). Raises ``ValueError`` if
+    ``spec.reduction`` is not "mean", the only reduction the protocol measures.
+    """
+    if spec.reduction != "mean":
+        raise ValueError(f"the benchmark measures reduction='mean', got spec.reduction={spec.reduction!r}")
     row = Row(spec.tokens, spec.hidden, spec.vocab)
     result = CellResult(spec=spec, floor_bytes=floor_bytes(row, spec.mode, bias=spec.bias),
                         memory_source="cuda-allocator" if spec.device == "cuda" else "none",
-                        backend_version=impl.version() if impl.installed() else "")
-    reason = impl.unsupported(spec)
+                        backend_version=installed_version(backend))
+    reason = backend.unsupported(spec)
     if reason is not None:
         result.status, result.message = "skipped", reason
         return result
     start = time.perf_counter()
     try:
-        _measure(impl.step(spec), spec, inputs, reference, repeats, result)
+        _measure(loss_step(backend, spec), spec, inputs, reference, repeats, result)
     except torch.OutOfMemoryError as exc:
         result.status, result.message = "oom", str(exc).splitlines()[0] if str(exc) else "out of memory"
         result.oom_requested_bytes = _requested_bytes(str(exc))

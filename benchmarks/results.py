@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.impls import IMPLS
+from benchmarks.impls import backend_for, installed_version
 from benchmarks.measure import GemmRate
 from benchmarks.protocol import Row
 from profiler.records import CellResult
@@ -156,9 +156,9 @@ def collect_environment(device: str) -> Environment:
         cuda=torch.version.cuda or "",
         torch=torch.__version__,
         triton=triton.__version__,
-        liger_kernel=IMPLS["liger"].version(),
-        cut_cross_entropy=IMPLS["cce"].version(),
-        fusedce=IMPLS["fusedce"].version(),
+        liger_kernel=installed_version(backend_for("liger")),
+        cut_cross_entropy=installed_version(backend_for("cce")),
+        fusedce=installed_version(backend_for("fusedce")),
         fusedce_commit=_command_output(["git", "rev-parse", "--short", "HEAD"], cwd=_REPO_ROOT),
         python=platform.python_version(),
         date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
