@@ -34,6 +34,9 @@ ModeOption = Annotated[Optional[str], typer.Option(
 OutOption = Annotated[Optional[Path], typer.Option("--out", help="Report folder (default: a new time-stamped one).")]
 ForceOption = Annotated[bool, typer.Option("--force", help="Replace the previous run in a non-empty --out folder.")]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print a machine-readable summary on stdout.")]
+SeedOption = Annotated[int, typer.Option(
+    help="Seed of the model's initialisation and of the data (a second seed repeats a comparison on "
+         "another trajectory).", min=0)]
 BackendOption = Annotated[Optional[list[str]], typer.Option(
     "--backend", help="Loss back-end (repeatable): torch, torch-compile, torch-native, fusedce, liger, cce, "
                       "or module:callable with the back-end signature (hidden, weight, target, bias, **options).")]
@@ -82,6 +85,7 @@ def model(
         help="GiB: find the largest size that trains under this limit (context included) per back-end.")] = None,
     fit_axis: Annotated[str, typer.Option(help="What --fit grows: batch or seq.")] = "batch",
     fit_max: Annotated[int, typer.Option(help="Largest value --fit tries.", min=1)] = 1024,
+    seed: SeedOption = 0,
     device: DeviceOption = None,
     mode: ModeOption = None,
     out: OutOption = None,
@@ -91,8 +95,8 @@ def model(
     """Measure one training step of a model per loss back-end: where the peak goes, what each saves."""
     from cli.defaults import installed_backends
     from profiler.environment import collect_environment
-    from profiler.model.fit import FIT_AXES, fit_backend
-    from profiler.model.report import append_result, write_model_report
+    from profiler.model.fit import FIT_AXES, fit_backend, predicted_start
+    from profiler.model.report import append_result, write_fits, write_model_report
     from profiler.model.run import ModelJob, run_job_subprocess
     from reports.units import format_bytes, format_percent
 
@@ -107,33 +111,42 @@ def model(
     names = _backends(backend, installed_backends(run_device))
     with usage_errors():
         base = ModelJob(cfg, "torch", batch or (8 if on_gpu else 4), seq or (1024 if on_gpu else 64),
-                        device=run_device, mode=mode or "amp-bf16", attention=attention, checkpointing=checkpointing)
+                        device=run_device, mode=mode or "amp-bf16", attention=attention, checkpointing=checkpointing,
+                        seed=seed)
     out_dir = _out(out, force)
     console.print(f"fusedce-profile model: {cfg.name} ({cfg.num_parameters() / 1e6:.1f} M parameters), "
                   f"B={base.batch} T={base.seq}, {base.mode}, {run_device}; writing to {out_dir}", markup=False)
     jobs = [dataclasses.replace(base, backend=name) for name in names]
     if eval_step:
         jobs += [dataclasses.replace(job, eval_step=True) for job in jobs]
-    summary = []
+    summary, measured = [], {}
     for job in jobs:
         result = run_job_subprocess(job)
+        if not job.eval_step:
+            measured[job.backend] = result
         append_result(out_dir, result)
         m = result.memory
         detail = (f"peak {format_bytes(m.peak)} ({m.peak_phase}), loss region {format_bytes(m.loss_extra)} "
                   f"= {format_percent(m.loss_share)} of the peak" if m else f"{result.status}: "
                   f"{result.message.splitlines()[0][:120] if result.message else ''}")
-        console.print(f"  {job.label}: {detail}", markup=False)
+        wall = result.extra.get("wall_s")
+        console.print(f"  {job.label}: {detail}" + (f" [{wall:.0f} s]" if wall is not None else ""), markup=False)
         summary.append({"backend": job.label, "status": result.status, "peak_bytes": m.peak if m else None,
                         "loss_bytes": m.loss_extra if m else None, "smi_peak_bytes": m.smi_peak if m else None})
     fits = []
     if fit is not None:
         limit = int(fit * GIB)
         for name in names:
-            job = dataclasses.replace(base, backend=name)
+            # Start where this back-end's measured step says the limit is reached: a close guess
+            # costs two or three probes (each a fresh process) instead of a search from --batch.
+            start = predicted_start(measured[name], fit_axis, limit, fit_max) or getattr(base, fit_axis)
+            job = dataclasses.replace(base, backend=name, **{fit_axis: start})
             found = fit_backend(job, fit_axis, limit, fit_max)
             fits.append(found)
-            console.print(f"  fit {format_bytes(limit)}: {name}: largest {fit_axis} = {found.search.largest}",
-                          markup=False)
+            write_fits(out_dir, fits)  # saved per back-end: a run cut by a time limit keeps the searches done
+            probes = ", ".join(f"{n}:{'fits' if ok else 'no'}" for n, ok in found.search.probes)
+            console.print(f"  fit {format_bytes(limit)}: {name}: largest {fit_axis} = {found.search.largest} "
+                          f"(probes {probes})", markup=False)
     report_path = write_model_report(out_dir, fits, collect_environment())
     console.print(f"report: {report_path}", markup=False)
     if as_json:
@@ -154,6 +167,7 @@ def parity(
     bias: Annotated[bool, typer.Option("--bias", help="Give the LM head a (random) bias.")] = False,
     ignore_frac: Annotated[float, typer.Option(help="Fraction of targets that are padding (-100).")] = 0.0,
     loss_tol: Annotated[float, typer.Option(help="Allowed relative difference of the final loss.")] = 0.02,
+    seed: SeedOption = 0,
     device: DeviceOption = None,
     mode: ModeOption = None,
     out: OutOption = None,
@@ -163,7 +177,7 @@ def parity(
     """Train from the same init on the same batches with torch and each back-end; exit 1 on divergence."""
     from profiler.environment import collect_environment
     from profiler.model.parity import ParitySettings, run_parity
-    from profiler.model.report import parity_table, write_parity_report
+    from profiler.model.report import gap_sentences, parity_table, write_parity_report
 
     console = make_console(to_stderr=as_json)
     run_device = _device(device)
@@ -175,20 +189,24 @@ def parity(
         settings = ParitySettings(
             config=cfg, backends=compared, steps=steps, batch=batch,
             seq=seq, lr=lr, device=run_device, mode=mode or ("amp-bf16" if run_device.startswith("cuda") else "fp32"),
-            reduction=reduction, bias=bias, ignore_frac=ignore_frac, loss_tolerance=loss_tol)
+            reduction=reduction, bias=bias, ignore_frac=ignore_frac, loss_tolerance=loss_tol, seed=seed)
     out_dir = _out(out, force)
-    console.print(f"fusedce-profile parity: {cfg.name}, {steps} steps, {settings.mode} on {run_device}; "
-                  f"writing to {out_dir}", markup=False)
-    try:
-        result = run_parity(settings, progress=lambda name: console.print(f"  training with {name} ...",
-                                                                           markup=False))
+    console.print(f"fusedce-profile parity: {cfg.name}, {steps} steps, {settings.mode} on {run_device}, "
+                  f"seed {seed}; writing to {out_dir}", markup=False)
+    environment = collect_environment()
+    try:  # the report is rewritten after each back-end: a run cut by a time limit keeps what it trained
+        result = run_parity(settings,
+                            progress=lambda name: console.print(f"  training with {name} ...", markup=False),
+                            on_curve=lambda partial: write_parity_report(out_dir, partial, environment))
     except RuntimeError as exc:  # the torch reference itself failed
         raise fail(str(exc)) from None
-    summary = write_parity_report(out_dir, result, collect_environment())
+    summary = write_parity_report(out_dir, result, environment)
     table = parity_table(result)
     for row in table.itertuples(index=False):
         console.print(f"  {row[0]}: {row[1]}, final loss {row[2]}, rel. diff {row[3]}, worst grad {row[5]}"
                       + (f" — {row[6]}" if row[6] else ""), markup=False)
+    for line in gap_sentences(result):
+        console.print(f"  {line.replace('**', '')}", markup=False)
     verdict = "PASS" if result.passed else "FAIL"
     if not result.reference_learned:
         console.print("  torch did not learn on this data: raise --steps or --lr", markup=False)

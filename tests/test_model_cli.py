@@ -86,3 +86,30 @@ def test_doctor_exit_codes(tmp_path):
     bad = runner.invoke(app, ["doctor", "--loss", f"{__name__}:unshifted_wrapper"])
     assert bad.exit_code == 1
     assert "fail" in bad.output and "targets shifted" in bad.output
+
+
+def test_parity_compares_several_backends_with_a_seed_and_reports_each_ones_gap(tmp_path):
+    out = tmp_path / "control"
+    result = runner.invoke(app, ["parity", "--device", "cpu", "--steps", "20", "--batch", "2", "--seq", "16",
+                                 "--backend", "fusedce", "--backend", f"{__name__}:scaled_loss", "--seed", "3",
+                                 "--out", str(out)])
+    assert result.exit_code == 1, result.output  # the scaled loss diverges; fusedce does not
+    saved = json.loads((out / "parity.json").read_text())
+    assert saved["settings"]["seed"] == 3
+    assert [c["backend"] for c in saved["curves"]] == ["torch", "fusedce", f"{__name__}:scaled_loss"]
+    text = (out / "summary.md").read_text()
+    assert "seed 3" in text
+    gaps = [line for line in text.splitlines() if " vs torch: at most " in line]
+    assert len(gaps) == 2 and "fusedce vs torch" in gaps[0] and "scaled_loss vs torch" in gaps[1]
+    # The scaled loss is 10% above torch's at step 0 already, at the same weights and batch.
+    assert "at step" in gaps[1] and "above 2e-02 on" in gaps[1]
+    assert "fusedce vs torch: at most" in result.output
+
+
+def test_model_seed_reaches_the_job(tmp_path):
+    out = tmp_path / "run"
+    result = runner.invoke(app, ["model", "--device", "cpu", "--preset", "tiny", "--batch", "2", "--seq", "16",
+                                 "--backend", "torch", "--seed", "5", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    row = json.loads((out / "model_results.jsonl").read_text().splitlines()[0])
+    assert row["job"]["seed"] == 5 and row["extra"]["wall_s"] > 0

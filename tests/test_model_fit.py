@@ -2,6 +2,7 @@
 import math
 
 import pytest
+import torch
 
 from profiler.configs import get_preset
 from profiler.model.fit import fit_backend, largest_fitting
@@ -21,13 +22,22 @@ def test_finds_the_largest_fitting_value_in_logarithmic_probes(threshold, start)
 def test_nothing_fits_gives_zero():
     search = largest_fitting(lambda n: False, start=4)
     assert search.largest == 0
-    assert [n for n, _ in search.probes] == [4, 2, 1]
+    assert [n for n, _ in search.probes] == [4, 3, 1]
 
 
 def test_everything_fits_stops_at_the_maximum():
     search = largest_fitting(lambda n: True, start=3, maximum=40)
     assert search.largest == 40 and search.hit_maximum
-    assert [n for n, _ in search.probes] == [3, 6, 12, 24, 40]
+    assert [n for n, _ in search.probes] == [3, 4, 6, 10, 18, 34, 40]
+
+
+@pytest.mark.parametrize("threshold", [25, 29, 30, 31, 32, 33, 40])
+def test_a_close_first_guess_costs_few_probes(threshold):
+    search = largest_fitting(lambda n: n <= threshold, start=31, maximum=4096)
+    assert search.largest == threshold
+    assert len(search.probes) <= 2 + 2 * math.ceil(math.log2(abs(threshold - 31) + 1))
+    if threshold in (30, 31):  # the guess or one below: the guess and its neighbour
+        assert len(search.probes) == 2
 
 
 def test_bad_bounds_are_rejected():
@@ -73,3 +83,51 @@ def test_fit_backend_rejects_unknown_axis():
     job = ModelJob(get_preset("tiny"), "torch", 4, 64, device="cpu")
     with pytest.raises(ValueError, match="axis"):
         fit_backend(job, "layers", 1, 2)
+
+
+def test_memory_fraction_leaves_the_context_out_of_the_cap_and_never_exceeds_the_device():
+    from profiler.model.run import memory_fraction
+
+    assert memory_fraction(limit=24 << 30, context=1 << 30, total=140 << 30) == pytest.approx(23 / 140)
+    assert memory_fraction(limit=200 << 30, context=1 << 30, total=140 << 30) == 1.0  # torch rejects > 1
+    with pytest.raises(ValueError, match="below the CUDA context"):
+        memory_fraction(limit=1 << 29, context=1 << 30, total=140 << 30)
+
+
+def test_a_wrapped_out_of_memory_error_is_oom_not_an_error_that_stops_the_search(monkeypatch):
+    import profiler.model.run as run_module
+
+    def compile_failure(*args, **kwargs):
+        try:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        except torch.OutOfMemoryError as oom:
+            raise RuntimeError("backend compiler failed") from oom
+
+    monkeypatch.setattr(run_module, "measure_step", compile_failure)
+    result = run_module.run_job(ModelJob(get_preset("tiny"), "torch", 2, 8, device="cpu"))
+    assert result.status == "oom" and "backend compiler failed" in result.message
+    assert not run_module.is_out_of_memory(RuntimeError("CUBLAS_STATUS_NOT_SUPPORTED"))
+
+
+def _measured(batch, static, context, peak, reserved):
+    from profiler.model.step import StepMemory
+
+    memory = StepMemory(source="cuda-allocator", parameters=0, gradients=0, optimizer_state=0, batch=0,
+                        static=static, activations=0, saved_tensors=0, weight_copies=0, loss_extra=0,
+                        peak=peak, peak_phase="loss", composition=[], phases=[],
+                        peak_reserved=reserved, context=context, smi_peak=context + reserved)
+    return ModelResult(job=ModelJob(get_preset("tiny"), "torch", batch, 64, device="cuda"), memory=memory)
+
+
+def test_predicted_start_extrapolates_the_part_that_grows_with_the_batch():
+    from profiler.model.fit import predicted_start
+
+    gib = 1 << 30
+    # 2 GiB fixed (static 1.5 + context 0.5), 0.5 GiB allocated per sequence: 24 GiB holds 44
+    # sequences (the cache reserved beyond the allocated peak is left out: a capped allocator frees it).
+    measured = _measured(batch=32, static=3 * gib // 2, context=gib // 2, peak=3 * gib // 2 + 16 * gib,
+                         reserved=24 * gib)
+    assert predicted_start(measured, "batch", 24 * gib, maximum=1024) == 44
+    assert predicted_start(measured, "batch", 24 * gib, maximum=40) == 40
+    assert predicted_start(measured, "batch", gib, maximum=1024) == 1
+    assert predicted_start(ModelResult(job=measured.job, status="oom"), "batch", 24 * gib, 1024) is None

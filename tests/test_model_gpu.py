@@ -1,10 +1,12 @@
 """The model mode on CUDA: allocator accounting, reserved/context, the evaluation pass, --fit."""
+import dataclasses
+
 import pytest
 import torch
 
 from profiler.configs import get_preset
-from profiler.model.fit import fit_backend
-from profiler.model.run import ModelJob, run_job, run_job_subprocess
+from profiler.model.fit import fit_backend, predicted_start
+from profiler.model.run import ModelJob, run_job_subprocess
 
 pytestmark = pytest.mark.gpu
 if not torch.cuda.is_available():
@@ -37,8 +39,19 @@ def test_evaluation_pass_raises_reserved_not_allocated():
 
 
 def test_fit_under_a_cap_finds_a_batch_that_runs_and_one_that_does_not():
-    probe = run_job(ModelJob(CONFIG, "torch", 4, 512, device="cuda"))
+    """The probes run in fresh processes on ``torch.device("cuda")`` (no index: the memory cap
+    must find one). Uncapped, batch 256 fits an H200 easily, so a search that stops below it
+    shows the cap was applied; a search that errors reports ``largest == 0``."""
+    torch.cuda.empty_cache()  # this process's cache counts as "context" in the probes (device-wide)
+    job = ModelJob(CONFIG, "torch", 4, 512, device="cuda")
+    probe = run_job_subprocess(job, timeout_s=300)  # measured as the fit probes will be
+    assert probe.status == "ok", probe.message
     limit = probe.memory.context + 3 * probe.memory.peak_reserved
-    found = fit_backend(ModelJob(CONFIG, "torch", 4, 512, device="cuda"), "batch", limit, maximum=256)
+    start = predicted_start(probe, "batch", limit, maximum=256)  # as the CLI starts the search
+    assert 4 < start < 256
+    found = fit_backend(dataclasses.replace(job, batch=start), "batch", limit, maximum=256)
     assert 4 <= found.search.largest < 256, found.best.message if found.best else found
-    assert any(not ok for _, ok in found.search.probes)
+    assert (found.search.largest + 1, False) in found.search.probes  # the bisection closed on the boundary
+    best = found.best.memory
+    assert found.best.status == "ok" and best.smi_peak <= limit  # fits = context + reserved under the limit
+    assert found.best.job.memory_limit_bytes == limit and found.best.job.batch == found.search.largest

@@ -116,3 +116,53 @@ def test_markov_batches_are_deterministic_and_padded_as_asked():
 def test_settings_reject_bad_values(kw, message):
     with pytest.raises(ValueError, match=message):
         _settings(kw.pop("backends", ["fusedce"]), **kw)
+
+
+def test_curve_gap_finds_the_largest_gap_its_step_and_the_steps_above_the_tolerance():
+    from profiler.model.parity import ParityCurve, curve_gap
+
+    reference = ParityCurve("torch", losses=[4.0, 3.0, 2.0, 2.0, 1.0])
+    curve = ParityCurve("fusedce", losses=[4.0, 3.3, 2.4, 2.02, 1.0])
+    gap = curve_gap(curve, reference, threshold=0.05)
+    assert gap.peak == pytest.approx(0.2) and gap.peak_step == 2
+    assert gap.diffs == pytest.approx([0.0, 0.1, 0.2, 0.01, 0.0])
+    assert (gap.above, gap.first_above, gap.last_above) == (2, 1, 2)
+    assert gap.higher == 3  # steps 1, 2 and 3; equal losses count as not higher
+    assert curve_gap(ParityCurve("liger"), reference, 0.05) is None
+
+
+def test_each_backend_is_reported_as_it_finishes_and_the_rest_are_named_not_run():
+    seen = []
+    report = run_parity(_settings(["fusedce", f"{__name__}:faithful"], steps=10),
+                        on_curve=lambda partial: seen.append(([c.backend for c in partial.curves],
+                                                              list(partial.not_run), len(partial.verdicts))))
+    assert seen == [(["torch", "fusedce"], [f"{__name__}:faithful"], 1),
+                    (["torch", "fusedce", f"{__name__}:faithful"], [], 2)]
+    assert report.not_run == [] and all(c.seconds is not None and c.seconds > 0 for c in report.curves)
+    assert report.verdicts[0].max_step_rel_diff_step is not None
+
+
+def test_the_seed_changes_initialisation_and_data_and_is_repeatable():
+    runs = {seed: run_parity(_settings(["fusedce"], steps=10, seed=seed)).curves[0].losses for seed in (0, 1)}
+    assert runs[0] != runs[1]
+    assert run_parity(_settings(["fusedce"], steps=10, seed=1)).curves[0].losses == runs[1]
+
+
+def test_unrounded_logits_control_differs_from_torch_by_the_logits_rounding_alone():
+    from profiler.backends import LossOptions
+    from profiler.model.losses import unrounded_logits_loss
+
+    gen = torch.Generator().manual_seed(0)
+    hidden = torch.randn(64, 32, generator=gen, requires_grad=True)
+    weight = torch.randn(200, 32, generator=gen, requires_grad=True)
+    target = torch.randint(0, 200, (64,), generator=gen)
+    exact = torch_loss(hidden, weight, target, None, LossOptions())
+    assert unrounded_logits_loss(hidden, weight, target) == exact  # no autocast: torch's loss itself
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        rounded = torch_loss(hidden, weight, target, None, LossOptions())
+        control = unrounded_logits_loss(hidden, weight, target)
+    reference = torch_loss(hidden.bfloat16().double(), weight.bfloat16().double(), target, None, LossOptions())
+    assert control.dtype == torch.float32
+    assert abs(control.item() - reference.item()) < 1e-5 < abs(rounded.item() - reference.item())
+    control.backward()
+    assert hidden.grad is not None and weight.grad is not None and weight.grad.dtype == torch.float32

@@ -57,7 +57,9 @@ def test_report_rebuilds_a_parity_folder_and_exits_1_when_a_back_end_failed(tmp_
     assert result.exit_code == 0, result.output
     text = (run / "summary.md").read_text()
     assert text.startswith("# fusedce-profile parity: PASS")
-    assert "| fusedce | pass | 1.9966 | 6.2e-03 | 1.6e-01 | 7.2e-03 (lm_head gradient at step 100) |" in text
+    assert "| fusedce | pass | 1.9966 | 6.2e-03 | 1.6e-01 (step 95) | 7.2e-03 (lm_head gradient at step 100) |" in text
+    # The peak step is recomputed from the stored losses (this run predates storing it).
+    assert "**fusedce vs torch: at most 16.1% at step 95** (3.5344 vs 3.0450)" in text
     assert (run / "plots" / "parity_loss.png").is_file()
 
     raw = json.loads((run / "parity.json").read_text())
@@ -75,3 +77,15 @@ def test_report_of_a_malformed_model_results_file_is_bad_input_naming_the_line(t
     result = CliRunner().invoke(app, ["report", str(run)])
     assert result.exit_code == 2
     assert "model_results.jsonl:2" in result.stderr
+
+
+def test_a_parity_folder_cut_before_a_back_end_trained_says_so(tmp_path):
+    run = _copy(tmp_path, "h200_parity")
+    raw = json.loads((run / "parity.json").read_text())
+    raw["settings"]["backends"] = ["fusedce", "liger"]  # liger was asked for but never trained
+    (run / "parity.json").write_text(json.dumps(raw))
+    result = CliRunner().invoke(app, ["report", str(run)])
+    assert result.exit_code == 0, result.output
+    text = (run / "summary.md").read_text()
+    assert "**Incomplete run.** liger did not train: the run ended early." in text
+    assert "| liger | not run |" in text

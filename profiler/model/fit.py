@@ -1,11 +1,13 @@
 """``--fit``: the largest batch (or sequence length) whose training step fits a memory limit.
 
-:func:`largest_fitting` is the search, independent of how a probe is run: it doubles from a
-starting value until a probe fails (or ``maximum`` is reached), then bisects between the
-last value that fitted and the first that did not. It assumes fitting is monotone (if ``n``
-fits, every smaller ``n`` fits), which holds for memory up to allocator fragmentation.
-:func:`fit_backend` runs each probe as a :class:`~profiler.model.run.ModelJob` in its own
-process with the limit applied.
+:func:`largest_fitting` is the search, independent of how a probe is run: from a starting
+guess it gallops (steps 1, 2, 4, ...) up while probes fit, or down while they do not, then
+bisects between the last value that fitted and the first that did not. A good guess costs
+two probes; a poor one O(log n). It assumes fitting is monotone (if ``n`` fits, every
+smaller ``n`` fits), which holds for memory up to allocator fragmentation.
+:func:`predicted_start` makes the guess from one measured step (memory grows about linearly
+in B and T); :func:`fit_backend` runs each probe as a
+:class:`~profiler.model.run.ModelJob` in its own process with the limit applied.
 """
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ class FitSearch:
 
 
 def largest_fitting(fits: Callable[[int], bool], start: int = 1, maximum: int = 1 << 16) -> FitSearch:
-    """The largest ``n`` in ``[1, maximum]`` with ``fits(n)``, in O(log n) probes."""
+    """The largest ``n`` in ``[1, maximum]`` with ``fits(n)``, in O(log |n − start|) probes."""
     if start < 1 or maximum < start:
         raise ValueError(f"need 1 ≤ start ≤ maximum, got start={start}, maximum={maximum}")
     search = FitSearch(largest=0)
@@ -38,22 +40,29 @@ def largest_fitting(fits: Callable[[int], bool], start: int = 1, maximum: int = 
         search.probes.append((n, ok))
         return ok
 
-    good, bad = 0, None
-    n = start
-    if probe(n):
-        good = n
-        while good < maximum:
-            n = min(2 * good, maximum)
-            if not probe(n):
+    step = 1
+    if probe(start):
+        good, bad = start, None
+        while bad is None:
+            if good == maximum:
+                search.largest, search.hit_maximum = good, True
+                return search
+            n = min(good + step, maximum)
+            if probe(n):
+                good = n
+            else:
                 bad = n
-                break
-            good = n
-        else:
-            search.largest, search.hit_maximum = good, True
-            return search
+            step *= 2
     else:
-        bad = n
-    # Invariant: good fits (or is 0), bad does not; bisect the gap.
+        good, bad = 0, start
+        while good == 0 and bad > 1:
+            n = max(bad - step, 1)
+            if probe(n):
+                good = n
+            else:
+                bad = n
+            step *= 2
+    # Invariant: good fits (or is 0: nothing does), bad does not; bisect the gap.
     while bad - good > 1:
         mid = (good + bad) // 2
         if probe(mid):
@@ -62,6 +71,23 @@ def largest_fitting(fits: Callable[[int], bool], start: int = 1, maximum: int = 
             bad = mid
     search.largest = good
     return search
+
+
+def predicted_start(measured: ModelResult, axis: str, limit_bytes: int, maximum: int) -> int | None:
+    """A first guess for the search: the size at which ``measured``'s step would reach
+    ``limit_bytes``, taking its memory as fixed (static bytes + CUDA context) plus a part
+    proportional to ``job.<axis>``. The step's allocated peak is used, not its reserved: under
+    the cap the allocator frees its cache before it gives up, so a step needs about its
+    allocated peak (+ context); fragmentation makes the guess err high, and the search walks
+    down from it. ``None`` when ``measured`` has no memory to go by."""
+    m = measured.memory
+    if measured.status != "ok" or m is None:
+        return None
+    fixed = m.static + (m.context or 0)
+    per_unit = (m.peak - m.static) / getattr(measured.job, axis)
+    if per_unit <= 0:
+        return None
+    return max(1, min(maximum, int((limit_bytes - fixed) // per_unit)))
 
 
 @dataclass
@@ -77,7 +103,8 @@ class FitResult:
 
 def fit_backend(job: ModelJob, axis: str, limit_bytes: int, maximum: int,
                 runner: Callable[[ModelJob], ModelResult] = run_job_subprocess) -> FitResult:
-    """Search the largest ``job.<axis>`` that trains under ``limit_bytes``; each probe is a job.
+    """Search the largest ``job.<axis>`` that trains under ``limit_bytes``, starting the search
+    at ``job.<axis>`` (see :func:`predicted_start` for a good value); each probe is a job.
 
     A probe fits when its status is ``ok``; ``error`` and ``skipped`` stop the search (the
     back-end cannot run at all), reported as ``largest = 0`` with the failing result.
@@ -95,7 +122,7 @@ def fit_backend(job: ModelJob, axis: str, limit_bytes: int, maximum: int,
         return result.status == "ok"
 
     try:
-        search = largest_fitting(fits, start=getattr(job, axis), maximum=maximum)
+        search = largest_fitting(fits, start=min(getattr(job, axis), maximum), maximum=maximum)
     except _Unfit as stop:
         n = getattr(stop.result.job, axis)
         return FitResult(job.backend, axis, limit_bytes, FitSearch(0, [(n, False)]), stop.result)

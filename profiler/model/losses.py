@@ -5,13 +5,15 @@ A back-end is ``(hidden, weight, target, bias, options) -> loss`` (see
 ``weight`` the LM head's (V, H) parameter itself (the embedding when tied), ``target`` the
 (B·T,) next tokens. :func:`resolve_backend` adds what a training run needs on top of the
 registry: a clear "cannot run here" (:class:`BackendUnavailable`, reported as ``skipped``)
-before any model is built.
+before any model is built. :func:`unrounded_logits_loss` is a control for parity runs.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from profiler.backends import Backend, LossFn, LossOptions, get_backend
+import torch
+
+from profiler.backends import Backend, LossFn, LossOptions, get_backend, torch_loss
 from profiler.configs import ModelConfig
 from profiler.records import CellSpec
 
@@ -54,3 +56,26 @@ def resolve_backend(name: str, config: ModelConfig, options: LossOptions, device
     if why:
         raise BackendUnavailable(why)
     return LossBackend(name, backend.make(), info.version or "unknown")
+
+
+def unrounded_logits_loss(hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor,
+                          bias: torch.Tensor | None = None, **options) -> torch.Tensor:
+    """Eager torch's loss with the logits left unrounded: a control back-end for ``parity``.
+
+    Under bf16 autocast, torch rounds the (N, V) logits to bf16 before the cross-entropy
+    upcasts them, while a fused loss keeps its fp32 accumulators. Here the operands are
+    rounded to the autocast dtype exactly as autocast would, then multiplied in fp32, so the
+    logits are the GEMM's fp32 accumulations of the same bf16 products (bf16 values are exact
+    in TF32 as well, so the matmul-precision setting does not matter) — what fusedce computes
+    on CUDA, where its products write fp32 directly: this differs from torch by the logits'
+    bf16 rounding alone. Its loss curve's gap to torch's is what a
+    rounding-sized difference grows to over the run (outside autocast it *is* torch's loss).
+    Use as ``--backend profiler.model.losses:unrounded_logits_loss``.
+    """
+    device_type = hidden.device.type
+    if torch.is_autocast_enabled(device_type):
+        dtype = torch.get_autocast_dtype(device_type)
+        hidden, weight = hidden.to(dtype).float(), weight.to(dtype).float()
+        bias = bias.to(dtype).float() if bias is not None else None
+    with torch.autocast(device_type, enabled=False):
+        return torch_loss(hidden, weight, target, bias, LossOptions(**options))

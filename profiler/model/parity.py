@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 
@@ -86,7 +88,8 @@ class GradCheck:
 
 @dataclass
 class ParityCurve:
-    """One back-end's training run (``status`` as in model results)."""
+    """One back-end's training run (``status`` as in model results; ``seconds``: its wall time,
+    gradient checks included; ``None`` in runs recorded before it was stored)."""
 
     backend: str
     status: str = "ok"
@@ -94,6 +97,7 @@ class ParityCurve:
     version: str = ""
     losses: list[float] = field(default_factory=list)
     grad_checks: list[GradCheck] = field(default_factory=list)
+    seconds: float | None = None
 
     def final_loss(self) -> float:
         tail = self.losses[-max(1, len(self.losses) // 10):]
@@ -112,6 +116,7 @@ class ParityVerdict:
     passed: bool | None  # None: the back-end did not run (skipped)
     final_loss_rel_diff: float | None = None
     max_step_rel_diff: float | None = None
+    max_step_rel_diff_step: int | None = None  # the step where max_step_rel_diff occurs
     worst_grad_error: float | None = None
     worst_grad_name: str | None = None
     reasons: list[str] = field(default_factory=list)
@@ -129,6 +134,50 @@ class ParityReport:
     def passed(self) -> bool:
         """True when torch learned and no back-end that ran failed."""
         return self.reference_learned and all(v.passed is not False for v in self.verdicts)
+
+    @property
+    def not_run(self) -> list[str]:
+        """Back-ends in the settings with no curve (a run cut short: see ``run_parity``'s ``on_curve``)."""
+        done = {c.backend for c in self.curves}
+        return [b for b in self.settings.backends if b not in done]
+
+
+@dataclass
+class CurveGap:
+    """How far one back-end's loss curve strays from torch's, step by step.
+
+    ``diffs[i] = |L_b[i] − L_torch[i]| / |L_torch[i]|`` over the steps both runs have;
+    ``peak_step`` is where the largest one occurs (the first such step on ties);
+    ``above`` counts the steps where it exceeds ``threshold``, the first and last of them in
+    ``first_above`` / ``last_above`` (``None`` when there are none); ``higher`` counts the
+    steps where the back-end's loss is above torch's (about half of them when the two
+    trajectories differ by rounding alone; nearly all or none for a systematic offset).
+    """
+
+    backend: str
+    diffs: list[float]
+    threshold: float
+    peak: float
+    peak_step: int
+    above: int
+    first_above: int | None
+    last_above: int | None
+    higher: int
+
+
+def curve_gap(curve: ParityCurve, reference: ParityCurve, threshold: float) -> CurveGap | None:
+    """The per-step relative gap of ``curve`` to ``reference``; ``None`` if either has no losses."""
+    n = min(len(curve.losses), len(reference.losses))
+    if n == 0:
+        return None
+    losses = torch.tensor(curve.losses[:n], dtype=torch.float64)
+    ref = torch.tensor(reference.losses[:n], dtype=torch.float64)
+    diffs = ((losses - ref).abs() / ref.abs()).tolist()
+    finite = [(d, i) for i, d in enumerate(diffs) if math.isfinite(d)]
+    peak, peak_step = max(finite, key=lambda item: (item[0], -item[1])) if finite else (math.nan, 0)
+    over = [i for i, d in enumerate(diffs) if d > threshold]
+    return CurveGap(curve.backend, diffs, threshold, peak, peak_step, len(over),
+                    over[0] if over else None, over[-1] if over else None, int((losses > ref).sum()))
 
 
 def relative_error(value: torch.Tensor, reference: torch.Tensor) -> float:
@@ -188,6 +237,7 @@ def train_curve(settings: ParitySettings, backend_name: str, chain: MarkovChain)
     model = build_model(settings)
     optimizer = torch.optim.AdamW(model.parameters(), lr=settings.lr)
     checks = set(settings.check_steps)
+    start = time.perf_counter()
     try:
         for step in range(settings.steps):
             inputs, targets = chain.batch(step, settings.batch, settings.seq, settings.ignore_frac, settings.seed)
@@ -207,6 +257,7 @@ def train_curve(settings: ParitySettings, backend_name: str, chain: MarkovChain)
         curve.status, curve.message = "oom", str(exc).splitlines()[0]
     except Exception as exc:  # a back-end that crashes mid-run is a parity failure with evidence
         curve.status, curve.message = "error", f"{type(exc).__name__}: {exc}"
+    curve.seconds = time.perf_counter() - start
     return curve
 
 
@@ -227,8 +278,8 @@ def judge(settings: ParitySettings, curve: ParityCurve, reference: ParityCurve) 
         verdict.passed = False
         verdict.reasons.append(f"loss is not finite from step {first}")
         return verdict
-    step_diff = (losses - ref).abs() / ref.abs()
-    verdict.max_step_rel_diff = float(step_diff.max())
+    gap = curve_gap(curve, reference, settings.loss_tolerance)
+    verdict.max_step_rel_diff, verdict.max_step_rel_diff_step = gap.peak, gap.peak_step
     verdict.final_loss_rel_diff = abs(curve.final_loss() - reference.final_loss()) / abs(reference.final_loss())
     if verdict.final_loss_rel_diff > settings.loss_tolerance:
         verdict.reasons.append(f"final loss {curve.final_loss():.4f} vs torch {reference.final_loss():.4f}: "
@@ -247,21 +298,30 @@ def judge(settings: ParitySettings, curve: ParityCurve, reference: ParityCurve) 
     return verdict
 
 
-def run_parity(settings: ParitySettings, progress=None) -> ParityReport:
-    """Train torch and every back-end in ``settings.backends``; judge each against torch.
+def run_parity(settings: ParitySettings, progress: Callable[[str], None] | None = None,
+               on_curve: Callable[[ParityReport], None] | None = None) -> ParityReport:
+    """Train torch and every back-end in ``settings.backends`` (in that order); judge each
+    against torch.
 
-    ``progress(backend_name)`` is called before each run (for a progress display).
+    ``progress(backend_name)`` is called before each run (for a progress display);
+    ``on_curve(report)`` after each back-end's run with the report so far (``not_run`` names
+    the back-ends still to come), so a caller can save it before a time limit cuts the run.
     """
     chain = MarkovChain(settings.config.vocab_size, seed=settings.seed)
     names = [REFERENCE] + [b for b in settings.backends if b != REFERENCE]
-    curves = []
-    for name in names:
-        if progress is not None:
-            progress(name)
-        curves.append(train_curve(settings, name, chain))
-    reference = curves[0]
+    if progress is not None:
+        progress(REFERENCE)
+    reference = train_curve(settings, REFERENCE, chain)
     if reference.status != "ok":
         raise RuntimeError(f"the torch reference run failed: {reference.status}: {reference.message}")
     learned = reference.final_loss() < LEARN_FRACTION * reference.initial_loss()
-    verdicts = [judge(settings, curve, reference) for curve in curves[1:]]
-    return ParityReport(settings, curves, verdicts, chain.entropy_rate(), learned)
+    report = ParityReport(settings, [reference], [], chain.entropy_rate(), learned)
+    for name in names[1:]:
+        if progress is not None:
+            progress(name)
+        curve = train_curve(settings, name, chain)
+        report.curves.append(curve)
+        report.verdicts.append(judge(settings, curve, reference))
+        if on_curve is not None:
+            on_curve(report)
+    return report

@@ -21,7 +21,8 @@ import pandas as pd  # noqa: E402
 
 from profiler.configs import ModelConfig  # noqa: E402
 from profiler.model.fit import FitResult, FitSearch  # noqa: E402
-from profiler.model.parity import GradCheck, ParityCurve, ParityReport, ParitySettings, ParityVerdict  # noqa: E402
+from profiler.model.parity import (CurveGap, GradCheck, ParityCurve, ParityReport, ParitySettings,  # noqa: E402
+                                   ParityVerdict, curve_gap)
 from profiler.model.run import ModelResult  # noqa: E402
 from reports.environment import environment_lines, read_environment, write_environment  # noqa: E402
 from reports.markdown import markdown_table  # noqa: E402
@@ -325,6 +326,11 @@ def render_model_markdown(results: list[ModelResult], fits: list[FitResult], env
     return "\n".join(lines)
 
 
+def write_fits(out_dir: Path, fits: list[FitResult]) -> None:
+    """Write the ``--fit`` searches to ``fit.json`` (read back by :func:`read_fits`)."""
+    (Path(out_dir) / FIT_FILE).write_text(json.dumps([dataclasses.asdict(f) for f in fits], indent=1))
+
+
 def write_model_report(out_dir: Path, fits: list[FitResult] | None = None,
                        environment: dict | None = None) -> Path:
     """Write ``summary.md``, ``fit.json`` and the plots (``breakdown.png``; ``reserved.png`` on CUDA)
@@ -335,7 +341,7 @@ def write_model_report(out_dir: Path, fits: list[FitResult] | None = None,
     if environment is not None:
         write_environment(out_dir, environment)
     if fits:
-        (out_dir / FIT_FILE).write_text(json.dumps([dataclasses.asdict(f) for f in fits], indent=1))
+        write_fits(out_dir, fits)
     plots = [p for p in (plot_breakdown(results, out_dir / "plots" / "breakdown.png"),
                          plot_reserved(results, out_dir / "plots" / "reserved.png")) if p]
     summary = out_dir / "summary.md"
@@ -352,23 +358,68 @@ def rebuild_model_report(out_dir: Path) -> Path:
 
 # --- parity --------------------------------------------------------------------------------
 
+def parity_gaps(report: ParityReport) -> list[CurveGap]:
+    """Each compared back-end's per-step gap to torch (back-ends with no losses left out),
+    thresholded at the final-loss tolerance. Recomputed from the stored losses, so folders
+    written before the peak step was stored rebuild with it."""
+    ref = report.curves[0]
+    gaps = (curve_gap(c, ref, report.settings.loss_tolerance) for c in report.curves[1:])
+    return [g for g in gaps if g is not None]
+
+
+def _percent(frac: float) -> str:
+    return f"{100 * frac:.1f}%" if frac >= 0.001 else f"{100 * frac:.2g}%"
+
+
+def gap_sentences(report: ParityReport) -> list[str]:
+    """One line per back-end: its largest per-step gap to torch and where, the steps above the
+    tolerance, and the final-loss difference — side by side, so a control run reads at a glance."""
+    ref = report.curves[0]
+    lines = []
+    for gap in parity_gaps(report):
+        curve = next(c for c in report.curves if c.backend == gap.backend)
+        k = gap.peak_step
+        line = (f"**{gap.backend} vs torch: at most {_percent(gap.peak)} at step {k}** "
+                f"({curve.losses[k]:.4f} vs {ref.losses[k]:.4f}); ")
+        if gap.above:
+            where = (f"step {gap.first_above}" if gap.first_above == gap.last_above
+                     else f"steps {gap.first_above}–{gap.last_above}")
+            line += f"above {gap.threshold:.0e} on {gap.above} of {len(gap.diffs)} steps ({where}); "
+        else:
+            line += f"never above {gap.threshold:.0e}; "
+        line += f"its loss above torch's on {gap.higher} of {len(gap.diffs)} steps; "
+        final = abs(curve.final_loss() - ref.final_loss()) / abs(ref.final_loss())
+        line += f"final loss {_percent(final)} apart"
+        if curve.seconds is not None:
+            line += f"; trained in {curve.seconds:.{1 if curve.seconds < 10 else 0}f} s"
+        lines.append(line + ".")
+    return lines
+
+
 def parity_table(report: ParityReport) -> pd.DataFrame:
     rows = []
     ref = report.curves[0]
     rows.append({"back-end": ref.backend, "verdict": "reference", "final loss": f"{ref.final_loss():.4f}",
                  "final loss rel. diff": "–", "max per-step rel. diff": "–", "worst gradient rel. err": "–",
                  "why": ""})
+    gaps = {g.backend: g for g in parity_gaps(report)}
     for curve, v in zip(report.curves[1:], report.verdicts):
+        gap = gaps.get(curve.backend)
         rows.append({
             "back-end": curve.backend,
             "verdict": {True: "pass", False: "FAIL", None: "skipped"}[v.passed],
             "final loss": f"{curve.final_loss():.4f}" if curve.losses else "–",
             "final loss rel. diff": f"{v.final_loss_rel_diff:.1e}" if v.final_loss_rel_diff is not None else "–",
-            "max per-step rel. diff": f"{v.max_step_rel_diff:.1e}" if v.max_step_rel_diff is not None else "–",
+            "max per-step rel. diff": (f"{gap.peak:.1e} (step {gap.peak_step})" if gap is not None
+                                       and v.max_step_rel_diff is not None else "–"),
             "worst gradient rel. err": (f"{v.worst_grad_error:.1e} ({v.worst_grad_name})"
                                         if v.worst_grad_error is not None else "–"),
             "why": "; ".join(v.reasons),
         })
+    for name in report.not_run:
+        rows.append({"back-end": name, "verdict": "not run", "final loss": "–", "final loss rel. diff": "–",
+                     "max per-step rel. diff": "–", "worst gradient rel. err": "–",
+                     "why": "the run ended before this back-end trained"})
     return pd.DataFrame(rows)
 
 
@@ -384,16 +435,20 @@ def plot_parity(report: ParityReport, path: Path) -> Path:
         is_ref = curve is ref  # drawn dashed on top, so identical curves stay visible
         top.plot(range(len(curve.losses)), curve.losses, color=style["color"], linewidth=style["linewidth"],
                  linestyle="--" if is_ref else "-", zorder=4 if is_ref else 2, label=curve.backend)
-        if not is_ref:
-            n = min(len(curve.losses), len(ref.losses))
-            diff = [abs(a - b) / abs(b) if a != b else float("nan") for a, b in zip(curve.losses[:n], ref.losses[:n])]
-            bottom.semilogy(range(n), diff, color=style["color"], label=f"{curve.backend} (gaps: equal losses)")
+    for gap in parity_gaps(report):
+        style = backend_style(gap.backend, names)
+        diff = [d if d > 0 else float("nan") for d in gap.diffs]
+        bottom.semilogy(range(len(diff)), diff, color=style["color"],
+                        label=f"{gap.backend}: max {_percent(gap.peak)} at step {gap.peak_step} (gaps: equal losses)")
+        if gap.peak > 0:
+            bottom.plot([gap.peak_step], [gap.peak], marker="v", color=style["color"], markersize=8,
+                        linestyle="none")
     top.axhline(report.entropy_rate, color="black", linestyle=":", linewidth=1,
                 label=f"data entropy rate {report.entropy_rate:.3f}")
     s = report.settings
     top.set_title(f"Training parity: {s.config.name}, {s.mode}, B={s.batch} T={s.seq}, reduction={s.reduction}"
                   + (", tied" if s.config.tie_word_embeddings else "") + (", bias" if s.config.lm_head_bias else "")
-                  + (f", {s.ignore_frac:.0%} padding" if s.ignore_frac else ""))
+                  + (f", {s.ignore_frac:.0%} padding" if s.ignore_frac else "") + f", seed {s.seed}")
     top.set_ylabel("training loss")
     top.legend(fontsize=9)
     top.grid(alpha=0.3)
@@ -443,16 +498,27 @@ def write_parity_report(out_dir: Path, report: ParityReport, environment: dict |
     s = report.settings
     ref = report.curves[0]
     verdict = "PASS" if report.passed else "FAIL"
-    lines = [f"# fusedce-profile parity: {verdict}", "",
-             f"{s.steps} AdamW steps (lr {s.lr}) of {s.config.name} from the same initialisation on the same "
-             f"batches (a random Markov chain, entropy rate {report.entropy_rate:.3f} nats), {s.mode} on "
-             f"{s.device}. torch's loss went from {ref.initial_loss():.3f} to {ref.final_loss():.3f}"
-             + ("" if report.reference_learned else " — it did NOT learn, so nothing can be concluded") + ".",
-             f"Tolerances: final loss (mean of the last tenth of the steps) within {s.loss_tolerance:.0e} relative "
-             f"of torch's; gradients of the LM head weight{' (the tied embedding)' if s.config.tie_word_embeddings else ''}"
-             f"{', its bias' if s.config.lm_head_bias else ''} and the hidden states within {s.grad_tolerance:.0e} "
-             f"of eager torch in fp32 on the same weights, at steps {', '.join(map(str, s.check_steps))}.", "",
-             markdown_table(parity_table(report)), "", f"![loss curves](plots/{png.name})", ""]
+    lines = [f"# fusedce-profile parity: {verdict}", ""]
+    if report.not_run:
+        lines += [f"**Incomplete run.** {', '.join(report.not_run)} did not train: the run ended early.", ""]
+    lines += [f"{s.steps} AdamW steps (lr {s.lr}) of {s.config.name} from the same initialisation on the same "
+              f"batches (a random Markov chain, entropy rate {report.entropy_rate:.3f} nats; seed {s.seed}), "
+              f"{s.mode} on {s.device}. torch's loss went from {ref.initial_loss():.3f} to {ref.final_loss():.3f}"
+              + ("" if report.reference_learned else " — it did NOT learn, so nothing can be concluded") + ".",
+              f"Tolerances: final loss (mean of the last tenth of the steps) within {s.loss_tolerance:.0e} relative "
+              f"of torch's; gradients of the LM head weight"
+              f"{' (the tied embedding)' if s.config.tie_word_embeddings else ''}"
+              f"{', its bias' if s.config.lm_head_bias else ''} and the hidden states within {s.grad_tolerance:.0e} "
+              f"of eager torch in fp32 on the same weights, at steps {', '.join(map(str, s.check_steps))}.", "",
+              markdown_table(parity_table(report)), ""]
+    gaps = gap_sentences(report)
+    if gaps:
+        lines += ["## Loss curves against torch, step by step", "",
+                  "Relative difference |L − L_torch| / L_torch at each step (both runs see the same batch at "
+                  "the same step). When every back-end, torch.compile included, strays from torch by a "
+                  "similar amount along the run, the gap is the trajectory's sensitivity to rounding, not "
+                  "one back-end's error.", ""] + [f"- {line}" for line in gaps] + [""]
+    lines += [f"![loss curves](plots/{png.name})", ""]
     lines += ["<details><summary>Environment</summary>", "", "```"] + environment_lines(environment or {}) + [
         "```", "</details>", ""]
     summary = out_dir / "summary.md"

@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,8 +37,11 @@ class ModelJob:
 
     ``memory_limit_bytes`` emulates a smaller card: on CUDA the allocator is capped at the
     limit minus the CUDA context (``set_per_process_memory_fraction``), so "fits" means
-    context + reserved ≤ limit, as ``nvidia-smi`` would count it; on the CPU the measured
-    peak is compared with the limit after the step.
+    context + reserved ≤ limit, as ``nvidia-smi`` would count it (a step that ran under the
+    cap but whose context grew past it, e.g. by lazily loaded kernels, is still ``oom``); on
+    the CPU the measured peak is compared with the limit after the step. The context is
+    device-wide (``mem_get_info``): other processes' memory on the GPU counts as context, so
+    run on an otherwise idle device.
     """
 
     config: ModelConfig
@@ -109,15 +113,34 @@ def _device_name(device: torch.device) -> str:
     return "cpu"
 
 
+def memory_fraction(limit: int, context: int, total: int) -> float:
+    """The ``set_per_process_memory_fraction`` argument that keeps context + reserved ≤ ``limit``
+    on a device of ``total`` bytes (1.0 when the limit is the whole device or more)."""
+    if limit <= context:
+        raise ValueError(f"memory limit {limit} bytes is below the CUDA context alone ({context} bytes)")
+    return min(1.0, (limit - context) / total)
+
+
 def _cap_cuda_memory(device: torch.device, limit: int) -> None:
     """Cap the allocator so that context + reserved stays under ``limit`` bytes."""
     torch.empty(1, device=device)  # create the context
+    # set_per_process_memory_fraction needs an index: torch.device("cuda") has none.
     index = device.index if device.index is not None else torch.cuda.current_device()
     free, total = torch.cuda.mem_get_info(index)
     context = total - free - torch.cuda.memory_reserved(index)
-    if limit <= context:
-        raise ValueError(f"memory limit {limit} bytes is below the CUDA context alone ({context} bytes)")
-    torch.cuda.set_per_process_memory_fraction((limit - context) / total, index)
+    torch.cuda.set_per_process_memory_fraction(memory_fraction(limit, context, total), index)
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """True for an allocator OOM, also when wrapped (e.g. by torch.compile) or raised by a library
+    that reports CUDA's own out-of-memory error as a ``RuntimeError``."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower():
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 def run_job(job: ModelJob) -> ModelResult:
@@ -141,18 +164,22 @@ def run_job(job: ModelJob) -> ModelResult:
     except BackendUnavailable as exc:
         result.status, result.message = "skipped", str(exc)
         return result
-    except torch.OutOfMemoryError as exc:
-        result.status, result.message = "oom", str(exc).splitlines()[0]
-        return result
     except Exception as exc:  # any back-end failure is a result, with its traceback tail
+        if is_out_of_memory(exc):
+            result.status, result.message = "oom", (str(exc).splitlines() or [type(exc).__name__])[0]
+            return result
         result.status = "error"
         result.message = f"{type(exc).__name__}: {exc}\n" + "".join(traceback.format_exc(limit=4))[-2000:]
         return result
     result.loss, result.time_ms, result.memory = outcome.loss, outcome.time_ms, outcome.memory
-    limit = job.memory_limit_bytes
-    if limit is not None and device.type != "cuda" and outcome.memory.peak > limit:
+    limit, m = job.memory_limit_bytes, outcome.memory
+    if limit is not None and device.type != "cuda" and m.peak > limit:
         result.status = "oom"
-        result.message = f"CPU emulation: peak {outcome.memory.peak} bytes exceeds the limit {limit} bytes"
+        result.message = f"CPU emulation: peak {m.peak} bytes exceeds the limit {limit} bytes"
+    elif limit is not None and m.smi_peak is not None and m.smi_peak > limit:
+        result.status = "oom"
+        result.message = (f"context {m.context} + peak reserved {m.peak_reserved} bytes exceed the limit {limit} "
+                          "bytes (the context grew after the cap was set)")
     return result
 
 
@@ -167,13 +194,17 @@ def run_job_subprocess(job: ModelJob, timeout_s: float | None = 900) -> ModelRes
         job_path.write_text(json.dumps(dataclasses.asdict(job)))
         env = dict(os.environ)
         env.setdefault("PYTHONUNBUFFERED", "1")
+        start = time.perf_counter()
         try:
             proc = subprocess.run([sys.executable, "-m", "profiler.model.worker", str(job_path), str(out_path)],
                                   capture_output=True, text=True, timeout=timeout_s, env=env)
         except subprocess.TimeoutExpired:
             return ModelResult(job=job, status="error", message=f"worker timed out after {timeout_s} s")
         if out_path.is_file():
-            return ModelResult.from_dict(json.loads(out_path.read_text()))
-        tail = (proc.stderr or "")[-2000:]
-        return ModelResult(job=job, status="error",
-                           message=f"worker exited with code {proc.returncode} without a result:\n{tail}")
+            result = ModelResult.from_dict(json.loads(out_path.read_text()))
+        else:
+            tail = (proc.stderr or "")[-2000:]
+            result = ModelResult(job=job, status="error",
+                                 message=f"worker exited with code {proc.returncode} without a result:\n{tail}")
+        result.extra["wall_s"] = time.perf_counter() - start  # the whole process: start-up, build, warm-up, step
+        return result
