@@ -66,11 +66,12 @@ def logit_grad(
 ) -> torch.Tensor:
     """Overwrite ``z`` (R, C) fp32 with the logit gradients; return them as ``out_dtype``.
 
-    For a 2-byte ``out_dtype`` the result is a view of z's own memory: (R, C) with row
-    stride 2·C, which cuBLAS reads directly. No new R×C buffer is allocated.
+    ``z`` has unit column stride (its row stride may be padded). For a 2-byte ``out_dtype``
+    the result is a view of z's own memory: (R, C) with twice z's row stride, which cuBLAS
+    reads directly. No new R×C buffer is allocated.
     """
     rows, n_cols = z.shape
-    assert z.dtype == torch.float32 and z.is_contiguous()
+    assert z.dtype == torch.float32 and z.stride(1) == 1
     if out_dtype == torch.float32:
         d = z
     elif out_dtype in (torch.bfloat16, torch.float16):
