@@ -1,12 +1,13 @@
-"""Where fusedce's time goes: one forward+backward per (row, mode, strategy), timed with CUDA
-events and traced with ``torch.profiler``, the GPU time summed per kind of kernel.
+"""Where fusedce's time goes: one forward+backward per (row, mode), timed with CUDA events
+and traced with ``torch.profiler``: GPU time per kind of kernel, and per matrix product.
 
     python3 benchmarks/kernel_breakdown.py --out $OUT [--rows 8192x768x32777 ...]
 
 Kinds: ``gemm`` (cuBLAS/CUTLASS matrix products), ``chunk_stats`` / ``logit_grad`` (fusedce's
 Triton kernels), ``convert`` (dtype copies: the fp32 weight to bf16 under autocast),
-``other`` (small elementwise and reduction kernels). Writes ``kernel-breakdown.json`` and
-prints one table. The design log in ``benchmarks/NOTES.md`` quotes these files.
+``other`` (small elementwise and reduction kernels). The wall time minus the summed kernel
+time is GPU idle time (kernel launches from Python not keeping up). Writes
+``kernel-breakdown.json`` and prints one table; ``benchmarks/NOTES.md`` quotes these files.
 """
 from __future__ import annotations
 
@@ -43,13 +44,13 @@ def kernel_kind(name: str) -> str:
     return "other"
 
 
-def run_case(spec: CellSpec, strategy: str, repeats: int) -> dict:
+def run_case(spec: CellSpec, repeats: int) -> dict:
     inputs = make_inputs(spec)
 
     def step() -> None:
         inputs.clear_grads()
         with autocast_for(spec):
-            loss = fusedce.linear_cross_entropy(inputs.hidden, inputs.weight, inputs.target, strategy=strategy)
+            loss = fusedce.linear_cross_entropy(inputs.hidden, inputs.weight, inputs.target)
         loss.backward()
 
     step()  # warm-up: Triton compilation, cuBLAS workspaces
@@ -91,7 +92,7 @@ def run_case(spec: CellSpec, strategy: str, repeats: int) -> dict:
         counts[kind] += event.count
     return {
         "tokens": spec.tokens, "hidden": spec.hidden, "vocab": spec.vocab, "mode": spec.mode,
-        "strategy": strategy, "median_ms": statistics.median(times), "times_ms": times,
+        "median_ms": statistics.median(times), "times_ms": times,
         "peak_extra_bytes": peak_extra, "kernel_ms": per_kind, "kernel_launches": counts,
         "matmuls": matmuls[:12],
     }
@@ -106,7 +107,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--rows", nargs="+", default=list(DEFAULT_ROWS))
     parser.add_argument("--modes", nargs="+", default=["amp-bf16", "bf16"])
-    parser.add_argument("--strategies", nargs="+", default=["recompute", "precompute", "auto"])
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
@@ -116,23 +116,22 @@ def main(argv: list[str] | None = None) -> int:
     for text in args.rows:
         row = parse_row(text)
         for mode in args.modes:
-            for strategy in args.strategies:
-                spec = CellSpec("fusedce", row.tokens, row.vocab, row.hidden, mode=mode, device="cuda")
-                try:
-                    result = run_case(spec, strategy, args.repeats)
-                except torch.cuda.OutOfMemoryError as exc:
-                    result = {"tokens": row.tokens, "hidden": row.hidden, "vocab": row.vocab, "mode": mode,
-                              "strategy": strategy, "error": str(exc).splitlines()[0]}
-                torch.cuda.empty_cache()
-                results.append(result)
-                if "error" in result:
-                    print(f"{text} {mode} {strategy}: {result['error']}", flush=True)
-                    continue
-                kinds = " ".join(f"{k}={result['kernel_ms'][k]:.2f}" for k in KINDS)
-                print(f"{text} {mode:8s} {strategy:10s} {result['median_ms']:8.2f} ms "
-                      f"{result['peak_extra_bytes'] / 2**20:8.1f} MiB | {kinds}", flush=True)
-                for item in result["matmuls"][:5]:
-                    print(f"    {item['device_ms']:7.2f} ms  {item['calls']:4d}× {item['op']} {item['shapes']}", flush=True)
+            spec = CellSpec("fusedce", row.tokens, row.vocab, row.hidden, mode=mode, device="cuda")
+            try:
+                result = run_case(spec, args.repeats)
+            except torch.cuda.OutOfMemoryError as exc:
+                result = {"tokens": row.tokens, "hidden": row.hidden, "vocab": row.vocab, "mode": mode,
+                          "error": str(exc).splitlines()[0]}
+            torch.cuda.empty_cache()
+            results.append(result)
+            if "error" in result:
+                print(f"{text} {mode}: {result['error']}", flush=True)
+                continue
+            kinds = " ".join(f"{k}={result['kernel_ms'][k]:.2f}" for k in KINDS)
+            print(f"{text} {mode:8s} {result['median_ms']:8.2f} ms {result['peak_extra_bytes'] / 2**20:8.1f} MiB"
+                  f" | {kinds}", flush=True)
+            for item in result["matmuls"][:5]:
+                print(f"    {item['device_ms']:7.2f} ms  {item['calls']:4d}× {item['op']} {item['shapes']}", flush=True)
     payload = {"environment": collect_environment(), "results": results}
     (args.out / "kernel-breakdown.json").write_text(json.dumps(payload, indent=1, default=str))
     return 0

@@ -6,7 +6,7 @@ from torch import nn
 
 from fusedce import op
 from fusedce.chunked import accumulation_dtype
-from fusedce.chunking import STRATEGIES, plan_chunks
+from fusedce.chunking import plan_chunks
 from fusedce.options import IMPLS, LossOptions
 from fusedce.validation import check_tensors, raise_on_out_of_range_targets
 
@@ -28,7 +28,6 @@ def linear_cross_entropy(
     chunk_size: int | None = None,
     vocab_chunk_size: int | None = None,
     memory_budget: int | None = None,
-    strategy: str = "auto",
     validate_targets: bool | None = None,
 ) -> torch.Tensor:
     """Cross-entropy of ``hidden @ weight.T (+ bias)`` without materialising the N×V logits.
@@ -49,10 +48,6 @@ def linear_cross_entropy(
         chunk_size / vocab_chunk_size: cap the tokens / vocabulary entries per block.
         memory_budget: bytes of temporaries to aim for (default: a tenth of the gradient
             bytes plus 96 MiB); see :mod:`fusedce.chunking`.
-        strategy: "auto", "recompute" (gradients in backward, logits recomputed: any
-            reduction, 8·N·H·V FLOPs) or "precompute" (for mean/sum when gradients are
-            needed: computed during forward, 6·N·H·V FLOPs; backward once per forward).
-            "auto" precomputes when its buffers fit the memory budget.
         validate_targets: raise IndexError on out-of-range targets. Default: on CPU always;
             on CUDA never (that read is a host sync) — out-of-range tokens get a NaN loss.
 
@@ -76,17 +71,10 @@ def linear_cross_entropy(
     target1d = target.reshape(-1).to(torch.int64)
     if validate_targets or (validate_targets is None and hidden.device.type != "cuda"):
         raise_on_out_of_range_targets(target1d, vocab, ignore_index)
-    needs = _needs_grad(hidden, weight, bias)
     plan = plan_chunks(hidden2d.shape[0], h, vocab, hidden_dtype=hidden.dtype, weight_dtype=weight.dtype,
                        compute_dtype=compute_dtype, chunk_size=chunk_size, vocab_chunk_size=vocab_chunk_size,
-                       memory_budget=memory_budget, strategy=strategy, scalar_loss=reduction != "none",
-                       needs_grad=any(needs))
+                       memory_budget=memory_budget)
 
-    if plan.strategy == "precompute":
-        loss, *_ = op.loss_and_grads_op(hidden2d, weight, target1d, bias, ignore_index, reduction,
-                                        float(label_smoothing), float(z_loss), opts.softcap_value, compute_dtype,
-                                        impl, plan.rows, *needs)
-        return loss
     per_token, _ = op.forward_op(hidden2d, weight, target1d, bias, ignore_index, float(label_smoothing),
                                  float(z_loss), opts.softcap_value, compute_dtype, impl, plan.rows, plan.cols)
     if reduction == "none":
@@ -116,7 +104,6 @@ class LinearCrossEntropyLoss(nn.Module):
         chunk_size: int | None = None,
         vocab_chunk_size: int | None = None,
         memory_budget: int | None = None,
-        strategy: str = "auto",
         validate_targets: bool | None = None,
     ) -> None:
         super().__init__()
@@ -124,8 +111,6 @@ class LinearCrossEntropyLoss(nn.Module):
                     z_loss=z_loss, softcap=softcap)  # validate early
         if impl not in IMPLS:
             raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
-        if strategy not in STRATEGIES:
-            raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
         self.ignore_index = ignore_index
         self.reduction = reduction
         self.label_smoothing = label_smoothing
@@ -135,7 +120,6 @@ class LinearCrossEntropyLoss(nn.Module):
         self.chunk_size = chunk_size
         self.vocab_chunk_size = vocab_chunk_size
         self.memory_budget = memory_budget
-        self.strategy = strategy
         self.validate_targets = validate_targets
 
     def forward(self, hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor,
@@ -144,20 +128,13 @@ class LinearCrossEntropyLoss(nn.Module):
             hidden, weight, target, bias, ignore_index=self.ignore_index, reduction=self.reduction,
             label_smoothing=self.label_smoothing, z_loss=self.z_loss, softcap=self.softcap, impl=self.impl,
             chunk_size=self.chunk_size, vocab_chunk_size=self.vocab_chunk_size,
-            memory_budget=self.memory_budget, strategy=self.strategy, validate_targets=self.validate_targets,
+            memory_budget=self.memory_budget, validate_targets=self.validate_targets,
         )
 
     def extra_repr(self) -> str:
         return (f"ignore_index={self.ignore_index}, reduction={self.reduction!r}, "
                 f"label_smoothing={self.label_smoothing}, z_loss={self.z_loss}, softcap={self.softcap}, "
                 f"impl={self.impl!r}")
-
-
-def _needs_grad(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> tuple[bool, bool, bool]:
-    """Whether autograd will ask for (grad_hidden, grad_weight, grad_bias)."""
-    if not torch.is_grad_enabled():
-        return False, False, False
-    return hidden.requires_grad, weight.requires_grad, bias is not None and bias.requires_grad
 
 
 def _resolve_impl(impl: str, device: torch.device) -> str:

@@ -24,7 +24,7 @@ from types import ModuleType
 import torch
 
 from fusedce.chunking import ChunkPlan
-from fusedce.matmul import matmul_into, split_k_count, split_k_matmul_into
+from fusedce.matmul import matmul_into
 from fusedce.options import LossOptions
 from fusedce.stats import RowStats
 
@@ -34,9 +34,9 @@ def accumulation_dtype(compute_dtype: torch.dtype) -> torch.dtype:
 
 
 def block_row_stride(cols: int, device: torch.device) -> int:
-    """Elements per row of a logits block. On CUDA rounded up to a multiple of 64, so that
-    cuBLAS sees 16-byte-aligned leading dimensions for the fp32 block and for its bf16 view
-    (an odd V such as 32777 would otherwise push every GEMM off the tensor-core fast path)."""
+    """Elements per row of a logits block: on CUDA rounded up to a multiple of 64, so that
+    the fp32 block and its bf16 view (twice the stride) give cuBLAS 16-byte-aligned leading
+    dimensions even for a ragged last vocabulary chunk (V = 32777 leaves 1161 columns)."""
     return -(-cols // 64) * 64 if device.type == "cuda" else cols
 
 
@@ -82,149 +82,16 @@ def forward(
             ops.chunk_stats(z, None if bias is None else bias[c0:c1], c0, target[r0:r1], stats.rows(r0, r1),
                             softcap=opts.softcap_value, need_sum=opts.label_smoothing > 0)
     lse = stats.logsumexp()
-    return _token_loss(stats, lse, target, opts, v), lse
-
-
-def _token_loss(stats: RowStats, lse: torch.Tensor, target: torch.Tensor, opts: LossOptions,
-                vocab: int) -> torch.Tensor:
-    """Per-token loss (R,) from finished row statistics: 0 if ignored, NaN if out of range."""
     eps = opts.label_smoothing
     loss = (1.0 - eps) * (lse - stats.target_logit)
     if eps:
-        loss = loss + eps * (lse - stats.logit_sum / vocab)
+        loss = loss + eps * (lse - stats.logit_sum / v)
     if opts.z_loss:
         loss = loss + opts.z_loss * lse * lse
     loss = torch.where(target == opts.ignore_index, 0.0, loss)
-    return torch.where(_out_of_range(target, vocab, opts.ignore_index), math.nan, loss)
-
-
-def _out_of_range(target: torch.Tensor, vocab: int, ignore_index: int) -> torch.Tensor:
-    return ((target < 0) | (target >= vocab)) & (target != ignore_index)
-
-
-def loss_and_gradients(
-    hidden: torch.Tensor,
-    weight: torch.Tensor,
-    target: torch.Tensor,
-    bias: torch.Tensor | None,
-    opts: LossOptions,
-    compute_dtype: torch.dtype,
-    plan: ChunkPlan,
-    ops: ModuleType,
-    *,
-    need_hidden: bool = True,
-    need_weight: bool = True,
-    need_bias: bool = True,
-) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
-    """The "precompute" strategy: the scalar loss and its gradients in one pass over the rows.
-
-    Returns (loss, grad_hidden (N, H), grad_weight (V, H), grad_bias (V,)): the loss reduced
-    with ``opts.reduction`` ("mean" or "sum"; fp32, fp64 for fp64 compute) and the gradients
-    of that loss for an upstream gradient of 1, each in its input's dtype (None when not
-    asked for). Backward multiplies them by the real upstream gradient.
-
-    Per row chunk i (``plan.rows`` tokens, all V columns at once — the gradient of a logit
-    needs its row's finished log-sum-exp):
-        x = h_i @ Wᵀ                    fp32 (R, V) block
-        lse_i, loss_i                   from the row statistics of x
-        d = ∂loss/∂x                    in place over x, in the compute dtype; a token's
-                                        upstream gradient is 1/count (mean) or 1 (sum)
-        grad_hidden[i] = d @ W          written once
-        grad_weight   += dᵀ @ h_i       summed over row chunks in fp32
-    An fp32 weight under autocast is converted to the compute dtype once, whole (the planner
-    only picks this strategy when that copy fits the budget).
-    """
-    n, h = hidden.shape
-    v = weight.shape[0]
-    target, bias = _contiguous_vectors(target, bias)
-    device = hidden.device
-    acc = accumulation_dtype(compute_dtype)
-    valid = target != opts.ignore_index
-    if opts.reduction == "mean":
-        count = valid.sum()
-        upstream = torch.where(valid, 1.0 / count.to(acc), 0.0)  # no valid token: zero gradients
-    else:
-        upstream = valid.to(acc)
-    upstream = torch.where(_out_of_range(target, v, opts.ignore_index), math.nan, upstream)
-
-    need_bias = need_bias and bias is not None
-    row_chunks = plan.row_chunks(n)
-    grad_hidden = torch.empty(n, h, device=device, dtype=hidden.dtype) if need_hidden else None
-    if need_weight and (weight.dtype == acc or len(row_chunks) <= 1):
-        grad_weight = torch.empty(v, h, device=device, dtype=weight.dtype)
-    else:
-        grad_weight = None
-    weight_acc = (torch.empty(v, h, device=device, dtype=acc)
-                  if need_weight and grad_weight is None else None)
-    grad_bias = torch.zeros(v, device=device, dtype=acc) if need_bias else None
-
-    w = _Converter(weight, v, compute_dtype)(0, v)
-    hidden_rows = _Converter(hidden, plan.rows, compute_dtype)
-    buffer = _block_buffer(plan, n, v, device, acc)
-    stats = RowStats.empty(n, device, acc)
-    lse = torch.empty(n, device=device, dtype=acc)
-    ones = torch.ones(min(plan.rows, n), device=device, dtype=compute_dtype) if need_bias else None
-    # grad_hidden = d @ W has K = V and few output tiles: split K (on CUDA) into fp32 partial
-    # products; rows stored narrower than fp32 are summed in an fp32 stage, rounded once
-    splits = split_k_count(min(plan.rows, n), h, v, device, compute_dtype) if need_hidden else 1
-    partials = (torch.empty(splits, min(plan.rows, n), h, device=device, dtype=acc) if splits > 1 else None)
-    hidden_stage = (torch.empty(min(plan.rows, n) * h, device=device, dtype=acc)
-                    if need_hidden and hidden.dtype != acc else None)
-    for k, (r0, r1) in enumerate(row_chunks):
-        h_i = hidden_rows(r0, r1)
-        z = _block(buffer, r1 - r0, v)
-        matmul_into(z, h_i, w.t(), accumulate=False)
-        ops.chunk_stats(z, bias, 0, target[r0:r1], stats.rows(r0, r1), softcap=opts.softcap_value,
-                        need_sum=opts.label_smoothing > 0, lse_out=lse[r0:r1])
-        if not (need_hidden or need_weight or need_bias):
-            continue
-        d = ops.logit_grad(z, bias, 0, target[r0:r1], lse[r0:r1], upstream[r0:r1], vocab=v,
-                           label_smoothing=opts.label_smoothing, z_loss=opts.z_loss,
-                           softcap=opts.softcap_value, out_dtype=compute_dtype)
-        if need_bias:
-            matmul_into(grad_bias.view(1, -1), ones[: r1 - r0].view(1, -1), d, accumulate=True)
-        if need_hidden:
-            if hidden_stage is None:
-                split_k_matmul_into(grad_hidden[r0:r1], d, w, partials)
-            else:
-                stage = hidden_stage[: (r1 - r0) * h].view(r1 - r0, h)
-                split_k_matmul_into(stage, d, w, partials)
-                grad_hidden[r0:r1] = stage
-        if need_weight:
-            if weight_acc is not None:
-                matmul_into(weight_acc, d.t(), h_i, accumulate=k > 0)
-            elif grad_weight.dtype == acc:
-                matmul_into(grad_weight, d.t(), h_i, accumulate=k > 0)
-            else:
-                _write_product(grad_weight, d.t(), h_i)
-    if n == 0 and need_weight:
-        (grad_weight if grad_weight is not None else weight_acc).zero_()
-    del buffer, w, hidden_rows, hidden_stage, partials  # free the block and the converted weight first
-    if weight_acc is not None:
-        grad_weight = weight_acc.to(weight.dtype)
-    if need_bias:
-        grad_bias = grad_bias.to(bias.dtype)
-    per_token = _token_loss(stats, lse, target, opts, v)
-    loss = per_token.sum()
-    if opts.reduction == "mean":
-        loss = loss / count.to(acc)
-    return loss, grad_hidden, grad_weight, grad_bias
-
-
-def scale_gradients_(grads: list[torch.Tensor], factor: torch.Tensor, rows_per_step: int = 4096) -> None:
-    """In place: every tensor in ``grads`` *= ``factor`` (a 0-d fp32/fp64 tensor).
-
-    The product is taken in the factor's precision: a bf16 gradient is widened a slice of
-    ``rows_per_step`` rows at a time, so the factor itself is never rounded to bf16.
-    """
-    for g in grads:
-        if g.dtype == factor.dtype or g.dtype in (torch.float32, torch.float64):
-            g.mul_(factor.to(g.dtype))
-            continue
-        flat = g.view(g.shape[0], -1) if g.dim() else g.view(1)
-        for r0 in range(0, flat.shape[0], rows_per_step):
-            part = flat[r0: r0 + rows_per_step]
-            part.copy_(part.to(factor.dtype).mul_(factor))
+    bad = ((target < 0) | (target >= v)) & (target != opts.ignore_index)
+    loss = torch.where(bad, math.nan, loss)
+    return loss, lse
 
 
 def backward(
@@ -256,7 +123,7 @@ def backward(
     device = hidden.device
     acc = accumulation_dtype(compute_dtype)
     valid = target != opts.ignore_index
-    bad = _out_of_range(target, v, opts.ignore_index)
+    bad = ((target < 0) | (target >= v)) & valid
     row_scale = torch.where(valid, grad_loss.to(acc), 0.0)
     row_scale = torch.where(bad, math.nan, row_scale)
     scale = None
@@ -348,7 +215,7 @@ def _contiguous_vectors(target: torch.Tensor, bias: torch.Tensor | None):
 
 def _write_product(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
     """out = a @ b, rounded once to out's dtype (fp32 accumulation inside the GEMM)."""
-    if out.dtype in (a.dtype, accumulation_dtype(a.dtype)):
+    if out.dtype == a.dtype:
         matmul_into(out, a, b, accumulate=False)
     else:
         tmp = torch.empty(out.shape, device=out.device, dtype=accumulation_dtype(a.dtype))

@@ -17,25 +17,6 @@ happens in the fp32 ``grad_weight`` output itself, at no extra cost. When it is 
 a sum over several row chunks would need an fp32 copy of grad_weight (V·H·4 bytes), so the
 planner takes all N rows in one chunk instead and pays ``N·H·4`` for the grad_hidden
 accumulator — unless ``chunk_size`` forces smaller row chunks.
-
-Two strategies (``ChunkPlan.strategy``):
-
-- ``"recompute"``: the loop above, run twice — forward keeps only per-token statistics and
-  backward recomputes each block (8·N·H·V FLOPs). Works for every reduction.
-- ``"precompute"``: for a scalar loss (``mean``/``sum``) whose gradients are needed, the
-  gradients are computed during the forward pass, one row chunk of full ``rows × V`` logits
-  at a time, for an upstream gradient of 1; backward only multiplies them by the real
-  upstream gradient (6·N·H·V FLOPs). Its temporaries:
-
-      weight, converted         V · H · c           (only if weight.dtype != compute dtype)
-      grad_weight accumulator   V · H · 4           (only for a bf16/fp16 weight and > 1 row chunk)
-      logits / logit grads      rows · V · 4
-      hidden chunk, converted   rows · H · c        (only if hidden.dtype != compute dtype)
-
-  ``"auto"`` takes it when those fit the budget with at least ``MIN_PRECOMPUTE_ROWS`` rows
-  per chunk (fewer rows would re-read and re-write grad_weight too often): small heads such
-  as H = 768, V = 32k in mixed precision. Not for fp16 compute (the pre-scaled 1/N logit
-  gradients would underflow fp16).
 """
 from __future__ import annotations
 
@@ -49,20 +30,15 @@ BASE_BUDGET = 96 * MiB
 COL_ALIGN = 128
 MIN_COLS = 1024  # below this the GEMMs get thin and launches dominate
 MIN_ROWS = 1024
-MIN_PRECOMPUTE_ROWS = 256
-ROW_ALIGN = 64
-STRATEGIES = ("auto", "recompute", "precompute")
 
 
 @dataclass(frozen=True)
 class ChunkPlan:
-    """A chunking of an (N, V) logits matrix: ``rows`` tokens × ``cols`` vocabulary entries,
-    and whether the gradients are computed in the forward pass (``strategy``)."""
+    """A chunking of an (N, V) logits matrix: ``rows`` tokens × ``cols`` vocabulary entries."""
 
     rows: int
     cols: int
     budget_bytes: int
-    strategy: str = "recompute"
 
     def row_chunks(self, n: int) -> list[tuple[int, int]]:
         return [(r, min(n, r + self.rows)) for r in range(0, n, self.rows)]
@@ -101,20 +77,13 @@ def plan_chunks(
     chunk_size: int | None = None,
     vocab_chunk_size: int | None = None,
     memory_budget: int | None = None,
-    strategy: str = "recompute",
-    scalar_loss: bool = False,
-    needs_grad: bool = False,
 ) -> ChunkPlan:
-    """Pick the strategy, ``rows`` and ``cols`` so the temporaries fit ``memory_budget`` bytes.
+    """Pick ``rows`` and ``cols`` so the backward temporaries fit ``memory_budget`` bytes.
 
     ``chunk_size`` / ``vocab_chunk_size``, when given, cap rows / cols directly. The budget is
     a target, not a hard limit: a chunk never gets narrower than 1024 vocabulary entries
-    (unless V is smaller or ``vocab_chunk_size`` asks for it). ``strategy`` is "auto",
-    "recompute" or "precompute" (see the module docstring); "precompute" needs
-    ``scalar_loss`` (reduction mean/sum) and takes whole vocabulary rows.
+    (unless V is smaller or ``vocab_chunk_size`` asks for it).
     """
-    if strategy not in STRATEGIES:
-        raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
     for name, value in (("chunk_size", chunk_size), ("vocab_chunk_size", vocab_chunk_size),
                         ("memory_budget", memory_budget)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
@@ -124,22 +93,6 @@ def plan_chunks(
     floor = gradient_floor_bytes(n, h, v, hidden_dtype, weight_dtype)
     budget = memory_budget if memory_budget is not None else default_budget_bytes(floor, n)
     n_eff = max(n, 1)
-
-    if strategy == "precompute":
-        if not scalar_loss:
-            raise ValueError("strategy='precompute' needs reduction='mean' or 'sum' (a scalar loss): "
-                             "with reduction='none' the upstream gradient of each token is only known in backward")
-        if vocab_chunk_size is not None:
-            raise ValueError("vocab_chunk_size applies to strategy='recompute'; 'precompute' takes whole "
-                             "vocabulary rows (use chunk_size to cap the rows)")
-        if compute_dtype == torch.float16:
-            raise ValueError("strategy='precompute' is not available for float16 compute (its 1/N-scaled logit "
-                             "gradients underflow float16); use 'recompute' or 'auto'")
-    if strategy != "recompute" and scalar_loss and (needs_grad or strategy == "precompute"):
-        rows = _precompute_rows(n_eff, h, v, hidden_dtype, weight_dtype, compute_dtype, budget, chunk_size)
-        if strategy == "precompute" or (compute_dtype != torch.float16 and vocab_chunk_size is None
-                                        and rows >= min(n_eff, MIN_PRECOMPUTE_ROWS)):
-            return ChunkPlan(rows=max(rows, 1), cols=v, budget_bytes=budget, strategy="precompute")
 
     if chunk_size is not None:
         rows = min(n_eff, chunk_size)
@@ -162,20 +115,3 @@ def plan_chunks(
             cols = max(MIN_COLS, cols // COL_ALIGN * COL_ALIGN)
             cols = min(cols, v)
     return ChunkPlan(rows=rows, cols=cols, budget_bytes=budget)
-
-
-def _precompute_rows(n: int, h: int, v: int, hidden_dtype: torch.dtype, weight_dtype: torch.dtype,
-                     compute_dtype: torch.dtype, budget: int, chunk_size: int | None) -> int:
-    """Rows per chunk of the precompute strategy within ``budget`` (may be 0: it does not fit)."""
-    c = dtype_bytes(compute_dtype)
-    acc = 8 if compute_dtype == torch.float64 else 4
-    fixed = v * h * c if weight_dtype != compute_dtype else 0
-    per_row = v * acc + (h * c if hidden_dtype != compute_dtype else 0)
-    rows = max(0, budget - fixed) // per_row
-    limit = n if chunk_size is None else min(n, chunk_size)
-    if rows < limit and dtype_bytes(weight_dtype) < acc:
-        # a bf16/fp16 grad_weight summed over several row chunks needs an fp32 accumulator
-        rows = max(0, budget - fixed - v * h * acc) // per_row
-    if rows >= limit:
-        return limit
-    return rows // ROW_ALIGN * ROW_ALIGN if rows >= ROW_ALIGN else rows

@@ -5,10 +5,6 @@ implementations give output shapes), so a model that calls ``linear_cross_entrop
 inside ``torch.compile`` compiles without tracing Triton internals, and eager and compiled
 runs execute the same kernels. Autograd is attached with ``register_autograd``: the forward
 saves only the inputs and the per-token lse (N floats).
-
-The "precompute" strategy is a third op, ``fusedce::loss_and_grads``: it returns the scalar
-loss together with its gradients for an upstream gradient of 1; its autograd formula
-multiplies those saved gradients, in place, by the real upstream gradient.
 """
 from __future__ import annotations
 
@@ -100,57 +96,6 @@ def _backward(ctx, grad_loss, _grad_lse):
 
 
 forward_op.register_autograd(_backward, setup_context=_setup_context)
-
-
-@torch.library.custom_op("fusedce::loss_and_grads", mutates_args=())
-def loss_and_grads_op(
-    hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, bias: Optional[torch.Tensor],
-    ignore_index: int, reduction: str, label_smoothing: float, z_loss: float, softcap: float,
-    compute_dtype: torch.dtype, impl: str, rows: int,
-    need_hidden: bool, need_weight: bool, need_bias: bool,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(loss (), grad_hidden, grad_weight, grad_bias) for ``reduction`` "mean"/"sum";
-    a gradient not asked for is an empty tensor."""
-    opts = LossOptions(ignore_index=ignore_index, reduction=reduction, label_smoothing=label_smoothing,
-                       z_loss=z_loss, softcap=softcap if softcap > 0 else None)
-    plan = ChunkPlan(rows=rows, cols=weight.shape[0], budget_bytes=0, strategy="precompute")
-    loss, gh, gw, gb = chunked.loss_and_gradients(hidden, weight, target, bias, opts, compute_dtype, plan,
-                                                  _ops(impl), need_hidden=need_hidden, need_weight=need_weight,
-                                                  need_bias=need_bias)
-    return (loss,) + tuple(hidden.new_empty((0,)) if g is None else g for g in (gh, gw, gb))
-
-
-@loss_and_grads_op.register_fake
-def _loss_and_grads_fake(hidden, weight, target, bias, ignore_index, reduction, label_smoothing, z_loss,
-                         softcap, compute_dtype, impl, rows, need_hidden, need_weight, need_bias):
-    return (hidden.new_empty((), dtype=chunked.accumulation_dtype(compute_dtype)),) + _backward_fake(
-        None, hidden, weight, target, bias, None, ignore_index, label_smoothing, z_loss, softcap,
-        compute_dtype, impl, rows, 0, need_hidden, need_weight, need_bias)
-
-
-def _setup_precomputed(ctx, inputs, output):
-    _, gh, gw, gb = output
-    ctx.mark_non_differentiable(gh, gw, gb)
-    ctx.save_for_backward(gh, gw, gb)
-    ctx.grads_handed_out = False
-
-
-def _backward_precomputed(ctx, grad_loss, _gh, _gw, _gb):
-    if ctx.grads_handed_out:
-        raise RuntimeError(
-            "fusedce computed this loss's gradients during the forward pass (strategy='precompute') "
-            "and has already handed them out; to backward through the same graph twice "
-            "(retain_graph=True), call linear_cross_entropy with strategy='recompute'")
-    ctx.grads_handed_out = True
-    gh, gw, gb = ctx.saved_tensors
-    need = ctx.needs_input_grad
-    wanted = [g for g, n in ((gh, need[0]), (gw, need[1]), (gb, need[3])) if n and g.numel()]
-    chunked.scale_gradients_(wanted, grad_loss)
-    return (gh if need[0] else None, gw if need[1] else None, None,
-            gb if need[3] and gb.numel() else None) + (None,) * 11
-
-
-loss_and_grads_op.register_autograd(_backward_precomputed, setup_context=_setup_precomputed)
 
 
 def triton_available(device: torch.device) -> bool:

@@ -35,27 +35,18 @@ def chunk_stats(
     *,
     softcap: float,
     need_sum: bool,
-    lse_out: torch.Tensor | None = None,
 ) -> None:
-    """Fold the block ``z`` (R, C) of vocabulary columns ``[col0, col0 + C)`` into ``stats``
-    (and write the finished log-sum-exp into ``lse_out`` (R,) if given).
-
-    ``z`` is left unchanged (the precompute strategy turns it into gradients next); the one
-    block-sized temporary holds the activated logits, then their exponentials.
-    """
-    c = _activate(z.clone(), bias, softcap) if (bias is not None or softcap) else z
+    """Fold the block ``z`` (R, C) of vocabulary columns ``[col0, col0 + C)`` into ``stats``."""
+    c = _activate(z, bias, softcap)
     block_max = c.amax(dim=1)
     new_max = torch.maximum(stats.max, block_max)
+    block_sum = (c - new_max.unsqueeze(1)).exp_().sum(dim=1)  # one block-sized temporary
+    stats.sumexp.mul_(torch.exp(stats.max - new_max)).add_(block_sum)
+    stats.max.copy_(new_max)
     index, inside = _target_mask(target, col0, c.shape[1])
     stats.target_logit.add_(torch.where(inside, c.gather(1, index).squeeze(1), 0.0))
     if need_sum:
         stats.logit_sum.add_(c.sum(dim=1))
-    shifted = c.sub_(new_max.unsqueeze(1)) if c is not z else c - new_max.unsqueeze(1)
-    block_sum = shifted.exp_().sum(dim=1)
-    stats.sumexp.mul_(torch.exp(stats.max - new_max)).add_(block_sum)
-    stats.max.copy_(new_max)
-    if lse_out is not None:
-        torch.add(stats.max, torch.log(stats.sumexp), out=lse_out)
 
 
 def logit_grad(

@@ -170,7 +170,7 @@ def _fusedce(spec: CellSpec) -> Prediction:
     impl = "triton" if spec.device.startswith("cuda") else "torch"
     model = predict_peak_bytes(spec.tokens, spec.hidden, spec.vocab, hidden_dtype=prec.hidden,
                                weight_dtype=prec.weight, compute_dtype=prec.compute, has_bias=spec.bias,
-                               impl=impl, reduction=spec.reduction)
+                               impl=impl)
     return Prediction(int(model.step), int(model.forward), int(model.backward))
 
 

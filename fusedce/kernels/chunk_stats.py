@@ -12,9 +12,9 @@ from fusedce.stats import RowStats
 @triton.jit
 def chunk_stats_kernel(
     z_ptr, z_row_stride, bias_ptr, target_ptr, col0, n_cols,
-    max_ptr, sumexp_ptr, target_logit_ptr, logit_sum_ptr, lse_ptr,
+    max_ptr, sumexp_ptr, target_logit_ptr, logit_sum_ptr,
     softcap,
-    HAS_BIAS: tl.constexpr, HAS_SOFTCAP: tl.constexpr, NEED_SUM: tl.constexpr, WRITE_LSE: tl.constexpr,
+    HAS_BIAS: tl.constexpr, HAS_SOFTCAP: tl.constexpr, NEED_SUM: tl.constexpr,
     BLOCK_V: tl.constexpr,
 ):
     """One program per token row. z: (R, C) fp32 raw logits of columns [col0, col0 + C).
@@ -22,8 +22,7 @@ def chunk_stats_kernel(
     Online log-sum-exp over the row: for each block, m' = max(m, max_b z),
     s' = s·exp(m − m') + Σ_b exp(z − m'); then the same merge with the running (m, s)
     stored for the row by earlier vocabulary chunks. Each row is owned by one program, so
-    the result does not depend on scheduling (bitwise reproducible). With ``WRITE_LSE`` (the
-    block was the row's last vocabulary chunk) it also stores lse = m + log(s).
+    the result does not depend on scheduling (bitwise reproducible).
     """
     row = tl.program_id(0).to(tl.int64)
     z_row = z_ptr + row * z_row_stride
@@ -49,11 +48,8 @@ def chunk_stats_kernel(
     m_old = tl.load(max_ptr + row)
     s_old = tl.load(sumexp_ptr + row)
     m_all = tl.maximum(m_old, m)
-    s_all = s_old * tl.exp(m_old - m_all) + s * tl.exp(m - m_all)
-    tl.store(sumexp_ptr + row, s_all)
+    tl.store(sumexp_ptr + row, s_old * tl.exp(m_old - m_all) + s * tl.exp(m - m_all))
     tl.store(max_ptr + row, m_all)
-    if WRITE_LSE:
-        tl.store(lse_ptr + row, m_all + tl.log(s_all))
     tl.store(target_logit_ptr + row, tl.load(target_logit_ptr + row) + z_target)
     if NEED_SUM:
         tl.store(logit_sum_ptr + row, tl.load(logit_sum_ptr + row) + z_sum)
@@ -68,11 +64,8 @@ def chunk_stats(
     *,
     softcap: float,
     need_sum: bool,
-    lse_out: torch.Tensor | None = None,
 ) -> None:
-    """Fold ``z`` (R, C) fp32 (unit column stride), columns ``[col0, col0 + C)``, into
-    ``stats`` (each (R,) fp32); if ``lse_out`` (R,) is given, also write the finished
-    log-sum-exp there (call it with the row's last chunk).
+    """Fold ``z`` (R, C) fp32, columns ``[col0, col0 + C)``, into ``stats`` (each (R,) fp32).
 
     ``target``: (R,) int64 (any value; out-of-range targets simply never match).
     """
@@ -84,7 +77,7 @@ def chunk_stats(
     chunk_stats_kernel[(rows,)](
         z, z.stride(0), bias if bias is not None else z, target, col0, n_cols,
         stats.max, stats.sumexp, stats.target_logit, stats.logit_sum,
-        lse_out if lse_out is not None else stats.max, float(softcap),
-        HAS_BIAS=bias is not None, HAS_SOFTCAP=bool(softcap), NEED_SUM=need_sum, WRITE_LSE=lse_out is not None,
+        float(softcap),
+        HAS_BIAS=bias is not None, HAS_SOFTCAP=bool(softcap), NEED_SUM=need_sum,
         BLOCK_V=block, num_warps=8 if block >= 2048 else 4,
     )

@@ -179,13 +179,17 @@ def findings(results: list[ModelResult]) -> list[str]:
             plain = _counterpart(results, r)
             if plain is not None and m.peak_reserved is not None and plain.memory.peak_reserved is not None:
                 kept = m.peak_reserved > 1.05 * plain.memory.peak_reserved
+                change = m.peak_reserved - plain.memory.peak_reserved
+                sign = "+" if change >= 0 else "−"
                 out.append(f"{r.job.label}: after an evaluation pass over full logits, the training step's peak "
                            f"reserved is {format_bytes(m.peak_reserved)} (nvidia-smi {format_bytes(m.smi_peak)}) "
                            f"against {format_bytes(plain.memory.peak_reserved)} (nvidia-smi "
                            f"{format_bytes(plain.memory.smi_peak)}) without it, for an allocated peak of "
                            f"{format_bytes(m.peak)} vs {format_bytes(plain.memory.peak)}: "
                            + ("the allocator's cache keeps the evaluation's high-water mark, and nvidia-smi shows it."
-                              if kept else "the evaluation pass left no lasting reservation here."))
+                              if kept else f"the evaluation pass changed it by {sign}{format_bytes(abs(change))} "
+                              f"({change / plain.memory.peak_reserved:+.1%}), less than 5%: no large reservation "
+                              "was left behind."))
             continue
         if r is ref:
             out.append(f"{r.job.config.name} at B={r.job.batch}×T={r.job.seq}: torch peaks at "
