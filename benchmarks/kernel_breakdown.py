@@ -22,6 +22,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import fusedce  # noqa: E402
+from benchmarks.measure import settle  # noqa: E402
 from benchmarks.protocol import parse_row  # noqa: E402
 from profiler.environment import collect_environment  # noqa: E402
 from profiler.inputs import autocast_for, make_inputs  # noqa: E402
@@ -55,8 +56,7 @@ def run_case(spec: CellSpec, repeats: int) -> dict:
 
     step()  # warm-up: Triton compilation, cuBLAS workspaces
     inputs.clear_grads()
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
+    settle("cuda")
     base = torch.cuda.memory_allocated()
     step()
     torch.cuda.synchronize()

@@ -300,6 +300,22 @@ def test_out_of_range_targets_on_cuda():
     assert torch.isnan(per_token[7]) and torch.isfinite(per_token[:7]).all() and torch.isfinite(per_token[8:]).all()
 
 
+def measured_peak_extra(step, *leaves) -> int:
+    """ANCHORS protocol: one warm-up ``step()`` (compilation, autotuning, allocator pools), then
+    the bytes one more ``step()`` allocates above the baseline at its peak (gradients included)."""
+    step()
+    for leaf in leaves:
+        leaf.grad = None
+    gc.collect()
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    step()
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_allocated() - base
+
+
 @pytest.mark.parametrize("weight_dtype", [torch.bfloat16, torch.float32], ids=["bf16", "amp"])
 def test_peak_memory_stays_far_below_the_logits(record_property, weight_dtype):
     """ANCHORS protocol: peak extra over the baseline, gradients included, at N = 16384, V = 131072.
@@ -318,16 +334,7 @@ def test_peak_memory_stays_far_below_the_logits(record_property, weight_dtype):
             loss = fused_triton(hidden, weight, target)
         loss.backward()
 
-    step()  # warm-up: compilation, autotuning, allocator pools
-    hidden.grad = weight.grad = None
-    gc.collect()
-    torch.cuda.synchronize()
-    torch.cuda.empty_cache()
-    torch.cuda.reset_peak_memory_stats()
-    base = torch.cuda.memory_allocated()
-    step()
-    torch.cuda.synchronize()
-    peak_extra = torch.cuda.max_memory_allocated() - base
+    peak_extra = measured_peak_extra(step, hidden, weight)
     floor = n * h * hidden.element_size() + v * h * weight.element_size()
     logits_bf16 = n * v * 2
     record_property("peak_extra_bytes", peak_extra)
@@ -384,15 +391,7 @@ def test_memory_model_predicts_the_measured_peak(record_property, weight_dtype):
             loss = fused_triton(hidden, weight, target)
         loss.backward()
 
-    step()
-    hidden.grad = weight.grad = None
-    gc.collect()
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    base = torch.cuda.memory_allocated()
-    step()
-    torch.cuda.synchronize()
-    measured = torch.cuda.max_memory_allocated() - base
+    measured = measured_peak_extra(step, hidden, weight)
     predicted = predict_peak_bytes(n, h, v, hidden_dtype=torch.bfloat16, weight_dtype=weight_dtype,
                                    compute_dtype=torch.bfloat16).step
     record_property("measured_bytes", measured)
