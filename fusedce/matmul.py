@@ -31,21 +31,25 @@ def _has_out_dtype(device_type: str, dtype: torch.dtype) -> bool:
 ALIGN = 8  # elements: 16 bytes of bf16
 
 
-def matmul_into(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, accumulate: bool) -> None:
+def matmul_into(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, accumulate: bool,
+                align: bool | None = None) -> None:
     """``out (+)= a @ b``; a (M, K) and b (K, N) share a dtype, out (M, N) may be wider.
 
     The product is accumulated in at least fp32 whatever the operand dtype. On CUDA a ragged
     N or K (not a multiple of 8: V = 32777, or the last vocabulary chunk) is split into an
     aligned product plus a thin one for the last few columns. Measured on an H200
     (``benchmarks/NOTES.md``, design 4): cuBLAS multiplied (8192 × 768) @ (768 × 1161) at
-    ~70 TFLOP/s, and (8192 × 768) @ (768 × 1160) at full rate.
+    ~70 TFLOP/s, and (8192 × 768) @ (768 × 1160) at full rate. ``align`` forces the split on
+    or off (default: on for CUDA tensors).
     """
     k, n = a.shape[1], b.shape[1]
-    if out.device.type == "cuda" and n > ALIGN and n % ALIGN:
+    if align is None:
+        align = out.device.type == "cuda"
+    if align and n > ALIGN and n % ALIGN:
         cut = n - n % ALIGN
         _product(out[:, :cut], a, b[:, :cut], accumulate)
         _product(out[:, cut:], a, b[:, cut:], accumulate)
-    elif out.device.type == "cuda" and k > ALIGN and k % ALIGN:
+    elif align and k > ALIGN and k % ALIGN:
         cut = k - k % ALIGN
         _product(out, a[:, :cut], b[:cut], accumulate)
         _product(out, a[:, cut:], b[cut:], True)

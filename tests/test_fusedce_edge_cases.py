@@ -338,3 +338,20 @@ def test_torch_compile_of_a_function_calling_fusedce_matches_eager():
     compiled = run_fused(torch.compile(loss_fn, backend="aot_eager"), hidden, weight, target, bias)
     for field in ("loss", "grad_hidden", "grad_weight", "grad_bias"):
         torch.testing.assert_close(getattr(compiled, field), getattr(eager, field), rtol=1e-6, atol=0)
+
+
+@pytest.mark.parametrize("k,n", [(24, 19), (19, 24), (19, 21), (16, 8), (5, 3)],
+                         ids=["ragged-N", "ragged-K", "both", "aligned", "below-one-block"])
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_matmul_split_at_ragged_dimensions_equals_one_product(k, n, accumulate):
+    """The aligned-part-plus-tail split that CUDA uses (forced here on the CPU), into a
+    padded-row output as the logits block is."""
+    from fusedce.matmul import matmul_into
+
+    gen = torch.Generator().manual_seed(k * 100 + n)
+    a, b = torch.randn(6, k, generator=gen), torch.randn(k, n, generator=gen)
+    start = torch.randn(6, n, generator=gen)
+    out = torch.empty(6, n + 5)[:, :n]
+    out.copy_(start)
+    matmul_into(out, a, b, accumulate=accumulate, align=True)
+    torch.testing.assert_close(out, (start if accumulate else 0) + a @ b, rtol=1e-5, atol=1e-5)
