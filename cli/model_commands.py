@@ -167,6 +167,9 @@ def parity(
     bias: Annotated[bool, typer.Option("--bias", help="Give the LM head a (random) bias.")] = False,
     ignore_frac: Annotated[float, typer.Option(help="Fraction of targets that are padding (-100).")] = 0.0,
     loss_tol: Annotated[float, typer.Option(help="Allowed relative difference of the final loss.")] = 0.02,
+    control: Annotated[bool, typer.Option(
+        help="First train torch again from initial weights moved by one rounding: its gap to torch is "
+             "the run's noise floor, and final losses are judged against it.")] = True,
     seed: SeedOption = 0,
     device: DeviceOption = None,
     mode: ModeOption = None,
@@ -189,7 +192,8 @@ def parity(
         settings = ParitySettings(
             config=cfg, backends=compared, steps=steps, batch=batch,
             seq=seq, lr=lr, device=run_device, mode=mode or ("amp-bf16" if run_device.startswith("cuda") else "fp32"),
-            reduction=reduction, bias=bias, ignore_frac=ignore_frac, loss_tolerance=loss_tol, seed=seed)
+            reduction=reduction, bias=bias, ignore_frac=ignore_frac, loss_tolerance=loss_tol, seed=seed,
+            control=control)
     out_dir = _out(out, force)
     console.print(f"fusedce-profile parity: {cfg.name}, {steps} steps, {settings.mode} on {run_device}, "
                   f"seed {seed}; writing to {out_dir}", markup=False)

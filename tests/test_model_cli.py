@@ -76,7 +76,9 @@ def test_parity_exit_codes_and_report(tmp_path):
     bad = runner.invoke(app, common + ["--backend", f"{__name__}:scaled_loss", "--out", str(tmp_path / "bad")])
     assert bad.exit_code == 1, bad.output
     saved = json.loads((tmp_path / "bad" / "parity.json").read_text())
-    assert saved["verdicts"][0]["passed"] is False
+    verdicts = {v["backend"]: v for v in saved["verdicts"]}
+    assert verdicts[f"{__name__}:scaled_loss"]["passed"] is False
+    assert "Noise floor: the control" in (tmp_path / "bad" / "summary.md").read_text()
 
 
 def test_doctor_exit_codes(tmp_path):
@@ -96,13 +98,14 @@ def test_parity_compares_several_backends_with_a_seed_and_reports_each_ones_gap(
     assert result.exit_code == 1, result.output  # the scaled loss diverges; fusedce does not
     saved = json.loads((out / "parity.json").read_text())
     assert saved["settings"]["seed"] == 3
-    assert [c["backend"] for c in saved["curves"]] == ["torch", "fusedce", f"{__name__}:scaled_loss"]
+    assert [c["backend"] for c in saved["curves"]] == ["torch", "torch, perturbed", "fusedce",
+                                                       f"{__name__}:scaled_loss"]
     text = (out / "summary.md").read_text()
-    assert "seed 3" in text
+    assert "seed 3" in text and "| torch, perturbed | control |" in text
     gaps = [line for line in text.splitlines() if " vs torch: at most " in line]
-    assert len(gaps) == 2 and "fusedce vs torch" in gaps[0] and "scaled_loss vs torch" in gaps[1]
+    assert len(gaps) == 3 and "fusedce vs torch" in gaps[1] and "scaled_loss vs torch" in gaps[2]
     # The scaled loss is 10% above torch's at step 0 already, at the same weights and batch.
-    assert "at step" in gaps[1] and "above 2e-02 on" in gaps[1]
+    assert "at step" in gaps[2] and "above 2e-02 on" in gaps[2]
     assert "fusedce vs torch: at most" in result.output
 
 

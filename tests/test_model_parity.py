@@ -5,13 +5,14 @@ import torch
 from profiler.backends import torch_loss
 from profiler.configs import get_preset
 from profiler.model.data import IGNORE_INDEX, MarkovChain
-from profiler.model.parity import ParitySettings, run_parity
+from profiler.model.parity import CONTROL, ParityCurve, ParitySettings, run_parity
 
 STEPS = 40
 
 
 def _settings(backends, **kw):
-    fields = dict(config=get_preset("tiny"), backends=backends, steps=STEPS, batch=4, seq=32, mode="fp32")
+    fields = dict(config=get_preset("tiny"), backends=backends, steps=STEPS, batch=4, seq=32, mode="fp32",
+                  control=False)
     fields.update(kw)
     return ParitySettings(**fields)
 
@@ -166,3 +167,50 @@ def test_unrounded_logits_control_differs_from_torch_by_the_logits_rounding_alon
     assert abs(control.item() - reference.item()) < 1e-5 < abs(rounded.item() - reference.item())
     control.backward()
     assert hidden.grad is not None and weight.grad is not None and weight.grad.dtype == torch.float32
+
+
+def test_the_control_starts_one_rounding_away_from_torch():
+    """The perturbed-torch control's initial weights differ from torch's by about one fp32
+    rounding (relative), and by something (it is a different run)."""
+    from profiler.model.parity import build_model, perturb_
+
+    settings = _settings(["fusedce"])
+    base, moved = build_model(settings), build_model(settings)
+    perturb_(moved, settings)
+    unit = torch.finfo(torch.float32).eps / 2
+    changed = 0
+    for p, q in zip(base.parameters(), moved.parameters()):
+        rel = ((q - p).abs() / p.abs().clamp_min(1e-30)).max().item()
+        assert rel <= 8 * unit
+        changed += int(not torch.equal(p, q))
+    assert changed > 0
+
+
+def _curve(name, final):
+    return ParityCurve(name, losses=[4.0] * 18 + [final] * 2)
+
+
+@pytest.mark.parametrize("noise_floor,passes", [(None, False), (0.01, False), (0.05, True)],
+                         ids=["no-control", "small-floor", "large-floor"])
+def test_final_loss_limit_is_the_tolerance_or_three_times_the_control(noise_floor, passes):
+    """A 10% final-loss gap fails against the 2% tolerance and against 3 × a 1% floor, and
+    passes against 3 × a 5% floor (the run is that noisy)."""
+    from profiler.model.parity import judge
+
+    settings = _settings(["fusedce"])
+    verdict = judge(settings, _curve("fusedce", 1.1), _curve("torch", 1.0), noise_floor)
+    assert verdict.passed is passes
+    assert verdict.loss_limit == pytest.approx(max(0.02, 3 * (noise_floor or 0)))
+    if not passes:
+        assert "relative difference 1.00e-01" in verdict.reasons[0]
+
+
+def test_a_run_with_the_control_judges_against_its_floor_and_still_catches_a_wrong_loss():
+    report = run_parity(_settings(["fusedce", f"{__name__}:scaled_loss"], steps=20, control=True))
+    assert [c.backend for c in report.curves] == ["torch", CONTROL, "fusedce", f"{__name__}:scaled_loss"]
+    floor = report.noise_floor
+    assert floor is not None and floor < 1e-3  # fp32, 20 steps: the trajectories have not separated
+    by_name = {v.backend: v for v in report.verdicts}
+    assert by_name["fusedce"].passed and by_name["fusedce"].loss_limit == pytest.approx(0.02)
+    assert by_name[f"{__name__}:scaled_loss"].passed is False
+    assert not report.passed

@@ -21,8 +21,8 @@ import pandas as pd  # noqa: E402
 
 from profiler.configs import ModelConfig  # noqa: E402
 from profiler.model.fit import FitResult, FitSearch  # noqa: E402
-from profiler.model.parity import (CurveGap, GradCheck, ParityCurve, ParityReport, ParitySettings,  # noqa: E402
-                                   ParityVerdict, curve_gap)
+from profiler.model.parity import (CONTROL, NOISE_FACTOR, CurveGap, GradCheck, ParityCurve,  # noqa: E402
+                                   ParityReport, ParitySettings, ParityVerdict, curve_gap)
 from profiler.model.run import ModelResult  # noqa: E402
 from reports.environment import environment_lines, read_environment, write_environment  # noqa: E402
 from reports.markdown import markdown_table  # noqa: E402
@@ -411,7 +411,7 @@ def parity_table(report: ParityReport) -> pd.DataFrame:
         gap = gaps.get(curve.backend)
         rows.append({
             "back-end": curve.backend,
-            "verdict": {True: "pass", False: "FAIL", None: "skipped"}[v.passed],
+            "verdict": "control" if curve.backend == CONTROL else {True: "pass", False: "FAIL", None: "skipped"}[v.passed],
             "final loss": f"{curve.final_loss():.4f}" if curve.losses else "–",
             "final loss rel. diff": f"{v.final_loss_rel_diff:.1e}" if v.final_loss_rel_diff is not None else "–",
             "max per-step rel. diff": (f"{gap.peak:.1e} (step {gap.peak_step})" if gap is not None
@@ -476,6 +476,7 @@ def read_parity_report(out_dir: Path) -> ParityReport:
         raw = json.loads(path.read_text())
         settings = dict(raw["settings"])
         settings["config"] = ModelConfig(**settings["config"])
+        settings.setdefault("control", False)  # runs recorded before the control existed had none
         curves = [ParityCurve(**{**c, "grad_checks": [GradCheck(**g) for g in c["grad_checks"]]})
                   for c in raw["curves"]]
         return ParityReport(settings=ParitySettings(**settings), curves=curves,
@@ -513,8 +514,20 @@ def write_parity_report(out_dir: Path, report: ParityReport, environment: dict |
               f"of torch's; gradients of the LM head weight"
               f"{' (the tied embedding)' if s.config.tie_word_embeddings else ''}"
               f"{', its bias' if s.config.lm_head_bias else ''} and the hidden states within {s.grad_tolerance:.0e} "
-              f"of eager torch in fp32 on the same weights, at steps {', '.join(map(str, s.check_steps))}.", "",
-              markdown_table(parity_table(report)), ""]
+              f"of eager torch in fp32 on the same weights, at steps {', '.join(map(str, s.check_steps))}."]
+    floor = report.noise_floor
+    if floor is not None:
+        limit = max(s.loss_tolerance, NOISE_FACTOR * floor)
+        lines += [f"Noise floor: the control (*{CONTROL}*: torch from initial weights moved by one rounding of the "
+                  f"mode's precision) ends {_percent(floor)} from torch, so a back-end's final loss fails beyond "
+                  f"{_percent(limit)} (the tolerance, or {NOISE_FACTOR:g}× the floor if larger); the gradient "
+                  f"check, on identical weights, is the sharp test of the wiring."]
+    elif any(c.backend == CONTROL for c in report.curves):
+        lines += ["The perturbed-torch control did not finish: back-ends were judged against the tolerance alone."]
+    else:
+        lines += ["No control ran (`--no-control`, or a run recorded before controls existed): the final-loss "
+                  "tolerance alone cannot tell a chaotic training run from a wrong loss."]
+    lines += ["", markdown_table(parity_table(report)), ""]
     gaps = gap_sentences(report)
     if gaps:
         lines += ["## Loss curves against torch, step by step", "",
