@@ -47,7 +47,7 @@ def matmul_into(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, accumula
         align = out.device.type == "cuda"
     if align and n > ALIGN and n % ALIGN:
         cut = n - n % ALIGN
-        _product(out[:, :cut], a, b[:, :cut], accumulate)
+        matmul_into(out[:, :cut], a, b[:, :cut], accumulate=accumulate, align=True)  # K may be ragged too
         _product(out[:, cut:], a, b[:, cut:], accumulate)
     elif align and k > ALIGN and k % ALIGN:
         cut = k - k % ALIGN
