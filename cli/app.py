@@ -19,7 +19,7 @@ import typer
 from cli import exit_codes
 from cli.console import make_console
 from cli.heads import head_from
-from cli.output_dir import prepare_out_dir
+from cli.options import DeviceOption, ForceOption, JsonOption, OutOption, prepare_out, resolve_device
 from cli.parsing import parse_backends, parse_counts, parse_floats, parse_modes
 from cli.usage import fail, usage_errors
 
@@ -32,30 +32,13 @@ Exit codes: 0 ok; 1 a parity check failed its tolerance; 2 bad usage or input.
 
 app = typer.Typer(help=HELP, add_completion=False, no_args_is_help=False, pretty_exceptions_enable=False)
 
-OutOption = Annotated[Optional[Path], typer.Option(
-    "--out", help="Run folder (default: a new ./fusedce-profile-YYYYmmdd-HHMMSS).")]
-ForceOption = Annotated[bool, typer.Option("--force", help="Replace the previous run in a non-empty --out folder.")]
 ResumeOption = Annotated[bool, typer.Option("--resume", help="Continue the run in --out, skipping finished cells.")]
 SnapshotOption = Annotated[bool, typer.Option(
     "--snapshot", help="Record a CUDA memory snapshot per cell and draw its timeline.")]
-JsonOption = Annotated[bool, typer.Option("--json", help="Print a machine-readable summary on stdout.")]
-DeviceOption = Annotated[Optional[str], typer.Option(
-    "--device", help="cuda, cuda:K or cpu (default: cuda when a GPU is visible).")]
 PresetOption = Annotated[Optional[str], typer.Option(
     "--preset", help="Take H, V and the soft-cap from a built-in model (see `presets`).")]
 ConfigOption = Annotated[Optional[Path], typer.Option(
     "--config", help="Take H, V and the soft-cap from a Hugging Face config.json or our JSON/TOML.")]
-
-
-def _device(device: Optional[str]) -> str:
-    from profiler.grid import default_device
-
-    return device or default_device()
-
-
-def _prepare(out: Optional[Path], force: bool, resume: bool) -> Path:
-    with usage_errors():  # OutputDirError is a ValueError
-        return prepare_out_dir(out, force=force, resume=resume)
 
 
 def _note_cpu_snapshot(console, snapshot: bool, device: str) -> None:
@@ -89,11 +72,11 @@ def default(
     console = make_console(to_stderr=as_json)
     with usage_errors():
         head = head_from(preset, config)
-        run = default_run(_device(device), heads=((head.hidden, head.vocab),) if head else None,
+        run = default_run(resolve_device(device), heads=((head.hidden, head.vocab),) if head else None,
                           softcap=head.softcap if head else None)
         for grid in run.grids:
             grid.validate()
-    out_dir = _prepare(out, force, resume)
+    out_dir = prepare_out(out, force, resume)
     console.print(f"fusedce-profile: {run.description}\nwriting to {out_dir}", markup=False)
     _note_cpu_snapshot(console, snapshot, run.grids[0].device)
     raise typer.Exit(run_grids(run.grids, out_dir, console, resume=resume, snapshot=snapshot, as_json=as_json))
@@ -147,7 +130,7 @@ def grid(
         raise fail("--batch and --seq go together")
     with usage_errors():
         head = head_from(preset, config)
-    run_device = _device(device)
+    run_device = resolve_device(device)
     backends = parse_backends(backend, list(BUILTIN_BACKENDS)) or installed_backends(run_device)
     softcaps = parse_floats(softcap, "--softcap", allow_none=True) or ((head.softcap,) if head else (None,))
     fields = dict(
@@ -171,7 +154,7 @@ def grid(
     with usage_errors():
         spec = GridSpec(**fields)
         spec.validate()
-    out_dir = _prepare(out, force, resume)
+    out_dir = prepare_out(out, force, resume)
     console.print(f"fusedce-profile grid: {len(spec.cells())} cells, writing to {out_dir}", markup=False)
     _note_cpu_snapshot(console, snapshot, spec.device)
     raise typer.Exit(run_grids([spec], out_dir, console, resume=resume, snapshot=snapshot, as_json=as_json))

@@ -15,7 +15,7 @@ import typer
 
 from cli import exit_codes
 from cli.console import make_console
-from cli.output_dir import prepare_out_dir
+from cli.options import DeviceOption, ForceOption, JsonOption, OutOption, prepare_out, resolve_device
 from cli.parsing import parse_backends
 from cli.usage import fail, usage_errors
 from profiler.configs import ModelConfig, get_preset, load_config
@@ -28,12 +28,8 @@ ConfigOption = Annotated[Optional[Path], typer.Option(
     "--config", help="A Hugging Face config.json, or our JSON/TOML (hidden_size, ffn_factor, ...).")]
 TiedOption = Annotated[Optional[bool], typer.Option(
     "--tied/--untied", help="Override the config's tie_word_embeddings.")]
-DeviceOption = Annotated[Optional[str], typer.Option("--device", help="cuda, cuda:K or cpu (default: cuda if visible).")]
 ModeOption = Annotated[Optional[str], typer.Option(
     "--mode", help="amp-bf16 (fp32 weights, bf16 autocast) or fp32. Default amp-bf16 (parity on CPU: fp32).")]
-OutOption = Annotated[Optional[Path], typer.Option("--out", help="Report folder (default: a new time-stamped one).")]
-ForceOption = Annotated[bool, typer.Option("--force", help="Replace the previous run in a non-empty --out folder.")]
-JsonOption = Annotated[bool, typer.Option("--json", help="Print a machine-readable summary on stdout.")]
 SeedOption = Annotated[int, typer.Option(
     help="Seed of the model's initialisation and of the data (a second seed repeats a comparison on "
          "another trajectory).", min=0)]
@@ -42,23 +38,12 @@ BackendOption = Annotated[Optional[list[str]], typer.Option(
                       "or module:callable with the back-end signature (hidden, weight, target, bias, **options).")]
 
 
-def _device(device: Optional[str]) -> str:
-    from profiler.grid import default_device
-
-    return device or default_device()
-
-
 def _config(preset: Optional[str], config: Optional[Path], tied: Optional[bool], default: str) -> ModelConfig:
     if preset and config:
         raise fail("--preset and --config both name a model: give one of them")
     with usage_errors():
         model = load_config(config) if config else get_preset(preset or default)
     return model if tied is None else dataclasses.replace(model, tie_word_embeddings=tied)
-
-
-def _out(out: Optional[Path], force: bool) -> Path:
-    with usage_errors():
-        return prepare_out_dir(out, force=force, resume=False)
 
 
 def _backends(backend: Optional[list[str]], default: list[str]) -> list[str]:
@@ -101,7 +86,7 @@ def model(
     from reports.units import format_bytes, format_percent
 
     console = make_console(to_stderr=as_json)
-    run_device = _device(device)
+    run_device = resolve_device(device)
     on_gpu = run_device.startswith("cuda")
     cfg = _config(preset, config, tied, "user-gpt" if on_gpu else "tiny")
     if fit_axis not in FIT_AXES:
@@ -113,7 +98,7 @@ def model(
         base = ModelJob(cfg, "torch", batch or (8 if on_gpu else 4), seq or (1024 if on_gpu else 64),
                         device=run_device, mode=mode or "amp-bf16", attention=attention, checkpointing=checkpointing,
                         seed=seed)
-    out_dir = _out(out, force)
+    out_dir = prepare_out(out, force)
     console.print(f"fusedce-profile model: {cfg.name} ({cfg.num_parameters() / 1e6:.1f} M parameters), "
                   f"B={base.batch} T={base.seq}, {base.mode}, {run_device}; writing to {out_dir}", markup=False)
     jobs = [dataclasses.replace(base, backend=name) for name in names]
@@ -183,7 +168,7 @@ def parity(
     from profiler.model.report import gap_sentences, parity_table, write_parity_report
 
     console = make_console(to_stderr=as_json)
-    run_device = _device(device)
+    run_device = resolve_device(device)
     cfg = _config(preset, config, tied, "tiny")
     compared = _backends(backend, ["fusedce"])[1:]
     if not compared:
@@ -194,7 +179,7 @@ def parity(
             seq=seq, lr=lr, device=run_device, mode=mode or ("amp-bf16" if run_device.startswith("cuda") else "fp32"),
             reduction=reduction, bias=bias, ignore_frac=ignore_frac, loss_tolerance=loss_tol, seed=seed,
             control=control)
-    out_dir = _out(out, force)
+    out_dir = prepare_out(out, force)
     console.print(f"fusedce-profile parity: {cfg.name}, {steps} steps, {settings.mode} on {run_device}, "
                   f"seed {seed}; writing to {out_dir}", markup=False)
     environment = collect_environment()
@@ -249,7 +234,7 @@ def doctor(
         console.print(f"  [{c.verdict:^7}] {c.item}: {c.evidence}", markup=False)
     console.print(f"doctor: {'FAIL' if failed else 'PASS'}", markup=False)
     if out is not None:
-        out_dir = _out(out, force)
+        out_dir = prepare_out(out, force)
         (out_dir / "summary.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
         (out_dir / "doctor.json").write_text(json.dumps([dataclasses.asdict(c) for c in checks], indent=1))
     if as_json:
