@@ -106,15 +106,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--rows", nargs="+", default=list(DEFAULT_ROWS))
-    parser.add_argument("--modes", nargs="+", default=["amp-bf16", "bf16"])
+    parser.add_argument("--modes", nargs="+", default=["amp-bf16", "bf16"], choices=["amp-bf16", "bf16"])
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args(argv)
+    try:
+        rows = [parse_row(text) for text in args.rows]
+    except ValueError as exc:
+        parser.error(f"--rows: {exc}")
+    if args.repeats < 1:
+        parser.error(f"--repeats must be at least 1, got {args.repeats}")
     if not torch.cuda.is_available():
         parser.error("needs a CUDA device")
     args.out.mkdir(parents=True, exist_ok=True)
     results = []
-    for text in args.rows:
-        row = parse_row(text)
+    for text, row in zip(args.rows, rows):
         for mode in args.modes:
             spec = CellSpec("fusedce", row.tokens, row.vocab, row.hidden, mode=mode, device="cuda")
             try:
