@@ -169,6 +169,7 @@ def backward(
                     matmul_into(weight_acc[c0:c1], d.t(), h_i, accumulate=True)
                 else:
                     _write_product(grad_weight[c0:c1], d.t(), h_i)
+            del d  # the PyTorch path's d is a copy: free it before the next block's product
         if need_hidden:
             if scale is not None:
                 gh.mul_(scale)

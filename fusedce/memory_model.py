@@ -14,6 +14,7 @@ import torch
 
 from fusedce.chunked import accumulation_dtype, block_row_stride
 from fusedce.chunking import ChunkPlan, dtype_bytes, plan_chunks
+from fusedce.matmul import add_slice_rows
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,9 @@ def predict_peak_bytes(
         # fp32 output each product exists once in the compute dtype before it is added
         forward_extra = rows * cols * acc
         if compute_dtype != accumulation_dtype(compute_dtype):
-            backward_extra = rows * cols * c + max(cols, rows) * h * c
+            # (and each product is added into its fp32 accumulator a slice of rows at a time)
+            widest = max(cols, rows)
+            backward_extra = rows * cols * c + widest * h * c + min(widest, add_slice_rows(h, acc)) * h * acc
     per_token = n * acc
     # forward: 4 running statistics + lse + loss + a few (N,) temporaries of the loss formula
     forward = 8 * per_token + block + hidden_chunk + weight_chunk + forward_extra

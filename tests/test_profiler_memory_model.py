@@ -34,6 +34,17 @@ def test_fusedce_prediction_matches_cpu_measurement(mode):
     assert abs(result.peak_step_bytes - result.predicted_bytes) <= 0.05 * result.peak_step_bytes
 
 
+def test_fusedce_prediction_is_exact_at_the_cpu_default_runs_smallest_cell():
+    """512 tokens of the user's head (the CPU default grid's first fusedce cell): the PyTorch
+    path's temporaries — a weight-gradient chunk of 30464 × 768, the product added a slice of
+    rows at a time, the previous block's gradients freed — are all in the model (within 1%)."""
+    spec = CellSpec("fusedce", 512, 32777, 768, mode="amp-bf16", device="cpu")
+    result = measure_cell(spec, _ONE_STEP)
+    assert result.status == "ok", result.message
+    assert abs(result.peak_step_bytes - result.predicted_bytes) <= 0.01 * result.peak_step_bytes, (
+        result.peak_step_bytes, result.predicted_bytes)
+
+
 def test_cuda_eager_amp_peak_is_ten_logit_bytes_per_element_plus_the_weight_copy():
     """CUDA amp-bf16: log-probs stay bf16, nll_loss's fp32 copy + its fp32 gradient: 2VH + 10NV."""
     n, h, v = 8192, 768, 32777
