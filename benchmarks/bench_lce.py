@@ -37,12 +37,13 @@ import torch
 
 from benchmarks.goals import check_goals
 from benchmarks.impls import IMPLS, backend_for
-from benchmarks.measure import measure_cell, measure_gemm, settle
+from benchmarks.measure import measure_cell, measure_gemm
+from profiler.protocol import settle
 from benchmarks.protocol import (ALL_OPTIONS_LABEL_SMOOTHING, ALL_OPTIONS_SOFTCAP, ALL_OPTIONS_Z_LOSS,
                                  ANCHOR_ROWS, MODES, make_inputs, parse_row)
 from benchmarks.render import fmt_error, fmt_ms, render_console, render_markdown
 from benchmarks.results import BenchRun, BenchSettings, collect_environment, result_stem, save_run
-from profiler.backends import LossOptions
+from profiler.backends import options_of
 from profiler.records import CellResult, CellSpec
 from profiler.reference import reference as fp32_reference
 
@@ -155,7 +156,7 @@ def run_benchmark(settings: BenchSettings, out: Path, *, overwrite: bool = False
             inputs = make_inputs(row, base.mode, device=settings.device, seed=settings.seed,
                                  ignore_frac=settings.ignore_frac, bias=base.bias)
             reference = fp32_reference(inputs.hidden, inputs.weight, inputs.target, inputs.bias,
-                                       LossOptions.from_spec(base))
+                                       options_of(base))
             for name in settings.impls:
                 cell = measure_cell(backend_for(name), dataclasses.replace(base, backend=name), inputs, reference,
                                     repeats=settings.repeats)

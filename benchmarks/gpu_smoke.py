@@ -22,7 +22,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import fusedce  # noqa: E402
 from fusedce import matmul  # noqa: E402
-from profiler.backends import LossOptions  # noqa: E402
+from fusedce.options import LossOptions  # noqa: E402
 from profiler.reference import reference as fp32_reference  # noqa: E402
 
 GiB = 1 << 30

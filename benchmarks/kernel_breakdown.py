@@ -22,10 +22,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import fusedce  # noqa: E402
-from benchmarks.measure import settle  # noqa: E402
+from profiler.protocol import settle  # noqa: E402
 from benchmarks.protocol import parse_row  # noqa: E402
 from profiler.environment import collect_environment  # noqa: E402
-from profiler.inputs import autocast_for, make_inputs  # noqa: E402
+from profiler.inputs import make_inputs  # noqa: E402
+from profiler.precision import autocast  # noqa: E402
 from profiler.records import CellSpec  # noqa: E402
 
 DEFAULT_ROWS = ("8192x768x32777", "8192x4096x128256")
@@ -50,7 +51,7 @@ def run_case(spec: CellSpec, repeats: int) -> dict:
 
     def step() -> None:
         inputs.clear_grads()
-        with autocast_for(spec):
+        with autocast(spec.mode, spec.device):
             loss = fusedce.linear_cross_entropy(inputs.hidden, inputs.weight, inputs.target)
         loss.backward()
 

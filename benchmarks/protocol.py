@@ -23,19 +23,20 @@ from dataclasses import dataclass
 
 import torch
 
-from profiler.backends import IGNORE_INDEX
+from fusedce.chunking import gradient_floor_bytes
+from fusedce.options import IGNORE_INDEX
 from profiler.inputs import CellInputs
 
 MIB = 1 << 20
 GIB = 1 << 30
 
-# Goal 1 of issue 4: peak extra ≤ MEMORY_GOAL_FACTOR · floor + MEMORY_GOAL_SLACK_BYTES.
+# The memory goal: peak extra ≤ MEMORY_GOAL_FACTOR · floor + MEMORY_GOAL_SLACK_BYTES.
 MEMORY_GOAL_FACTOR = 1.10
 MEMORY_GOAL_SLACK_BYTES = 128 * MIB
-# Stretch of goal 2: at least this fraction of the measured bf16 GEMM rate on 6·N·H·V.
+# Stretch of the speed goal: at least this fraction of the measured bf16 GEMM rate on 6·N·H·V.
 GEMM_STRETCH_FRACTION = 0.80
 
-# The options that ``--all-options`` turns on (goal 4 of issue 4).
+# The options that ``--all-options`` turns on (the options goal).
 ALL_OPTIONS_LABEL_SMOOTHING = 0.1
 ALL_OPTIONS_Z_LOSS = 1e-4
 ALL_OPTIONS_SOFTCAP = 30.0
@@ -96,12 +97,9 @@ def weight_dtype(mode: str) -> torch.dtype:
 
 
 def floor_bytes(row: Row, mode: str, *, bias: bool = False) -> int:
-    """Bytes of grad_hidden (bf16) + grad_weight (+ grad_bias) in the weight's dtype."""
-    itemsize = torch.empty((), dtype=weight_dtype(mode)).element_size()
-    grad_hidden = row.tokens * row.hidden * 2
-    grad_weight = row.vocab * row.hidden * itemsize
-    grad_bias = row.vocab * itemsize if bias else 0
-    return grad_hidden + grad_weight + grad_bias
+    """Bytes of grad_hidden (bf16) + grad_weight (+ grad_bias) in the weight's dtype (the one
+    floor formula, :func:`fusedce.chunking.gradient_floor_bytes`)."""
+    return gradient_floor_bytes(row.tokens, row.hidden, row.vocab, torch.bfloat16, weight_dtype(mode), has_bias=bias)
 
 
 def memory_goal_bytes(floor: int) -> float:

@@ -8,20 +8,15 @@ profiler writes too.
 from __future__ import annotations
 
 import dataclasses
-import datetime
-import json
-import os
-import platform
 import re
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
 
-from benchmarks.impls import backend_for, installed_version
 from benchmarks.measure import GemmRate
 from benchmarks.protocol import Row
+from profiler import store
 from profiler.records import CellResult
 
 FORMAT_VERSION = 1
@@ -97,7 +92,7 @@ class BenchRun:
             "settings": dataclasses.asdict(self.settings),
             "rows": [dataclasses.asdict(row) for row in self.rows],
             "gemm": [dataclasses.asdict(rate) for rate in self.gemm],
-            "cells": [json.loads(cell.to_json()) for cell in self.cells],
+            "cells": [cell.to_dict() for cell in self.cells],
             "wall_s": self.wall_s,
         }
 
@@ -110,20 +105,18 @@ class BenchRun:
             settings=BenchSettings(**raw["settings"]),
             rows=[Row(**row) for row in raw["rows"]],
             gemm=[GemmRate(**rate) for rate in raw["gemm"]],
-            cells=[CellResult.from_json(json.dumps(cell)) for cell in raw["cells"]],
+            cells=[CellResult.from_dict(cell) for cell in raw["cells"]],
             wall_s=raw.get("wall_s"),
         )
 
 
 def save_run(run: BenchRun, path: Path) -> None:
     """Write ``run`` as indented JSON (atomically: a partial file never replaces a whole one)."""
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(run.to_dict(), indent=1, sort_keys=True) + "\n")
-    tmp.replace(path)
+    store.write_json(path, run.to_dict())
 
 
 def load_run(path: str | Path) -> BenchRun:
-    return BenchRun.from_dict(json.loads(Path(path).read_text()))
+    return BenchRun.from_dict(store.read_json(path))
 
 
 def slug(text: str) -> str:
@@ -137,31 +130,36 @@ def result_stem(environment: Environment, settings: BenchSettings) -> str:
     return "-".join(part for part in parts if part)
 
 
-def _command_output(args: list[str], cwd: Path | None = None) -> str:
+def _git_commit() -> str:
     try:
-        done = subprocess.run(args, capture_output=True, text=True, timeout=20, cwd=cwd, check=True)
+        done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=20,
+                              cwd=_REPO_ROOT, check=True)
     except (OSError, subprocess.SubprocessError):
         return ""
-    return done.stdout.strip().splitlines()[0] if done.stdout.strip() else ""
+    return done.stdout.strip()
 
 
 def collect_environment(device: str) -> Environment:
-    """The GPU (or "cpu"), driver, CUDA, versions of every back-end, date, allocator settings."""
-    import triton
+    """The benchmark's environment block: the profiler's (:mod:`profiler.environment`) in
+    this results format's fixed fields, plus the commit measured."""
+    from profiler.environment import collect_environment as profiler_environment
 
+    env = profiler_environment()
     cuda = device == "cuda"
+    backends = env["backends"]
+    installed = lambda name: "" if backends.get(name) in (None, "not installed") else backends[name]  # noqa: E731
     return Environment(
-        gpu=torch.cuda.get_device_name() if cuda else "cpu",
-        driver=_command_output(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]) if cuda else "",
-        cuda=torch.version.cuda or "",
-        torch=torch.__version__,
-        triton=triton.__version__,
-        liger_kernel=installed_version(backend_for("liger")),
-        cut_cross_entropy=installed_version(backend_for("cce")),
-        fusedce=installed_version(backend_for("fusedce")),
-        fusedce_commit=_command_output(["git", "rev-parse", "--short", "HEAD"], cwd=_REPO_ROOT),
-        python=platform.python_version(),
-        date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        pytorch_cuda_alloc_conf=os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
-        gpu_memory_bytes=torch.cuda.get_device_properties(0).total_memory if cuda else None,
+        gpu=env["gpu"] if cuda else "cpu",
+        driver=(env["driver"] or "") if cuda else "",
+        cuda=env["cuda"] or "",
+        torch=env["torch"],
+        triton=env["triton"] or "",
+        liger_kernel=installed("liger"),
+        cut_cross_entropy=installed("cce"),
+        fusedce=installed("fusedce"),
+        fusedce_commit=_git_commit(),
+        python=env["python"],
+        date=env["date"],
+        pytorch_cuda_alloc_conf=env["pytorch_cuda_alloc_conf"] or "",
+        gpu_memory_bytes=env["gpu_memory_bytes"] if cuda else None,
     )

@@ -163,34 +163,43 @@ def grid(
 @app.command()
 def report(
     run_dir: Annotated[Path, typer.Argument(
-        help="A run folder: a grid run's (results.jsonl), a `model` run's (model_results.jsonl) or a "
-             "`parity` run's (parity.json).", metavar="DIR")],
+        help="A run folder: a grid run's (results.jsonl), a `model` run's (model_results.jsonl), a "
+             "`parity` run's (parity.json) or a `doctor` run's (doctor.json).", metavar="DIR")],
     as_json: JsonOption = False,
 ) -> None:
-    """Rebuild every table and plot of a run folder from its stored results (no GPU needed)."""
+    """Rebuild every table and plot of a run folder from its stored results (no GPU needed).
+
+    Only JSON and CSV files are read: a folder received from someone else cannot run code.
+    """
     from cli.run import finish
+    from profiler import store
 
     console = make_console(to_stderr=as_json)
-    if (run_dir / "results.jsonl").is_file():
+    if not run_dir.is_dir():
+        raise fail(f"{run_dir}: not a folder (give the folder a grid, model, parity or doctor run wrote)")
+    if (run_dir / store.RESULTS_FILE).is_file():
         with usage_errors():
             code = finish(run_dir, console, as_json=as_json)
         raise typer.Exit(code)
-    if (run_dir / "model_results.jsonl").is_file() or (run_dir / "parity.json").is_file():
+    if (run_dir / store.MODEL_RESULTS_FILE).is_file() or (run_dir / store.PARITY_FILE).is_file():
         raise typer.Exit(_model_report(run_dir, console, as_json))
-    raise fail(f"{run_dir}: no results.jsonl, model_results.jsonl or parity.json here "
+    raise fail(f"{run_dir}: no {store.RESULTS_FILE}, {store.MODEL_RESULTS_FILE} or {store.PARITY_FILE} here "
                "(give the folder a grid, model or parity run wrote)")
 
 
 def _model_report(run_dir: Path, console, as_json: bool) -> int:
     """Rebuild a ``model`` or ``parity`` folder; print where the summary went; return the exit code."""
-    from profiler.model.report import (missing_rows, read_model_results, rebuild_model_report,
-                                       rebuild_parity_report)
+    from profiler import store
+    from profiler.training.jobs import load_model_results
+    from reports.model_report import missing_rows, write_model_report, write_parity_report
 
     with usage_errors():
-        if (run_dir / "model_results.jsonl").is_file():
-            summary, passed, notes = rebuild_model_report(run_dir), None, missing_rows(read_model_results(run_dir))
+        if (run_dir / store.MODEL_RESULTS_FILE).is_file():
+            loaded = load_model_results(run_dir)
+            summary, passed = write_model_report(run_dir), None
+            notes = missing_rows(loaded.records) + loaded.problems
         else:
-            summary, parity_report = rebuild_parity_report(run_dir)
+            summary, parity_report = write_parity_report(run_dir)
             passed, notes = parity_report.passed, []
     for note in notes:
         console.print(f"incomplete run: {note}", markup=False)
@@ -270,7 +279,7 @@ def presets(as_json: JsonOption = False) -> None:
 
 
 def _register_model_commands() -> None:
-    """``model``, ``parity`` and ``doctor`` live in :mod:`cli.model_commands` (issue 7)."""
+    """``model``, ``parity`` and ``doctor`` live in :mod:`cli.model_commands`."""
     try:
         model_commands = importlib.import_module("cli.model_commands")
     except ModuleNotFoundError as exc:

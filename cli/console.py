@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from profiler.records import CellResult
+from profiler.records import CellResult, CellSpec
 from reports.frame import BASELINE_BACKEND
 from reports.tables import group_title
 from reports.units import format_bytes, format_error, format_ms, format_percent, format_tokens, is_missing
@@ -79,11 +79,15 @@ class CellProgress:
         else:
             yield self
 
+    def start(self, spec: CellSpec) -> None:
+        """A cell begins: the bar names the cell now running (not the last one finished)."""
+        if self._progress is not None:
+            self._progress.update(self._task, description=f"{spec.backend} {format_tokens(spec.tokens)}")
+
     def __call__(self, result: CellResult) -> None:
         self.done += 1
         if self._progress is not None:
-            self._progress.update(self._task, advance=1,
-                                  description=f"{result.spec.backend} {format_tokens(result.spec.tokens)}")
+            self._progress.update(self._task, advance=1)
         else:
             self.console.print(_cell_line(self.done, self.total, result), markup=False)
 

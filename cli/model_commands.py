@@ -1,7 +1,7 @@
-"""``model``, ``parity`` and ``doctor``: a whole training step, not just the loss (issue 7).
+"""``model``, ``parity`` and ``doctor``: a whole training step, not just the loss.
 
 The functions are typer-annotated; :mod:`cli.app` registers them as sub-commands. Each
-writes its report folder through :mod:`profiler.model.report`. Exit codes as everywhere
+writes its report folder through :mod:`reports.model_report`. Exit codes as everywhere
 (:mod:`cli.exit_codes`): 0 ok, 1 a parity or doctor check failed, 2 bad usage or input.
 """
 from __future__ import annotations
@@ -79,10 +79,11 @@ def model(
 ) -> None:
     """Measure one training step of a model per loss back-end: where the peak goes, what each saves."""
     from cli.defaults import installed_backends
-    from profiler.environment import collect_environment
-    from profiler.model.fit import FIT_AXES, fit_backend, predicted_start
-    from profiler.model.report import append_result, write_fits, write_model_report
-    from profiler.model.run import ModelJob, run_job_subprocess
+    from profiler import store
+    from profiler.environment import collect_environment, save_environment
+    from profiler.training.fit import FIT_AXES, fit_backend, predicted_start, save_fits
+    from profiler.training.jobs import ModelJob, append_model_result, run_job_in_worker
+    from reports.model_report import write_model_report
     from reports.units import format_bytes, format_percent
 
     console = make_console(to_stderr=as_json)
@@ -101,15 +102,21 @@ def model(
     out_dir = prepare_out(out, force)
     console.print(f"fusedce-profile model: {cfg.name} ({cfg.num_parameters() / 1e6:.1f} M parameters), "
                   f"B={base.batch} T={base.seq}, {base.mode}, {run_device}; writing to {out_dir}", markup=False)
+    save_environment(out_dir, collect_environment())
+    logs = out_dir / store.LOGS_DIR
+
+    def run_in_worker(job: ModelJob):
+        return run_job_in_worker(job, logs)
+
     jobs = [dataclasses.replace(base, backend=name) for name in names]
     if eval_step:
         jobs += [dataclasses.replace(job, eval_step=True) for job in jobs]
     summary, measured = [], {}
     for job in jobs:
-        result = run_job_subprocess(job)
+        result = run_in_worker(job)
         if not job.eval_step:
             measured[job.backend] = result
-        append_result(out_dir, result)
+        append_model_result(out_dir, result)
         m = result.memory
         detail = (f"peak {format_bytes(m.peak)} ({m.peak_phase}), loss region {format_bytes(m.loss_extra)} "
                   f"= {format_percent(m.loss_share)} of the peak" if m else f"{result.status}: "
@@ -126,13 +133,13 @@ def model(
             # costs two or three probes (each a fresh process) instead of a search from --batch.
             start = predicted_start(measured[name], fit_axis, limit, fit_max) or getattr(base, fit_axis)
             job = dataclasses.replace(base, backend=name, **{fit_axis: start})
-            found = fit_backend(job, fit_axis, limit, fit_max)
+            found = fit_backend(job, fit_axis, limit, fit_max, runner=run_in_worker)
             fits.append(found)
-            write_fits(out_dir, fits)  # saved per back-end: a run cut by a time limit keeps the searches done
+            save_fits(out_dir, fits)  # saved per back-end: a run cut by a time limit keeps the searches done
             probes = ", ".join(f"{n}:{'fits' if ok else 'no'}" for n, ok in found.search.probes)
             console.print(f"  fit {format_bytes(limit)}: {name}: largest {fit_axis} = {found.search.largest} "
                           f"(probes {probes})", markup=False)
-    report_path = write_model_report(out_dir, fits, collect_environment())
+    report_path = write_model_report(out_dir)
     console.print(f"report: {report_path}", markup=False)
     if as_json:
         print(json.dumps({"out": str(out_dir), "results": summary,
@@ -163,9 +170,9 @@ def parity(
     as_json: JsonOption = False,
 ) -> None:
     """Train from the same init on the same batches with torch and each back-end; exit 1 on divergence."""
-    from profiler.environment import collect_environment
-    from profiler.model.parity import ParitySettings, run_parity
-    from profiler.model.report import gap_sentences, parity_table, write_parity_report
+    from profiler.environment import collect_environment, save_environment
+    from profiler.training.parity import ParitySettings, run_parity, save_parity_report
+    from reports.model_report import gap_sentences, parity_table, write_parity_report
 
     console = make_console(to_stderr=as_json)
     run_device = resolve_device(device)
@@ -182,14 +189,20 @@ def parity(
     out_dir = prepare_out(out, force)
     console.print(f"fusedce-profile parity: {cfg.name}, {steps} steps, {settings.mode} on {run_device}, "
                   f"seed {seed}; writing to {out_dir}", markup=False)
-    environment = collect_environment()
-    try:  # the report is rewritten after each back-end: a run cut by a time limit keeps what it trained
+    save_environment(out_dir, collect_environment())
+
+    def save(partial) -> None:  # saved after each back-end: a run cut by a time limit keeps what it trained
+        save_parity_report(out_dir, partial)
+        write_parity_report(out_dir)
+
+    try:
         result = run_parity(settings,
                             progress=lambda name: console.print(f"  training with {name} ...", markup=False),
-                            on_curve=lambda partial: write_parity_report(out_dir, partial, environment))
+                            on_curve=save)
     except RuntimeError as exc:  # the torch reference itself failed
         raise fail(str(exc)) from None
-    summary = write_parity_report(out_dir, result, environment)
+    save(result)
+    summary = out_dir / "summary.md"
     table = parity_table(result)
     for row in table.itertuples(index=False):
         console.print(f"  {row[0]}: {row[1]}, final loss {row[2]}, rel. diff {row[3]}, worst grad {row[5]}"
@@ -209,7 +222,7 @@ def parity(
 def doctor(
     loss: Annotated[str, typer.Option(
         "--loss", help="Your loss wrapper 'package.module:callable', called fn(model, input_ids, labels) -> "
-                       "scalar; see profiler.model.doctor for the contract.")],
+                       "scalar; see profiler.training.doctor for the contract.")],
     preset: PresetOption = None,
     config: ConfigOption = None,
     out: OutOption = None,
@@ -217,7 +230,8 @@ def doctor(
     as_json: JsonOption = False,
 ) -> None:
     """Check a loss wrapper against the reference on a small model: one verdict per item, exit 1 on a failure."""
-    from profiler.model.doctor import load_wrapper, run_doctor
+    from profiler import store
+    from profiler.training.doctor import load_wrapper, run_doctor
 
     console = make_console(to_stderr=as_json)
     cfg = _config(preset, config, None, "tiny")
@@ -235,8 +249,8 @@ def doctor(
     console.print(f"doctor: {'FAIL' if failed else 'PASS'}", markup=False)
     if out is not None:
         out_dir = prepare_out(out, force)
-        (out_dir / "summary.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
-        (out_dir / "doctor.json").write_text(json.dumps([dataclasses.asdict(c) for c in checks], indent=1))
+        store.write_text(out_dir / "summary.md", "\n".join(lines) + "\n")
+        store.write_json(out_dir / store.DOCTOR_FILE, [dataclasses.asdict(c) for c in checks])
     if as_json:
         print(json.dumps({"passed": not failed, "checks": [dataclasses.asdict(c) for c in checks]}))
     raise typer.Exit(exit_codes.PARITY_FAILED if failed else exit_codes.OK)

@@ -13,16 +13,20 @@ from rich.console import Console
 
 from cli import exit_codes
 from cli.console import CellProgress, summary_tables
+from cli.signals import interrupt_exit_code, stop_on_sigterm
+from cli.usage import fail
+from profiler import store
 from profiler.grid import GridSpec
 from profiler.runner import load_results, run_grid
 from reports import Report, build_report
-from reports.environment import ENVIRONMENT_FILE, write_environment
 
 
 def print_report(report: Report, console: Console) -> None:
     """The terminal summary: the table, the findings, where the report is."""
     for table in summary_tables(report.frame) if not report.frame.empty else []:
         console.print(table)
+    for note in report.notes:
+        console.print(f"note: {note}", markup=False)
     for finding in report.findings:
         scope = f"[bold]{finding.scope}[/]: " if finding.scope else ""
         console.print(f"• {scope}{finding.text}", markup=True, highlight=False)
@@ -45,6 +49,7 @@ def json_summary(report: Report, exit_code: int) -> dict:
         "plots": [str(p) for p in [*report.plots.values(), *report.timelines]],
         "cells": {"total": len(frame), **{k: int(v) for k, v in frame["status"].value_counts().items()}}
         if not frame.empty else {"total": 0},
+        "notes": report.notes,
         "parity_failed": report.parity_failed,
         "exit_code": exit_code,
         "findings": [{"topic": f.topic, "scope": f.scope, "text": f.text} for f in report.findings],
@@ -65,31 +70,42 @@ def finish(out_dir: Path, console: Console, *, as_json: bool) -> int:
 
 
 def run_grids(grids: Sequence[GridSpec], out_dir: Path, console: Console, *, resume: bool, snapshot: bool,
-              as_json: bool) -> int:
+              as_json: bool, cell_timeout_s: float | None = None) -> int:
     """Run ``grids`` one after the other into ``out_dir`` (one results file), then report.
 
-    Ctrl-C stops the run; the cells finished so far are kept and reported, and the exit
-    code is :data:`exit_codes.INTERRUPTED`.
+    The folder is locked for the run (a second run into it exits 2 naming the holder).
+    Ctrl-C or SIGTERM stops the run; the cells finished so far are kept and reported, and
+    the exit code is 130 or 143.
     """
-    finished = {r.spec.key() for r in load_results(out_dir)} if resume else set()
-    total = len({spec.key() for grid in grids for spec in grid.cells()} - finished)
-    progress = CellProgress(console, total)
-    interrupted = False
     try:
-        with progress.running():
-            for index, grid in enumerate(grids):
-                # Later grids append to the same results file: they resume it.
-                run_grid(grid, out_dir, resume=resume or index > 0, snapshot=snapshot, on_cell=progress)
-    except KeyboardInterrupt:
-        interrupted = True
-        console.print(f"\nInterrupted after {progress.done} of {total} new cells; continue with "
-                      f"--resume --out {out_dir}", markup=False)
-    if not (out_dir / ENVIRONMENT_FILE).exists():
-        from profiler.environment import collect_environment
+        lock = store.RunLock(out_dir).acquire()
+    except store.FolderInUse as exc:
+        raise fail(str(exc)) from None
+    stopped: KeyboardInterrupt | None = None
+    try:
+        finished = {r.spec.key() for r in load_results(out_dir).records} if resume else set()
+        total = len({spec.key() for grid in grids for spec in grid.cells()} - finished)
+        progress = CellProgress(console, total)
+        try:
+            with stop_on_sigterm(), progress.running():
+                for index, grid in enumerate(grids):
+                    # Later grids append to the same results file: they resume it.
+                    run = run_grid(grid, out_dir, resume=resume or index > 0, snapshot=snapshot,
+                                   on_start=progress.start, on_cell=progress, cell_timeout_s=cell_timeout_s)
+                    for note in run.notes:
+                        console.print(f"note: {note}", markup=False)
+        except KeyboardInterrupt as exc:
+            stopped = exc
+            console.print(f"\nInterrupted after {progress.done} of {total} new cells; continue with "
+                          f"--resume --out {out_dir}", markup=False)
+        if not (out_dir / store.ENVIRONMENT_FILE).exists():
+            from profiler.environment import collect_environment, save_environment
 
-        write_environment(out_dir, collect_environment())
-    if not (out_dir / "results.jsonl").exists():
-        console.print("No cell finished: nothing to report.", markup=False)
-        return exit_codes.INTERRUPTED if interrupted else exit_codes.OK
-    code = finish(out_dir, console, as_json=as_json)
-    return exit_codes.INTERRUPTED if interrupted else code
+            save_environment(out_dir, collect_environment())
+        if not (out_dir / store.RESULTS_FILE).exists():
+            console.print("No cell finished: nothing to report.", markup=False)
+            return interrupt_exit_code(stopped) if stopped else exit_codes.OK
+        code = finish(out_dir, console, as_json=as_json)
+        return interrupt_exit_code(stopped) if stopped else code
+    finally:
+        lock.release()

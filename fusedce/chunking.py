@@ -51,9 +51,11 @@ def dtype_bytes(dtype: torch.dtype) -> int:
     return torch.empty((), dtype=dtype).element_size()
 
 
-def gradient_floor_bytes(n: int, h: int, v: int, hidden_dtype: torch.dtype, weight_dtype: torch.dtype) -> int:
-    """Bytes of grad_hidden + grad_weight: what any implementation must hold at the end."""
-    return n * h * dtype_bytes(hidden_dtype) + v * h * dtype_bytes(weight_dtype)
+def gradient_floor_bytes(n: int, h: int, v: int, hidden_dtype: torch.dtype, weight_dtype: torch.dtype, *,
+                         has_bias: bool = False) -> int:
+    """Bytes of grad_hidden + grad_weight (+ grad_bias): what any implementation must hold at the end."""
+    bias = v * dtype_bytes(weight_dtype) if has_bias else 0
+    return n * h * dtype_bytes(hidden_dtype) + v * h * dtype_bytes(weight_dtype) + bias
 
 
 def default_budget_bytes(floor_bytes: int, n: int = 0) -> int:

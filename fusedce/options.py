@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 REDUCTIONS = ("mean", "sum", "none")
 IMPLS = ("auto", "torch", "triton")
+IGNORE_INDEX = -100  # the target value whose tokens are left out (PyTorch's convention)
 
 
 @dataclass(frozen=True)
@@ -16,7 +17,7 @@ class LossOptions:
     ``s * tanh(logits / s)``. ``z_loss`` adds ``z_loss * logsumexp(logits)**2`` per token.
     """
 
-    ignore_index: int = -100
+    ignore_index: int = IGNORE_INDEX
     reduction: str = "mean"
     label_smoothing: float = 0.0
     z_loss: float = 0.0

@@ -1,31 +1,23 @@
-"""The profiler: grid runs of LM-head loss back-ends with memory, time and parity.
+"""The profiler: measured memory, time and parity of LM-head losses, cell by cell or a whole
+training step at a time. It measures and stores; every report is rendered by :mod:`reports`
+from the stored files alone.
 
-The API the CLI and reports build on:
-
-- :func:`run_grid` (``GridSpec``, out_dir, resume=, snapshot=, on_cell=,
-  cell_timeout_s=, fresh_worker_per_cell=) → ``list[CellResult]``; writes
-  ``DIR/results.jsonl``, ``DIR/environment.json``, ``DIR/snapshots/``, ``DIR/logs/``.
-- :class:`GridSpec` (``validate()`` raises ``ValueError`` naming the bad field,
-  ``cells()`` → ``list[CellSpec]``); :func:`measure_cell` measures one cell in-process.
-- :func:`load_results` (results.jsonl or its folder) → ``list[CellResult]``.
-- :func:`list_backends` → ``list[BackendInfo]``; :func:`collect_environment` → dict.
-- :func:`predict` (``CellSpec``) → ``Prediction``; :func:`floor_bytes`.
-- :func:`load_snapshot`, :func:`parse_timeline`, :func:`plot_timeline`: rebuild a
-  memory-timeline PNG from a stored snapshot, without a GPU.
+Layers: :mod:`profiler.protocol` (how a figure is taken), :mod:`profiler.cell` and
+:mod:`profiler.runner` (grid cells in worker processes), :mod:`profiler.training` (training
+steps, fit, parity, doctor), :mod:`profiler.models` (model sources), :mod:`profiler.store`
+(the run folder: one reader and one writer).
 """
-from profiler.backends import BackendInfo, LossOptions, get_backend, list_backends
+from profiler.backends import BackendInfo, get_backend, list_backends
+from profiler.cell import MeasureSettings, measure_cell
 from profiler.environment import collect_environment
 from profiler.grid import GridSpec, default_device
-from profiler.measure import MeasureSettings, measure_cell
 from profiler.memory_model import Prediction, floor_bytes, predict
-from profiler.records import MODES, STATUSES, CellResult, CellSpec, Parity
-from profiler.runner import ENVIRONMENT_FILE, RESULTS_FILE, load_results, run_grid
-from profiler.snapshot import LiveBlock, Timeline, load_snapshot, parse_timeline
-from profiler.timeline_plot import plot_timeline
+from profiler.precision import MODES
+from profiler.records import STATUSES, CellResult, CellSpec, Parity
+from profiler.runner import GridRun, load_results, run_grid
 
 __all__ = [
-    "BackendInfo", "CellResult", "CellSpec", "ENVIRONMENT_FILE", "GridSpec", "LiveBlock", "LossOptions",
-    "MODES", "MeasureSettings", "Parity", "Prediction", "RESULTS_FILE", "STATUSES", "Timeline",
-    "collect_environment", "default_device", "floor_bytes", "get_backend", "list_backends", "load_results",
-    "load_snapshot", "measure_cell", "parse_timeline", "plot_timeline", "predict", "run_grid",
+    "BackendInfo", "CellResult", "CellSpec", "GridRun", "GridSpec", "MODES", "MeasureSettings", "Parity",
+    "Prediction", "STATUSES", "collect_environment", "default_device", "floor_bytes", "get_backend",
+    "list_backends", "load_results", "measure_cell", "predict", "run_grid",
 ]

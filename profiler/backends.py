@@ -15,8 +15,9 @@ reports them as "not installed" instead of raising. A back-end that cannot honou
 option of a cell says why in :meth:`Backend.unsupported` and the cell is recorded as
 ``skipped``. A user's own loss is named ``"module:callable"`` (see :class:`UserBackend`).
 
-Public API: :class:`LossOptions`, :class:`BackendInfo`, :class:`Backend`,
-:func:`get_backend`, :func:`list_backends`, :data:`BUILTIN_BACKENDS`, :func:`torch_loss`.
+Public API: :class:`BackendInfo`, :class:`Backend`, :func:`get_backend`, :func:`list_backends`,
+:data:`BUILTIN_BACKENDS`, :func:`torch_loss`, :func:`options_of`, :func:`active_options`
+(the options themselves are :class:`fusedce.options.LossOptions`).
 """
 from __future__ import annotations
 
@@ -31,37 +32,27 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
+from fusedce.options import LossOptions
 from profiler.records import CellSpec
 
-IGNORE_INDEX = -100
+
+def options_of(spec: CellSpec) -> LossOptions:
+    """The loss options of a grid cell."""
+    return LossOptions(**spec.options())
 
 
-@dataclass(frozen=True)
-class LossOptions:
-    """The loss options of one cell (the keyword arguments of ``linear_cross_entropy``)."""
-
-    ignore_index: int = IGNORE_INDEX
-    reduction: str = "mean"
-    label_smoothing: float = 0.0
-    z_loss: float = 0.0
-    softcap: float | None = None
-
-    @classmethod
-    def from_spec(cls, spec: CellSpec) -> "LossOptions":
-        return cls(**spec.options())
-
-    def active(self) -> set[str]:
-        """Names of the options that differ from a plain mean cross-entropy."""
-        used = set()
-        if self.reduction != "mean":
-            used.add(f"reduction={self.reduction}")
-        if self.label_smoothing:
-            used.add("label_smoothing")
-        if self.z_loss:
-            used.add("z_loss")
-        if self.softcap is not None:
-            used.add("softcap")
-        return used
+def active_options(options: LossOptions) -> set[str]:
+    """Names of the options that differ from a plain mean cross-entropy."""
+    used = set()
+    if options.reduction != "mean":
+        used.add(f"reduction={options.reduction}")
+    if options.label_smoothing:
+        used.add("label_smoothing")
+    if options.z_loss:
+        used.add("z_loss")
+    if options.softcap is not None:
+        used.add("softcap")
+    return used
 
 
 LossFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, "torch.Tensor | None", LossOptions], torch.Tensor]
@@ -166,7 +157,7 @@ class Backend:
         device = spec.device.split(":")[0]
         if device not in self.devices:
             return f"{self.name} runs on {', '.join(self.devices)} only, not {device}"
-        wanted = LossOptions.from_spec(spec).active()
+        wanted = active_options(options_of(spec))
         if spec.bias:
             wanted.add("bias")
         if spec.ignore_frac:
@@ -370,7 +361,7 @@ class UserBackend(Backend):
             accepted = set()
         if accepted is None:
             return None
-        missing = sorted(name for name in _changed_options(LossOptions.from_spec(spec)) if name not in accepted)
+        missing = sorted(name for name in _changed_options(options_of(spec)) if name not in accepted)
         return f"{self.name} takes no {', '.join(missing)} argument" if missing else None
 
     def make(self) -> LossFn:

@@ -10,6 +10,7 @@ Public API: :func:`collect_environment` → a JSON-serialisable dict with keys
 from __future__ import annotations
 
 import datetime
+from pathlib import Path
 import os
 import platform
 import shutil
@@ -61,3 +62,28 @@ def collect_environment() -> dict:
         "cpu_count": os.cpu_count(),
         "backends": {info.name: info.version if info.available else "not installed" for info in list_backends()},
     }
+
+
+def environment_job(payload: dict) -> dict:
+    """The worker's ``environment`` job (taken in a worker: the parent never touches the GPU)."""
+    return collect_environment()
+
+
+def save_environment(folder: str | Path, environment: dict) -> Path:
+    """Store ``environment`` as the folder's ``environment.json``."""
+    from profiler import store
+
+    return store.write_json(Path(folder) / store.ENVIRONMENT_FILE, environment)
+
+
+def load_environment(folder: str | Path) -> dict:
+    """The stored environment of a run; ``{}`` when the folder has none; ``ValueError`` if damaged."""
+    from profiler import store
+
+    path = Path(folder) / store.ENVIRONMENT_FILE
+    if not path.is_file():
+        return {}
+    raw = store.read_json(path)
+    if not isinstance(raw, dict):
+        raise ValueError(f"{path}: expected a JSON object, got {type(raw).__name__}")
+    return raw

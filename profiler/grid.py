@@ -10,9 +10,8 @@ from dataclasses import dataclass, field
 import torch
 
 from profiler.backends import get_backend
-from profiler.records import MODES, CellSpec
-
-REDUCTIONS = ("mean", "sum", "none")
+from profiler.precision import MODES
+from profiler.records import REDUCTIONS, CellSpec
 
 
 def default_device() -> str:
@@ -72,7 +71,10 @@ class GridSpec:
         if kind not in ("cuda", "cpu") or (index and (kind == "cpu" or not index.isdigit())):
             raise ValueError(f"device: {self.device!r} is not 'cuda', 'cuda:K' or 'cpu'")
         if kind == "cuda" and not torch.cuda.is_available():
-            raise ValueError("device: 'cuda' was asked for but no CUDA device is visible; use device='cpu'")
+            raise ValueError(f"device: {self.device!r} was asked for but no CUDA device is visible")
+        if kind == "cuda" and index and int(index) >= torch.cuda.device_count():
+            raise ValueError(f"device: {self.device!r} does not exist; this machine has "
+                             f"{torch.cuda.device_count()} CUDA device(s)")
         _check_range("ignore_frac", self.ignore_frac, 0.0, 1.0)
         _check_range("label_smoothing", self.label_smoothing, 0.0, 1.0)
         _nonempty("z_loss", self.z_loss)

@@ -1,62 +1,16 @@
-"""The dtypes of each precision mode and the deterministic inputs of a cell.
+"""The deterministic inputs of a grid cell.
 
-Modes (as a training loop would hold its LM head):
-
-==========  ============  ============  =======================
-mode        hidden        weight/bias   forward runs under
-==========  ============  ============  =======================
-amp-bf16    bf16          fp32          autocast(bfloat16)
-amp-fp16    fp16          fp32          autocast(float16)
-bf16        bf16          bf16          no autocast
-fp32        fp32          fp32          no autocast
-==========  ============  ============  =======================
+Public API: :class:`CellInputs`, :func:`make_inputs`.
 """
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 
 import torch
 
-from profiler.backends import IGNORE_INDEX
-from profiler.records import MODES, CellSpec
-
-
-@dataclass(frozen=True)
-class Precision:
-    """Dtypes of one mode; ``autocast`` is the autocast dtype or ``None``."""
-
-    hidden: torch.dtype
-    weight: torch.dtype
-    autocast: torch.dtype | None
-
-    @property
-    def compute(self) -> torch.dtype:
-        """The dtype the logits GEMM runs in."""
-        return self.autocast or self.weight
-
-
-PRECISIONS: dict[str, Precision] = {
-    "amp-bf16": Precision(torch.bfloat16, torch.float32, torch.bfloat16),
-    "amp-fp16": Precision(torch.float16, torch.float32, torch.float16),
-    "bf16": Precision(torch.bfloat16, torch.bfloat16, None),
-    "fp32": Precision(torch.float32, torch.float32, None),
-}
-assert set(PRECISIONS) == set(MODES)
-
-
-def precision(mode: str) -> Precision:
-    if mode not in PRECISIONS:
-        raise ValueError(f"mode {mode!r} is unknown; choose one of {', '.join(PRECISIONS)}")
-    return PRECISIONS[mode]
-
-
-def autocast_for(spec: CellSpec) -> contextlib.AbstractContextManager:
-    """The autocast context the cell's forward runs in (a no-op outside amp modes)."""
-    dtype = precision(spec.mode).autocast
-    if dtype is None:
-        return contextlib.nullcontext()
-    return torch.autocast(spec.device.split(":")[0], dtype=dtype)
+from fusedce.options import IGNORE_INDEX
+from profiler.precision import precision
+from profiler.records import CellSpec
 
 
 @dataclass
@@ -71,13 +25,17 @@ class CellInputs:
     def leaves(self) -> list[torch.Tensor]:
         return [t for t in (self.hidden, self.weight, self.bias) if t is not None]
 
+    def grads(self) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
+        """(grad hidden, grad weight, grad bias) as they are now."""
+        return (self.hidden.grad, self.weight.grad, self.bias.grad if self.bias is not None else None)
+
     def clear_grads(self) -> None:
         for t in self.leaves():
             t.grad = None
 
 
 def make_inputs(spec: CellSpec) -> CellInputs:
-    """Seeded inputs of a cell, on ``spec.device``.
+    """Seeded inputs of a cell, on ``spec.device``, in the dtypes of ``spec.mode``.
 
     hidden ~ N(0, 1), weight ~ N(0, 1/H) (logits of unit scale, like a trained head),
     bias ~ N(0, 0.1²); targets uniform in [0, V) with a fraction ``ignore_frac`` of rows

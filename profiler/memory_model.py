@@ -32,8 +32,7 @@ So, without bias and for N·V ≫ V·H, under CUDA amp-bf16 the peak is at step 
 2VH + 12NV. For few tokens and a wide head the gradient GEMMs of step 8 set it instead
 (amp: 2NH + 2VH + 4VH).
 
-``fusedce`` is modelled by the lead's ``fusedce.memory_model.predict_peak_bytes`` (used
-when importable). ``cce`` follows its documented design (no logits; recomputed in
+``fusedce`` is modelled by its own ``fusedce.memory_model.predict_peak_bytes``. ``cce`` follows its documented design (no logits; recomputed in
 backward): the gradients plus, under amp, a compute-dtype copy of W. Other back-ends,
 and label smoothing / z-loss / soft-cap (whose extra elementwise ops depend on the
 caller's formula), get no prediction (``None``) and say why.
@@ -44,9 +43,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import torch
 
-from profiler.inputs import precision
+from profiler.precision import dtype_bytes, precision
 from profiler.records import CellSpec
 
 
@@ -88,15 +86,16 @@ class Tape:
         return max(self.phase_peaks.values(), default=0)
 
 
-def _size(dtype: torch.dtype) -> int:
-    return torch.empty((), dtype=dtype).element_size()
-
-
 def floor_bytes(spec: CellSpec) -> int:
-    """Bytes of the gradients that must exist at the end: grad_h + grad_W (+ grad_b)."""
+    """Bytes of the gradients that must exist at the end: grad_h + grad_W (+ grad_b).
+
+    The one formula is :func:`fusedce.chunking.gradient_floor_bytes`; this applies it to a
+    cell's shapes and mode.
+    """
+    from fusedce.chunking import gradient_floor_bytes
+
     prec = precision(spec.mode)
-    s_h, s_w = _size(prec.hidden), _size(prec.weight)
-    return spec.tokens * spec.hidden * s_h + spec.vocab * spec.hidden * s_w + (spec.vocab * s_w if spec.bias else 0)
+    return gradient_floor_bytes(spec.tokens, spec.hidden, spec.vocab, prec.hidden, prec.weight, has_bias=spec.bias)
 
 
 def _torch_eager(spec: CellSpec) -> Prediction:
@@ -104,7 +103,7 @@ def _torch_eager(spec: CellSpec) -> Prediction:
         return Prediction(None, reason="no model for label smoothing, z-loss or soft-cap in eager torch")
     prec = precision(spec.mode)
     n, h, v = spec.tokens, spec.hidden, spec.vocab
-    s_c, s_h, s_w = _size(prec.compute), _size(prec.hidden), _size(prec.weight)
+    s_c, s_h, s_w = dtype_bytes(prec.compute), dtype_bytes(prec.hidden), dtype_bytes(prec.weight)
     amp = prec.autocast is not None and prec.weight != prec.compute
     cuda = spec.device.startswith("cuda")
     nv = n * v
@@ -176,7 +175,7 @@ def _fusedce(spec: CellSpec) -> Prediction:
 
 def _cce(spec: CellSpec) -> Prediction:
     prec = precision(spec.mode)
-    copy = spec.vocab * spec.hidden * _size(prec.compute) if prec.weight != prec.compute else 0
+    copy = spec.vocab * spec.hidden * dtype_bytes(prec.compute) if prec.weight != prec.compute else 0
     return Prediction(floor_bytes(spec) + copy)
 
 

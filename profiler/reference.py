@@ -12,11 +12,13 @@ Both the profiler (:mod:`profiler.measure`) and the benchmark (``benchmarks/``) 
 from __future__ import annotations
 
 import contextlib
+import math
 from dataclasses import dataclass
 
 import torch
 
-from profiler.backends import LossOptions, torch_loss
+from fusedce.options import LossOptions
+from profiler.backends import torch_loss
 from profiler.records import Parity
 
 #: Target bytes of one chunk's fp32 logits (chunk rows × V × 4).
@@ -84,16 +86,36 @@ def reference(hidden, weight, target, bias, options: LossOptions, *, chunk: int 
     return Reference(total, grad_hidden, w.grad, b.grad if b is not None else None)
 
 
-def rel_err(got: torch.Tensor | None, ref: torch.Tensor | None) -> float | None:
-    """‖got − ref‖ / ‖ref‖ in fp32 (``None`` if either is missing; NaN if ``got`` has NaN)."""
+COMPARE_CHUNK = 1 << 24
+"""Elements per chunk of a relative error's sums (bounded temporaries)."""
+
+
+def relative_error(got: torch.Tensor | None, ref: torch.Tensor | None) -> float | None:
+    """‖got − ref‖ / ‖ref‖ — the one definition of a relative error in this project.
+
+    Sums of squares in fp64, a chunk of :data:`COMPARE_CHUNK` elements at a time on ``got``'s
+    device (``ref`` may live elsewhere, e.g. on the CPU). ``None`` if either is missing; NaN
+    if ``got`` is not finite; when ``ref`` is zero, 0 for an exact zero and infinity otherwise.
+    """
     if got is None or ref is None:
         return None
-    ref = ref.to(got.device)
-    diff = torch.linalg.vector_norm(got.detach().float() - ref).item()
-    norm = torch.linalg.vector_norm(ref).item()
-    return diff / norm if norm else diff
+    if got.numel() != ref.numel():
+        raise ValueError(f"value has shape {tuple(got.shape)}, reference {tuple(ref.shape)}")
+    device = got.device
+    diff = torch.zeros((), dtype=torch.float64, device=device)
+    norm = torch.zeros((), dtype=torch.float64, device=device)
+    for g, r in zip(got.detach().reshape(-1).split(COMPARE_CHUNK), ref.detach().reshape(-1).split(COMPARE_CHUNK)):
+        r = r.to(device=device, dtype=torch.float64)
+        diff += (g.double() - r).square().sum()
+        norm += r.square().sum()
+    diff, norm = diff.item(), norm.item()
+    if norm == 0:
+        return 0.0 if diff == 0 else math.inf
+    return math.sqrt(diff / norm)
 
 
 def parity(loss, grad_hidden, grad_weight, grad_bias, ref: Reference) -> Parity:
-    return Parity(loss=rel_err(loss, ref.loss), grad_hidden=rel_err(grad_hidden, ref.grad_hidden),
-                  grad_weight=rel_err(grad_weight, ref.grad_weight), grad_bias=rel_err(grad_bias, ref.grad_bias))
+    """Relative errors of a back-end's loss and gradients against the reference."""
+    return Parity(loss=relative_error(loss, ref.loss), grad_hidden=relative_error(grad_hidden, ref.grad_hidden),
+                  grad_weight=relative_error(grad_weight, ref.grad_weight),
+                  grad_bias=relative_error(grad_bias, ref.grad_bias))

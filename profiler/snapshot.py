@@ -1,54 +1,64 @@
-"""CUDA memory snapshots of the measured step, and their parsing into a timeline.
+"""CUDA allocator snapshots of a measured step, and the timeline the report draws from them.
 
 Recording (:class:`SnapshotRecorder`, CUDA only) wraps the measured step in
-``torch.cuda.memory._record_memory_history`` and saves ``torch.cuda.memory._snapshot()``
-as a gzip-compressed pickle (``<stem>.pickle.gz``: gunzip it to open in PyTorch's
-memory_viz page) plus an offline PNG timeline (:mod:`profiler.timeline_plot`).
+``torch.cuda.memory._record_memory_history`` and, at the end, writes two files:
 
-The forward/backward boundary is marked inside the trace itself: just before backward
-the recorder allocates and frees a small tensor from :func:`fusedce_profile_phase_marker`,
-and the parser finds that function's name in the allocation's stack frames. So the
-boundary needs no clock and survives in the stored file.
+- ``<stem>.pickle``: ``torch.cuda.memory._snapshot()`` pickled, exactly what
+  ``torch.cuda.memory._dump_snapshot`` writes and PyTorch's memory viewer
+  (https://pytorch.org/memory_viz) opens. It is a pickle: this tool writes it for the user
+  and never reads it back.
+- ``<stem>.timeline.json``: :func:`parse_timeline`'s :class:`Timeline` as plain JSON — the
+  allocated bytes over time, the forward/backward boundary, the peak and the largest
+  allocations alive at the peak with their stacks. The report draws from this file alone.
 
-Parsing (:func:`load_snapshot`, :func:`parse_timeline`) is a pure function of the
-stored snapshot, so ``report DIR`` can rebuild every plot without a GPU. The format is
-the one ``torch.cuda.memory._snapshot()`` documents: ``{"segments": [...],
-"device_traces": [[entry, ...] per device]}``, each entry a dict with ``action``
-("alloc", "free_requested", "free_completed", "segment_alloc", "segment_free", "oom",
-"snapshot"), ``addr``, ``size`` (bytes), ``frames`` (``[{"filename", "line", "name"}]``,
+The forward/backward boundary is marked inside the trace itself: just before backward the
+recorder allocates and frees a small tensor from :func:`fusedce_profile_phase_marker`, and
+the parser finds that function's name in the allocation's stack frames.
+
+The snapshot format is the one ``torch.cuda.memory._snapshot()`` documents:
+``{"segments": [...], "device_traces": [[entry, ...] per device]}``, each entry a dict with
+``action`` ("alloc", "free_requested", "free_completed", "segment_alloc", "segment_free",
+"oom", "snapshot"), ``addr``, ``size`` (bytes), ``frames`` (``[{"filename", "line", "name"}]``,
 innermost first) and ``time_us``.
 
-Public API: :class:`SnapshotRecorder`, :func:`load_snapshot`, :func:`parse_timeline`,
-:class:`Timeline`, :class:`LiveBlock`, :data:`MARKER_FUNCTION`.
+Public API: :class:`SnapshotRecorder`, :func:`parse_timeline`, :class:`Timeline`,
+:class:`LiveBlock`, :data:`MARKER_FUNCTION`.
 """
 from __future__ import annotations
 
-import gzip
+import dataclasses
 import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from profiler import store
+
 MARKER_FUNCTION = "fusedce_profile_phase_marker"
 _MAX_ENTRIES = 1_000_000
+MAX_TIMELINE_POINTS = 20_000
+STACK_DEPTH = 16
 
 
 @dataclass(frozen=True)
 class LiveBlock:
     """One allocation alive at the peak: ``size`` bytes, allocated at ``frame``
-    (``file:line:function`` of the innermost Python frame outside torch, or the
-    innermost frame), ``op``: the innermost torch Python frame (e.g. ``cross_entropy``)."""
+    (``file:line:function`` of the innermost Python frame outside torch, or the innermost
+    frame), ``op``: the innermost torch Python frame (e.g. ``cross_entropy``); ``stack``: the
+    allocation's Python frames, innermost first (at most :data:`STACK_DEPTH`)."""
 
     size: int
     frame: str
     op: str = ""
+    stack: tuple[str, ...] = ()
 
 
 @dataclass
 class Timeline:
     """Allocated bytes over the recorded step, relative to its start.
 
-    ``times_ms[i]`` / ``allocated_bytes[i]``: after trace entry i (time since the first
-    entry; entry index when the trace has no ``time_us``). ``backward_ms``: where backward
+    ``times_ms[i]`` / ``allocated_bytes[i]``: after trace entry i (time since the first entry;
+    entry index when the trace has no ``time_us``), at most :data:`MAX_TIMELINE_POINTS`
+    points (longer traces keep each bucket's highest point). ``backward_ms``: where backward
     started (``None`` if unmarked). ``peak_bytes`` at ``peak_ms``; ``live_at_peak``: the
     largest allocations alive then, largest first.
     """
@@ -59,6 +69,26 @@ class Timeline:
     peak_bytes: int = 0
     peak_ms: float = 0.0
     live_at_peak: list[LiveBlock] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, raw: dict) -> "Timeline":
+        """Validate a stored timeline (``ValueError`` naming the bad field)."""
+        times, allocated = raw.get("times_ms", []), raw.get("allocated_bytes", [])
+        if not (isinstance(times, list) and isinstance(allocated, list) and len(times) == len(allocated)):
+            raise ValueError("times_ms and allocated_bytes must be lists of equal length")
+        blocks = []
+        for block in raw.get("live_at_peak", []):
+            blocks.append(LiveBlock(store.int_field(block.get("size"), "live_at_peak.size", optional=False),
+                                    str(block.get("frame", "?")), str(block.get("op", "")),
+                                    tuple(str(f) for f in block.get("stack", ()))))
+        return cls([store.float_field(t, "times_ms", optional=False) for t in times],
+                   [store.int_field(b, "allocated_bytes", optional=False) for b in allocated],
+                   store.float_field(raw.get("backward_ms"), "backward_ms"),
+                   store.int_field(raw.get("peak_bytes", 0), "peak_bytes", optional=False),
+                   store.float_field(raw.get("peak_ms", 0.0), "peak_ms", optional=False), blocks)
 
 
 def fusedce_profile_phase_marker(device) -> None:
@@ -84,48 +114,35 @@ class SnapshotRecorder:
     def mark_backward(self) -> None:
         fusedce_profile_phase_marker(self.device)
 
-    def save(self, stem: Path, title: str = "") -> tuple[str, str | None]:
-        """Stop recording; write ``stem.pickle.gz`` and ``stem.png``; return both paths."""
+    def save(self, stem: Path) -> tuple[Path, Path]:
+        """Stop recording; write ``stem.pickle`` and ``stem.timeline.json``; return both paths."""
         import torch
 
         snapshot = torch.cuda.memory._snapshot()
         torch.cuda.memory._record_memory_history(enabled=None)
-        stem.parent.mkdir(parents=True, exist_ok=True)
-        pickle_path = stem.with_name(stem.name + ".pickle.gz")
-        with gzip.open(pickle_path, "wb") as fh:
-            pickle.dump(snapshot, fh)
-        from profiler.timeline_plot import plot_timeline
-
-        png = stem.with_name(stem.name + ".png")
-        plot_timeline(parse_timeline(snapshot), png, title=title)
-        return str(pickle_path), str(png)
-
-
-def load_snapshot(path: str | Path) -> dict:
-    """Read a snapshot saved by :class:`SnapshotRecorder` (gzip) or a plain pickle."""
-    path = Path(path)
-    with path.open("rb") as fh:
-        gzipped = fh.read(2) == b"\x1f\x8b"
-    opener = gzip.open if gzipped else open
-    with opener(path, "rb") as fh:
-        return pickle.load(fh)
+        pickle_path = stem.with_name(stem.name + store.SNAPSHOT_SUFFIX)
+        timeline_path = stem.with_name(stem.name + store.TIMELINE_SUFFIX)
+        store.write_bytes(pickle_path, pickle.dumps(snapshot))
+        store.write_json(timeline_path, parse_timeline(snapshot).to_dict())
+        return pickle_path, timeline_path
 
 
 def _short(frame: dict) -> str:
-    return f"{Path(frame.get('filename', '?')).name}:{frame.get('line', 0)}:{frame.get('name', '?')}"
+    return f"{Path(str(frame.get('filename', '?'))).name}:{frame.get('line', 0)}:{frame.get('name', '?')}"
 
 
 def _is_torch(filename: str) -> bool:
     return "/torch/" in filename or filename.startswith("torch/")
 
 
-def _describe(frames: list[dict]) -> tuple[str, str]:
-    """(innermost Python frame outside torch, innermost torch Python frame)."""
+def _describe(frames: list[dict]) -> tuple[str, str, tuple[str, ...]]:
+    """(innermost Python frame outside torch, innermost torch Python frame, the stack)."""
     python = [f for f in frames if str(f.get("filename", "")).endswith(".py")]
     outside = next((f for f in python if not _is_torch(f["filename"])), None)
     inside = next((f for f in python if _is_torch(f["filename"])), None)
     where = outside or (python[0] if python else (frames[0] if frames else None))
-    return (_short(where) if where else "?"), (inside.get("name", "") if inside else "")
+    stack = tuple(_short(f) for f in python[:STACK_DEPTH])
+    return (_short(where) if where else "?"), (str(inside.get("name", "")) if inside else ""), stack
 
 
 def _pick_device(snapshot: dict) -> int:
@@ -135,10 +152,24 @@ def _pick_device(snapshot: dict) -> int:
     return max(range(len(traces)), key=lambda i: len(traces[i]))
 
 
+def _thin(times: list[float], values: list[int], limit: int) -> tuple[list[float], list[int]]:
+    """At most ``limit`` points: each bucket of consecutive points keeps its highest one."""
+    if len(times) <= limit:
+        return times, values
+    step = -(-len(times) // limit)
+    kept_t, kept_v = [], []
+    for start in range(0, len(times), step):
+        bucket = range(start, min(start + step, len(times)))
+        best = max(bucket, key=lambda i: values[i])
+        kept_t.append(times[best])
+        kept_v.append(values[best])
+    return kept_t, kept_v
+
+
 def parse_timeline(snapshot: dict, *, device: int | None = None, top: int = 8) -> Timeline:
     """Allocated bytes over time, backward boundary, and the peak's largest live blocks.
 
-    Pure function of ``snapshot`` (a ``torch.cuda.memory._snapshot()`` dict). Frees are
+    A pure function of ``snapshot`` (a ``torch.cuda.memory._snapshot()`` dict). Frees are
     counted at ``free_completed`` (when the allocator's allocated counter drops), or at
     ``free_requested`` in traces that have no completions. Blocks allocated before the
     recording started and freed during it are counted from 0 down (their size is known).
@@ -147,6 +178,8 @@ def parse_timeline(snapshot: dict, *, device: int | None = None, top: int = 8) -
     free_action = "free_completed" if any(e["action"] == "free_completed" for e in trace) else "free_requested"
     t0 = next((e["time_us"] for e in trace if "time_us" in e), None)
     timeline = Timeline()
+    times: list[float] = []
+    allocated: list[int] = []
     live: dict[int, dict] = {}
     live_at_peak: dict[int, dict] = {}
     current = 0
@@ -164,11 +197,12 @@ def parse_timeline(snapshot: dict, *, device: int | None = None, top: int = 8) -
             live.pop(entry["addr"], None)
         else:
             continue
-        timeline.times_ms.append(when)
-        timeline.allocated_bytes.append(current)
+        times.append(when)
+        allocated.append(current)
         if current > timeline.peak_bytes:
             timeline.peak_bytes, timeline.peak_ms = current, when
             live_at_peak = dict(live)
+    timeline.times_ms, timeline.allocated_bytes = _thin(times, allocated, MAX_TIMELINE_POINTS)
     largest = sorted(live_at_peak.values(), key=lambda e: e["size"], reverse=True)[:top]
     timeline.live_at_peak = [LiveBlock(e["size"], *_describe(e.get("frames", []))) for e in largest]
     return timeline

@@ -1,133 +1,240 @@
-"""Worker subprocesses: each cell is measured in a separate process.
+"""Worker processes: every measurement runs in a child Python process, never in the parent.
 
-A :class:`Worker` is a ``multiprocessing`` *spawn* child (a fresh interpreter: no CUDA
-context, allocator state or autotuning cache inherited) that receives cells over a pipe
-and sends back :class:`~profiler.records.CellResult` JSON. Its stdout/stderr go to a log
-file, whose tail becomes the message when the process dies (segfault, ``os._exit``,
-a CUDA error that aborts, the kernel's OOM killer). The child ignores SIGINT so that
-Ctrl-C reaches only the parent, which stops the worker and keeps its results file valid.
+A :class:`Worker` starts ``python -m profiler.worker`` (a fresh interpreter: no CUDA
+context, allocator state or compiled-kernel cache inherited) and sends it jobs, one JSON
+line each on its stdin: ``{"kind": K, "payload": {...}}``. The child answers each with one
+JSON line on a private pipe: ``{"ok": true, "reply": ...}`` or ``{"ok": false, "error": ...}``.
+Its own stdout and stderr go to a log file, whose tail becomes the message when it dies
+(a segfault, ``os._exit``, a CUDA error that aborts, the kernel's OOM killer).
 
-The runner (:mod:`profiler.runner`) replaces a worker after any ``oom`` or ``error``.
+Job kinds (:data:`JOBS`): ``cell`` (a grid cell, :func:`profiler.cell.measure_cell`),
+``training-step`` (a model-mode job, :func:`profiler.training.jobs.run_job`) and
+``environment`` (:func:`profiler.environment.collect_environment`).
 
-Public API: :class:`Worker`.
+Lifetime: the child runs in its own session (Ctrl-C and SIGTERM at the terminal reach only
+the parent, which stops the child and keeps its results valid) and dies with its parent,
+however the parent ends: on Linux the kernel sends it SIGKILL when the parent exits
+(``PR_SET_PDEATHSIG``), checked once more right after it is set so that a parent that died
+during the child's start-up is caught too; elsewhere a watchdog thread polls the parent's
+pid. :meth:`Worker.close` (or a timeout) kills the child's whole process group, so helper
+processes it started (e.g. compile workers) go with it.
+
+Public API: :class:`Worker`, :class:`WorkerDied`, :data:`JOBS`.
 """
 from __future__ import annotations
 
+import ctypes
 import json
-import multiprocessing
 import os
+import select
 import signal
+import subprocess
+import sys
+import threading
 import time
-from dataclasses import asdict
+import traceback
 from pathlib import Path
 
-from profiler.records import CellResult, CellSpec
+#: kind → "module:function" taking the payload dict and returning a JSON-serialisable value.
+JOBS = {
+    "cell": "profiler.cell:run_cell_job",
+    "training-step": "profiler.training.jobs:run_training_job",
+    "environment": "profiler.environment:environment_job",
+}
+
+_PR_SET_PDEATHSIG = 1
+_LOG_TAIL_LINES = 15
 
 
-def _serve(conn, log_path: str) -> None:
-    """The child's main loop: ``("cell", spec_json, settings)`` or ``("environment",)``."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    os.dup2(log, 1)
-    os.dup2(log, 2)
-    from profiler.environment import collect_environment
-    from profiler.measure import MeasureSettings, measure_cell
+class WorkerDied(RuntimeError):
+    """The child exited, was killed or timed out before it answered (``reason`` says which)."""
 
-    while True:
-        try:
-            message = conn.recv()
-        except EOFError:
-            return
-        if message[0] == "stop":
-            return
-        if message[0] == "environment":
-            conn.send(json.dumps(collect_environment()))
-            continue
-        _, spec_json, settings = message
-        spec = CellSpec(**json.loads(spec_json))
-        print(f"--- cell {spec_json}", flush=True)
-        conn.send(measure_cell(spec, MeasureSettings(**settings)).to_json())
+    def __init__(self, reason: str, log_path: Path, tail: str, timed_out: bool = False) -> None:
+        super().__init__(f"{reason}; log {log_path}" + (f":\n{tail}" if tail else ""))
+        self.reason, self.log_path, self.tail, self.timed_out = reason, log_path, tail, timed_out
 
 
-def _tail(path: Path, limit: int = 1500) -> str:
+def _tail(path: Path) -> str:
     try:
         text = path.read_text(errors="replace")
     except OSError:
         return ""
-    lines = [line for line in text.strip().splitlines() if not line.startswith("--- cell ")]
-    return "\n".join(lines[-12:])[-limit:]
+    lines = [line for line in text.strip().splitlines() if not line.startswith("--- job ")]
+    return "\n".join(lines[-_LOG_TAIL_LINES:])
 
 
 def _describe_exit(code: int | None) -> str:
     if code is None:
-        return "worker stopped responding"
+        return "the worker stopped answering"
     if code < 0:
         try:
-            return f"worker killed by signal {signal.Signals(-code).name}"
+            return f"the worker was killed by signal {signal.Signals(-code).name}"
         except ValueError:
-            return f"worker killed by signal {-code}"
-    return f"worker exited with code {code}"
+            return f"the worker was killed by signal {-code}"
+    return f"the worker exited with code {code}"
 
 
 class Worker:
-    """One spawned child process; :meth:`run` measures a cell in it."""
+    """One child process; :meth:`call` runs a job in it and returns the job's reply."""
 
-    def __init__(self, log_dir: Path) -> None:
-        ctx = multiprocessing.get_context("spawn")
+    def __init__(self, log_dir: Path, env: dict | None = None) -> None:
+        log_dir = Path(log_dir)
         log_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = log_dir / f"worker-{os.getpid()}-{time.monotonic_ns()}.log"
-        self._conn, child = ctx.Pipe()
-        self._process = ctx.Process(target=_serve, args=(child, str(self.log_path)), daemon=True)
-        self._process.start()
-        child.close()
+        read_end, write_end = os.pipe()
+        log = open(self.log_path, "ab")
+        child_env = dict(os.environ if env is None else env)
+        child_env.setdefault("PYTHONUNBUFFERED", "1")
+        # The child imports what the parent can (a user's back-end module on a path added at
+        # run time): it gets the parent's sys.path ahead of its own.
+        paths = [p for p in sys.path if p] + [p for p in child_env.get("PYTHONPATH", "").split(os.pathsep) if p]
+        child_env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+        try:
+            self._process = subprocess.Popen(
+                [sys.executable, "-m", "profiler.worker", str(os.getpid()), str(write_end)],
+                stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, pass_fds=(write_end,),
+                start_new_session=True, env=child_env)
+        finally:
+            os.close(write_end)
+            log.close()
+        self._replies = os.fdopen(read_end, "rb")
+        self._buffer = b""
 
-    def _receive(self, timeout_s: float | None) -> tuple[str | None, bool]:
-        """(the child's reply, or ``None`` if it died or timed out; whether it timed out)."""
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        while True:
-            if self._conn.poll(0.2):
-                try:
-                    return self._conn.recv(), False
-                except EOFError:  # the child closed its end: it is exiting
-                    self._process.join(timeout=5)
-                    return None, False
-            if not self._process.is_alive():
-                return (self._conn.recv() if self._conn.poll(0) else None), False
-            if deadline is not None and time.monotonic() > deadline:
-                return None, True
+    @property
+    def pid(self) -> int:
+        return self._process.pid
 
-    def environment(self, timeout_s: float = 300) -> dict | None:
-        """The child's :func:`~profiler.environment.collect_environment` (``None`` if it died)."""
-        self._conn.send(("environment",))
-        reply, _ = self._receive(timeout_s)
-        return json.loads(reply) if reply is not None else None
+    def call(self, kind: str, payload: dict | None = None, timeout_s: float | None = None):
+        """Run job ``kind`` on ``payload`` in the child; its reply, or :class:`WorkerDied`.
 
-    def run(self, spec: CellSpec, settings, timeout_s: float | None = None) -> CellResult:
-        """Measure ``spec`` (``settings``: a :class:`~profiler.measure.MeasureSettings`).
-
-        A dead or timed-out child gives ``status="error"`` with the exit reason and the
-        tail of its log; the caller must then :meth:`close` this worker.
+        A job that raises in the child is re-raised here as ``RuntimeError`` with the
+        child's traceback (jobs normally turn failures into results themselves).
         """
-        self._conn.send(("cell", spec.key(), asdict(settings)))
-        reply, timed_out = self._receive(timeout_s)
-        if reply is not None:
-            return CellResult.from_json(reply)
+        if kind not in JOBS:
+            raise ValueError(f"unknown job kind {kind!r}; known: {', '.join(JOBS)}")
+        message = json.dumps({"kind": kind, "payload": payload or {}}) + "\n"
+        try:
+            self._process.stdin.write(message.encode())
+            self._process.stdin.flush()
+        except (BrokenPipeError, OSError):
+            raise self._died(timed_out=False) from None
+        line, timed_out = self._read_line(timeout_s)
+        if line is None:
+            raise self._died(timed_out=timed_out)
+        answer = json.loads(line)
+        if not answer["ok"]:
+            raise RuntimeError(f"job {kind} failed in the worker:\n{answer['error']}")
+        return answer["reply"]
+
+    def _read_line(self, timeout_s: float | None) -> tuple[bytes | None, bool]:
+        """(the next reply line, or ``None`` if the child ended or the time ran out; whether it ran out)."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        fd = self._replies.fileno()
+        while b"\n" not in self._buffer:
+            wait = 0.5 if deadline is None else max(0.0, min(0.5, deadline - time.monotonic()))
+            ready, _, _ = select.select([fd], [], [], wait)
+            if ready:
+                chunk = os.read(fd, 1 << 16)
+                if not chunk:  # the child closed its end: it has exited
+                    try:
+                        self._process.wait(timeout=10)
+                    except subprocess.TimeoutExpired:
+                        pass
+                    return None, False
+                self._buffer += chunk
+            elif self._process.poll() is not None:
+                return None, False
+            elif deadline is not None and time.monotonic() >= deadline:
+                return None, True
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        return line, False
+
+    def _died(self, timed_out: bool) -> WorkerDied:
         self.close()
-        reason = f"timed out after {timeout_s:g} s" if timed_out else _describe_exit(self._process.exitcode)
-        tail = _tail(self.log_path)
-        message = f"{reason}; log {self.log_path}" + (f":\n{tail}" if tail else "")
-        return CellResult(spec=spec, status="error", message=message,
-                          memory_source="cuda-allocator" if spec.device.startswith("cuda") else "cpu-profiler")
+        reason = "timed out" if timed_out else _describe_exit(self._process.returncode)
+        return WorkerDied(reason, self.log_path, _tail(self.log_path), timed_out=timed_out)
 
     def close(self) -> None:
-        """Stop the child (politely, then by force)."""
-        if self._process.is_alive():
+        """Stop the child: end its input, then kill its process group if it lingers."""
+        if self._process.poll() is None:
             try:
-                self._conn.send(("stop",))
-            except (BrokenPipeError, OSError):
+                self._process.stdin.close()
+            except OSError:
                 pass
-            self._process.join(timeout=5)
-        if self._process.is_alive():
-            self._process.kill()
-            self._process.join(timeout=5)
-        self._conn.close()
+            try:
+                self._process.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                pass
+        if self._process.poll() is None:
+            try:
+                os.killpg(self._process.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                self._process.kill()
+            self._process.wait(timeout=10)
+        else:  # the child is gone; helpers it started in its session go too
+            try:
+                os.killpg(self._process.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        try:
+            self._replies.close()
+        except OSError:
+            pass
+
+    def __enter__(self) -> "Worker":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+# --- the child -----------------------------------------------------------------------------
+
+def _die_with_parent(parent_pid: int) -> None:
+    """Make sure this process does not outlive ``parent_pid`` (see the module docstring)."""
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent_pid:  # the parent died before the death signal was armed
+        os._exit(1)
+
+    def watch() -> None:
+        while True:
+            time.sleep(1.0)
+            if os.getppid() != parent_pid:
+                os._exit(1)
+
+    threading.Thread(target=watch, name="parent-watchdog", daemon=True).start()
+
+
+def _load(target: str):
+    import importlib
+
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def _serve(parent_pid: int, reply_fd: int) -> int:
+    _die_with_parent(parent_pid)
+    replies = os.fdopen(reply_fd, "wb")
+    for raw in sys.stdin.buffer:
+        request = json.loads(raw)
+        print(f"--- job {request['kind']} {json.dumps(request['payload'])[:500]}", flush=True)
+        try:
+            answer = {"ok": True, "reply": _load(JOBS[request["kind"]])(request["payload"])}
+        except Exception:
+            text = traceback.format_exc()
+            print(text, file=sys.stderr, flush=True)
+            answer = {"ok": False, "error": text}
+        from profiler.store import dumps
+
+        replies.write((dumps(answer) + "\n").encode())
+        replies.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_serve(int(sys.argv[1]), int(sys.argv[2])))

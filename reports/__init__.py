@@ -1,11 +1,7 @@
-"""Reports of a profiler run: tables, findings, plots, Markdown and HTML, all pure functions
-of the run folder's ``results.jsonl`` (and snapshots)."""
-from reports.build import Report, build_report, read_results
+"""Reports of a run folder: tables, findings, plots, Markdown and HTML — every one a pure
+function of the folder's stored JSON/CSV files (read through :mod:`profiler.store`)."""
+from reports.build import Report, build_report
 from reports.findings import Finding, compute_findings
 from reports.frame import results_frame
-from reports.tolerances import TOLERANCES, ParityVerdict, parity_verdict, tolerance_for
 
-__all__ = [
-    "Report", "build_report", "read_results", "Finding", "compute_findings", "results_frame",
-    "TOLERANCES", "ParityVerdict", "parity_verdict", "tolerance_for",
-]
+__all__ = ["Report", "build_report", "Finding", "compute_findings", "results_frame"]

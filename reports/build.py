@@ -1,18 +1,18 @@
-"""Build every artefact of a run folder from its ``results.jsonl`` (and snapshots).
+"""Build every artefact of a grid run folder from its stored files.
 
 ``build_report(run_dir)`` is what ``fusedce-profile report DIR`` calls and what a grid run
-calls when it finishes; it needs no GPU and may be run again at any time: the files it
-writes are pure functions of the run folder's results, environment and snapshots.
+calls when it finishes; it needs no GPU and may be run again at any time: what it writes is
+a pure function of the folder's ``results.jsonl``, ``environment.json`` and
+``snapshots/*.timeline.json``. It reads JSON only — never a pickle — so a folder received
+from someone else cannot run code through it. Each file is written atomically; plots it
+drew before and no longer draws are removed, and nothing else in the folder is touched.
 
-Layout of a run folder::
+Written here::
 
-    results.jsonl       one CellResult per line (written by the profiler)
-    environment.json    what ran it (written by the profiler / the CLI)
-    snapshots/          memory snapshots (.pickle.gz), when recorded
-    results.csv         ┐
-    summary.md          │ written here
-    report.html         │
-    plots/*.png         ┘
+    results.csv      the results frame (:mod:`reports.frame`)
+    summary.md       Markdown, ready to paste into an issue
+    report.html      self-contained HTML (plots embedded)
+    plots/*.png      the plots (:mod:`reports.plots`) and one timeline per snapshot
 """
 from __future__ import annotations
 
@@ -22,7 +22,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from profiler.records import CellResult
+from profiler import store
+from profiler.runner import load_results
+from profiler.snapshot import Timeline
 from reports import plots as plotting
 from reports.environment import read_environment
 from reports.findings import Finding, compute_findings
@@ -30,11 +32,12 @@ from reports.frame import results_frame
 from reports.html import render_html
 from reports.markdown import render_markdown
 from reports.tables import CellTable, cell_tables, write_csv
+from reports.timeline import plot_timeline
 
 log = logging.getLogger(__name__)
 
-RESULTS_FILE = "results.jsonl"
 PLOTS_DIR = "plots"
+TIMELINE_PREFIX = "timeline_"
 
 # (file stem, caption, drawing function); a function returning None draws nothing.
 PLOTS = (
@@ -50,8 +53,8 @@ PLOTS = (
 class Report:
     """What :func:`build_report` produced.
 
-    ``frame``: the results frame (columns in :mod:`reports.frame`); ``parity_failed``: at
-    least one cell exceeded its mode's tolerance; paths are absolute.
+    ``frame``: the results frame (columns in :mod:`reports.frame`); ``notes``: what the
+    report says about an incomplete or damaged folder; paths are absolute.
     """
 
     run_dir: Path
@@ -63,79 +66,75 @@ class Report:
     html: Path
     plots: dict[str, Path] = field(default_factory=dict)
     timelines: list[Path] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def parity_failed(self) -> bool:
         return bool((self.frame.get("parity_ok", pd.Series(dtype=object)) == False).any())  # noqa: E712
 
 
-def read_results(path: Path) -> list[CellResult]:
-    """Every complete row of a ``results.jsonl``.
-
-    A run killed while writing may leave a truncated last line: it is skipped with a
-    warning. A malformed line anywhere else is an error naming the line.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no results file (expected the {RESULTS_FILE} a grid run writes)")
-    lines = path.read_text(encoding="utf-8").splitlines()
-    results = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            results.append(CellResult.from_json(line))
-        except (ValueError, TypeError, KeyError) as exc:
-            if number == len(lines):
-                log.warning("%s:%d: skipping a truncated last line (%s)", path, number, exc)
-                continue
-            raise ValueError(f"{path}:{number}: not a results row: {exc}") from None
-    return results
-
-
-def _timeline(snapshot: Path, png: Path, title: str) -> Path:
-    """Draw one snapshot's memory timeline with the profiler's offline drawing function."""
-    from profiler.snapshot import load_snapshot, parse_timeline
-    from profiler.timeline_plot import plot_timeline
-
-    return Path(plot_timeline(parse_timeline(load_snapshot(snapshot)), png, title=title))
-
-
-def _find_snapshot(run_dir: Path, recorded: str) -> Path | None:
-    """The snapshot file a row names: as recorded, relative to the run folder, or by its
-    name under ``snapshots/`` (a run folder that was moved, e.g. into ``examples/``)."""
-    path = Path(recorded)
-    for candidate in (path, run_dir / path, run_dir / "snapshots" / path.name):
-        if candidate.is_file():
-            return candidate
+def _timeline_file(run_dir: Path, recorded: str | None) -> Path | None:
+    """The timeline JSON a row names, inside the run folder (a moved folder keeps working)."""
+    if not recorded:
+        return None
+    name = Path(recorded).name
+    for candidate in (run_dir / recorded, run_dir / store.SNAPSHOTS_DIR / name):
+        resolved = candidate.resolve()
+        if resolved.is_file() and resolved.is_relative_to(run_dir):
+            return resolved
     return None
 
 
-def _timelines(run_dir: Path, frame: pd.DataFrame, plots_dir: Path) -> list[tuple[str, Path]]:
+def _timelines(run_dir: Path, frame: pd.DataFrame, plots_dir: Path, notes: list[str]) -> list[tuple[str, Path]]:
     drawn = []
-    for row in frame[frame["snapshot_path"].notna()].itertuples():
-        snapshot = _find_snapshot(run_dir, row.snapshot_path)
-        if snapshot is None:
-            log.warning("snapshot %s listed in the results is missing", row.snapshot_path)
+    has_timeline = frame["timeline_path"].notna() if "timeline_path" in frame else pd.Series(False, frame.index)
+    for row in frame[has_timeline | frame["snapshot_path"].notna()].itertuples():
+        path = _timeline_file(run_dir, row.timeline_path)
+        if path is None:
+            notes.append(f"no timeline for the snapshot of {row.backend} at {row.tokens} tokens "
+                         f"({row.snapshot_path or row.timeline_path}): the report draws timelines from "
+                         "*.timeline.json files and never opens a pickle")
             continue
-        stem = snapshot.name.split(".")[0]
+        try:
+            timeline = Timeline.from_dict(store.read_json(path))
+        except ValueError as exc:
+            notes.append(f"{path}: not a timeline ({exc})")
+            continue
+        stem = path.name[: -len(store.TIMELINE_SUFFIX)] if path.name.endswith(store.TIMELINE_SUFFIX) else path.stem
         caption = f"Memory timeline: {row.backend}, {row.tokens} tokens, H={row.hidden} V={row.vocab}, {row.mode}"
-        drawn.append((caption, _timeline(snapshot, plots_dir / f"timeline_{stem}.png", caption)))
+        drawn.append((caption, plot_timeline(timeline, plots_dir / f"{TIMELINE_PREFIX}{stem}.png", title=caption)))
     return drawn
 
 
+def _remove_stale_plots(plots_dir: Path, keep: set[Path]) -> None:
+    """Remove the report's own plots (its stems, its timeline prefix) that this build did not draw."""
+    own = {f"{stem}.png" for stem, _, _ in PLOTS}
+    for path in plots_dir.glob("*.png"):
+        if path.is_symlink() or not path.is_file() or path in keep:
+            continue
+        if path.name in own or path.name.startswith(TIMELINE_PREFIX):
+            path.unlink()
+
+
 def build_report(run_dir: Path) -> Report:
-    """Write ``results.csv``, ``summary.md``, ``report.html`` and ``plots/`` into ``run_dir``."""
+    """Write ``results.csv``, ``summary.md``, ``report.html`` and ``plots/`` into ``run_dir``.
+
+    Raises ``FileNotFoundError`` when the folder has no ``results.jsonl``.
+    """
     run_dir = Path(run_dir).resolve()
-    frame = results_frame(read_results(run_dir / RESULTS_FILE))
+    loaded = load_results(run_dir)
+    if loaded.missing:
+        raise FileNotFoundError(f"{run_dir}: no {store.RESULTS_FILE} (expected the folder a grid run writes)")
+    notes = list(loaded.problems)
+    frame = results_frame(loaded.records)
     environment = read_environment(run_dir)
     findings = compute_findings(frame)
     tables = cell_tables(frame)
 
     plots_dir = run_dir / PLOTS_DIR
+    if plots_dir.is_symlink():
+        raise OSError(f"{plots_dir} is a symbolic link; the report writes its plots only inside the run folder")
     plots_dir.mkdir(exist_ok=True)
-    for stale in plots_dir.glob("*.png"):  # a rebuild must not keep plots that no longer apply
-        stale.unlink()
     drawn: list[tuple[str, Path]] = []
     by_name: dict[str, Path] = {}
     if not frame.empty:
@@ -144,12 +143,12 @@ def build_report(run_dir: Path) -> Report:
             if path is not None:
                 drawn.append((caption, path))
                 by_name[stem] = path
-    timelines = _timelines(run_dir, frame, plots_dir) if not frame.empty else []
+    timelines = _timelines(run_dir, frame, plots_dir, notes) if not frame.empty else []
+    _remove_stale_plots(plots_dir, {p for _, p in drawn} | {p for _, p in timelines})
 
     csv = write_csv(frame, run_dir / "results.csv")
-    summary = run_dir / "summary.md"
-    summary.write_text(render_markdown(frame, findings, tables, drawn, environment, plot_base=run_dir,
-                                       timelines=timelines), encoding="utf-8")
-    page = run_dir / "report.html"
-    page.write_text(render_html(frame, findings, tables, drawn, environment, timelines), encoding="utf-8")
-    return Report(run_dir, frame, findings, tables, csv, summary, page, by_name, [p for _, p in timelines])
+    summary = store.write_text(run_dir / "summary.md", render_markdown(
+        frame, findings, tables, drawn, environment, plot_base=run_dir, timelines=timelines, notes=notes))
+    page = store.write_text(run_dir / "report.html", render_html(
+        frame, findings, tables, drawn, environment, timelines, notes=notes))
+    return Report(run_dir, frame, findings, tables, csv, summary, page, by_name, [p for _, p in timelines], notes)

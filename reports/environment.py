@@ -1,34 +1,19 @@
 """The environment block of a report: what ran the measurement.
 
 The profiler stores the environment of a run as ``environment.json`` in the run folder
-(a JSON object; nested objects allowed). The report shows it flattened to ``key: value``
+(a JSON object; nested objects allowed; :mod:`profiler.environment`). The report shows it flattened to ``key: value``
 lines, the way PyTorch's bug template asks for ``collect_env`` output.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-ENVIRONMENT_FILE = "environment.json"
-
-
 def read_environment(run_dir: Path) -> dict[str, Any]:
-    """The stored environment of a run; ``{}`` when the run folder has none."""
-    path = Path(run_dir) / ENVIRONMENT_FILE
-    if not path.is_file():
-        return {}
-    raw = json.loads(path.read_text(encoding="utf-8"))
-    if not isinstance(raw, dict):
-        raise ValueError(f"{path}: expected a JSON object, got {type(raw).__name__}")
-    return raw
+    """The stored environment of a run (:func:`profiler.environment.load_environment`)."""
+    from profiler.environment import load_environment
 
-
-def write_environment(run_dir: Path, environment: dict[str, Any]) -> Path:
-    """Store ``environment`` as the run's ``environment.json``."""
-    path = Path(run_dir) / ENVIRONMENT_FILE
-    path.write_text(json.dumps(environment, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
-    return path
+    return load_environment(run_dir)
 
 
 def environment_lines(environment: dict[str, Any], prefix: str = "") -> list[str]:

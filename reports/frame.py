@@ -37,31 +37,23 @@ Columns (bytes are integers or NaN, times milliseconds, errors relative):
 ``parity_ok``           True / False / None (no errors reported)
 ``backend_version``     version string of the back-end
 ``snapshot_path``       memory snapshot of the cell, relative to the run folder
-``timeline_png``
+``timeline_path``       its timeline (JSON), which the report draws
 =====================  ===========================================================
 """
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
 
+from profiler.precision import dtype_bytes, precision
 from profiler.records import CellResult, CellSpec
 from reports.palette import backend_rank
-from reports.tolerances import parity_verdict
+from profiler.tolerances import parity_verdict
 
 BASELINE_BACKEND = "torch"
 """Savings are measured against this back-end: the loss exactly as users write it."""
-
-COMPUTE_DTYPE_BYTES = {"amp-bf16": 2, "amp-fp16": 2, "bf16": 2, "fp32": 4}
-"""Bytes per element of the logits as each precision mode computes them."""
-
-
-def _group_key(spec: CellSpec) -> str:
-    return dataclasses.replace(spec, backend="").key()
-
 
 def options_label(spec: CellSpec) -> str:
     """The loss options that differ from the defaults, for table headings."""
@@ -95,7 +87,7 @@ def _row(result: CellResult) -> dict:
         "seq": spec.seq,
         "head": f"{spec.hidden}×{spec.vocab}",
         "options": options_label(spec),
-        "group": _group_key(spec),
+        "group": spec.group_key(),
         "status": result.status,
         "message": result.message,
         "memory_source": result.memory_source,
@@ -106,7 +98,7 @@ def _row(result: CellResult) -> dict:
         "floor_bytes": result.floor_bytes,
         "predicted_bytes": result.predicted_bytes,
         "oom_requested_bytes": result.oom_requested_bytes,
-        "logits_bytes": spec.tokens * spec.vocab * COMPUTE_DTYPE_BYTES.get(spec.mode, 4),
+        "logits_bytes": spec.tokens * spec.vocab * dtype_bytes(precision(spec.mode).compute),
         "time_ms": result.time_ms,
         "time_ms_min": result.time_ms_min,
         "time_ms_max": result.time_ms_max,
@@ -119,7 +111,7 @@ def _row(result: CellResult) -> dict:
         "parity_ok": verdict.passed,
         "backend_version": result.backend_version,
         "snapshot_path": result.snapshot_path,
-        "timeline_png": result.timeline_png,
+        "timeline_path": result.timeline_path,
     }
 
 

@@ -70,12 +70,17 @@ def render_html(
     plots: Sequence[tuple[str, Path]],
     environment: dict[str, Any],
     timelines: Sequence[tuple[str, Path]] = (),
+    notes: Sequence[str] = (),
 ) -> str:
     """The whole ``report.html`` as a string (timelines in a collapsed section)."""
     out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
            "<title>fusedce-profile report</title>", f"<style>{_STYLE}</style></head><body>",
            "<h1>fusedce-profile report</h1>"]
     out.append(f"<p>{_esc(headline(frame)) if not frame.empty else 'No cells were measured.'}</p>")
+    if notes:
+        out.append("<p><b>Incomplete or damaged run folder:</b></p><ul>")
+        out += [f"<li>{_esc(note)}</li>" for note in notes]
+        out.append("</ul>")
     if findings:
         out.append("<h2>Findings</h2><ul>")
         out += [f"<li>{f'<b>{_esc(f.scope)}</b>: ' if f.scope else ''}{_esc(f.text)}</li>" for f in findings]

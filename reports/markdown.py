@@ -15,7 +15,7 @@ from reports.environment import environment_lines
 from reports.findings import Finding
 from reports.measurement import COLUMNS, memory_terms
 from reports.tables import CellTable
-from reports.tolerances import TOLERANCES
+from profiler.tolerances import TOLERANCES
 
 
 OPEN_TIMELINES = 4
@@ -57,6 +57,7 @@ def render_markdown(
     *,
     plot_base: Path,
     timelines: Sequence[tuple[str, Path]] = (),
+    notes: Sequence[str] = (),
 ) -> str:
     """The whole ``summary.md``. ``plots`` and ``timelines`` are (caption, path) pairs;
     links are relative to ``plot_base`` (the folder ``summary.md`` is written to). More
@@ -66,6 +67,8 @@ def render_markdown(
         out += ["No cells were measured (the results file is empty).", ""]
     else:
         out += [headline(frame), ""]
+    if notes:
+        out += ["**Incomplete or damaged run folder:**", ""] + [f"- {note}" for note in notes] + [""]
     if findings:
         out += ["## Findings", ""]
         out += [f"- {f'**{f.scope}**: ' if f.scope else ''}{f.text}" for f in findings]

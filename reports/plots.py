@@ -22,6 +22,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
+from reports.figures import save_figure
 from reports.findings import headline_backend
 from reports.frame import BASELINE_BACKEND
 from reports.palette import backend_style, ordered
@@ -106,8 +107,7 @@ def _backend_handles(backends: list[str]) -> list[Line2D]:
 
 
 def _save(fig: Figure, path: Path) -> Path:
-    fig.savefig(path, dpi=DPI)
-    return Path(path)
+    return save_figure(fig, path, dpi=DPI)
 
 
 def _memory_label(frame: pd.DataFrame) -> str:

@@ -103,5 +103,6 @@ def cell_tables(frame: pd.DataFrame) -> list[CellTable]:
 
 def write_csv(frame: pd.DataFrame, path: Path) -> Path:
     """Write the numeric results (columns :data:`CSV_COLUMNS`, raw units) to ``path``."""
-    frame.reindex(columns=list(CSV_COLUMNS)).to_csv(path, index=False)
-    return path
+    from profiler import store
+
+    return store.write_text(path, frame.reindex(columns=list(CSV_COLUMNS)).to_csv(index=False))

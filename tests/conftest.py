@@ -16,10 +16,6 @@ except Exception:  # pragma: no cover - torch is a hard dependency
 if not _HAS_CUDA:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-import matplotlib
-
-matplotlib.use("Agg")
-
 # The suite runs many tiny ops; on a small shared CI machine one intra-op thread avoids
 # thread hand-off costs that dominate at these sizes.
 torch.set_num_threads(1)

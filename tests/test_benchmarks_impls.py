@@ -15,11 +15,18 @@ import pytest
 import torch
 
 from benchmarks.impls import BACKEND_NAMES, IMPLS, backend_for, installed_version
-from benchmarks.measure import loss_step, measure_cell
+from benchmarks.measure import measure_cell
+from profiler.backends import options_of
 from benchmarks.protocol import Row, make_inputs
-from profiler.backends import LossOptions
+from fusedce.options import LossOptions
 from profiler.records import CellSpec
 from profiler.reference import reference
+
+def loss_step(backend, spec):
+    """The back-end's loss for the cell's options, called on a cell's inputs."""
+    fn = backend.make()
+    return lambda x: fn(x.hidden, x.weight, x.target, x.bias, options_of(spec))
+
 
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 TINY = Row(16, 8, 37)
@@ -34,7 +41,7 @@ def _spec(impl: str, device: str = "cpu", row: Row = TINY, mode: str = "bf16", *
 def _inputs(spec: CellSpec):
     row = Row(spec.tokens, spec.hidden, spec.vocab)
     inputs = make_inputs(row, spec.mode, device=spec.device, ignore_frac=spec.ignore_frac, bias=spec.bias)
-    ref = reference(inputs.hidden, inputs.weight, inputs.target, inputs.bias, LossOptions.from_spec(spec))
+    ref = reference(inputs.hidden, inputs.weight, inputs.target, inputs.bias, options_of(spec))
     return inputs, ref
 
 

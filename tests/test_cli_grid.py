@@ -22,7 +22,7 @@ def _plain(text: str) -> str:
 
 
 def _rows(out):
-    return [CellResult.from_json(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    return [CellResult.from_dict(json.loads(line)) for line in (out / "results.jsonl").read_text().splitlines()]
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,8 @@ import torch.nn.functional as F
 from typer.testing import CliRunner
 
 from cli.app import app
-from profiler.backends import LossOptions, torch_loss
+from fusedce.options import LossOptions
+from profiler.backends import torch_loss
 
 runner = CliRunner()
 

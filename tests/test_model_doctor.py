@@ -3,7 +3,7 @@ import pytest
 import torch.nn.functional as F
 
 from profiler.configs import get_preset
-from profiler.model.doctor import load_wrapper, run_doctor
+from profiler.training.doctor import load_wrapper, run_doctor
 
 
 def _ce(model, hidden, labels, *, weight=None, bias="model", shift=True, ignore_index=-100, reduction="mean"):

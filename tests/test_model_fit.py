@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from profiler.configs import get_preset
-from profiler.model.fit import fit_backend, largest_fitting
-from profiler.model.run import ModelJob, ModelResult
+from profiler.training.fit import fit_backend, largest_fitting
+from profiler.training.jobs import ModelJob, ModelResult
 
 
 @pytest.mark.parametrize("threshold", [1, 2, 3, 7, 8, 9, 31, 32, 33, 100, 1000])
@@ -82,11 +82,11 @@ def test_fit_backend_stops_on_a_backend_that_cannot_run():
 def test_fit_backend_rejects_unknown_axis():
     job = ModelJob(get_preset("tiny"), "torch", 4, 64, device="cpu")
     with pytest.raises(ValueError, match="axis"):
-        fit_backend(job, "layers", 1, 2)
+        fit_backend(job, "layers", 1, 2, runner=lambda j: None)
 
 
 def test_memory_fraction_leaves_the_context_out_of_the_cap_and_never_exceeds_the_device():
-    from profiler.model.run import memory_fraction
+    from profiler.training.jobs import memory_fraction
 
     assert memory_fraction(limit=24 << 30, context=1 << 30, total=140 << 30) == pytest.approx(23 / 140)
     assert memory_fraction(limit=200 << 30, context=1 << 30, total=140 << 30) == 1.0  # torch rejects > 1
@@ -95,7 +95,7 @@ def test_memory_fraction_leaves_the_context_out_of_the_cap_and_never_exceeds_the
 
 
 def test_a_wrapped_out_of_memory_error_is_oom_not_an_error_that_stops_the_search(monkeypatch):
-    import profiler.model.run as run_module
+    import profiler.training.jobs as run_module
 
     def compile_failure(*args, **kwargs):
         try:
@@ -106,11 +106,13 @@ def test_a_wrapped_out_of_memory_error_is_oom_not_an_error_that_stops_the_search
     monkeypatch.setattr(run_module, "measure_step", compile_failure)
     result = run_module.run_job(ModelJob(get_preset("tiny"), "torch", 2, 8, device="cpu"))
     assert result.status == "oom" and "backend compiler failed" in result.message
-    assert not run_module.is_out_of_memory(RuntimeError("CUBLAS_STATUS_NOT_SUPPORTED"))
+    from profiler.oom import is_out_of_memory
+
+    assert not is_out_of_memory(RuntimeError("CUBLAS_STATUS_NOT_SUPPORTED"))
 
 
 def _measured(batch, static, context, peak, reserved):
-    from profiler.model.step import StepMemory
+    from profiler.training.step import StepMemory
 
     memory = StepMemory(source="cuda-allocator", parameters=0, gradients=0, optimizer_state=0, batch=0,
                         static=static, activations=0, saved_tensors=0, weight_copies=0, loss_extra=0,
@@ -120,7 +122,7 @@ def _measured(batch, static, context, peak, reserved):
 
 
 def test_predicted_start_extrapolates_the_part_that_grows_with_the_batch():
-    from profiler.model.fit import predicted_start
+    from profiler.training.fit import predicted_start
 
     gib = 1 << 30
     # 2 GiB fixed (static 1.5 + context 0.5), 0.5 GiB allocated per sequence: 24 GiB holds 44

@@ -1,11 +1,11 @@
-"""profiler.model.gpt: the decoder built from a config, both config formats, every variant."""
+"""profiler.models.gpt: the decoder built from a config, both config formats, every variant."""
 import json
 
 import pytest
 import torch
 
 from profiler.configs import get_preset, load_config
-from profiler.model.gpt import GPT
+from profiler.models.gpt import GPT
 
 
 def _ids(config, batch=2, seq=16):

@@ -4,8 +4,9 @@ import torch
 
 from profiler.backends import torch_loss
 from profiler.configs import get_preset
-from profiler.model.data import IGNORE_INDEX, MarkovChain
-from profiler.model.parity import CONTROL, ParityCurve, ParitySettings, run_parity
+from fusedce.options import IGNORE_INDEX
+from profiler.training.data import MarkovChain
+from profiler.training.parity import CONTROL, ParityCurve, ParitySettings, run_parity
 
 STEPS = 40
 
@@ -39,7 +40,7 @@ def faithful(hidden, weight, target, bias, **options):
 
 
 def _options(options):
-    from profiler.backends import LossOptions
+    from fusedce.options import LossOptions
 
     return LossOptions(**options)
 
@@ -120,7 +121,7 @@ def test_settings_reject_bad_values(kw, message):
 
 
 def test_curve_gap_finds_the_largest_gap_its_step_and_the_steps_above_the_tolerance():
-    from profiler.model.parity import ParityCurve, curve_gap
+    from profiler.training.parity import ParityCurve, curve_gap
 
     reference = ParityCurve("torch", losses=[4.0, 3.0, 2.0, 2.0, 1.0])
     curve = ParityCurve("fusedce", losses=[4.0, 3.3, 2.4, 2.02, 1.0])
@@ -150,8 +151,8 @@ def test_the_seed_changes_initialisation_and_data_and_is_repeatable():
 
 
 def test_unrounded_logits_control_differs_from_torch_by_the_logits_rounding_alone():
-    from profiler.backends import LossOptions
-    from profiler.model.losses import unrounded_logits_loss
+    from fusedce.options import LossOptions
+    from profiler.training.losses import unrounded_logits_loss
 
     gen = torch.Generator().manual_seed(0)
     hidden = torch.randn(64, 32, generator=gen, requires_grad=True)
@@ -172,7 +173,7 @@ def test_unrounded_logits_control_differs_from_torch_by_the_logits_rounding_alon
 def test_the_control_starts_one_rounding_away_from_torch():
     """The perturbed-torch control's initial weights differ from torch's by about one fp32
     rounding (relative), and by something (it is a different run)."""
-    from profiler.model.parity import build_model, perturb_
+    from profiler.training.parity import build_model, perturb_
 
     settings = _settings(["fusedce"])
     base, moved = build_model(settings), build_model(settings)
@@ -195,7 +196,7 @@ def _curve(name, final):
 def test_final_loss_limit_is_the_tolerance_or_three_times_the_control(noise_floor, passes):
     """A 10% final-loss gap fails against the 2% tolerance and against 3 × a 1% floor, and
     passes against 3 × a 5% floor (the run is that noisy)."""
-    from profiler.model.parity import judge
+    from profiler.training.parity import judge
 
     settings = _settings(["fusedce"])
     verdict = judge(settings, _curve("fusedce", 1.1), _curve("torch", 1.0), noise_floor)

@@ -2,10 +2,10 @@
 import dataclasses
 
 from profiler.configs import get_preset
-from profiler.model.memory import Phase
-from profiler.model.report import breakdown_table, findings, model_table, plot_breakdown, plot_reserved
-from profiler.model.run import ModelJob, ModelResult
-from profiler.model.step import Part, StepMemory
+from profiler.protocol import Phase
+from reports.model_report import breakdown_table, findings, model_table, plot_breakdown, plot_reserved
+from profiler.training.jobs import ModelJob, ModelResult
+from profiler.training.step import Part, StepMemory
 
 GIB = 1 << 30
 

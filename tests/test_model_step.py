@@ -3,18 +3,20 @@ import pytest
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from profiler.backends import LossOptions, torch_loss
+from fusedce.options import LossOptions
+from profiler.backends import torch_loss
 from profiler.configs import get_preset
-from profiler.model.gpt import GPT
-from profiler.model.memory import PhaseMeter
-from profiler.model.run import ModelJob, run_job, run_job_subprocess
-from profiler.model.step import make_batch, measure_step
+from profiler.models.gpt import GPT
+from profiler.protocol import MemoryMeter
+from profiler.training.jobs import ModelJob, run_job, run_job_in_worker
+from profiler.training.data import random_batch as make_batch
+from profiler.training.step import measure_step
 
 MIB = 1 << 20
 
 
 def test_cpu_phase_meter_sees_exact_allocations_and_frees():
-    with PhaseMeter("cpu", baseline_bytes=1000) as meter:
+    with MemoryMeter("cpu", baseline_bytes=1000) as meter:
         meter.mark("a")
         x = torch.empty(MIB, dtype=torch.uint8)
         y = torch.empty(2 * MIB, dtype=torch.uint8)
@@ -25,7 +27,7 @@ def test_cpu_phase_meter_sees_exact_allocations_and_frees():
     a, b = meter.record.phases
     assert (a.start_bytes, a.peak_bytes, a.end_bytes) == (1000, 1000 + 3 * MIB, 1000 + 2 * MIB)
     assert (b.start_bytes, b.peak_bytes, b.end_bytes) == (1000 + 2 * MIB, 1000 + 2 * MIB + MIB // 2, 1000)
-    assert meter.record.peak.name == "a"
+    assert meter.record.peak_phase.name == "a"
 
 
 def _measure(config, backend=torch_loss, batch=4, seq=32):
@@ -70,9 +72,9 @@ def test_naive_loss_region_holds_the_logits_and_a_chunked_one_does_not():
     assert small.peak < naive.peak
 
 
-def test_job_in_a_subprocess_round_trips_its_result():
+def test_job_in_a_worker_round_trips_its_result(tmp_path):
     job = ModelJob(get_preset("tiny"), "torch", 2, 16, device="cpu")
-    result = run_job_subprocess(job, timeout_s=120)
+    result = run_job_in_worker(job, tmp_path, timeout_s=120)
     assert result.status == "ok", result.message
     assert result.job == job and result.memory.peak > 0
     assert sum(p.bytes for p in result.memory.composition) == result.memory.peak

@@ -7,8 +7,9 @@ import types
 import pytest
 import torch
 
-from profiler.backends import BUILTIN_BACKENDS, LossOptions, get_backend, list_backends
-from profiler.measure import MeasureSettings, measure_cell
+from fusedce.options import LossOptions
+from profiler.backends import BUILTIN_BACKENDS, active_options, get_backend, list_backends
+from profiler.cell import MeasureSettings, measure_cell
 from profiler.records import CellSpec
 
 
@@ -92,8 +93,8 @@ def test_user_backend_that_cannot_be_imported_is_skipped():
 
 
 def test_loss_options_list_only_what_differs_from_plain_mean():
-    assert LossOptions().active() == set()
-    assert LossOptions(reduction="sum", softcap=5.0).active() == {"reduction=sum", "softcap"}
+    assert active_options(LossOptions()) == set()
+    assert active_options(LossOptions(reduction="sum", softcap=5.0)) == {"reduction=sum", "softcap"}
 
 
 # Parity: every CPU back-end on a tiny cell, against the chunked fp32 reference.

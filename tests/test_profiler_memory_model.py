@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from profiler.cpu_memory import CpuMemoryMeter
-from profiler.measure import MeasureSettings, measure_cell
+from profiler.protocol import MemoryMeter
+from profiler.cell import MeasureSettings, measure_cell
 from profiler.memory_model import Tape, floor_bytes, predict
 from profiler.records import CellSpec
 
@@ -75,12 +75,13 @@ def test_tape_rejects_a_buffer_allocated_twice():
 def test_cpu_meter_sees_temporaries_freed_inside_an_op():
     """A 4 MB temporary created and freed inside the phase still sets the peak."""
     x = torch.randn(1000, 1000)
-    with CpuMemoryMeter() as meter:
-        with meter.phase("forward"):
-            y = (x * 2).sum()
-    assert meter.trace.peak_bytes >= x.numel() * 4
-    assert meter.trace.end_bytes < 1024  # only the scalar survives
-    assert meter.trace.phase_peak_bytes["forward"] == meter.trace.peak_bytes
+    with MemoryMeter("cpu") as meter:
+        meter.mark("forward")
+        y = (x * 2).sum()
+    record = meter.record
+    assert record.peak_bytes >= x.numel() * 4
+    assert record.phase("forward").end_bytes < 1024  # only the scalar survives
+    assert record.phase("forward").peak_bytes == record.peak_bytes
     del y
 
 
@@ -100,12 +101,14 @@ def test_eager_torch_prediction_matches_cuda_measurement(mode):
 @pytest.mark.gpu
 @_needs_cuda
 def test_cuda_snapshot_is_saved_and_drawn(tmp_path):
-    from profiler.snapshot import load_snapshot, parse_timeline
+    from profiler import store
+    from profiler.snapshot import Timeline
 
     spec = CellSpec("torch", 1024, 32777, 768, mode="amp-bf16", device="cuda")
     result = measure_cell(spec, MeasureSettings(warmup=1, repeats=1, snapshot_dir=str(tmp_path)))
     assert result.status == "ok", result.message
-    timeline = parse_timeline(load_snapshot(result.snapshot_path))
+    assert result.snapshot_path.endswith(".pickle")
+    timeline = Timeline.from_dict(store.read_json(result.timeline_path))
     assert timeline.backward_ms is not None
     assert abs(timeline.peak_bytes - result.peak_step_bytes) <= 0.05 * result.peak_step_bytes
     assert open(result.timeline_png, "rb").read(4) == b"\x89PNG"

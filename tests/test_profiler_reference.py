@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from profiler.backends import IGNORE_INDEX, LossOptions
+from fusedce.options import IGNORE_INDEX, LossOptions
 from profiler.inputs import make_inputs
 from profiler.records import CellSpec
 from profiler.reference import reference as fp32_reference

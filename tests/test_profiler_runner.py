@@ -1,7 +1,7 @@
 """The grid runner: results file, resume, and cells that run out of memory or kill their worker.
 
-Test back-ends live in a module written to a temporary folder on ``sys.path`` (spawned
-workers inherit the parent's ``sys.path``) and are named ``"module:callable"``.
+Test back-ends live in a module written to a temporary folder on ``sys.path`` (workers get the
+parent's ``sys.path``) and are named ``"module:callable"``.
 """
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ import pytest
 
 from profiler.grid import GridSpec
 from profiler.records import CellResult
-from profiler.runner import ENVIRONMENT_FILE, RESULTS_FILE, load_results, run_grid
+from profiler.runner import load_results, run_grid
+from profiler.store import ENVIRONMENT_FILE, RESULTS_FILE
 
 BACKENDS = textwrap.dedent('''
     import os, time
@@ -54,6 +55,28 @@ def test_backends(tmp_path, monkeypatch):
     return "profiler_test_backends"
 
 
+def _workers_of(parent_pid: int, wait_s: float = 0.0) -> list[int]:
+    """Pids of live ``profiler.worker`` processes started by ``parent_pid`` (waits up to ``wait_s``)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        found = []
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                    args = fh.read().split(b"\0")
+                with open(f"/proc/{entry}/stat") as fh:
+                    state = fh.read().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                continue
+            if b"profiler.worker" in args and str(parent_pid).encode() in args and state != "Z":
+                found.append(int(entry))
+        if not found or time.monotonic() >= deadline:
+            return found
+        time.sleep(0.1)
+
+
 def _grid(*backends, tokens=(8, 16)):
     return GridSpec(tokens=tokens, vocab=(32,), hidden=(4,), backends=backends, modes=("fp32",), device="cpu",
                     warmup=0, repeats=1)
@@ -61,10 +84,10 @@ def _grid(*backends, tokens=(8, 16)):
 
 def test_grid_writes_one_line_per_cell_and_the_environment(tmp_path, test_backends):
     seen: list[CellResult] = []
-    results = run_grid(_grid("torch", f"{test_backends}:ok"), tmp_path / "out", on_cell=seen.append)
+    results = run_grid(_grid("torch", f"{test_backends}:ok"), tmp_path / "out", on_cell=seen.append).results
     assert [r.status for r in results] == ["ok"] * 4
     assert seen == results
-    assert load_results(tmp_path / "out") == results
+    assert load_results(tmp_path / "out").records == results
     environment = json.loads((tmp_path / "out" / ENVIRONMENT_FILE).read_text())
     assert environment["torch"] and environment["backends"]["torch"] == environment["torch"]
 
@@ -75,7 +98,7 @@ def test_ctrl_c_stops_the_grid_and_leaves_whole_lines(tmp_path):
 
     with pytest.raises(KeyboardInterrupt):
         run_grid(_grid("torch"), tmp_path / "out", on_cell=interrupt)
-    assert [r.spec.tokens for r in load_results(tmp_path / "out")] == [8]
+    assert [r.spec.tokens for r in load_results(tmp_path / "out").records] == [8]
     assert (tmp_path / "out" / RESULTS_FILE).read_text().endswith("\n")
 
 
@@ -89,18 +112,19 @@ def test_existing_results_are_not_overwritten(tmp_path):
 
 def test_oom_and_crash_are_recorded_and_the_grid_goes_on(tmp_path, test_backends):
     grid = _grid(f"{test_backends}:oom", f"{test_backends}:crash", "torch", tokens=(8,))
-    oom, crash, after = run_grid(grid, tmp_path / "out")
+    oom, crash, after = run_grid(grid, tmp_path / "out").results
     assert oom.status == "oom" and oom.oom_requested_bytes == int(2.5 * 2**30)
     assert crash.status == "error"
     assert "exited with code 3" in crash.message and "about to die" in crash.message
     assert after.status == "ok"  # on a fresh worker
-    assert [r.status for r in load_results(tmp_path / "out")] == ["oom", "error", "ok"]
+    assert crash.log_path and (tmp_path / "out" / crash.log_path).is_file()
+    assert [r.status for r in load_results(tmp_path / "out").records] == ["oom", "error", "ok"]
 
 
 def test_unsupported_cells_are_skipped_without_a_worker(tmp_path, monkeypatch):
     # an importable stand-in for liger-kernel: the cell is skipped for its device, not its absence
     monkeypatch.setitem(sys.modules, "liger_kernel", types.ModuleType("liger_kernel"))
-    (cell,) = run_grid(_grid("liger", tokens=(8,)), tmp_path / "out")
+    (cell,) = run_grid(_grid("liger", tokens=(8,)), tmp_path / "out").results
     assert cell.status == "skipped" and "cuda" in cell.message
 
 
@@ -118,12 +142,17 @@ def test_resume_after_a_killed_run_measures_only_the_missing_cells(tmp_path, tes
         time.sleep(0.1)
     run.send_signal(signal.SIGKILL)
     run.wait()
+    assert _workers_of(run.pid, wait_s=10) == [], "the killed run's worker outlived it"
     with (out / RESULTS_FILE).open("a") as fh:
         fh.write('{"spec": {"backend": "torch", "tok')  # a write cut short by the kill
-    assert [r.spec.tokens for r in load_results(out)] == [8]
+    loaded = load_results(out)
+    assert [r.spec.tokens for r in loaded.records] == [8]
+    assert loaded.skipped and "interrupted write" in loaded.problems[0]
 
     seen: list[CellResult] = []
-    results = run_grid(grid, out, resume=True, on_cell=seen.append)
+    run = run_grid(grid, out, resume=True, on_cell=seen.append)
+    results = run.results
+    assert any("cut a last line" in note for note in run.notes)
     assert [r.spec.tokens for r in seen] == [32]
     assert [(r.spec.tokens, r.status) for r in results] == [(8, "ok"), (32, "ok")]
     lines = (out / RESULTS_FILE).read_text().splitlines()

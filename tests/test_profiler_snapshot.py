@@ -1,22 +1,19 @@
-"""Snapshot parsing and the offline timeline plot, on a stored synthetic snapshot.
+"""Snapshot parsing, the stored timeline and its offline plot, on a synthetic snapshot.
 
-``profiler/data/example_snapshot.pickle.gz`` is what :func:`synthesise_snapshot` returns
-(regenerate it with ``python tests/test_profiler_snapshot.py``): the trace of eager
-``F.cross_entropy(F.linear(h, W), y)`` under CUDA amp-bf16 at N=1024, H=768, V=32777, in
-the format ``torch.cuda.memory._snapshot()`` produces, with our backward marker.
+:func:`synthesise_snapshot` returns the trace of eager ``F.cross_entropy(F.linear(h, W), y)``
+under CUDA amp-bf16 at N=1024, H=768, V=32777, in the format ``torch.cuda.memory._snapshot()``
+produces, with our backward marker.
 """
 from __future__ import annotations
 
-import gzip
-import pickle
-from pathlib import Path
+import json
 
 import pytest
 
-from profiler.snapshot import MARKER_FUNCTION, load_snapshot, parse_timeline
-from profiler.timeline_plot import plot_timeline
+from profiler import store
+from profiler.snapshot import MARKER_FUNCTION, Timeline, parse_timeline
+from reports.timeline import plot_timeline
 
-FIXTURE = Path(__file__).resolve().parents[1] / "profiler" / "data" / "example_snapshot.pickle.gz"
 N, H, V = 1024, 768, 32777
 USER = {"filename": "/home/user/project/train.py", "line": 42, "name": "training_step"}
 LINEAR = {"filename": "/venv/lib/python3.11/site-packages/torch/nn/functional.py", "line": 2380, "name": "linear"}
@@ -77,12 +74,8 @@ def synthesise_snapshot() -> dict:
     return {"segments": segments, "device_traces": [trace]}
 
 
-def test_stored_fixture_is_the_synthesised_snapshot():
-    assert load_snapshot(FIXTURE) == synthesise_snapshot()
-
-
 def test_timeline_peak_is_the_nll_backward_step():
-    timeline = parse_timeline(load_snapshot(FIXTURE))
+    timeline = parse_timeline(synthesise_snapshot())
     nv = N * V
     # at d_logp_fp32: W_bf16 + logp (bf16) + logp_fp32 + loss + d_logp_fp32
     expected = _round(V * H * 2) + _round(nv * 2) + 2 * _round(nv * 4) + _round(4)
@@ -93,6 +86,22 @@ def test_timeline_peak_is_the_nll_backward_step():
     assert sizes[:2] == [_round(nv * 4)] * 2
     assert timeline.live_at_peak[0].frame == "train.py:42:training_step"
     assert {block.op for block in timeline.live_at_peak[:3]} == {"cross_entropy", "backward"}
+    assert timeline.live_at_peak[0].stack[-1] == "train.py:42:training_step"  # the stack, innermost first
+
+
+def test_timeline_round_trips_through_strict_json(tmp_path):
+    timeline = parse_timeline(synthesise_snapshot())
+    path = store.write_json(tmp_path / "cell.timeline.json", timeline.to_dict())
+    assert Timeline.from_dict(json.loads(path.read_text())) == timeline
+
+
+def test_a_long_trace_keeps_its_peak_when_thinned(monkeypatch):
+    import profiler.snapshot as snapshot_module
+
+    full = parse_timeline(synthesise_snapshot())
+    monkeypatch.setattr(snapshot_module, "MAX_TIMELINE_POINTS", 5)
+    thinned = snapshot_module.parse_timeline(synthesise_snapshot())
+    assert len(thinned.times_ms) <= 5 and max(thinned.allocated_bytes) == full.peak_bytes
 
 
 def test_timeline_ends_with_only_the_gradients_alive():
@@ -120,20 +129,7 @@ def test_snapshot_without_traces_is_a_clear_error():
 
 
 def test_timeline_plot_writes_a_png(tmp_path):
-    path = plot_timeline(parse_timeline(load_snapshot(FIXTURE)), tmp_path / "timeline.png", title="torch amp-bf16")
+    path = plot_timeline(parse_timeline(synthesise_snapshot()), tmp_path / "timeline.png", title="torch amp-bf16")
     data = path.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     assert len(data) > 20_000  # a drawn figure, not an empty canvas
-
-
-def test_load_snapshot_reads_plain_pickles_too(tmp_path):
-    plain = tmp_path / "snap.pickle"
-    plain.write_bytes(pickle.dumps(synthesise_snapshot()))
-    assert load_snapshot(plain) == synthesise_snapshot()
-
-
-if __name__ == "__main__":
-    FIXTURE.parent.mkdir(parents=True, exist_ok=True)
-    with gzip.GzipFile(FIXTURE, "wb", mtime=0) as fh:
-        pickle.dump(synthesise_snapshot(), fh)
-    print(f"wrote {FIXTURE}")

@@ -8,7 +8,8 @@ import matplotlib.image
 import pytest
 
 from profiler.records import CellResult
-from reports import build_report, read_results
+from profiler.runner import load_results
+from reports import build_report
 
 FIXTURE = Path(__file__).parent / "fixtures" / "h200_anchors"
 GIB = 1 << 30
@@ -23,7 +24,7 @@ def report(tmp_path_factory):
 
 
 def _fixture_rows():
-    return [CellResult.from_json(line) for line in (FIXTURE / "results.jsonl").read_text().splitlines()]
+    return [CellResult.from_dict(json.loads(line)) for line in (FIXTURE / "results.jsonl").read_text().splitlines()]
 
 
 def _table_lines(summary: str, title: str) -> list[str]:
@@ -107,27 +108,38 @@ def test_csv_has_one_row_per_cell_with_raw_bytes(report):
         assert row["status"] == result.status
 
 
-def test_rebuilding_replaces_stale_plots(report):
-    stale = report.run_dir / "plots" / "from_an_older_run.png"
+def test_rebuilding_removes_its_own_stale_plots_and_nothing_else(report):
+    stale = report.run_dir / "plots" / "timeline_of_a_cell_no_longer_listed.png"
     stale.write_bytes(b"not a plot")
+    users = report.run_dir / "plots" / "my_notes.png"
+    users.write_bytes(b"the user's own file")
     rebuilt = build_report(report.run_dir)
-    assert not stale.exists()
+    assert not stale.exists() and users.read_bytes() == b"the user's own file"
     assert set(rebuilt.plots) == set(report.plots)
 
 
-def test_read_results_skips_a_truncated_last_line(tmp_path):
+def test_a_truncated_last_line_is_skipped_and_named(tmp_path):
     lines = (FIXTURE / "results.jsonl").read_text().splitlines()
     path = tmp_path / "results.jsonl"
     path.write_text("\n".join(lines[:3]) + "\n" + lines[3][: len(lines[3]) // 2])
-    assert len(read_results(path)) == 3
+    loaded = load_results(path)
+    assert len(loaded.records) == 3 and "interrupted write" in loaded.problems[0] and ":4:" in loaded.problems[0]
 
 
-def test_read_results_rejects_a_malformed_middle_line(tmp_path):
+def test_a_malformed_middle_line_is_skipped_and_the_report_says_so(tmp_path):
     lines = (FIXTURE / "results.jsonl").read_text().splitlines()
-    path = tmp_path / "results.jsonl"
-    path.write_text("\n".join([lines[0], "{not json", lines[1]]) + "\n")
-    with pytest.raises(ValueError, match=":2:"):
-        read_results(path)
+    (tmp_path / "results.jsonl").write_text("\n".join([lines[0], "{not json", lines[1]]) + "\n")
+    report = build_report(tmp_path)
+    assert len(report.frame) == 2 and any(":2:" in note for note in report.notes)
+    assert "Incomplete or damaged" in report.summary.read_text() and ":2:" in report.html.read_text()
+
+
+def test_an_ill_typed_row_is_skipped_naming_the_field(tmp_path):
+    row = json.loads((FIXTURE / "results.jsonl").read_text().splitlines()[0])
+    row["spec"]["tokens"] = "many"
+    (tmp_path / "results.jsonl").write_text(json.dumps(row) + "\n")
+    loaded = load_results(tmp_path)
+    assert loaded.records == [] and "spec.tokens" in loaded.problems[0]
 
 
 def test_empty_results_give_a_report_without_plots(tmp_path):
@@ -138,16 +150,42 @@ def test_empty_results_give_a_report_without_plots(tmp_path):
     assert json.loads(json.dumps(report.findings)) == []
 
 
-def test_timeline_is_redrawn_from_a_snapshot_of_a_moved_run_folder(tmp_path):
-    snapshot = Path(__file__).resolve().parents[1] / "profiler" / "data" / "example_snapshot.pickle.gz"
-    if not snapshot.is_file():
-        pytest.skip("the profiler's example snapshot is not there")
-    (tmp_path / "snapshots").mkdir()
-    shutil.copy(snapshot, tmp_path / "snapshots" / "torch_cell.pickle.gz")
+def test_timeline_is_redrawn_from_the_stored_timeline_of_a_moved_run_folder(tmp_path):
+    from profiler import store
+    from profiler.snapshot import parse_timeline
+    from test_profiler_snapshot import synthesise_snapshot
+
+    store.write_json(tmp_path / "snapshots" / "torch_cell.timeline.json", parse_timeline(synthesise_snapshot()).to_dict())
     row = _fixture_rows()[0]
-    row.snapshot_path = "/elsewhere/original-run/snapshots/torch_cell.pickle.gz"  # where it was recorded
-    (tmp_path / "results.jsonl").write_text(row.to_json() + "\n")
+    row.snapshot_path = "/elsewhere/original-run/snapshots/torch_cell.pickle"  # where it was recorded
+    row.timeline_path = "/elsewhere/original-run/snapshots/torch_cell.timeline.json"
+    (tmp_path / "results.jsonl").write_text(store.dumps(row.to_dict()) + "\n")
     report = build_report(tmp_path)
     (timeline,) = report.timelines
     assert timeline.name == "timeline_torch_cell.png" and timeline.stat().st_size > 10_000
     assert f"](plots/{timeline.name})" in report.summary.read_text()
+
+
+def test_report_never_opens_a_pickle_from_the_folder(tmp_path):
+    """A run folder is something users receive from strangers: a malicious pickle beside the
+    results must not run. The planted files would create ``pwned`` if unpickled."""
+    import pickle
+
+    from profiler import store
+
+    marker = tmp_path / "pwned"
+
+    class Payload:
+        def __reduce__(self):
+            return (open, (str(marker), "w"))
+
+    (tmp_path / "snapshots").mkdir()
+    for name in ("torch_cell.pickle", "torch_cell.pickle.gz"):
+        (tmp_path / "snapshots" / name).write_bytes(pickle.dumps(Payload()))
+    row = _fixture_rows()[0]
+    row.snapshot_path = "snapshots/torch_cell.pickle"
+    row.timeline_path = None
+    (tmp_path / "results.jsonl").write_text(store.dumps(row.to_dict()) + "\n")
+    report = build_report(tmp_path)
+    assert not marker.exists()
+    assert report.timelines == [] and any("never opens a pickle" in note for note in report.notes)

@@ -4,7 +4,8 @@ import math
 import pytest
 
 from profiler.records import CellResult, CellSpec, Parity
-from reports import compute_findings, parity_verdict, results_frame, tolerance_for
+from profiler.tolerances import parity_verdict, tolerance_for
+from reports import compute_findings, results_frame
 from reports.tables import cell_tables
 
 MIB = 1 << 20

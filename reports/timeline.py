@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from profiler.snapshot import Timeline
+from reports.figures import save_figure
 
 _MiB = 2**20
 
@@ -55,6 +56,4 @@ def plot_timeline(timeline: Timeline, path: str | Path, *, title: str = "") -> P
     side.text(0.0, 1.0, "\n".join(lines), va="top", ha="left", family="monospace", fontsize=7.5,
               transform=side.transAxes)
     fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=110)
-    return path
+    return save_figure(fig, path, dpi=110)

@@ -10,68 +10,25 @@ grid's report.
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 
-import matplotlib
+import pandas as pd
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from profiler.configs import ModelConfig  # noqa: E402
-from profiler.model.fit import FitResult, FitSearch  # noqa: E402
-from profiler.model.parity import (CONTROL, NOISE_FACTOR, CurveGap, GradCheck, ParityCurve,  # noqa: E402
-                                   ParityReport, ParitySettings, ParityVerdict, curve_gap)
-from profiler.model.run import ModelResult  # noqa: E402
-from reports.environment import environment_lines, read_environment, write_environment  # noqa: E402
-from reports.markdown import markdown_table  # noqa: E402
-from reports.palette import backend_style  # noqa: E402
-from reports.units import GIB, format_bytes, format_ms, format_percent  # noqa: E402
+from profiler import store
+from profiler.training.fit import FitResult, load_fits
+from profiler.training.jobs import ModelResult, load_model_results
+from profiler.training.parity import CONTROL, NOISE_FACTOR, CurveGap, ParityReport, curve_gap, load_parity_report
+from reports.environment import environment_lines, read_environment
+from reports.figures import new_figure, save_figure
+from reports.markdown import markdown_table
+from reports.palette import backend_style
+from reports.units import GIB, format_bytes, format_ms, format_percent
 
 REFERENCE = "torch"
-RESULTS_FILE = "model_results.jsonl"
-FIT_FILE = "fit.json"
-PARITY_FILE = "parity.json"
+RESULTS_FILE = store.MODEL_RESULTS_FILE
 
 
 # --- model ---------------------------------------------------------------------------------
-
-def append_result(out_dir: Path, result: ModelResult) -> None:
-    """Append one result to ``model_results.jsonl`` (flushed: a killed run loses nothing)."""
-    with open(Path(out_dir) / RESULTS_FILE, "a", encoding="utf-8") as fh:
-        fh.write(json.dumps(result.to_dict()) + "\n")
-        fh.flush()
-
-
-def read_model_results(out_dir: Path) -> list[ModelResult]:
-    """The rows of ``model_results.jsonl``; ``ValueError`` naming the file and line if one is malformed."""
-    path = Path(out_dir) / RESULTS_FILE
-    results = []
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            results.append(ModelResult.from_dict(json.loads(line)))
-        except (ValueError, KeyError, TypeError) as exc:
-            raise ValueError(f"{path}:{number}: not a model result ({exc})") from None
-    return results
-
-
-def read_fits(out_dir: Path) -> list[FitResult]:
-    """The ``--fit`` searches stored in ``fit.json``; ``[]`` when the folder has none."""
-    path = Path(out_dir) / FIT_FILE
-    if not path.is_file():
-        return []
-    fits = []
-    for raw in json.loads(path.read_text()):
-        search = raw["search"]
-        fits.append(FitResult(
-            backend=raw["backend"], axis=raw["axis"], limit_bytes=raw["limit_bytes"],
-            search=FitSearch(search["largest"], [(n, ok) for n, ok in search["probes"]], search["hit_maximum"]),
-            best=ModelResult.from_dict(raw["best"]) if raw.get("best") is not None else None))
-    return fits
-
 
 def missing_rows(results: list[ModelResult]) -> list[str]:
     """Sentences naming the rows a run that was cut short never wrote.
@@ -244,8 +201,10 @@ def plot_breakdown(results: list[ModelResult], path: Path) -> Path | None:
             if p.name not in part_names:
                 part_names.append(p.name)
     unit, unit_name = (GIB, "GiB") if max(r.memory.peak for r in ok) >= GIB else (1 << 20, "MiB")
-    cmap = plt.get_cmap("tab10")
-    fig, ax = plt.subplots(figsize=(10, 0.55 * len(ok) + 2.4))
+    from matplotlib import colormaps
+
+    cmap = colormaps["tab10"]
+    fig, ax = new_figure((10, 0.55 * len(ok) + 2.4))
     labels = [f"{r.job.label} ({r.job.config.name}{' tied' if r.job.config.tie_word_embeddings else ''}, "
               f"B={r.job.batch} T={r.job.seq})" for r in ok]
     labelled: set[str] = set()
@@ -268,8 +227,7 @@ def plot_breakdown(results: list[ModelResult], path: Path) -> Path | None:
               frameon=False)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120, bbox_inches="tight")
-    plt.close(fig)
+    save_figure(fig, path, dpi=120, bbox_inches="tight")
     return path
 
 
@@ -278,7 +236,7 @@ def plot_reserved(results: list[ModelResult], path: Path) -> Path | None:
     ok = [r for r in results if r.status == "ok" and r.memory.smi_peak is not None]
     if not ok:
         return None
-    fig, ax = plt.subplots(figsize=(10, 0.7 * len(ok) + 2.0))
+    fig, ax = new_figure((10, 0.7 * len(ok) + 2.0))
     series = (("allocated peak", "peak", "#1f77b4"), ("reserved peak", "peak_reserved", "#ff7f0e"),
               ("nvidia-smi (reserved + context)", "smi_peak", "#7f7f7f"))
     height = 0.8 / len(series)
@@ -293,16 +251,15 @@ def plot_reserved(results: list[ModelResult], path: Path) -> Path | None:
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=3, frameon=False)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120, bbox_inches="tight")
-    plt.close(fig)
+    save_figure(fig, path, dpi=120, bbox_inches="tight")
     return path
 
 
 def render_model_markdown(results: list[ModelResult], fits: list[FitResult], environment: dict,
-                          plots: list[Path]) -> str:
+                          plots: list[Path], problems: list[str] = ()) -> str:
     source = results[0].memory.source if results and results[0].memory else "cuda-allocator"
     lines = ["# fusedce-profile model: one training step, memory by part", ""]
-    missing = missing_rows(results)
+    missing = missing_rows(results) + [f"a line of the results was not read: {p}" for p in problems]
     if missing:
         lines += [f"**Incomplete run.** {s}" for s in missing] + [""]
     lines += [f"- {s}" for s in findings(results)] + [""]
@@ -330,34 +287,17 @@ def render_model_markdown(results: list[ModelResult], fits: list[FitResult], env
     return "\n".join(lines)
 
 
-def write_fits(out_dir: Path, fits: list[FitResult]) -> None:
-    """Write the ``--fit`` searches to ``fit.json`` (read back by :func:`read_fits`)."""
-    (Path(out_dir) / FIT_FILE).write_text(json.dumps([dataclasses.asdict(f) for f in fits], indent=1))
-
-
-def write_model_report(out_dir: Path, fits: list[FitResult] | None = None,
-                       environment: dict | None = None) -> Path:
-    """Write ``summary.md``, ``fit.json`` and the plots (``breakdown.png``; ``reserved.png`` on CUDA)
-    from ``model_results.jsonl``."""
+def write_model_report(out_dir: Path) -> Path:
+    """Render ``summary.md`` and the plots (``breakdown.png``; ``reserved.png`` on CUDA) from the
+    folder's stored files alone: ``model_results.jsonl``, and ``fit.json`` and
+    ``environment.json`` when present."""
     out_dir = Path(out_dir)
-    results = read_model_results(out_dir)
-    fits = fits or []
-    if environment is not None:
-        write_environment(out_dir, environment)
-    if fits:
-        write_fits(out_dir, fits)
+    loaded = load_model_results(out_dir)
+    results, fits, environment = loaded.records, load_fits(out_dir), read_environment(out_dir)
     plots = [p for p in (plot_breakdown(results, out_dir / "plots" / "breakdown.png"),
                          plot_reserved(results, out_dir / "plots" / "reserved.png")) if p]
-    summary = out_dir / "summary.md"
-    summary.write_text(render_model_markdown(results, fits, environment or {}, plots), encoding="utf-8")
-    return summary
-
-
-def rebuild_model_report(out_dir: Path) -> Path:
-    """``write_model_report`` from the folder's files alone: ``model_results.jsonl``, and
-    ``fit.json`` and ``environment.json`` when present (``summary.md`` and the plots are redone)."""
-    out_dir = Path(out_dir)
-    return write_model_report(out_dir, read_fits(out_dir), read_environment(out_dir) or None)
+    text = render_model_markdown(results, fits, environment, plots, problems=loaded.problems)
+    return store.write_text(out_dir / "summary.md", text)
 
 
 # --- parity --------------------------------------------------------------------------------
@@ -430,7 +370,7 @@ def parity_table(report: ParityReport) -> pd.DataFrame:
 def plot_parity(report: ParityReport, path: Path) -> Path:
     """Loss curves of every back-end (top) and their relative difference to torch (bottom)."""
     names = [c.backend for c in report.curves]
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 7), sharex=True, gridspec_kw={"height_ratios": [2, 1]})
+    fig, (top, bottom) = new_figure((9, 7), 2, 1, sharex=True, gridspec_kw={"height_ratios": [2, 1]})
     ref = report.curves[0]
     for curve in report.curves:
         if not curve.losses:
@@ -464,41 +404,17 @@ def plot_parity(report: ParityReport, path: Path) -> Path:
         bottom.legend(fontsize=9)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path, dpi=120)
     return path
 
 
-def read_parity_report(out_dir: Path) -> ParityReport:
-    """The :class:`ParityReport` stored in ``parity.json``; ``ValueError`` if it is not one."""
-    path = Path(out_dir) / PARITY_FILE
-    try:
-        raw = json.loads(path.read_text())
-        settings = dict(raw["settings"])
-        settings["config"] = ModelConfig(**settings["config"])
-        settings.setdefault("control", False)  # runs recorded before the control existed had none
-        curves = [ParityCurve(**{**c, "grad_checks": [GradCheck(**g) for g in c["grad_checks"]]})
-                  for c in raw["curves"]]
-        return ParityReport(settings=ParitySettings(**settings), curves=curves,
-                            verdicts=[ParityVerdict(**v) for v in raw["verdicts"]],
-                            entropy_rate=raw["entropy_rate"], reference_learned=raw["reference_learned"])
-    except (ValueError, KeyError, TypeError) as exc:
-        raise ValueError(f"{path}: not a parity report ({exc})") from None
-
-
-def rebuild_parity_report(out_dir: Path) -> tuple[Path, ParityReport]:
-    """``write_parity_report`` from ``parity.json`` (and ``environment.json``); returns the
-    summary's path and the report (its ``passed`` decides the exit code)."""
-    report = read_parity_report(out_dir)
-    return write_parity_report(out_dir, report, read_environment(out_dir) or None), report
-
-
-def write_parity_report(out_dir: Path, report: ParityReport, environment: dict | None = None) -> Path:
-    """Write ``parity.json``, ``summary.md`` and ``plots/parity_loss.png``."""
+def write_parity_report(out_dir: Path) -> tuple[Path, ParityReport]:
+    """Render ``summary.md`` and ``plots/parity_loss.png`` from the folder's ``parity.json`` (and
+    ``environment.json``); returns the summary's path and the report (its ``passed`` decides
+    the exit code)."""
     out_dir = Path(out_dir)
-    if environment is not None:
-        write_environment(out_dir, environment)
-    (out_dir / PARITY_FILE).write_text(json.dumps(dataclasses.asdict(report), indent=1))
+    report = load_parity_report(out_dir)
+    environment = read_environment(out_dir)
     png = plot_parity(report, out_dir / "plots" / "parity_loss.png")
     s = report.settings
     ref = report.curves[0]
@@ -538,6 +454,4 @@ def write_parity_report(out_dir: Path, report: ParityReport, environment: dict |
     lines += [f"![loss curves](plots/{png.name})", ""]
     lines += ["<details><summary>Environment</summary>", "", "```"] + environment_lines(environment or {}) + [
         "```", "</details>", ""]
-    summary = out_dir / "summary.md"
-    summary.write_text("\n".join(lines), encoding="utf-8")
-    return summary
+    return store.write_text(out_dir / "summary.md", "\n".join(lines)), report

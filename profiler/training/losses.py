@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 import torch
 
-from profiler.backends import Backend, LossFn, LossOptions, get_backend, torch_loss
+from fusedce.options import LossOptions
+from profiler.backends import Backend, LossFn, get_backend, torch_loss
 from profiler.configs import ModelConfig
 from profiler.records import CellSpec
 
@@ -70,7 +71,7 @@ def unrounded_logits_loss(hidden: torch.Tensor, weight: torch.Tensor, target: to
     on CUDA, where its products write fp32 directly: this differs from torch by the logits'
     bf16 rounding alone. Its loss curve's gap to torch's is what a
     rounding-sized difference grows to over the run (outside autocast it *is* torch's loss).
-    Use as ``--backend profiler.model.losses:unrounded_logits_loss``.
+    Use as ``--backend profiler.training.losses:unrounded_logits_loss``.
     """
     device_type = hidden.device.type
     if torch.is_autocast_enabled(device_type):

@@ -1,20 +1,15 @@
 """Model-mode jobs: one back-end's measured training step, in this process or a fresh one.
 
 A :class:`ModelJob` says what to run; :func:`run_job` runs it here and returns a
-:class:`ModelResult`; :func:`run_job_subprocess` runs it in a new Python process
-(``python -m profiler.model.worker``) so that one back-end's allocator cache, compiled
-kernels or crash cannot affect the next. Out-of-memory is a result (``status="oom"``), not
+:class:`ModelResult`; :func:`run_job_in_worker` runs it in a fresh worker process
+(:mod:`profiler.worker`) so that one back-end's allocator cache, compiled kernels or crash
+cannot affect the next. Out-of-memory is a result (``status="oom"``), not
 an exception; so is a back-end that cannot run here (``"skipped"``) and any other failure
 (``"error"``, with the message).
 """
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
-import subprocess
-import sys
-import tempfile
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -22,13 +17,14 @@ from pathlib import Path
 
 import torch
 
+from profiler import oom, store
 from profiler.configs import ModelConfig
-from profiler.model.gpt import ATTENTION_IMPLS, GPT
-from profiler.model.losses import BackendUnavailable, loss_options, resolve_backend
-from profiler.model.memory import Phase
-from profiler.model.step import MODEL_MODES, Part, StepMemory, make_batch, measure_step
-
-STATUSES = ("ok", "oom", "error", "skipped")
+from profiler.models.gpt import ATTENTION_IMPLS, GPT
+from profiler.training.losses import BackendUnavailable, loss_options, resolve_backend
+from profiler.protocol import Phase
+from profiler.precision import TRAINING_MODES
+from profiler.training.data import random_batch
+from profiler.training.step import Part, StepMemory, measure_step
 
 
 @dataclass
@@ -65,10 +61,17 @@ class ModelJob:
                 raise ValueError(f"{key} must be a positive integer, got {value!r}")
         if self.attention not in ATTENTION_IMPLS:
             raise ValueError(f"attention must be one of {ATTENTION_IMPLS}, got {self.attention!r}")
-        if self.mode not in MODEL_MODES:
-            raise ValueError(f"mode must be one of {MODEL_MODES}, got {self.mode!r}")
+        if self.mode not in TRAINING_MODES:
+            raise ValueError(f"mode must be one of {TRAINING_MODES}, got {self.mode!r}")
         if self.warmup_steps < 1:
             raise ValueError(f"warmup_steps must be ≥ 1 (AdamW state must exist), got {self.warmup_steps}")
+
+    @classmethod
+    def from_dict(cls, raw: dict) -> "ModelJob":
+        """A job stored by ``dataclasses.asdict`` (its config validated again)."""
+        raw = dict(raw)
+        raw["config"] = ModelConfig(**raw["config"])
+        return cls(**raw)
 
     @property
     def label(self) -> str:
@@ -96,9 +99,7 @@ class ModelResult:
     @classmethod
     def from_dict(cls, raw: dict) -> "ModelResult":
         raw = dict(raw)
-        job = dict(raw["job"])
-        job["config"] = ModelConfig(**job["config"])
-        raw["job"] = ModelJob(**job)
+        raw["job"] = ModelJob.from_dict(raw["job"])
         if raw.get("memory") is not None:
             mem = dict(raw["memory"])
             mem["composition"] = [Part(**p) for p in mem["composition"]]
@@ -131,18 +132,6 @@ def _cap_cuda_memory(device: torch.device, limit: int) -> None:
     torch.cuda.set_per_process_memory_fraction(memory_fraction(limit, context, total), index)
 
 
-def is_out_of_memory(exc: BaseException) -> bool:
-    """True for an allocator OOM, also when wrapped (e.g. by torch.compile) or raised by a library
-    that reports CUDA's own out-of-memory error as a ``RuntimeError``."""
-    seen: set[int] = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        if isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower():
-            return True
-        exc = exc.__cause__ or exc.__context__
-    return False
-
-
 def run_job(job: ModelJob) -> ModelResult:
     """Build the model, warm up and measure one step with ``job.backend``, in this process."""
     device = torch.device(job.device)
@@ -158,14 +147,14 @@ def run_job(job: ModelJob) -> ModelResult:
         with device:
             model = GPT(job.config, attention=job.attention, checkpointing=job.checkpointing, seed=job.seed)
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-        input_ids, targets = make_batch(job.config.vocab_size, job.batch, job.seq, device, seed=job.seed)
+        input_ids, targets = random_batch(job.config.vocab_size, job.batch, job.seq, device, seed=job.seed)
         outcome = measure_step(model, backend.fn, options, optimizer, input_ids, targets, job.mode,
                                eval_first=job.eval_step, warmup_steps=job.warmup_steps)
     except BackendUnavailable as exc:
         result.status, result.message = "skipped", str(exc)
         return result
     except Exception as exc:  # any back-end failure is a result, with its traceback tail
-        if is_out_of_memory(exc):
+        if oom.is_out_of_memory(exc):
             result.status, result.message = "oom", (str(exc).splitlines() or [type(exc).__name__])[0]
             return result
         result.status = "error"
@@ -183,28 +172,39 @@ def run_job(job: ModelJob) -> ModelResult:
     return result
 
 
-def run_job_subprocess(job: ModelJob, timeout_s: float | None = 900) -> ModelResult:
-    """:func:`run_job` in a fresh ``python -m profiler.model.worker`` process.
+def run_training_job(payload: dict) -> dict:
+    """The worker's ``training-step`` job: a :class:`ModelJob` as a dict → its result as a dict."""
+    return run_job(ModelJob.from_dict(payload)).to_dict()
 
-    A worker that dies without writing its result (a CUDA error, a kill, a timeout) gives a
-    ``status="error"`` result carrying the end of its stderr.
+
+def run_job_in_worker(job: ModelJob, log_dir: Path, timeout_s: float | None = 900) -> ModelResult:
+    """:func:`run_job` in a fresh worker process (:class:`profiler.worker.Worker`).
+
+    A worker that dies without answering (a CUDA error, a kill, a timeout) gives an ``error``
+    (or ``timeout``) result naming the cause and its log.
     """
-    with tempfile.TemporaryDirectory(prefix="fusedce-model-") as tmp:
-        job_path, out_path = Path(tmp, "job.json"), Path(tmp, "result.json")
-        job_path.write_text(json.dumps(dataclasses.asdict(job)))
-        env = dict(os.environ)
-        env.setdefault("PYTHONUNBUFFERED", "1")
-        start = time.perf_counter()
-        try:
-            proc = subprocess.run([sys.executable, "-m", "profiler.model.worker", str(job_path), str(out_path)],
-                                  capture_output=True, text=True, timeout=timeout_s, env=env)
-        except subprocess.TimeoutExpired:
-            return ModelResult(job=job, status="error", message=f"worker timed out after {timeout_s} s")
-        if out_path.is_file():
-            result = ModelResult.from_dict(json.loads(out_path.read_text()))
-        else:
-            tail = (proc.stderr or "")[-2000:]
-            result = ModelResult(job=job, status="error",
-                                 message=f"worker exited with code {proc.returncode} without a result:\n{tail}")
-        result.extra["wall_s"] = time.perf_counter() - start  # the whole process: start-up, build, warm-up, step
-        return result
+    from profiler.worker import Worker, WorkerDied
+
+    start = time.perf_counter()
+    worker = Worker(log_dir)
+    try:
+        result = ModelResult.from_dict(worker.call("training-step", dataclasses.asdict(job), timeout_s))
+    except WorkerDied as died:
+        status = "timeout" if died.timed_out else "error"
+        what = f"timed out after {timeout_s:g} s" if died.timed_out else died.reason
+        result = ModelResult(job=job, status=status,
+                             message=f"{what}; log {died.log_path}" + (f":\n{died.tail}" if died.tail else ""))
+    finally:
+        worker.close()
+    result.extra["wall_s"] = time.perf_counter() - start  # the whole process: start-up, build, warm-up, step
+    return result
+
+
+def append_model_result(folder: Path, result: ModelResult) -> None:
+    """Append one result to the folder's ``model_results.jsonl`` (fsync'ed: a killed run loses nothing)."""
+    store.append_jsonl(Path(folder) / store.MODEL_RESULTS_FILE, result.to_dict())
+
+
+def load_model_results(folder: Path) -> store.Loaded[ModelResult]:
+    """The rows of a folder's ``model_results.jsonl`` (the store's one reading policy)."""
+    return store.read_jsonl(Path(folder) / store.MODEL_RESULTS_FILE, ModelResult.from_dict)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-IGNORE_INDEX = -100
+from fusedce.options import IGNORE_INDEX
 
 
 @dataclass(frozen=True)
@@ -82,3 +82,13 @@ def _chain_tables(vocab: int, branching: int, seed: int) -> tuple[torch.Tensor, 
     successors = torch.multinomial(zipf, vocab * branching, replacement=True, generator=gen).reshape(vocab, branching)
     weights = torch.rand(vocab, branching, generator=gen) + 0.1
     return successors, weights / weights.sum(-1, keepdim=True)
+
+
+def random_batch(vocab: int, batch: int, seq: int, device, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Uniform random (input_ids, targets), each (B, T) int64; targets are the next tokens.
+
+    The batch of a memory measurement: its values do not matter, its shapes do.
+    """
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    tokens = torch.randint(0, vocab, (batch, seq + 1), generator=gen).to(device)
+    return tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()

@@ -4,9 +4,9 @@ The step is: ``zero_grad`` → forward of the trunk → the loss back-end on
 (hidden, lm_head weight, targets) → backward → AdamW step, under bf16 autocast with fp32
 master weights (``mode="amp-bf16"``) or in plain fp32 (``mode="fp32"``). It runs after
 ``warmup_steps`` unmeasured steps, so the optimizer state exists and compilation and
-autotuning are done (the calibration in issue 7 is "the second training step").
+autotuning are done (what a user's ``nvidia-smi`` shows is the second step's high-water mark).
 
-Phases, as the :class:`~profiler.model.memory.PhaseMeter` sees them:
+Phases, as the :class:`~profiler.protocol.MemoryMeter` sees them:
 ``forward`` (trunk), ``loss`` (loss forward and the loss's own backward, up to the gradient
 of the hidden states), ``backward`` (the rest of the backward), ``optimizer`` (AdamW step).
 
@@ -23,11 +23,11 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from profiler.model.gpt import GPT
-from profiler.backends import LossFn, LossOptions
-from profiler.model.memory import Phase, PhaseMeter
-
-MODEL_MODES = ("amp-bf16", "fp32")
+from fusedce.options import LossOptions
+from profiler.backends import LossFn
+from profiler.models.gpt import GPT
+from profiler.precision import autocast
+from profiler.protocol import MemoryMeter, Phase
 
 
 @dataclass
@@ -155,29 +155,14 @@ class SavedTensorCounter:
         return torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t)
 
 
-def make_batch(vocab: int, batch: int, seq: int, device, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """Uniform random (input_ids, targets), each (B, T) int64; targets are the next tokens."""
-    gen = torch.Generator(device="cpu").manual_seed(seed)
-    tokens = torch.randint(0, vocab, (batch, seq + 1), generator=gen).to(device)
-    return tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
-
-
-def autocast_context(mode: str, device: torch.device):
-    if mode not in MODEL_MODES:
-        raise ValueError(f"mode must be one of {MODEL_MODES}, got {mode!r}")
-    if mode == "amp-bf16":
-        return torch.autocast(device.type, dtype=torch.bfloat16)
-    return contextlib.nullcontext()
-
-
 def train_step(model: GPT, loss_fn: LossFn, options: LossOptions, optimizer: torch.optim.Optimizer,
                input_ids: torch.Tensor, targets: torch.Tensor, mode: str,
-               meter: PhaseMeter | None = None, counter: SavedTensorCounter | None = None) -> torch.Tensor:
+               meter: MemoryMeter | None = None, counter: SavedTensorCounter | None = None) -> torch.Tensor:
     """One forward/backward/AdamW step; returns the loss (detached). Marks phases on ``meter``."""
     mark = meter.mark if meter is not None else (lambda name: None)
     optimizer.zero_grad(set_to_none=True)
     mark("forward")
-    with autocast_context(mode, input_ids.device):
+    with autocast(mode, input_ids.device):
         with counter.hooks() if counter else contextlib.nullcontext():
             hidden = model(input_ids)
         if hidden.requires_grad:
@@ -197,7 +182,7 @@ def evaluation_step(model: GPT, input_ids: torch.Tensor, targets: torch.Tensor, 
     check or any accuracy metric does; returns (loss, next-token accuracy)."""
     model.eval()
     try:
-        with autocast_context(mode, input_ids.device):
+        with autocast(mode, input_ids.device):
             logits = model.logits(model(input_ids))
             loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1))
             accuracy = (logits.argmax(-1) == targets).float().mean()
@@ -254,7 +239,7 @@ def measure_step(model: GPT, loss_fn: LossFn, options: LossOptions, optimizer: t
     optimizer.zero_grad(set_to_none=True)
     baseline = tensor_bytes(params + optimizer_state_tensors(optimizer, device) + [input_ids, targets])
     trunk_counter = SavedTensorCounter(params)
-    meter = PhaseMeter(device, baseline_bytes=baseline)
+    meter = MemoryMeter(device, baseline_bytes=baseline)
     with meter:
         start = time.perf_counter()
         loss = train_step(model, loss_fn, options, optimizer, input_ids, targets, mode, meter,

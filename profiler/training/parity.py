@@ -1,7 +1,7 @@
 """Training parity: does a fused back-end train the model like eager torch does?
 
 Each back-end trains its own copy of the model from the same initialisation on the same
-batches (:class:`~profiler.model.data.MarkovChain`) for ``steps`` AdamW steps. Two kinds of
+batches (:class:`~profiler.training.data.MarkovChain`) for ``steps`` AdamW steps. Two kinds of
 evidence:
 
 - **loss curves**: per-step ``|L_b − L_torch| / L_torch`` and the final loss (mean of the
@@ -11,7 +11,7 @@ evidence:
   weights and batch, the gradients of the LM-head weight (which, tied, is the embedding and
   holds both contributions), its bias, and the hidden states, against eager torch in fp32
   (relative error ‖g − g_ref‖ / ‖g_ref‖), which must be within the mode's tolerance
-  (:mod:`reports.tolerances`).
+  (:mod:`profiler.tolerances`).
 
 Training is often chaotic: two runs whose arithmetic differs by one rounding drift apart
 exponentially (measured on the user's model in fp32: 1e-7 for 45 steps, 5% by step 64). So
@@ -28,17 +28,21 @@ import dataclasses
 import math
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable
 
 import torch
 
-from profiler.backends import LossOptions, torch_loss
+from fusedce.options import LossOptions
+from profiler import store
+from profiler.backends import torch_loss
 from profiler.configs import ModelConfig
-from profiler.model.data import MarkovChain
-from profiler.model.gpt import GPT
-from profiler.model.losses import BackendUnavailable, resolve_backend
-from profiler.model.step import MODEL_MODES, autocast_context
-from reports.tolerances import tolerance_for
+from profiler.training.data import MarkovChain
+from profiler.models.gpt import GPT
+from profiler.training.losses import BackendUnavailable, resolve_backend
+from profiler.precision import TRAINING_MODES, autocast
+from profiler.reference import relative_error
+from profiler.tolerances import tolerance_for
 
 REFERENCE = "torch"
 CONTROL = "torch, perturbed"  # the noise-floor control (see the module docstring)
@@ -71,8 +75,8 @@ class ParitySettings:
     def __post_init__(self) -> None:
         if self.steps < 10:
             raise ValueError(f"steps must be at least 10 (the final loss averages the last tenth), got {self.steps}")
-        if self.mode not in MODEL_MODES:
-            raise ValueError(f"mode must be one of {MODEL_MODES}, got {self.mode!r}")
+        if self.mode not in TRAINING_MODES:
+            raise ValueError(f"mode must be one of {TRAINING_MODES}, got {self.mode!r}")
         if self.reduction not in ("mean", "sum"):
             raise ValueError(f"reduction must be 'mean' or 'sum', got {self.reduction!r}")
         if not self.backends:
@@ -200,16 +204,6 @@ def curve_gap(curve: ParityCurve, reference: ParityCurve, threshold: float) -> C
                     over[0] if over else None, over[-1] if over else None, int((losses > ref).sum()))
 
 
-def relative_error(value: torch.Tensor, reference: torch.Tensor) -> float:
-    """‖value − reference‖ / ‖reference‖ in fp64 (``inf`` if value is missing, 0/0 → 0)."""
-    ref = reference.double()
-    diff = (value.double() - ref).norm()
-    norm = ref.norm()
-    if norm == 0:
-        return 0.0 if diff == 0 else math.inf
-    return float(diff / norm)
-
-
 def build_model(settings: ParitySettings) -> GPT:
     """The model every back-end starts from (same seed → same weights; bias random if any)."""
     with torch.device(settings.device):
@@ -227,7 +221,7 @@ def _loss_and_grads(model: GPT, loss_fn, options: LossOptions, inputs, targets, 
     weight, bias and hidden-state gradients). The parameters keep their ``.grad``."""
     model.zero_grad(set_to_none=True)
     captured: dict[str, torch.Tensor] = {}
-    with autocast_context(mode, inputs.device):
+    with autocast(mode, inputs.device):
         hidden = model(inputs)
         hidden.register_hook(lambda g: captured.__setitem__("hidden", g.detach().clone()))
         loss = loss_fn(hidden.reshape(-1, hidden.shape[-1]), model.lm_head_weight, targets.reshape(-1),
@@ -308,7 +302,6 @@ def judge(settings: ParitySettings, curve: ParityCurve, reference: ParityCurve,
         verdict.reasons.append(f"{curve.status}: {curve.message}")
         return verdict
     losses = torch.tensor(curve.losses, dtype=torch.float64)
-    ref = torch.tensor(reference.losses, dtype=torch.float64)
     if not bool(torch.isfinite(losses).all()):
         first = int((~torch.isfinite(losses)).nonzero()[0])
         verdict.passed = False
@@ -374,3 +367,26 @@ def run_parity(settings: ParitySettings, progress: Callable[[str], None] | None 
         if on_curve is not None:
             on_curve(report)
     return report
+
+
+def save_parity_report(folder: Path, report: ParityReport) -> None:
+    """Write the whole report to the folder's ``parity.json`` (strict JSON: a NaN loss is ``"NaN"``)."""
+    store.write_json(Path(folder) / store.PARITY_FILE, dataclasses.asdict(report))
+
+
+def load_parity_report(folder: Path) -> ParityReport:
+    """The :class:`ParityReport` stored in a folder's ``parity.json``; ``ValueError`` if it is not one."""
+    path = Path(folder) / store.PARITY_FILE
+    raw = store.read_json(path)
+    try:
+        settings = dict(raw["settings"])
+        settings["config"] = ModelConfig(**settings["config"])
+        settings.setdefault("control", False)  # runs recorded before the control existed had none
+        curves = [ParityCurve(**{**c, "losses": [store.float_field(x, "losses", optional=False) for x in c["losses"]],
+                                 "grad_checks": [GradCheck(**g) for g in c["grad_checks"]]})
+                  for c in raw["curves"]]
+        return ParityReport(settings=ParitySettings(**settings), curves=curves,
+                            verdicts=[ParityVerdict(**v) for v in raw["verdicts"]],
+                            entropy_rate=raw["entropy_rate"], reference_learned=raw["reference_learned"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"{path}: not a parity report ({exc})") from None

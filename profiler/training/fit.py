@@ -7,15 +7,18 @@ two probes; a poor one O(log n). It assumes fitting is monotone (if ``n`` fits, 
 smaller ``n`` fits), which holds for memory up to allocator fragmentation.
 :func:`predicted_start` makes the guess from one measured step (memory grows about linearly
 in B and T); :func:`fit_backend` runs each probe as a
-:class:`~profiler.model.run.ModelJob` in its own process with the limit applied.
+:class:`~profiler.training.jobs.ModelJob` through ``runner`` (in the CLI: a fresh worker
+process per probe, :func:`~profiler.training.jobs.run_job_in_worker`) with the limit applied.
 """
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Callable
 
-from profiler.model.run import ModelJob, ModelResult, run_job_subprocess
+from profiler import store
+from profiler.training.jobs import ModelJob, ModelResult
 
 FIT_AXES = ("batch", "seq")
 
@@ -102,7 +105,7 @@ class FitResult:
 
 
 def fit_backend(job: ModelJob, axis: str, limit_bytes: int, maximum: int,
-                runner: Callable[[ModelJob], ModelResult] = run_job_subprocess) -> FitResult:
+                runner: Callable[[ModelJob], ModelResult]) -> FitResult:
     """Search the largest ``job.<axis>`` that trains under ``limit_bytes``, starting the search
     at ``job.<axis>`` (see :func:`predicted_start` for a good value); each probe is a job.
 
@@ -133,3 +136,26 @@ class _Unfit(Exception):
     def __init__(self, result: ModelResult) -> None:
         super().__init__(result.message)
         self.result = result
+
+
+def save_fits(folder: Path, fits: list[FitResult]) -> None:
+    """Write the ``--fit`` searches to the folder's ``fit.json``."""
+    store.write_json(Path(folder) / store.FIT_FILE, [dataclasses.asdict(f) for f in fits])
+
+
+def load_fits(folder: Path) -> list[FitResult]:
+    """The ``--fit`` searches of a folder (``[]`` when it has none); ``ValueError`` naming the file."""
+    path = Path(folder) / store.FIT_FILE
+    if not path.is_file():
+        return []
+    fits = []
+    try:
+        for raw in store.read_json(path):
+            search = raw["search"]
+            fits.append(FitResult(
+                backend=raw["backend"], axis=raw["axis"], limit_bytes=raw["limit_bytes"],
+                search=FitSearch(search["largest"], [(n, ok) for n, ok in search["probes"]], search["hit_maximum"]),
+                best=ModelResult.from_dict(raw["best"]) if raw.get("best") is not None else None))
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"{path}: not a list of fit searches ({exc})") from None
+    return fits

@@ -1,0 +1,67 @@
+"""Precision modes: the dtypes an LM head is held in and the autocast its forward runs under.
+
+==========  ============  ============  =======================
+mode        hidden        weight/bias   forward runs under
+==========  ============  ============  =======================
+amp-bf16    bf16          fp32          autocast(bfloat16)
+amp-fp16    fp16          fp32          autocast(float16)
+bf16        bf16          bf16          no autocast
+fp32        fp32          fp32          no autocast
+==========  ============  ============  =======================
+
+``amp-bf16`` is how PyTorch Lightning's ``precision="bf16-mixed"`` trains: fp32 master
+weights, bf16 matrix products. Grid cells use every mode; a whole training step (model
+mode) uses ``amp-bf16`` or ``fp32``.
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import torch
+
+MODES = ("amp-bf16", "amp-fp16", "bf16", "fp32")
+TRAINING_MODES = ("amp-bf16", "fp32")
+
+
+@dataclass(frozen=True)
+class Precision:
+    """Dtypes of one mode; ``autocast`` is the autocast dtype or ``None``."""
+
+    hidden: torch.dtype
+    weight: torch.dtype
+    autocast: torch.dtype | None
+
+    @property
+    def compute(self) -> torch.dtype:
+        """The dtype the logits GEMM runs in."""
+        return self.autocast or self.weight
+
+
+PRECISIONS: dict[str, Precision] = {
+    "amp-bf16": Precision(torch.bfloat16, torch.float32, torch.bfloat16),
+    "amp-fp16": Precision(torch.float16, torch.float32, torch.float16),
+    "bf16": Precision(torch.bfloat16, torch.bfloat16, None),
+    "fp32": Precision(torch.float32, torch.float32, None),
+}
+assert tuple(PRECISIONS) == MODES
+
+
+def precision(mode: str) -> Precision:
+    """The :class:`Precision` of ``mode``; ``ValueError`` naming the known modes otherwise."""
+    if mode not in PRECISIONS:
+        raise ValueError(f"mode {mode!r} is unknown; choose one of {', '.join(PRECISIONS)}")
+    return PRECISIONS[mode]
+
+
+def autocast(mode: str, device: str | torch.device) -> contextlib.AbstractContextManager:
+    """The autocast context a forward of ``mode`` runs in on ``device`` (a no-op outside amp)."""
+    dtype = precision(mode).autocast
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(torch.device(device).type, dtype=dtype)
+
+
+def dtype_bytes(dtype: torch.dtype) -> int:
+    """Bytes per element of ``dtype``."""
+    return torch.empty((), dtype=dtype).element_size()
