@@ -189,3 +189,16 @@ def test_report_never_opens_a_pickle_from_the_folder(tmp_path):
     report = build_report(tmp_path)
     assert not marker.exists()
     assert report.timelines == [] and any("never opens a pickle" in note for note in report.notes)
+
+
+def test_a_timeline_plot_whose_timeline_file_is_absent_is_kept(tmp_path):
+    from profiler import store
+
+    row = _fixture_rows()[0]
+    row.snapshot_path = "snapshots/torch_cell.pickle.gz"  # recorded by an older version: no timeline file
+    (tmp_path / "results.jsonl").write_text(store.dumps(row.to_dict()) + "\n")
+    (tmp_path / "plots").mkdir()
+    drawn_before = tmp_path / "plots" / "timeline_torch_cell.png"
+    drawn_before.write_bytes(b"png drawn by an earlier build")
+    build_report(tmp_path)
+    assert drawn_before.read_bytes() == b"png drawn by an earlier build"
