@@ -4,10 +4,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from fusedce import op
-from fusedce.chunked import accumulation_dtype
-from fusedce.chunking import plan_chunks
+from fusedce import custom_op
 from fusedce.options import IMPLS, LossOptions
+from fusedce.passes import accumulation_dtype
+from fusedce.planner import plan_chunks
 from fusedce.validation import check_tensors, raise_on_out_of_range_targets
 
 _AUTOCASTABLE = (torch.float32, torch.bfloat16, torch.float16)
@@ -47,7 +47,7 @@ def linear_cross_entropy(
             (CUDA tensors, or CPU tensors under ``TRITON_INTERPRET=1``).
         chunk_size / vocab_chunk_size: cap the tokens / vocabulary entries per block.
         memory_budget: bytes of temporaries to aim for (default: a tenth of the gradient
-            bytes plus 96 MiB); see :mod:`fusedce.chunking`.
+            bytes plus 96 MiB); see :mod:`fusedce.planner`.
         validate_targets: raise IndexError on out-of-range targets. Default: on CPU always;
             on CUDA never (that read is a host sync) — out-of-range tokens get a NaN loss.
 
@@ -75,8 +75,8 @@ def linear_cross_entropy(
                        compute_dtype=compute_dtype, chunk_size=chunk_size, vocab_chunk_size=vocab_chunk_size,
                        memory_budget=memory_budget)
 
-    per_token, _ = op.forward_op(hidden2d, weight, target1d, bias, ignore_index, float(label_smoothing),
-                                 float(z_loss), opts.softcap_value, compute_dtype, impl, plan.rows, plan.cols)
+    per_token, _ = custom_op.forward_op(hidden2d, weight, target1d, bias, ignore_index, float(label_smoothing),
+                                        float(z_loss), opts.softcap_value, compute_dtype, impl, plan.rows, plan.cols)
     if reduction == "none":
         return per_token.view(target.shape)
     total = per_token.sum()
@@ -141,8 +141,8 @@ def _resolve_impl(impl: str, device: torch.device) -> str:
     if impl not in IMPLS:
         raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
     if impl == "auto":
-        return "triton" if device.type == "cuda" and op.triton_available(device) else "torch"
-    if impl == "triton" and not op.triton_available(device):
+        return "triton" if device.type == "cuda" and custom_op.triton_available(device) else "torch"
+    if impl == "triton" and not custom_op.triton_available(device):
         raise ValueError(
             f"impl='triton' needs CUDA tensors (or CPU tensors with TRITON_INTERPRET=1 and triton installed); "
             f"got tensors on {device}"

@@ -1,6 +1,6 @@
 """Analytic peak memory of one fusedce forward+backward, for the profiler's predicted column.
 
-Counts the tensors :mod:`fusedce.chunked` allocates (see its docstring and DESIGN.md), in
+Counts the tensors :mod:`fusedce.passes` allocates (see its docstring and DESIGN.md), in
 bytes, as "extra over the baseline where the inputs already exist". The prediction is for
 the Triton path on CUDA (cuBLAS writes fp32 results directly, the logit gradients overwrite
 the logits block in place); the PyTorch path creates a few more block-sized temporaries,
@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 import torch
 
-from fusedce.chunked import accumulation_dtype, block_row_stride
-from fusedce.chunking import ChunkPlan, dtype_bytes, plan_chunks
 from fusedce.matmul import add_slice_rows
+from fusedce.passes import accumulation_dtype, block_row_stride
+from fusedce.planner import ChunkPlan, dtype_bytes, plan_chunks
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ def predict_peak_bytes(
     acc = dtype_bytes(accumulation_dtype(compute_dtype))
     c = dtype_bytes(compute_dtype)
     rows, cols = min(plan.rows, max(n, 1)), min(plan.cols, v)
-    # the Triton path runs on CUDA, where the block's rows are padded (chunked.block_row_stride)
+    # the Triton path runs on CUDA, where the block's rows are padded (passes.block_row_stride)
     block = rows * block_row_stride(cols, torch.device("cuda" if impl == "triton" else "cpu")) * acc
     hidden_chunk = rows * h * c if hidden_dtype != compute_dtype else 0
     weight_chunk = cols * h * c if weight_dtype != compute_dtype else 0

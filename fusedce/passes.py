@@ -23,9 +23,9 @@ from types import ModuleType
 
 import torch
 
-from fusedce.chunking import ChunkPlan
 from fusedce.matmul import matmul_into
 from fusedce.options import LossOptions
+from fusedce.planner import ChunkPlan
 from fusedce.stats import RowStats
 
 
