@@ -9,17 +9,18 @@ saves only the inputs and the per-token lse (N floats).
 from __future__ import annotations
 
 import os
-from types import ModuleType
 from typing import Optional
 
 import torch
 
 from fusedce import block_math_torch, passes
+from fusedce.block_math import BlockMath
 from fusedce.options import LossOptions
 from fusedce.planner import ChunkPlan
 
 
-def _ops(impl: str) -> ModuleType:
+def _block_math(impl: str) -> BlockMath:
+    """The module doing the per-block softmax math for ``impl`` ("torch" or "triton")."""
     if impl == "triton":
         from fusedce import kernels
 
@@ -41,7 +42,7 @@ def forward_op(
     """(loss per token (N,), lse (N,)), fp32 (fp64 for fp64 compute). hidden is (N, H)."""
     opts = _options(ignore_index, label_smoothing, z_loss, softcap)
     plan = ChunkPlan(rows=rows, cols=cols, budget_bytes=0)
-    return passes.forward(hidden, weight, target, bias, opts, compute_dtype, plan, _ops(impl))
+    return passes.forward(hidden, weight, target, bias, opts, compute_dtype, plan, _block_math(impl))
 
 
 @forward_op.register_fake
@@ -64,7 +65,7 @@ def backward_op(
     opts = _options(ignore_index, label_smoothing, z_loss, softcap)
     plan = ChunkPlan(rows=rows, cols=cols, budget_bytes=0)
     gh, gw, gb = passes.backward(grad_loss, hidden, weight, target, bias, lse, opts, compute_dtype, plan,
-                                  _ops(impl), need_hidden=need_hidden, need_weight=need_weight,
+                                  _block_math(impl), need_hidden=need_hidden, need_weight=need_weight,
                                   need_bias=need_bias)
     # a gradient not asked for is a fresh empty tensor (custom-op outputs may not alias each other)
     return tuple(hidden.new_empty((0,)) if g is None else g for g in (gh, gw, gb))

@@ -3,7 +3,8 @@
 Notation: N tokens, H hidden size, V vocabulary; x = hidden @ weight.T (+ bias) the raw
 logits, c = softcap(x) what the loss sees, lse = logsumexp(c). The matrix products run on
 torch (cuBLAS/CPU BLAS) in the compute dtype with an fp32 result; the softmax math on each
-``rows × cols`` block runs in ``ops`` (Triton kernels or plain PyTorch, same contract).
+``rows × cols`` block runs in a :class:`~fusedce.block_math.BlockMath` (Triton kernels or
+plain PyTorch).
 
 Forward (2·N·H·V FLOPs): for each block, x = h_i @ W_jᵀ, then fold it into the per-token
 running statistics (max, Σexp, c_y, Σc). Only the statistics (N floats each) survive; the
@@ -19,10 +20,10 @@ Nothing of size N×V is ever allocated: the largest temporary is one fp32 block.
 from __future__ import annotations
 
 import math
-from types import ModuleType
 
 import torch
 
+from fusedce.block_math import BlockMath
 from fusedce.matmul import matmul_into
 from fusedce.options import LossOptions
 from fusedce.planner import ChunkPlan
@@ -58,7 +59,7 @@ def forward(
     opts: LossOptions,
     compute_dtype: torch.dtype,
     plan: ChunkPlan,
-    ops: ModuleType,
+    block_math: BlockMath,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token loss and logsumexp, both (N,) in the accumulation dtype.
 
@@ -79,7 +80,7 @@ def forward(
             w_j = weight_rows(c0, c1)
             z = _block(buffer, r1 - r0, c1 - c0)
             matmul_into(z, h_i, w_j.t(), accumulate=False)
-            ops.chunk_stats(z, None if bias is None else bias[c0:c1], c0, target[r0:r1], stats.rows(r0, r1),
+            block_math.chunk_stats(z, None if bias is None else bias[c0:c1], c0, target[r0:r1], stats.rows(r0, r1),
                             softcap=opts.softcap_value, need_sum=opts.label_smoothing > 0)
     lse = stats.logsumexp()
     eps = opts.label_smoothing
@@ -104,7 +105,7 @@ def backward(
     opts: LossOptions,
     compute_dtype: torch.dtype,
     plan: ChunkPlan,
-    ops: ModuleType,
+    block_math: BlockMath,
     *,
     need_hidden: bool = True,
     need_weight: bool = True,
@@ -157,7 +158,7 @@ def backward(
             w_j = weight_rows(c0, c1)
             z = _block(buffer, r1 - r0, c1 - c0)
             matmul_into(z, h_i, w_j.t(), accumulate=False)
-            d = ops.logit_grad(z, None if bias is None else bias[c0:c1], c0, target[r0:r1], lse[r0:r1],
+            d = block_math.logit_grad(z, None if bias is None else bias[c0:c1], c0, target[r0:r1], lse[r0:r1],
                                row_scale[r0:r1], vocab=v, label_smoothing=opts.label_smoothing,
                                z_loss=opts.z_loss, softcap=opts.softcap_value, out_dtype=compute_dtype)
             if need_bias:  # column sums as a (1, R) @ (R, C) product: no fp32 copy of the block
