@@ -5,8 +5,7 @@ import torch
 from torch import nn
 
 from fusedce import custom_op
-from fusedce.options import IMPLS, LossOptions
-from fusedce.passes import accumulation_dtype
+from fusedce.options import IGNORE_INDEX, IMPLS, LossOptions
 from fusedce.planner import plan_chunks
 from fusedce.validation import check_tensors, raise_on_out_of_range_targets
 
@@ -19,7 +18,7 @@ def linear_cross_entropy(
     target: torch.Tensor,
     bias: torch.Tensor | None = None,
     *,
-    ignore_index: int = -100,
+    ignore_index: int = IGNORE_INDEX,
     reduction: str = "mean",
     label_smoothing: float = 0.0,
     z_loss: float = 0.0,
@@ -77,13 +76,7 @@ def linear_cross_entropy(
 
     per_token, _ = custom_op.forward_op(hidden2d, weight, target1d, bias, ignore_index, float(label_smoothing),
                                         float(z_loss), opts.softcap_value, compute_dtype, impl, plan.rows, plan.cols)
-    if reduction == "none":
-        return per_token.view(target.shape)
-    total = per_token.sum()
-    if reduction == "sum":
-        return total
-    count = (target1d != ignore_index).sum()
-    return total / count.to(total.dtype)
+    return _reduce(per_token, target, target1d, reduction, ignore_index)
 
 
 class LinearCrossEntropyLoss(nn.Module):
@@ -95,7 +88,7 @@ class LinearCrossEntropyLoss(nn.Module):
     def __init__(
         self,
         *,
-        ignore_index: int = -100,
+        ignore_index: int = IGNORE_INDEX,
         reduction: str = "mean",
         label_smoothing: float = 0.0,
         z_loss: float = 0.0,
@@ -135,6 +128,20 @@ class LinearCrossEntropyLoss(nn.Module):
         return (f"ignore_index={self.ignore_index}, reduction={self.reduction!r}, "
                 f"label_smoothing={self.label_smoothing}, z_loss={self.z_loss}, softcap={self.softcap}, "
                 f"impl={self.impl!r}")
+
+
+def _reduce(per_token: torch.Tensor, target: torch.Tensor, target1d: torch.Tensor, reduction: str,
+            ignore_index: int) -> torch.Tensor:
+    """The loss of ``reduction`` from the per-token losses (N,): ``none`` in ``target``'s shape;
+    ``mean`` divides the sum by the count of non-ignored tokens (``target1d``, (N,)), kept on
+    the device so there is no host synchronisation."""
+    if reduction == "none":
+        return per_token.view(target.shape)
+    total = per_token.sum()
+    if reduction == "sum":
+        return total
+    count = (target1d != ignore_index).sum()
+    return total / count.to(total.dtype)
 
 
 def _resolve_impl(impl: str, device: torch.device) -> str:

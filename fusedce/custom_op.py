@@ -41,7 +41,7 @@ def forward_op(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(loss per token (N,), lse (N,)), fp32 (fp64 for fp64 compute). hidden is (N, H)."""
     opts = _options(ignore_index, label_smoothing, z_loss, softcap)
-    plan = ChunkPlan(rows=rows, cols=cols, budget_bytes=0)
+    plan = ChunkPlan(rows=rows, cols=cols)
     return passes.forward(hidden, weight, target, bias, opts, compute_dtype, plan, _block_math(impl))
 
 
@@ -63,7 +63,7 @@ def backward_op(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(grad_hidden, grad_weight, grad_bias); a gradient not asked for is an empty tensor."""
     opts = _options(ignore_index, label_smoothing, z_loss, softcap)
-    plan = ChunkPlan(rows=rows, cols=cols, budget_bytes=0)
+    plan = ChunkPlan(rows=rows, cols=cols)
     gh, gw, gb = passes.backward(grad_loss, hidden, weight, target, bias, lse, opts, compute_dtype, plan,
                                   _block_math(impl), need_hidden=need_hidden, need_weight=need_weight,
                                   need_bias=need_bias)
