@@ -68,9 +68,14 @@ def check_tensors(
         raise ValueError(f"hidden, weight, target and bias must be on one device, got {listed}")
 
 
+def outside_vocabulary(target: torch.Tensor, vocab: int) -> torch.Tensor:
+    """Boolean (N,) mask of targets outside [0, V), ``ignore_index`` included (no sync)."""
+    return (target < 0) | (target >= vocab)
+
+
 def out_of_range_targets(target: torch.Tensor, vocab: int, ignore_index: int) -> torch.Tensor:
     """Boolean (N,) mask of targets outside [0, V) that are not ``ignore_index`` (no sync)."""
-    return ((target < 0) | (target >= vocab)) & (target != ignore_index)
+    return outside_vocabulary(target, vocab) & (target != ignore_index)
 
 
 def raise_on_out_of_range_targets(target: torch.Tensor, vocab: int, ignore_index: int) -> None:
