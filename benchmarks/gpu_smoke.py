@@ -211,7 +211,7 @@ def main():
 
     import triton
     log({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
-         "out_dtype_mm": matmul._has_out_dtype("cuda", torch.bfloat16)})
+         "out_dtype_mm": matmul.has_out_dtype("cuda", torch.bfloat16)})
     steps = [("options", check_options), ("hidden32", check_hidden_fp32_amp), ("determinism", check_determinism),
              ("large", check_large), ("compile", check_compile),
              ("time", lambda log: time_rows(log, [(8192, 768, 32777), (8192, 2304, 256000), (8192, 4096, 128256),
