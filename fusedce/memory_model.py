@@ -14,7 +14,7 @@ import torch
 
 from fusedce.matmul import add_slice_rows
 from fusedce.passes import accumulation_dtype, block_row_stride
-from fusedce.planner import ChunkPlan, dtype_bytes, plan_chunks
+from fusedce.planner import ChunkPlan, dtype_bytes, gradient_floor_bytes, plan_chunks
 
 
 @dataclass(frozen=True)
@@ -98,7 +98,7 @@ def _gradient_bytes(n: int, h: int, v: int, plan: ChunkPlan, hidden_dtype: torch
     bf16/fp16 weight's gradient when its rows come in several row chunks."""
     acc = dtype_bytes(accumulation_dtype(compute_dtype))
     bias_bytes = v * dtype_bytes(bias_dtype or weight_dtype) + v * acc if has_bias else 0
-    grads = n * h * dtype_bytes(hidden_dtype) + v * h * dtype_bytes(weight_dtype) + bias_bytes
+    grads = gradient_floor_bytes(n, h, v, hidden_dtype, weight_dtype) + bias_bytes
     n_row_chunks = -(-max(n, 1) // plan.rows)
     weight_acc = v * h * acc if (weight_dtype != accumulation_dtype(compute_dtype) and n_row_chunks > 1) else 0
     return grads + weight_acc
