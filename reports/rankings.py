@@ -131,10 +131,10 @@ def _time_text(row: pd.Series, reference: float | None) -> str:
     text = f"{row['backend']} {format_ms(timing.median_ms)}"
     if timing.noisy and timing.low_ms is not None and timing.high_ms is not None:
         text += f" ({format_ms(timing.low_ms)}–{format_ms(timing.high_ms)})"
-    elif reference and row["time_ms"] != reference:
-        text += f" ({row['time_ms'] / reference:.2f}×)"
     if row["parity_ok"] == False:  # noqa: E712 (None: no verdict)
-        text += " (failed parity)"
+        return text + " (failed parity)"
+    if not timing.noisy and reference and row["time_ms"] != reference:
+        text += f" ({row['time_ms'] / reference:.2f}×)"
     return text
 
 
@@ -188,7 +188,11 @@ def frontier_sentence(frontier: Frontier) -> str:
         text = f"{where} the time–memory frontier is {names([_point_text(p) for p in pareto])}"
     dominated = [p for p in frontier.points if p.dominated_by]
     if dominated:
-        text += "; " + ", ".join(f"{p.backend} is dominated by {names(p.dominated_by)}" for p in dominated)
+        on_it = {p.backend for p in pareto}
+        # name the frontier's back-ends that dominate it (every dominated point has one on a GPU)
+        text += "; " + ", ".join(
+            f"{p.backend} is dominated by {names([b for b in p.dominated_by if b in on_it] or p.dominated_by)}"
+            for p in dominated)
     failed = [p.backend for p in frontier.points if p.parity_failed]
     if failed:
         text += f"; {names(failed)} failed parity and {'is' if len(failed) == 1 else 'are'} left out"
