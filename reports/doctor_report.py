@@ -58,4 +58,5 @@ def render_doctor_markdown(run: DoctorRun, environment: dict) -> str:
 def write_doctor_report(folder: Path) -> Path:
     """Render ``summary.md`` from the folder's ``doctor.json``; returns its path."""
     folder = Path(folder)
-    return store.write_text(folder / "summary.md", render_doctor_markdown(read_doctor(folder), read_environment(folder)))
+    text = render_doctor_markdown(read_doctor(folder), read_environment(folder))
+    return store.write_text(folder / "summary.md", text)

@@ -25,8 +25,8 @@ PLOT_FILE = "parity_loss.png"
 
 def parity_gaps(report: ParityReport) -> list[CurveGap]:
     """Each compared back-end's per-step gap to torch (back-ends with no losses left out),
-    thresholded at the final-loss tolerance. Recomputed from the stored losses, so folders
-    written before the peak step was stored rebuild with it."""
+    thresholded at the final-loss tolerance. Recomputed from the stored losses, so a
+    ``parity.json`` without the peak step rebuilds with it."""
     ref = report.curves[0]
     gaps = (curve_gap(c, ref, report.settings.loss_tolerance) for c in report.curves[1:])
     return [g for g in gaps if g is not None]
@@ -157,7 +157,7 @@ def _noise_lines(report: ParityReport) -> list[str]:
                 "gradient check, on identical weights, is the sharp test of the wiring."]
     if any(c.backend == CONTROL for c in report.curves):
         return ["The perturbed-torch control did not finish: back-ends were judged against the tolerance alone."]
-    return ["No control ran (`--no-control`, or a run recorded before controls existed): the final-loss "
+    return ["No control ran (`--no-control`, or a parity.json without one): the final-loss "
             "tolerance alone cannot tell a chaotic training run from a wrong loss."]
 
 

@@ -9,7 +9,6 @@ from typer.testing import CliRunner
 from cli.app import app
 from profiler import store
 from profiler.training.doctor import Check, DoctorRun
-from test_model_cli import unshifted_wrapper  # noqa: F401 (named by --loss below)
 
 runner = CliRunner()
 SHIFT = "targets shifted (position t predicts labels[t+1])"

@@ -137,7 +137,8 @@ def test_a_faster_back_end_that_failed_parity_is_never_called_the_fastest():
     assert text.startswith("fusedce is the fastest at 4k tokens.")
     assert "cce is the fastest" not in text
     assert "cce 1.00 ms (failed parity)" in text
-    assert "cce was quicker at 4k tokens (1.00 ms at 4k) but failed parity, so it is not counted as the fastest." in text
+    assert ("cce was quicker at 4k tokens (1.00 ms at 4k) but failed parity, so it is not counted as the "
+            "fastest.") in text
 
 
 def test_on_the_cpu_overlapping_time_ranges_are_within_noise_not_a_fastest():

@@ -84,7 +84,7 @@ class DoctorRun:
     @classmethod
     def from_dict(cls, raw: object) -> "DoctorRun":
         """Validate a stored run; ``ValueError`` naming the first bad field. A bare list of
-        checks (the file's first format) is read with an unknown loss and config."""
+        checks is read as a run whose loss and config are unknown ("")."""
         if isinstance(raw, list):
             raw = {"loss": "", "config": "", "checks": raw}
         if not isinstance(raw, dict):

@@ -16,7 +16,7 @@ from matplotlib.lines import Line2D
 from reports.escape import plot_text
 from reports.frontier import Frontier, frontiers
 from reports.palette import backend_style, ordered
-from reports.plots.style import backend_handles, bytes_axis, legend, panels, saved, styled, time_axis
+from reports.plots.style import backend_handles, bytes_axis, legend, memory_label, panels, saved, styled, time_axis
 from reports.units import format_tokens
 
 
@@ -46,7 +46,7 @@ def _draw_panel(ax, frontier: Frontier, backends: list[str]) -> None:
     time_axis(ax, "y")
     left, right = ax.get_xlim()
     ax.set_xlim(left / 1.3, right * 1.6)  # room for the names beside the points
-    ax.set_xlabel("peak extra (CPU accounting)" if frontier.noisy else "peak extra (allocated)")
+    ax.set_xlabel(memory_label(frontier.noisy))
     ax.set_ylabel("time (median" + (", CPU)" if frontier.noisy else ")"))
     ax.set_title(plot_text(f"{frontier.title} · {format_tokens(frontier.tokens)} tokens"))
 

@@ -17,9 +17,9 @@ from matplotlib.ticker import FuncFormatter
 from reports.escape import plot_text
 from reports.findings import headline_backend
 from reports.frame import BASELINE_BACKEND
-from reports.palette import backend_style, ordered
-from reports.plots.style import (backend_handles, bytes_axis, groups, legend, memory_label, panels, saved, styled,
-                                 tokens_axis)
+from reports.palette import backend_style
+from reports.plots.style import (backend_handles, bytes_axis, group_panels, legend, memory_label, panels, saved,
+                                 styled, tokens_axis)
 from reports.units import format_bytes, format_tokens
 
 
@@ -30,10 +30,8 @@ def draw_peak_memory(frame: pd.DataFrame) -> Figure | None:
     drawable = frame[frame["status"].isin(["ok", "oom"])]
     if not (drawable["status"] == "ok").any():
         return None
-    backends = ordered(drawable["backend"])
-    grouped = groups(drawable)
-    fig, axes = panels(len(grouped), "Peak memory of the loss step (forward + backward)")
-    for ax, (title, group) in zip(axes, grouped):
+    fig, backends, grouped = group_panels(drawable, "Peak memory of the loss step (forward + backward)")
+    for ax, title, group in grouped:
         for backend in backends:
             style = backend_style(backend, backends)
             own = group[group["backend"] == backend]
@@ -59,7 +57,7 @@ def draw_peak_memory(frame: pd.DataFrame) -> Figure | None:
         bottom, top = ax.get_ylim()
         ax.set_ylim(bottom / 1.4, top * 1.8)  # head-room for the OOM markers
         ax.set_title(plot_text(title))
-        ax.set_ylabel(memory_label(group))
+        ax.set_ylabel(memory_label((group["memory_source"] == "cpu-profiler").all()))
     handles = backend_handles(backends) + [
         Line2D([], [], color="black", linestyle="--", label="floor (gradients)"),
         Line2D([], [], color="#999999", linestyle=":", label="one copy of the logits"),
@@ -103,11 +101,10 @@ def draw_saving(frame: pd.DataFrame) -> Figure | None:
     saved_rows = frame[frame["saving_bytes"].notna() & (frame["backend"] != BASELINE_BACKEND)]
     if saved_rows.empty:
         return None
-    backends = ordered(saved_rows["backend"])
-    grouped = groups(saved_rows)
-    fig, axes = panels(len(grouped), f"Memory saved vs {BASELINE_BACKEND} (its peak minus the back-end's)")
+    heading = f"Memory saved vs {BASELINE_BACKEND} (its peak minus the back-end's)"
+    fig, backends, grouped = group_panels(saved_rows, heading)
     unit, unit_name = (1 << 30, "GiB") if saved_rows["saving_bytes"].abs().max() >= (1 << 30) else (1 << 20, "MiB")
-    for ax, (title, group) in zip(axes, grouped):
+    for ax, title, group in grouped:
         ends = []
         for backend in backends:
             own = group[group["backend"] == backend].sort_values("tokens")

@@ -22,7 +22,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from reports.escape import plot_text
 from reports.figures import new_figure, save_figure
-from reports.palette import backend_style
+from reports.palette import backend_style, ordered
 from reports.tables import group_title
 from reports.units import format_bytes, format_ms, format_tokens
 
@@ -57,6 +57,8 @@ def saved(draw: Draw) -> Callable[[pd.DataFrame, Path], Path | None]:
             fig = draw(frame)
             return None if fig is None else save_figure(fig, path, dpi=DPI)
 
+    plot.__name__ = plot.__qualname__ = draw.__name__.replace("draw_", "plot_", 1)
+    plot.__module__ = draw.__module__
     plot.__doc__ = f"Save :func:`{draw.__name__}` as a PNG at ``path``; ``None`` when it draws nothing."
     return plot
 
@@ -78,6 +80,14 @@ def panels(count: int, title: str) -> tuple[Figure, list[Axes]]:
         extra.set_visible(False)
     fig.suptitle(plot_text(title), fontsize=12, fontweight="bold")
     return fig, flat[:count]
+
+
+def group_panels(rows: pd.DataFrame, title: str) -> tuple[Figure, list[str], list[tuple[Axes, str, pd.DataFrame]]]:
+    """A panel per group of ``rows`` (:func:`groups`): the figure, every back-end of ``rows``
+    in report order (for consistent styles), and (axes, group title, group rows) per panel."""
+    grouped = groups(rows)
+    fig, axes = panels(len(grouped), title)
+    return fig, ordered(rows["backend"]), [(ax, name, group) for ax, (name, group) in zip(axes, grouped)]
 
 
 def tokens_axis(ax: Axes, tokens: pd.Series) -> None:
@@ -132,5 +142,6 @@ def backend_handles(backends: list[str]) -> list[Line2D]:
             for b in backends]
 
 
-def memory_label(frame: pd.DataFrame) -> str:
-    return "peak extra (CPU accounting)" if (frame["memory_source"] == "cpu-profiler").all() else "peak extra (allocated)"
+def memory_label(cpu: bool) -> str:
+    """The label of a peak-extra axis: the CPU's accounting or the CUDA allocator's."""
+    return "peak extra (CPU accounting)" if cpu else "peak extra (allocated)"

@@ -9,8 +9,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from reports.escape import plot_text
-from reports.palette import backend_style, ordered
-from reports.plots.style import backend_handles, groups, legend, panels, saved, styled, time_axis, tokens_axis
+from reports.palette import backend_style
+from reports.plots.style import backend_handles, group_panels, legend, saved, styled, time_axis, tokens_axis
 
 
 @styled
@@ -19,10 +19,8 @@ def draw_time(frame: pd.DataFrame) -> Figure | None:
     timed = frame[(frame["status"] == "ok") & frame["time_ms"].notna()]
     if timed.empty:
         return None
-    backends = ordered(timed["backend"])
-    grouped = groups(timed)
-    fig, axes = panels(len(grouped), "Time of one forward + backward (median)")
-    for ax, (title, group) in zip(axes, grouped):
+    fig, backends, grouped = group_panels(timed, "Time of one forward + backward (median)")
+    for ax, title, group in grouped:
         for backend in backends:
             own = group[group["backend"] == backend].sort_values("tokens")
             if own.empty:
