@@ -39,7 +39,10 @@ and O(N) per-token vectors. :func:`budget_bytes` reads it as:
   plans and a plain loss's semantics — any number of backwards, nothing held across the
   forward) when it fits with at least 1024 rows per chunk (fewer would re-read and
   re-write grad_weight, V·H·4 bytes, too often: below ~630 rows that traffic costs more
-  than the 2·N·H·V it saves) — in practice at generous budgets such as ``"fast"``. Not for
+  than the 2·N·H·V it saves) — in practice at generous budgets such as ``"fast"``. Asked
+  for by name (``strategy="precompute"``), it gets at least that many rows (or all N, or
+  ``chunk_size``) whatever the budget: the budget doubles until they fit, as a recompute
+  block never gets narrower than 1024 columns. Not for
   fp16 compute (gradients pre-scaled by 1/N underflow fp16).
 
 **grad_weight of a bf16/fp16 weight summed over row chunks** (``grad_weight_accumulation``):
@@ -203,7 +206,15 @@ def plan_chunks(
             and compute_dtype != torch.float16 and vocab_chunk_size is None:
         plan = _plan_precompute(n, h, v, hidden_dtype, weight_dtype, compute_dtype, budget, chunk_size, per_chunk,
                                 cuda, sm_count)
-        if strategy == "precompute" or plan.rows >= min(max(n, 1), chunk_size or n, PRECOMPUTE_MIN_ROWS):
+        wanted = min(max(n, 1), chunk_size or max(n, 1), PRECOMPUTE_MIN_ROWS)
+        if strategy == "precompute":
+            grown = max(budget, 1)
+            while plan.rows < wanted:  # asked for by name: the budget yields to the rows it needs
+                grown *= 2
+                plan = _plan_precompute(n, h, v, hidden_dtype, weight_dtype, compute_dtype, grown, chunk_size,
+                                        per_chunk, cuda, sm_count)
+            return plan
+        if plan.rows >= wanted:
             return plan
     return _plan_recompute(n, h, v, hidden_dtype, weight_dtype, compute_dtype, budget, chunk_size,
                            vocab_chunk_size, per_chunk)

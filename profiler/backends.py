@@ -214,12 +214,22 @@ class TorchNativeBackend(Backend):
 
 
 class FusedceBackend(Backend):
-    """``fusedce.linear_cross_entropy`` at one point of its time–memory frontier:
-    ``memory_budget`` is passed as is (``None``: the default plan)."""
+    """``fusedce.linear_cross_entropy`` at one point of its time–memory frontier.
+
+    ``knobs`` are its keyword arguments ``memory_budget``, ``strategy`` and
+    ``grad_weight_accumulation``, passed as given (none: the default plan). An instance made
+    with ``name`` and knobs is a point of its own (the benchmarks' strategy variants)."""
 
     name = "fusedce"
     description = "fusedce.linear_cross_entropy (this project)"
-    memory_budget: str | None = None
+    knobs: dict = {}
+
+    def __init__(self, name: str | None = None, **knobs) -> None:
+        if name is not None:
+            self.name = name
+            self.description = "fusedce.linear_cross_entropy(" + ", ".join(
+                f"{key}={value!r}" for key, value in knobs.items()) + ")"
+        self.knobs = {**type(self).knobs, **knobs}
 
     def version(self) -> str:
         _require("fusedce")
@@ -230,11 +240,13 @@ class FusedceBackend(Backend):
     def make(self) -> LossFn:
         import fusedce
 
+        knobs = dict(self.knobs)
+
         def loss(hidden, weight, target, bias, options: LossOptions):
             return fusedce.linear_cross_entropy(
                 hidden, weight, target, bias, ignore_index=options.ignore_index, reduction=options.reduction,
                 label_smoothing=options.label_smoothing, z_loss=options.z_loss, softcap=options.softcap,
-                memory_budget=self.memory_budget)
+                **knobs)
 
         return loss
 
@@ -244,7 +256,7 @@ class FusedceMinBackend(FusedceBackend):
 
     name = "fusedce-min"
     description = "fusedce.linear_cross_entropy, memory_budget='min' (lowest memory)"
-    memory_budget = "min"
+    knobs = {"memory_budget": "min"}
 
 
 class FusedceFastBackend(FusedceBackend):
@@ -253,7 +265,7 @@ class FusedceFastBackend(FusedceBackend):
 
     name = "fusedce-fast"
     description = "fusedce.linear_cross_entropy, memory_budget='fast' (gradients in forward)"
-    memory_budget = "fast"
+    knobs = {"memory_budget": "fast"}
 
 
 class LigerBackend(Backend):

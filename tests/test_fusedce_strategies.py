@@ -99,7 +99,9 @@ def test_the_budget_picks_the_strategy():
     assert plan_chunks(n, h, v, memory_budget="min", scalar_loss=True, **common).strategy == "recompute"
     assert plan_chunks(n, h, v, memory_budget="fast", scalar_loss=False, **common).strategy == "recompute"
     explicit = plan_chunks(n, h, v, strategy="precompute", memory_budget="min", scalar_loss=True, **common)
-    assert explicit.strategy == "precompute" and explicit.rows < n and explicit.cols == v
+    assert explicit.strategy == "precompute" and 1024 <= explicit.rows < n and explicit.cols == v
+    by_name = plan_chunks(n, 4096, 128256, strategy="precompute", scalar_loss=True, **common)  # default budget
+    assert by_name.rows >= 1024, "asked for by name, precompute never runs in tiny row chunks"
     small = plan_chunks(n, h, v, memory_budget="min", scalar_loss=True, **common)
     default = plan_chunks(n, h, v, scalar_loss=True, **common)
     assert small.rows * small.cols < default.rows * default.cols
