@@ -222,3 +222,18 @@ def test_memory_model_predicts_each_strategys_measured_cpu_peak(setting, mode, b
     assert prediction.plan.strategy == expected
     measured = _step_peak(n, h, v, hidden_dtype, weight_dtype, autocast, bias, kwargs)
     assert abs(prediction.step - measured) <= 0.05 * measured, (prediction.step, measured)
+
+
+def test_precompute_compiles_fullgraph_and_matches_eager():
+    """The gradients-in-forward op and its backward's in-place scale trace under torch.compile."""
+    torch._dynamo.reset()
+    hidden, weight, target, bias = make_inputs(64, 16, 97, seed=6, with_bias=True, ignore_fraction=0.2)
+
+    def loss_fn(hidden, weight, target, bias):
+        return fusedce.linear_cross_entropy(hidden, weight, target, bias, impl="torch", strategy="precompute",
+                                            label_smoothing=0.1, z_loss=1e-4, softcap=30.0, validate_targets=False)
+
+    eager = run_fused(loss_fn, hidden, weight, target, bias, 0.75)
+    compiled = run_fused(torch.compile(loss_fn, fullgraph=True), hidden, weight, target, bias, 0.75)
+    for field in ("loss", "grad_hidden", "grad_weight", "grad_bias"):
+        assert torch.equal(getattr(eager, field), getattr(compiled, field)), field
