@@ -64,8 +64,7 @@ def linear_cross_entropy(
             chunks: "fp32" (default, exact: one rounding of an fp32 sum; all rows in one
             chunk, or a V×H fp32 accumulator) or "per_chunk" (added into the bf16/fp16
             gradient once per row chunk, Liger-Kernel's policy: row chunks at no memory cost;
-            relative error of grad_weight ≈ 0.4·2⁻⁸·√k for k row chunks vs 0.3·2⁻⁸ for one,
-            see DESIGN.md). No effect on an fp32 weight (always summed exactly in place).
+            grad_weight's error grows with the number of row chunks, see DESIGN.md). No effect on an fp32 weight (always summed exactly in place).
         validate_targets: raise IndexError on out-of-range targets. Default: on CPU always;
             on CUDA never (that read is a host sync) — out-of-range tokens get a NaN loss.
 

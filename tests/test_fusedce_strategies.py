@@ -182,6 +182,23 @@ def test_bf16_per_chunk_grad_weight_stays_within_bf16_error(strategy):
     assert not torch.equal(got["fp32"].grad_weight, got["per_chunk"].grad_weight)
 
 
+def test_per_chunk_error_grows_with_the_row_chunks_and_fp32_does_not():
+    """Pure bf16, 4096 tokens: 64 row chunks rounded into bf16 one by one lose accuracy
+    against one rounding of the fp32 sum (fusedce/DESIGN.md's measurement)."""
+    hidden, weight, target, _ = make_inputs(4096, 64, 512, seed=11, dtype=torch.bfloat16)
+    want = reference_linear_cross_entropy(hidden, weight, target, None, LossOptions(), 1.0).grad_weight
+    error = {}
+    for policy in ("fp32", "per_chunk"):
+        for chunks in (1, 64):
+            got = run_fused(functools.partial(fusedce.linear_cross_entropy, impl="torch"), hidden, weight, target,
+                            None, 1.0, chunk_size=4096 // chunks, grad_weight_accumulation=policy,
+                            strategy="precompute")
+            error[policy, chunks] = relative_error(got.grad_weight, want)
+    assert error["per_chunk", 1] == error["fp32", 1]
+    assert error["fp32", 64] < 1.1 * error["fp32", 1]
+    assert error["per_chunk", 64] > 1.5 * error["fp32", 64]
+
+
 F32, BF16 = torch.float32, torch.bfloat16
 MODES = {"amp-bf16": (BF16, F32, BF16), "fp32": (F32, F32, None), "bf16": (BF16, BF16, None)}
 
