@@ -35,7 +35,7 @@ and O(N) per-token vectors. :func:`budget_bytes` reads it as:
       hidden chunk, converted   rows · H · c        (only if hidden.dtype != compute dtype)
       split-K partials, stage   (S + 1) · rows · H · 4   (CUDA, when grad_hidden's output is small)
 
-  ``"auto"`` takes it under an explicit budget (not the default one: that keeps today's
+  ``"auto"`` takes it under an explicit budget (not the default one: that keeps the default
   plans and a plain loss's semantics — any number of backwards, nothing held across the
   forward) when it fits with at least 1024 rows per chunk (fewer would re-read and
   re-write grad_weight, V·H·4 bytes, too often: below ~630 rows that traffic costs more
@@ -318,7 +318,7 @@ def _plan_precompute(n: int, h: int, v: int, hidden_dtype: torch.dtype, weight_d
     if rows < max(n, 1) and accumulate:
         rows, splits = fit(v * h * acc)  # a bf16/fp16 grad_weight summed over row chunks in fp32
     splits = min(splits, split_k_count(rows, h, v, sm_count))
-    better = split_k_count(rows, h, v, sm_count)  # balancing may have shrunk the rows: a wider split may fit now
+    better = split_k_count(rows, h, v, sm_count)  # balancing may have shrunk the rows: a wider split may fit
     if better > splits and rows * (per_row + (better + 1) * h * acc) <= budget - fixed - (
             v * h * acc if accumulate and rows < max(n, 1) else 0):
         splits = better
