@@ -36,7 +36,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 import torch
 
 from benchmarks.goals import check_goals
-from benchmarks.impls import IMPLS, backend_for
+from benchmarks.impls import ALL_IMPLS, IMPLS, backend_for
 from benchmarks.measure import measure_cell, measure_gemm
 from profiler.protocol import settle
 from benchmarks.protocol import (ALL_OPTIONS_LABEL_SMOOTHING, ALL_OPTIONS_SOFTCAP, ALL_OPTIONS_Z_LOSS,
@@ -78,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
                         metavar="NxHxV", help="shapes to measure (tokens x hidden x vocab)")
     parser.add_argument("--modes", nargs="+", choices=sorted(MODES), default=["amp", "bf16"],
                         help="amp: fp32 weight under bf16 autocast; bf16: bf16 weight")
-    parser.add_argument("--impls", nargs="+", choices=list(IMPLS), default=list(IMPLS),
+    parser.add_argument("--impls", nargs="+", choices=list(ALL_IMPLS), default=list(IMPLS),
                         help="implementations, measured in this order")
     parser.add_argument("--ignore-frac", type=_fraction, default=0.0,
                         help="fraction of targets set to ignore_index (goal-4 variant: 0.3)")

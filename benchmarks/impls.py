@@ -9,6 +9,11 @@ and in ``shared/ANCHORS.md``, so they stay as they are:
 - ``liger``: liger-kernel's ``LigerFusedLinearCrossEntropyLoss``, called weight-first;
 - ``cce``: cut-cross-entropy's ``linear_cross_entropy`` (its defaults: gradient filtering on);
 - ``fusedce``: ``fusedce.linear_cross_entropy`` (``impl="auto"``).
+
+Measured on request (``--impls``), not by default: ``torch_native`` (torch's own
+``F.linear_cross_entropy``, chunked, where the installed torch has it) and fusedce's other
+frontier points, ``fusedce_min`` (``memory_budget="min"``) and ``fusedce_fast``
+(``memory_budget="fast"``).
 """
 from __future__ import annotations
 
@@ -24,13 +29,24 @@ BACKEND_NAMES = {
 """Benchmark implementation name -> profiler back-end name, in the default measuring order."""
 
 IMPLS = tuple(BACKEND_NAMES)
+"""The implementations a run measures by default."""
+
+EXTRA_NAMES = {
+    "torch_native": "torch-native",
+    "fusedce_min": "fusedce-min",
+    "fusedce_fast": "fusedce-fast",
+}
+"""Benchmark name -> profiler back-end name of the implementations measured on request."""
+
+ALL_IMPLS = IMPLS + tuple(EXTRA_NAMES)
 
 
 def backend_for(impl: str) -> Backend:
     """The profiler back-end measured under the benchmark name ``impl``."""
-    if impl not in BACKEND_NAMES:
-        raise ValueError(f"impl {impl!r} is unknown; choose one of {', '.join(IMPLS)}")
-    return get_backend(BACKEND_NAMES[impl])
+    names = {**BACKEND_NAMES, **EXTRA_NAMES}
+    if impl not in names:
+        raise ValueError(f"impl {impl!r} is unknown; choose one of {', '.join(ALL_IMPLS)}")
+    return get_backend(names[impl])
 
 
 def installed_version(backend: Backend) -> str:

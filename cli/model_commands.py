@@ -35,8 +35,9 @@ SeedOption = Annotated[int, typer.Option(
     help="Seed of the model's initialisation and of the data (a second seed repeats a comparison on "
          "another trajectory).", min=0)]
 BackendOption = Annotated[Optional[list[str]], typer.Option(
-    "--backend", help="Loss back-end (repeatable): torch, torch-compile, torch-native, fusedce, liger, cce, "
-                      "or module:callable with the back-end signature (hidden, weight, target, bias, **options).")]
+    "--backend", help="Loss back-end (repeatable): torch, torch-compile, torch-native, fusedce, fusedce-min, "
+                      "fusedce-fast, liger, cce, or module:callable with the back-end signature "
+                      "(hidden, weight, target, bias, **options).")]
 
 
 def _config(preset: Optional[str], config: Optional[Path], tied: Optional[bool], default: str) -> ModelConfig:

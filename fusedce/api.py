@@ -5,8 +5,9 @@ import torch
 from torch import nn
 
 from fusedce import custom_op
+from fusedce.matmul import split_k_sm_count
 from fusedce.options import IGNORE_INDEX, IMPLS, LossOptions
-from fusedce.planner import plan_chunks
+from fusedce.planner import check_options, plan_chunks
 from fusedce.validation import check_tensors, raise_on_out_of_range_targets
 
 _AUTOCASTABLE = (torch.float32, torch.bfloat16, torch.float16)
@@ -26,7 +27,9 @@ def linear_cross_entropy(
     impl: str = "auto",
     chunk_size: int | None = None,
     vocab_chunk_size: int | None = None,
-    memory_budget: int | None = None,
+    memory_budget: int | float | str | None = None,
+    strategy: str = "auto",
+    grad_weight_accumulation: str = "fp32",
     validate_targets: bool | None = None,
 ) -> torch.Tensor:
     """Cross-entropy of ``hidden @ weight.T (+ bias)`` without materialising the N×V logits.
@@ -45,8 +48,23 @@ def linear_cross_entropy(
         impl: "auto" (Triton on CUDA tensors, PyTorch otherwise), "torch" or "triton"
             (CUDA tensors, or CPU tensors under ``TRITON_INTERPRET=1``).
         chunk_size / vocab_chunk_size: cap the tokens / vocabulary entries per block.
-        memory_budget: bytes of temporaries to aim for (default: a tenth of the gradient
-            bytes plus 96 MiB); see :mod:`fusedce.planner`.
+        memory_budget: the time–memory knob: what the step may hold besides its inputs and
+            the gradients it returns (the *floor*: grad_hidden + grad_weight bytes). One of
+            ``None``/``"default"`` (a tenth of the floor plus 96 MiB: ≤ 1.1 × floor + 128 MiB),
+            ``"min"`` (5 % of the floor: the smallest blocks, ≤ 1.05 × floor where 1024 × 1024
+            blocks allow), ``"fast"`` (N·V·2 bytes in bf16, about what torch.compile holds:
+            gradients computed in forward where they fit), a float ``f ≥ 1.0`` (a peak of
+            f × floor), or an int (bytes). See :mod:`fusedce.planner` and DESIGN.md.
+        strategy: "auto" (the planner picks from the budget), "recompute" (logits recomputed
+            in backward: 8·N·H·V FLOPs, any reduction, any number of backwards) or
+            "precompute" (mean/sum only: gradients computed in forward for an upstream
+            gradient of 1, scaled in backward: 6·N·H·V FLOPs, the gradients' memory held from
+            forward on, one backward per forward; not for float16 compute).
+        grad_weight_accumulation: how a bf16/fp16 weight's gradient is summed over row
+            chunks: "fp32" (default, exact: one rounding of an fp32 sum; all rows in one
+            chunk, or a V×H fp32 accumulator) or "per_chunk" (added into the bf16/fp16
+            gradient once per row chunk, Liger-Kernel's policy: row chunks at no memory cost;
+            grad_weight's error grows with the number of row chunks, see DESIGN.md). No effect on an fp32 weight (always summed exactly in place).
         validate_targets: raise IndexError on out-of-range targets. Default: on CPU always;
             on CUDA never (that read is a host sync) — out-of-range tokens get a NaN loss.
 
@@ -59,6 +77,8 @@ def linear_cross_entropy(
     """
     opts = LossOptions(ignore_index=ignore_index, reduction=reduction, label_smoothing=label_smoothing,
                        z_loss=z_loss, softcap=softcap)
+    check_options(chunk_size=chunk_size, vocab_chunk_size=vocab_chunk_size, memory_budget=memory_budget,
+                  strategy=strategy, grad_weight_accumulation=grad_weight_accumulation)
     check_tensors(hidden, weight, target, bias)
     impl = _resolve_impl(impl, hidden.device)
     compute_dtype = _compute_dtype(hidden, weight)
@@ -70,12 +90,23 @@ def linear_cross_entropy(
     target1d = target.reshape(-1).to(torch.int64)
     if validate_targets or (validate_targets is None and hidden.device.type != "cuda"):
         raise_on_out_of_range_targets(target1d, vocab, ignore_index)
+    needs = _needs_grad(hidden, weight, bias)
+    cuda = hidden.device.type == "cuda"
     plan = plan_chunks(hidden2d.shape[0], h, vocab, hidden_dtype=hidden.dtype, weight_dtype=weight.dtype,
                        compute_dtype=compute_dtype, chunk_size=chunk_size, vocab_chunk_size=vocab_chunk_size,
-                       memory_budget=memory_budget)
+                       memory_budget=memory_budget, strategy=strategy,
+                       grad_weight_accumulation=grad_weight_accumulation, scalar_loss=reduction != "none",
+                       needs_grad=any(needs), cuda=cuda,
+                       sm_count=split_k_sm_count(hidden.device, compute_dtype) if cuda else None)
 
+    if plan.strategy == "precompute":
+        loss, *_ = custom_op.loss_and_grads_op(hidden2d, weight, target1d, bias, ignore_index, reduction,
+                                               float(label_smoothing), float(z_loss), opts.softcap_value,
+                                               compute_dtype, impl, plan.rows, plan.split_k, plan.per_chunk, *needs)
+        return loss
     per_token, _ = custom_op.forward_op(hidden2d, weight, target1d, bias, ignore_index, float(label_smoothing),
-                                        float(z_loss), opts.softcap_value, compute_dtype, impl, plan.rows, plan.cols)
+                                        float(z_loss), opts.softcap_value, compute_dtype, impl, plan.rows, plan.cols,
+                                        plan.per_chunk)
     return _reduce(per_token, target, target1d, reduction, ignore_index)
 
 
@@ -96,7 +127,9 @@ class LinearCrossEntropyLoss(nn.Module):
         impl: str = "auto",
         chunk_size: int | None = None,
         vocab_chunk_size: int | None = None,
-        memory_budget: int | None = None,
+        memory_budget: int | float | str | None = None,
+        strategy: str = "auto",
+        grad_weight_accumulation: str = "fp32",
         validate_targets: bool | None = None,
     ) -> None:
         super().__init__()
@@ -104,6 +137,8 @@ class LinearCrossEntropyLoss(nn.Module):
                     z_loss=z_loss, softcap=softcap)  # validate early
         if impl not in IMPLS:
             raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
+        check_options(chunk_size=chunk_size, vocab_chunk_size=vocab_chunk_size, memory_budget=memory_budget,
+                      strategy=strategy, grad_weight_accumulation=grad_weight_accumulation)
         self.ignore_index = ignore_index
         self.reduction = reduction
         self.label_smoothing = label_smoothing
@@ -113,6 +148,8 @@ class LinearCrossEntropyLoss(nn.Module):
         self.chunk_size = chunk_size
         self.vocab_chunk_size = vocab_chunk_size
         self.memory_budget = memory_budget
+        self.strategy = strategy
+        self.grad_weight_accumulation = grad_weight_accumulation
         self.validate_targets = validate_targets
 
     def forward(self, hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor,
@@ -121,13 +158,14 @@ class LinearCrossEntropyLoss(nn.Module):
             hidden, weight, target, bias, ignore_index=self.ignore_index, reduction=self.reduction,
             label_smoothing=self.label_smoothing, z_loss=self.z_loss, softcap=self.softcap, impl=self.impl,
             chunk_size=self.chunk_size, vocab_chunk_size=self.vocab_chunk_size,
-            memory_budget=self.memory_budget, validate_targets=self.validate_targets,
+            memory_budget=self.memory_budget, strategy=self.strategy,
+            grad_weight_accumulation=self.grad_weight_accumulation, validate_targets=self.validate_targets,
         )
 
     def extra_repr(self) -> str:
         return (f"ignore_index={self.ignore_index}, reduction={self.reduction!r}, "
                 f"label_smoothing={self.label_smoothing}, z_loss={self.z_loss}, softcap={self.softcap}, "
-                f"impl={self.impl!r}")
+                f"impl={self.impl!r}, memory_budget={self.memory_budget!r}, strategy={self.strategy!r}")
 
 
 def _reduce(per_token: torch.Tensor, target: torch.Tensor, target1d: torch.Tensor, reduction: str,
@@ -142,6 +180,13 @@ def _reduce(per_token: torch.Tensor, target: torch.Tensor, target1d: torch.Tenso
         return total
     count = (target1d != ignore_index).sum()
     return total / count.to(total.dtype)
+
+
+def _needs_grad(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> tuple[bool, bool, bool]:
+    """Whether autograd will ask for (grad_hidden, grad_weight, grad_bias)."""
+    if not torch.is_grad_enabled():
+        return False, False, False
+    return hidden.requires_grad, weight.requires_grad, bias is not None and bias.requires_grad
 
 
 def _resolve_impl(impl: str, device: torch.device) -> str:

@@ -32,7 +32,8 @@ Shared conventions of both methods:
 - ``target``: (R,) int64, contiguous. Any value: a target outside ``[col0, col0 + C)``
   (another chunk's, ``ignore_index``, out of range) simply never matches a column.
 - ``softcap``: ``s``, or 0.0 for no soft-capping (:attr:`fusedce.options.LossOptions.softcap_value`).
-- ``z`` is scratch: its contents are undefined afterwards (the passes reuse its buffer).
+- ``chunk_stats`` leaves ``z`` unchanged (the precompute strategy turns the same block into
+  gradients next); ``logit_grad`` overwrites it.
 - Block-sized temporaries, if any, are the implementation's to document: the memory
   model (:mod:`fusedce.memory_model`) counts them.
 """
@@ -93,5 +94,15 @@ class BlockMath(Protocol):
         Returns d, (R, C) in ``out_dtype`` (the compute dtype), overwriting ``z``. The
         result may share ``z``'s memory (``z`` itself, or a narrower view of its bytes),
         so it is valid until the block's buffer is written again.
+        """
+        ...
+
+    def scale_(self, grad: torch.Tensor, factor: torch.Tensor) -> None:
+        """In place: ``grad *= factor`` (the precompute strategy's upstream gradient).
+
+        ``grad``: any shape, contiguous, bf16/fp16/fp32 (fp64 in PyTorch); ``factor``: a 0-d
+        tensor in the accumulation dtype on ``grad``'s device. The product is taken in
+        ``factor``'s dtype and rounded once to ``grad``'s, so the factor is never rounded to
+        bf16 first (a factor of 1 or a power of two leaves ``grad`` bitwise unchanged).
         """
         ...

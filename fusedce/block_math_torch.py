@@ -1,17 +1,20 @@
 """The :class:`~fusedce.block_math.BlockMath` of plain PyTorch ops (``impl="torch"``, any device).
 
-Contract and math: :mod:`fusedce.block_math`. Both functions first turn ``z`` in place
-into the activated logits c; they also accept fp64 blocks (fp64 inputs). Block-sized
-temporaries: ``chunk_stats`` one, exp(c − max); ``logit_grad`` the result when
-``out_dtype`` is narrower than ``z`` (a cast copy), and with soft-capping the factor
-1 − (c/s)² (two blocks while it is computed). :mod:`fusedce.memory_model` counts the
-first two (it does not model soft-capping).
+Contract and math: :mod:`fusedce.block_math`. They also accept fp64 blocks (fp64 inputs).
+Block-sized temporaries: ``chunk_stats`` one (the activated logits c when there is a bias
+or a soft-cap, else exp(z − max); ``z`` itself is left unchanged); ``logit_grad`` turns ``z``
+into c and then the gradients in place, plus the result when ``out_dtype`` is narrower
+than ``z`` (a cast copy), and with soft-capping the factor 1 − (c/s)² (two blocks while it
+is computed). :mod:`fusedce.memory_model` counts the first two (it does not model
+soft-capping). ``scale_`` widens a slice of at most ``SCALE_SLICE_BYTES`` at a time.
 """
 from __future__ import annotations
 
 import torch
 
 from fusedce.stats import RowStats
+
+SCALE_SLICE_BYTES = 4 << 20  # bytes of a widened slice in scale_
 
 
 def _activate(z: torch.Tensor, bias: torch.Tensor | None, softcap: float) -> torch.Tensor:
@@ -39,17 +42,27 @@ def chunk_stats(
     softcap: float,
     need_sum: bool,
 ) -> None:
-    """:meth:`BlockMath.chunk_stats <fusedce.block_math.BlockMath.chunk_stats>`; leaves c in ``z``."""
-    c = _activate(z, bias, softcap)
+    """:meth:`BlockMath.chunk_stats <fusedce.block_math.BlockMath.chunk_stats>`; leaves ``z`` unchanged.
+
+    The target's logit is gathered from ``z`` and activated on its own, before the block's
+    one temporary exists (so the small row temporaries never coexist with it)."""
+    index, inside = _target_mask(target, col0, z.shape[1])
+    picked = _activate(z.gather(1, index).squeeze(1), None if bias is None else bias[index.squeeze(1)], softcap)
+    stats.target_logit.add_(torch.where(inside, picked, 0.0))
+    del index, inside, picked
+    if bias is not None:  # one block-sized temporary (the bias widened on the fly, not copied)
+        c = _activate(torch.add(z, bias), None, softcap)
+    else:
+        c = _activate(z.clone(), None, softcap) if softcap else z
     block_max = c.amax(dim=1)
     new_max = torch.maximum(stats.max, block_max)
-    block_sum = (c - new_max.unsqueeze(1)).exp_().sum(dim=1)  # one block-sized temporary
-    stats.sumexp.mul_(torch.exp(stats.max - new_max)).add_(block_sum)
-    stats.max.copy_(new_max)
-    index, inside = _target_mask(target, col0, c.shape[1])
-    stats.target_logit.add_(torch.where(inside, c.gather(1, index).squeeze(1), 0.0))
     if need_sum:
         stats.logit_sum.add_(c.sum(dim=1))
+    shifted = c.sub_(new_max.unsqueeze(1)) if c is not z else c - new_max.unsqueeze(1)  # ... or this one
+    block_sum = shifted.exp_().sum(dim=1)
+    del c, shifted  # the block-sized temporary goes before the row statistics are merged
+    stats.sumexp.mul_(torch.exp(stats.max - new_max)).add_(block_sum)
+    stats.max.copy_(new_max)
 
 
 def logit_grad(
@@ -84,3 +97,18 @@ def logit_grad(
         dc.mul_(cap)
     dc.mul_(row_scale.unsqueeze(1))
     return dc.to(out_dtype)
+
+
+def scale_(grad: torch.Tensor, factor: torch.Tensor) -> None:
+    """:meth:`BlockMath.scale_ <fusedce.block_math.BlockMath.scale_>`: ``grad *= factor`` in
+    ``factor``'s dtype, a narrower ``grad`` widened one slice of rows at a time."""
+    if grad.numel() == 0:
+        return
+    if grad.dtype == factor.dtype or grad.element_size() >= factor.element_size():
+        grad.mul_(factor.to(grad.dtype))
+        return
+    flat = grad.view(grad.shape[0], -1) if grad.dim() > 1 else grad.view(1, -1)
+    step = max(1, SCALE_SLICE_BYTES // max(1, flat.shape[1] * factor.element_size()))
+    for r0 in range(0, flat.shape[0], step):
+        part = flat[r0: r0 + step]
+        part.copy_(part.to(factor.dtype).mul_(factor))

@@ -5,6 +5,12 @@ implementations give output shapes), so a model that calls ``linear_cross_entrop
 inside ``torch.compile`` compiles without tracing Triton internals, and eager and compiled
 runs execute the same kernels. Autograd is attached with ``register_autograd``: the forward
 saves only the inputs and the per-token lse (N floats).
+
+The precompute strategy is a third op, ``fusedce::loss_and_grads``: it returns the scalar
+loss together with its gradients for an upstream gradient of 1; its autograd formula
+multiplies those saved gradients in place by the real upstream gradient
+(``fusedce::scale_``, a mutating op, so the backward traces under torch.compile too) and
+refuses a second backward through the same graph (the gradients were handed out).
 """
 from __future__ import annotations
 
@@ -13,7 +19,7 @@ from typing import Optional
 
 import torch
 
-from fusedce import block_math_torch, passes
+from fusedce import block_math_torch, passes, precompute
 from fusedce.block_math import BlockMath
 from fusedce.options import LossOptions
 from fusedce.planner import ChunkPlan
@@ -37,9 +43,10 @@ def _options(ignore_index: int, label_smoothing: float, z_loss: float, softcap: 
 def forward_op(
     hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, bias: Optional[torch.Tensor],
     ignore_index: int, label_smoothing: float, z_loss: float, softcap: float,
-    compute_dtype: torch.dtype, impl: str, rows: int, cols: int,
+    compute_dtype: torch.dtype, impl: str, rows: int, cols: int, per_chunk: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(loss per token (N,), lse (N,)), fp32 (fp64 for fp64 compute). hidden is (N, H)."""
+    """(loss per token (N,), lse (N,)), fp32 (fp64 for fp64 compute). hidden is (N, H).
+    ``per_chunk`` is backward's (a bf16/fp16 grad_weight rounded once per row chunk)."""
     opts = _options(ignore_index, label_smoothing, z_loss, softcap)
     plan = ChunkPlan(rows=rows, cols=cols)
     return passes.forward(hidden, weight, target, bias, opts, compute_dtype, plan, _block_math(impl))
@@ -47,7 +54,7 @@ def forward_op(
 
 @forward_op.register_fake
 def _forward_fake(hidden, weight, target, bias, ignore_index, label_smoothing, z_loss, softcap,
-                  compute_dtype, impl, rows, cols):
+                  compute_dtype, impl, rows, cols, per_chunk=False):
     acc = passes.accumulation_dtype(compute_dtype)
     n = hidden.shape[0]
     return hidden.new_empty((n,), dtype=acc), hidden.new_empty((n,), dtype=acc)
@@ -58,12 +65,12 @@ def backward_op(
     grad_loss: torch.Tensor, hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor,
     bias: Optional[torch.Tensor], lse: torch.Tensor,
     ignore_index: int, label_smoothing: float, z_loss: float, softcap: float,
-    compute_dtype: torch.dtype, impl: str, rows: int, cols: int,
+    compute_dtype: torch.dtype, impl: str, rows: int, cols: int, per_chunk: bool,
     need_hidden: bool, need_weight: bool, need_bias: bool,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(grad_hidden, grad_weight, grad_bias); a gradient not asked for is an empty tensor."""
     opts = _options(ignore_index, label_smoothing, z_loss, softcap)
-    plan = ChunkPlan(rows=rows, cols=cols)
+    plan = ChunkPlan(rows=rows, cols=cols, per_chunk=per_chunk)
     gh, gw, gb = passes.backward(grad_loss, hidden, weight, target, bias, lse, opts, compute_dtype, plan,
                                   _block_math(impl), need_hidden=need_hidden, need_weight=need_weight,
                                   need_bias=need_bias)
@@ -73,7 +80,7 @@ def backward_op(
 
 @backward_op.register_fake
 def _backward_fake(grad_loss, hidden, weight, target, bias, lse, ignore_index, label_smoothing, z_loss,
-                   softcap, compute_dtype, impl, rows, cols, need_hidden, need_weight, need_bias):
+                   softcap, compute_dtype, impl, rows, cols, per_chunk, need_hidden, need_weight, need_bias):
     return (torch.empty_like(hidden) if need_hidden else hidden.new_empty((0,)),
             weight.new_empty(weight.shape) if need_weight else hidden.new_empty((0,)),
             bias.new_empty(bias.shape) if (need_bias and bias is not None) else hidden.new_empty((0,)))
@@ -81,10 +88,10 @@ def _backward_fake(grad_loss, hidden, weight, target, bias, lse, ignore_index, l
 
 def _setup_context(ctx, inputs, output):
     (hidden, weight, target, bias, ignore_index, label_smoothing, z_loss, softcap,
-     compute_dtype, impl, rows, cols) = inputs
+     compute_dtype, impl, rows, cols, per_chunk) = inputs
     _, lse = output
     ctx.save_for_backward(hidden, weight, target, bias, lse)
-    ctx.args = (ignore_index, label_smoothing, z_loss, softcap, compute_dtype, impl, rows, cols)
+    ctx.args = (ignore_index, label_smoothing, z_loss, softcap, compute_dtype, impl, rows, cols, per_chunk)
 
 
 def _backward(ctx, grad_loss, _grad_lse):
@@ -93,10 +100,79 @@ def _backward(ctx, grad_loss, _grad_lse):
     gh, gw, gb = backward_op(grad_loss, hidden, weight, target, bias, lse, *ctx.args,
                              need[0], need[1], bias is not None and need[3])
     return (gh if need[0] else None, gw if need[1] else None, None,
-            gb if (bias is not None and need[3]) else None) + (None,) * 8
+            gb if (bias is not None and need[3]) else None) + (None,) * 9
 
 
 forward_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+@torch.library.custom_op("fusedce::loss_and_grads", mutates_args=())
+def loss_and_grads_op(
+    hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, bias: Optional[torch.Tensor],
+    ignore_index: int, reduction: str, label_smoothing: float, z_loss: float, softcap: float,
+    compute_dtype: torch.dtype, impl: str, rows: int, split_k: int, per_chunk: bool,
+    need_hidden: bool, need_weight: bool, need_bias: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(loss (), grad_hidden, grad_weight, grad_bias) for ``reduction`` "mean"/"sum": the
+    precompute strategy (:func:`fusedce.precompute.loss_and_gradients`). A gradient not asked
+    for is an empty tensor."""
+    opts = LossOptions(ignore_index=ignore_index, reduction=reduction, label_smoothing=label_smoothing,
+                       z_loss=z_loss, softcap=softcap if softcap > 0 else None)
+    plan = ChunkPlan(rows=rows, cols=weight.shape[0], strategy="precompute", per_chunk=per_chunk, split_k=split_k)
+    loss, gh, gw, gb = precompute.loss_and_gradients(hidden, weight, target, bias, opts, compute_dtype, plan,
+                                                     _block_math(impl), need_hidden=need_hidden,
+                                                     need_weight=need_weight, need_bias=need_bias)
+    return (loss,) + tuple(hidden.new_empty((0,)) if g is None else g for g in (gh, gw, gb))
+
+
+@loss_and_grads_op.register_fake
+def _loss_and_grads_fake(hidden, weight, target, bias, ignore_index, reduction, label_smoothing, z_loss,
+                         softcap, compute_dtype, impl, rows, split_k, per_chunk, need_hidden, need_weight, need_bias):
+    loss = hidden.new_empty((), dtype=passes.accumulation_dtype(compute_dtype))
+    return (loss,) + _backward_fake(None, hidden, weight, target, bias, None, ignore_index, label_smoothing, z_loss,
+                                    softcap, compute_dtype, impl, rows, 0, per_chunk, need_hidden, need_weight,
+                                    need_bias)
+
+
+@torch.library.custom_op("fusedce::scale_", mutates_args=("grad",))
+def scale_op(grad: torch.Tensor, factor: torch.Tensor, impl: str) -> None:
+    """In place: ``grad *= factor`` (0-d, accumulation dtype), in the factor's precision."""
+    _block_math(impl).scale_(grad, factor)
+
+
+@scale_op.register_fake
+def _scale_fake(grad, factor, impl):
+    return None
+
+
+def _setup_precomputed(ctx, inputs, output):
+    _, gh, gw, gb = output
+    ctx.mark_non_differentiable(gh, gw, gb)
+    ctx.set_materialize_grads(False)  # else backward gets zero tensors for the three gradient outputs
+    ctx.save_for_backward(gh, gw, gb)
+    ctx.impl = inputs[10]
+    ctx.acc = passes.accumulation_dtype(inputs[9])
+    ctx.handed_out = False
+
+
+def _backward_precomputed(ctx, grad_loss, _gh, _gw, _gb):
+    if ctx.handed_out:
+        raise RuntimeError(
+            "fusedce computed this loss's gradients during the forward pass (strategy='precompute') and has "
+            "already handed them out; to backward through the same graph twice (retain_graph=True), call "
+            "linear_cross_entropy with strategy='recompute'")
+    ctx.handed_out = True
+    gh, gw, gb = ctx.saved_tensors
+    need = ctx.needs_input_grad
+    factor = grad_loss.to(ctx.acc).reshape(())
+    wanted = [(g, n) for g, n in ((gh, need[0]), (gw, need[1]), (gb, need[3])) if n and g.numel()]
+    for g, _ in wanted:
+        scale_op(g, factor, ctx.impl)
+    return (gh if need[0] else None, gw if need[1] else None, None,
+            gb if (need[3] and gb.numel()) else None) + (None,) * 13
+
+
+loss_and_grads_op.register_autograd(_backward_precomputed, setup_context=_setup_precomputed)
 
 
 def triton_available(device: torch.device) -> bool:

@@ -90,3 +90,56 @@ def _add_by_rows(out: torch.Tensor, addend: torch.Tensor) -> None:
     step = add_slice_rows(out.shape[1], out.element_size())
     for r0 in range(0, out.shape[0], step):
         out[r0: r0 + step].add_(addend[r0: r0 + step])
+
+
+@functools.lru_cache(maxsize=None)
+def _has_bmm_out_dtype(device_type: str, dtype: torch.dtype) -> bool:
+    if device_type != "cuda":
+        return False
+    try:
+        a = torch.ones(2, 2, 2, device=device_type, dtype=dtype)
+        torch.bmm(a, a, out_dtype=torch.float32, out=torch.empty(2, 2, 2, device=device_type))
+        return True
+    except (TypeError, RuntimeError):
+        return False
+
+
+def split_k_sm_count(device: torch.device, dtype: torch.dtype) -> int | None:
+    """The SM count of ``device`` when split-K products (:func:`split_k_matmul_into`) are
+    available for ``dtype`` operands there — CUDA with a batched product that writes fp32
+    (``torch.bmm(..., out_dtype=torch.float32)``) — else None (the planner never splits)."""
+    if device.type != "cuda" or not _has_bmm_out_dtype(device.type, dtype):
+        return None
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def split_k_matmul_into(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, partials: torch.Tensor | None) -> None:
+    """``out = a @ b`` (out (M, N) fp32, a (M, K), b (K, N) in one low-precision dtype), K
+    split over ``partials.shape[0]`` slices multiplied side by side (see
+    :func:`fusedce.planner.split_k_count`), then summed in a fixed order (deterministic).
+
+    ``partials``: an fp32 buffer of at least (S, M, N) elements, or None for one product.
+    Slices start at multiples of 64 elements; the K % S leftover is one more thin product.
+    """
+    if partials is None or partials.shape[0] == 1:
+        matmul_into(out, a, b, accumulate=False)
+        return
+    splits = partials.shape[0]
+    m, k = a.shape
+    n = b.shape[1]
+    step = k // splits // 64 * 64
+    if step == 0:
+        matmul_into(out, a, b, accumulate=False)
+        return
+    main = step * splits
+    part = partials.view(-1)[: splits * m * n].view(splits, m, n)
+    slices_a = a[:, :main].unflatten(1, (splits, step)).transpose(0, 1)  # (S, M, step)
+    slices_b = b[:main].unflatten(0, (splits, step))                     # (S, step, N)
+    if a.dtype == part.dtype:
+        torch.bmm(slices_a, slices_b, out=part)
+    else:
+        torch.bmm(slices_a, slices_b, out_dtype=part.dtype, out=part)
+    torch.sum(part, dim=0, out=out)
+    if main < k:
+        matmul_into(out, a[:, main:], b[main:], accumulate=True)

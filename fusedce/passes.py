@@ -27,7 +27,7 @@ import torch
 from fusedce.block_math import BlockMath
 from fusedce.matmul import matmul_into
 from fusedce.options import LossOptions
-from fusedce.planner import ChunkPlan
+from fusedce.planner import ChunkPlan, block_row_stride  # noqa: F401 (block_row_stride: re-exported)
 from fusedce.stats import RowStats
 from fusedce.validation import out_of_range_targets, outside_vocabulary
 
@@ -35,13 +35,6 @@ from fusedce.validation import out_of_range_targets, outside_vocabulary
 def accumulation_dtype(compute_dtype: torch.dtype) -> torch.dtype:
     """The dtype of every sum: fp64 for fp64 compute, else fp32."""
     return torch.float64 if compute_dtype == torch.float64 else torch.float32
-
-
-def block_row_stride(cols: int, device: torch.device) -> int:
-    """Elements per row of a logits block: on CUDA rounded up to a multiple of 64, so that
-    the fp32 block and its bf16 view (twice the stride) give cuBLAS 16-byte-aligned leading
-    dimensions even for a ragged last vocabulary chunk (V = 32777 leaves 1161 columns)."""
-    return -(-cols // 64) * 64 if device.type == "cuda" else cols
 
 
 def forward(
@@ -106,11 +99,11 @@ def backward(
     row_scale, scale = _row_scale(grad_loss, counted, out_of_range, acc, compute_dtype)
     row_chunks = plan.row_chunks(n)
     grads = _Gradients.allocate(hidden, weight, acc, several_row_chunks=len(row_chunks) > 1,
-                                need_hidden=need_hidden, need_weight=need_weight,
+                                per_chunk=plan.per_chunk, need_hidden=need_hidden, need_weight=need_weight,
                                 need_bias=need_bias and bias is not None)
     work = _Workspace(plan, hidden, weight, compute_dtype, acc, hidden_sum=need_hidden,
                       ones=grads.bias is not None)
-    for r0, r1 in row_chunks:
+    for i, (r0, r1) in enumerate(row_chunks):
         h_i = work.hidden_rows(r0, r1)
         hidden_sum = work.hidden_sum_rows(r1 - r0)
         for k, (c0, c1) in enumerate(plan.col_chunks(v)):
@@ -119,7 +112,8 @@ def backward(
             d = block_math.logit_grad(z, _columns(bias, c0, c1), c0, target[r0:r1], lse[r0:r1], row_scale[r0:r1],
                                       vocab=v, label_smoothing=opts.label_smoothing, z_loss=opts.z_loss,
                                       softcap=opts.softcap_value, out_dtype=compute_dtype)
-            grads.add_block(d, h_i, w_j, c0, c1, hidden_sum, work.ones, first_vocab_chunk=k == 0)
+            grads.add_block(d, h_i, w_j, c0, c1, hidden_sum, work.ones, first_vocab_chunk=k == 0,
+                            first_row_chunk=i == 0)
             del d  # the PyTorch path's d is a copy: free it before the next block's product
         if hidden_sum is not None:
             grads.store_hidden_rows(r0, r1, hidden_sum, scale)
@@ -176,7 +170,9 @@ class _Gradients:
     each block's dᵀ @ h_i is added: ``weight`` itself when weight's dtype is the accumulation
     dtype (an fp32 master weight); a (V, H) accumulation-dtype copy when a bf16/fp16 weight's
     rows come in several row chunks (only when ``chunk_size`` forces it); None when all rows
-    are one chunk, so each vocabulary chunk of ``weight`` is written once (one rounding).
+    are one chunk, so each vocabulary chunk of ``weight`` is written once (one rounding), or
+    with ``per_chunk`` (each row chunk's product added into ``weight``: one rounding per row
+    chunk, ``grad_weight_accumulation="per_chunk"``).
     ``bias``: (V,) the accumulation-dtype column sums of the blocks' d; cast to bias's dtype
     at the end. Each is None when not asked for.
     """
@@ -188,10 +184,10 @@ class _Gradients:
 
     @classmethod
     def allocate(cls, hidden: torch.Tensor, weight: torch.Tensor, acc: torch.dtype, *, several_row_chunks: bool,
-                 need_hidden: bool, need_weight: bool, need_bias: bool) -> "_Gradients":
+                 need_hidden: bool, need_weight: bool, need_bias: bool, per_chunk: bool = False) -> "_Gradients":
         """Allocate, in this order: the weight gradient (or its sum), grad_hidden, the bias sum."""
         (n, h), v, device = hidden.shape, weight.shape[0], hidden.device
-        if weight.dtype == acc or not several_row_chunks:
+        if weight.dtype == acc or not several_row_chunks or per_chunk:
             grad_weight = torch.zeros(v, h, device=device, dtype=weight.dtype) if need_weight else None
             weight_sum = grad_weight if weight.dtype == acc else None
         else:
@@ -202,9 +198,11 @@ class _Gradients:
         return cls(hidden=grad_hidden, weight=grad_weight, weight_sum=weight_sum, bias=bias_sum)
 
     def add_block(self, d: torch.Tensor, h_i: torch.Tensor, w_j: torch.Tensor, c0: int, c1: int,
-                  hidden_sum: torch.Tensor | None, ones: torch.Tensor | None, *, first_vocab_chunk: bool) -> None:
+                  hidden_sum: torch.Tensor | None, ones: torch.Tensor | None, *, first_vocab_chunk: bool,
+                  first_row_chunk: bool = True) -> None:
         """Add one block's share: bias[c0:c1] += 1ᵀ d; ``hidden_sum`` (R, H) in the accumulation
-        dtype += d @ w_j (= on the first vocabulary chunk); weight[c0:c1] += dᵀ @ h_i.
+        dtype += d @ w_j (= on the first vocabulary chunk); weight[c0:c1] += dᵀ @ h_i (= on
+        the first row chunk when ``weight`` is written directly).
 
         d (R, C), h_i (R, H) and w_j (C, H) are in the compute dtype; ``ones`` (≥ R,) too.
         """
@@ -214,6 +212,8 @@ class _Gradients:
             matmul_into(hidden_sum, d, w_j, accumulate=not first_vocab_chunk)
         if self.weight_sum is not None:
             matmul_into(self.weight_sum[c0:c1], d.t(), h_i, accumulate=True)
+        elif self.weight is not None and not first_row_chunk:  # per_chunk: rounded once per row chunk
+            matmul_into(self.weight[c0:c1], d.t(), h_i, accumulate=True)
         elif self.weight is not None:
             _write_product(self.weight[c0:c1], d.t(), h_i)
 

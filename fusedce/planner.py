@@ -1,22 +1,56 @@
-"""How the N×V logits are cut into chunks that fit a memory budget.
+"""The memory budget, and how it becomes a strategy and a chunking of the N×V logits.
 
-Both implementations (PyTorch and Triton) walk the same two-level loop: row chunks of
-``rows`` tokens, and inside each, vocabulary chunks of ``cols`` entries. Only one
-``rows × cols`` block of fp32 logits exists at a time.
+**The budget** (``memory_budget`` of the API) is bytes of temporaries — everything a step
+holds besides its inputs, the gradients it returns (the *floor*, :func:`gradient_floor_bytes`)
+and O(N) per-token vectors. :func:`budget_bytes` reads it as:
 
-Temporaries of the backward pass for one block (bytes; ``c`` = bytes per element of the
-compute dtype, 2 for bf16/fp16):
+- ``None`` or ``"default"``: a tenth of the floor plus 96 MiB, less 40 bytes a token, at
+  least 32 MiB (:func:`default_budget_bytes`): the step stays under 1.1 × floor + 128 MiB.
+- ``"min"``: 5 % of the floor (less the per-token bytes): the step at ≤ 1.05 × floor where
+  the smallest blocks (1024 rows × 1024 columns) allow it.
+- ``"fast"``: N·V·c bytes, c the compute dtype's size — the logits torch.compile keeps for
+  its backward, i.e. about torch.compile's own extra memory — spent on speed.
+- a float ``f ≥ 1``: a peak of ``f × floor``; (f − 1)·floor less the per-token bytes.
+- an int: bytes, as given.
 
-    grad_hidden accumulator   rows · H · 4        (fp32, summed over vocabulary chunks)
-    hidden chunk, converted   rows · H · c        (only if hidden.dtype != compute dtype)
-    logits / logit grads      rows · cols · 4     (the grads overwrite the logits in place)
-    weight chunk, converted   cols · H · c        (only if weight.dtype != compute dtype)
+**Two strategies** (``ChunkPlan.strategy``):
 
-grad_weight is summed over row chunks. When the weight is fp32 (mixed precision), that sum
-happens in the fp32 ``grad_weight`` output itself, at no extra cost. When it is bf16/fp16,
-a sum over several row chunks would need an fp32 copy of grad_weight (V·H·4 bytes), so the
-planner takes all N rows in one chunk instead and pays ``N·H·4`` for the grad_hidden
-accumulator — unless ``chunk_size`` forces smaller row chunks.
+- ``"recompute"``: the forward keeps only per-token statistics; backward recomputes each
+  ``rows × cols`` block of logits (8·N·H·V FLOPs). Any reduction, any number of backwards.
+  Its backward temporaries (``c`` = bytes of the compute dtype)::
+
+      grad_hidden accumulator   rows · H · 4        (fp32, summed over vocabulary chunks)
+      hidden chunk, converted   rows · H · c        (only if hidden.dtype != compute dtype)
+      logits / logit grads      rows · cols · 4     (the grads overwrite the logits in place)
+      weight chunk, converted   cols · H · c        (only if weight.dtype != compute dtype)
+
+- ``"precompute"``: for a scalar loss (mean/sum) whose gradients are needed, the gradients
+  are computed during the forward pass for an upstream gradient of 1 and scaled by the
+  real one in backward (6·N·H·V FLOPs). Row chunks of ``rows`` tokens × the whole
+  vocabulary (a logit's gradient needs its row's finished log-sum-exp)::
+
+      weight, converted         V · H · c           (only if weight.dtype != compute dtype)
+      grad_weight accumulator   V · H · 4           (bf16/fp16 weight, > 1 row chunk, "fp32" policy)
+      logits / logit grads      rows · V' · 4       (V' = V padded to 64 on CUDA)
+      hidden chunk, converted   rows · H · c        (only if hidden.dtype != compute dtype)
+      split-K partials, stage   (S + 1) · rows · H · 4   (CUDA, when grad_hidden's output is small)
+
+  ``"auto"`` takes it under an explicit budget (not the default one: that keeps the default
+  plans and a plain loss's semantics — any number of backwards, nothing held across the
+  forward) when it fits with at least 1024 rows per chunk (fewer would re-read and
+  re-write grad_weight, V·H·4 bytes, too often: below ~630 rows that traffic costs more
+  than the 2·N·H·V it saves) — in practice at generous budgets such as ``"fast"``. Asked
+  for by name (``strategy="precompute"``), it gets at least that many rows (or all N, or
+  ``chunk_size``) whatever the budget: the budget doubles until they fit, as a recompute
+  block never gets narrower than 1024 columns. Not for
+  fp16 compute (gradients pre-scaled by 1/N underflow fp16).
+
+**grad_weight of a bf16/fp16 weight summed over row chunks** (``grad_weight_accumulation``):
+``"fp32"`` (default, exact: one rounding of an fp32 sum) either takes all N rows in one
+chunk (recompute: then grad_hidden's fp32 accumulator is N·H·4) or sums in a V·H·4
+accumulator; ``"per_chunk"`` adds each row chunk's product into the bf16/fp16 gradient
+itself (one rounding per row chunk, Liger-Kernel's policy; error: DESIGN.md), so row chunks
+cost nothing extra. An fp32 weight's gradient is always summed in place, exactly.
 """
 from __future__ import annotations
 
@@ -27,17 +61,34 @@ import torch
 MiB = 1 << 20
 MIN_BUDGET = 32 * MiB
 BASE_BUDGET = 96 * MiB
+PER_TOKEN_BYTES = 40  # the per-token vectors a step holds (statistics, lse, loss, masks)
+MIN_FLOOR_FRACTION = 0.05  # "min": temporaries of 5 % of the floor
 COL_ALIGN = 128
 MIN_COLS = 1024  # below this the GEMMs get thin and launches dominate
 MIN_ROWS = 1024
+ROW_ALIGN = 64
+PRECOMPUTE_MIN_ROWS = 1024
+ROW_PAD = 64  # elements: a CUDA block's rows are padded to this (see block_row_stride)
+MAX_SPLIT_K = 16
 
+BUDGET_SETTINGS = ("min", "default", "fast")
+STRATEGIES = ("auto", "recompute", "precompute")
+GRAD_WEIGHT_ACCUMULATIONS = ("fp32", "per_chunk")
 
 @dataclass(frozen=True)
 class ChunkPlan:
-    """A chunking of an (N, V) logits matrix: ``rows`` tokens × ``cols`` vocabulary entries."""
+    """A chunking of an (N, V) logits matrix: ``rows`` tokens × ``cols`` vocabulary entries.
+
+    ``strategy``: "recompute" or "precompute" (``cols == V`` then). ``per_chunk``: a
+    bf16/fp16 grad_weight is summed over row chunks in its own dtype. ``split_k``: slices
+    of the grad_hidden product's K = V (precompute on CUDA; 1 = no split).
+    """
 
     rows: int
     cols: int
+    strategy: str = "recompute"
+    per_chunk: bool = False
+    split_k: int = 1
 
     def row_chunks(self, n: int) -> list[tuple[int, int]]:
         return [(r, min(n, r + self.rows)) for r in range(0, n, self.rows)]
@@ -48,6 +99,13 @@ class ChunkPlan:
 
 def dtype_bytes(dtype: torch.dtype) -> int:
     return torch.empty((), dtype=dtype).element_size()
+
+
+def block_row_stride(cols: int, device: torch.device) -> int:
+    """Elements per row of a logits block: on CUDA rounded up to a multiple of 64, so that
+    the fp32 block and its bf16 view (twice the stride) give cuBLAS 16-byte-aligned leading
+    dimensions even for a ragged last vocabulary chunk (V = 32777 leaves 1161 columns)."""
+    return -(-cols // ROW_PAD) * ROW_PAD if device.type == "cuda" else cols
 
 
 def gradient_floor_bytes(n: int, h: int, v: int, hidden_dtype: torch.dtype, weight_dtype: torch.dtype, *,
@@ -61,10 +119,51 @@ def default_budget_bytes(floor_bytes: int, n: int = 0) -> int:
     """Default bytes for temporaries: a tenth of the gradient floor plus 96 MiB, less the
     per-token vectors (≈ 40 bytes a token), at least 32 MiB.
 
-    This keeps the whole step under the memory goal of 1.1 × floor + 128 MiB, with ~32 MiB
-    to spare for the allocator's rounding and small tensors.
+    This keeps the whole step under 1.1 × floor + 128 MiB, with ~32 MiB to spare for the
+    allocator's rounding and small tensors.
     """
-    return max(MIN_BUDGET, floor_bytes // 10 + BASE_BUDGET - 40 * n)
+    return max(MIN_BUDGET, floor_bytes // 10 + BASE_BUDGET - PER_TOKEN_BYTES * n)
+
+
+def budget_bytes(memory_budget: int | float | str | None, *, floor: int, n: int, v: int,
+                 compute_dtype: torch.dtype) -> int:
+    """The bytes of temporaries that ``memory_budget`` allows (see the module docstring)."""
+    if memory_budget is None or memory_budget == "default":
+        return default_budget_bytes(floor, n)
+    if memory_budget == "min":
+        return max(0, int(MIN_FLOOR_FRACTION * floor) - PER_TOKEN_BYTES * n)
+    if memory_budget == "fast":
+        return max(default_budget_bytes(floor, n), n * v * dtype_bytes(compute_dtype))
+    if isinstance(memory_budget, float):
+        return max(0, int((memory_budget - 1.0) * floor) - PER_TOKEN_BYTES * n)
+    return memory_budget
+
+
+def check_options(*, chunk_size=None, vocab_chunk_size=None, memory_budget=None, strategy="auto",
+                  grad_weight_accumulation="fp32") -> None:
+    """Raise ValueError/TypeError naming the first invalid planner option."""
+    for name, value in (("chunk_size", chunk_size), ("vocab_chunk_size", vocab_chunk_size)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"{name} must be None or a positive int, got {value!r}")
+    _check_budget(memory_budget)
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
+    if grad_weight_accumulation not in GRAD_WEIGHT_ACCUMULATIONS:
+        raise ValueError(f"grad_weight_accumulation must be one of {GRAD_WEIGHT_ACCUMULATIONS}, "
+                         f"got {grad_weight_accumulation!r}")
+
+
+def _check_budget(budget) -> None:
+    if budget is None or (isinstance(budget, str) and budget in BUDGET_SETTINGS):
+        return
+    if isinstance(budget, float):
+        if not budget >= 1.0 or budget != budget or budget == float("inf"):
+            raise ValueError(f"memory_budget as a float is a multiple of the gradient floor, >= 1.0; got {budget!r}")
+        return
+    if isinstance(budget, int) and not isinstance(budget, bool) and budget >= 1:
+        return
+    raise ValueError(f"memory_budget must be None, bytes (a positive int), a multiple of the gradient floor "
+                     f"(a float >= 1.0) or one of {BUDGET_SETTINGS}; got {budget!r}")
 
 
 def plan_chunks(
@@ -77,37 +176,85 @@ def plan_chunks(
     compute_dtype: torch.dtype,
     chunk_size: int | None = None,
     vocab_chunk_size: int | None = None,
-    memory_budget: int | None = None,
+    memory_budget: int | float | str | None = None,
+    strategy: str = "auto",
+    grad_weight_accumulation: str = "fp32",
+    scalar_loss: bool = False,
+    needs_grad: bool = False,
+    has_bias: bool = False,
+    cuda: bool = False,
+    sm_count: int | None = None,
 ) -> ChunkPlan:
-    """Pick ``rows`` and ``cols`` so the backward temporaries fit ``memory_budget`` bytes.
+    """Pick the strategy, ``rows`` and ``cols`` so the temporaries fit the budget.
 
     ``chunk_size`` / ``vocab_chunk_size``, when given, cap rows / cols directly. The budget is
     a target, not a hard limit: a chunk never gets narrower than 1024 vocabulary entries
-    (unless V is smaller or ``vocab_chunk_size`` asks for it).
+    (unless V is smaller or ``vocab_chunk_size`` asks for it). ``strategy="auto"`` considers
+    "precompute" only for a ``scalar_loss`` (mean/sum) that ``needs_grad``; ``cuda``: the
+    block's rows are padded (:func:`block_row_stride`); ``sm_count``: the GPU's SM count
+    when split-K products are available (None: never split).
     """
-    _check_sizes(chunk_size=chunk_size, vocab_chunk_size=vocab_chunk_size, memory_budget=memory_budget)
+    check_options(chunk_size=chunk_size, vocab_chunk_size=vocab_chunk_size, memory_budget=memory_budget,
+                  strategy=strategy, grad_weight_accumulation=grad_weight_accumulation)
+    floor = gradient_floor_bytes(n, h, v, hidden_dtype, weight_dtype, has_bias=has_bias)
+    budget = budget_bytes(memory_budget, floor=floor, n=n, v=v, compute_dtype=compute_dtype)
+    per_chunk = grad_weight_accumulation == "per_chunk" and _low_precision(weight_dtype, compute_dtype)
+    if strategy == "precompute":
+        _check_precompute_allowed(compute_dtype, scalar_loss, vocab_chunk_size)
+    explicit = memory_budget is not None and memory_budget != "default"
+    if (strategy == "precompute" or strategy == "auto" and explicit and needs_grad) and scalar_loss \
+            and compute_dtype != torch.float16 and vocab_chunk_size is None:
+        plan = _plan_precompute(n, h, v, hidden_dtype, weight_dtype, compute_dtype, budget, chunk_size, per_chunk,
+                                cuda, sm_count)
+        wanted = min(max(n, 1), chunk_size or max(n, 1), PRECOMPUTE_MIN_ROWS)
+        if strategy == "precompute":
+            grown = max(budget, 1)
+            while plan.rows < wanted:  # asked for by name: the budget yields to the rows it needs
+                grown *= 2
+                plan = _plan_precompute(n, h, v, hidden_dtype, weight_dtype, compute_dtype, grown, chunk_size,
+                                        per_chunk, cuda, sm_count)
+            return plan
+        if plan.rows >= wanted:
+            return plan
+    return _plan_recompute(n, h, v, hidden_dtype, weight_dtype, compute_dtype, budget, chunk_size,
+                           vocab_chunk_size, per_chunk)
+
+
+def _low_precision(weight_dtype: torch.dtype, compute_dtype: torch.dtype) -> bool:
+    """Whether a weight's gradient is narrower than the accumulation dtype (bf16/fp16)."""
+    acc = torch.float64 if compute_dtype == torch.float64 else torch.float32
+    return dtype_bytes(weight_dtype) < dtype_bytes(acc)
+
+
+def _check_precompute_allowed(compute_dtype: torch.dtype, scalar_loss: bool, vocab_chunk_size: int | None) -> None:
+    if not scalar_loss:
+        raise ValueError("strategy='precompute' needs reduction='mean' or 'sum' (a scalar loss): the gradients "
+                         "computed in forward are scaled by one upstream gradient; use strategy='recompute'")
+    if compute_dtype == torch.float16:
+        raise ValueError("strategy='precompute' does not compute in float16 (gradients pre-scaled by 1/N "
+                         "underflow float16); use strategy='recompute' or 'auto'")
+    if vocab_chunk_size is not None:
+        raise ValueError("strategy='precompute' takes whole vocabulary rows: vocab_chunk_size does not apply")
+
+
+def _plan_recompute(n: int, h: int, v: int, hidden_dtype: torch.dtype, weight_dtype: torch.dtype,
+                    compute_dtype: torch.dtype, budget: int, chunk_size: int | None, vocab_chunk_size: int | None,
+                    per_chunk: bool) -> ChunkPlan:
     c = dtype_bytes(compute_dtype)
     per_row = h * (4 + (c if hidden_dtype != compute_dtype else 0))  # accumulator (+ converted row)
-    floor = gradient_floor_bytes(n, h, v, hidden_dtype, weight_dtype)
-    budget = memory_budget if memory_budget is not None else default_budget_bytes(floor, n)
-    rows = _plan_rows(n, per_row, budget, weight_dtype, chunk_size)
+    rows = _plan_rows(n, per_row, budget, weight_dtype, chunk_size, per_chunk)
     weight_row = h * c if weight_dtype != compute_dtype else 0  # a converted weight row
     cols = _plan_cols(v, rows, budget - rows * per_row, weight_row, vocab_chunk_size)
-    return ChunkPlan(rows=rows, cols=cols)
+    return ChunkPlan(rows=rows, cols=cols, per_chunk=per_chunk and rows < max(n, 1))
 
 
-def _check_sizes(**sizes: int | None) -> None:
-    for name, value in sizes.items():
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise ValueError(f"{name} must be None or a positive int, got {value!r}")
-
-
-def _plan_rows(n: int, per_row: int, budget: int, weight_dtype: torch.dtype, chunk_size: int | None) -> int:
+def _plan_rows(n: int, per_row: int, budget: int, weight_dtype: torch.dtype, chunk_size: int | None,
+               per_chunk: bool = False) -> int:
     """Tokens per row chunk (≥ 1): ``per_row`` bytes each, at most two thirds of ``budget``."""
     n_eff = max(n, 1)
     if chunk_size is not None:
         return min(n_eff, chunk_size)
-    if weight_dtype != torch.float32:
+    if weight_dtype != torch.float32 and not per_chunk:
         return n_eff  # see the module docstring: avoids an fp32 copy of grad_weight
     share = budget * 2 // 3  # at most two thirds of the budget for row-sized buffers
     rows = n_eff if n_eff * per_row <= share else max(MIN_ROWS, share // per_row)
@@ -125,3 +272,70 @@ def _plan_cols(v: int, rows: int, left: int, weight_row: int, vocab_chunk_size: 
         return v
     cols = max(MIN_COLS, cols // COL_ALIGN * COL_ALIGN)
     return min(cols, v)
+
+
+def split_k_count(rows: int, h: int, v: int, sm_count: int | None) -> int:
+    """Slices of K = V for precompute's grad_hidden = d @ W, an (R, V) @ (V, H) product.
+
+    Its output has only ⌈R/128⌉·⌈H/128⌉ tiles (4·6 = 24 for 448 × 768): most of an H200's
+    132 SMs would idle. S slices multiplied as one batched GEMM into S fp32 partial
+    products, then summed, give S times as many tiles. 1 without ``sm_count`` (not CUDA, or
+    no batched product with an fp32 result), when the output already fills the GPU twice,
+    or when K is short.
+    """
+    if not sm_count:
+        return 1
+    tiles = -(-rows // 128) * -(-h // 128)
+    return max(1, min(MAX_SPLIT_K, (2 * sm_count) // max(tiles, 1), v // 1024))
+
+
+def _plan_precompute(n: int, h: int, v: int, hidden_dtype: torch.dtype, weight_dtype: torch.dtype,
+                     compute_dtype: torch.dtype, budget: int, chunk_size: int | None, per_chunk: bool, cuda: bool,
+                     sm_count: int | None) -> ChunkPlan:
+    """The precompute plan whose buffers (module docstring) fit ``budget``: rows balanced
+    over the chunks and a multiple of 64 where possible; rows may come out below 1024 (the
+    caller decides) and are at least 1."""
+    c = dtype_bytes(compute_dtype)
+    acc = 8 if compute_dtype == torch.float64 else 4
+    stride = -(-v // ROW_PAD) * ROW_PAD if cuda else v
+    fixed = v * h * c if weight_dtype != compute_dtype else 0
+    per_row = stride * acc + (h * c if hidden_dtype != compute_dtype else 0)
+    limit = min(max(n, 1), chunk_size or max(n, 1))
+
+    def fit(extra_fixed: int) -> tuple[int, int]:
+        """(rows, splits) within the budget less ``fixed + extra_fixed``."""
+        left = max(0, budget - fixed - extra_fixed)
+        splits = 1
+        rows = left // per_row
+        for _ in range(3):  # the split count depends on the rows and the rows on the split's buffers
+            want = split_k_count(min(max(rows, 1), limit), h, v, sm_count)
+            cost = per_row + ((want + 1) * h * acc if want > 1 else 0)
+            rows, splits = left // cost, want
+        return _balanced_rows(n, min(rows, limit), limit), splits
+
+    rows, splits = fit(0)
+    accumulate = _low_precision(weight_dtype, compute_dtype) and not per_chunk
+    if rows < max(n, 1) and accumulate:
+        rows, splits = fit(v * h * acc)  # a bf16/fp16 grad_weight summed over row chunks in fp32
+    splits = min(splits, split_k_count(rows, h, v, sm_count))
+    better = split_k_count(rows, h, v, sm_count)  # balancing may have shrunk the rows: a wider split may fit
+    if better > splits and rows * (per_row + (better + 1) * h * acc) <= budget - fixed - (
+            v * h * acc if accumulate and rows < max(n, 1) else 0):
+        splits = better
+    several = rows < max(n, 1)
+    return ChunkPlan(rows=rows, cols=v, strategy="precompute", per_chunk=per_chunk and several, split_k=splits)
+
+
+def _balanced_rows(n: int, fits: int, limit: int) -> int:
+    """Rows per chunk ≤ ``fits``: the fewest chunks of ``limit``-capped rows, balanced and
+    rounded up to a multiple of 64 when that still fits (at least 1)."""
+    if fits >= limit:
+        return limit
+    if fits < 1:
+        return 1
+    chunks = -(-max(n, 1) // fits)
+    rows = -(-max(n, 1) // chunks)
+    aligned = -(-rows // ROW_ALIGN) * ROW_ALIGN
+    if aligned <= fits:
+        return aligned
+    return fits // ROW_ALIGN * ROW_ALIGN if fits >= ROW_ALIGN else fits

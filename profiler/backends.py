@@ -10,6 +10,9 @@ Every back-end turns ``(hidden, weight, target, bias, options) -> loss``:
 
 The caller runs the forward under the cell's autocast, exactly as a training loop would.
 
+``fusedce``, ``fusedce-min`` and ``fusedce-fast`` are three points of fusedce's time–memory
+frontier (its ``memory_budget`` default, ``"min"`` and ``"fast"``).
+
 Optional back-ends (``liger``, ``cce``) are imported only when used; :func:`list_backends`
 reports them as "not installed" instead of raising. A back-end that cannot honour an
 option of a cell says why in :meth:`Backend.unsupported` and the cell is recorded as
@@ -211,8 +214,22 @@ class TorchNativeBackend(Backend):
 
 
 class FusedceBackend(Backend):
+    """``fusedce.linear_cross_entropy`` at one point of its time–memory frontier.
+
+    ``knobs`` are its keyword arguments ``memory_budget``, ``strategy`` and
+    ``grad_weight_accumulation``, passed as given (none: the default plan). An instance made
+    with ``name`` and knobs is a point of its own (the benchmarks' strategy variants)."""
+
     name = "fusedce"
     description = "fusedce.linear_cross_entropy (this project)"
+    knobs: dict = {}
+
+    def __init__(self, name: str | None = None, **knobs) -> None:
+        if name is not None:
+            self.name = name
+            self.description = "fusedce.linear_cross_entropy(" + ", ".join(
+                f"{key}={value!r}" for key, value in knobs.items()) + ")"
+        self.knobs = {**type(self).knobs, **knobs}
 
     def version(self) -> str:
         _require("fusedce")
@@ -223,12 +240,32 @@ class FusedceBackend(Backend):
     def make(self) -> LossFn:
         import fusedce
 
+        knobs = dict(self.knobs)
+
         def loss(hidden, weight, target, bias, options: LossOptions):
             return fusedce.linear_cross_entropy(
                 hidden, weight, target, bias, ignore_index=options.ignore_index, reduction=options.reduction,
-                label_smoothing=options.label_smoothing, z_loss=options.z_loss, softcap=options.softcap)
+                label_smoothing=options.label_smoothing, z_loss=options.z_loss, softcap=options.softcap,
+                **knobs)
 
         return loss
+
+
+class FusedceMinBackend(FusedceBackend):
+    """fusedce's lowest-memory point: ``memory_budget="min"`` (the smallest blocks)."""
+
+    name = "fusedce-min"
+    description = "fusedce.linear_cross_entropy, memory_budget='min' (lowest memory)"
+    knobs = {"memory_budget": "min"}
+
+
+class FusedceFastBackend(FusedceBackend):
+    """fusedce's fastest point: ``memory_budget="fast"`` (gradients computed in forward
+    where they fit, about torch.compile's memory)."""
+
+    name = "fusedce-fast"
+    description = "fusedce.linear_cross_entropy, memory_budget='fast' (gradients in forward)"
+    knobs = {"memory_budget": "fast"}
 
 
 class LigerBackend(Backend):
@@ -382,7 +419,7 @@ def _changed_options(options: LossOptions) -> dict:
 
 BUILTIN_BACKENDS: dict[str, type[Backend]] = {
     cls.name: cls for cls in (TorchBackend, TorchCompileBackend, TorchNativeBackend, FusedceBackend,
-                              LigerBackend, CceBackend)
+                              FusedceMinBackend, FusedceFastBackend, LigerBackend, CceBackend)
 }
 
 

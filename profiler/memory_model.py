@@ -159,6 +159,10 @@ def _torch_eager(spec: CellSpec) -> Prediction:
     return Prediction(tape.peak, tape.phase_peaks["forward"], tape.phase_peaks["backward"])
 
 
+_FUSEDCE_BUDGETS = {"fusedce": None, "fusedce-min": "min", "fusedce-fast": "fast"}
+"""fusedce's back-ends (:mod:`profiler.backends`) and the ``memory_budget`` each passes."""
+
+
 def _fusedce(spec: CellSpec) -> Prediction:
     try:
         from fusedce.memory_model import predict_peak_bytes
@@ -169,7 +173,8 @@ def _fusedce(spec: CellSpec) -> Prediction:
     impl = "triton" if spec.device.startswith("cuda") else "torch"
     model = predict_peak_bytes(spec.tokens, spec.hidden, spec.vocab, hidden_dtype=prec.hidden,
                                weight_dtype=prec.weight, compute_dtype=prec.compute, has_bias=spec.bias,
-                               impl=impl)
+                               bias_dtype=prec.weight if spec.bias else None, impl=impl,
+                               memory_budget=_FUSEDCE_BUDGETS[spec.backend], reduction=spec.reduction)
     return Prediction(int(model.step), int(model.forward), int(model.backward))
 
 
@@ -179,7 +184,7 @@ def _cce(spec: CellSpec) -> Prediction:
     return Prediction(floor_bytes(spec) + copy)
 
 
-_MODELS = {"torch": _torch_eager, "fusedce": _fusedce, "cce": _cce}
+_MODELS = {"torch": _torch_eager, "cce": _cce, **{name: _fusedce for name in _FUSEDCE_BUDGETS}}
 
 
 def predict(spec: CellSpec) -> Prediction:

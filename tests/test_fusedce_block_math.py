@@ -10,7 +10,7 @@ import pytest
 from fusedce import block_math_torch
 from fusedce.block_math import BlockMath
 
-METHODS = ("chunk_stats", "logit_grad")
+METHODS = ("chunk_stats", "logit_grad", "scale_")
 
 needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")
 

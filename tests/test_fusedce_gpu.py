@@ -70,8 +70,9 @@ def cast_inputs(hidden, weight, bias, hidden_dtype, weight_dtype):
 
 
 def compare_with_eager(record_property, case: OptionCase, reduction: str, shape, *, hidden_dtype,
-                       weight_dtype, autocast_dtype=None, seed: int) -> LossAndGrads:
-    """Run fused and eager in the same precision; both against the float64 reference."""
+                       weight_dtype, autocast_dtype=None, seed: int, knobs: dict | None = None) -> LossAndGrads:
+    """Run fused (with the planner ``knobs``, e.g. a strategy) and eager in the same
+    precision; both against the float64 reference."""
     n, h, v = shape
     options = LossOptions(**{**case.options.as_kwargs(), "reduction": reduction})
     hidden, weight, target, bias = make_inputs(
@@ -81,7 +82,8 @@ def compare_with_eager(record_property, case: OptionCase, reduction: str, shape,
     hidden, weight, bias = cast_inputs(hidden, weight, bias, hidden_dtype, weight_dtype)
     upstream = make_upstream(target, reduction, seed + 1)
     with torch.autocast(DEVICE, dtype=autocast_dtype or torch.bfloat16, enabled=autocast_dtype is not None):
-        fused = run_fused(fused_triton, hidden, weight, target, bias, upstream, **options.as_kwargs())
+        fused = run_fused(fused_triton, hidden, weight, target, bias, upstream, **options.as_kwargs(),
+                          **(knobs or {}))
         eager = run_fused(eager_loss, hidden, weight, target, bias, upstream, **options.as_kwargs())
     for name, t in (("hidden", hidden), ("weight", weight), ("bias", bias)):
         got = getattr(fused, f"grad_{name}")
@@ -221,6 +223,61 @@ def test_torch_compile_of_a_function_calling_fusedce_matches_eager(fullgraph):
     eager = run_fused(loss_fn, hidden, weight, target, bias)
     comp = run_fused(compiled, hidden, weight, target, bias)
     assert comp.grad_weight.dtype == torch.float32 and comp.grad_hidden.dtype == torch.float32
+    for field in FIELDS:
+        err = relative_error(getattr(comp, field), getattr(eager, field))
+        assert err <= 1e-6, f"{field}: compiled vs eager relative difference {err:.3g}"
+
+
+STRATEGY_KNOBS = {
+    "precompute": {"strategy": "precompute"},
+    "precompute-row-chunks": {"strategy": "precompute", "chunk_size": 1024},
+    "budget-fast": {"memory_budget": "fast"},
+    "budget-min": {"memory_budget": "min"},
+    "fast-per-chunk": {"memory_budget": "fast", "grad_weight_accumulation": "per_chunk", "chunk_size": 1024},
+}
+
+
+@pytest.mark.parametrize("mode", ["bf16", "amp"])
+@pytest.mark.parametrize("case_name,reduction", [("plain", "mean"), ("mixed", "mean"), ("mixed", "sum")])
+@pytest.mark.parametrize("knobs", list(STRATEGY_KNOBS))
+def test_every_strategy_is_as_accurate_as_eager(record_property, knobs, case_name, reduction, mode):
+    """Each frontier point at the user's head (split-K products for precompute's grad_hidden
+    on CUDA), pure bf16 and amp (fp32 weight under bf16 autocast)."""
+    amp = mode == "amp"
+    compare_with_eager(
+        record_property, OPTION_CASES[case_name], reduction, GPT2_HEAD, hidden_dtype=torch.bfloat16,
+        weight_dtype=torch.float32 if amp else torch.bfloat16, autocast_dtype=torch.bfloat16 if amp else None,
+        seed=seed_for("gpu-strategy", knobs, case_name, reduction, mode), knobs=STRATEGY_KNOBS[knobs],
+    )
+
+
+@pytest.mark.parametrize("knobs", ["precompute-row-chunks", "budget-fast", "fast-per-chunk"])
+def test_strategies_are_bitwise_deterministic_on_cuda(knobs):
+    runs = []
+    for _ in range(3):
+        hidden, weight, target, bias = make_inputs(GPT2_HEAD[0], GPT2_HEAD[1], GPT2_HEAD[2], seed=7,
+                                                   with_bias=True, ignore_fraction=0.2, device=DEVICE,
+                                                   dtype=torch.bfloat16)
+        runs.append(run_fused(fused_triton, hidden, weight, target, bias, 0.5, label_smoothing=0.1, z_loss=1e-4,
+                              **STRATEGY_KNOBS[knobs]))
+    for other in runs[1:]:
+        for field in FIELDS:
+            assert torch.equal(getattr(runs[0], field), getattr(other, field)), field
+
+
+def test_torch_compile_of_the_precompute_strategy_matches_eager():
+    """fullgraph: the gradients-in-forward op and the in-place scale of its backward trace."""
+    torch._dynamo.reset()
+    hidden, weight, target, bias = make_inputs(1024, 256, 8191, seed=seed_for("gpu-compile-precompute"),
+                                               with_bias=True, ignore_fraction=0.3, device=DEVICE)
+
+    def loss_fn(hidden, weight, target, bias):
+        with torch.autocast(DEVICE, dtype=torch.bfloat16):
+            return fusedce.linear_cross_entropy(hidden, weight, target, bias, impl="triton", strategy="precompute",
+                                                label_smoothing=0.1, z_loss=1e-4, softcap=30.0)
+
+    eager = run_fused(loss_fn, hidden, weight, target, bias, 0.75)
+    comp = run_fused(torch.compile(loss_fn, fullgraph=True), hidden, weight, target, bias, 0.75)
     for field in FIELDS:
         err = relative_error(getattr(comp, field), getattr(eager, field))
         assert err <= 1e-6, f"{field}: compiled vs eager relative difference {err:.3g}"

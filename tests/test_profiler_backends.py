@@ -13,8 +13,9 @@ from profiler.cell import MeasureSettings, measure_cell
 from profiler.records import CellSpec
 
 
-def test_builtin_backends_are_the_documented_six():
-    assert set(BUILTIN_BACKENDS) == {"torch", "torch-compile", "torch-native", "fusedce", "liger", "cce"}
+def test_builtin_backends_are_the_documented_eight():
+    assert set(BUILTIN_BACKENDS) == {"torch", "torch-compile", "torch-native", "fusedce", "fusedce-min",
+                                     "fusedce-fast", "liger", "cce"}
     assert [info.name for info in list_backends()] == list(BUILTIN_BACKENDS)
 
 

@@ -34,6 +34,24 @@ def test_fusedce_prediction_matches_cpu_measurement(mode):
     assert abs(result.peak_step_bytes - result.predicted_bytes) <= 0.05 * result.peak_step_bytes
 
 
+@pytest.mark.parametrize("backend", ["fusedce-min", "fusedce-fast"])
+@pytest.mark.parametrize("mode", ["amp-bf16", "bf16"])
+def test_fusedce_frontier_points_are_predicted_and_ordered(backend, mode):
+    """fusedce's other frontier points on the CPU: predicted within 5 %, parity like the
+    default's, and "min" below the default's peak at a head whose default block is whole."""
+    cells = {}
+    for name in ("fusedce", backend):
+        spec = CellSpec(name, 512, 3000, 32, mode=mode, device="cpu", bias=True)
+        result = measure_cell(spec, _ONE_STEP)
+        assert result.status == "ok", result.message
+        assert abs(result.peak_step_bytes - result.predicted_bytes) <= 0.05 * result.peak_step_bytes
+        cells[name] = result
+    for grad in ("grad_hidden", "grad_weight", "grad_bias"):
+        assert getattr(cells[backend].parity, grad) <= 2 * getattr(cells["fusedce"].parity, grad), grad
+    if backend == "fusedce-min":
+        assert cells[backend].peak_step_bytes < 0.5 * cells["fusedce"].peak_step_bytes
+
+
 def test_fusedce_prediction_is_exact_at_the_cpu_default_runs_smallest_cell():
     """512 tokens of the user's head (the CPU default grid's first fusedce cell): the PyTorch
     path's temporaries — a weight-gradient chunk of 30464 × 768, the product added a slice of
