@@ -92,7 +92,7 @@ def grid(
     hidden: Annotated[Optional[str], typer.Option(help="Hidden sizes H. Default 768 or the model's.")] = None,
     backend: Annotated[Optional[list[str]], typer.Option(
         help="Back-end (repeatable): torch, torch-compile, torch-native, fusedce, fusedce-min, fusedce-fast, "
-             "liger, cce or module:callable. Default: every installed one.")] = None,
+             "liger, cce or module:callable. Default: every installed one but fusedce-min and fusedce-fast.")] = None,
     mode: Annotated[Optional[list[str]], typer.Option(
         help="amp-bf16 (default), amp-fp16, bf16, fp32 (repeatable).")] = None,
     device: DeviceOption = None,

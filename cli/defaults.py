@@ -46,10 +46,17 @@ class DefaultRun:
     description: str
 
 
+# fusedce's other frontier points are asked for by name (``--backend fusedce-min``): the default
+# run compares fusedce's default point with every alternative, and keeps its cell count.
+OPT_IN_BACKENDS = ("fusedce-min", "fusedce-fast")
+
+
 def installed_backends(device: str) -> list[str]:
-    """Names of the built-in back-ends that are installed and run on ``device``."""
+    """Names of the built-in back-ends that are installed and run on ``device``, without the
+    opt-in ones (:data:`OPT_IN_BACKENDS`)."""
     kind = device.split(":")[0]
-    return [info.name for info in list_backends() if info.available and kind in info.devices]
+    return [info.name for info in list_backends()
+            if info.available and kind in info.devices and info.name not in OPT_IN_BACKENDS]
 
 
 def default_run(device: str, heads: tuple[tuple[int, int], ...] | None = None,
