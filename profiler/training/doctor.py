@@ -32,7 +32,7 @@ import torch.nn.functional as F
 
 from fusedce.options import IGNORE_INDEX
 from profiler.configs import ModelConfig, get_preset
-from profiler.models.gpt import GPT
+from profiler.models.gpt import HiddenStatesGPT as GPT
 
 LOSS_RTOL = 1e-4  # fp32 on the same weights: a correct wrapper agrees to rounding
 GRAD_RTOL = 1e-3
