@@ -17,6 +17,7 @@ import pandas as pd
 from profiler import store
 from profiler.training.fit import FitResult, load_fits
 from profiler.training.jobs import ModelResult, load_model_results
+from profiler.trace import ACTIVATION_KINDS, GROUPS, KINDS, Attribution, logits_verdict
 from profiler.training.parity import CONTROL, NOISE_FACTOR, CurveGap, ParityReport, curve_gap, load_parity_report
 from reports.environment import environment_lines, read_environment
 from reports.figures import new_figure, save_figure
@@ -119,14 +120,45 @@ def _counterpart(results: list[ModelResult], result: ModelResult) -> ModelResult
     return None
 
 
+def _group_sentence(r: ModelResult, ref: ModelResult) -> str:
+    """Where a back-end's saving against torch comes from: the LM-head/loss kinds vs the rest."""
+    a, ra = r.attribution, ref.attribution
+    loss = ra.group_bytes("LM-head/loss") - a.group_bytes("LM-head/loss")
+    others = {g: ra.group_bytes(g) - a.group_bytes(g) for g in ("norms", "MLP", "attention")}
+    text = f"Of its saving at the traced peak, {format_bytes(loss)} is in the LM-head/loss kinds"
+    moved = [f"{format_bytes(v)} in {g}" for g, v in others.items() if abs(v) >= max(1 << 20, 0.01 * ra.peak_bytes)]
+    replaced_other = sorted({x.group for x in r.replaced if x.group not in ("LM-head/loss",)})
+    if moved:
+        text += ", " + ", ".join(moved)
+        if replaced_other:
+            text += f" (it also replaced: {', '.join(replaced_other)})"
+    return text + "."
+
+
+def _head_notes(results: list[ModelResult]) -> list[str]:
+    seen, out = set(), []
+    for r in results:
+        h = r.head
+        if h is None or (h.path, h.weight) in seen:
+            continue
+        seen.add((h.path, h.weight))
+        line = (f"LM head: `{h.path}` ({h.found_by}); its forward multiplies by `{h.weight}` "
+                f"({h.vocab} × {h.hidden})" + (f", the same parameter as {', '.join(f'`{a}`' for a in h.weight_aliases)}"
+                                               if h.weight_aliases else "")
+                + (", tied to the input embedding" if h.tied else ", untied") + ".")
+        out.append(" ".join([line] + h.notes))
+    return out
+
+
 def findings(results: list[ModelResult]) -> list[str]:
     """Plain-language sentences computed from the results.
 
-    For each fused back-end the saving is explained by one of: the loss was a small part of
-    torch's peak (activations dominate), the back-end's loss region is as large as torch's
-    (the fused path is not active), or the peak moved to another phase.
+    For each fused back-end: the logits detector's verdict (with its evidence), where its
+    saving comes from (the LM-head/loss kinds vs norms, MLP, attention), or that the peak
+    moved to another phase, or that the loss was a small part of torch's peak. For torch:
+    the largest measured term of its peak.
     """
-    out = []
+    out = _head_notes(results)
     for r in results:
         ref = _reference(results, r)
         if r.status != "ok" or ref is None:
@@ -149,11 +181,18 @@ def findings(results: list[ModelResult]) -> list[str]:
                               "was left behind."))
             continue
         if r is ref:
-            out.append(f"{r.job.config.name} at B={r.job.batch}×T={r.job.seq}: torch peaks at "
-                       f"{format_bytes(m.peak)} allocated ({m.peak_phase} phase); its loss region adds "
-                       f"{format_bytes(m.loss_extra)} ({format_percent(m.loss_share)} of the peak); activations "
-                       f"{format_bytes(m.activations)}, parameters + gradients + AdamW state "
-                       f"{format_bytes(m.parameters + m.gradients + m.optimizer_state)}.")
+            sentence = (f"{r.job.config.name} at B={r.job.batch}×T={r.job.seq}: torch peaks at "
+                        f"{format_bytes(m.peak)} allocated ({m.peak_phase} phase); its loss region adds "
+                        f"{format_bytes(m.loss_extra)} ({format_percent(m.loss_share)} of the peak); activations "
+                        f"{format_bytes(m.activations)}, parameters + gradients + AdamW state "
+                        f"{format_bytes(m.parameters + m.gradients + m.optimizer_state)}.")
+            if r.attribution is not None:
+                a = r.attribution
+                sentence += (f" Largest term at the peak — {largest_term(a)}; the LM head and loss hold "
+                             f"{format_bytes(a.group_bytes('LM-head/loss'))} "
+                             f"({format_percent(a.group_bytes('LM-head/loss') / a.peak_bytes)}), so no fused loss can "
+                             f"save more than that here.")
+            out.append(sentence)
             continue
         saving = rm.peak - m.peak
         sentence = (f"{r.job.label}: peak {format_bytes(m.peak)} ({m.peak_phase} phase), saves "
@@ -162,9 +201,11 @@ def findings(results: list[ModelResult]) -> list[str]:
         if m.smi_peak is not None and rm.smi_peak is not None:
             sentence += (f" On nvidia-smi: {format_bytes(m.smi_peak)} vs torch's {format_bytes(rm.smi_peak)} "
                          f"(saves {format_bytes(rm.smi_peak - m.smi_peak)}).")
-        if rm.loss_extra > 0 and m.loss_extra >= 0.8 * rm.loss_extra:
-            sentence += " Its loss region is as large as torch's: the fused path is not active here."
-        elif m.peak_phase != "loss" and rm.peak_phase == "loss":
+        if r.attribution is not None:
+            sentence += " Logits detector: " + logits_verdict(r.attribution, naive=False)[1] + "."
+            if ref.attribution is not None:
+                sentence += " " + _group_sentence(r, ref)
+        if m.peak_phase != "loss" and rm.peak_phase == "loss":
             sentence += (f" The peak is now in the {m.peak_phase} phase: the loss no longer decides it, and "
                          "activations (checkpointing, a smaller batch) are the next lever.")
         elif rm.loss_share < 0.25:
@@ -172,6 +213,131 @@ def findings(results: list[ModelResult]) -> list[str]:
                          "more than that here.")
         out.append(sentence)
     return out
+
+
+def logits_status(result: ModelResult) -> str | None:
+    """The logits detector's status for a result (``materialised``/``transient``/``none``)."""
+    if result.attribution is None:
+        return None
+    return logits_verdict(result.attribution, naive=result.job.backend == REFERENCE)[0]
+
+
+def _traced(results: list[ModelResult]) -> list[ModelResult]:
+    return [r for r in results if r.status == "ok" and r.attribution is not None]
+
+
+def attribution_table(results: list[ModelResult]) -> pd.DataFrame:
+    """One row per traced result: its peak by kind (columns), the traced and the metered peak."""
+    rows = []
+    for r in _traced(results):
+        a = r.attribution
+        row = {"back-end": r.job.label}
+        for kind in KINDS:
+            value = a.kind_bytes(kind)
+            row[kind] = format_bytes(value) if value else "–"
+        row["traced peak"] = format_bytes(a.peak_bytes)
+        row["metered peak"] = format_bytes(a.metered_peak_bytes) if a.metered_peak_bytes else "–"
+        row["gap"] = f"{a.relative_gap:+.1%}" if a.relative_gap is not None else "–"
+        rows.append(row)
+    frame = pd.DataFrame(rows)
+    if not frame.empty:  # drop kinds that are empty in every row
+        frame = frame[[c for c in frame.columns if not (frame[c] == "–").all() or c in ("back-end",)]]
+    return frame
+
+
+def group_saving_table(results: list[ModelResult]) -> pd.DataFrame:
+    """Per back-end, the saving against torch's traced peak split by what a back-end can replace:
+    the LM-head/loss kinds vs norms, MLP, attention and the rest, and what it replaced."""
+    rows = []
+    traced = _traced(results)
+    for r in traced:
+        ref = _reference(traced, r)
+        if ref is None or ref is r or r.job.eval_step:
+            continue
+        a, ra = r.attribution, ref.attribution
+        row = {"back-end": r.job.label}
+        for group in GROUPS:
+            saving = ra.group_bytes(group) - a.group_bytes(group)
+            row[f"saved in {group}"] = format_bytes(saving) if saving else "0"
+        row["total saved"] = format_bytes(ra.peak_bytes - a.peak_bytes)
+        row["replaced"] = "; ".join(f"{x.what}" + (f" ×{x.count}" if x.count > 1 else "") + f" ({x.group})"
+                                    for x in r.replaced) or "–"
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def detector_table(results: list[ModelResult]) -> pd.DataFrame:
+    """The logits detector's tensors per back-end (the largest few)."""
+    rows = []
+    for r in _traced(results):
+        for t in r.attribution.large_tensors[:4]:
+            rows.append({"back-end": r.job.label, "bytes": format_bytes(t.bytes),
+                         "dtype": t.dtype + (" (bytes ÷ N·V)" if t.dtype_from != "shape" else ""),
+                         "shape": "×".join(map(str, t.shape)) if t.shape else "–", "op": t.op, "module": t.module,
+                         "source": t.source, "kept for backward": "yes" if t.kept_for_backward else "no",
+                         "alive at peak": "yes" if t.alive_at_peak else "no"})
+    return pd.DataFrame(rows)
+
+
+def largest_term(attribution: Attribution) -> str:
+    """The largest activation kind at the peak, in plain words with its measured numbers."""
+    acts = [k for k in attribution.kinds if k.kind in ACTIVATION_KINDS and k.bytes > 0]
+    if not acts:
+        return "no activations were alive at the peak"
+    top = max(acts, key=lambda k: k.bytes)
+    share = top.bytes / attribution.peak_bytes if attribution.peak_bytes else 0.0
+    a = attribution
+    if top.kind == "attention scores/probabilities" and a.heads and a.seq > 1:
+        heads = max(a.heads)
+        elements = a.batch * heads * a.seq * a.seq
+        per = top.bytes / top.blocks if top.blocks else 0
+        itemsize = per / elements if elements else 0
+        dtype = {2: "bf16", 4: "fp32"}.get(round(itemsize), f"{itemsize:.1f}-byte")
+        layers = f"{a.layers} layers, " if a.layers else ""
+        return (f"attention scores/probabilities: {top.blocks} tensors ({layers}{top.blocks / max(a.layers, 1):.0f} "
+                f"per layer) of B × heads × T × T = {a.batch} × {heads} × {a.seq} × {a.seq} in {dtype} "
+                f"({format_bytes(per)} each) = {format_bytes(top.bytes)}, {format_percent(share)} of the peak")
+    if top.kind in ("LM-head input/logits", "loss internals"):
+        n_v = a.tokens * a.vocab
+        return (f"{top.kind}: {format_bytes(top.bytes)} ({format_percent(share)} of the peak) in {top.blocks} "
+                f"tensor(s), {top.bytes / n_v:.2g} bytes per logit of N × V = {a.tokens} × {a.vocab}")
+    modules = [m.module for m in a.modules if m.kind == top.kind]
+    where = f" (largest: {', '.join(modules[:3])})" if modules else ""
+    backward = f", {format_bytes(top.backward_bytes)} of it allocated in backward" if top.backward_bytes else ""
+    return (f"{top.kind}: {format_bytes(top.bytes)} ({format_percent(share)} of the peak) in {top.blocks} tensors"
+            f"{where}{backward}")
+
+
+def plot_attribution(results: list[ModelResult], path: Path) -> Path | None:
+    """Horizontal stacked bars: each traced back-end's peak split by kind."""
+    ok = _traced(results)
+    if not ok:
+        return None
+    kinds = [k for k in KINDS if any(r.attribution.kind_bytes(k) for r in ok)]
+    unit, unit_name = (GIB, "GiB") if max(r.attribution.peak_bytes for r in ok) >= GIB else (1 << 20, "MiB")
+    from matplotlib import colormaps
+
+    cmap = colormaps["tab20"]
+    fig, ax = new_figure((10, 0.55 * len(ok) + 2.8))
+    for i, r in enumerate(ok):
+        left = 0.0
+        for j, kind in enumerate(kinds):
+            width = r.attribution.kind_bytes(kind) / unit
+            ax.barh(i, width, left=left, color=cmap(KINDS.index(kind) % 20), label=kind if i == 0 else None)
+            left += width
+        ax.text(left, i, f" {format_bytes(r.attribution.peak_bytes)}", va="center", fontsize=9)
+    ax.set_yticks(range(len(ok)), [f"{r.job.label} (B={r.job.batch} T={r.job.seq})" for r in ok])
+    ax.invert_yaxis()
+    ax.set_xlim(0, max(r.attribution.peak_bytes for r in ok) / unit * 1.18)
+    ax.set_xlabel(f"{unit_name} alive at the traced step's peak, by kind")
+    ax.set_title("Measured attribution of the training step's peak")
+    ax.grid(axis="x", alpha=0.3)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12 - 0.6 / (len(ok) + 3)), ncol=3, fontsize=8,
+              frameon=False)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_figure(fig, path, dpi=120, bbox_inches="tight")
+    return path
 
 
 def fit_table(fits: list[FitResult]) -> pd.DataFrame:
@@ -264,6 +430,22 @@ def render_model_markdown(results: list[ModelResult], fits: list[FitResult], env
         lines += [f"**Incomplete run.** {s}" for s in missing] + [""]
     lines += [f"- {s}" for s in findings(results)] + [""]
     lines += ["## Peak per back-end", "", markdown_table(model_table(results)), ""]
+    if _traced(results):
+        lines += ["## Peak by module and kind (measured)", "",
+                  "Every block alive at the traced step's peak, classified by the module that allocated it "
+                  "(backward allocations by the forward op that created their autograd node); the traced peak is "
+                  "checked against the metered one (gap).", "", markdown_table(attribution_table(results)), ""]
+        savings = group_saving_table(results)
+        if not savings.empty:
+            lines += ["### Where each back-end's saving comes from", "",
+                      "The loss's saving is the change in the LM-head/loss kinds; a back-end that also replaced "
+                      "norms, MLP or RoPE saves there too, and that is not the loss's doing.", "",
+                      markdown_table(savings), ""]
+        detected = detector_table(results)
+        if not detected.empty:
+            lines += ["### Logits detector: allocations of at least N·V bytes", "",
+                      "Kept for backward = allocated before `loss.backward()` began and still alive after it: what "
+                      "materialised logits do and a fused loss never does.", "", markdown_table(detected), ""]
     for r in results:
         if r.status == "ok":
             lines += [f"## {r.job.label}: composition of the peak", "", markdown_table(breakdown_table(r)), "",
@@ -295,6 +477,7 @@ def write_model_report(out_dir: Path) -> Path:
     loaded = load_model_results(out_dir)
     results, fits, environment = loaded.records, load_fits(out_dir), read_environment(out_dir)
     plots = [p for p in (plot_breakdown(results, out_dir / "plots" / "breakdown.png"),
+                         plot_attribution(results, out_dir / "plots" / "attribution.png"),
                          plot_reserved(results, out_dir / "plots" / "reserved.png")) if p]
     text = render_model_markdown(results, fits, environment, plots, problems=loaded.problems)
     return store.write_text(out_dir / "summary.md", text)
