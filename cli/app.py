@@ -289,6 +289,7 @@ def _register_model_commands() -> None:
     app.command("model")(model_commands.model)
     app.command("parity")(model_commands.parity)
     app.command("doctor")(model_commands.doctor)
+    app.command("explain")(model_commands.explain)
 
 
 _register_model_commands()
