@@ -229,7 +229,8 @@ class HFSource(ModelSource):
             model = transformers.AutoModelForCausalLM.from_config(hf_config, attn_implementation=attention)
         model.train()
         if checkpointing:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
+            enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         trunk = model.get_decoder() if hasattr(model, "get_decoder") else getattr(model, "base_model", None)
 
         def call(input_ids):
