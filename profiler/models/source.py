@@ -229,8 +229,10 @@ class HFSource(ModelSource):
             model = transformers.AutoModelForCausalLM.from_config(hf_config, attn_implementation=attention)
         model.train()
         if checkpointing:
-            enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
-            enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            if hasattr(model, "activation_checkpointing_enable"):  # transformers ≥ 5.x (the old name is deprecated)
+                model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+            else:
+                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         trunk = model.get_decoder() if hasattr(model, "get_decoder") else getattr(model, "base_model", None)
 
         def call(input_ids):
