@@ -203,6 +203,9 @@ def findings(results: list[ModelResult]) -> list[str]:
                          f"(saves {format_bytes(rm.smi_peak - m.smi_peak)}).")
         if r.attribution is not None:
             sentence += " Logits detector: " + logits_verdict(r.attribution, naive=False)[1] + "."
+        elif rm.loss_extra > 0 and m.loss_extra >= 0.8 * rm.loss_extra:
+            sentence += (" Its loss region is as large as torch's; this step was not traced, so the logits detector "
+                         "did not run and whether the fused path was active is not known from it (run with --trace).")
             if ref.attribution is not None:
                 sentence += " " + _group_sentence(r, ref)
         if m.peak_phase != "loss" and rm.peak_phase == "loss":

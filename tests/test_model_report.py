@@ -26,7 +26,7 @@ def _result(backend, peak, loss_extra, *, eval_step=False, reserved=None, phase=
     return ModelResult(job=job, status="ok", memory=memory, time_ms=100.0)
 
 
-def test_findings_explain_a_saving_and_an_inactive_fused_path():
+def test_findings_explain_a_saving_and_claim_no_inactive_fused_path_without_the_detector():
     torch_run = _result("torch", 20 * GIB, 10 * GIB)
     good = _result("fusedce", 11 * GIB, GIB)
     inactive = _result("liger", 20 * GIB - GIB // 2, 9 * GIB)
@@ -34,7 +34,7 @@ def test_findings_explain_a_saving_and_an_inactive_fused_path():
     assert "torch peaks at 20.0 GiB" in text[0] and "50% of the peak" in text[0]
     assert "fusedce" in text[1] and "saves 9.00 GiB (45%)" in text[1]
     assert "not active" not in text[1]
-    assert "liger" in text[2] and "fused path is not active" in text[2]
+    assert "liger" in text[2] and "not active" not in text[2] and "logits detector did not run" in text[2]
 
 
 def test_findings_say_when_the_loss_was_a_small_part_of_the_peak():
