@@ -183,6 +183,12 @@ def report(
         raise typer.Exit(code)
     if (run_dir / store.MODEL_RESULTS_FILE).is_file() or (run_dir / store.PARITY_FILE).is_file():
         raise typer.Exit(_model_report(run_dir, console, as_json))
+    if (run_dir / store.EXPLAIN_FILE).is_file():  # an `explain` folder
+        from reports.explain_report import write_explain_report
+
+        with usage_errors():
+            console.print(f"report: {write_explain_report(run_dir)}", markup=False)
+        raise typer.Exit(0)
     raise fail(f"{run_dir}: no {store.RESULTS_FILE}, {store.MODEL_RESULTS_FILE} or {store.PARITY_FILE} here "
                "(give the folder a grid, model or parity run wrote)")
 

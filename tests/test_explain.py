@@ -66,3 +66,21 @@ def test_explanation_round_trips_through_its_json_and_renders(calibrations, tmp_
     assert ex.load_explanation(tmp_path).hypotheses == ranked
     text = write_explain_report(tmp_path).read_text()
     assert "Calibration steps (measured)" in text and "Not confirmed" in text
+
+
+def test_explain_command_writes_its_folder_and_report_rebuilds_it(tmp_path):
+    from typer.testing import CliRunner
+
+    from cli.app import app
+
+    out = tmp_path / "ex"
+    runner = CliRunner()
+    result = runner.invoke(app, ["explain", "--device", "cpu", "--preset", "tiny", "--naive", "3.2", "--fused", "2.9",
+                                 "--card", "24", "--seq", "32", "--attention", "sdpa", "--untied",
+                                 "--no-checkpointing", "--no-eval-step", "--out", str(out), "--json"])
+    assert result.exit_code == 0, result.output
+    assert (out / "explain.json").is_file() and "could not" in (out / "summary.md").read_text() or \
+        "Not confirmed" in (out / "summary.md").read_text()
+    (out / "summary.md").unlink()
+    assert runner.invoke(app, ["report", str(out)]).exit_code == 0
+    assert (out / "summary.md").is_file()
