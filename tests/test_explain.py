@@ -1,6 +1,4 @@
 """explain: hypotheses from measured calibration steps, ranked against the readings (CPU)."""
-import dataclasses
-
 import pytest
 
 from profiler.configs import get_preset

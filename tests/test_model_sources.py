@@ -1,13 +1,11 @@
 """Model sources: the built-in GPT, Hugging Face models from a config, a user's factory; the
 head found and the parameter its forward uses; liger-patched (a fake liger) on the CPU."""
-import dataclasses
 import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-from profiler.configs import get_preset
 from profiler.models.head import locate_head
 from profiler.models.source import HFSource, UserSource
 from profiler.training.jobs import ModelJob, run_job

@@ -26,11 +26,10 @@ Public API: :class:`ModelSource`, :class:`BuiltinSource`, :class:`HFSource`,
 """
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import inspect
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -39,7 +38,7 @@ from torch import nn
 
 from profiler.configs import ModelConfig, config_from_dict, get_preset, PRESETS
 from profiler.models.gpt import ATTENTION_IMPLS, GPT
-from profiler.models.head import Head, HeadInfo, locate_head
+from profiler.models.head import Head, locate_head
 
 #: Attention implementations a Hugging Face model may be built with (those the installed
 #: transformers supports are checked when it is built).

@@ -340,7 +340,7 @@ def separating_measurement(hypotheses: list[Hypothesis], obs: Observation, model
                  f"--attention {fam.attention}", _option("checkpointing", fam.checkpointing, model_args),
                  _option("eval_step", fam.eval_step, model_args), _option("tied", fam.tied, model_args)]
         if dimension == "fused_active":
-            parts.append(f"--backend YOUR_LOSS_MODULE:callable")
+            parts.append("--backend YOUR_LOSS_MODULE:callable")
             command = " ".join(p for p in parts if p)
             active, inactive = best.get(True), best.get(False)
             predictions = [("fused path active", active.predicted_fused), ("fused path not active",
