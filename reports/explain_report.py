@@ -14,6 +14,7 @@ import pandas as pd
 from profiler import store
 from profiler.training.explain import GIB, MIB, Explanation, Hypothesis, load_explanation
 from reports.environment import environment_lines, read_environment
+from reports.escape import code_block, markdown_text
 from reports.markdown import markdown_table
 from reports.units import format_bytes
 
@@ -54,19 +55,20 @@ def render_explain_markdown(e: Explanation, environment: dict | None = None) -> 
                                                "fused_active") if getattr(o, k) is not None]
     lines = [f"# fusedce-profile explain: {o.naive_mib:,.0f} → {o.fused_mib:,.0f} MiB on a {o.total_gib:g} GiB card",
              "",
-             f"Model: {e.model}; precision {o.mode}; fused back-end `{o.fused_backend}`; device {e.device}. "
-             f"Stated: {', '.join(stated) if stated else 'nothing beyond the readings'}. Tolerance ±{o.tolerance:.0%} "
-             f"on each reading. Predictions: {e.metric}, from measured calibration steps fitted linearly in B "
-             "(table at the end).", ""]
-    lines += [f"**{'Decided' if e.decided else 'Not decided'}.** {e.conclusion}", ""]
+             markdown_text(f"Model: {e.model}; precision {o.mode}; fused back-end {o.fused_backend}; device "
+                           f"{e.device}. Stated: {', '.join(stated) if stated else 'nothing beyond the readings'}. "
+                           f"Tolerance ±{o.tolerance:.0%} on each reading. Predictions: {e.metric}, from measured "
+                           "calibration steps fitted linearly in B (table at the end)."), ""]
+    lines += [f"**{'Decided' if e.decided else 'Not decided'}.** {markdown_text(e.conclusion, line_start=False)}", ""]
     if not e.confirmed:
-        lines += ["**Not confirmed by a full-size run**: " + (" ".join(e.notes) or "no GPU here."), ""]
+        lines += ["**Not confirmed by a full-size run**: "
+                  + markdown_text(" ".join(e.notes) or "no GPU here.", line_start=False), ""]
     elif e.notes:
-        lines += [" ".join(e.notes), ""]
+        lines += [markdown_text(" ".join(e.notes)), ""]
     if e.separation is not None:
-        lines += ["## The measurement that would separate them", "", e.separation.sentence + ".", "",
-                  "| outcome | predicted fused step |", "|---|---|"]
-        lines += [f"| {name} | {value / GIB:.2f} GiB |" for name, value in e.separation.predictions] + [""]
+        lines += ["## The measurement that would separate them", "", markdown_text(e.separation.sentence + "."), ""]
+        lines += [markdown_table(pd.DataFrame([{"outcome": name, "predicted fused step": f"{value / GIB:.2f} GiB"}
+                                               for name, value in e.separation.predictions])), ""]
     consistent = [h for h in e.hypotheses if h.consistent]
     ruled = [h for h in e.hypotheses if not h.consistent]
     lines += [f"## Consistent with the readings ({len(consistent)})", ""]
@@ -75,8 +77,8 @@ def render_explain_markdown(e: Explanation, environment: dict | None = None) -> 
     lines += [markdown_table(hypotheses_table(ruled, 20)) if ruled else "None.", ""]
     lines += ["## Calibration steps (measured)", "", markdown_table(calibration_table(e)), ""]
     if environment:
-        lines += ["<details><summary>Environment</summary>", "", "```"] + environment_lines(environment) + [
-            "```", "</details>", ""]
+        lines += ["<details><summary>Environment</summary>", ""] + code_block(environment_lines(environment), "") + [
+            "</details>", ""]
     return "\n".join(lines)
 
 

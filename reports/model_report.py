@@ -17,6 +17,7 @@ from profiler.training.fit import FitResult, load_fits
 from profiler.training.jobs import ModelResult, load_model_results
 from profiler.trace import ACTIVATION_KINDS, GROUPS, KINDS, Attribution, logits_verdict
 from reports.environment import environment_lines, read_environment
+from reports.escape import Markdown, code_block, link_target, markdown_text, plot_text
 from reports.figures import new_figure, save_figure
 from reports.markdown import markdown_table
 from reports.units import GIB, format_bytes, format_ms, format_percent
@@ -87,7 +88,8 @@ def breakdown_table(result: ModelResult) -> pd.DataFrame:
     m = result.memory
     rows = [{"part": p.name, "bytes": format_bytes(p.bytes), "share of peak": format_percent(p.bytes / m.peak)}
             for p in m.composition]
-    rows.append({"part": f"**peak ({m.peak_phase} phase)**", "bytes": f"**{format_bytes(m.peak)}**",
+    rows.append({"part": Markdown(f"**{markdown_text(f'peak ({m.peak_phase} phase)', line_start=False)}**"),
+                 "bytes": Markdown(f"**{format_bytes(m.peak)}**"),
                  "share of peak": "100%"})
     return pd.DataFrame(rows)
 
@@ -138,8 +140,8 @@ def _head_notes(results: list[ModelResult]) -> list[str]:
         if h is None or (h.path, h.weight) in seen:
             continue
         seen.add((h.path, h.weight))
-        line = (f"LM head: `{h.path}` ({h.found_by}); its forward multiplies by `{h.weight}` "
-                f"({h.vocab} × {h.hidden})" + (f", the same parameter as {', '.join(f'`{a}`' for a in h.weight_aliases)}"
+        line = (f"LM head: {h.path} ({h.found_by}); its forward multiplies by {h.weight} "
+                f"({h.vocab} × {h.hidden})" + (f", the same parameter as {', '.join(h.weight_aliases)}"
                                                if h.weight_aliases else "")
                 + (", tied to the input embedding" if h.tied else ", untied") + ".")
         out.append(" ".join([line] + h.notes))
@@ -322,10 +324,11 @@ def plot_attribution(results: list[ModelResult], path: Path) -> Path | None:
         left = 0.0
         for j, kind in enumerate(kinds):
             width = r.attribution.kind_bytes(kind) / unit
-            ax.barh(i, width, left=left, color=cmap(KINDS.index(kind) % 20), label=kind if i == 0 else None)
+            ax.barh(i, width, left=left, color=cmap(KINDS.index(kind) % 20),
+                    label=plot_text(kind) if i == 0 else None)
             left += width
         ax.text(left, i, f" {format_bytes(r.attribution.peak_bytes)}", va="center", fontsize=9)
-    ax.set_yticks(range(len(ok)), [f"{r.job.label} (B={r.job.batch} T={r.job.seq})" for r in ok])
+    ax.set_yticks(range(len(ok)), [plot_text(f"{r.job.label} (B={r.job.batch} T={r.job.seq})") for r in ok])
     ax.invert_yaxis()
     ax.set_xlim(0, max(r.attribution.peak_bytes for r in ok) / unit * 1.18)
     ax.set_xlabel(f"{unit_name} alive at the traced step's peak, by kind")
@@ -378,11 +381,11 @@ def plot_breakdown(results: list[ModelResult], path: Path) -> Path | None:
         for p in r.memory.composition:
             width = p.bytes / unit
             ax.barh(i, width, left=left, color=cmap(part_names.index(p.name) % 10),
-                    label=None if p.name in labelled else p.name)
+                    label=None if p.name in labelled else plot_text(p.name))
             labelled.add(p.name)
             left += width
         ax.text(left, i, f" {format_bytes(r.memory.peak)}", va="center", fontsize=9)
-    ax.set_yticks(range(len(ok)), labels)
+    ax.set_yticks(range(len(ok)), [plot_text(label) for label in labels])
     ax.invert_yaxis()
     ax.set_xlim(0, max(r.memory.peak for r in ok) / unit * 1.15)
     ax.set_xlabel(f"{unit_name} allocated at the step's peak ({ok[0].memory.source})")
@@ -408,7 +411,7 @@ def plot_reserved(results: list[ModelResult], path: Path) -> Path | None:
     for k, (name, attr, colour) in enumerate(series):
         values = [getattr(r.memory, attr) / GIB for r in ok]
         ax.barh([i + (k - 1) * height for i in range(len(ok))], values, height=height, color=colour, label=name)
-    ax.set_yticks(range(len(ok)), [r.job.label for r in ok])
+    ax.set_yticks(range(len(ok)), [plot_text(r.job.label) for r in ok])
     ax.invert_yaxis()
     ax.set_xlabel("GiB")
     ax.set_title("Allocated vs what the device shows (an evaluation pass first: +eval)")
@@ -426,8 +429,8 @@ def render_model_markdown(results: list[ModelResult], fits: list[FitResult], env
     lines = ["# fusedce-profile model: one training step, memory by part", ""]
     missing = missing_rows(results) + [f"a line of the results was not read: {p}" for p in problems]
     if missing:
-        lines += [f"**Incomplete run.** {s}" for s in missing] + [""]
-    lines += [f"- {s}" for s in findings(results)] + [""]
+        lines += [f"**Incomplete run.** {markdown_text(s, line_start=False)}" for s in missing] + [""]
+    lines += [f"- {markdown_text(s)}" for s in findings(results)] + [""]
     lines += ["## Peak per back-end", "", markdown_table(model_table(results)), ""]
     if _traced(results):
         lines += ["## Peak by module and kind (measured)", "",
@@ -447,11 +450,11 @@ def render_model_markdown(results: list[ModelResult], fits: list[FitResult], env
                       "materialised logits do and a fused loss never does.", "", markdown_table(detected), ""]
     for r in results:
         if r.status == "ok":
-            lines += [f"## {r.job.label}: composition of the peak", "", markdown_table(breakdown_table(r)), "",
+            lines += [f"## {markdown_text(r.job.label)}: composition of the peak", "", markdown_table(breakdown_table(r)), "",
                       markdown_table(sizes_table(r)), ""]
     if fits:
         lines += ["## Largest size that fits", "", markdown_table(fit_table(fits)), ""]
-    lines += [f"![{p.stem}](plots/{p.name})" for p in plots] + [""]
+    lines += [f"![{markdown_text(p.stem)}]({link_target('plots/' + p.name)})" for p in plots] + [""]
     lines += ["## How it was measured", "",
               "One training step (forward, loss, backward, AdamW step) after a warm-up step, fp32 master "
               "weights under bf16 autocast, each back-end in its own process. "
@@ -463,8 +466,8 @@ def render_model_markdown(results: list[ModelResult], fits: list[FitResult], env
               "The composition sums exactly to the peak: static bytes at the step's start, then what the "
               "phase holding the peak added (activations left by the forward, then the loss region or the "
               "backward's working set).", ""]
-    lines += ["<details><summary>Environment</summary>", "", "```"] + environment_lines(environment) + [
-        "```", "</details>", ""]
+    lines += ["<details><summary>Environment</summary>", ""] + code_block(environment_lines(environment), "") + [
+        "</details>", ""]
     return "\n".join(lines)
 
 

@@ -82,3 +82,16 @@ def test_explain_command_writes_its_folder_and_report_rebuilds_it(tmp_path):
     (out / "summary.md").unlink()
     assert runner.invoke(app, ["report", str(out)]).exit_code == 0
     assert (out / "summary.md").is_file()
+
+
+def test_explain_report_escapes_the_stored_model_backend_and_notes(calibrations):
+    from reports.explain_report import render_explain_markdown
+
+    obs = ex.Observation(3, 2.9, 24, seq=64, fused_backend="my|loss*`x`:make")
+    ranked = ex.build_hypotheses(obs, calibrations)
+    decided, conclusion = ex.conclude(ranked, obs)
+    e = ex.Explanation(obs, "pkg.mod:build|*", None, "cpu", "peak allocated bytes (CPU)", calibrations, ranked,
+                       None, decided, conclusion, False, ["note with | and *"])
+    text = render_explain_markdown(e, {"torch": "x ```` y"})
+    assert r"my\|loss\*\`x\`:make" in text and r"pkg.mod:build\|\*" in text and r"note with \| and \*" in text
+    assert "my|loss" not in text and "`````" in text

@@ -68,3 +68,23 @@ def test_results_round_trip_through_json():
     result = _result("fusedce", 11 * GIB, GIB)
     again = ModelResult.from_dict(dataclasses.asdict(result))
     assert again == result
+
+
+def test_stored_strings_cannot_break_the_markdown_of_the_report():
+    from reports.model_report import render_model_markdown
+
+    planted = "my|loss*`x`:make"
+    results = [_result("torch", 20 * GIB, 10 * GIB), _result(planted, 11 * GIB, GIB)]
+    results[1].memory.peak_phase = "loss|*`"
+    text = render_model_markdown(results, [], {"torch": "2.1 ```` |*"}, [])
+    assert planted not in text and r"my\|loss\*\`x\`:make" in text
+    assert r"## my\|loss\*\`x\`:make: composition of the peak" in text
+    assert r"**peak (loss\|\*\` phase)**" in text
+    # every table row keeps its column count: no planted | splits a cell
+    for table in text.split("\n\n"):
+        rows = [line for line in table.splitlines() if line.startswith("|")]
+        if rows:
+            counts = {line.replace("\\|", "").count("|") for line in rows}
+            assert len(counts) == 1, table
+    fence = next(line for line in text.splitlines() if line.startswith("`````"))
+    assert "2.1 ```` |*" in text and text.count(fence) == 2
