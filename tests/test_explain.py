@@ -1,4 +1,6 @@
 """explain: hypotheses from measured calibration steps, ranked against the readings (CPU)."""
+import dataclasses
+
 import pytest
 
 from profiler.configs import get_preset
@@ -47,6 +49,7 @@ def test_cannot_decide_is_said_and_a_separating_run_is_named_when_both_fit(calib
     ranked = ex.build_hypotheses(obs, calibrations)
     decided, conclusion = ex.conclude(ranked, obs)
     assert not decided and "Cannot decide" in conclusion
+    assert "still open: fused path NOT active or fused path active" in conclusion
     sep = ex.separating_measurement(ranked, obs, "--preset tiny")
     assert sep is not None and sep.dimension == "fused_active" and "fusedce-profile model --preset tiny" in sep.command
 
@@ -95,3 +98,16 @@ def test_explain_report_escapes_the_stored_model_backend_and_notes(calibrations)
     text = render_explain_markdown(e, {"torch": "x ```` y"})
     assert r"my\|loss\*\`x\`:make" in text and r"pkg.mod:build\|\*" in text and r"note with \| and \*" in text
     assert "my|loss" not in text and "`````" in text
+
+
+def test_the_conclusion_names_the_values_the_readings_rule_out(calibrations):
+    fam = ex.Family("eager", False, False, False, 64)
+    naive = next(c for c in calibrations if c.family == fam and c.backend == "torch")
+    fused = next(c for c in calibrations if c.family == fam and c.backend == "fusedce")
+    obs = ex.Observation(naive.predict(6) / MIB, fused.predict(6) / MIB, 24, tied=False, eval_step=False,
+                         checkpointing=False, seq=64, tolerance=0.01)
+    ranked = ex.build_hypotheses(obs, calibrations)
+    summary = ex.dimension_summary(ranked)
+    assert "every consistent hypothesis has fused path active, attention eager" in summary
+    assert "ruled out (no consistent hypothesis has it): fused path NOT active, attention sdpa" in summary
+    assert ex.dimension_summary([dataclasses.replace(h, consistent=False) for h in ranked]) == ""

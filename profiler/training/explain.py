@@ -369,8 +369,55 @@ def _prefix(dimension: str) -> str:
             "tied": "--tied", "seq": "--seq", "batch": "--batch"}.get(dimension, "--")
 
 
+def _shown(dimension: str, value) -> str:
+    if dimension == "fused_active":
+        return "fused path active" if value else "fused path NOT active"
+    if dimension == "seq":
+        return f"T={value}"
+    if isinstance(value, bool):
+        return dimension.replace("_", " ") + (" on" if value else " off")
+    return f"{dimension.replace('_', ' ')} {value}"
+
+
+def dimension_summary(hypotheses: list[Hypothesis]) -> str:
+    """Per enumerated dimension (batch aside): the values every consistent hypothesis shares
+    (settled), the values some consistent hypotheses take (open), and the values no consistent
+    hypothesis takes (ruled out). ``""`` when nothing is consistent."""
+    consistent = [h for h in hypotheses if h.consistent]
+    if not consistent:
+        return ""
+    settled, open_, ruled = [], [], []
+    for dim in DIMENSIONS[:-1]:
+        tried = sorted({h.value(dim) for h in hypotheses}, key=str)
+        kept = sorted({h.value(dim) for h in consistent}, key=str)
+        if len(tried) < 2:
+            continue
+        if len(kept) == 1:
+            settled.append(_shown(dim, kept[0]))
+        else:
+            open_.append(" or ".join(_shown(dim, v) for v in kept))
+        ruled += [_shown(dim, v) for v in tried if v not in kept]
+    batches = sorted({h.batch for h in consistent})
+    parts = [f"consistent batch sizes: {batches[0]}" + (f"–{batches[-1]}" if len(batches) > 1 else "")]
+    if settled:
+        parts.append("every consistent hypothesis has " + ", ".join(settled))
+    if open_:
+        parts.append("still open: " + "; ".join(open_))
+    if ruled:
+        parts.append("ruled out (no consistent hypothesis has it): " + ", ".join(ruled))
+    return "; ".join(parts) + "."
+
+
 def conclude(hypotheses: list[Hypothesis], obs: Observation) -> tuple[bool, str]:
-    """(decided, sentence): what the consistent hypotheses say together."""
+    """(decided, sentence): what the consistent hypotheses say together, and per dimension
+    which values they settle, leave open or rule out (:func:`dimension_summary`). "Decided"
+    is about the fused path only and only among the enumerated configurations."""
+    decided, sentence = _verdict(hypotheses, obs)
+    summary = dimension_summary(hypotheses)
+    return decided, sentence + (f" Among the enumerated configurations: {summary}" if summary else "")
+
+
+def _verdict(hypotheses: list[Hypothesis], obs: Observation) -> tuple[bool, str]:
     consistent = [h for h in hypotheses if h.consistent]
     if not consistent:
         best = hypotheses[0] if hypotheses else None
@@ -381,10 +428,12 @@ def conclude(hypotheses: list[Hypothesis], obs: Observation) -> tuple[bool, str]
     actives = {h.fused_active for h in consistent}
     if actives == {False}:
         return True, (f"Every consistent configuration ({len(consistent)}) has the fused path NOT active: with it "
-                      "active, no enumerated configuration predicts readings this close to each other.")
+                      "active, no enumerated configuration predicts readings this close to each other (one outside "
+                      "the enumeration could).")
     if actives == {True}:
         return True, (f"Every consistent configuration ({len(consistent)}) has the fused path active: the saving is "
-                      "this small because the LM head and loss were a small part of the step's peak there.")
+                      "this small because the LM head and loss were a small part of the step's peak there (a "
+                      "configuration outside the enumeration could still fit with it inactive).")
     return False, (f"Cannot decide whether the fused path was active: {len(consistent)} configurations fit, some with "
                    "it active (the logits were not the peak), some without.")
 
