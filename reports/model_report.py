@@ -58,8 +58,16 @@ def _reference(results: list[ModelResult], result: ModelResult) -> ModelResult |
     return None
 
 
+def replaced_text(result: ModelResult) -> str:
+    """What the back-end replaced in the model, grouped as the attribution groups it
+    (``"nothing"`` for the unmodified model)."""
+    return "; ".join(f"{x.what}" + (f" ×{x.count}" if x.count > 1 else "") + f" ({x.group})"
+                     for x in result.replaced) or "nothing"
+
+
 def model_table(results: list[ModelResult]) -> pd.DataFrame:
-    """One row per result: peak, loss region, saving vs torch, reserved, nvidia-smi, time."""
+    """One row per result: peak, loss region, saving vs torch, reserved, nvidia-smi, time, and
+    what the back-end replaced."""
     rows = []
     for r in results:
         m = r.memory
@@ -79,6 +87,7 @@ def model_table(results: list[ModelResult]) -> pd.DataFrame:
             "peak reserved": format_bytes(m.peak_reserved) if m and m.peak_reserved is not None else "–",
             "nvidia-smi at peak": format_bytes(m.smi_peak) if m and m.smi_peak is not None else "–",
             "step time": format_ms(r.time_ms),
+            "replaced": replaced_text(r) if r.status == "ok" else "–",
         })
     return pd.DataFrame(rows)
 
@@ -261,8 +270,7 @@ def group_saving_table(results: list[ModelResult]) -> pd.DataFrame:
             saving = ra.group_bytes(group) - a.group_bytes(group)
             row[f"saved in {group}"] = format_bytes(saving) if saving else "0"
         row["total saved"] = format_bytes(ra.peak_bytes - a.peak_bytes)
-        row["replaced"] = "; ".join(f"{x.what}" + (f" ×{x.count}" if x.count > 1 else "") + f" ({x.group})"
-                                    for x in r.replaced) or "–"
+        row["replaced"] = replaced_text(r)
         rows.append(row)
     return pd.DataFrame(rows)
 

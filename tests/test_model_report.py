@@ -58,6 +58,11 @@ def test_tables_and_plots_render(tmp_path):
     table = model_table(results)
     assert list(table["saving vs torch"]) == ["–", "9.00 GiB (45%)", "–"]
     assert table["status"].iloc[2].startswith("skipped: cut-cross-entropy")
+    assert list(table["replaced"]) == ["nothing", "nothing", "–"]
+    from profiler.backends import Replacement
+
+    results[1].replaced = [Replacement("LM-head/loss", "the loss"), Replacement("norms", "RMSNorm.forward", 5)]
+    assert model_table(results)["replaced"].iloc[1] == "the loss (LM-head/loss); RMSNorm.forward ×5 (norms)"
     parts = breakdown_table(results[0])
     assert parts["bytes"].iloc[-1] == "**20.0 GiB**"
     assert plot_breakdown(results, tmp_path / "b.png").stat().st_size > 5000
