@@ -93,3 +93,22 @@ def test_stored_strings_cannot_break_the_markdown_of_the_report():
             assert len(counts) == 1, table
     fence = next(line for line in text.splitlines() if line.startswith("`````"))
     assert "2.1 ```` |*" in text and text.count(fence) == 2
+
+
+def test_the_torch_finding_names_the_activation_kinds_not_a_lump():
+    from profiler.trace import Attribution, KindBytes
+    from reports.model_report import activation_split
+
+    kinds = [KindBytes("parameters", 2 * GIB), KindBytes("attention scores/probabilities", 6 * GIB, blocks=8),
+             KindBytes("MLP", 2 * GIB), KindBytes("norms", GIB), KindBytes("LM-head input/logits", GIB // 2),
+             KindBytes("embedding", GIB // 4), KindBytes("other activations", GIB // 4)]
+    a = Attribution(sum(k.bytes for k in kinds), "loss", kinds, [], [], 0, 32 * 1024, 50304, 32, 1024, [12],
+                    layers=12)
+    split = activation_split(a)
+    assert split.startswith("attention scores/probabilities 6.00 GiB (50%), MLP 2.00 GiB (17%), norms")
+    assert "the other 2 kinds 512 MiB (4%)" in split
+    torch_run = _result("torch", 12 * GIB, GIB)
+    torch_run.attribution = a
+    text = findings([torch_run])[0]
+    assert "the activations are attention scores/probabilities 6.00 GiB" in text
+    assert "32 × 12 × 1024 × 1024 in bf16" in text

@@ -37,7 +37,7 @@ def test_a_planted_wrapper_that_materialises_the_logits_is_flagged_with_its_line
     assert kept and all(t.source.startswith("examples/user_model.py") for t in kept)
 
 
-def test_model_report_no_longer_says_not_active_for_fusedce_on_tiny(tmp_path):
+def test_model_report_does_not_say_not_active_for_fusedce_on_tiny(tmp_path):
     from profiler.training.jobs import append_model_result
     from reports.model_report import write_model_report
 

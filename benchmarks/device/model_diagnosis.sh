@@ -12,7 +12,7 @@
 # row by row, folders are tarred after each step, so a cut or failed step keeps what it measured and
 # the next step still runs. Files in $OUT (≤ 8): nvidia-smi.txt, model_diagnosis.log, explain.tgz,
 # user-gpt.tgz, hf.tgz, table.md.
-# Dry run on the CPU (tiny sizes, a minute or two): DRY=1 OUT=/tmp/dry bash benchmarks/device/model_diagnosis.sh
+# Dry run on the CPU (tiny sizes, ~4 minutes on 2 cores): DRY=1 OUT=/tmp/dry bash benchmarks/device/model_diagnosis.sh
 if [ "${DRY:-0}" = "1" ]; then
   export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
   mkdir -p "$OUT"; echo "dry run: no GPU" > "$OUT/nvidia-smi.txt"
@@ -41,7 +41,16 @@ step() {
 }
 pack() { tar czf "$OUT/$1.tgz" -C "$W" "$1" 2>/dev/null; }
 
-python3 benchmarks/device/model_diagnosis.py configs "$W/configs" $CONFIG_FLAG >>"$LOG" 2>&1
+# liger and liger-patched rows need liger-kernel: the carried wheels (.whl/, installed by common.sh)
+# on the device; without them those rows read "skipped: not installed", and the log says so first.
+if python3 -c "import liger_kernel" 2>/dev/null; then
+  echo "liger-kernel: $(python3 -c 'from importlib.metadata import version; print(version("liger-kernel"))' \
+    2>/dev/null || echo 'version unknown') (from $(python3 -c 'import liger_kernel, os; print(os.path.dirname(liger_kernel.__file__))'))" | tee -a "$LOG"
+else
+  echo "liger-kernel: MISSING (no .whl/liger_kernel-*.whl carried): the liger and liger-patched rows will be skipped" \
+    | tee -a "$LOG"
+fi
+timeout 60 python3 benchmarks/device/model_diagnosis.py configs "$W/configs" $CONFIG_FLAG >>"$LOG" 2>&1
 M=(python3 -m cli model --device "$DEV" --force)
 FIVE=(--backend torch --backend torch-compile --backend fusedce --backend liger --backend liger-patched)
 
@@ -62,5 +71,5 @@ pack hf
 step hf-qwen2 100 "${M[@]}" --hf "$W/configs/qwen2-0.5b.json" --batch "$HB" --seq "$HT" "${FIVE[@]}" --out "$W/hf/qwen2-0.5b"
 pack hf
 echo "== done at ${SECONDS} s" | tee -a "$LOG"
-cd "$OUT" && python3 "$OLDPWD/benchmarks/device/model_diagnosis.py" table "$W/explain" "$W/user-gpt/sdpa-untied" \
+cd "$OUT" && timeout 60 python3 "$OLDPWD/benchmarks/device/model_diagnosis.py" table "$W/explain" "$W/user-gpt/sdpa-untied" \
   "$W/user-gpt/eager-untied" "$W/user-gpt/sdpa-tied" "$W/hf/llama-1b" "$W/hf/qwen2-0.5b" 2>>"$LOG"
