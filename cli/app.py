@@ -183,6 +183,12 @@ def report(
         raise typer.Exit(code)
     if any((run_dir / name).is_file() for name in (store.MODEL_RESULTS_FILE, store.PARITY_FILE, store.DOCTOR_FILE)):
         raise typer.Exit(_model_report(run_dir, console, as_json))
+    if (run_dir / store.EXPLAIN_FILE).is_file():  # an `explain` folder
+        from reports.explain_report import write_explain_report
+
+        with usage_errors():
+            console.print(f"report: {write_explain_report(run_dir)}", markup=False)
+        raise typer.Exit(0)
     raise fail(f"{run_dir}: no {store.RESULTS_FILE}, {store.MODEL_RESULTS_FILE}, {store.PARITY_FILE} or "
                f"{store.DOCTOR_FILE} here (give the folder a grid, model, parity or doctor run wrote)")
 
@@ -298,6 +304,7 @@ def _register_model_commands() -> None:
     app.command("model")(model_commands.model)
     app.command("parity")(model_commands.parity)
     app.command("doctor")(model_commands.doctor)
+    app.command("explain")(model_commands.explain)
 
 
 _register_model_commands()

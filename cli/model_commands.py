@@ -30,10 +30,23 @@ ConfigOption = Annotated[Optional[Path], typer.Option(
 TiedOption = Annotated[Optional[bool], typer.Option(
     "--tied/--untied", help="Override the config's tie_word_embeddings.")]
 ModeOption = Annotated[Optional[str], typer.Option(
-    "--mode", help="amp-bf16 (fp32 weights, bf16 autocast) or fp32. Default amp-bf16 (parity on CPU: fp32).")]
+    "--mode", help="amp-bf16 (fp32 master weights, bf16 autocast), bf16 (pure bf16 parameters; model only) or "
+                   "fp32. Default amp-bf16 (parity on CPU: fp32).")]
 SeedOption = Annotated[int, typer.Option(
     help="Seed of the model's initialisation and of the data (a second seed repeats a comparison on "
          "another trajectory).", min=0)]
+HFOption = Annotated[Optional[str], typer.Option(
+    "--hf", help="A Hugging Face model built with AutoModelForCausalLM.from_config (random weights, no download): "
+                 "a config.json, a folder holding one, or a preset name (needs pip install \"fusedce[hf]\").")]
+UserModelOption = Annotated[Optional[str], typer.Option(
+    "--model", help="Your own model: 'package.module:factory' returning an nn.Module whose forward(input_ids) "
+                    "returns logits (the factory may take the --preset/--config ModelConfig).")]
+HeadOption = Annotated[Optional[str], typer.Option(
+    "--head", help="Attribute path of the LM head module (default: get_output_embeddings(), else the last "
+                   "nn.Linear with out_features = vocabulary).")]
+TraceOption = Annotated[bool, typer.Option(
+    "--trace/--no-trace", help="Attribute each back-end's peak by module and kind and run the logits detector "
+                               "(one more, profiled training step).")]
 BackendOption = Annotated[Optional[list[str]], typer.Option(
     "--backend", help="Loss back-end (repeatable): torch, torch-compile, torch-native, fusedce, fusedce-min, "
                       "fusedce-fast, liger, cce, or module:callable with the back-end signature "
@@ -48,10 +61,43 @@ def _config(preset: Optional[str], config: Optional[Path], tied: Optional[bool],
     return model if tied is None else dataclasses.replace(model, tie_word_embeddings=tied)
 
 
-def _backends(backend: Optional[list[str]], default: list[str]) -> list[str]:
-    from profiler.backends import BUILTIN_BACKENDS
+def _source(preset: Optional[str], config: Optional[Path], hf: Optional[str], user_model: Optional[str],
+            head: Optional[str], tied: Optional[bool], default: str):
+    """The model source of the options: --hf, --model (with an optional --preset/--config
+    passed to the factory), else the built-in GPT of --preset/--config."""
+    from profiler.models.source import BuiltinSource, HFSource, MissingDependency, UserSource
 
-    names = parse_backends(backend, list(BUILTIN_BACKENDS)) or default
+    if hf and user_model:
+        raise fail("--hf and --model both name a model: give one of them")
+    if hf and (preset or config):
+        raise fail("--hf names the model; --preset/--config are for the built-in model or a --model factory")
+    try:
+        if hf:
+            from profiler.models.source import _require_transformers
+
+            _require_transformers()
+            with usage_errors():
+                source = HFSource.from_reference(hf, head_path=head)
+        elif user_model:
+            given = _config(preset, config, None, default) if (preset or config) else None
+            with usage_errors():
+                source = UserSource(user_model, given, head_path=head)
+        else:
+            if head:
+                raise fail("--head applies to --hf and --model sources (the built-in model's head is lm_head)")
+            source = BuiltinSource(_config(preset, config, None, default))
+    except MissingDependency as exc:
+        raise fail(str(exc)) from None
+    if tied is not None:
+        with usage_errors():
+            source = source.with_tie(tied)
+    return source
+
+
+def _backends(backend: Optional[list[str]], default: list[str]) -> list[str]:
+    from profiler.backends import BUILTIN_BACKENDS, MODEL_BACKENDS
+
+    names = parse_backends(backend, list(BUILTIN_BACKENDS) + list(MODEL_BACKENDS)) or default
     return ["torch"] + [b for b in names if b != "torch"]  # torch first: the reference
 
 
@@ -59,12 +105,20 @@ def model(
     preset: PresetOption = None,
     config: ConfigOption = None,
     tied: TiedOption = None,
+    hf: HFOption = None,
+    user_model: UserModelOption = None,
+    head: HeadOption = None,
+    trace: TraceOption = True,
     batch: Annotated[Optional[int], typer.Option(help="Batch size B (default 8 on a GPU, 4 on the CPU).", min=1)] = None,
     seq: Annotated[Optional[int], typer.Option(help="Sequence length T (default 1024 on a GPU, 64 on the CPU).",
                                                min=1)] = None,
     backend: BackendOption = None,
-    attention: Annotated[str, typer.Option(help="sdpa, or eager (B×heads×T×T scores materialised).")] = "sdpa",
-    checkpointing: Annotated[bool, typer.Option("--checkpointing", help="Activation checkpointing per block.")] = False,
+    attention: Annotated[str, typer.Option(help="sdpa, or eager (B×heads×T×T scores materialised); Hugging Face "
+                                                "models also take what transformers supports (flex_attention, "
+                                                "flash_attention_2).")] = "sdpa",
+    checkpointing: Annotated[bool, typer.Option(
+        "--checkpointing", help="Activation checkpointing: per block (built-in), gradient_checkpointing_enable() "
+                                "(Hugging Face, your model).")] = False,
     eval_step: Annotated[bool, typer.Option(
         "--eval-step", help="Also run each back-end after an evaluation pass that materialises full logits "
                             "(Lightning's sanity check), to show what it leaves reserved.")] = False,
@@ -85,13 +139,14 @@ def model(
     from profiler.environment import collect_environment, save_environment
     from profiler.training.fit import FIT_AXES, fit_backend, predicted_start, save_fits
     from profiler.training.jobs import ModelJob, append_model_result, run_job_in_worker
-    from reports.model_report import write_model_report
+    from reports.model_report import logits_status, write_model_report
     from reports.units import format_bytes, format_percent
 
     console = make_console(to_stderr=as_json)
     run_device = resolve_device(device)
     on_gpu = run_device.startswith("cuda")
-    cfg = _config(preset, config, tied, "user-gpt" if on_gpu else "tiny")
+    source = _source(preset, config, hf, user_model, head, tied, "user-gpt" if on_gpu else "tiny")
+    cfg = source.config
     if fit_axis not in FIT_AXES:
         raise fail(f"--fit-axis must be one of {', '.join(FIT_AXES)}, got {fit_axis!r}")
     if fit is not None and fit <= 0:
@@ -100,9 +155,9 @@ def model(
     with usage_errors():
         base = ModelJob(cfg, "torch", batch or (8 if on_gpu else 4), seq or (1024 if on_gpu else 64),
                         device=run_device, mode=mode or "amp-bf16", attention=attention, checkpointing=checkpointing,
-                        seed=seed)
+                        seed=seed, source=None if source.kind == "builtin" else source.to_dict(), trace=trace)
     out_dir = prepare_out(out, force)
-    console.print(f"fusedce-profile model: {cfg.name} ({cfg.num_parameters() / 1e6:.1f} M parameters), "
+    console.print(f"fusedce-profile model: {source.describe()} ({cfg.num_parameters() / 1e6:.1f} M parameters), "
                   f"B={base.batch} T={base.seq}, {base.mode}, {run_device}; writing to {out_dir}", markup=False)
     save_environment(out_dir, collect_environment())
     logs = out_dir / store.LOGS_DIR
@@ -123,10 +178,15 @@ def model(
         detail = (f"peak {format_bytes(m.peak)} ({m.peak_phase}), loss region {format_bytes(m.loss_extra)} "
                   f"= {format_percent(m.loss_share)} of the peak" if m else f"{result.status}: "
                   f"{result.message.splitlines()[0][:120] if result.message else ''}")
+        if result.attribution is not None:
+            from profiler.trace import logits_verdict
+
+            detail += f"; logits: {logits_verdict(result.attribution, naive=job.backend == 'torch')[0]}"
         wall = result.extra.get("wall_s")
         console.print(f"  {job.label}: {detail}" + (f" [{wall:.0f} s]" if wall is not None else ""), markup=False)
         summary.append({"backend": job.label, "status": result.status, "peak_bytes": m.peak if m else None,
-                        "loss_bytes": m.loss_extra if m else None, "smi_peak_bytes": m.smi_peak if m else None})
+                        "loss_bytes": m.loss_extra if m else None, "smi_peak_bytes": m.smi_peak if m else None,
+                        "logits": (logits_status(result) if result.attribution is not None else None)})
     fits = []
     if fit is not None:
         limit = int(fit * GIB)
@@ -256,3 +316,132 @@ def doctor(
     if as_json:
         print(json.dumps({"passed": run.passed, "checks": [dataclasses.asdict(c) for c in run.checks]}))
     raise typer.Exit(exit_codes.OK if run.passed else exit_codes.PARITY_FAILED)
+
+
+
+def explain(
+    naive: Annotated[float, typer.Option("--naive", help="nvidia-smi MiB with the naive loss (what you saw).")],
+    fused: Annotated[float, typer.Option("--fused", help="nvidia-smi MiB with the fused loss.")],
+    card: Annotated[float, typer.Option("--card", help="The GPU's total memory, GiB (e.g. 24).")],
+    preset: PresetOption = None,
+    config: ConfigOption = None,
+    hf: HFOption = None,
+    user_model: UserModelOption = None,
+    head: HeadOption = None,
+    tied: TiedOption = None,
+    batch: Annotated[Optional[int], typer.Option(help="B, if you know it (else enumerated).", min=1)] = None,
+    seq: Annotated[Optional[int], typer.Option(help="T, if you know it (else --seq-candidates).", min=1)] = None,
+    seq_candidates: Annotated[str, typer.Option(help="T values to consider when --seq is not given.")] = "512,1024,2048",
+    attention: Annotated[Optional[str], typer.Option(help="eager or sdpa, if known (else both).")] = None,
+    checkpointing: Annotated[Optional[bool], typer.Option(
+        "--checkpointing/--no-checkpointing", help="Whether activation checkpointing was on, if known.")] = None,
+    eval_step: Annotated[Optional[bool], typer.Option(
+        "--eval-step/--no-eval-step", help="Whether an evaluation pass (Lightning's sanity check) ran first.")] = None,
+    fused_backend: Annotated[str, typer.Option(
+        help="The fused loss to calibrate with: fusedce, liger, or your module:callable.")] = "fusedce",
+    tolerance: Annotated[float, typer.Option(help="Allowed relative difference on each reading.")] = 0.05,
+    calibration_batches: Annotated[Optional[str], typer.Option(
+        help="Batch sizes of the calibration steps (default 2,4 on a GPU, 1,2 on the CPU).")] = None,
+    confirm_top: Annotated[int, typer.Option("--confirm", help="On a GPU, run the N closest hypotheses at full size.",
+                                             min=0)] = 3,
+    device: DeviceOption = None,
+    mode: ModeOption = None,
+    out: OutOption = None,
+    force: ForceOption = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Which configurations explain two nvidia-smi readings (naive vs fused): consistent, ruled out, and the run that decides."""
+    from profiler import store
+    from profiler.environment import collect_environment, save_environment
+    from profiler.training import explain as ex
+    from profiler.training.jobs import ModelJob, run_job_in_worker
+    from profiler.worker import Worker, WorkerDied
+    from reports.explain_report import write_explain_report
+
+    console = make_console(to_stderr=as_json)
+    run_device = resolve_device(device)
+    on_gpu = run_device.startswith("cuda")
+    source = _source(preset, config, hf, user_model, head, tied, "user-gpt" if on_gpu else "tiny")
+    cfg = source.config
+    with usage_errors():
+        seqs = tuple(int(s) for s in seq_candidates.split(",") if s.strip())
+        batches = tuple(int(b) for b in (calibration_batches or ("2,4" if on_gpu else "1,2")).split(","))
+        if len(batches) < 2 or min(batches) < 1:
+            raise ValueError("--calibration-batches needs at least two positive batch sizes")
+        seqs = tuple(s for s in seqs if s <= cfg.max_position_embeddings) or seqs
+        obs = ex.Observation(naive, fused, card, batch=batch, seq=seq, attention=attention, tied=tied,
+                             checkpointing=checkpointing, eval_step=eval_step, mode=mode or "amp-bf16",
+                             fused_backend=fused_backend, tolerance=tolerance)
+        base = ModelJob(cfg, "torch", batches[0], seq or seqs[0], device=run_device, mode=obs.mode,
+                        source=None if source.kind == "builtin" else source.to_dict(), trace=False)
+    if attention and attention not in source.attention_impls:
+        raise fail(f"--attention must be one of {', '.join(source.attention_impls)}, got {attention!r}")
+    ties = (cfg.tie_word_embeddings,) if source.kind == "user" else (False, True)
+    families = ex.enumerate_families(obs, attention_impls=("eager", "sdpa"), tie_choices=ties,
+                                     seq_candidates=seqs)
+    out_dir = prepare_out(out, force)
+    console.print(f"fusedce-profile explain: {source.describe()}, {len(families)} configuration families × "
+                  f"torch/{fused_backend} × B={','.join(map(str, batches))}; writing to {out_dir}", markup=False)
+    save_environment(out_dir, collect_environment())
+    logs = out_dir / store.LOGS_DIR
+
+    workers: list = []
+
+    def runner(jobs):
+        """The jobs in one long-lived worker (started once: a fresh process per step would cost
+        seconds each); a worker that dies is replaced and its jobs count as errors."""
+        from profiler.training.jobs import ModelResult
+
+        if not workers:
+            workers.append(Worker(logs))
+        try:
+            raw = workers[0].call("training-steps", {"jobs": [dataclasses.asdict(j) for j in jobs]}, 600)
+            return [ModelResult.from_dict(r) for r in raw]
+        except WorkerDied as died:
+            workers.pop().close()
+            return [ModelResult(job=j, status="error", message=died.reason) for j in jobs]
+
+    notes, confirmed = [], False
+    try:
+        calibrations = ex.calibrate(base, families, ("torch", fused_backend), batches, runner,
+                                    progress=lambda line: console.print(f"  {line}", markup=False))
+        hypotheses = ex.build_hypotheses(obs, calibrations)
+        if on_gpu and confirm_top and hypotheses:
+            console.print(f"  confirming the {min(confirm_top, len(hypotheses))} closest hypotheses at full size ...",
+                          markup=False)
+            # Full-size steps each in a fresh process: their reserved figures must not inherit a cache.
+            ex.confirm(hypotheses, base, fused_backend, obs,
+                       lambda jobs: [run_job_in_worker(j, logs) for j in jobs], top=confirm_top)
+            confirmed = True
+    finally:
+        for w in workers:
+            w.close()
+    if not on_gpu:
+        notes.append("On the CPU the figures are peak allocated bytes (no allocator cache, no CUDA context): they "
+                     "cannot be compared with nvidia-smi readings, and no hypothesis could be confirmed by a "
+                     "full-size run. Run this command on the GPU the readings came from.")
+    model_args = {"builtin": f"--preset {cfg.name}" if preset or not config else f"--config {config}",
+                  "hf": f"--hf {hf}", "user": f"--model {user_model}"}[source.kind]
+    if tied is not None and source.kind != "user":
+        model_args += " --tied" if tied else " --untied"
+    decided, conclusion = ex.conclude(hypotheses, obs)
+    separation = None if decided else ex.separating_measurement(hypotheses, obs, model_args)
+    explanation = ex.Explanation(observation=obs, model=source.describe(), source=source.to_dict(), device=run_device,
+                                 metric="nvidia-smi at the step's peak (context + peak reserved)" if on_gpu else
+                                 "peak allocated bytes (CPU)", calibrations=calibrations, hypotheses=hypotheses,
+                                 separation=separation, decided=decided, conclusion=conclusion, confirmed=confirmed,
+                                 notes=notes)
+    ex.save_explanation(out_dir, explanation)
+    summary = write_explain_report(out_dir)
+    consistent = explanation.consistent
+    console.print(f"  {len(consistent)} consistent, {len(hypotheses) - len(consistent)} ruled out "
+                  f"(±{tolerance:.0%}); {'decided' if decided else 'NOT decided'}: {conclusion}", markup=False)
+    for h in consistent[:5]:
+        console.print(f"    consistent: {h.label()} — {h.why}", markup=False)
+    if separation is not None:
+        console.print(f"  to separate them: {separation.sentence}", markup=False)
+    console.print(f"report: {summary}", markup=False)
+    if as_json:
+        print(json.dumps({"out": str(out_dir), "decided": decided, "conclusion": conclusion,
+                          "consistent": [h.label() for h in consistent],
+                          "best": consistent[0].label() if consistent else None}))

@@ -417,6 +417,49 @@ def _changed_options(options: LossOptions) -> dict:
             if getattr(options, name) != getattr(default, name)}
 
 
+class LigerPatchedBackend(Backend):
+    """Liger-Kernel's whole-model patching of a Hugging Face model:
+    ``liger_kernel.transformers.apply_liger_kernel_to_<model_type>(model=...)`` with the fused
+    linear cross-entropy on, which also swaps RMSNorm, the SwiGLU/GeGLU MLP and RoPE for
+    Liger's kernels. Not a loss function: the training step calls the patched model with
+    labels (:mod:`profiler.training.patching`); model mode only."""
+
+    name = "liger-patched"
+    description = "liger_kernel.transformers.apply_liger_kernel_to_<arch>(model=...): norms, MLP, RoPE and the loss"
+    devices = ("cuda",)
+    options = ("ignore_index", "softcap")
+    patches_model = True
+
+    def version(self) -> str:
+        _require("liger_kernel")
+        return _dist_version("liger-kernel", "liger_kernel") or "unknown"
+
+    def make(self) -> LossFn:
+        raise TypeError("liger-patched patches a model; it has no loss function of its own")
+
+
+@dataclass(frozen=True)
+class Replacement:
+    """What a back-end replaced in the model: ``group`` is one of
+    :data:`profiler.trace.GROUPS` ("LM-head/loss", "norms", "MLP", "attention", ...),
+    ``what`` names it (``LlamaRMSNorm.forward``), ``count`` how many modules."""
+
+    group: str
+    what: str
+    count: int = 1
+
+
+#: Back-ends of the model mode only (they change the model, not just the loss).
+MODEL_BACKENDS: dict[str, type[Backend]] = {LigerPatchedBackend.name: LigerPatchedBackend}
+
+
+def get_model_backend(name: str) -> Backend:
+    """A model-mode back-end: :data:`MODEL_BACKENDS` first, then :func:`get_backend`."""
+    if name in MODEL_BACKENDS:
+        return MODEL_BACKENDS[name]()
+    return get_backend(name)
+
+
 BUILTIN_BACKENDS: dict[str, type[Backend]] = {
     cls.name: cls for cls in (TorchBackend, TorchCompileBackend, TorchNativeBackend, FusedceBackend,
                               FusedceMinBackend, FusedceFastBackend, LigerBackend, CceBackend)

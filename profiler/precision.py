@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 
 MODES = ("amp-bf16", "amp-fp16", "bf16", "fp32")
-TRAINING_MODES = ("amp-bf16", "fp32")
+TRAINING_MODES = ("amp-bf16", "bf16", "fp32")
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,8 @@ Its own stdout and stderr go to a log file, whose tail becomes the message when 
 (a segfault, ``os._exit``, a CUDA error that aborts, the kernel's OOM killer).
 
 Job kinds (:data:`JOBS`): ``cell`` (a grid cell, :func:`profiler.cell.measure_cell`),
-``training-step`` (a model-mode job, :func:`profiler.training.jobs.run_job`) and
+``training-step`` (a model-mode job, :func:`profiler.training.jobs.run_job`),
+``training-steps`` (several, one after another: :func:`profiler.training.jobs.run_jobs`) and
 ``environment`` (:func:`profiler.environment.collect_environment`).
 
 Lifetime: the child runs in its own session (Ctrl-C and SIGTERM at the terminal reach only
@@ -39,6 +40,7 @@ from pathlib import Path
 JOBS = {
     "cell": "profiler.cell:run_cell_job",
     "training-step": "profiler.training.jobs:run_training_job",
+    "training-steps": "profiler.training.jobs:run_training_jobs",
     "environment": "profiler.environment:environment_job",
 }
 

@@ -15,7 +15,9 @@ import pandas as pd
 from profiler import store
 from profiler.training.fit import FitResult, load_fits
 from profiler.training.jobs import ModelResult, load_model_results
+from profiler.trace import ACTIVATION_KINDS, GROUPS, KINDS, Attribution, logits_verdict
 from reports.environment import environment_lines, read_environment
+from reports.escape import Markdown, code_block, link_target, markdown_text, plot_text
 from reports.figures import new_figure, save_figure
 from reports.markdown import markdown_table
 from reports.units import GIB, format_bytes, format_ms, format_percent
@@ -56,8 +58,16 @@ def _reference(results: list[ModelResult], result: ModelResult) -> ModelResult |
     return None
 
 
+def replaced_text(result: ModelResult) -> str:
+    """What the back-end replaced in the model, grouped as the attribution groups it
+    (``"nothing"`` for the unmodified model)."""
+    return "; ".join(f"{x.what}" + (f" ×{x.count}" if x.count > 1 else "") + f" ({x.group})"
+                     for x in result.replaced) or "nothing"
+
+
 def model_table(results: list[ModelResult]) -> pd.DataFrame:
-    """One row per result: peak, loss region, saving vs torch, reserved, nvidia-smi, time."""
+    """One row per result: peak, loss region, saving vs torch, reserved, nvidia-smi, time, and
+    what the back-end replaced."""
     rows = []
     for r in results:
         m = r.memory
@@ -77,6 +87,7 @@ def model_table(results: list[ModelResult]) -> pd.DataFrame:
             "peak reserved": format_bytes(m.peak_reserved) if m and m.peak_reserved is not None else "–",
             "nvidia-smi at peak": format_bytes(m.smi_peak) if m and m.smi_peak is not None else "–",
             "step time": format_ms(r.time_ms),
+            "replaced": replaced_text(r) if r.status == "ok" else "–",
         })
     return pd.DataFrame(rows)
 
@@ -86,7 +97,8 @@ def breakdown_table(result: ModelResult) -> pd.DataFrame:
     m = result.memory
     rows = [{"part": p.name, "bytes": format_bytes(p.bytes), "share of peak": format_percent(p.bytes / m.peak)}
             for p in m.composition]
-    rows.append({"part": f"**peak ({m.peak_phase} phase)**", "bytes": f"**{format_bytes(m.peak)}**",
+    rows.append({"part": Markdown(f"**{markdown_text(f'peak ({m.peak_phase} phase)', line_start=False)}**"),
+                 "bytes": Markdown(f"**{format_bytes(m.peak)}**"),
                  "share of peak": "100%"})
     return pd.DataFrame(rows)
 
@@ -115,14 +127,45 @@ def _counterpart(results: list[ModelResult], result: ModelResult) -> ModelResult
     return None
 
 
+def _group_sentence(r: ModelResult, ref: ModelResult) -> str:
+    """Where a back-end's saving against torch comes from: the LM-head/loss kinds vs the rest."""
+    a, ra = r.attribution, ref.attribution
+    loss = ra.group_bytes("LM-head/loss") - a.group_bytes("LM-head/loss")
+    others = {g: ra.group_bytes(g) - a.group_bytes(g) for g in ("norms", "MLP", "attention")}
+    text = f"Of its saving at the traced peak, {format_bytes(loss)} is in the LM-head/loss kinds"
+    moved = [f"{format_bytes(v)} in {g}" for g, v in others.items() if abs(v) >= max(1 << 20, 0.01 * ra.peak_bytes)]
+    replaced_other = sorted({x.group for x in r.replaced if x.group not in ("LM-head/loss",)})
+    if moved:
+        text += ", " + ", ".join(moved)
+        if replaced_other:
+            text += f" (it also replaced: {', '.join(replaced_other)})"
+    return text + "."
+
+
+def _head_notes(results: list[ModelResult]) -> list[str]:
+    seen, out = set(), []
+    for r in results:
+        h = r.head
+        if h is None or (h.path, h.weight) in seen:
+            continue
+        seen.add((h.path, h.weight))
+        line = (f"LM head: {h.path} ({h.found_by}); its forward multiplies by {h.weight} "
+                f"({h.vocab} × {h.hidden})" + (f", the same parameter as {', '.join(h.weight_aliases)}"
+                                               if h.weight_aliases else "")
+                + (", tied to the input embedding" if h.tied else ", untied") + ".")
+        out.append(" ".join([line] + h.notes))
+    return out
+
+
 def findings(results: list[ModelResult]) -> list[str]:
     """Plain-language sentences computed from the results.
 
-    For each fused back-end the saving is explained by one of: the loss was a small part of
-    torch's peak (activations dominate), the back-end's loss region is as large as torch's
-    (the fused path is not active), or the peak moved to another phase.
+    For each fused back-end: the logits detector's verdict (with its evidence), where its
+    saving comes from (the LM-head/loss kinds vs norms, MLP, attention), or that the peak
+    moved to another phase, or that the loss was a small part of torch's peak. For torch:
+    the largest measured term of its peak.
     """
-    out = []
+    out = _head_notes(results)
     for r in results:
         ref = _reference(results, r)
         if r.status != "ok" or ref is None:
@@ -145,11 +188,19 @@ def findings(results: list[ModelResult]) -> list[str]:
                               "was left behind."))
             continue
         if r is ref:
-            out.append(f"{r.job.config.name} at B={r.job.batch}×T={r.job.seq}: torch peaks at "
-                       f"{format_bytes(m.peak)} allocated ({m.peak_phase} phase); its loss region adds "
-                       f"{format_bytes(m.loss_extra)} ({format_percent(m.loss_share)} of the peak); activations "
-                       f"{format_bytes(m.activations)}, parameters + gradients + AdamW state "
-                       f"{format_bytes(m.parameters + m.gradients + m.optimizer_state)}.")
+            sentence = (f"{r.job.config.name} at B={r.job.batch}×T={r.job.seq}: torch peaks at "
+                        f"{format_bytes(m.peak)} allocated ({m.peak_phase} phase); its loss region adds "
+                        f"{format_bytes(m.loss_extra)} ({format_percent(m.loss_share)} of the peak); activations "
+                        f"{format_bytes(m.activations)}, parameters + gradients + AdamW state "
+                        f"{format_bytes(m.parameters + m.gradients + m.optimizer_state)}.")
+            if r.attribution is not None:
+                a = r.attribution
+                sentence += (f" Measured at the traced peak, the activations are {activation_split(a)}."
+                             f" Largest term at the peak — {largest_term(a)}; the LM head and loss hold "
+                             f"{format_bytes(a.group_bytes('LM-head/loss'))} "
+                             f"({format_percent(a.group_bytes('LM-head/loss') / a.peak_bytes)}), so no fused loss can "
+                             f"save more than that here.")
+            out.append(sentence)
             continue
         saving = rm.peak - m.peak
         sentence = (f"{r.job.label}: peak {format_bytes(m.peak)} ({m.peak_phase} phase), saves "
@@ -158,9 +209,14 @@ def findings(results: list[ModelResult]) -> list[str]:
         if m.smi_peak is not None and rm.smi_peak is not None:
             sentence += (f" On nvidia-smi: {format_bytes(m.smi_peak)} vs torch's {format_bytes(rm.smi_peak)} "
                          f"(saves {format_bytes(rm.smi_peak - m.smi_peak)}).")
-        if rm.loss_extra > 0 and m.loss_extra >= 0.8 * rm.loss_extra:
-            sentence += " Its loss region is as large as torch's: the fused path is not active here."
-        elif m.peak_phase != "loss" and rm.peak_phase == "loss":
+        if r.attribution is not None:
+            sentence += " Logits detector: " + logits_verdict(r.attribution, naive=False)[1] + "."
+        elif rm.loss_extra > 0 and m.loss_extra >= 0.8 * rm.loss_extra:
+            sentence += (" Its loss region is as large as torch's; this step was not traced, so the logits detector "
+                         "did not run and whether the fused path was active is not known from it (run with --trace).")
+            if ref.attribution is not None:
+                sentence += " " + _group_sentence(r, ref)
+        if m.peak_phase != "loss" and rm.peak_phase == "loss":
             sentence += (f" The peak is now in the {m.peak_phase} phase: the loss no longer decides it, and "
                          "activations (checkpointing, a smaller batch) are the next lever.")
         elif rm.loss_share < 0.25:
@@ -168,6 +224,146 @@ def findings(results: list[ModelResult]) -> list[str]:
                          "more than that here.")
         out.append(sentence)
     return out
+
+
+def logits_status(result: ModelResult) -> str | None:
+    """The logits detector's status for a result (``materialised``/``transient``/``none``)."""
+    if result.attribution is None:
+        return None
+    return logits_verdict(result.attribution, naive=result.job.backend == REFERENCE)[0]
+
+
+def _traced(results: list[ModelResult]) -> list[ModelResult]:
+    return [r for r in results if r.status == "ok" and r.attribution is not None]
+
+
+def attribution_table(results: list[ModelResult]) -> pd.DataFrame:
+    """One row per traced result: its peak by kind (columns), the traced and the metered peak."""
+    rows = []
+    for r in _traced(results):
+        a = r.attribution
+        row = {"back-end": r.job.label}
+        for kind in KINDS:
+            value = a.kind_bytes(kind)
+            row[kind] = format_bytes(value) if value else "–"
+        row["traced peak"] = format_bytes(a.peak_bytes)
+        row["metered peak"] = format_bytes(a.metered_peak_bytes) if a.metered_peak_bytes else "–"
+        row["gap"] = f"{a.relative_gap:+.1%}" if a.relative_gap is not None else "–"
+        rows.append(row)
+    frame = pd.DataFrame(rows)
+    if not frame.empty:  # drop kinds that are empty in every row
+        frame = frame[[c for c in frame.columns if not (frame[c] == "–").all() or c in ("back-end",)]]
+    return frame
+
+
+def group_saving_table(results: list[ModelResult]) -> pd.DataFrame:
+    """Per back-end, the saving against torch's traced peak split by what a back-end can replace:
+    the LM-head/loss kinds vs norms, MLP, attention and the rest, and what it replaced."""
+    rows = []
+    traced = _traced(results)
+    for r in traced:
+        ref = _reference(traced, r)
+        if ref is None or ref is r or r.job.eval_step:
+            continue
+        a, ra = r.attribution, ref.attribution
+        row = {"back-end": r.job.label}
+        for group in GROUPS:
+            saving = ra.group_bytes(group) - a.group_bytes(group)
+            row[f"saved in {group}"] = format_bytes(saving) if saving else "0"
+        row["total saved"] = format_bytes(ra.peak_bytes - a.peak_bytes)
+        row["replaced"] = replaced_text(r)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def detector_table(results: list[ModelResult]) -> pd.DataFrame:
+    """The logits detector's tensors per back-end (the largest few)."""
+    rows = []
+    for r in _traced(results):
+        for t in r.attribution.large_tensors[:4]:
+            rows.append({"back-end": r.job.label, "bytes": format_bytes(t.bytes),
+                         "dtype": t.dtype + (" (bytes ÷ N·V)" if t.dtype_from != "shape" else ""),
+                         "shape": "×".join(map(str, t.shape)) if t.shape else "–", "op": t.op, "module": t.module,
+                         "source": t.source, "kept for backward": "yes" if t.kept_for_backward else "no",
+                         "alive at peak": "yes" if t.alive_at_peak else "no"})
+    return pd.DataFrame(rows)
+
+
+def activation_split(attribution: Attribution, top: int = 4) -> str:
+    """The activation kinds alive at the peak, largest first, with their shares of the peak:
+    ``"attention scores/probabilities 6.00 GiB (48%), MLP 2.00 GiB (16%), …"``."""
+    acts = sorted((k for k in attribution.kinds if k.kind in ACTIVATION_KINDS and k.bytes > 0),
+                  key=lambda k: -k.bytes)
+    if not acts:
+        return "none (nothing was alive at the peak beyond parameters, gradients and optimizer state)"
+    peak = attribution.peak_bytes or 1
+    shown = [f"{k.kind} {format_bytes(k.bytes)} ({format_percent(k.bytes / peak)})" for k in acts[:top]]
+    rest = sum(k.bytes for k in acts[top:])
+    if rest:
+        shown.append(f"the other {len(acts) - top} kinds {format_bytes(rest)} ({format_percent(rest / peak)})")
+    return ", ".join(shown)
+
+
+def largest_term(attribution: Attribution) -> str:
+    """The largest activation kind at the peak, in plain words with its measured numbers."""
+    acts = [k for k in attribution.kinds if k.kind in ACTIVATION_KINDS and k.bytes > 0]
+    if not acts:
+        return "no activations were alive at the peak"
+    top = max(acts, key=lambda k: k.bytes)
+    share = top.bytes / attribution.peak_bytes if attribution.peak_bytes else 0.0
+    a = attribution
+    if top.kind == "attention scores/probabilities" and a.heads and a.seq > 1:
+        heads = max(a.heads)
+        elements = a.batch * heads * a.seq * a.seq
+        per = top.bytes / top.blocks if top.blocks else 0
+        itemsize = per / elements if elements else 0
+        dtype = {2: "bf16", 4: "fp32"}.get(round(itemsize), f"{itemsize:.1f}-byte")
+        layers = f"{a.layers} layers, " if a.layers else ""
+        return (f"attention scores/probabilities: {top.blocks} tensors ({layers}{top.blocks / max(a.layers, 1):.0f} "
+                f"per layer) of B × heads × T × T = {a.batch} × {heads} × {a.seq} × {a.seq} in {dtype} "
+                f"({format_bytes(per)} each) = {format_bytes(top.bytes)}, {format_percent(share)} of the peak")
+    if top.kind in ("LM-head input/logits", "loss internals"):
+        n_v = a.tokens * a.vocab
+        return (f"{top.kind}: {format_bytes(top.bytes)} ({format_percent(share)} of the peak) in {top.blocks} "
+                f"tensor(s), {top.bytes / n_v:.2g} bytes per logit of N × V = {a.tokens} × {a.vocab}")
+    modules = [m.module for m in a.modules if m.kind == top.kind]
+    where = f" (largest: {', '.join(modules[:3])})" if modules else ""
+    backward = f", {format_bytes(top.backward_bytes)} of it allocated in backward" if top.backward_bytes else ""
+    return (f"{top.kind}: {format_bytes(top.bytes)} ({format_percent(share)} of the peak) in {top.blocks} tensors"
+            f"{where}{backward}")
+
+
+def plot_attribution(results: list[ModelResult], path: Path) -> Path | None:
+    """Horizontal stacked bars: each traced back-end's peak split by kind."""
+    ok = _traced(results)
+    if not ok:
+        return None
+    kinds = [k for k in KINDS if any(r.attribution.kind_bytes(k) for r in ok)]
+    unit, unit_name = (GIB, "GiB") if max(r.attribution.peak_bytes for r in ok) >= GIB else (1 << 20, "MiB")
+    from matplotlib import colormaps
+
+    cmap = colormaps["tab20"]
+    fig, ax = new_figure((10, 0.55 * len(ok) + 2.8))
+    for i, r in enumerate(ok):
+        left = 0.0
+        for j, kind in enumerate(kinds):
+            width = r.attribution.kind_bytes(kind) / unit
+            ax.barh(i, width, left=left, color=cmap(KINDS.index(kind) % 20),
+                    label=plot_text(kind) if i == 0 else None)
+            left += width
+        ax.text(left, i, f" {format_bytes(r.attribution.peak_bytes)}", va="center", fontsize=9)
+    ax.set_yticks(range(len(ok)), [plot_text(f"{r.job.label} (B={r.job.batch} T={r.job.seq})") for r in ok])
+    ax.invert_yaxis()
+    ax.set_xlim(0, max(r.attribution.peak_bytes for r in ok) / unit * 1.18)
+    ax.set_xlabel(f"{unit_name} alive at the traced step's peak, by kind")
+    ax.set_title("Measured attribution of the training step's peak")
+    ax.grid(axis="x", alpha=0.3)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12 - 0.6 / (len(ok) + 3)), ncol=3, fontsize=8,
+              frameon=False)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_figure(fig, path, dpi=120, bbox_inches="tight")
+    return path
 
 
 def fit_table(fits: list[FitResult]) -> pd.DataFrame:
@@ -209,11 +405,11 @@ def plot_breakdown(results: list[ModelResult], path: Path) -> Path | None:
         for p in r.memory.composition:
             width = p.bytes / unit
             ax.barh(i, width, left=left, color=cmap(part_names.index(p.name) % 10),
-                    label=None if p.name in labelled else p.name)
+                    label=None if p.name in labelled else plot_text(p.name))
             labelled.add(p.name)
             left += width
         ax.text(left, i, f" {format_bytes(r.memory.peak)}", va="center", fontsize=9)
-    ax.set_yticks(range(len(ok)), labels)
+    ax.set_yticks(range(len(ok)), [plot_text(label) for label in labels])
     ax.invert_yaxis()
     ax.set_xlim(0, max(r.memory.peak for r in ok) / unit * 1.15)
     ax.set_xlabel(f"{unit_name} allocated at the step's peak ({ok[0].memory.source})")
@@ -239,7 +435,7 @@ def plot_reserved(results: list[ModelResult], path: Path) -> Path | None:
     for k, (name, attr, colour) in enumerate(series):
         values = [getattr(r.memory, attr) / GIB for r in ok]
         ax.barh([i + (k - 1) * height for i in range(len(ok))], values, height=height, color=colour, label=name)
-    ax.set_yticks(range(len(ok)), [r.job.label for r in ok])
+    ax.set_yticks(range(len(ok)), [plot_text(r.job.label) for r in ok])
     ax.invert_yaxis()
     ax.set_xlabel("GiB")
     ax.set_title("Allocated vs what the device shows (an evaluation pass first: +eval)")
@@ -257,16 +453,32 @@ def render_model_markdown(results: list[ModelResult], fits: list[FitResult], env
     lines = ["# fusedce-profile model: one training step, memory by part", ""]
     missing = missing_rows(results) + [f"a line of the results was not read: {p}" for p in problems]
     if missing:
-        lines += [f"**Incomplete run.** {s}" for s in missing] + [""]
-    lines += [f"- {s}" for s in findings(results)] + [""]
+        lines += [f"**Incomplete run.** {markdown_text(s, line_start=False)}" for s in missing] + [""]
+    lines += [f"- {markdown_text(s)}" for s in findings(results)] + [""]
     lines += ["## Peak per back-end", "", markdown_table(model_table(results)), ""]
+    if _traced(results):
+        lines += ["## Peak by module and kind (measured)", "",
+                  "Every block alive at the traced step's peak, classified by the module that allocated it "
+                  "(backward allocations by the forward op that created their autograd node); the traced peak is "
+                  "checked against the metered one (gap).", "", markdown_table(attribution_table(results)), ""]
+        savings = group_saving_table(results)
+        if not savings.empty:
+            lines += ["### Where each back-end's saving comes from", "",
+                      "The loss's saving is the change in the LM-head/loss kinds; a back-end that also replaced "
+                      "norms, MLP or RoPE saves there too, and that is not the loss's doing.", "",
+                      markdown_table(savings), ""]
+        detected = detector_table(results)
+        if not detected.empty:
+            lines += ["### Logits detector: allocations of at least N·V bytes", "",
+                      "Kept for backward = allocated before `loss.backward()` began and still alive after it: what "
+                      "materialised logits do and a fused loss never does.", "", markdown_table(detected), ""]
     for r in results:
         if r.status == "ok":
-            lines += [f"## {r.job.label}: composition of the peak", "", markdown_table(breakdown_table(r)), "",
+            lines += [f"## {markdown_text(r.job.label)}: composition of the peak", "", markdown_table(breakdown_table(r)), "",
                       markdown_table(sizes_table(r)), ""]
     if fits:
         lines += ["## Largest size that fits", "", markdown_table(fit_table(fits)), ""]
-    lines += [f"![{p.stem}](plots/{p.name})" for p in plots] + [""]
+    lines += [f"![{markdown_text(p.stem)}]({link_target('plots/' + p.name)})" for p in plots] + [""]
     lines += ["## How it was measured", "",
               "One training step (forward, loss, backward, AdamW step) after a warm-up step, fp32 master "
               "weights under bf16 autocast, each back-end in its own process. "
@@ -278,8 +490,8 @@ def render_model_markdown(results: list[ModelResult], fits: list[FitResult], env
               "The composition sums exactly to the peak: static bytes at the step's start, then what the "
               "phase holding the peak added (activations left by the forward, then the loss region or the "
               "backward's working set).", ""]
-    lines += ["<details><summary>Environment</summary>", "", "```"] + environment_lines(environment) + [
-        "```", "</details>", ""]
+    lines += ["<details><summary>Environment</summary>", ""] + code_block(environment_lines(environment), "") + [
+        "</details>", ""]
     return "\n".join(lines)
 
 
@@ -291,6 +503,7 @@ def write_model_report(out_dir: Path) -> Path:
     loaded = load_model_results(out_dir)
     results, fits, environment = loaded.records, load_fits(out_dir), read_environment(out_dir)
     plots = [p for p in (plot_breakdown(results, out_dir / "plots" / "breakdown.png"),
+                         plot_attribution(results, out_dir / "plots" / "attribution.png"),
                          plot_reserved(results, out_dir / "plots" / "reserved.png")) if p]
     text = render_model_markdown(results, fits, environment, plots, problems=loaded.problems)
     return store.write_text(out_dir / "summary.md", text)

@@ -30,8 +30,8 @@ def test_builds_from_each_config_format_with_the_predicted_parameter_count(tmp_p
     config = load_config(path)
     model = GPT(config)
     assert sum(p.numel() for p in model.parameters()) == config.num_parameters()
-    hidden = model(_ids(config))
-    assert hidden.shape == (2, 16, 32)
+    assert model.hidden_states(_ids(config)).shape == (2, 16, 32)
+    assert model(_ids(config)).shape == (2, 16, 97)
     assert model.lm_head_weight.shape == (97, 32)
 
 
@@ -73,18 +73,24 @@ def test_checkpointing_gives_the_same_gradients():
     grads = []
     for checkpointing in (False, True):
         model = GPT(config, checkpointing=checkpointing)
-        model.logits(model(ids)).square().mean().backward()
+        model(ids).square().mean().backward()
         grads.append([p.grad.clone() for p in model.parameters()])
     for g0, g1 in zip(*grads):
         torch.testing.assert_close(g0, g1)
 
 
-def test_forward_is_final_norm_of_trunk_and_logits_apply_softcap():
+def test_forward_returns_soft_capped_logits_through_lm_head_of_the_final_norm_of_trunk():
     config = get_preset("tiny").replace(final_logit_softcapping=2.0)
     model = GPT(config)
     ids = _ids(config)
-    torch.testing.assert_close(model(ids), model.final_norm(model.trunk(ids)))
-    assert model.logits(model(ids)).abs().max() <= 2.0
+    hidden = model.final_norm(model.trunk(ids))
+    torch.testing.assert_close(model.hidden_states(ids), hidden)
+    torch.testing.assert_close(model(ids), model.logits(hidden))
+    assert model(ids).abs().max() <= 2.0
+    seen = []
+    model.lm_head.register_forward_hook(lambda mod, args, out: seen.append(out.shape))
+    model(ids)
+    assert seen == [(2, 16, config.vocab_size)]  # the logits go through the head module, as in real models
 
 
 def test_too_long_sequence_is_a_clear_error():

@@ -1,9 +1,14 @@
 """A GPT-style decoder built from a :class:`~profiler.configs.ModelConfig`, randomly initialised.
 
-The model returns the final hidden states (after the final norm), shape (B, T, H); the LM
-head's weight is ``model.lm_head_weight`` (V, H) — the token embedding itself when the
-config ties them — and the loss back-end turns (hidden, weight, targets) into the loss, so
-the part of the step that differs between back-ends is exactly the loss.
+Like a real model, ``forward(input_ids)`` returns the (B, T, V) logits through
+``self.lm_head`` (soft-capped when the config says so); ``hidden_states(input_ids)`` are the
+final hidden states (after the final norm) that the head reads, ``trunk(input_ids)`` the
+residual stream before that norm. The LM head's weight is ``model.lm_head_weight`` (V, H) —
+the token embedding itself when the config ties them. A training step finds the head's
+input with a forward pre-hook on ``lm_head`` (:mod:`profiler.training.step`), so the part of
+the step that differs between back-ends is exactly the head and the loss.
+:class:`HiddenStatesGPT` is the same model whose ``forward`` returns the hidden states: the
+contract of ``doctor`` and ``parity`` wrappers.
 
 Attention is ``sdpa`` (``F.scaled_dot_product_attention``, causal) or ``eager`` (scores and
 probabilities materialised as B × heads × T × T tensors, as many hand-written models do).
@@ -125,10 +130,11 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    """Token embedding → N blocks → final norm; the LM head is kept apart for the loss.
+    """Token embedding → N blocks → final norm → LM head.
 
-    ``forward(input_ids: (B, T) int64) -> hidden: (B, T, H)`` in the autocast dtype (or the
-    parameter dtype without autocast). ``logits(hidden)`` is the plain head, for evaluation.
+    ``forward(input_ids: (B, T) int64) -> logits: (B, T, V)`` in the autocast dtype (or the
+    parameter dtype without autocast); ``hidden_states(input_ids) -> (B, T, H)``;
+    ``logits(hidden)`` is the head (and soft-cap) alone.
     """
 
     def __init__(self, config: ModelConfig, *, attention: str = "sdpa", checkpointing: bool = False,
@@ -171,6 +177,12 @@ class GPT(nn.Module):
         return self.lm_head.bias
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """(B, T) token ids → (B, T, V) logits, through ``self.lm_head`` (soft-capped if configured)."""
+        logits = self.lm_head(self.hidden_states(input_ids))
+        cap = self.config.final_logit_softcapping
+        return cap * torch.tanh(logits / cap) if cap else logits
+
+    def hidden_states(self, input_ids: torch.Tensor) -> torch.Tensor:
         """(B, T) token ids → (B, T, H) final hidden states (after the final norm)."""
         return self.final_norm(self.trunk(input_ids))
 
@@ -195,3 +207,11 @@ class GPT(nn.Module):
         out = F.linear(hidden, self.lm_head.weight, self.lm_head.bias)
         cap = self.config.final_logit_softcapping
         return cap * torch.tanh(out / cap) if cap else out
+
+
+class HiddenStatesGPT(GPT):
+    """:class:`GPT` whose ``forward`` returns the final hidden states (B, T, H): the model that
+    ``doctor`` wrappers and ``parity`` back-ends are written against."""
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.hidden_states(input_ids)

@@ -4,7 +4,8 @@ The wrapper's contract (what ``--loss module:callable`` must name)::
 
     def my_loss(model, input_ids, labels) -> torch.Tensor: ...
 
-- ``model``: a :class:`profiler.model.GPT`. ``model.trunk(input_ids)`` is the (B, T, H)
+- ``model``: a :class:`profiler.models.gpt.HiddenStatesGPT` (the built-in GPT whose forward returns the
+  final hidden states). ``model.trunk(input_ids)`` is the (B, T, H)
   residual stream *before* the final norm, ``model.final_norm`` the final norm,
   ``model(input_ids)`` = ``model.final_norm(model.trunk(input_ids))``; ``model.lm_head`` is
   an ``nn.Linear`` (weight (V, H), bias (V,) or ``None``) whose weight *is* ``model.embed.weight``
@@ -32,7 +33,7 @@ import torch.nn.functional as F
 
 from fusedce.options import IGNORE_INDEX
 from profiler.configs import ModelConfig, get_preset
-from profiler.models.gpt import GPT
+from profiler.models.gpt import HiddenStatesGPT as GPT
 
 LOSS_RTOL = 1e-4  # fp32 on the same weights: a correct wrapper agrees to rounding
 GRAD_RTOL = 1e-3

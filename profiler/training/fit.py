@@ -117,7 +117,7 @@ def fit_backend(job: ModelJob, axis: str, limit_bytes: int, maximum: int,
     results: dict[int, ModelResult] = {}
 
     def fits(n: int) -> bool:
-        probe_job = dataclasses.replace(job, memory_limit_bytes=limit_bytes, **{axis: n})
+        probe_job = dataclasses.replace(job, memory_limit_bytes=limit_bytes, trace=False, **{axis: n})
         result = runner(probe_job)
         results[n] = result
         if result.status in ("error", "skipped"):

@@ -18,11 +18,14 @@ from pathlib import Path
 import torch
 
 from profiler import oom, store
+from profiler.backends import Replacement
 from profiler.configs import ModelConfig
-from profiler.models.gpt import ATTENTION_IMPLS, GPT
-from profiler.training.losses import BackendUnavailable, loss_options, resolve_backend
+from profiler.models.head import HeadInfo
+from profiler.models.source import BuiltinSource, MissingDependency, ModelSource, source_from_dict
+from profiler.training.losses import BackendUnavailable, loss_options, resolve_step_loss
 from profiler.protocol import Phase
 from profiler.precision import TRAINING_MODES
+from profiler.trace import Attribution
 from profiler.training.data import random_batch
 from profiler.training.step import Part, StepMemory, measure_step
 
@@ -53,18 +56,26 @@ class ModelJob:
     memory_limit_bytes: int | None = None
     reduction: str = "mean"
     seed: int = 0
+    source: dict | None = None
+    trace: bool = True
 
     def __post_init__(self) -> None:
         for key in ("batch", "seq"):
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"{key} must be a positive integer, got {value!r}")
-        if self.attention not in ATTENTION_IMPLS:
-            raise ValueError(f"attention must be one of {ATTENTION_IMPLS}, got {self.attention!r}")
+        impls = self.model_source().attention_impls
+        if self.attention not in impls:
+            raise ValueError(f"attention must be one of {', '.join(impls)}, got {self.attention!r}")
         if self.mode not in TRAINING_MODES:
             raise ValueError(f"mode must be one of {TRAINING_MODES}, got {self.mode!r}")
         if self.warmup_steps < 1:
             raise ValueError(f"warmup_steps must be ≥ 1 (AdamW state must exist), got {self.warmup_steps}")
+
+    def model_source(self) -> ModelSource:
+        """Where the model comes from: ``source`` (a :meth:`ModelSource.to_dict`), or the
+        built-in GPT of ``config`` when it is ``None``."""
+        return source_from_dict(self.source) if self.source else BuiltinSource(self.config)
 
     @classmethod
     def from_dict(cls, raw: dict) -> "ModelJob":
@@ -81,7 +92,12 @@ class ModelJob:
 
 @dataclass
 class ModelResult:
-    """What one job measured (``memory`` is ``None`` unless ``status == "ok"``)."""
+    """What one job measured (``memory`` is ``None`` unless ``status == "ok"``).
+
+    ``attribution``: the traced step's peak by module and kind and the logits detector's
+    findings (``None`` when not traced); ``head``: the located LM head; ``replaced``: what the
+    back-end replaced in the model.
+    """
 
     job: ModelJob
     status: str = "ok"
@@ -92,6 +108,9 @@ class ModelResult:
     time_ms: float | None = None
     memory: StepMemory | None = None
     extra: dict = field(default_factory=dict)
+    attribution: Attribution | None = None
+    head: HeadInfo | None = None
+    replaced: list[Replacement] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -105,6 +124,11 @@ class ModelResult:
             mem["composition"] = [Part(**p) for p in mem["composition"]]
             mem["phases"] = [Phase(**p) for p in mem["phases"]]
             raw["memory"] = StepMemory(**mem)
+        if raw.get("attribution") is not None:
+            raw["attribution"] = Attribution.from_dict(raw["attribution"])
+        if raw.get("head") is not None:
+            raw["head"] = HeadInfo(**raw["head"])
+        raw["replaced"] = [Replacement(**r) for r in raw.get("replaced") or []]
         return cls(**raw)
 
 
@@ -138,19 +162,27 @@ def run_job(job: ModelJob) -> ModelResult:
     result = ModelResult(job=job)
     try:
         result.device_name = _device_name(device)
-        options = loss_options(job.config, job.reduction)
-        backend = resolve_backend(job.backend, job.config, options, device.type, job.batch * job.seq)
-        result.backend_version = backend.version
+        source = job.model_source()
+        options = loss_options(source.config, job.reduction)
+        resolved = resolve_step_loss(job.backend, source.config, options, device.type, job.batch * job.seq)
+        result.backend_version = resolved.version
         if job.memory_limit_bytes is not None and device.type == "cuda":
             _cap_cuda_memory(device, job.memory_limit_bytes)
         torch.manual_seed(job.seed)
-        with device:
-            model = GPT(job.config, attention=job.attention, checkpointing=job.checkpointing, seed=job.seed)
-        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-        input_ids, targets = random_batch(job.config.vocab_size, job.batch, job.seq, device, seed=job.seed)
-        outcome = measure_step(model, backend.fn, options, optimizer, input_ids, targets, job.mode,
-                               eval_first=job.eval_step, warmup_steps=job.warmup_steps)
+        built = source.build(device, attention=job.attention, checkpointing=job.checkpointing, seed=job.seed)
+        if job.mode == "bf16":
+            built.module.to(torch.bfloat16)
+        result.head = built.head.info
+        result.replaced = resolved.prepare(built)
+        optimizer = torch.optim.AdamW(built.module.parameters(), lr=1e-4)
+        input_ids, targets = random_batch(source.config.vocab_size, job.batch, job.seq, device, seed=job.seed)
+        outcome = measure_step(built, resolved.step_loss, options, optimizer, input_ids, targets, job.mode,
+                               eval_first=job.eval_step, warmup_steps=job.warmup_steps, trace=job.trace,
+                               heads=sorted({source.config.num_attention_heads, source.config.kv_heads}))
     except BackendUnavailable as exc:
+        result.status, result.message = "skipped", str(exc)
+        return result
+    except MissingDependency as exc:
         result.status, result.message = "skipped", str(exc)
         return result
     except Exception as exc:  # any back-end failure is a result, with its traceback tail
@@ -161,6 +193,7 @@ def run_job(job: ModelJob) -> ModelResult:
         result.message = f"{type(exc).__name__}: {exc}\n" + "".join(traceback.format_exc(limit=4))[-2000:]
         return result
     result.loss, result.time_ms, result.memory = outcome.loss, outcome.time_ms, outcome.memory
+    result.attribution = outcome.attribution
     limit, m = job.memory_limit_bytes, outcome.memory
     if limit is not None and device.type != "cuda" and m.peak > limit:
         result.status = "oom"
@@ -170,6 +203,24 @@ def run_job(job: ModelJob) -> ModelResult:
         result.message = (f"context {m.context} + peak reserved {m.peak_reserved} bytes exceed the limit {limit} "
                           "bytes (the context grew after the cap was set)")
     return result
+
+
+def run_jobs(jobs: list[ModelJob]) -> list[ModelResult]:
+    """Several jobs one after another in this process (the calibration steps of ``explain``),
+    the device's cache emptied between them so each reserved figure is its own."""
+    from profiler.protocol import settle
+
+    results = []
+    for job in jobs:
+        settle(job.device)
+        results.append(run_job(job))
+        settle(job.device)
+    return results
+
+
+def run_training_jobs(payload: dict) -> list[dict]:
+    """The worker's ``training-steps`` job: ``{"jobs": [ModelJob dicts]}`` → their results."""
+    return [r.to_dict() for r in run_jobs([ModelJob.from_dict(j) for j in payload["jobs"]])]
 
 
 def run_training_job(payload: dict) -> dict:

@@ -10,11 +10,12 @@ before any model is built. :func:`unrounded_logits_loss` is a control for parity
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
 from fusedce.options import LossOptions
-from profiler.backends import Backend, LossFn, get_backend, torch_loss
+from profiler.backends import Backend, LossFn, Replacement, get_backend, get_model_backend, torch_loss
 from profiler.configs import ModelConfig
 from profiler.records import CellSpec
 
@@ -57,6 +58,49 @@ def resolve_backend(name: str, config: ModelConfig, options: LossOptions, device
     if why:
         raise BackendUnavailable(why)
     return LossBackend(name, backend.make(), info.version or "unknown")
+
+
+@dataclass
+class ResolvedStepLoss:
+    """A back-end as a training step uses it: ``step_loss`` (naive / hidden / patched, see
+    :class:`~profiler.training.step.StepLoss`), the package version, and ``prepare(built)``,
+    which applies any patch to the built model and returns what the back-end replaced."""
+
+    name: str
+    step_loss: object
+    version: str
+    prepare: Callable[[object], list[Replacement]]
+
+
+def resolve_step_loss(name: str, config: ModelConfig, options: LossOptions, device: str,
+                      tokens: int = 1) -> ResolvedStepLoss:
+    """:func:`resolve_backend` for a whole training step.
+
+    ``torch`` is the naive path (the model's own head, then ``F.cross_entropy``);
+    ``liger-patched`` patches the model (:func:`~profiler.training.patching.apply_liger_patch`);
+    every other back-end computes the loss from the head's input.
+    """
+    from profiler.training.patching import apply_liger_patch, replaced_by
+    from profiler.training.step import StepLoss
+
+    backend = get_model_backend(name)
+    if getattr(backend, "patches_model", False):
+        info = backend.info()
+        if not info.available:
+            raise BackendUnavailable(f"{name}: {info.reason}")
+        if device not in backend.devices:
+            raise BackendUnavailable(f"{name} runs on {', '.join(backend.devices)} only, not {device}")
+
+        def prepare(built):
+            try:
+                return apply_liger_patch(built)
+            except ValueError as exc:
+                raise BackendUnavailable(f"{name}: {exc}") from None
+
+        return ResolvedStepLoss(name, StepLoss("patched"), info.version or "unknown", prepare)
+    resolved = resolve_backend(name, config, options, device, tokens)
+    kind = "naive" if name == "torch" else "hidden"
+    return ResolvedStepLoss(name, StepLoss(kind, resolved.fn), resolved.version, lambda built: replaced_by(name))
 
 
 def unrounded_logits_loss(hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor,

@@ -38,7 +38,7 @@ from profiler import store
 from profiler.backends import torch_loss
 from profiler.configs import ModelConfig
 from profiler.training.data import MarkovChain
-from profiler.models.gpt import GPT
+from profiler.models.gpt import HiddenStatesGPT as GPT
 from profiler.training.losses import BackendUnavailable, resolve_backend
 from profiler.precision import TRAINING_MODES, autocast
 from profiler.reference import relative_error

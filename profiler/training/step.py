@@ -25,9 +25,11 @@ import torch.nn.functional as F
 
 from fusedce.options import LossOptions
 from profiler.backends import LossFn
-from profiler.models.gpt import GPT
+from profiler.models.head import locate_head
+from profiler.models.source import BuiltModel
 from profiler.precision import autocast
 from profiler.protocol import MemoryMeter, Phase
+from profiler.trace import Attribution, StepTracer, attribute
 
 
 @dataclass
@@ -90,11 +92,13 @@ class StepMemory:
 
 @dataclass
 class StepOutcome:
-    """The measured step's memory, its loss value and its wall time (ms)."""
+    """The measured step's memory, its loss value, its wall time (ms) and, when traced, the
+    attribution of a second, traced step's peak."""
 
     memory: StepMemory
     loss: float
     time_ms: float
+    attribution: Attribution | None = None
 
 
 def tensor_bytes(tensors) -> int:
@@ -126,6 +130,7 @@ class SavedTensorCounter:
         self._param_ptrs = {p.untyped_storage().data_ptr() for p in params}
         self._seen: dict[int, int] = {}
         self.weight_copy_bytes = 0
+        self.active = True  # off from the head's input on: only the trunk's saved tensors count
 
     @property
     def bytes(self) -> int:
@@ -134,7 +139,7 @@ class SavedTensorCounter:
     def _pack(self, t: torch.Tensor) -> torch.Tensor:
         storage = t.untyped_storage()
         ptr = storage.data_ptr()
-        if ptr in self._param_ptrs or ptr in self._seen or storage.nbytes() == 0:
+        if not self.active or ptr in self._param_ptrs or ptr in self._seen or storage.nbytes() == 0:
             return t
         self._seen[ptr] = storage.nbytes()
         if self._is_parameter_cast(t):
@@ -155,40 +160,168 @@ class SavedTensorCounter:
         return torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t)
 
 
-def train_step(model: GPT, loss_fn: LossFn, options: LossOptions, optimizer: torch.optim.Optimizer,
+class _HeadReached(Exception):
+    """Raised by the head's forward pre-hook to stop the model's forward at the head's input."""
+
+    def __init__(self, hidden: torch.Tensor) -> None:
+        super().__init__("LM head reached")
+        self.hidden = hidden
+
+
+@dataclass
+class StepLoss:
+    """How a training step computes its loss.
+
+    - ``naive``: the model's own forward through its head, then ``F.cross_entropy`` on the
+      logits, as users write it (the ``torch`` back-end);
+    - ``hidden``: the model's forward is stopped at the head's input (a forward pre-hook on the
+      head module raises), and ``fn(hidden (N, H), weight (V, H), target (N,), bias, options)``
+      — a loss back-end — computes the loss from the parameter the head's forward uses;
+    - ``patched``: a back-end that patched the model itself (``liger-patched``): the model is
+      called with ``labels`` (Hugging Face convention: ``labels[t + 1]`` is position t's target)
+      and returns the loss.
+    """
+
+    kind: str
+    fn: LossFn | None = None
+
+
+def _as_built(model) -> BuiltModel:
+    if isinstance(model, BuiltModel):
+        return model
+    config = getattr(model, "config", None)
+    head = locate_head(model, vocab=getattr(config, "vocab_size", None))
+    return BuiltModel(module=model, head=head, kind="builtin", trunk=getattr(model, "final_norm", None))
+
+
+def _as_step_loss(loss) -> StepLoss:
+    return loss if isinstance(loss, StepLoss) else StepLoss("hidden", loss)
+
+
+def hf_labels(targets: torch.Tensor, ignore_index: int) -> torch.Tensor:
+    """Hugging Face labels whose shifted targets are ``targets[:, :-1]`` (position t predicts
+    labels[t + 1]; the last position has no label there)."""
+    first = torch.full_like(targets[:, :1], ignore_index)
+    return torch.cat([first, targets[:, :-1]], dim=1)
+
+
+def train_step(model, loss_fn, options: LossOptions, optimizer: torch.optim.Optimizer,
                input_ids: torch.Tensor, targets: torch.Tensor, mode: str,
-               meter: MemoryMeter | None = None, counter: SavedTensorCounter | None = None) -> torch.Tensor:
-    """One forward/backward/AdamW step; returns the loss (detached). Marks phases on ``meter``."""
-    mark = meter.mark if meter is not None else (lambda name: None)
+               meter: MemoryMeter | None = None, counter: SavedTensorCounter | None = None,
+               tracer=None) -> torch.Tensor:
+    """One forward/backward/AdamW step; returns the loss (detached). Marks phases on ``meter``
+    (``forward``, ``loss`` when the head's input is reached, ``backward`` when its gradient is,
+    ``optimizer``) and, with a :class:`~profiler.trace.StepTracer`, the same marks plus
+    ``backward-start`` and the loss region."""
+    built, step_loss = _as_built(model), _as_step_loss(loss_fn)
+    marked: set[str] = set()
+
+    def mark(name: str) -> None:
+        if name in marked:
+            return
+        marked.add(name)
+        if meter is not None and name != "backward-start":
+            meter.mark(name)
+        if tracer is not None:
+            tracer.mark(name)
+
+    region = tracer.loss_region() if tracer is not None else contextlib.nullcontext()
+    region_open = []
+
+    def reach_head(hidden) -> None:
+        if "loss" in marked:
+            return
+        if counter is not None:
+            counter.active = False
+        mark("loss")
+        region.__enter__()
+        region_open.append(True)
+        if isinstance(hidden, torch.Tensor) and hidden.requires_grad:
+            hidden.register_hook(lambda grad: mark("backward"))
+
+    def close_region() -> None:
+        if region_open:
+            region_open.pop()
+            region.__exit__(None, None, None)
+
     optimizer.zero_grad(set_to_none=True)
     mark("forward")
-    with autocast(mode, input_ids.device):
-        with counter.hooks() if counter else contextlib.nullcontext():
-            hidden = model(input_ids)
-        if hidden.requires_grad:
-            hidden.register_hook(lambda grad: mark("backward"))
-        mark("loss")
-        loss = loss_fn(hidden.reshape(-1, hidden.shape[-1]), model.lm_head_weight, targets.reshape(-1),
-                       model.lm_head_bias, options)
+    head, handles = built.head, []
+    try:
+        with autocast(mode, input_ids.device):
+            with counter.hooks() if counter else contextlib.nullcontext():
+                if step_loss.kind == "naive":
+                    handles.append(head.module.register_forward_pre_hook(
+                        lambda mod, args, kwargs: reach_head(_first_tensor(args, kwargs)), with_kwargs=True))
+                    logits = built.logits_of(built.call(input_ids))
+                    loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
+                                           ignore_index=options.ignore_index, reduction=options.reduction)
+                elif step_loss.kind == "hidden":
+                    def stop(mod, args, kwargs):
+                        raise _HeadReached(_first_tensor(args, kwargs))
+
+                    handles.append(head.module.register_forward_pre_hook(stop, with_kwargs=True))
+                    try:
+                        built.call(input_ids)
+                    except _HeadReached as reached:
+                        hidden = reached.hidden
+                    else:
+                        raise RuntimeError(f"the model's forward returned without calling its LM head "
+                                           f"{head.info.path!r}: name the head module with --head")
+                    reach_head(hidden)
+                    loss = step_loss.fn(hidden.reshape(-1, hidden.shape[-1]), head.weight, targets.reshape(-1),
+                                        head.bias, options)
+                elif step_loss.kind == "patched":
+                    if built.trunk is not None:
+                        handles.append(built.trunk.register_forward_hook(
+                            lambda mod, args, out: reach_head(_first_tensor((out,), {}))))
+                    labels = hf_labels(targets, options.ignore_index)
+                    out = built.module(input_ids=input_ids, labels=labels, use_cache=False)
+                    loss = out.loss if hasattr(out, "loss") else out[0]
+                    reach_head(None)
+                else:
+                    raise ValueError(f"unknown step loss kind {step_loss.kind!r}")
+        close_region()
+    finally:
+        for handle in handles:
+            handle.remove()
+        close_region()
+    if counter is not None:
+        counter.active = True
+    mark("backward-start")
     loss.backward()
+    mark("backward")  # no-op when the head's input gradient already marked it
     mark("optimizer")
     optimizer.step()
     return loss.detach()
 
 
+def _first_tensor(args, kwargs):
+    for value in list(args) + list(kwargs.values()):
+        if isinstance(value, torch.Tensor):
+            return value
+        hidden = getattr(value, "last_hidden_state", None)
+        if isinstance(hidden, torch.Tensor):
+            return hidden
+        if isinstance(value, (tuple, list)) and value and isinstance(value[0], torch.Tensor):
+            return value[0]
+    return None
+
+
 @torch.no_grad()
-def evaluation_step(model: GPT, input_ids: torch.Tensor, targets: torch.Tensor, mode: str) -> tuple[float, float]:
+def evaluation_step(model, input_ids: torch.Tensor, targets: torch.Tensor, mode: str) -> tuple[float, float]:
     """A validation pass that materialises the full (B, T, V) logits, as Lightning's sanity
     check or any accuracy metric does; returns (loss, next-token accuracy)."""
-    model.eval()
+    built = _as_built(model)
+    built.module.eval()
     try:
         with autocast(mode, input_ids.device):
-            logits = model.logits(model(input_ids))
+            logits = built.logits_of(built.call(input_ids))
             loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1))
             accuracy = (logits.argmax(-1) == targets).float().mean()
         return float(loss), float(accuracy)
     finally:
-        model.train()
+        built.module.train()
 
 
 def compose_peak(static_parts: list[Part], static: int, phases: dict[str, Phase], peak_phase: str,
@@ -215,21 +348,27 @@ def compose_peak(static_parts: list[Part], static: int, phases: dict[str, Phase]
     return parts
 
 
-def measure_step(model: GPT, loss_fn: LossFn, options: LossOptions, optimizer: torch.optim.Optimizer,
+def measure_step(model, loss_fn, options: LossOptions, optimizer: torch.optim.Optimizer,
                  input_ids: torch.Tensor, targets: torch.Tensor, mode: str, *,
-                 eval_first: bool = False, warmup_steps: int = 1) -> StepOutcome:
+                 eval_first: bool = False, warmup_steps: int = 1, trace: bool = False,
+                 heads: list[int] | None = None) -> StepOutcome:
     """Warm up, then measure one training step.
 
-    ``eval_first`` runs :func:`evaluation_step` before the warm-up, as a sanity check does.
-    On the CPU the meter sees only allocations made while it runs; what is alive before
-    (parameters, optimizer state, batch) is added as its baseline.
+    ``model``: a :class:`~profiler.models.source.BuiltModel` or a module whose head can be
+    located (the built-in GPT); ``loss_fn``: a :class:`StepLoss` or a loss back-end (the
+    ``hidden`` kind). ``eval_first`` runs :func:`evaluation_step` before the warm-up, as a
+    sanity check does. On the CPU the meter sees only allocations made while it runs; what is
+    alive before (parameters, optimizer state, batch) is added as its baseline. With ``trace``
+    one more step runs under :class:`~profiler.trace.StepTracer` and its peak is attributed by
+    module and kind (``outcome.attribution``), checked against the meter's peak.
     """
+    built = _as_built(model)
     device = input_ids.device
-    params = list(model.parameters())
+    params = list(built.module.parameters())
     if eval_first:
-        evaluation_step(model, input_ids, targets, mode)
+        evaluation_step(built, input_ids, targets, mode)
     for _ in range(warmup_steps):
-        train_step(model, loss_fn, options, optimizer, input_ids, targets, mode)
+        train_step(built, loss_fn, options, optimizer, input_ids, targets, mode)
     reserved_before = None
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -242,8 +381,7 @@ def measure_step(model: GPT, loss_fn: LossFn, options: LossOptions, optimizer: t
     meter = MemoryMeter(device, baseline_bytes=baseline)
     with meter:
         start = time.perf_counter()
-        loss = train_step(model, loss_fn, options, optimizer, input_ids, targets, mode, meter,
-                          trunk_counter)
+        loss = train_step(built, loss_fn, options, optimizer, input_ids, targets, mode, meter, trunk_counter)
         meter.mark("end")  # closes the optimizer phase
         if device.type == "cuda":
             torch.cuda.synchronize(device)
@@ -281,4 +419,39 @@ def measure_step(model: GPT, loss_fn: LossFn, options: LossOptions, optimizer: t
         memory.device_used = total - free
         memory.context = memory.device_used - torch.cuda.memory_reserved(device)
         memory.smi_peak = memory.context + (record.peak_reserved_bytes or 0)
-    return StepOutcome(memory=memory, loss=float(loss), time_ms=time_ms)
+    attribution = None
+    if trace:
+        attribution = trace_step(built, loss_fn, options, optimizer, input_ids, targets, mode, heads)
+        attribution.metered_peak_bytes = memory.peak
+    return StepOutcome(memory=memory, loss=float(loss), time_ms=time_ms, attribution=attribution)
+
+
+def trace_step(built: BuiltModel, loss_fn, options: LossOptions, optimizer: torch.optim.Optimizer,
+               input_ids: torch.Tensor, targets: torch.Tensor, mode: str,
+               heads: list[int] | None = None) -> Attribution:
+    """One more training step under the tracer; its peak attributed by module and kind
+    (``heads``: attention head counts whose B·heads·T·T tensors are attention scores; read from
+    the model's config when not given)."""
+    device = input_ids.device
+    params = list(built.module.parameters())
+    optimizer.zero_grad(set_to_none=True)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    param_bytes = tensor_bytes(params)
+    opt_bytes = tensor_bytes(optimizer_state_tensors(optimizer, device))
+    batch_bytes = tensor_bytes([input_ids, targets])
+    other = (torch.cuda.memory_allocated(device) - param_bytes - opt_bytes) if device.type == "cuda" else batch_bytes
+    static = {"parameters": param_bytes, "optimizer state": opt_bytes, "batch and other static": other}
+    with StepTracer() as tracer:
+        train_step(built, loss_fn, options, optimizer, input_ids, targets, mode, tracer=tracer)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+    grad_ptrs = {p.grad.untyped_storage().data_ptr() for p in params if p.grad is not None}
+    config = getattr(built.module, "config", None)
+    heads = heads or [h for h in (getattr(config, "num_attention_heads", None), getattr(config, "num_key_value_heads", None),
+                         getattr(config, "n_head", None)) if isinstance(h, int) and h > 0]
+    layers = getattr(config, "num_hidden_layers", None) or getattr(config, "n_layer", None) or 0
+    b, t = input_ids.shape
+    return attribute(tracer, device=device, model=built.module, head=built.head.module, static=static,
+                     grad_ptrs=grad_ptrs, batch=b, seq=t, vocab=built.head.info.vocab, heads=heads or [1],
+                     layers=int(layers))
