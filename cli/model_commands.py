@@ -1,7 +1,8 @@
 """``model``, ``parity`` and ``doctor``: a whole training step, not just the loss.
 
 The functions are typer-annotated; :mod:`cli.app` registers them as sub-commands. Each
-writes its report folder through :mod:`reports.model_report`. Exit codes as everywhere
+writes its report folder through :mod:`reports` (:mod:`~reports.model_report`,
+:mod:`~reports.parity_report`, :mod:`~reports.doctor_report`). Exit codes as everywhere
 (:mod:`cli.exit_codes`): 0 ok, 1 a parity or doctor check failed, 2 bad usage or input.
 """
 from __future__ import annotations
@@ -172,7 +173,7 @@ def parity(
     """Train from the same init on the same batches with torch and each back-end; exit 1 on divergence."""
     from profiler.environment import collect_environment, save_environment
     from profiler.training.parity import ParitySettings, run_parity, save_parity_report
-    from reports.model_report import gap_sentences, parity_table, write_parity_report
+    from reports.parity_report import gap_sentences, parity_table, write_parity_report
 
     console = make_console(to_stderr=as_json)
     run_device = resolve_device(device)
@@ -207,8 +208,8 @@ def parity(
     for row in table.itertuples(index=False):
         console.print(f"  {row[0]}: {row[1]}, final loss {row[2]}, rel. diff {row[3]}, worst grad {row[5]}"
                       + (f" — {row[6]}" if row[6] else ""), markup=False)
-    for line in gap_sentences(result):
-        console.print(f"  {line.replace('**', '')}", markup=False)
+    for sentence in gap_sentences(result):
+        console.print(f"  {sentence}", markup=False)
     verdict = "PASS" if result.passed else "FAIL"
     if not result.reference_learned:
         console.print("  torch did not learn on this data: raise --steps or --lr", markup=False)
@@ -231,7 +232,9 @@ def doctor(
 ) -> None:
     """Check a loss wrapper against the reference on a small model: one verdict per item, exit 1 on a failure."""
     from profiler import store
-    from profiler.training.doctor import load_wrapper, run_doctor
+    from profiler.environment import collect_environment, save_environment
+    from profiler.training.doctor import DoctorRun, load_wrapper, run_doctor
+    from reports.doctor_report import write_doctor_report
 
     console = make_console(to_stderr=as_json)
     cfg = _config(preset, config, None, "tiny")
@@ -240,17 +243,15 @@ def doctor(
                     "parameters; use a small config (the wiring does not depend on size)")
     with usage_errors():
         fn = load_wrapper(loss)
-    checks = run_doctor(fn, cfg)
-    failed = any(c.verdict == "fail" for c in checks)
-    lines = [f"# fusedce-profile doctor: {loss}", "", "| item | verdict | evidence |", "|---|---|---|"]
-    lines += [f"| {c.item} | {c.verdict} | {c.evidence.replace('|', '/')} |" for c in checks]
-    for c in checks:
+    run = DoctorRun(loss, cfg.name, run_doctor(fn, cfg))
+    for c in run.checks:
         console.print(f"  [{c.verdict:^7}] {c.item}: {c.evidence}", markup=False)
-    console.print(f"doctor: {'FAIL' if failed else 'PASS'}", markup=False)
+    console.print(f"doctor: {'PASS' if run.passed else 'FAIL'}", markup=False)
     if out is not None:
         out_dir = prepare_out(out, force)
-        store.write_text(out_dir / "summary.md", "\n".join(lines) + "\n")
-        store.write_json(out_dir / store.DOCTOR_FILE, [dataclasses.asdict(c) for c in checks])
+        save_environment(out_dir, collect_environment())
+        store.write_json(out_dir / store.DOCTOR_FILE, run.to_dict())
+        console.print(f"report: {write_doctor_report(out_dir)}", markup=False)
     if as_json:
-        print(json.dumps({"passed": not failed, "checks": [dataclasses.asdict(c) for c in checks]}))
-    raise typer.Exit(exit_codes.PARITY_FAILED if failed else exit_codes.OK)
+        print(json.dumps({"passed": run.passed, "checks": [dataclasses.asdict(c) for c in run.checks]}))
+    raise typer.Exit(exit_codes.OK if run.passed else exit_codes.PARITY_FAILED)

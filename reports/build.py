@@ -13,6 +13,7 @@ Written here::
     summary.md       Markdown, ready to paste into an issue
     report.html      self-contained HTML (plots embedded)
     plots/*.png      the plots (:mod:`reports.plots`) and one timeline per snapshot
+                     (:mod:`reports.timeline`)
 """
 from __future__ import annotations
 
@@ -45,6 +46,7 @@ PLOTS = (
     ("saving", "Memory saved vs torch", plotting.plot_saving),
     ("saving_heatmap", "Share of torch's peak saved, by head and tokens", plotting.plot_saving_heatmap),
     ("time", "Time vs tokens", plotting.plot_time),
+    ("frontier", "Time–memory frontier per head", plotting.plot_frontier),
     ("parity", "Parity vs the fp32 reference", plotting.plot_parity),
 )
 

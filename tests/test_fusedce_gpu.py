@@ -7,7 +7,6 @@ fp32 operands, 1e-3 for bf16/fp16 operands. The errors of both are attached to e
 as junit properties (``--junitxml``).
 """
 import functools
-import gc
 
 import pytest
 import torch
@@ -303,17 +302,17 @@ def test_out_of_range_targets_on_cuda():
 def measured_peak_extra(step, *leaves) -> int:
     """ANCHORS protocol: one warm-up ``step()`` (compilation, autotuning, allocator pools), then
     the bytes one more ``step()`` allocates above the baseline at its peak (gradients included)."""
+    from profiler.protocol import MemoryMeter, settle, synchronize
+
     step()
     for leaf in leaves:
         leaf.grad = None
-    gc.collect()
-    torch.cuda.synchronize()
-    torch.cuda.empty_cache()
-    torch.cuda.reset_peak_memory_stats()
-    base = torch.cuda.memory_allocated()
-    step()
-    torch.cuda.synchronize()
-    return torch.cuda.max_memory_allocated() - base
+    settle("cuda")
+    with MemoryMeter("cuda") as meter:
+        meter.mark("step")
+        step()
+        synchronize("cuda")
+    return meter.record.extra()
 
 
 @pytest.mark.parametrize("weight_dtype", [torch.bfloat16, torch.float32], ids=["bf16", "amp"])

@@ -40,6 +40,9 @@ GRAD_RTOL = 1e-3
 WrapperFn = Callable[[GPT, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
+VERDICTS = ("pass", "fail", "unclear")
+
+
 @dataclass
 class Check:
     """One doctor item: ``verdict`` is "pass", "fail" or "unclear"; ``evidence`` the numbers."""
@@ -47,6 +50,53 @@ class Check:
     item: str
     verdict: str
     evidence: str
+
+    @classmethod
+    def from_dict(cls, raw: object, where: str = "check") -> "Check":
+        """Validate a stored check; ``ValueError`` naming the first bad field."""
+        if not isinstance(raw, dict):
+            raise ValueError(f"{where} must be an object, got {type(raw).__name__}")
+        for name in ("item", "verdict", "evidence"):
+            if not isinstance(raw.get(name), str):
+                raise ValueError(f"{where}.{name} must be a string, got {raw.get(name)!r}")
+        if raw["verdict"] not in VERDICTS:
+            raise ValueError(f"{where}.verdict must be one of {', '.join(VERDICTS)}, got {raw['verdict']!r}")
+        return cls(raw["item"], raw["verdict"], raw["evidence"])
+
+
+@dataclass
+class DoctorRun:
+    """What ``doctor`` stores as ``doctor.json``: the ``--loss`` it checked, the model config's
+    name, and one :class:`Check` per item in the order they ran."""
+
+    loss: str
+    config: str
+    checks: list[Check]
+
+    @property
+    def passed(self) -> bool:
+        """No item failed (an ``unclear`` item is not a failure)."""
+        return not any(c.verdict == "fail" for c in self.checks)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, raw: object) -> "DoctorRun":
+        """Validate a stored run; ``ValueError`` naming the first bad field. A bare list of
+        checks is read as a run whose loss and config are unknown ("")."""
+        if isinstance(raw, list):
+            raw = {"loss": "", "config": "", "checks": raw}
+        if not isinstance(raw, dict):
+            raise ValueError(f"doctor.json must hold an object, got {type(raw).__name__}")
+        for name in ("loss", "config"):
+            if not isinstance(raw.get(name, ""), str):
+                raise ValueError(f"{name} must be a string, got {raw.get(name)!r}")
+        checks = raw.get("checks")
+        if not isinstance(checks, list):
+            raise ValueError(f"checks must be a list, got {checks!r}")
+        return cls(raw.get("loss", ""), raw.get("config", ""),
+                   [Check.from_dict(c, f"checks[{i}]") for i, c in enumerate(checks)])
 
 
 def load_wrapper(spec: str) -> WrapperFn:
