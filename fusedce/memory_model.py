@@ -75,9 +75,10 @@ def predict_vocab_parallel_peak_bytes(
     Over the inputs (N·H hidden on every process, the (V_p, H) shard): the single-process
     model of the shard's V_p rows, with the chunk plan that :mod:`fusedce.parallel` takes
     (planned for ceil(V/P) rows on every process), plus the forward's collective buffer, a
-    (3, R) (without label smoothing (2, R)) accumulation-dtype tensor alive after each row
-    chunk's blocks (after the PyTorch path's block temporary is freed, so the larger of the
-    two counts). The backward's all-reduce works in place on the fp32 grad_hidden row sum.
+    (3, R) (without label smoothing (2, R)) accumulation-dtype tensor made after each row
+    chunk's blocks. It is counted on top of the blocks: the process group's finished work may
+    keep the previous row chunk's buffer until the next chunk's blocks run (gloo does, from
+    its worker thread). The backward's all-reduce works in place on the fp32 grad_hidden row sum.
     grad_hidden is N·H on every process: the per-process floor is N·H + V_p·H gradient bytes.
     """
     from fusedce.parallel import vocab_shard_bounds
@@ -101,7 +102,7 @@ def _predict(n: int, h: int, v: int, plan: ChunkPlan, hidden_dtype: torch.dtype,
     rows, cols = min(plan.rows, max(n, 1)), min(plan.cols, v)
     workspace = _workspace_bytes(rows, cols, h, hidden_dtype, weight_dtype, compute_dtype, impl)
     forward_extra, backward_extra = _torch_path_bytes(rows, cols, h, compute_dtype) if impl == "torch" else (0, 0)
-    forward_extra = max(forward_extra, collective_rows * rows * acc)
+    forward_extra += collective_rows * rows * acc
     per_token = n * acc
     # forward: 4 running statistics + lse + loss + a few (N,) temporaries of the loss formula
     forward = 8 * per_token + workspace + forward_extra
