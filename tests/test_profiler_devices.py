@@ -32,7 +32,7 @@ BACKENDS = textwrap.dedent('''
         return where(hidden, weight, target, bias)
 ''')
 SITECUSTOMIZE = 'import os\nif os.environ.get("CUDA_VISIBLE_DEVICES") == "broken":\n    os._exit(7)\n'
-TOKENS = (8, 10, 12, 14, 16, 18)
+TOKENS = (8, 10, 12, 14)
 
 
 @pytest.fixture
@@ -83,21 +83,15 @@ def test_cells_spread_over_the_devices_each_appended_once(tmp_path, backends):
     assert len(_lines(out)) == len(TOKENS)
 
 
-def test_a_failing_cell_fails_alone(tmp_path, backends):
+def test_a_failing_cell_and_a_device_that_cannot_start_fail_alone(tmp_path, backends):
     module, log = backends
-    run = run_grid(_grid(f"{module}:crash_at_12"), tmp_path / "out", devices=["a", "b"])
+    run = run_grid(_grid(f"{module}:crash_at_12"), tmp_path / "out", devices=["broken", "a", "b"])
     status = {r.spec.tokens: r.status for r in run.results}
     assert status == {t: "error" if t == 12 else "ok" for t in TOKENS}
     assert "exited with code 3" in next(r.message for r in run.results if r.spec.tokens == 12)
     assert len(_lines(tmp_path / "out")) == len(TOKENS)
-
-
-def test_a_device_that_cannot_start_drops_out_and_the_others_take_its_cells(tmp_path, backends):
-    module, log = backends
-    run = run_grid(_grid(f"{module}:where"), tmp_path / "out", devices=["broken", "a"])
-    assert all(r.status == "ok" for r in run.results)
-    assert set().union(*_where(log).values()) == {"a"}
-    assert any("device broken" in note and "exited with code 7" in note for note in run.notes), run.notes
+    assert set().union(*_where(log).values()) <= {"a", "b"}
+    assert [note for note in run.notes if "device broken" in note and "exited with code 7" in note], run.notes
 
 
 def test_cells_are_errors_when_no_device_starts(tmp_path, backends):
