@@ -9,7 +9,7 @@ uneven split (V = 2000 over 3: 667, 667, 666 rows), with row and vocabulary chun
 - one process, for reference: the forward peak is one block's whatever V (pinned to the
   prediction with the in-loop correction of ``tests/test_fusedce_memory_model_cpu.py``,
   predicted − (4·N − 3·R) × 4 bytes); the backward peak of the whole V exceeds that of the
-  shard's V_p rows by exactly (V − V_p)·H bytes of grad_W;
+  shard's V_p rows by exactly (V − V_p)·H·4 bytes of fp32 grad_W;
 - each rank's forward and backward peaks are the single-process ones on its shard, up to
   two (k, R) collective buffers above and (backward) one (N,) vector below. The window is
   not a byte: gloo's finished work may keep the previous row chunk's buffer until its worker
