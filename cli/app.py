@@ -20,7 +20,7 @@ from cli import exit_codes
 from cli.console import make_console
 from cli.heads import head_from
 from cli.options import DeviceOption, ForceOption, JsonOption, OutOption, prepare_out, resolve_device
-from cli.parsing import parse_backends, parse_counts, parse_floats, parse_modes
+from cli.parsing import parse_backends, parse_counts, parse_devices, parse_floats, parse_modes
 from cli.usage import fail, usage_errors
 
 HELP = """Profile the memory, time and parity of LM-head losses (linear + cross-entropy).
@@ -112,6 +112,9 @@ def grid(
     resume: ResumeOption = False,
     snapshot: SnapshotOption = False,
     as_json: JsonOption = False,
+    devices: Annotated[Optional[str], typer.Option(
+        help="Spread the cells over these GPUs, one worker each (CUDA_VISIBLE_DEVICES values, "
+             "comma-separated: 0,1,2,3). Default: one worker on the default GPU.")] = None,
 ) -> None:
     """Run a grid of back-ends × shapes × modes × options and write its report.
 
@@ -131,6 +134,9 @@ def grid(
     with usage_errors():
         head = head_from(preset, config)
     run_device = resolve_device(device)
+    device_ids = parse_devices(devices)
+    if device_ids is not None and run_device == "cpu":
+        raise fail("--devices spreads cells over GPUs; the run's device is cpu (drop --devices or use --device cuda)")
     backends = parse_backends(backend, list(BUILTIN_BACKENDS)) or installed_backends(run_device)
     softcaps = parse_floats(softcap, "--softcap", allow_none=True) or ((head.softcap,) if head else (None,))
     fields = dict(
@@ -157,7 +163,8 @@ def grid(
     out_dir = prepare_out(out, force, resume)
     console.print(f"fusedce-profile grid: {len(spec.cells())} cells, writing to {out_dir}", markup=False)
     _note_cpu_snapshot(console, snapshot, spec.device)
-    raise typer.Exit(run_grids([spec], out_dir, console, resume=resume, snapshot=snapshot, as_json=as_json))
+    raise typer.Exit(run_grids([spec], out_dir, console, resume=resume, snapshot=snapshot, as_json=as_json,
+                               devices=device_ids))
 
 
 @app.command()

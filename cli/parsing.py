@@ -36,6 +36,20 @@ def parse_counts(text: str | None, option: str) -> list[int] | None:
     return sorted({parse_count(item, option) for item in items})
 
 
+def parse_devices(text: str | None, option: str = "--devices") -> list[str] | None:
+    """A comma-separated list of distinct ``CUDA_VISIBLE_DEVICES`` values (``0,1,2,3`` or
+    GPU UUIDs); ``None`` stays ``None``."""
+    if text is None:
+        return None
+    items = [item.strip() for item in text.split(",")]
+    if not all(items) or any(" " in item for item in items):
+        raise typer.BadParameter(f"expected comma-separated device ids such as 0,1,2,3; got {text!r}",
+                                 param_hint=option)
+    if len(set(items)) != len(items):
+        raise typer.BadParameter(f"a device is named twice in {text!r}", param_hint=option)
+    return items
+
+
 def parse_modes(values: list[str] | None) -> list[str] | None:
     """Repeatable and/or comma-separated ``--mode`` values, each one of the known modes."""
     if not values:

@@ -72,12 +72,12 @@ def finish(out_dir: Path, console: Console, *, as_json: bool) -> int:
 
 
 def run_grids(grids: Sequence[GridSpec], out_dir: Path, console: Console, *, resume: bool, snapshot: bool,
-              as_json: bool, cell_timeout_s: float | None = None) -> int:
+              as_json: bool, cell_timeout_s: float | None = None, devices: Sequence[str] | None = None) -> int:
     """Run ``grids`` one after the other into ``out_dir`` (one results file), then report.
 
     The folder is locked for the run (a second run into it exits 2 naming the holder).
     Ctrl-C or SIGTERM stops the run; the cells finished so far are kept and reported, and
-    the exit code is 130 or 143.
+    the exit code is 130 or 143. ``devices``: see :func:`profiler.runner.run_grid`.
     """
     try:
         lock = store.RunLock(out_dir).acquire()
@@ -93,7 +93,8 @@ def run_grids(grids: Sequence[GridSpec], out_dir: Path, console: Console, *, res
                 for index, grid in enumerate(grids):
                     # Later grids append to the same results file: they resume it.
                     run = run_grid(grid, out_dir, resume=resume or index > 0, snapshot=snapshot,
-                                   on_start=progress.start, on_cell=progress, cell_timeout_s=cell_timeout_s)
+                                   on_start=progress.start, on_cell=progress, cell_timeout_s=cell_timeout_s,
+                                   devices=devices)
                     for note in run.notes:
                         console.print(f"note: {note}", markup=False)
         except KeyboardInterrupt as exc:

@@ -71,11 +71,62 @@ def predict_peak_bytes(
     if plan.strategy == "precompute":
         return _precompute_peaks(n, h, v, plan, hidden_dtype=hidden_dtype, weight_dtype=weight_dtype,
                                  compute_dtype=compute_dtype, has_bias=has_bias, bias_dtype=bias_dtype, impl=impl)
+    return _predict(n, h, v, plan, hidden_dtype, weight_dtype, compute_dtype, has_bias, bias_dtype, impl)
+
+
+def predict_vocab_parallel_peak_bytes(
+    n: int,
+    h: int,
+    vocab_size: int,
+    world_size: int,
+    *,
+    rank: int = 0,
+    hidden_dtype: torch.dtype,
+    weight_dtype: torch.dtype,
+    compute_dtype: torch.dtype,
+    has_bias: bool = False,
+    bias_dtype: torch.dtype | None = None,
+    label_smoothing: float = 0.0,
+    impl: str = "triton",
+    chunk_size: int | None = None,
+    vocab_chunk_size: int | None = None,
+    memory_budget: int | None = None,
+) -> MemoryPrediction:
+    """Predicted peak extra bytes of ``vocab_parallel_linear_cross_entropy`` on process ``rank``
+    of ``world_size`` (default rank 0, which holds the largest ``torch.chunk`` shard).
+
+    Over the inputs (N·H hidden on every process, the (V_p, H) shard): the single-process
+    model of the shard's V_p rows, with the chunk plan that :mod:`fusedce.parallel` takes
+    (planned for ceil(V/P) rows on every process), plus the forward's collective buffer, a
+    (3, R) (without label smoothing (2, R)) accumulation-dtype tensor made after each row
+    chunk's blocks. It is counted on top of the blocks: the process group's finished work may
+    keep the previous row chunk's buffer until the next chunk's blocks run (gloo does, from
+    its worker thread). The backward's all-reduce works in place on the fp32 grad_hidden row sum.
+    grad_hidden is N·H on every process: the per-process floor is N·H + V_p·H gradient bytes.
+    """
+    from fusedce.parallel import vocab_shard_bounds
+
+    start, stop = vocab_shard_bounds(vocab_size, world_size, rank)
+    largest = -(-vocab_size // world_size)
+    plan = plan_chunks(n, h, largest, hidden_dtype=hidden_dtype, weight_dtype=weight_dtype,
+                       compute_dtype=compute_dtype, chunk_size=chunk_size, vocab_chunk_size=vocab_chunk_size,
+                       memory_budget=memory_budget)
+    packed_rows = 3 if label_smoothing > 0 else 2
+    return _predict(n, h, stop - start, plan, hidden_dtype, weight_dtype, compute_dtype, has_bias, bias_dtype, impl,
+                    collective_rows=packed_rows)
+
+
+def _predict(n: int, h: int, v: int, plan: ChunkPlan, hidden_dtype: torch.dtype, weight_dtype: torch.dtype,
+             compute_dtype: torch.dtype, has_bias: bool, bias_dtype: torch.dtype | None, impl: str,
+             collective_rows: int = 0) -> MemoryPrediction:
+    """The model for ``v`` vocabulary rows walked with ``plan``; ``collective_rows`` (R,)
+    vectors of the vocabulary-parallel forward's statistics buffer (0 in one process)."""
     acc = dtype_bytes(accumulation_dtype(compute_dtype))
     rows, cols = min(plan.rows, max(n, 1)), min(plan.cols, v)
     workspace = _workspace_bytes(rows, cols, h, hidden_dtype, weight_dtype, compute_dtype, impl)
     forward_extra, backward_extra = (_torch_path_bytes(rows, cols, h, compute_dtype, has_bias and dtype_bytes(
         bias_dtype or weight_dtype) != acc) if impl == "torch" else (0, 0))
+    forward_extra += collective_rows * rows * acc
     per_token = n * acc
     # forward: 4 running statistics + lse + loss + a few (N,) temporaries of the loss formula
     forward = 8 * per_token + workspace + forward_extra

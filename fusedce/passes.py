@@ -16,11 +16,19 @@ d = g_n · ∂L_n/∂x (g the per-token upstream gradient), then
     grad_weight[j]  += dᵀ @ h_i         (in the fp32 output, or written once)
     grad_bias[j]    += Σ_rows d
 Nothing of size N×V is ever allocated: the largest temporary is one fp32 block.
+
+Vocabulary-parallel runs (:mod:`fusedce.parallel`) pass a :class:`VocabShard`: the weight
+is then one process's rows ``[start, start + V_local)`` of a ``size``-entry vocabulary,
+targets are global ids, and the shard's two hooks reduce across processes what a single
+process would have summed over the missing vocabulary chunks (the row statistics after each
+row chunk in forward, each row chunk's fp32 grad_hidden in backward). The passes themselves
+never communicate.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
@@ -37,6 +45,24 @@ def accumulation_dtype(compute_dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if compute_dtype == torch.float64 else torch.float32
 
 
+@dataclass(frozen=True)
+class VocabShard:
+    """The slice of a vocabulary sharded over processes that this process's weight holds.
+
+    ``start``: the global id of the weight's first row; ``size``: the global V (for ε/V, the
+    range check of the targets and the label-smoothing mean). ``reduce_stats(stats, need_sum)``
+    turns one row chunk's statistics over the local columns into those over the whole
+    vocabulary, in place (:class:`~fusedce.stats.RowStats` of R rows; ``logit_sum`` only when
+    ``need_sum``). ``reduce_hidden(hidden_sum)`` sums one row chunk's (R, H) fp32 grad_hidden
+    over the processes, in place. Every process must make the same calls in the same order.
+    """
+
+    start: int
+    size: int
+    reduce_stats: Callable[[RowStats, bool], None]
+    reduce_hidden: Callable[[torch.Tensor], None]
+
+
 def forward(
     hidden: torch.Tensor,
     weight: torch.Tensor,
@@ -46,14 +72,18 @@ def forward(
     compute_dtype: torch.dtype,
     plan: ChunkPlan,
     block_math: BlockMath,
+    *,
+    shard: VocabShard | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token loss and logsumexp, both (N,) in the accumulation dtype.
 
     hidden (N, H), weight (V, H), target (N,) int64, bias (V,) or None. Ignored tokens get
-    loss 0; tokens whose target is out of range (and not ignored) get NaN.
+    loss 0; tokens whose target is out of range (and not ignored) get NaN. With ``shard``,
+    weight and bias are the shard's rows and the results are over the whole vocabulary.
     """
     n, _ = hidden.shape
     v = weight.shape[0]
+    vocab, offset = (v, 0) if shard is None else (shard.size, shard.start)
     target, bias = _contiguous_vectors(target, bias)
     acc = accumulation_dtype(compute_dtype)
     stats = RowStats.empty(n, hidden.device, acc)
@@ -63,10 +93,12 @@ def forward(
         for c0, c1 in plan.col_chunks(v):
             w_j = work.weight_rows(c0, c1)
             z = work.logits(h_i, w_j)
-            block_math.chunk_stats(z, _columns(bias, c0, c1), c0, target[r0:r1], stats.rows(r0, r1),
+            block_math.chunk_stats(z, _columns(bias, c0, c1), offset + c0, target[r0:r1], stats.rows(r0, r1),
                                    softcap=opts.softcap_value, need_sum=opts.label_smoothing > 0)
+        if shard is not None:
+            shard.reduce_stats(stats.rows(r0, r1), opts.label_smoothing > 0)
     lse = stats.logsumexp()
-    return _token_loss(stats, lse, target, v, opts), lse
+    return _token_loss(stats, lse, target, vocab, opts), lse
 
 
 def backward(
@@ -84,18 +116,21 @@ def backward(
     need_hidden: bool = True,
     need_weight: bool = True,
     need_bias: bool = True,
+    shard: VocabShard | None = None,
 ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
     """Gradients (grad_hidden (N, H), grad_weight (V, H), grad_bias (V,)) in each input's dtype.
 
     ``grad_loss`` (N,) is the upstream gradient of each token's loss (mean/sum/none all reduce
     to this); ``lse`` (N,) is forward's. A gradient not asked for is None. For fp16 compute
-    the blocks' gradients are scaled by a power of two (:func:`_row_scale`).
+    the blocks' gradients are scaled by a power of two (:func:`_row_scale`). With ``shard``,
+    grad_weight and grad_bias are the shard's rows and grad_hidden is summed over the shards.
     """
     n = hidden.shape[0]
     v = weight.shape[0]
+    vocab, offset = (v, 0) if shard is None else (shard.size, shard.start)
     target, bias = _contiguous_vectors(target, bias)
     acc = accumulation_dtype(compute_dtype)
-    counted, out_of_range = _token_masks(target, v, opts.ignore_index)
+    counted, out_of_range = _token_masks(target, vocab, opts.ignore_index)
     row_scale, scale = _row_scale(grad_loss, counted, out_of_range, acc, compute_dtype)
     row_chunks = plan.row_chunks(n)
     grads = _Gradients.allocate(hidden, weight, acc, several_row_chunks=len(row_chunks) > 1,
@@ -103,20 +138,24 @@ def backward(
                                 need_bias=need_bias and bias is not None)
     work = _Workspace(plan, hidden, weight, compute_dtype, acc, hidden_sum=need_hidden,
                       ones=grads.bias is not None)
+    col_chunks = plan.col_chunks(v)
     for i, (r0, r1) in enumerate(row_chunks):
         h_i = work.hidden_rows(r0, r1)
         hidden_sum = work.hidden_sum_rows(r1 - r0)
-        for k, (c0, c1) in enumerate(plan.col_chunks(v)):
+        if hidden_sum is not None and not col_chunks:  # an empty vocabulary shard adds nothing
+            hidden_sum.zero_()
+        for k, (c0, c1) in enumerate(col_chunks):
             w_j = work.weight_rows(c0, c1)
             z = work.logits(h_i, w_j)
-            d = block_math.logit_grad(z, _columns(bias, c0, c1), c0, target[r0:r1], lse[r0:r1], row_scale[r0:r1],
-                                      vocab=v, label_smoothing=opts.label_smoothing, z_loss=opts.z_loss,
-                                      softcap=opts.softcap_value, out_dtype=compute_dtype)
+            d = block_math.logit_grad(z, _columns(bias, c0, c1), offset + c0, target[r0:r1], lse[r0:r1],
+                                      row_scale[r0:r1], vocab=vocab, label_smoothing=opts.label_smoothing,
+                                      z_loss=opts.z_loss, softcap=opts.softcap_value, out_dtype=compute_dtype)
             grads.add_block(d, h_i, w_j, c0, c1, hidden_sum, work.ones, first_vocab_chunk=k == 0,
                             first_row_chunk=i == 0)
             del d  # the PyTorch path's d is a copy: free it before the next block's product
         if hidden_sum is not None:
-            grads.store_hidden_rows(r0, r1, hidden_sum, scale)
+            grads.store_hidden_rows(r0, r1, hidden_sum, scale,
+                                    reduce=None if shard is None else shard.reduce_hidden)
     return grads.finish(scale, weight.dtype, None if bias is None else bias.dtype)
 
 
@@ -217,10 +256,14 @@ class _Gradients:
         elif self.weight is not None:
             _write_product(self.weight[c0:c1], d.t(), h_i)
 
-    def store_hidden_rows(self, r0: int, r1: int, hidden_sum: torch.Tensor, scale: torch.Tensor | None) -> None:
-        """grad_hidden[r0:r1] = ``hidden_sum`` (R, H), times the fp16 ``scale``, rounded to hidden's dtype."""
+    def store_hidden_rows(self, r0: int, r1: int, hidden_sum: torch.Tensor, scale: torch.Tensor | None,
+                          reduce: Callable[[torch.Tensor], None] | None = None) -> None:
+        """grad_hidden[r0:r1] = ``hidden_sum`` (R, H), times the fp16 ``scale``, summed over the
+        vocabulary shards by ``reduce`` (in the accumulation dtype), rounded to hidden's dtype."""
         if scale is not None:
             hidden_sum.mul_(scale)
+        if reduce is not None:
+            reduce(hidden_sum)
         self.hidden[r0:r1] = hidden_sum
 
     def finish(self, scale: torch.Tensor | None, weight_dtype: torch.dtype, bias_dtype: torch.dtype | None

@@ -13,6 +13,8 @@ NaN (and so is its gradient), which no optimiser step can miss. Pass
 """
 from __future__ import annotations
 
+import sys
+
 import torch
 
 FLOATING = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -24,11 +26,17 @@ def check_tensors(
     weight: torch.Tensor,
     target: torch.Tensor,
     bias: torch.Tensor | None,
+    *,
+    min_vocab: int = 1,
 ) -> None:
-    """Check types, shapes, dtypes and devices; raise TypeError/ValueError naming the argument."""
+    """Check types, shapes, dtypes and devices; raise TypeError/ValueError naming the argument.
+
+    ``min_vocab``: the fewest rows weight may have (0 for a vocabulary shard, which may be
+    empty when V is split over more processes than ``torch.chunk`` gives non-empty chunks).
+    """
     _check_types(hidden, weight, target, bias)
     _check_dtypes(hidden, weight, target, bias)
-    _check_shapes(hidden, weight, target, bias)
+    _check_shapes(hidden, weight, target, bias, min_vocab)
     _check_devices(hidden, weight, target, bias)
 
 
@@ -38,6 +46,22 @@ def _check_types(hidden, weight, target, bias) -> None:
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     if bias is not None and not isinstance(bias, torch.Tensor):
         raise TypeError(f"bias must be a torch.Tensor or None, got {type(bias).__name__}")
+    for name, t in (("hidden", hidden), ("weight", weight), ("target", target), ("bias", bias)):
+        if is_dtensor(t):
+            raise TypeError(
+                f"{name} is a DTensor (placements {tuple(t.placements)}); linear_cross_entropy takes plain "
+                "tensors. A head sharded over the vocabulary (Shard(0), tensor parallel): call "
+                "fusedce.vocab_parallel_linear_cross_entropy. FSDP2: call the loss inside the module's "
+                "forward, or in a method registered with register_fsdp_forward_method, where the "
+                "parameters are unsharded plain tensors (README: 'Sharded heads')."
+            )
+
+
+def is_dtensor(t: object) -> bool:
+    """Whether ``t`` is a ``torch.distributed.tensor.DTensor``. Never imports it: a DTensor
+    exists only once its module has been imported."""
+    module = sys.modules.get("torch.distributed.tensor")
+    return module is not None and isinstance(t, module.DTensor)
 
 
 def _check_dtypes(hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, bias: torch.Tensor | None) -> None:
@@ -51,8 +75,9 @@ def _check_dtypes(hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tens
         raise TypeError(f"target must be an integer tensor of class indices (e.g. torch.int64), got {target.dtype}")
 
 
-def _check_shapes(hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, bias: torch.Tensor | None) -> None:
-    """hidden (..., H), weight (V, H) with V ≥ 1, target hidden.shape[:-1], bias (V,)."""
+def _check_shapes(hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, bias: torch.Tensor | None,
+                  min_vocab: int = 1) -> None:
+    """hidden (..., H), weight (V, H) with V ≥ ``min_vocab``, target hidden.shape[:-1], bias (V,)."""
     if hidden.dim() < 1:
         raise ValueError(f"hidden must have shape (..., H), got a 0-d tensor")
     if weight.dim() != 2:
@@ -63,7 +88,7 @@ def _check_shapes(hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tens
             f"hidden's last dimension must equal weight's H: hidden has shape {tuple(hidden.shape)}, "
             f"weight has shape {tuple(weight.shape)} (expected hidden (..., {h}))"
         )
-    if vocab < 1:
+    if vocab < min_vocab:
         raise ValueError(f"weight must have at least one row (V >= 1), got shape {tuple(weight.shape)}")
     if tuple(target.shape) != tuple(hidden.shape[:-1]):
         raise ValueError(

@@ -14,14 +14,25 @@ A worker serves cells until one fails (``oom``, ``error``, ``timeout``), then a 
 takes over. A cell still running after ``cell_timeout_s`` is recorded as ``timeout``, its
 worker killed, and the run goes on.
 
+``devices`` spreads the cells over several GPUs: one worker per device, started with
+``CUDA_VISIBLE_DEVICES`` set to that device alone (so every cell sees one GPU, ``cuda:0``),
+each fed from one shared queue in grid order by a thread of the parent. Cells are
+independent (no collective); a failing cell is recorded on its own and its device goes on
+with a fresh worker. A device whose worker cannot even start (its first job, the
+environment, dies) is dropped with a note before it takes any cell; cells left when no device is left are recorded as ``error``. Each result is appended once,
+under a lock, as it finishes (so ``results.jsonl`` is in finishing order; ``--resume``
+matches cells by key and is unchanged).
+
 Public API: :func:`run_grid`, :func:`load_results`, :class:`GridRun`.
 """
 from __future__ import annotations
 
+import collections
 import os
+import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 from profiler import store
 from profiler.backends import get_backend
@@ -87,23 +98,49 @@ def _write_environment(path: Path, environment: dict, resumed: bool) -> None:
     save_environment(path.parent, environment)
 
 
+class _Environment:
+    """``environment.json`` of the run, written once whichever worker reports first."""
+
+    def __init__(self, out: Path, resumed: bool) -> None:
+        self.path, self.resumed = out / store.ENVIRONMENT_FILE, resumed
+        self.written = False
+        self._lock = threading.Lock()
+
+    def take(self, worker: Worker, always: bool = False) -> None:
+        """Ask ``worker`` for its environment (unless written and not ``always``); write the first."""
+        if self.written and not always:
+            return
+        environment = worker.call("environment", timeout_s=300)
+        with self._lock:
+            if not self.written:
+                _write_environment(self.path, environment, self.resumed)
+                self.written = True
+
+
 class _Cells:
-    """Runs cells in a worker, replacing it after a failure; writes the environment once."""
+    """Runs cells in a worker (with ``env`` as its environment variables, default the
+    parent's), replacing it after a failure."""
 
     def __init__(self, out: Path, settings: MeasureSettings, timeout_s: float | None, fresh_per_cell: bool,
-                 resumed: bool) -> None:
+                 environment: _Environment, env: dict | None = None) -> None:
         self.out, self.settings, self.timeout_s = out, settings, timeout_s
-        self.fresh_per_cell, self.resumed = fresh_per_cell, resumed
+        self.fresh_per_cell, self.environment, self.env = fresh_per_cell, environment, env
         self.worker: Worker | None = None
-        self.environment_written = False
+
+    def start(self) -> None:
+        """Start the worker and take its environment: ``WorkerDied`` if it cannot."""
+        if self.worker is None:
+            self.worker = Worker(self.out / store.LOGS_DIR, env=self.env)
+        try:
+            self.environment.take(self.worker, always=True)
+        except WorkerDied:
+            self.worker = None
+            raise
 
     def _worker(self) -> Worker:
         if self.worker is None:
-            self.worker = Worker(self.out / store.LOGS_DIR)
-        if not self.environment_written:
-            environment = self.worker.call("environment", timeout_s=300)
-            _write_environment(self.out / store.ENVIRONMENT_FILE, environment, self.resumed)
-            self.environment_written = True
+            self.worker = Worker(self.out / store.LOGS_DIR, env=self.env)
+        self.environment.take(self.worker)
         return self.worker
 
     def measure(self, spec: CellSpec) -> CellResult:
@@ -123,21 +160,109 @@ class _Cells:
             self.close()
         return result
 
+    def result(self, spec: CellSpec) -> CellResult:
+        """``spec``'s result: ``skipped`` without a worker when its back-end cannot run it."""
+        reason = get_backend(spec.backend).unsupported(spec)
+        return _unmeasured(spec, "skipped", reason) if reason else self.measure(spec)
+
     def close(self) -> None:
-        if self.worker is not None:
-            self.worker.close()
-            self.worker = None
+        worker, self.worker = self.worker, None
+        if worker is not None:
+            worker.close()
+
+
+def _on_devices(pending: list[CellSpec], devices: Sequence[str], make_cells: Callable[[dict], _Cells],
+                record: Callable[[CellResult], None], on_start: Callable[[CellSpec], None] | None,
+                notes: list[str]) -> None:
+    """Measure ``pending`` with one worker per device (see the module docstring); ``record``
+    each result as it comes. A ``BaseException`` in the parent (Ctrl-C) stops every worker,
+    records nothing more and propagates."""
+    queue = collections.deque(pending)
+    lock, stop = threading.Lock(), threading.Event()
+    runners: list[_Cells] = []
+
+    def serve(device: str) -> None:
+        cells = make_cells({**os.environ, "CUDA_VISIBLE_DEVICES": device})
+        with lock:
+            runners.append(cells)
+        try:
+            serve_with(device, cells)
+        finally:
+            cells.close()
+
+    def serve_with(device: str, cells: _Cells) -> None:
+        try:
+            cells.start()
+        except WorkerDied as died:
+            with lock:
+                notes.append(f"device {device}: {died.reason} at start-up (log {died.log_path}); "
+                             "its cells went to the other devices")
+            return
+        except Exception:  # the parent stopped the worker under it
+            if stop.is_set():
+                return
+            raise
+        while not stop.is_set():
+            with lock:
+                if not queue:
+                    return
+                spec = queue.popleft()
+                if on_start is not None:
+                    on_start(spec)
+            try:
+                result = cells.result(spec)
+            except Exception:
+                if stop.is_set():
+                    return
+                raise
+            with lock:
+                if stop.is_set():
+                    return
+                record(result)
+
+    errors: list[BaseException] = []
+
+    def thread_main(device: str) -> None:
+        try:
+            serve(device)
+        except BaseException as exc:  # noqa: BLE001 - handed to the parent thread
+            errors.append(exc)
+            stop.set()
+
+    threads = [threading.Thread(target=thread_main, args=(d,), name=f"cells-{d}", daemon=True) for d in devices]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            while thread.is_alive():
+                thread.join(0.2)
+    except BaseException:
+        stop.set()
+        with lock:
+            for cells in runners:
+                cells.close()
+        for thread in threads:
+            thread.join(10)
+        raise
+    if errors:
+        raise errors[0]
+    for spec in queue:  # every device dropped out
+        record(_unmeasured(spec, "error", "no device could start a worker: " + "; ".join(notes)))
 
 
 def run_grid(grid: GridSpec, out_dir: str | Path, *, resume: bool = False, snapshot: bool = False,
              on_cell: Callable[[CellResult], None] | None = None, on_start: Callable[[CellSpec], None] | None = None,
-             cell_timeout_s: float | None = None, fresh_worker_per_cell: bool = False) -> GridRun:
+             cell_timeout_s: float | None = None, fresh_worker_per_cell: bool = False,
+             devices: Sequence[str] | None = None) -> GridRun:
     """Measure every cell of ``grid`` into ``out_dir``; return all results in grid order.
 
     ``on_start`` / ``on_cell`` are called before each newly measured cell and with its
     result (not for resumed ones), e.g. for a progress display. ``cell_timeout_s``: a cell
     still running after that long is recorded as ``timeout``. ``fresh_worker_per_cell``
     starts a new process for every cell (nothing shared, not even in-memory compile caches).
+    ``devices``: ``CUDA_VISIBLE_DEVICES`` values, one worker each, cells spread over them
+    (see the module docstring); ``None`` runs every cell in one worker of the parent's
+    environment.
 
     Raises ``ValueError`` for a bad grid, ``FileExistsError`` if ``out_dir`` holds results
     and ``resume`` is false; ``KeyboardInterrupt`` (and whatever the caller raises from a
@@ -161,25 +286,36 @@ def run_grid(grid: GridSpec, out_dir: str | Path, *, resume: bool = False, snaps
         done = {r.spec.key(): r for r in loaded.records}
     snapshot_dir = str(out / store.SNAPSHOTS_DIR) if snapshot and grid.device != "cpu" else None
     settings = MeasureSettings(warmup=grid.warmup, repeats=grid.repeats, snapshot_dir=snapshot_dir)
-    runner = _Cells(out, settings, cell_timeout_s, fresh_worker_per_cell, resumed=bool(done))
-    try:
-        for spec in cells:
-            if spec.key() in done:
-                run.results.append(done[spec.key()])
-                run.resumed += 1
-                continue
-            if on_start is not None:
-                on_start(spec)
-            reason = get_backend(spec.backend).unsupported(spec)
-            result = _unmeasured(spec, "skipped", reason) if reason else runner.measure(spec)
-            _relative_paths(result, out)
-            store.append_jsonl(results_path, result.to_dict())
-            run.results.append(result)
-            if on_cell is not None:
-                on_cell(result)
-    finally:
-        runner.close()
-    if not runner.environment_written and len(run.results) > len(done):  # every new cell was skipped
+    if devices is not None and not devices:
+        raise ValueError("devices must name at least one device (or be None)")
+    environment = _Environment(out, resumed=bool(done))
+    pending = [spec for spec in cells if spec.key() not in done]
+    measured: dict[str, CellResult] = {}
+
+    def record(result: CellResult) -> None:
+        _relative_paths(result, out)
+        store.append_jsonl(results_path, result.to_dict())
+        measured[result.spec.key()] = result
+        if on_cell is not None:
+            on_cell(result)
+
+    def make_cells(env: dict | None = None) -> _Cells:
+        return _Cells(out, settings, cell_timeout_s, fresh_worker_per_cell, environment, env)
+
+    if devices is None:
+        runner = make_cells()
+        try:
+            for spec in pending:
+                if on_start is not None:
+                    on_start(spec)
+                record(runner.result(spec))
+        finally:
+            runner.close()
+    else:
+        _on_devices(pending, list(devices), make_cells, record, on_start, run.notes)
+    run.results = [done[spec.key()] if spec.key() in done else measured[spec.key()] for spec in cells]
+    run.resumed = len(cells) - len(pending)
+    if not environment.written and measured:  # every new cell was skipped
         from profiler.environment import collect_environment
 
         _write_environment(out / store.ENVIRONMENT_FILE, collect_environment(), resumed=bool(done))

@@ -80,6 +80,9 @@ def test_config_file_in_our_format_sets_h_and_v(tmp_path):
     (["--preset", "gpt5"], "unknown preset 'gpt5'; known presets: gpt2"),
     (["--preset", "gpt2", "--config", "x.json"], "give one of them"),
     (["--config", "/nonexistent/config.json"], "does not exist"),
+    (["--devices", "0,0"], "a device is named twice in '0,0'"),
+    (["--devices", "0,,1"], "expected comma-separated device ids such as 0,1,2,3"),
+    (["--devices", "0,1"], "--devices spreads cells over GPUs; the run's device is cpu"),
 ])
 def test_bad_grid_input_exits_2_with_a_clear_message(args, message, tmp_path):
     result = _run([*TINY, *args, "--out", str(tmp_path / "never")])
