@@ -20,6 +20,7 @@ from profiler.grid import GridSpec
 from profiler.records import CellResult
 from profiler.runner import load_results, run_grid
 from profiler.store import ENVIRONMENT_FILE, RESULTS_FILE
+from processes import workers_of as _workers_of
 
 BACKENDS = textwrap.dedent('''
     import os, time
@@ -53,28 +54,6 @@ def test_backends(tmp_path, monkeypatch):
     (package / "profiler_test_backends.py").write_text(BACKENDS)
     monkeypatch.syspath_prepend(str(package))
     return "profiler_test_backends"
-
-
-def _workers_of(parent_pid: int, wait_s: float = 0.0) -> list[int]:
-    """Pids of live ``profiler.worker`` processes started by ``parent_pid`` (waits up to ``wait_s``)."""
-    deadline = time.monotonic() + wait_s
-    while True:
-        found = []
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as fh:
-                    args = fh.read().split(b"\0")
-                with open(f"/proc/{entry}/stat") as fh:
-                    state = fh.read().rsplit(")", 1)[1].split()[0]
-            except OSError:
-                continue
-            if b"profiler.worker" in args and str(parent_pid).encode() in args and state != "Z":
-                found.append(int(entry))
-        if not found or time.monotonic() >= deadline:
-            return found
-        time.sleep(0.1)
 
 
 def _grid(*backends, tokens=(8, 16)):
