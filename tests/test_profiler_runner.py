@@ -71,6 +71,13 @@ def test_grid_writes_one_line_per_cell_and_the_environment(tmp_path, test_backen
     assert environment["torch"] and environment["backends"]["torch"] == environment["torch"]
 
 
+def test_each_cell_is_announced_before_it_is_measured_and_reported_after(tmp_path):
+    events: list[tuple[str, int]] = []
+    run_grid(_grid("torch"), tmp_path / "out", on_start=lambda spec: events.append(("start", spec.tokens)),
+             on_cell=lambda result: events.append(("done", result.spec.tokens)))
+    assert events == [("start", 8), ("done", 8), ("start", 16), ("done", 16)]
+
+
 def test_ctrl_c_stops_the_grid_and_leaves_whole_lines(tmp_path):
     def interrupt(result):
         raise KeyboardInterrupt
