@@ -4,7 +4,7 @@ The wrapper's contract (what ``--loss module:callable`` must name)::
 
     def my_loss(model, input_ids, labels) -> torch.Tensor: ...
 
-- ``model``: a :class:`profiler.model.GPT`. ``model.trunk(input_ids)`` is the (B, T, H)
+- ``model``: a :class:`profiler.models.gpt.GPT`. ``model.trunk(input_ids)`` is the (B, T, H)
   residual stream *before* the final norm, ``model.final_norm`` the final norm,
   ``model(input_ids)`` = ``model.final_norm(model.trunk(input_ids))``; ``model.lm_head`` is
   an ``nn.Linear`` (weight (V, H), bias (V,) or ``None``) whose weight *is* ``model.embed.weight``
