@@ -31,6 +31,11 @@ BACKENDS = textwrap.dedent('''
     def nan(hidden, weight, target, bias=None):
         return ok(hidden, weight, target, bias) * float("nan")
 
+    def nan_grad(hidden, weight, target, bias=None):  # a finite loss whose gradients are not
+        if hidden.requires_grad:
+            hidden.register_hook(lambda grad: grad * float("inf"))
+        return ok(hidden, weight, target, bias)
+
     def boom(hidden, weight, target, bias=None):
         raise RuntimeError("boom")
 
@@ -175,6 +180,21 @@ def test_a_nan_loss_is_a_parity_failure_stored_as_strict_json(fx, tmp_path):
     assert "NaN ✗" in table_row
     assert "PARITY FAILURE: fx_backends:nan" in _plain(result.stderr)
     assert "NaN ✗" in result.stderr  # the terminal table
+
+
+def test_a_finite_loss_with_infinite_gradients_is_a_parity_failure_stored_as_strict_json(fx, tmp_path):
+    out = tmp_path / "run"
+    result = CliRunner().invoke(app, [*TINY, "--tokens", "16", "--backend", "torch", "--backend",
+                                      "fx_backends:nan_grad", "--out", str(out), "--json"])
+    assert result.exit_code == 1, result.output
+    line = next(line for line in (out / RESULTS_FILE).read_text().splitlines() if "fx_backends:nan_grad" in line)
+    stored = json.loads(line, parse_constant=lambda name: pytest.fail(f"{name} is not JSON"))
+    assert stored["parity"]["loss"] < 1e-3  # the loss itself is right
+    row = next(r for r in json.loads(result.stdout)["rows"] if r["backend"] == "fx_backends:nan_grad")
+    assert row["parity_ok"] is False
+    assert "PARITY FAILURE: fx_backends:nan_grad" in _plain(result.stderr)
+    assert "NaN ✗" in next(line for line in (out / "summary.md").read_text().splitlines()
+                           if line.startswith("| fx_backends:nan_grad |"))
 
 
 # --- 5. a worker that cannot start -----------------------------------------------------------
