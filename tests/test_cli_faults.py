@@ -269,14 +269,20 @@ def finished_run(tmp_path_factory):
     return out
 
 
-def test_a_file_size_limit_during_report_exits_2_and_leaves_the_old_report(finished_run):
+@pytest.mark.parametrize("limit_below", ["half a plot", "half the page"])
+def test_a_file_size_limit_during_report_exits_2_and_leaves_the_old_report(finished_run, limit_below):
     html = (finished_run / "report.html").read_bytes()
-    result = run_cli(["report", str(finished_run)], cli_env(), preexec=_file_size_limit(len(html) // 2))
+    plots = sorted(p.name for p in (finished_run / "plots").iterdir())
+    assert plots
+    smallest_plot = min(p.stat().st_size for p in (finished_run / "plots").iterdir())
+    limit = smallest_plot // 2 if limit_below == "half a plot" else len(html) // 2  # the page embeds every plot
+    result = run_cli(["report", str(finished_run)], cli_env(), preexec=_file_size_limit(limit))
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr
     assert ": File too large" in result.stderr and str(finished_run) in result.stderr
     assert (finished_run / "report.html").read_bytes() == html
-    assert not [p for p in finished_run.iterdir() if p.name.endswith(".tmp")]  # no temporary left
+    assert sorted(p.name for p in (finished_run / "plots").iterdir()) == plots  # no plot deleted
+    assert not [p for p in finished_run.rglob("*") if p.name.endswith(".tmp")]  # no temporary left
 
 
 def test_an_unwritable_out_folder_is_one_line_and_exit_2(tmp_path):
