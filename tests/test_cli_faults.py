@@ -70,16 +70,21 @@ def _rows(out: Path) -> list[dict]:
 
 # --- 1. a hung back-end is a timeout, and the run goes on -------------------------------------
 
+CELL_TIMEOUT_S = 15
+"""Long enough for a tiny cell's first call (profiler set-up included) on a loaded CI machine."""
+
+
 def test_a_hanging_backend_is_recorded_as_timeout_and_the_run_goes_on(fx, tmp_path):
     out = tmp_path / "run"
     result = CliRunner().invoke(app, [*TINY, "--tokens", "16", "--backend", "torch", "--backend", "fx_backends:hang",
-                                      "--backend", "fusedce", "--cell-timeout", "2", "--out", str(out), "--json"])
+                                      "--backend", "fusedce", "--cell-timeout", str(CELL_TIMEOUT_S), "--out", str(out),
+                                      "--json"])
     rows = {r["spec"]["backend"]: r for r in _rows(out)}
     assert rows["fx_backends:hang"]["status"] == "timeout"
-    assert "timed out after 2 s" in rows["fx_backends:hang"]["message"]
-    assert rows["fusedce"]["status"] == "ok"  # measured after the timeout, on a fresh worker
+    assert f"timed out after {CELL_TIMEOUT_S} s" in rows["fx_backends:hang"]["message"]
+    assert rows["fusedce"]["status"] == "ok", rows["fusedce"]["message"]  # after the timeout, on a fresh worker
     assert "| fx_backends:hang | 16 |" in (out / "summary.md").read_text()
-    assert "timeout: timed out after 2 s" in (out / "summary.md").read_text()
+    assert f"timeout: timed out after {CELL_TIMEOUT_S} s" in (out / "summary.md").read_text()
     summary = json.loads(result.stdout)
     assert summary["cells"]["timeout"] == 1
     assert result.exit_code == 1  # the named back-end failed in every cell
