@@ -19,7 +19,8 @@ import typer
 from cli import exit_codes
 from cli.console import make_console
 from cli.heads import head_from
-from cli.options import DeviceOption, ForceOption, JsonOption, OutOption, prepare_out, resolve_device
+from cli.options import (CellTimeoutOption, DeviceOption, ForceOption, JsonOption, OutOption, os_errors,
+                         prepare_out, release_command_locks, resolve_cell_timeout, resolve_device)
 from cli.parsing import parse_backends, parse_counts, parse_devices, parse_floats, parse_modes
 from cli.usage import fail, usage_errors
 
@@ -27,10 +28,14 @@ HELP = """Profile the memory, time and parity of LM-head losses (linear + cross-
 
 Run without a command for the built-in default: the user's head (H=768, V=32777) and the Llama-3 head (H=4096, V=128256) from 1k tokens up, every installed back-end, amp-bf16. On a CPU-only machine: a small grid that takes about a minute.
 
-Exit codes: 0 ok; 1 a parity check failed its tolerance; 2 bad usage or input.
+Exit codes: 0 ok; 1 a check failed (parity or doctor, a back-end that failed in every cell, a model run where every job failed); 2 bad usage or input (one line naming the argument, before anything is measured), or a run folder that cannot be written; 3 the run could not go on (a worker process died at start-up); 130 interrupted by Ctrl-C, 143 by SIGTERM (the cells finished so far are kept and reported).
+
+A --backend module:callable is imported from Python's path, with the current folder first (as python -m does).
 """
 
-app = typer.Typer(help=HELP, add_completion=False, no_args_is_help=False, pretty_exceptions_enable=False)
+# Plain help (click's formatter): typer's rich help shows flags as if they took a value ("--force <bool>").
+app = typer.Typer(help=HELP, add_completion=False, no_args_is_help=False, pretty_exceptions_enable=False,
+                  rich_markup_mode=None)
 
 ResumeOption = Annotated[bool, typer.Option("--resume", help="Continue the run in --out, skipping finished cells.")]
 SnapshotOption = Annotated[bool, typer.Option(
@@ -57,8 +62,10 @@ def default(
     device: DeviceOption = None,
     preset: PresetOption = None,
     config: ConfigOption = None,
+    cell_timeout: CellTimeoutOption = None,
 ) -> None:
     """The built-in default run (when no command is given)."""
+    ctx.call_on_close(release_command_locks)  # the run-folder lock of whichever command runs
     if ctx.invoked_subcommand is not None:
         flags = {param.name: param.opts[0] for param in ctx.command.params}
         given = [flags[name] for name, value in ctx.params.items() if value not in (None, False)]
@@ -76,10 +83,12 @@ def default(
                           softcap=head.softcap if head else None)
         for grid in run.grids:
             grid.validate()
+    timeout_s = resolve_cell_timeout(cell_timeout, run.grids[0].device)
     out_dir = prepare_out(out, force, resume)
     console.print(f"fusedce-profile: {run.description}\nwriting to {out_dir}", markup=False)
     _note_cpu_snapshot(console, snapshot, run.grids[0].device)
-    raise typer.Exit(run_grids(run.grids, out_dir, console, resume=resume, snapshot=snapshot, as_json=as_json))
+    raise typer.Exit(run_grids(run.grids, out_dir, console, resume=resume, snapshot=snapshot, as_json=as_json,
+                               cell_timeout_s=timeout_s))
 
 
 @app.command()
@@ -91,10 +100,12 @@ def grid(
     vocab: Annotated[Optional[str], typer.Option(help="Vocabulary sizes V. Default 32777 or the model's.")] = None,
     hidden: Annotated[Optional[str], typer.Option(help="Hidden sizes H. Default 768 or the model's.")] = None,
     backend: Annotated[Optional[list[str]], typer.Option(
+        metavar="NAME",
         help="Back-end (repeatable): torch, torch-compile, torch-native, fusedce, fusedce-min, fusedce-fast, "
-             "liger, cce or module:callable. Default: every installed one but fusedce-min and fusedce-fast.")] = None,
+             "liger, cce or module:callable (imported with the current folder on the path). "
+             "Default: every installed one but fusedce-min and fusedce-fast.")] = None,
     mode: Annotated[Optional[list[str]], typer.Option(
-        help="amp-bf16 (default), amp-fp16, bf16, fp32 (repeatable).")] = None,
+        metavar="MODE", help="amp-bf16 (default), amp-fp16, bf16, fp32 (repeatable).")] = None,
     device: DeviceOption = None,
     bias: Annotated[bool, typer.Option("--bias", help="Give the head a bias.")] = False,
     ignore_frac: Annotated[Optional[str], typer.Option(
@@ -115,16 +126,19 @@ def grid(
     devices: Annotated[Optional[str], typer.Option(
         help="Spread the cells over these GPUs, one worker each (CUDA_VISIBLE_DEVICES values, "
              "comma-separated: 0,1,2,3). Default: one worker on the default GPU.")] = None,
+    cell_timeout: CellTimeoutOption = None,
 ) -> None:
     """Run a grid of back-ends × shapes × modes × options and write its report.
 
     --preset/--config set H, V and the soft-cap; --hidden, --vocab and --softcap given
     explicitly take precedence.
     """
+    from cli.checks import check_backends
     from cli.defaults import installed_backends
     from cli.run import run_grids
     from profiler.backends import BUILTIN_BACKENDS
     from profiler.grid import GridSpec
+    from profiler.text import count
 
     console = make_console(to_stderr=as_json)
     if tokens is not None and (batch is not None or seq is not None):
@@ -137,7 +151,10 @@ def grid(
     device_ids = parse_devices(devices)
     if device_ids is not None and run_device == "cpu":
         raise fail("--devices spreads cells over GPUs; the run's device is cpu (drop --devices or use --device cuda)")
-    backends = parse_backends(backend, list(BUILTIN_BACKENDS)) or installed_backends(run_device)
+    named = parse_backends(backend, list(BUILTIN_BACKENDS))
+    with usage_errors():
+        check_backends(named or ())  # installed, importable: before any cell runs
+    backends = named or installed_backends(run_device)
     softcaps = parse_floats(softcap, "--softcap", allow_none=True) or ((head.softcap,) if head else (None,))
     fields = dict(
         tokens=tuple(parse_counts(tokens, "--tokens") or (1024, 4096, 16384)),
@@ -160,11 +177,12 @@ def grid(
     with usage_errors():
         spec = GridSpec(**fields)
         spec.validate()
+    timeout_s = resolve_cell_timeout(cell_timeout, spec.device)
     out_dir = prepare_out(out, force, resume)
-    console.print(f"fusedce-profile grid: {len(spec.cells())} cells, writing to {out_dir}", markup=False)
+    console.print(f"fusedce-profile grid: {count(len(spec.cells()), 'cell')}, writing to {out_dir}", markup=False)
     _note_cpu_snapshot(console, snapshot, spec.device)
     raise typer.Exit(run_grids([spec], out_dir, console, resume=resume, snapshot=snapshot, as_json=as_json,
-                               devices=device_ids))
+                               cell_timeout_s=timeout_s, devices=device_ids))
 
 
 @app.command()
@@ -185,7 +203,7 @@ def report(
     if not run_dir.is_dir():
         raise fail(f"{run_dir}: not a folder (give the folder a grid, model, parity or doctor run wrote)")
     if (run_dir / store.RESULTS_FILE).is_file():
-        with usage_errors():
+        with usage_errors(), os_errors():  # a write that fails leaves the old report as it was
             code = finish(run_dir, console, as_json=as_json)
         raise typer.Exit(code)
     if any((run_dir / name).is_file() for name in (store.MODEL_RESULTS_FILE, store.PARITY_FILE, store.DOCTOR_FILE)):
@@ -210,7 +228,7 @@ def _model_report(run_dir: Path, console, as_json: bool) -> int:
     from reports.parity_report import write_parity_report
 
     kind, passed, notes = "model", None, []
-    with usage_errors():
+    with usage_errors(), os_errors():
         if (run_dir / store.MODEL_RESULTS_FILE).is_file():
             loaded = load_model_results(run_dir)
             summary = write_model_report(run_dir)
@@ -259,23 +277,29 @@ def backends(as_json: JsonOption = False) -> None:
     from dataclasses import asdict
 
     from rich.table import Table
+    from rich.text import Text
 
+    from cli.checks import SHORT_INSTALL_HINTS, install_hint
     from profiler.backends import list_backends
 
     infos = list_backends()
     if as_json:
-        sys.stdout.write(json.dumps([asdict(i) for i in infos], indent=2) + "\n")
+        sys.stdout.write(json.dumps([{**asdict(i), "install": "" if i.available else install_hint(i.name)}
+                                     for i in infos], indent=2) + "\n")
         return
     table = Table(header_style="bold")
-    for column in ("back-end", "installed", "version", "devices", "options"):
-        table.add_column(column, no_wrap=column != "options")
+    for column in ("back-end", "version", "devices", "options", "install"):
+        table.add_column(column, no_wrap=column not in ("options", "devices"), overflow="fold")
     for info in infos:
-        version = info.version if info.available else f"– ({info.reason})" if info.reason else "–"
-        table.add_row(info.name, "yes" if info.available else "no", version, ", ".join(info.devices),
+        table.add_row(info.name, info.version if info.available else "not installed", ", ".join(info.devices),
                       " ".join(_SHORT_OPTION.get(o, o) for o in info.options) or "–",
+                      Text("" if info.available else SHORT_INSTALL_HINTS.get(info.name, "")),
                       style="" if info.available else "dim")
     console = make_console(to_stderr=False)
     console.print(table)
+    missing = [i.name for i in infos if not i.available and i.name in SHORT_INSTALL_HINTS]
+    for name in missing:
+        console.print(f"{name}: {install_hint(name)}", markup=False)
     console.print("Your own loss: --backend package.module:callable", markup=False)
 
 
@@ -315,6 +339,18 @@ def _register_model_commands() -> None:
 
 
 _register_model_commands()
+
+
+def _whole_short_help() -> None:
+    """The command list shows each command's first paragraph whole (click would cut it at ~45 characters)."""
+    import inspect
+
+    for info in app.registered_commands:
+        if info.short_help is None and info.callback is not None:
+            info.short_help = " ".join((inspect.getdoc(info.callback) or "").split("\n\n")[0].split())
+
+
+_whole_short_help()
 
 
 def main() -> None:

@@ -11,6 +11,7 @@ import sys
 import time
 from contextlib import contextmanager
 from collections.abc import Iterator
+from pathlib import Path
 
 import pandas as pd
 from rich import box
@@ -20,6 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from profiler.records import CellResult, CellSpec
+from profiler.text import shorten
 from reports.frame import BASELINE_BACKEND
 from reports.tables import group_title
 from reports.units import format_bytes, format_error, format_ms, format_percent, format_tokens, is_missing
@@ -45,7 +47,7 @@ def error(message: str) -> None:
     Console(file=sys.stderr, highlight=False, soft_wrap=True).print(f"[bold red]error:[/] {message}", markup=True)
 
 
-def _cell_line(done: int, total: int | None, result: CellResult) -> str:
+def _cell_line(done: int, total: int | None, result: CellResult, out_dir: Path | None = None) -> str:
     spec = result.spec
     head = f"{spec.backend} {format_tokens(spec.tokens)}×{spec.hidden}×{spec.vocab} {spec.mode}"
     if result.status == "ok":
@@ -53,15 +55,19 @@ def _cell_line(done: int, total: int | None, result: CellResult) -> str:
     elif result.status == "oom":
         detail = "out of memory"
     else:
-        detail = f"{result.status}: {result.message.splitlines()[0][:100] if result.message else ''}"
+        first = result.message.strip().splitlines()[0] if result.message.strip() else ""
+        detail = f"{result.status}: {shorten(first, 100)}"
+        if result.log_path and "; log " not in first:  # the worker's log holds the traceback
+            log = Path(out_dir) / result.log_path if out_dir is not None else result.log_path
+            detail += f" (traceback in {log})"
     return f"[{done}/{total if total is not None else '?'}] {head}: {detail}"
 
 
 class CellProgress:
     """Reports finished cells: a progress bar with ETA on a terminal, else one line per cell."""
 
-    def __init__(self, console: Console, total: int | None) -> None:
-        self.console, self.total, self.done = console, total, 0
+    def __init__(self, console: Console, total: int | None, out_dir: Path | None = None) -> None:
+        self.console, self.total, self.done, self.out_dir = console, total, 0, out_dir
         self._progress: Progress | None = None
         self._task = None
         self._started = time.monotonic()
@@ -90,10 +96,11 @@ class CellProgress:
         if self._progress is not None:
             self._progress.update(self._task, advance=1)
         else:
-            self.console.print(_cell_line(self.done, self.total, result), markup=False)
+            # one line per cell, never wrapped: a log reader greps it
+            self.console.print(_cell_line(self.done, self.total, result, self.out_dir), markup=False, soft_wrap=True)
 
 
-_STATUS_STYLE = {"ok": "", "oom": "yellow", "error": "red", "skipped": "dim"}
+_STATUS_STYLE = {"ok": "", "oom": "yellow", "error": "red", "timeout": "red", "skipped": "dim"}
 
 
 def _table(title: str, group: pd.DataFrame) -> Table:
@@ -114,8 +121,12 @@ def _table(title: str, group: pd.DataFrame) -> Table:
             saving = "–"
         else:
             saving = f"{format_bytes(row.saving_bytes)} ({format_percent(row.saving_frac)})"
-        parity = "–" if row.parity_ok is None or is_missing(row.worst_error) else (
-            f"{format_error(row.worst_error)} " + ("✓" if row.parity_ok else "✗"))
+        if row.non_finite:  # a NaN loss or gradient: a parity failure
+            parity = "NaN ✗"
+        elif row.parity_ok is None or is_missing(row.worst_error):
+            parity = "–"
+        else:
+            parity = f"{format_error(row.worst_error)} " + ("✓" if row.parity_ok else "✗")
         style = "red" if row.parity_ok is False else _STATUS_STYLE.get(row.status, "")
         cells = (row.backend, format_tokens(row.tokens), peak,
                  "–" if is_missing(row.x_floor) else f"{row.x_floor:.2f}", saving, format_ms(row.time_ms), parity)

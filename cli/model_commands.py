@@ -15,11 +15,13 @@ from typing import Annotated, Optional
 import typer
 
 from cli import exit_codes
+from cli.checks import check_backends, check_loss_wrapper, check_model_fits, nothing_measured
 from cli.console import make_console
 from cli.options import DeviceOption, ForceOption, JsonOption, OutOption, prepare_out, resolve_device
 from cli.parsing import parse_backends
 from cli.usage import fail, usage_errors
 from profiler.configs import ModelConfig, get_preset, load_config
+from profiler.text import shorten
 
 GIB = 1 << 30
 
@@ -48,8 +50,8 @@ TraceOption = Annotated[bool, typer.Option(
     "--trace/--no-trace", help="Attribute each back-end's peak by module and kind and run the logits detector "
                                "(one more, profiled training step).")]
 BackendOption = Annotated[Optional[list[str]], typer.Option(
-    "--backend", help="Loss back-end (repeatable): torch, torch-compile, torch-native, fusedce, fusedce-min, "
-                      "fusedce-fast, liger, cce, or module:callable with the back-end signature "
+    "--backend", metavar="NAME", help="Loss back-end (repeatable): torch, torch-compile, torch-native, fusedce, "
+                      "fusedce-min, fusedce-fast, liger, cce, or module:callable with the back-end signature "
                       "(hidden, weight, target, bias, **options).")]
 
 
@@ -156,6 +158,8 @@ def model(
         base = ModelJob(cfg, "torch", batch or (8 if on_gpu else 4), seq or (1024 if on_gpu else 64),
                         device=run_device, mode=mode or "amp-bf16", attention=attention, checkpointing=checkpointing,
                         seed=seed, source=None if source.kind == "builtin" else source.to_dict(), trace=trace)
+        check_backends(names)
+        check_model_fits(cfg, run_device, base.batch, base.seq)
     out_dir = prepare_out(out, force)
     console.print(f"fusedce-profile model: {source.describe()} ({cfg.num_parameters() / 1e6:.1f} M parameters), "
                   f"B={base.batch} T={base.seq}, {base.mode}, {run_device}; writing to {out_dir}", markup=False)
@@ -177,7 +181,7 @@ def model(
         m = result.memory
         detail = (f"peak {format_bytes(m.peak)} ({m.peak_phase}), loss region {format_bytes(m.loss_extra)} "
                   f"= {format_percent(m.loss_share)} of the peak" if m else f"{result.status}: "
-                  f"{result.message.splitlines()[0][:120] if result.message else ''}")
+                  f"{shorten(result.message, 120)}")
         if result.attribution is not None:
             from profiler.trace import logits_verdict
 
@@ -206,6 +210,9 @@ def model(
     if as_json:
         print(json.dumps({"out": str(out_dir), "results": summary,
                           "fit": [{"backend": f.backend, "axis": f.axis, "largest": f.search.largest} for f in fits]}))
+    if nothing_measured([row["status"] for row in summary]):
+        console.print("every job failed (see the lines above and logs/): exit code 1", markup=False)
+        raise typer.Exit(exit_codes.CHECK_FAILED)
 
 
 def parity(
@@ -242,6 +249,9 @@ def parity(
     compared = _backends(backend, ["fusedce"])[1:]
     if not compared:
         raise fail("parity compares back-ends with torch: give at least one --backend other than torch")
+    with usage_errors():
+        check_backends(compared)
+        check_model_fits(cfg, run_device, batch, seq)
     with usage_errors():
         settings = ParitySettings(
             config=cfg, backends=compared, steps=steps, batch=batch,
@@ -298,6 +308,8 @@ def doctor(
     from reports.doctor_report import write_doctor_report
 
     console = make_console(to_stderr=as_json)
+    with usage_errors():
+        check_loss_wrapper(loss)
     cfg = _config(preset, config, None, "tiny")
     if cfg.num_parameters() > 50_000_000:
         raise fail(f"doctor runs on the CPU in fp32: {cfg.name} has {cfg.num_parameters() / 1e6:.0f} M "

@@ -3,11 +3,15 @@ from __future__ import annotations
 
 import datetime as dt
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
+from profiler import store
+
 # What a run writes into its folder; ``--force`` removes these and nothing else.
-RUN_ARTEFACTS = ("results.jsonl", "results.csv", "summary.md", "report.html", "environment.json",
-                 "plots", "snapshots", "logs")
+RUN_ARTEFACTS = (store.RESULTS_FILE, "results.csv", "summary.md", "report.html", store.ENVIRONMENT_FILE,
+                 store.PLAN_FILE, store.MODEL_RESULTS_FILE, store.FIT_FILE, store.PARITY_FILE, store.DOCTOR_FILE,
+                 "plots", store.SNAPSHOTS_DIR, store.LOGS_DIR)
 
 
 class OutputDirError(ValueError):
@@ -24,13 +28,19 @@ def default_out_dir(now: dt.datetime | None = None, parent: Path | None = None) 
     return candidate
 
 
-def prepare_out_dir(out: Path | None, *, force: bool, resume: bool) -> Path:
+def prepare_out_dir(out: Path | None, *, force: bool, resume: bool,
+                    lock: Callable[[Path], None] | None = None) -> Path:
     """Create (or check) the folder a run writes into and return it.
 
     - ``out`` is ``None``: a new time-stamped folder (``--resume`` needs an explicit one).
     - an existing non-empty folder: ``--resume`` continues the run in it; ``--force``
       removes the previous run's artefacts (:data:`RUN_ARTEFACTS`, nothing else);
-      otherwise :class:`OutputDirError`.
+      otherwise :class:`OutputDirError`. A folder holding only a lock file counts as empty.
+    - ``lock`` is called with the folder once it exists and before anything in it is
+      removed (the caller takes the folder's :class:`~profiler.store.RunLock` there, so
+      that ``--force`` never removes the files of a run still writing them).
+
+    ``OSError`` (a folder that cannot be created or written) propagates.
     """
     if force and resume:
         raise OutputDirError("--force and --resume contradict each other: choose one")
@@ -41,17 +51,22 @@ def prepare_out_dir(out: Path | None, *, force: bool, resume: bool) -> Path:
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise OutputDirError(f"--out {out}: exists and is not a folder")
-    if out.is_dir() and any(out.iterdir()):
-        if resume:
-            return out
-        if not force:
+    if out.is_dir() and any(p.name != store.LOCK_FILE for p in out.iterdir()):
+        if not resume and not force:
             raise OutputDirError(f"--out {out}: the folder is not empty; pass --force to replace its "
                                  "previous run or --resume to continue it")
+        if lock is not None:
+            lock(out)
+        if resume:
+            return out
         for name in RUN_ARTEFACTS:
             path = out / name
-            if path.is_dir():
+            if path.is_symlink() or path.is_file():
+                path.unlink()  # a link is removed, never followed
+            elif path.is_dir():
                 shutil.rmtree(path)
-            elif path.exists():
-                path.unlink()
+        return out
     out.mkdir(parents=True, exist_ok=True)
+    if lock is not None:
+        lock(out)
     return out

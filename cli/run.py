@@ -13,13 +13,20 @@ from rich.console import Console
 from rich.markup import escape
 
 from cli import exit_codes
-from cli.console import CellProgress, summary_tables
+from cli.console import CellProgress, error, summary_tables
+from cli.options import describe_os_error, os_errors
 from cli.signals import interrupt_exit_code, stop_on_sigterm
 from cli.usage import fail
 from profiler import store
 from profiler.grid import GridSpec
-from profiler.runner import load_results, run_grid
+from profiler.records import CellSpec
+from profiler.text import count
+from profiler.runner import ResultNotStored, load_results, run_grid, save_plan
+from profiler.worker import WorkerDied
 from reports import Report, build_report
+
+FAILED_STATUSES = ("error", "timeout")
+"""A back-end whose every cell ended so failed the run (``oom`` and ``skipped`` are results)."""
 
 
 def print_report(report: Report, console: Console) -> None:
@@ -34,6 +41,22 @@ def print_report(report: Report, console: Console) -> None:
     console.print(f"\nReport: [bold]{escape(str(report.summary))}[/] (Markdown), "
                   + escape(f"{report.html} (HTML), {report.csv} (CSV), plots in {report.run_dir / 'plots'}"),
                   markup=True)
+
+
+def failed_backends(report: Report) -> list[tuple[str, int]]:
+    """(back-end, cells) of each back-end that failed in every one of its cells."""
+    frame = report.frame
+    if frame.empty:
+        return []
+    failed = []
+    for backend, statuses in frame.groupby("backend", sort=False)["status"]:
+        if statuses.isin(FAILED_STATUSES).all():
+            failed.append((str(backend), len(statuses)))
+    return failed
+
+
+def _cell_name(spec: CellSpec) -> str:
+    return f"{spec.backend} at {spec.tokens} tokens (H={spec.hidden} V={spec.vocab}, {spec.mode})"
 
 
 def json_summary(report: Report, exit_code: int) -> dict:
@@ -53,19 +76,33 @@ def json_summary(report: Report, exit_code: int) -> dict:
         if not frame.empty else {"total": 0},
         "notes": report.notes,
         "parity_failed": report.parity_failed,
+        "failed_backends": [name for name, _ in failed_backends(report)],
         "exit_code": exit_code,
         "findings": [{"topic": f.topic, "scope": f.scope, "text": f.text} for f in report.findings],
         "rows": rows,
     }
 
 
-def finish(out_dir: Path, console: Console, *, as_json: bool) -> int:
-    """Build the report of ``out_dir``, print it (or its JSON), return the exit code."""
-    report = build_report(out_dir)
-    code = exit_codes.PARITY_FAILED if report.parity_failed else exit_codes.OK
+def finish(out_dir: Path, console: Console, *, as_json: bool,
+           stopped: KeyboardInterrupt | None = None) -> int:
+    """Build the report of ``out_dir``, print it (or its JSON), return the exit code.
+
+    Exit 1 when a parity check failed or a back-end failed in every one of its cells; 130/143 when the run was
+    ``stopped`` by a signal, whatever else.
+    """
+    with os_errors():
+        report = build_report(out_dir)
+    broken = failed_backends(report)
+    code = exit_codes.CHECK_FAILED if report.parity_failed or broken else exit_codes.OK
+    if stopped is not None:
+        code = interrupt_exit_code(stopped)
     print_report(report, console)
+    verdict = "" if stopped is not None else ": exit code 1"  # an interrupted run exits 130/143
     if report.parity_failed:
-        console.print("[bold red]A parity check failed its tolerance: exit code 1.[/]", markup=True)
+        console.print(f"[bold red]A parity check failed its tolerance{verdict}.[/]", markup=True)
+    for backend, cells in broken:
+        console.print(f"[bold red]{backend} failed in every cell ({cells} of {cells}){verdict}.[/]",
+                      markup=True, highlight=False)
     if as_json:
         sys.stdout.write(json.dumps(json_summary(report, code), indent=2) + "\n")
     return code
@@ -75,19 +112,30 @@ def run_grids(grids: Sequence[GridSpec], out_dir: Path, console: Console, *, res
               as_json: bool, cell_timeout_s: float | None = None, devices: Sequence[str] | None = None) -> int:
     """Run ``grids`` one after the other into ``out_dir`` (one results file), then report.
 
-    The folder is locked for the run (a second run into it exits 2 naming the holder).
-    Ctrl-C or SIGTERM stops the run; the cells finished so far are kept and reported, and
-    the exit code is 130 or 143. ``devices``: see :func:`profiler.runner.run_grid`.
+    The folder is locked for the run (a second run into it exits 2 naming the holder), and
+    the cells it plans are stored first (``plan.json``: the report of a cut run says how many
+    are missing). Ctrl-C or SIGTERM stops the run; the cells finished so far are kept and
+    reported, and the exit code is 130 or 143. A result that cannot be written (a full disk,
+    a file-size limit) exits 2 naming the path, the OS error and the cell ``--resume``
+    measures again; a worker that cannot start stops the run with exit code 3.
+    ``cell_timeout_s``: a cell still running after that long is recorded as ``timeout``.
+    ``devices``: see :func:`profiler.runner.run_grid`.
     """
     try:
         lock = store.RunLock(out_dir).acquire()
     except store.FolderInUse as exc:
         raise fail(str(exc)) from None
+    except OSError as exc:
+        raise fail(f"--out {describe_os_error(exc)}") from None
     stopped: KeyboardInterrupt | None = None
+    start_failed = False
     try:
-        finished = {r.spec.key() for r in load_results(out_dir).records} if resume else set()
-        total = len({spec.key() for grid in grids for spec in grid.cells()} - finished)
-        progress = CellProgress(console, total)
+        planned = list({spec.key(): spec for grid in grids for spec in grid.cells()}.values())
+        with os_errors():
+            finished = {r.spec.key() for r in load_results(out_dir).records} if resume else set()
+            save_plan(out_dir, planned)
+        total = len({spec.key() for spec in planned} - finished)
+        progress = CellProgress(console, total, out_dir)
         try:
             with stop_on_sigterm(), progress.running():
                 for index, grid in enumerate(grids):
@@ -99,16 +147,28 @@ def run_grids(grids: Sequence[GridSpec], out_dir: Path, console: Console, *, res
                         console.print(f"note: {note}", markup=False)
         except KeyboardInterrupt as exc:
             stopped = exc
-            console.print(f"\nInterrupted after {progress.done} of {total} new cells; continue with "
+            console.print(f"\nInterrupted after {progress.done} of {count(total, 'new cell')}; continue with "
                           f"--resume --out {out_dir}", markup=False)
-        if not (out_dir / store.ENVIRONMENT_FILE).exists():
-            from profiler.environment import collect_environment, save_environment
+        except ResultNotStored as exc:
+            raise fail(f"{describe_os_error(exc)}: the result of {_cell_name(exc.spec)} was not stored; "
+                       f"free space (or raise the limit) and run with --resume --out {out_dir}: it measures "
+                       "that cell again") from None
+        except WorkerDied as died:  # at start-up: every cell would fail the same way
+            start_failed = True
+            error(f"{died.summary}; the run stopped after {progress.done} of {count(total, 'new cell')}")
+        except OSError as exc:
+            raise fail(describe_os_error(exc)) from None
+        with os_errors():
+            if not (out_dir / store.ENVIRONMENT_FILE).exists():
+                from profiler.environment import collect_environment, save_environment
 
-            save_environment(out_dir, collect_environment())
+                save_environment(out_dir, collect_environment())
         if not (out_dir / store.RESULTS_FILE).exists():
             console.print("No cell finished: nothing to report.", markup=False)
-            return interrupt_exit_code(stopped) if stopped else exit_codes.OK
-        code = finish(out_dir, console, as_json=as_json)
-        return interrupt_exit_code(stopped) if stopped else code
+            if stopped:
+                return interrupt_exit_code(stopped)
+            return exit_codes.RUN_FAILED if start_failed else exit_codes.OK
+        code = finish(out_dir, console, as_json=as_json, stopped=stopped)
+        return exit_codes.RUN_FAILED if start_failed and code == exit_codes.OK else code
     finally:
         lock.release()

@@ -28,10 +28,12 @@ NORMS = ("layernorm", "rmsnorm")
 MLPS = ("gelu", "gated")  # gelu: up → GELU → down; gated: down(act(gate) · up), SwiGLU/GeGLU
 POSITIONS = ("learned", "rope")
 
-# Families whose MLP is gated (three matrices) and whose norm is RMSNorm.
+# Families whose MLP is gated (three matrices) and whose norm is RMSNorm, and families with a
+# plain GELU MLP and LayerNorm. Disjoint (a test checks): StarCoder2 is LayerNorm with a plain
+# c_fc → GELU → c_proj MLP (and RoPE, from its rope_theta), so it is in the second set only.
 _GATED_FAMILIES = {
     "llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3",
-    "gemma3_text", "phi3", "olmo", "olmo2", "granite", "cohere", "starcoder2",
+    "gemma3_text", "phi3", "olmo", "olmo2", "granite", "cohere",
 }
 _LAYERNORM_FAMILIES = {"gpt2", "gpt_neo", "gpt_neox", "gptj", "opt", "bloom", "phi", "falcon", "starcoder2"}
 
@@ -199,15 +201,26 @@ _OWN_KEYS = {f.name for f in dataclasses.fields(ModelConfig)} | {"ffn_factor"}
 
 
 def load_config(path: str | Path) -> ModelConfig:
-    """Read a model config from a ``.json`` (Hugging Face or ours) or ``.toml`` file.
+    """Read a model config from a ``.json`` (Hugging Face or ours) or ``.toml`` file, or from
+    the ``config.json`` of a model folder (a Hugging Face checkpoint's layout).
 
     TOML needs Python ≥ 3.11 (``tomllib``). A TOML file may put the fields at the top level
     or in a ``[model]`` table.
     """
     path = Path(path)
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ValueError(f"config folder {str(path)!r} has no config.json (give the file, or a model "
+                             "folder that holds one)")
+        path = path / "config.json"
     if not path.is_file():
         raise ValueError(f"config file {str(path)!r} does not exist")
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not UTF-8 text (byte {exc.start}); a config is a JSON or TOML file") from None
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot be read ({exc.strerror or exc})") from None
     if path.suffix.lower() == ".toml":
         try:
             import tomllib

@@ -109,6 +109,8 @@ def relative_error(got: torch.Tensor | None, ref: torch.Tensor | None) -> float 
         diff += (g.double() - r).square().sum()
         norm += r.square().sum()
     diff, norm = diff.item(), norm.item()
+    if not math.isfinite(diff):  # an infinite element as much as a NaN: not a value to compare
+        return math.nan
     if norm == 0:
         return 0.0 if diff == 0 else math.inf
     return math.sqrt(diff / norm)

@@ -12,7 +12,10 @@ worker's output, tracebacks included; an ``error`` or ``timeout`` row names its 
 
 A worker serves cells until one fails (``oom``, ``error``, ``timeout``), then a fresh one
 takes over. A cell still running after ``cell_timeout_s`` is recorded as ``timeout``, its
-worker killed, and the run goes on.
+worker killed, and the run goes on. A worker that dies at start-up (before it could take
+any job) stops the run: :class:`~profiler.worker.WorkerDied` with ``at_start`` propagates,
+since every later cell would fail the same way. A result that cannot be stored (a full
+disk, a file-size limit) stops the run with :class:`ResultNotStored`, naming the cell.
 
 ``devices`` spreads the cells over several GPUs: one worker per device, started with
 ``CUDA_VISIBLE_DEVICES`` set to that device alone (so every cell sees one GPU, ``cuda:0``),
@@ -22,8 +25,11 @@ with a fresh worker. A device whose worker cannot even start (its first job, the
 environment, dies) is dropped with a note before it takes any cell; cells left when no device is left are recorded as ``error``. Each result is appended once,
 under a lock, as it finishes (so ``results.jsonl`` is in finishing order; ``--resume``
 matches cells by key and is unchanged).
+``plan.json`` (:func:`save_plan`, :func:`planned_cells`) lists every cell a run set out
+to measure, so that a report can say how much of it is missing.
 
-Public API: :func:`run_grid`, :func:`load_results`, :class:`GridRun`.
+Public API: :func:`run_grid`, :func:`load_results`, :class:`GridRun`, :class:`ResultNotStored`,
+:func:`save_plan`, :func:`planned_cells`.
 """
 from __future__ import annotations
 
@@ -42,7 +48,33 @@ from profiler.memory_model import floor_bytes, predict
 from profiler.protocol import memory_source
 from profiler.records import CellResult, CellSpec
 from profiler.cell import MeasureSettings
-from profiler.worker import Worker, WorkerDied
+from profiler.worker import JobFailed, Worker, WorkerDied
+
+
+class ResultNotStored(OSError):
+    """The result of ``spec`` could not be appended to ``results.jsonl`` (the OS error's
+    ``errno``, ``strerror`` and ``filename`` are kept); ``--resume`` measures it again."""
+
+    def __init__(self, spec: CellSpec, cause: OSError) -> None:
+        super().__init__(cause.errno, cause.strerror or str(cause), cause.filename)
+        self.spec = spec
+
+
+def save_plan(folder: str | Path, cells: list[CellSpec]) -> Path:
+    """Store the cells a run sets out to measure (``plan.json``), before it measures any."""
+    return store.write_json(Path(folder) / store.PLAN_FILE, {"cells": [asdict(spec) for spec in cells]})
+
+
+def planned_cells(folder: str | Path) -> list[CellSpec] | None:
+    """The cells of ``plan.json``; ``None`` when there is none or it cannot be read."""
+    path = Path(folder) / store.PLAN_FILE
+    if not path.is_file():
+        return None
+    try:
+        raw = store.read_json(path)
+        return [CellSpec.from_dict(cell) for cell in raw["cells"]]
+    except (ValueError, TypeError, KeyError):
+        return None
 
 
 def load_results(folder: str | Path) -> store.Loaded[CellResult]:
@@ -152,10 +184,15 @@ class _Cells:
                 result.log_path = str(worker.log_path)
         except WorkerDied as died:
             self.worker = None
+            if died.at_start:
+                raise
             status = "timeout" if died.timed_out else "error"
-            what = f"timed out after {self.timeout_s:g} s" if died.timed_out else died.reason
-            result = _unmeasured(spec, status, f"{what}; log {died.log_path}" + (f":\n{died.tail}" if died.tail else ""))
+            what = f"timed out after {self.timeout_s:g} s; log {died.log_path}" if died.timed_out else died.summary
+            result = _unmeasured(spec, status, what + (f"\n{died.tail}" if died.tail else ""))
             result.log_path = str(died.log_path)
+        except JobFailed as failed:  # the job itself raised, e.g. it could not import its module
+            result = _unmeasured(spec, "error", str(failed))
+            result.log_path = str(self.worker.log_path)
         if result.status not in ("ok", "skipped") or self.fresh_per_cell:
             self.close()
         return result
@@ -267,7 +304,9 @@ def run_grid(grid: GridSpec, out_dir: str | Path, *, resume: bool = False, snaps
     Raises ``ValueError`` for a bad grid, ``FileExistsError`` if ``out_dir`` holds results
     and ``resume`` is false; ``KeyboardInterrupt`` (and whatever the caller raises from a
     signal handler) propagates after the worker is stopped, the results file holding only
-    whole lines. The caller holds the folder's :class:`~profiler.store.RunLock`.
+    whole lines. :class:`ResultNotStored` when a result cannot be written, and
+    :class:`~profiler.worker.WorkerDied` (``at_start``) when a worker cannot start, stop the
+    run the same way. The caller holds the folder's :class:`~profiler.store.RunLock`.
     """
     cells = grid.cells()
     out = Path(out_dir)
@@ -294,7 +333,10 @@ def run_grid(grid: GridSpec, out_dir: str | Path, *, resume: bool = False, snaps
 
     def record(result: CellResult) -> None:
         _relative_paths(result, out)
-        store.append_jsonl(results_path, result.to_dict())
+        try:
+            store.append_jsonl(results_path, result.to_dict())
+        except OSError as exc:
+            raise ResultNotStored(result.spec, exc) from exc
         measured[result.spec.key()] = result
         if on_cell is not None:
             on_cell(result)

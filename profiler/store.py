@@ -8,6 +8,7 @@ Layout of a run folder (each name defined here once)::
     parity.json          parity: the whole ParityReport
     doctor.json          doctor: the checks
     environment.json     what ran it
+    plan.json            grid: every cell the run set out to measure (written when it starts)
     snapshots/           <cell>.pickle (raw allocator snapshot, for PyTorch's memory viewer)
                          and <cell>.timeline.json (what the report draws)
     logs/                each worker's output
@@ -34,6 +35,7 @@ Public API: the file names, :func:`read_jsonl`, :class:`Loaded`, :func:`append_j
 """
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -52,6 +54,7 @@ PARITY_FILE = "parity.json"
 DOCTOR_FILE = "doctor.json"
 EXPLAIN_FILE = "explain.json"
 ENVIRONMENT_FILE = "environment.json"
+PLAN_FILE = "plan.json"
 SNAPSHOTS_DIR = "snapshots"
 LOGS_DIR = "logs"
 LOCK_FILE = ".lock"
@@ -179,15 +182,26 @@ def append_jsonl(path: str | Path, record: dict) -> None:
     path = Path(path)
     _refuse_link(path)
     line = dumps(record, sort_keys=True) + "\n"
-    with path.open("a", encoding="utf-8") as fh:
-        fh.write(line)
-        fh.flush()
-        os.fsync(fh.fileno())
+    try:
+        with path.open("a", encoding="utf-8") as fh:
+            fh.write(line)
+            fh.flush()
+            os.fsync(fh.fileno())
+    except OSError as exc:
+        raise _naming(exc, path) from None
 
 
 def _refuse_link(path: Path) -> None:
     if path.is_symlink():
-        raise OSError(f"{path} is a symbolic link; a run folder's files are written in place, never through links")
+        raise OSError(errno.ELOOP, "a symbolic link; a run folder's files are written in place, never through links",
+                      str(path))
+
+
+def _naming(exc: OSError, path: Path) -> OSError:
+    """``exc`` naming ``path`` when it names no file itself (a failed ``write`` or ``fsync``)."""
+    if exc.filename is None:
+        exc.filename = str(path)
+    return exc
 
 
 def write_text(path: str | Path, text: str) -> Path:
@@ -210,11 +224,13 @@ def write_bytes(path: str | Path, data: bytes) -> Path:
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         try:
             os.unlink(tmp)
         except OSError:
             pass
+        if isinstance(exc, OSError) and exc.filename in (None, tmp):
+            exc.filename = str(path)  # name the file being written, not its temporary
         raise
     return path
 
@@ -244,18 +260,29 @@ class RunLock:
 
     The lock file records who holds it (pid, host, start time, command line), so a second
     run can say who holds it. The operating system releases the lock when the holder exits,
-    however it exits, so a killed run never leaves the folder locked.
+    however it exits, so a killed run never leaves the folder locked. Within one process the
+    lock is re-entrant: a command that locks its folder first (before ``--force`` removes
+    anything) and the run it then starts share one lock, released when both released it.
     """
+
+    _held: dict[Path, list] = {}  # resolved lock path -> [file, count], this process's locks
 
     def __init__(self, folder: str | Path) -> None:
         self.path = Path(folder) / LOCK_FILE
-        self._fh = None
+        self._key: Path | None = None
 
     def acquire(self) -> "RunLock":
         import fcntl
 
+        if self._key is not None:
+            return self
         self.path.parent.mkdir(parents=True, exist_ok=True)
         _refuse_link(self.path)
+        key = self.path.resolve()
+        if key in RunLock._held:
+            RunLock._held[key][1] += 1
+            self._key = key
+            return self
         fh = open(self.path, "a+", encoding="utf-8")
         try:
             fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -263,23 +290,31 @@ class RunLock:
             fh.seek(0)
             holder = fh.read().strip() or "another process"
             fh.close()
-            raise FolderInUse(f"{self.path.parent} is in use by {holder}; wait for it to finish or "
-                              "choose another --out") from None
+            from profiler.text import shorten
+
+            raise FolderInUse(f"{self.path.parent} is in use by {shorten(holder, 200)}; wait for it to finish "
+                              "or choose another --out") from None
         fh.seek(0)
         fh.truncate()
         fh.write(f"pid {os.getpid()} on {socket.gethostname()} since "
-                 f"{time.strftime('%Y-%m-%d %H:%M:%S')} ({' '.join(sys.argv)[:200]})\n")
+                 f"{time.strftime('%Y-%m-%d %H:%M:%S')} ({' '.join(sys.argv)})\n")
         fh.flush()
-        self._fh = fh
+        RunLock._held[key] = [fh, 1]
+        self._key = key
         return self
 
     def release(self) -> None:
-        if self._fh is not None:
+        if self._key is None:
+            return
+        entry = RunLock._held[self._key]
+        entry[1] -= 1
+        if entry[1] == 0:
             import fcntl
 
-            fcntl.flock(self._fh.fileno(), fcntl.LOCK_UN)
-            self._fh.close()
-            self._fh = None
+            del RunLock._held[self._key]
+            fcntl.flock(entry[0].fileno(), fcntl.LOCK_UN)
+            entry[0].close()
+        self._key = None
 
     def __enter__(self) -> "RunLock":
         return self.acquire()

@@ -5,7 +5,10 @@ context, allocator state or compiled-kernel cache inherited) and sends it jobs, 
 line each on its stdin: ``{"kind": K, "payload": {...}}``. The child answers each with one
 JSON line on a private pipe: ``{"ok": true, "reply": ...}`` or ``{"ok": false, "error": ...}``.
 Its own stdout and stderr go to a log file, whose tail becomes the message when it dies
-(a segfault, ``os._exit``, a CUDA error that aborts, the kernel's OOM killer).
+(a segfault, ``os._exit``, a CUDA error that aborts, the kernel's OOM killer). Once it has
+started it says so (``{"ready": true}``) before it reads its first job, so a child that dies
+at start-up (its interpreter cannot import what it needs) is told apart from a job that
+killed it: :attr:`WorkerDied.at_start`.
 
 Job kinds (:data:`JOBS`): ``cell`` (a grid cell, :func:`profiler.cell.measure_cell`),
 ``training-step`` (a model-mode job, :func:`profiler.training.jobs.run_job`),
@@ -20,7 +23,7 @@ during the child's start-up is caught too; elsewhere a watchdog thread polls the
 pid. :meth:`Worker.close` (or a timeout) kills the child's whole process group, so helper
 processes it started (e.g. compile workers) go with it.
 
-Public API: :class:`Worker`, :class:`WorkerDied`, :data:`JOBS`.
+Public API: :class:`Worker`, :class:`WorkerDied`, :class:`JobFailed`, :data:`JOBS`.
 """
 from __future__ import annotations
 
@@ -46,14 +49,30 @@ JOBS = {
 
 _PR_SET_PDEATHSIG = 1
 _LOG_TAIL_LINES = 15
+_START_TIMEOUT_S = 300.0
+"""How long a child may take to start (import Python's standard library and this module)."""
 
 
 class WorkerDied(RuntimeError):
-    """The child exited, was killed or timed out before it answered (``reason`` says which)."""
+    """The child exited, was killed or timed out before it answered (``reason`` says which).
 
-    def __init__(self, reason: str, log_path: Path, tail: str, timed_out: bool = False) -> None:
-        super().__init__(f"{reason}; log {log_path}" + (f":\n{tail}" if tail else ""))
+    ``summary`` is one line: the reason, the child's last words (the last line of its log,
+    e.g. the exception that killed it) and where its log is; ``tail`` the log's last lines.
+    ``at_start``: it died before it was ready for a job.
+    """
+
+    def __init__(self, reason: str, log_path: Path, tail: str, timed_out: bool = False,
+                 at_start: bool = False) -> None:
+        last = tail.strip().splitlines()[-1].strip() if tail.strip() else ""
+        self.summary = f"{reason}" + (f" ({last})" if last and not timed_out else "") + f"; log {log_path}"
+        super().__init__(self.summary + (f"\n{tail}" if tail else ""))
         self.reason, self.log_path, self.tail, self.timed_out = reason, log_path, tail, timed_out
+        self.at_start = at_start
+
+
+class JobFailed(RuntimeError):
+    """A job raised in the child (jobs normally turn failures into results themselves);
+    the message's first line is the exception, then the child's traceback."""
 
 
 def _tail(path: Path) -> str:
@@ -61,7 +80,8 @@ def _tail(path: Path) -> str:
         text = path.read_text(errors="replace")
     except OSError:
         return ""
-    lines = [line for line in text.strip().splitlines() if not line.startswith("--- job ")]
+    # job headers are the parent's own requests; "USDT:" lines are the CPU profiler's chatter
+    lines = [line for line in text.strip().splitlines() if not line.startswith(("--- job ", "USDT:"))]
     return "\n".join(lines[-_LOG_TAIL_LINES:])
 
 
@@ -101,6 +121,7 @@ class Worker:
             log.close()
         self._replies = os.fdopen(read_end, "rb")
         self._buffer = b""
+        self._ready = False
 
     @property
     def pid(self) -> int:
@@ -109,11 +130,17 @@ class Worker:
     def call(self, kind: str, payload: dict | None = None, timeout_s: float | None = None):
         """Run job ``kind`` on ``payload`` in the child; its reply, or :class:`WorkerDied`.
 
-        A job that raises in the child is re-raised here as ``RuntimeError`` with the
+        A job that raises in the child is re-raised here as :class:`JobFailed` with the
         child's traceback (jobs normally turn failures into results themselves).
+        ``timeout_s`` bounds the job; the child's start-up has a bound of its own.
         """
         if kind not in JOBS:
             raise ValueError(f"unknown job kind {kind!r}; known: {', '.join(JOBS)}")
+        if not self._ready:
+            line, timed_out = self._read_line(_START_TIMEOUT_S)
+            if line is None:
+                raise self._died(timed_out=timed_out, at_start=True)
+            self._ready = True
         message = json.dumps({"kind": kind, "payload": payload or {}}) + "\n"
         try:
             self._process.stdin.write(message.encode())
@@ -125,7 +152,9 @@ class Worker:
             raise self._died(timed_out=timed_out)
         answer = json.loads(line)
         if not answer["ok"]:
-            raise RuntimeError(f"job {kind} failed in the worker:\n{answer['error']}")
+            error = answer["error"].strip()
+            raise JobFailed(f"job {kind} failed in the worker ({error.splitlines()[-1] if error else '?'}); "
+                            f"log {self.log_path}:\n{error}")
         return answer["reply"]
 
     def _read_line(self, timeout_s: float | None) -> tuple[bytes | None, bool]:
@@ -151,10 +180,12 @@ class Worker:
         line, _, self._buffer = self._buffer.partition(b"\n")
         return line, False
 
-    def _died(self, timed_out: bool) -> WorkerDied:
+    def _died(self, timed_out: bool, at_start: bool = False) -> WorkerDied:
         self.close()
         reason = "timed out" if timed_out else _describe_exit(self._process.returncode)
-        return WorkerDied(reason, self.log_path, _tail(self.log_path), timed_out=timed_out)
+        if at_start:
+            reason = f"the worker (python -m profiler.worker) died at start-up: {reason.removeprefix('the worker ')}"
+        return WorkerDied(reason, self.log_path, _tail(self.log_path), timed_out=timed_out, at_start=at_start)
 
     def close(self) -> None:
         """Stop the child: end its input, then kill its process group if it lingers."""
@@ -222,9 +253,11 @@ def _load(target: str):
 def _serve(parent_pid: int, reply_fd: int) -> int:
     _die_with_parent(parent_pid)
     replies = os.fdopen(reply_fd, "wb")
+    replies.write(b'{"ready": true}\n')
+    replies.flush()
     for raw in sys.stdin.buffer:
         request = json.loads(raw)
-        print(f"--- job {request['kind']} {json.dumps(request['payload'])[:500]}", flush=True)
+        print(f"--- job {request['kind']} {json.dumps(request['payload'])}", flush=True)
         try:
             answer = {"ok": True, "reply": _load(JOBS[request["kind"]])(request["payload"])}
         except Exception:

@@ -24,7 +24,7 @@ from pathlib import Path
 import pandas as pd
 
 from profiler import store
-from profiler.runner import load_results
+from profiler.runner import load_results, planned_cells
 from profiler.snapshot import Timeline
 from reports import plots as plotting
 from reports.environment import read_environment
@@ -73,6 +73,18 @@ class Report:
     @property
     def parity_failed(self) -> bool:
         return bool((self.frame.get("parity_ok", pd.Series(dtype=object)) == False).any())  # noqa: E712
+
+
+def _unfinished_plan(run_dir: Path, records) -> list[str]:
+    """A note when the run finished fewer of the cells it planned (``plan.json``) than it set out to."""
+    planned = planned_cells(run_dir)
+    if not planned:
+        return []
+    done = {r.spec.key() for r in records}
+    finished = sum(spec.key() in done for spec in planned)
+    if finished >= len(planned):
+        return []
+    return [f"{finished} of {len(planned)} cells — interrupted; continue with `--resume --out {run_dir}`"]
 
 
 def _timeline_file(run_dir: Path, recorded: str | None) -> Path | None:
@@ -141,7 +153,7 @@ def build_report(run_dir: Path) -> Report:
     loaded = load_results(run_dir)
     if loaded.missing:
         raise FileNotFoundError(f"{run_dir}: no {store.RESULTS_FILE} (expected the folder a grid run writes)")
-    notes = list(loaded.problems)
+    notes = list(loaded.problems) + _unfinished_plan(run_dir, loaded.records)
     frame = results_frame(loaded.records)
     environment = read_environment(run_dir)
     findings = compute_findings(frame)

@@ -33,15 +33,19 @@ Columns (bytes are integers or NaN, times milliseconds, errors relative):
 ``err_grad_hidden``
 ``err_grad_weight``
 ``err_grad_bias``
-``worst_error``         the largest of the errors above; ``tolerance`` of the mode
+``worst_error``         the largest of the errors above (infinite when one is NaN: a
+                        loss or gradient that is not finite); ``tolerance`` of the mode
+``non_finite``          True when the loss or a gradient was not finite (NaN errors)
 ``parity_ok``           True / False / None (no errors reported)
 ``backend_version``     version string of the back-end
 ``snapshot_path``       memory snapshot of the cell, relative to the run folder
 ``timeline_path``       its timeline (JSON), which the report draws
+``log_path``            the worker log holding an ``error``/``timeout`` cell's traceback
 =====================  ===========================================================
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -76,6 +80,7 @@ def options_label(spec: CellSpec) -> str:
 def _row(result: CellResult) -> dict:
     spec = result.spec
     verdict = parity_verdict(result)
+    non_finite = verdict.worst is not None and math.isnan(verdict.worst)
     return {
         "backend": spec.backend,
         "mode": spec.mode,
@@ -106,12 +111,14 @@ def _row(result: CellResult) -> dict:
         "err_grad_hidden": result.parity.grad_hidden,
         "err_grad_weight": result.parity.grad_weight,
         "err_grad_bias": result.parity.grad_bias,
-        "worst_error": verdict.worst,
+        "worst_error": math.inf if non_finite else verdict.worst,
+        "non_finite": non_finite,
         "tolerance": verdict.tolerance,
         "parity_ok": verdict.passed,
         "backend_version": result.backend_version,
         "snapshot_path": result.snapshot_path,
         "timeline_path": result.timeline_path,
+        "log_path": result.log_path,
     }
 
 
@@ -144,7 +151,8 @@ def results_frame(results: Sequence[CellResult]) -> pd.DataFrame:
     frame["torch_peak_bytes"] = frame["group"].map(baseline).astype(float)
     frame["saving_bytes"] = frame["torch_peak_bytes"] - peak
     frame["saving_frac"] = frame["saving_bytes"] / frame["torch_peak_bytes"]
-    frame = frame.replace([np.inf, -np.inf], np.nan)
+    derived = ["x_floor", "predicted_error", "torch_peak_bytes", "saving_bytes", "saving_frac"]
+    frame[derived] = frame[derived].replace([np.inf, -np.inf], np.nan)  # an infinite error stays one
     frame["_rank"] = frame["backend"].map(backend_rank)
     frame = frame.sort_values(
         ["device", "mode", "hidden", "vocab", "options", "tokens", "_rank"], kind="stable"

@@ -55,6 +55,8 @@ def _saving_text(row: pd.Series, failed_baselines: dict[str, str]) -> str:
 
 
 def _parity_text(row: pd.Series) -> str:
+    if row.get("non_finite", False):  # a NaN loss or gradient: a parity failure
+        return f"NaN ✗ (tol {row['tolerance']:.0e})"
     if row["parity_ok"] is None or is_missing(row["worst_error"]):
         return "–"
     mark = "✓" if row["parity_ok"] else f"✗ (tol {row['tolerance']:.0e})"
@@ -64,7 +66,11 @@ def _parity_text(row: pd.Series) -> str:
 def _status_text(row: pd.Series) -> str:
     if row["status"] in ("ok", "oom") or not row["message"]:
         return row["status"]
-    return f"{row['status']}: {row['message'].splitlines()[0][:80]}"
+    text = f"{row['status']}: {row['message'].strip().splitlines()[0]}"  # the first line, whole
+    log = row.get("log_path")
+    if isinstance(log, str) and log and log not in text:
+        text += f" (traceback in {log})"
+    return text
 
 
 def _format_rows(group: pd.DataFrame, failed_baselines: dict[str, str]) -> pd.DataFrame:

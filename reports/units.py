@@ -53,7 +53,8 @@ def format_percent(frac: float | None) -> str:
     """A fraction as a percentage with no decimals (``0.943`` → ``94%``)."""
     if is_missing(frac):
         return "–"
-    return f"{100 * frac:.0f}%"
+    text = f"{100 * frac:.0f}"
+    return "0%" if text == "-0" else f"{text}%"  # a tiny negative is 0%, not "-0%"
 
 
 def format_tokens(n: int) -> str:

@@ -19,3 +19,25 @@ if not _HAS_CUDA:
 # The suite runs many tiny ops; on a small shared CI machine one intra-op thread avoids
 # thread hand-off costs that dominate at these sizes.
 torch.set_num_threads(1)
+
+# --- no process left behind -----------------------------------------------------------------
+# Every process this session starts inherits the marker, so one that outlived its parent is
+# found even after it was reparented. At the end of the session none may be alive.
+import uuid  # noqa: E402
+
+import pytest  # noqa: E402
+
+from processes import SESSION_VARIABLE, session_processes, workers_of  # noqa: E402
+
+os.environ[SESSION_VARIABLE] = uuid.uuid4().hex
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_process_left_behind():
+    """Fail the session if a worker (or a CLI run) a test started is still alive at the end."""
+    yield
+    left = {pid: f"pid {pid}: {args}" for pid, args in session_processes(os.environ[SESSION_VARIABLE], wait_s=10)}
+    for pid in workers_of(os.getpid()):  # the wait above was long enough
+        left[pid] = f"pid {pid}: a worker of this test process"
+    if left:
+        pytest.fail("processes started by the tests are still alive:\n" + "\n".join(left.values()), pytrace=False)

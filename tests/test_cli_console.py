@@ -1,10 +1,12 @@
-"""The terse summary table on the terminal, rendered as text at 80 and 120 columns."""
+"""The terse summary table on the terminal (rendered as text at 80 and 120 columns) and the progress bar."""
 from __future__ import annotations
+
+import io
 
 import pytest
 from rich.console import Console
 
-from cli.console import summary_tables
+from cli.console import CellProgress, summary_tables
 from planted import cell, frame
 
 COLUMNS = ("back-end", "tokens", "peak extra", "× floor", "saving vs torch", "time", "parity")
@@ -59,3 +61,18 @@ def test_at_120_columns_the_saving_stays_on_one_line():
 def test_a_back_end_name_with_rich_markup_is_shown_as_written():
     text = _render([cell("torch", 1024, 100), cell("evil:[bold]x[/bold]", 1024, 10)], 120)
     assert "evil:[bold]x[/bold]" in text
+
+
+def test_the_progress_bar_names_the_cell_running_not_the_last_one_finished():
+    first, second = cell("torch", 1024, cpu=True), cell("fusedce", 2048, cpu=True)
+    console = Console(file=io.StringIO(), force_terminal=True, width=100)
+    progress = CellProgress(console, total=2)
+    with progress.running():
+        bar = progress._progress.tasks[0]
+        progress.start(first.spec)
+        assert bar.description == "torch 1k" and bar.completed == 0
+        progress(first)
+        progress.start(second.spec)
+        assert bar.description == "fusedce 2k" and bar.completed == 1
+        progress(second)
+        assert bar.completed == 2

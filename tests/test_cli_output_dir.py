@@ -45,3 +45,31 @@ def test_a_file_is_not_a_run_folder(tmp_path):
     path.write_text("x")
     with pytest.raises(OutputDirError, match="not a folder"):
         prepare_out_dir(path, force=True, resume=False)
+
+
+def test_a_folder_holding_only_a_lock_file_is_empty(tmp_path):
+    (tmp_path / ".lock").write_text("pid 1 on host")
+    assert prepare_out_dir(tmp_path, force=False, resume=False) == tmp_path
+
+
+def test_the_lock_is_taken_before_force_removes_anything(tmp_path):
+    (tmp_path / "results.jsonl").write_text("{}\n")
+
+    def held(folder):
+        raise OutputDirError(f"{folder} is in use by pid 1")
+
+    with pytest.raises(OutputDirError, match="in use"):
+        prepare_out_dir(tmp_path, force=True, resume=False, lock=held)
+    assert (tmp_path / "results.jsonl").exists()
+
+
+def test_force_removes_a_linked_artefact_without_following_it(tmp_path):
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    (target / "keep.png").write_bytes(b"png")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "plots").symlink_to(target)
+    (run / "plan.json").write_text("{}")
+    prepare_out_dir(run, force=True, resume=False)
+    assert not list(run.iterdir()) and (target / "keep.png").exists()

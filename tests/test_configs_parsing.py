@@ -127,3 +127,31 @@ def test_unknown_preset_lists_the_known_ones():
 def test_model_config_validates_directly():
     with pytest.raises(ValueError, match="num_key_value_heads"):
         ModelConfig("m", 64, 10, 1, 4, 128, num_key_value_heads=3)
+
+
+def test_architecture_families_are_listed_once():
+    from profiler.configs import _GATED_FAMILIES, _LAYERNORM_FAMILIES
+
+    assert not _GATED_FAMILIES & _LAYERNORM_FAMILIES
+
+
+def test_hf_starcoder2_is_layernorm_with_a_plain_mlp_and_rope():
+    cfg = config_from_dict({"model_type": "starcoder2", "hidden_size": 3072, "vocab_size": 49152,
+                            "num_hidden_layers": 30, "num_attention_heads": 24, "num_key_value_heads": 2,
+                            "intermediate_size": 12288, "hidden_act": "gelu_pytorch_tanh", "norm_epsilon": 1e-5,
+                            "rope_theta": 999999.4420358813})
+    assert (cfg.norm, cfg.mlp, cfg.position) == ("layernorm", "gelu", "rope")
+
+
+def test_a_model_folder_is_read_through_its_config_json(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama", "hidden_size": 64, "vocab_size": 100,
+                                                      "num_hidden_layers": 1, "num_attention_heads": 2,
+                                                      "intermediate_size": 128}))
+    assert load_config(tmp_path).source == str(tmp_path / "config.json")
+
+
+def test_a_file_that_is_not_utf8_is_named(tmp_path):
+    path = tmp_path / "model.toml"
+    path.write_bytes(b"hidden_size = 64\nname = '\xff'\n")
+    with pytest.raises(ValueError, match=r"model\.toml: not UTF-8 text"):
+        load_config(path)

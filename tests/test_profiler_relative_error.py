@@ -22,6 +22,8 @@ def test_relative_error_of_a_zero_reference_is_zero_only_for_an_exact_zero():
 
 def test_relative_error_of_a_non_finite_value_is_nan():
     assert math.isnan(relative_error(torch.tensor([float("nan"), 1.0]), torch.ones(2)))
+    assert math.isnan(relative_error(torch.tensor([float("inf"), 1.0]), torch.ones(2)))
+    assert math.isnan(relative_error(torch.tensor([float("-inf"), 0.0]), torch.zeros(2)))
 
 
 def test_relative_error_rejects_mismatched_shapes():

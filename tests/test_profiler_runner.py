@@ -20,6 +20,7 @@ from profiler.grid import GridSpec
 from profiler.records import CellResult
 from profiler.runner import load_results, run_grid
 from profiler.store import ENVIRONMENT_FILE, RESULTS_FILE
+from processes import workers_of as _workers_of
 
 BACKENDS = textwrap.dedent('''
     import os, time
@@ -55,28 +56,6 @@ def test_backends(tmp_path, monkeypatch):
     return "profiler_test_backends"
 
 
-def _workers_of(parent_pid: int, wait_s: float = 0.0) -> list[int]:
-    """Pids of live ``profiler.worker`` processes started by ``parent_pid`` (waits up to ``wait_s``)."""
-    deadline = time.monotonic() + wait_s
-    while True:
-        found = []
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as fh:
-                    args = fh.read().split(b"\0")
-                with open(f"/proc/{entry}/stat") as fh:
-                    state = fh.read().rsplit(")", 1)[1].split()[0]
-            except OSError:
-                continue
-            if b"profiler.worker" in args and str(parent_pid).encode() in args and state != "Z":
-                found.append(int(entry))
-        if not found or time.monotonic() >= deadline:
-            return found
-        time.sleep(0.1)
-
-
 def _grid(*backends, tokens=(8, 16)):
     return GridSpec(tokens=tokens, vocab=(32,), hidden=(4,), backends=backends, modes=("fp32",), device="cpu",
                     warmup=0, repeats=1)
@@ -90,6 +69,13 @@ def test_grid_writes_one_line_per_cell_and_the_environment(tmp_path, test_backen
     assert load_results(tmp_path / "out").records == results
     environment = json.loads((tmp_path / "out" / ENVIRONMENT_FILE).read_text())
     assert environment["torch"] and environment["backends"]["torch"] == environment["torch"]
+
+
+def test_each_cell_is_announced_before_it_is_measured_and_reported_after(tmp_path):
+    events: list[tuple[str, int]] = []
+    run_grid(_grid("torch"), tmp_path / "out", on_start=lambda spec: events.append(("start", spec.tokens)),
+             on_cell=lambda result: events.append(("done", result.spec.tokens)))
+    assert events == [("start", 8), ("done", 8), ("start", 16), ("done", 16)]
 
 
 def test_ctrl_c_stops_the_grid_and_leaves_whole_lines(tmp_path):

@@ -1,0 +1,197 @@
+"""Checks every command makes before it measures anything: a mistake exits 2 at once, in one line.
+
+- :func:`check_device`: ``--device`` names a device this machine has (``cuda`` without
+  CUDA, ``cuda:7`` on a one-GPU machine and ``gpu`` are told what to write instead).
+- :func:`check_backends` / :func:`check_loss_wrapper`: every named back-end (``--backend``)
+  or loss wrapper (``doctor --loss``) resolves here, in this process, before any worker
+  starts: an optional back-end that is not installed says which ``pip install`` adds it; a
+  ``module:callable`` that cannot be imported says where Python looked (the current folder
+  is put on ``sys.path``, as ``python -m`` does) and a typo in the callable lists the names
+  the module has.
+- :func:`check_model_fits`: a model's parameters, gradients and AdamW state (and a lower
+  bound of its activations) fit the device's memory.
+
+Each raises ``ValueError`` with the message; callers turn it into exit code 2
+(:func:`cli.usage.usage_errors`). :func:`nothing_measured` is the after-the-fact check of a
+``model`` run.
+"""
+from __future__ import annotations
+
+import difflib
+import importlib
+import os
+import sys
+from collections.abc import Iterable, Sequence
+
+INSTALL_HINTS = {
+    "liger": 'pip install "fusedce[liger]"',
+    "cce": 'pip install "fusedce[cce]"',
+    "torch-native": "it needs torch >= 2.13 (F.linear_cross_entropy): upgrade torch",
+}
+"""What adds a built-in back-end that is not installed (also shown by ``backends``)."""
+
+SHORT_INSTALL_HINTS = {"liger": "fusedce[liger]", "cce": "fusedce[cce]", "torch-native": "torch>=2.13"}
+"""The same, short enough for a table column."""
+
+
+def install_hint(name: str) -> str:
+    """The install command (or what else is needed) for built-in back-end ``name``; ``""`` if none."""
+    return INSTALL_HINTS.get(name, "")
+
+
+def add_working_dir_to_path() -> str:
+    """Put the current folder first on ``sys.path``, as ``python -m`` does (idempotent).
+
+    The absolute path, so that workers (which get the parent's ``sys.path``) see it too.
+    """
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    return cwd
+
+
+# --- devices -------------------------------------------------------------------------------
+
+def check_device(device: str) -> str:
+    """``device`` if this machine has it; ``ValueError`` saying what to use otherwise."""
+    import torch
+
+    kind, colon, index = device.partition(":")
+    if kind not in ("cuda", "cpu") or (colon and (kind == "cpu" or not index.isdigit())):
+        hint = "use cuda (or cuda:K) or cpu" if kind.lower() in ("gpu", "cuda", "nvidia") else \
+            "use cuda, cuda:K or cpu"
+        raise ValueError(f"--device {device}: not a device name; {hint}")
+    if kind == "cpu":
+        return device
+    if not torch.cuda.is_available():
+        build = f"torch {torch.__version__}" + ("" if torch.version.cuda else ", a CPU-only build")
+        raise ValueError(f"--device {device}: no CUDA device is visible ({build}); use --device cpu")
+    count = torch.cuda.device_count()
+    if index and int(index) >= count:
+        raise ValueError(f"--device {device}: this machine has {count} CUDA device(s), cuda:0 to "
+                         f"cuda:{count - 1}; use one of them or --device cpu")
+    return device
+
+
+def device_memory_bytes(device: str) -> int:
+    """The memory a run on ``device`` can have at most: a GPU's total memory, or the
+    machine's physical memory for ``cpu``."""
+    if device.startswith("cuda"):
+        import torch
+
+        return torch.cuda.get_device_properties(torch.device(device)).total_memory
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+# --- back-ends -----------------------------------------------------------------------------
+
+def _import_problem(module: str, option: str, target: str) -> str | None:
+    """Why ``module`` cannot be imported here (``None`` when it can)."""
+    try:
+        importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name and (module == exc.name or module.startswith(exc.name + ".")):
+            return (f"{option} {target}: no module named {module!r} on Python's path; put the folder that "
+                    f"holds it on PYTHONPATH (the current folder, {os.getcwd()}, is searched too)")
+        return f"{option} {target}: importing {module!r} failed: {type(exc).__name__}: {exc}"
+    except Exception as exc:  # the module's own code raised
+        return f"{option} {target}: importing {module!r} failed: {type(exc).__name__}: {exc}"
+    return None
+
+
+def _attribute_problem(module: str, attr: str, option: str, target: str) -> str | None:
+    """Why ``module`` has no callable ``attr`` (dotted); ``None`` when it has."""
+    obj = sys.modules[module]
+    where = f"{module!r} ({getattr(obj, '__file__', None) or 'no file'})"
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            names = [n for n in dir(obj) if not n.startswith("_") and callable(getattr(obj, n, None))]
+            close = difflib.get_close_matches(part, names, n=3)
+            hint = f"; did you mean {', '.join(repr(n) for n in close)}?" if close else \
+                (f"; it has {', '.join(sorted(names)[:12])}" if names else "")
+            return f"{option} {target}: {where} has no attribute {part!r}{hint}"
+        obj = getattr(obj, part)
+    if not callable(obj):
+        return f"{option} {target}: {type(obj).__name__} is not callable"
+    return None
+
+
+def callable_problem(target: str, option: str) -> str | None:
+    """Why ``"module:callable"`` cannot be called from here (``None`` when it can)."""
+    module, sep, attr = target.partition(":")
+    dotted = all(part.isidentifier() for part in f"{module}.{attr}".split("."))
+    if not sep or not module or not attr or not dotted:
+        return f"{option} {target}: expected 'package.module:callable'"
+    add_working_dir_to_path()
+    return _import_problem(module, option, target) or _attribute_problem(module, attr, option, target)
+
+
+def backend_problem(name: str, option: str = "--backend") -> str | None:
+    """Why back-end ``name`` (built-in or ``module:callable``) cannot be used here."""
+    from profiler.backends import BUILTIN_BACKENDS, get_backend
+
+    if name not in BUILTIN_BACKENDS:
+        return callable_problem(name, option)
+    try:
+        get_backend(name).version()
+    except ImportError as exc:
+        hint = install_hint(name)
+        return f"{option} {name}: not installed ({exc})" + (f"; {hint}" if hint else "")
+    return None
+
+
+def check_backends(names: Iterable[str], option: str = "--backend") -> None:
+    """``ValueError`` naming the first back-end of ``names`` that cannot be used, and the fix."""
+    for name in names:
+        problem = backend_problem(name, option)
+        if problem:
+            raise ValueError(problem)
+
+
+def check_loss_wrapper(target: str) -> None:
+    """``doctor --loss``: the wrapper imports and is callable (``ValueError`` otherwise)."""
+    problem = callable_problem(target, "--loss")
+    if problem:
+        raise ValueError(problem)
+
+
+# --- model memory --------------------------------------------------------------------------
+
+TRAINING_BYTES_PER_PARAMETER = 16
+"""fp32 weights (4) + fp32 gradients (4) + AdamW's two fp32 moments (8), in every training mode."""
+
+
+def training_state_bytes(config) -> int:
+    """Parameters, gradients and AdamW state of ``config`` (a :class:`~profiler.configs.ModelConfig`)."""
+    return TRAINING_BYTES_PER_PARAMETER * config.num_parameters()
+
+
+def activation_floor_bytes(config, batch: int, seq: int) -> int:
+    """A lower bound of the activations a training step keeps: each block's bf16 input,
+    B·T·H·2 bytes per layer (a real step keeps several times more)."""
+    return config.num_hidden_layers * batch * seq * config.hidden_size * 2
+
+
+def check_model_fits(config, device: str, batch: int, seq: int) -> None:
+    """``ValueError`` when ``config`` cannot train on ``device`` at ``batch`` × ``seq``: its
+    training state plus the activation floor exceed the device's memory."""
+    from reports.units import format_bytes
+
+    state = training_state_bytes(config)
+    activations = activation_floor_bytes(config, batch, seq)
+    memory = device_memory_bytes(device)
+    if state + activations <= memory:
+        return
+    where = "this machine's physical memory" if device == "cpu" else f"{device}'s total memory"
+    raise ValueError(
+        f"{config.name} ({config.num_parameters() / 1e9:.2f} B parameters) needs at least "
+        f"{format_bytes(state + activations)} to train on {device} (weights, gradients and AdamW state "
+        f"{format_bytes(state)}, 16 bytes per parameter; activations at B={batch} T={seq} at least "
+        f"{format_bytes(activations)}), more than {where}, {format_bytes(memory)}; use a smaller "
+        "--config/--preset or a device with more memory")
+
+
+def nothing_measured(statuses: Sequence[str]) -> bool:
+    """Whether a ``model`` run measured nothing: every job errored, timed out or was skipped."""
+    return bool(statuses) and not any(status in ("ok", "oom") for status in statuses)
+

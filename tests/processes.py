@@ -1,0 +1,142 @@
+"""Process helpers for fault-injection tests: the CLI in its own process group, bounded waits,
+and a census of what is still alive (read from /proc; Linux only).
+
+Every process the test session starts inherits :data:`SESSION_VARIABLE` (set by
+``conftest.py``), so a process that outlived its parent — reparented to init, its parent's
+pid gone from its command line — is still found by :func:`session_processes`.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+SESSION_VARIABLE = "FUSEDCE_TEST_SESSION"
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _alive(pid: str) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _cmdline(pid: str) -> list[bytes]:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return fh.read().split(b"\0")
+    except OSError:
+        return []
+
+
+def workers_of(parent_pid: int, wait_s: float = 0.0) -> list[int]:
+    """Pids of live ``profiler.worker`` processes started by ``parent_pid`` (waits up to ``wait_s``
+    for them to go)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        found = [int(pid) for pid in os.listdir("/proc") if pid.isdigit()
+                 and b"profiler.worker" in (args := _cmdline(pid)) and str(parent_pid).encode() in args
+                 and _alive(pid)]
+        if not found or time.monotonic() >= deadline:
+            return found
+        time.sleep(0.1)
+
+
+def is_ours(args: list[bytes]) -> bool:
+    """Whether a command line is a worker or a ``fusedce-profile`` run (``python -m cli``, the script)."""
+    return (b"profiler.worker" in args or any(arg.endswith(b"fusedce-profile") for arg in args)
+            or any(a == b"-m" and b == b"cli" for a, b in zip(args, args[1:])))
+
+
+def session_processes(marker: str, wait_s: float = 0.0) -> list[tuple[int, str]]:
+    """(pid, command line) of live workers and CLI runs (:func:`is_ours`) other than this
+    process whose environment holds ``SESSION_VARIABLE=marker``."""
+    entry = f"{SESSION_VARIABLE}={marker}".encode()
+    deadline = time.monotonic() + wait_s
+    while True:
+        found = []
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit() or int(pid) == os.getpid() or not is_ours(args := _cmdline(pid)):
+                continue
+            try:
+                with open(f"/proc/{pid}/environ", "rb") as fh:
+                    environ = fh.read().split(b"\0")
+            except OSError:
+                continue
+            if entry in environ and _alive(pid):
+                found.append((int(pid), b" ".join(args).decode(errors="replace")))
+        if not found or time.monotonic() >= deadline:
+            return found
+        time.sleep(0.1)
+
+
+def cli_env(*paths: str | Path, **variables: str) -> dict:
+    """The environment of a CLI subprocess: this one's, with ``paths`` (and the repository)
+    first on PYTHONPATH and ``variables`` set."""
+    pythonpath = [str(p) for p in paths] + [str(REPO)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(pythonpath), "COLUMNS": "200", **variables}
+
+
+def _without_dac_override() -> None:  # pragma: no cover - runs in the child
+    """As root, drop the capabilities that ignore file permissions (so a read-only folder is one)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    for capability in (1, 2):  # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH
+        libc.prctl(24, capability, 0, 0, 0)  # PR_CAPBSET_DROP: gone after exec
+
+
+CONSOLE_SCRIPT = Path(sys.executable).parent / "fusedce-profile"
+
+
+def start_cli(args: list[str], env: dict, cwd: str | Path | None = None, *, preexec=None,
+              script: bool = False, **kwargs) -> subprocess.Popen:
+    """``python -m cli`` (or, with ``script``, the installed ``fusedce-profile`` console script,
+    which unlike ``python -m`` does not put the current folder on the path) with ``args``, in
+    its own session and process group (signals reach it and nothing else of the test);
+    stdout and stderr captured as text."""
+    command = [str(CONSOLE_SCRIPT)] if script else [sys.executable, "-m", "cli"]
+    return subprocess.Popen([*command, *args], env=env, cwd=cwd or REPO, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                            preexec_fn=preexec, **kwargs)
+
+
+def run_cli(args: list[str], env: dict, cwd: str | Path | None = None, *, timeout: float = 180,
+            as_unprivileged: bool = False, preexec=None, script: bool = False) -> subprocess.CompletedProcess:
+    """Run the CLI to its end (bounded: killed with its group after ``timeout``). With
+    ``as_unprivileged``, a root test drops the capabilities that override file permissions."""
+    if as_unprivileged and os.geteuid() == 0:
+        preexec = _without_dac_override
+    process = start_cli(args, env, cwd, preexec=preexec, script=script)
+    try:
+        out, err = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill_group(process)
+        out, err = process.communicate()
+        raise AssertionError(f"fusedce-profile {' '.join(args)} ran past {timeout} s:\n{out}\n{err}") from None
+    return subprocess.CompletedProcess(process.args, process.returncode, out, err)
+
+
+def kill_group(process: subprocess.Popen) -> None:
+    """SIGKILL ``process``'s group (a test's cleanup: nothing it started survives the test)."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    process.wait(timeout=30)
+
+
+def wait_for(predicate, timeout: float, what: str, process: subprocess.Popen | None = None) -> None:
+    """Poll ``predicate`` every 0.1 s; fail after ``timeout`` seconds (or when ``process`` ended)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if process is not None and process.poll() is not None:
+            out, err = process.communicate()
+            raise AssertionError(f"the CLI ended (exit {process.returncode}) before {what}:\n{out}\n{err}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.1)

@@ -1,0 +1,376 @@
+"""Faults during a run, injected for real: every one gets one clear answer and loses nothing.
+
+A hung back-end, SIGTERM/SIGINT/SIGKILL to the CLI, two runs into one folder, NaN losses, a
+worker that cannot start, a back-end that raises in every cell, a file-size limit, damaged
+result lines. CLI subprocesses run in their own process group with bounded waits, and each
+test that starts one checks at the end that no worker outlived it (``processes.workers_of``).
+"""
+from __future__ import annotations
+
+import json
+import os
+import resource
+import signal
+import textwrap
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from cli.app import app
+from processes import cli_env, kill_group, run_cli, start_cli, wait_for, workers_of
+from profiler.store import LOCK_FILE, PLAN_FILE, RESULTS_FILE
+
+BACKENDS = textwrap.dedent('''
+    import os, time
+    import torch.nn.functional as F
+
+    def ok(hidden, weight, target, bias=None):
+        return F.cross_entropy(F.linear(hidden, weight, bias), target)
+
+    def nan(hidden, weight, target, bias=None):
+        return ok(hidden, weight, target, bias) * float("nan")
+
+    def nan_grad(hidden, weight, target, bias=None):  # a finite loss whose gradients are not
+        if hidden.requires_grad:
+            hidden.register_hook(lambda grad: grad * float("inf"))
+        return ok(hidden, weight, target, bias)
+
+    def boom(hidden, weight, target, bias=None):
+        raise RuntimeError("boom")
+
+    def hang(hidden, weight, target, bias=None):
+        mark = os.environ.get("FX_HANG_MARK")
+        if mark:
+            open(mark, "w").close()
+        while True:
+            time.sleep(1)
+''')
+
+TINY = ["grid", "--device", "cpu", "--hidden", "32", "--vocab", "256", "--repeats", "1", "--warmup", "0"]
+
+
+@pytest.fixture
+def fx(tmp_path, monkeypatch):
+    """A folder holding the test back-ends (module ``fx_backends``), on this process's path too."""
+    folder = tmp_path / "backends"
+    folder.mkdir()
+    (folder / "fx_backends.py").write_text(BACKENDS)
+    monkeypatch.syspath_prepend(str(folder))
+    return folder
+
+
+def _plain(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _rows(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / RESULTS_FILE).read_text().splitlines() if line.strip()]
+
+
+# --- 1. a hung back-end is a timeout, and the run goes on -------------------------------------
+
+CELL_TIMEOUT_S = 15
+"""Long enough for a tiny cell's first call (profiler set-up included) on a loaded CI machine."""
+
+
+def test_a_hanging_backend_is_recorded_as_timeout_and_the_run_goes_on(fx, tmp_path):
+    out = tmp_path / "run"
+    result = CliRunner().invoke(app, [*TINY, "--tokens", "16", "--backend", "torch", "--backend", "fx_backends:hang",
+                                      "--backend", "fusedce", "--cell-timeout", str(CELL_TIMEOUT_S), "--out", str(out),
+                                      "--json"])
+    rows = {r["spec"]["backend"]: r for r in _rows(out)}
+    assert rows["fx_backends:hang"]["status"] == "timeout"
+    assert f"timed out after {CELL_TIMEOUT_S} s" in rows["fx_backends:hang"]["message"]
+    assert rows["fusedce"]["status"] == "ok", rows["fusedce"]["message"]  # after the timeout, on a fresh worker
+    assert "| fx_backends:hang | 16 |" in (out / "summary.md").read_text()
+    assert f"timeout: timed out after {CELL_TIMEOUT_S} s" in (out / "summary.md").read_text()
+    summary = json.loads(result.stdout)
+    assert summary["cells"]["timeout"] == 1
+    assert result.exit_code == 1  # the named back-end failed in every cell
+    assert workers_of(os.getpid(), wait_s=10) == []
+
+
+def test_cell_timeout_defaults_per_device_and_zero_means_none():
+    from cli.options import resolve_cell_timeout
+
+    assert resolve_cell_timeout(None, "cuda:1") == 900 and resolve_cell_timeout(None, "cpu") == 600
+    assert resolve_cell_timeout(0, "cpu") is None and resolve_cell_timeout(5, "cpu") == 5
+
+
+def test_cell_timeout_is_an_option_of_the_default_command_and_grid():
+    for args in (["--help"], ["grid", "--help"]):
+        assert "--cell-timeout SECONDS" in CliRunner().invoke(app, args).stdout
+
+
+# --- 2, 3, 16. signals, the lock, the report of a cut run -------------------------------------
+
+def _start_hung_run(fx: Path, tmp_path: Path, out: Path):
+    mark = tmp_path / "hung"
+    env = cli_env(fx, FX_HANG_MARK=str(mark))
+    process = start_cli([*TINY, "--tokens", "16", "--backend", "torch", "--backend", "fx_backends:hang",
+                         "--backend", "fusedce", "--out", str(out), "--json"], env)
+    wait_for(mark.exists, 120, "the hung cell to start", process)
+    return process, env
+
+
+@pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_to_the_cli_writes_a_partial_report_and_leaves_no_worker(fx, tmp_path, signum, code):
+    out = tmp_path / "run"
+    process, _ = _start_hung_run(fx, tmp_path, out)
+    try:
+        assert workers_of(process.pid), "the hung cell's worker should be running"
+        os.killpg(process.pid, signum)  # the whole group, as a terminal or a CI runner does
+        stdout, stderr = process.communicate(timeout=120)
+    finally:
+        kill_group(process)
+    assert process.returncode == code, stderr
+    assert "Interrupted after 1 of 3 new cells; continue with --resume --out" in _plain(stderr)
+    assert workers_of(process.pid, wait_s=10) == []
+    note = f"1 of 3 cells — interrupted; continue with `--resume --out {out.resolve()}`"
+    assert note in (out / "summary.md").read_text().replace("\\`", "`")  # Markdown-escaped as every stored string
+    assert note in (out / "report.html").read_text()
+    summary = json.loads(stdout)
+    assert note in summary["notes"] and summary["exit_code"] == code
+    assert len(json.loads((out / PLAN_FILE).read_text())["cells"]) == 3
+
+
+def test_a_second_run_into_a_held_folder_says_who_holds_it_and_changes_nothing(fx, tmp_path):
+    out = tmp_path / "run"
+    process, env = _start_hung_run(fx, tmp_path, out)
+    try:
+        before = (out / RESULTS_FILE).read_text()
+        for args in ([*TINY, "--tokens", "16", "--backend", "torch", "--out", str(out), "--resume"],
+                     [*TINY, "--tokens", "16", "--backend", "torch", "--out", str(out), "--force"]):
+            second = run_cli(args, env)
+            assert second.returncode == 2, second.stderr
+            assert f"is in use by pid {process.pid}" in _plain(second.stderr)
+            assert "Traceback" not in second.stderr
+        for command in (["model", "--device", "cpu", "--preset", "tiny", "--batch", "1", "--seq", "8"],
+                        ["parity", "--device", "cpu", "--preset", "tiny", "--steps", "10"]):
+            held = CliRunner().invoke(app, [*command, "--out", str(out), "--force"])
+            assert held.exit_code == 2 and f"is in use by pid {process.pid}" in _plain(held.stderr)
+        assert (out / RESULTS_FILE).read_text() == before  # --force removed nothing of the running run
+    finally:
+        kill_group(process)
+    assert workers_of(process.pid, wait_s=10) == []
+
+
+def test_kill_9_of_the_cli_takes_its_worker_with_it(fx, tmp_path):
+    process, _ = _start_hung_run(fx, tmp_path, tmp_path / "run")
+    try:
+        assert workers_of(process.pid)
+        os.kill(process.pid, signal.SIGKILL)  # the CLI alone: its worker is in a session of its own
+        process.wait(timeout=30)
+        assert workers_of(process.pid, wait_s=15) == [], "the worker outlived the killed CLI"
+    finally:
+        kill_group(process)
+
+
+# --- 4. NaN ------------------------------------------------------------------------------------
+
+def test_a_nan_loss_is_a_parity_failure_stored_as_strict_json(fx, tmp_path):
+    out = tmp_path / "run"
+    result = CliRunner().invoke(app, [*TINY, "--tokens", "16", "--backend", "torch", "--backend", "fx_backends:nan",
+                                      "--out", str(out), "--json"])
+    assert result.exit_code == 1, result.output
+    line = next(line for line in (out / RESULTS_FILE).read_text().splitlines() if "fx_backends:nan" in line)
+    assert '"loss": "NaN"' in line and "NaN," not in line.replace('"NaN",', "")  # strict JSON
+    json.loads(line)
+    row = next(r for r in json.loads(result.stdout)["rows"] if r["backend"] == "fx_backends:nan")
+    assert row["parity_ok"] is False
+    assert "| fx_backends:nan | 16 |" in (out / "summary.md").read_text()
+    table_row = next(line for line in (out / "summary.md").read_text().splitlines()
+                     if line.startswith("| fx_backends:nan |"))
+    assert "NaN ✗" in table_row
+    assert "PARITY FAILURE: fx_backends:nan" in _plain(result.stderr)
+    assert "NaN ✗" in result.stderr  # the terminal table
+
+
+def test_a_finite_loss_with_infinite_gradients_is_a_parity_failure_stored_as_strict_json(fx, tmp_path):
+    out = tmp_path / "run"
+    result = CliRunner().invoke(app, [*TINY, "--tokens", "16", "--backend", "torch", "--backend",
+                                      "fx_backends:nan_grad", "--out", str(out), "--json"])
+    assert result.exit_code == 1, result.output
+    line = next(line for line in (out / RESULTS_FILE).read_text().splitlines() if "fx_backends:nan_grad" in line)
+    stored = json.loads(line, parse_constant=lambda name: pytest.fail(f"{name} is not JSON"))
+    assert stored["parity"]["loss"] < 1e-3  # the loss itself is right
+    row = next(r for r in json.loads(result.stdout)["rows"] if r["backend"] == "fx_backends:nan_grad")
+    assert row["parity_ok"] is False
+    assert "PARITY FAILURE: fx_backends:nan_grad" in _plain(result.stderr)
+    assert "NaN ✗" in next(line for line in (out / "summary.md").read_text().splitlines()
+                           if line.startswith("| fx_backends:nan_grad |"))
+
+
+# --- 5. a worker that cannot start -----------------------------------------------------------
+
+def test_a_worker_that_dies_at_start_up_is_named_with_its_log_and_exit_3(tmp_path):
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "sitecustomize.py").write_text(textwrap.dedent('''
+        import os, sys
+        if "profiler.worker" in sys.orig_argv:  # the worker's interpreter only
+            sys.stderr.write("ModuleNotFoundError: No module named 'torch'\\n")
+            sys.stderr.flush()
+            os._exit(1)
+    '''))
+    out = tmp_path / "run"
+    result = run_cli([*TINY, "--tokens", "16", "--backend", "torch", "--out", str(out)], cli_env(broken))
+    assert result.returncode == 3, result.stderr
+    message = _plain(result.stderr)
+    assert "the worker (python -m profiler.worker) died at start-up: exited with code 1" in message
+    assert "(ModuleNotFoundError: No module named 'torch')" in message
+    log = message.split("; log ")[1].split(";")[0]
+    assert Path(log).is_file() and Path(log).parent == out / "logs"
+    assert "Traceback" not in result.stderr
+
+
+# --- 12. a back-end that raises in every cell ---------------------------------------------------
+
+def test_a_backend_raising_in_every_cell_names_its_log_and_fails_the_run(fx, tmp_path):
+    out = tmp_path / "run"
+    result = CliRunner().invoke(app, [*TINY, "--tokens", "8,16", "--backend", "torch", "--backend",
+                                      "fx_backends:boom", "--out", str(out)])
+    assert result.exit_code == 1, result.output
+    lines = [line for line in result.stdout.splitlines() if "fx_backends:boom" in line and line.startswith("[")]
+    assert len(lines) == 2
+    for line in lines:
+        assert ": error: RuntimeError: boom (traceback in " in line
+        log = Path(line.split("(traceback in ")[1].rstrip(")"))
+        assert "RuntimeError: boom" in log.read_text() and "Traceback (most recent call last)" in log.read_text()
+    assert "fx_backends:boom failed in every cell (2 of 2): exit code 1." in _plain(result.stdout)
+    assert "error: RuntimeError: boom (traceback in logs/worker-" in (out / "summary.md").read_text()
+
+
+# --- 6. I/O errors -------------------------------------------------------------------------------
+
+def _file_size_limit(limit: int):
+    def apply() -> None:  # in the child, before exec
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return apply
+
+
+def test_a_file_size_limit_while_storing_results_exits_2_and_resume_measures_the_cell_again(tmp_path):
+    out = tmp_path / "run"
+    args = [*TINY, "--tokens", "8,16", "--backend", "torch", "--out", str(out)]
+    cut = run_cli(args, cli_env(), preexec=_file_size_limit(1600))
+    assert cut.returncode == 2, cut.stderr
+    message = [line for line in cut.stderr.splitlines() if line.startswith("error:")]
+    assert len(message) == 1 and "Traceback" not in cut.stderr
+    assert f"{out / RESULTS_FILE}: File too large: the result of torch at 16 tokens" in message[0]
+    assert f"--resume --out {out}" in message[0]
+    resumed = run_cli([*args, "--resume"], cli_env())
+    assert resumed.returncode == 0, resumed.stderr
+    assert "cut a last line left unfinished by an interrupted run; that cell is measured again" in _plain(resumed.stdout)
+    assert [r["spec"]["tokens"] for r in _rows(out)] == [8, 16]
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("finished") / "run"
+    result = CliRunner().invoke(app, [*TINY, "--tokens", "8", "--backend", "torch", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    return out
+
+
+@pytest.mark.parametrize("limit_below", ["half a plot", "half the page"])
+def test_a_file_size_limit_during_report_exits_2_and_leaves_the_old_report(finished_run, limit_below):
+    html = (finished_run / "report.html").read_bytes()
+    plots = sorted(p.name for p in (finished_run / "plots").iterdir())
+    assert plots
+    smallest_plot = min(p.stat().st_size for p in (finished_run / "plots").iterdir())
+    limit = smallest_plot // 2 if limit_below == "half a plot" else len(html) // 2  # the page embeds every plot
+    result = run_cli(["report", str(finished_run)], cli_env(), preexec=_file_size_limit(limit))
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    assert ": File too large" in result.stderr and str(finished_run) in result.stderr
+    assert (finished_run / "report.html").read_bytes() == html
+    assert sorted(p.name for p in (finished_run / "plots").iterdir()) == plots  # no plot deleted
+    assert not [p for p in finished_run.rglob("*") if p.name.endswith(".tmp")]  # no temporary left
+
+
+def test_an_unwritable_out_folder_is_one_line_and_exit_2(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    result = CliRunner().invoke(app, [*TINY, "--tokens", "8", "--backend", "torch", "--out", str(blocker / "run")])
+    assert result.exit_code == 2
+    assert f"--out {blocker / 'run'}: Not a directory" in _plain(result.stderr)
+
+
+def test_a_read_only_out_folder_is_one_line_and_exit_2(tmp_path):
+    out = tmp_path / "read-only"
+    out.mkdir()
+    out.chmod(0o555)
+    try:
+        result = run_cli([*TINY, "--tokens", "8", "--backend", "torch", "--out", str(out)], cli_env(),
+                         as_unprivileged=True)
+    finally:
+        out.chmod(0o755)
+    assert result.returncode == 2, result.stderr
+    assert f"--out {out / LOCK_FILE}: Permission denied" in _plain(result.stderr)
+    assert "Traceback" not in result.stderr and not list(out.iterdir())
+
+
+# --- 7. report writes ---------------------------------------------------------------------------
+
+def test_report_replaces_a_summary_linked_outside_the_folder_and_never_writes_through_it(finished_run, tmp_path):
+    outside = tmp_path / "outside.md"
+    outside.write_text("not yours")
+    (finished_run / "summary.md").unlink()
+    (finished_run / "summary.md").symlink_to(outside)
+    result = CliRunner().invoke(app, ["report", str(finished_run)])
+    assert result.exit_code == 0, result.output
+    assert outside.read_text() == "not yours"
+    assert not (finished_run / "summary.md").is_symlink() and "torch" in (finished_run / "summary.md").read_text()
+
+
+def test_report_refuses_a_plots_folder_that_is_a_link(finished_run, tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    plots = finished_run / "plots"
+    moved = finished_run.parent / "plots-moved"
+    plots.rename(moved)
+    plots.symlink_to(elsewhere)
+    try:
+        result = CliRunner().invoke(app, ["report", str(finished_run)])
+        assert result.exit_code == 2
+        assert "is a symbolic link" in _plain(result.stderr) and "Traceback" not in result.output
+        assert not list(elsewhere.iterdir())
+    finally:
+        plots.unlink()
+        moved.rename(plots)
+
+
+# --- 8-9. damaged result lines: --resume re-measures, report names the line ----------------------
+
+def test_resume_notes_and_remeasures_an_ill_typed_row_and_report_names_the_line(tmp_path):
+    out = tmp_path / "run"
+    args = [*TINY, "--tokens", "8,16", "--backend", "torch", "--out", str(out)]
+    assert CliRunner().invoke(app, args).exit_code == 0
+    lines = (out / RESULTS_FILE).read_text().splitlines()
+    bad = json.loads(lines[1])
+    bad["spec"]["tokens"] = "sixteen"  # ill-typed
+    (out / RESULTS_FILE).write_text(lines[0] + "\n" + json.dumps(bad) + "\n")
+
+    report = CliRunner().invoke(app, ["report", str(out)])
+    assert f"note: {out.resolve() / RESULTS_FILE}:2: not a valid row (spec.tokens must be an integer" in \
+        _plain(report.stdout)
+    assert "1 of 2 cells — interrupted" in (out / "summary.md").read_text()
+
+    resumed = CliRunner().invoke(app, [*args, "--resume"])
+    assert resumed.exit_code == 0, resumed.output
+    assert f"note: {out / RESULTS_FILE}:2: not a valid row" in _plain(resumed.stdout)
+    assert "that cell is measured again" in _plain(resumed.stdout)
+    assert "[1/1] torch 16×32×256" in resumed.stdout  # only the damaged cell was measured
+    assert "interrupted" not in (out / "summary.md").read_text()
+
+
+def test_report_names_a_truncated_last_line(finished_run, tmp_path):
+    out = tmp_path / "copy"
+    out.mkdir()
+    text = (finished_run / RESULTS_FILE).read_text()
+    (out / RESULTS_FILE).write_text(text + text[: len(text) // 2])  # a second line cut short
+    result = CliRunner().invoke(app, ["report", str(out)])
+    assert result.exit_code == 0, result.output
+    assert f"{out.resolve() / RESULTS_FILE}:2: a last line cut short by an interrupted write" in _plain(result.stdout)

@@ -1,0 +1,24 @@
+"""profiler/text.py: a terminal one-liner is shortened at a word boundary, never mid-word."""
+from profiler.text import count, shorten
+
+
+def test_a_short_first_line_is_kept_whole_and_dropped_lines_are_marked():
+    assert shorten("RuntimeError: boom") == "RuntimeError: boom"
+    assert shorten("\n  first line\nsecond line") == "first line …"
+
+
+def test_a_long_line_is_cut_at_the_last_space_with_an_ellipsis():
+    text = "CUDA out of memory. Tried to allocate 2.50 GiB. GPU 0 has a total capacity of 79.1 GiB"
+    cut = shorten(text, 40)
+    assert cut == "CUDA out of memory. Tried to allocate…"
+    assert len(cut) <= 40 and text.startswith(cut[:-1])
+
+
+def test_one_word_longer_than_the_width_is_not_cut_inside():
+    path = "/very/long/path/" + "x" * 100 + "/worker.log"
+    assert shorten(path, 40) == path
+    assert shorten(f"{path} and more", 40) == f"{path}…"
+
+
+def test_counts_agree_with_their_noun():
+    assert [count(n, "cell") for n in (0, 1, 2)] == ["0 cells", "1 cell", "2 cells"]

@@ -1,0 +1,37 @@
+"""profiler/worker.py: a worker that dies at start-up is told apart from a job that fails."""
+import os
+import textwrap
+
+import pytest
+
+from processes import workers_of
+from profiler.worker import JobFailed, Worker, WorkerDied
+
+
+def test_a_worker_that_dies_before_it_is_ready_is_at_start(tmp_path, monkeypatch):
+    (tmp_path / "sitecustomize.py").write_text(textwrap.dedent('''
+        import os, sys
+        if "profiler.worker" in sys.orig_argv:
+            print("ImportError: cannot import name 'x' from 'torch'", file=sys.stderr, flush=True)
+            os._exit(1)
+    '''))
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    worker = Worker(tmp_path / "logs")
+    with pytest.raises(WorkerDied) as died:
+        worker.call("environment", timeout_s=60)
+    assert died.value.at_start and not died.value.timed_out
+    assert died.value.summary.startswith("the worker (python -m profiler.worker) died at start-up: exited with code 1")
+    assert "(ImportError: cannot import name 'x' from 'torch')" in died.value.summary
+    assert f"; log {worker.log_path}" in died.value.summary
+    assert workers_of(os.getpid(), wait_s=5) == []
+
+
+def test_a_job_that_raises_is_job_failed_with_the_exception_in_its_first_line(tmp_path):
+    with Worker(tmp_path / "logs") as worker:
+        with pytest.raises(JobFailed) as failed:
+            worker.call("cell", {"spec": {"backend": "torch"}})  # an invalid spec
+        first = str(failed.value).splitlines()[0]
+        assert first.startswith("job cell failed in the worker (ValueError: spec.tokens must be an integer")
+        assert f"log {worker.log_path}" in first
+        assert worker.call("environment", timeout_s=120)["torch"]  # the worker lives on
+    assert workers_of(os.getpid(), wait_s=5) == []
