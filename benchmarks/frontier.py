@@ -89,19 +89,20 @@ DRY_CASES = (
 FUSEDCE_POINTS = {
     "fusedce_precompute": {"strategy": "precompute"},
     "fusedce_fast_per_chunk": {"memory_budget": "fast", "grad_weight_accumulation": "per_chunk"},
+    "fusedce_min_per_chunk": {"memory_budget": "min", "grad_weight_accumulation": "per_chunk"},
 }
 """fusedce's explicit points beside ``fusedce`` / ``fusedce_min`` / ``fusedce_fast``:
 gradients in forward by name (at least 1024 rows a chunk, whatever the default budget), and
-(bf16 weight only) the fast budget with grad_W rounded into bf16 once per row chunk — without
+(bf16 weight only) the fast and the min budget with grad_W rounded into bf16 once per row chunk — without
 that policy a bf16 weight's precompute needs a V×H fp32 accumulator, which "fast" does not
 hold at H=4096, so ``fusedce_fast`` recomputes wide blocks there."""
 
 IMPLS = ("fusedce", "torch_compile", "fusedce_fast", "fusedce_min", "fusedce_precompute",
-         "fusedce_fast_per_chunk", "liger", "cce", "torch", "torch_native")
+         "fusedce_fast_per_chunk", "fusedce_min_per_chunk", "liger", "cce", "torch", "torch_native")
 """Measuring order within a case: fusedce and its yardstick first, so a cut run has them."""
 
 DRY_IMPLS = ("fusedce", "torch_compile", "fusedce_fast", "fusedce_min", "fusedce_precompute",
-             "fusedce_fast_per_chunk", "liger", "torch", "torch_native")
+             "fusedce_fast_per_chunk", "fusedce_min_per_chunk", "liger", "torch", "torch_native")
 """``--dry``: liger shows the CUDA-only skip; cce is left out (same path)."""
 
 
@@ -113,7 +114,7 @@ def implementation(name: str) -> Backend:
 
 
 def _skip_reason(name: str, case: Case) -> str | None:
-    if name == "fusedce_fast_per_chunk" and case.mode != "bf16":
+    if name in ("fusedce_fast_per_chunk", "fusedce_min_per_chunk") and case.mode != "bf16":
         return "per-chunk grad_W rounding applies to a bf16 weight only"
     return None
 
@@ -202,6 +203,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--repeats", type=int, default=5, help="timed calls per cell (median), at least 5 on a GPU")
     parser.add_argument("--budget-s", type=float, default=420.0,
                         help="seconds after which the cases left are recorded as skipped")
+    parser.add_argument("--impls", nargs="+", metavar="NAME", help=f"only these (of {', '.join(IMPLS)})")
+    parser.add_argument("--mode", choices=("amp", "bf16"), help="only the cases of this mode")
     return parser
 
 
@@ -214,6 +217,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"frontier: --budget-s must be a positive number of seconds, got {args.budget_s}", file=sys.stderr)
         return 2
     device, cases, impls = ("cpu", DRY_CASES, DRY_IMPLS) if args.dry else ("cuda", CASES, IMPLS)
+    if args.impls:
+        unknown = sorted(set(args.impls) - set(impls))
+        if unknown:
+            print(f"frontier: --impls: unknown {', '.join(unknown)}; choose from {', '.join(impls)}", file=sys.stderr)
+            return 2
+        impls = tuple(name for name in impls if name in args.impls)
+    if args.mode:
+        cases = tuple(case for case in cases if case.mode == args.mode)
     try:
         run = run_frontier(args.out, device=device, cases=cases, impls=impls, repeats=args.repeats,
                            budget_s=args.budget_s, log=lambda line: print(line, flush=True))

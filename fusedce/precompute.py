@@ -78,6 +78,7 @@ def loss_and_gradients(
     stats = RowStats.empty(n, hidden.device, acc)
     work = _Workspace(plan, hidden, weight, compute_dtype, acc, grads)
     any_grad = need_hidden or need_weight or need_bias
+    z = h_i = None
     for i, (r0, r1) in enumerate(row_chunks):
         h_i = work.hidden_rows(r0, r1)
         z = work.logits(h_i)
@@ -93,7 +94,9 @@ def loss_and_gradients(
         del lse_i
         grads.add_rows(d, h_i, work, r0, r1, first_row_chunk=i == 0)
         del d  # the PyTorch path's d is a copy: free it before the next block's product
-    del work, upstream
+    # z (a view of the workspace's block) and h_i would keep the block alive while finish
+    # rounds the fp32 grad_W sum into the weight dtype
+    del work, upstream, z, h_i
     grads.finish(ran=bool(row_chunks), bias_dtype=None if bias is None else bias.dtype)
     lse = stats.logsumexp()
     per_token = _token_loss(stats, lse, target, v, opts)

@@ -48,8 +48,17 @@ def test_an_existing_result_is_not_overwritten(tmp_path):
     assert frontier.main(["--out", str(tmp_path), "--dry"]) == 2
 
 
-@pytest.mark.parametrize("argv", [["--repeats", "3"], ["--budget-s", "0"]])
+@pytest.mark.parametrize("argv", [["--repeats", "3"], ["--budget-s", "0"], ["--impls", "fusedce_nope"]])
 def test_bad_arguments_exit_2_in_one_line(tmp_path, capsys, argv):
     assert frontier.main(["--out", str(tmp_path)] + argv) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("frontier: --") and "\n" not in err
+
+
+def test_impls_and_mode_select_the_cells(tmp_path):
+    assert frontier.main(["--out", str(tmp_path), "--dry", "--repeats", "1", "--mode", "bf16",
+                          "--impls", "fusedce_min_per_chunk", "fusedce"]) == 0
+    rows = [json.loads(line) for line in (tmp_path / "frontier.jsonl").read_text().splitlines()]
+    cells = [row for row in rows if row["kind"] == "cell"]
+    assert {c["spec"]["backend"] for c in cells} == {"fusedce_min_per_chunk", "fusedce"}
+    assert {c["spec"]["mode"] for c in cells} == {"bf16"}

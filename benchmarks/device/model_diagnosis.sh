@@ -25,14 +25,18 @@ else
   DEV=cuda; PRESET=user-gpt; B=32; BE=12; T=1024; HB=8; HT=1024; SEQS=1024,2048; CAL=2,4
   NAIVE=22785; FUSED=22155; CARD=24; CONFIG_FLAG=
 fi
+SEQS=${SEQ_CANDIDATES:-$SEQS}
 BUDGET=${BUDGET:-470}
 TAR_MARGIN=10
 LOG="$OUT/model_diagnosis.log"
 W=/tmp/model-diagnosis
 rm -rf "$W"; mkdir -p "$W/user-gpt" "$W/hf"
 
+# STEPS="explain hf-llama" runs only the named steps (default: all, in the order below).
+STEPS=${STEPS:-all}
 step() {
   local name=$1 limit=$2; shift 2
+  if [ "$STEPS" != all ] && [[ " $STEPS " != *" $name "* ]]; then echo "== $name: not in STEPS" | tee -a "$LOG"; return 0; fi
   local left=$(( BUDGET - SECONDS - TAR_MARGIN ))
   if (( left < limit )); then limit=$left; fi
   if (( limit < 20 )); then echo "== $name: skipped, ${left} s left" | tee -a "$LOG"; return 0; fi
