@@ -183,6 +183,10 @@ def report(
         raise typer.Exit(code)
     if (run_dir / store.MODEL_RESULTS_FILE).is_file() or (run_dir / store.PARITY_FILE).is_file():
         raise typer.Exit(_model_report(run_dir, console, as_json))
+    if (run_dir / store.RECORDED_STEPS_FILE).is_file():  # steps recorded in the user's own run
+        from cli.recorded import recorded_report
+
+        raise typer.Exit(recorded_report(run_dir, console, as_json))
     raise fail(f"{run_dir}: no {store.RESULTS_FILE}, {store.MODEL_RESULTS_FILE} or {store.PARITY_FILE} here "
                "(give the folder a grid, model or parity run wrote)")
 

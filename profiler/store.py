@@ -7,6 +7,8 @@ Layout of a run folder (each name defined here once)::
     fit.json             model mode --fit: the searches
     parity.json          parity: the whole ParityReport
     doctor.json          doctor: the checks
+    recorded_steps.jsonl a training step recorded inside the user's own loop
+                         (profiler.recording): one RecordedStep per line
     environment.json     what ran it
     snapshots/           <cell>.pickle (raw allocator snapshot, for PyTorch's memory viewer)
                          and <cell>.timeline.json (what the report draws)
@@ -56,6 +58,7 @@ LOGS_DIR = "logs"
 LOCK_FILE = ".lock"
 TIMELINE_SUFFIX = ".timeline.json"
 SNAPSHOT_SUFFIX = ".pickle"
+RECORDED_STEPS_FILE = "recorded_steps.jsonl"
 
 T = TypeVar("T")
 
