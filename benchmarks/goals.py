@@ -1,4 +1,4 @@
-"""Issue 4's goals, checked for every fusedce cell against the other cells of the same run.
+"""The benchmark's goals, checked for every fusedce cell against the other cells of the same run.
 
 For one (row, mode, options) group:
 

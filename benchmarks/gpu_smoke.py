@@ -17,13 +17,15 @@ import time
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import fusedce  # noqa: E402
 from fusedce import matmul  # noqa: E402
 from fusedce.options import LossOptions  # noqa: E402
+from profiler.backends import torch_loss  # noqa: E402
+from profiler.protocol import MemoryMeter, settle, synchronize, time_calls  # noqa: E402
 from profiler.reference import reference as fp32_reference  # noqa: E402
+from profiler.reference import relative_error  # noqa: E402
 
 GiB = 1 << 30
 
@@ -35,7 +37,8 @@ def reference(h, w, y, b=None, *, eps=0.0, zl=0.0, sc=None, chunk=2048):
 
 
 def rel(a, b):
-    return ((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-30)).item()
+    """The project's relative error (:func:`profiler.reference.relative_error`)."""
+    return relative_error(a, b)
 
 
 def run_loss(fn, h, w, y, b=None, amp=False, **kw):
@@ -53,13 +56,8 @@ def fused(h, w, y, b, **kw):
 
 
 def eager(h, w, y, b, label_smoothing=0.0, z_loss=0.0, softcap=None):
-    x = F.linear(h, w, b)
-    if softcap:
-        x = softcap * torch.tanh(x / softcap)
-    l = F.cross_entropy(x.float(), y, reduction="none", label_smoothing=label_smoothing)
-    if z_loss:
-        l = l + z_loss * torch.logsumexp(x.float(), -1) ** 2 * (y != -100)
-    return l.sum() / (y != -100).sum()
+    """The eager torch loss as users write it (:func:`profiler.backends.torch_loss`)."""
+    return torch_loss(h, w, y, b, LossOptions(label_smoothing=label_smoothing, z_loss=z_loss, softcap=softcap))
 
 
 def check_options(log):
@@ -143,35 +141,31 @@ def check_compile(log):
 
 
 def measure(fn, h, w, y, amp, repeats=5):
+    """Peak extra and median time of one forward+backward, by the project's protocol
+    (:mod:`profiler.protocol`: warm-up, settle, metered step, CUDA-event timings)."""
+    leaf = {}
+
     def once():
-        hh = h.detach().requires_grad_()
+        leaf["h"] = h.detach().requires_grad_()
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp):
-            loss = fn(hh, w, y, None)
+            loss = fn(leaf["h"], w, y, None)
         loss.backward()
-        return hh
+
+    def clear():
+        leaf.clear()
+        w.grad = None
 
     once()
-    w.grad = None
-    gc.collect()
-    torch.cuda.empty_cache()
-    torch.cuda.reset_peak_memory_stats()
-    base = torch.cuda.memory_allocated()
-    hh = once()
-    torch.cuda.synchronize()
-    peak = torch.cuda.max_memory_allocated() - base
-    del hh
-    w.grad = None
-    times = []
-    for _ in range(repeats):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        hh = once()
-        e.record()
-        torch.cuda.synchronize()
-        times.append(s.elapsed_time(e))
-        del hh
-        w.grad = None
-    return peak, statistics.median(times)
+    clear()
+    settle("cuda")
+    with MemoryMeter("cuda") as meter:
+        meter.mark("step")
+        once()
+        synchronize("cuda")
+    clear()
+    times = time_calls(once, repeats, device="cuda", before=clear)
+    clear()
+    return meter.record.extra(), statistics.median(times)
 
 
 def time_rows(log, rows):
@@ -211,7 +205,7 @@ def main():
 
     import triton
     log({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
-         "out_dtype_mm": matmul._has_out_dtype("cuda", torch.bfloat16)})
+         "out_dtype_mm": matmul.has_out_dtype("cuda", torch.bfloat16)})
     steps = [("options", check_options), ("hidden32", check_hidden_fp32_amp), ("determinism", check_determinism),
              ("large", check_large), ("compile", check_compile),
              ("time", lambda log: time_rows(log, [(8192, 768, 32777), (8192, 2304, 256000), (8192, 4096, 128256),

@@ -1,4 +1,4 @@
-"""Issue 5's done-when grid on a GPU, and the memory-model check.
+"""The default profiler grid on a GPU, and the memory-model check (a device script).
 
 Runs, into ``OUT/grid`` (default ``$OUT``):
   the user's head (H=768, V=32777) and the Llama-3 head (H=4096, V=128256),

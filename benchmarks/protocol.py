@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from fusedce.chunking import gradient_floor_bytes
+from fusedce.planner import gradient_floor_bytes
 from fusedce.options import IGNORE_INDEX
 from profiler.inputs import CellInputs
 
@@ -98,7 +98,7 @@ def weight_dtype(mode: str) -> torch.dtype:
 
 def floor_bytes(row: Row, mode: str, *, bias: bool = False) -> int:
     """Bytes of grad_hidden (bf16) + grad_weight (+ grad_bias) in the weight's dtype (the one
-    floor formula, :func:`fusedce.chunking.gradient_floor_bytes`)."""
+    floor formula, :func:`fusedce.planner.gradient_floor_bytes`)."""
     return gradient_floor_bytes(row.tokens, row.hidden, row.vocab, torch.bfloat16, weight_dtype(mode), has_bias=bias)
 
 

@@ -2,7 +2,7 @@
 
 With no sub-command it runs the built-in default grid (:mod:`cli.defaults`) and writes a
 report; ``grid`` runs a grid of the user's choosing; ``report DIR`` rebuilds a report from
-a run folder (grid, model or parity) without a GPU; ``env``, ``backends`` and ``presets``
+a run folder (grid, model, parity or doctor) without a GPU; ``env``, ``backends`` and ``presets``
 describe what is there; ``model``, ``parity`` and ``doctor`` (from
 :mod:`cli.model_commands`) look at a whole training step. Exit codes: :mod:`cli.exit_codes`.
 """
@@ -181,40 +181,56 @@ def report(
         with usage_errors():
             code = finish(run_dir, console, as_json=as_json)
         raise typer.Exit(code)
-    if (run_dir / store.MODEL_RESULTS_FILE).is_file() or (run_dir / store.PARITY_FILE).is_file():
+    if any((run_dir / name).is_file() for name in (store.MODEL_RESULTS_FILE, store.PARITY_FILE, store.DOCTOR_FILE)):
         raise typer.Exit(_model_report(run_dir, console, as_json))
     if (run_dir / store.RECORDED_STEPS_FILE).is_file():  # steps recorded in the user's own run
         from cli.recorded import recorded_report
 
         raise typer.Exit(recorded_report(run_dir, console, as_json))
-    raise fail(f"{run_dir}: no {store.RESULTS_FILE}, {store.MODEL_RESULTS_FILE} or {store.PARITY_FILE} here "
-               "(give the folder a grid, model or parity run wrote)")
+    if (run_dir / store.EXPLAIN_FILE).is_file():  # an `explain` folder
+        from reports.explain_report import write_explain_report
+
+        with usage_errors():
+            console.print(f"report: {write_explain_report(run_dir)}", markup=False)
+        raise typer.Exit(0)
+    raise fail(f"{run_dir}: no {store.RESULTS_FILE}, {store.MODEL_RESULTS_FILE}, {store.PARITY_FILE}, "
+               f"{store.DOCTOR_FILE} or {store.RECORDED_STEPS_FILE} here "
+               "(give the folder a grid, model, parity, doctor or recorded run wrote)")
 
 
 def _model_report(run_dir: Path, console, as_json: bool) -> int:
-    """Rebuild a ``model`` or ``parity`` folder; print where the summary went; return the exit code."""
+    """Rebuild a ``model``, ``parity`` or ``doctor`` folder; print where the summary went;
+    return the exit code (1 when a parity or doctor check failed)."""
     from profiler import store
     from profiler.training.jobs import load_model_results
-    from reports.model_report import missing_rows, write_model_report, write_parity_report
+    from reports.doctor_report import read_doctor, write_doctor_report
+    from reports.model_report import missing_rows, write_model_report
+    from reports.parity_report import write_parity_report
 
+    kind, passed, notes = "model", None, []
     with usage_errors():
         if (run_dir / store.MODEL_RESULTS_FILE).is_file():
             loaded = load_model_results(run_dir)
-            summary, passed = write_model_report(run_dir), None
+            summary = write_model_report(run_dir)
             notes = missing_rows(loaded.records) + loaded.problems
-        else:
+        elif (run_dir / store.PARITY_FILE).is_file():
             summary, parity_report = write_parity_report(run_dir)
-            passed, notes = parity_report.passed, []
+            kind, passed = "parity", parity_report.passed
+        else:
+            summary = write_doctor_report(run_dir)
+            kind, passed = "doctor", read_doctor(run_dir).passed
     for note in notes:
         console.print(f"incomplete run: {note}", markup=False)
     if passed is not None:
-        console.print(f"parity: {'PASS' if passed else 'FAIL'}", markup=False)
+        console.print(f"{kind}: {'PASS' if passed else 'FAIL'}", markup=False)
     console.print(f"report: {summary}", markup=False)
     code = exit_codes.PARITY_FAILED if passed is False else exit_codes.OK
     if as_json:
         plots = sorted(str(p) for p in (run_dir / "plots").glob("*.png"))
         sys.stdout.write(json.dumps({"summary": str(summary), "plots": plots, "incomplete": notes,
-                                     "parity_passed": passed, "exit_code": code}, indent=2) + "\n")
+                                     "parity_passed": passed if kind == "parity" else None,
+                                     "doctor_passed": passed if kind == "doctor" else None,
+                                     "exit_code": code}, indent=2) + "\n")
     return code
 
 
@@ -293,6 +309,7 @@ def _register_model_commands() -> None:
     app.command("model")(model_commands.model)
     app.command("parity")(model_commands.parity)
     app.command("doctor")(model_commands.doctor)
+    app.command("explain")(model_commands.explain)
 
 
 _register_model_commands()

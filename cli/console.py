@@ -17,6 +17,7 @@ from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
+from rich.text import Text
 
 from profiler.records import CellResult, CellSpec
 from reports.frame import BASELINE_BACKEND
@@ -96,8 +97,9 @@ _STATUS_STYLE = {"ok": "", "oom": "yellow", "error": "red", "skipped": "dim"}
 
 
 def _table(title: str, group: pd.DataFrame) -> Table:
-    table = Table(title=title, title_justify="left", title_style="bold", header_style="bold", pad_edge=False,
-                  box=box.SIMPLE_HEAD, collapse_padding=True)
+    # Cells and title are Text, never markup: a back-end named "evil:[bold]x" is shown as written.
+    table = Table(title=Text(title), title_justify="left", title_style="bold", header_style="bold",
+                  pad_edge=False, box=box.SIMPLE_HEAD, collapse_padding=True)
     for column in ("back-end", "tokens", "peak extra", "× floor", "saving vs torch", "time", "parity"):
         # only the saving may wrap ("2.40 GiB" / "(94%)") in an 80-column terminal
         table.add_column(column, justify="left" if column == "back-end" else "right",
@@ -115,13 +117,15 @@ def _table(title: str, group: pd.DataFrame) -> Table:
         parity = "–" if row.parity_ok is None or is_missing(row.worst_error) else (
             f"{format_error(row.worst_error)} " + ("✓" if row.parity_ok else "✗"))
         style = "red" if row.parity_ok is False else _STATUS_STYLE.get(row.status, "")
-        table.add_row(row.backend, format_tokens(row.tokens), peak,
-                      "–" if is_missing(row.x_floor) else f"{row.x_floor:.2f}", saving, format_ms(row.time_ms),
-                      parity, style=style)
+        cells = (row.backend, format_tokens(row.tokens), peak,
+                 "–" if is_missing(row.x_floor) else f"{row.x_floor:.2f}", saving, format_ms(row.time_ms), parity)
+        table.add_row(*(Text(cell) for cell in cells), style=style)
     return table
 
 
 def summary_tables(frame: pd.DataFrame) -> list[Table]:
-    """One terse table per (device, mode, head, options) group, a row per cell."""
+    """One terse table per (device, mode, head, options) group, a row per cell: back-end,
+    tokens, peak extra (``OOM`` or the status when it did not run), × floor, saving vs torch
+    (``baseline`` on torch's row), time, parity (worst error with ✓ or ✗)."""
     return [_table(group_title(d, m, int(h), int(v), o), group)
             for (d, m, h, v, o), group in frame.groupby(["device", "mode", "hidden", "vocab", "options"], sort=False)]

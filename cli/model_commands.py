@@ -1,7 +1,8 @@
 """``model``, ``parity`` and ``doctor``: a whole training step, not just the loss.
 
 The functions are typer-annotated; :mod:`cli.app` registers them as sub-commands. Each
-writes its report folder through :mod:`reports.model_report`. Exit codes as everywhere
+writes its report folder through :mod:`reports` (:mod:`~reports.model_report`,
+:mod:`~reports.parity_report`, :mod:`~reports.doctor_report`). Exit codes as everywhere
 (:mod:`cli.exit_codes`): 0 ok, 1 a parity or doctor check failed, 2 bad usage or input.
 """
 from __future__ import annotations
@@ -232,7 +233,7 @@ def parity(
     """Train from the same init on the same batches with torch and each back-end; exit 1 on divergence."""
     from profiler.environment import collect_environment, save_environment
     from profiler.training.parity import ParitySettings, run_parity, save_parity_report
-    from reports.model_report import gap_sentences, parity_table, write_parity_report
+    from reports.parity_report import gap_sentences, parity_table, write_parity_report
 
     console = make_console(to_stderr=as_json)
     run_device = resolve_device(device)
@@ -267,8 +268,8 @@ def parity(
     for row in table.itertuples(index=False):
         console.print(f"  {row[0]}: {row[1]}, final loss {row[2]}, rel. diff {row[3]}, worst grad {row[5]}"
                       + (f" — {row[6]}" if row[6] else ""), markup=False)
-    for line in gap_sentences(result):
-        console.print(f"  {line.replace('**', '')}", markup=False)
+    for sentence in gap_sentences(result):
+        console.print(f"  {sentence}", markup=False)
     verdict = "PASS" if result.passed else "FAIL"
     if not result.reference_learned:
         console.print("  torch did not learn on this data: raise --steps or --lr", markup=False)
@@ -291,7 +292,9 @@ def doctor(
 ) -> None:
     """Check a loss wrapper against the reference on a small model: one verdict per item, exit 1 on a failure."""
     from profiler import store
-    from profiler.training.doctor import load_wrapper, run_doctor
+    from profiler.environment import collect_environment, save_environment
+    from profiler.training.doctor import DoctorRun, load_wrapper, run_doctor
+    from reports.doctor_report import write_doctor_report
 
     console = make_console(to_stderr=as_json)
     cfg = _config(preset, config, None, "tiny")
@@ -300,17 +303,144 @@ def doctor(
                     "parameters; use a small config (the wiring does not depend on size)")
     with usage_errors():
         fn = load_wrapper(loss)
-    checks = run_doctor(fn, cfg)
-    failed = any(c.verdict == "fail" for c in checks)
-    lines = [f"# fusedce-profile doctor: {loss}", "", "| item | verdict | evidence |", "|---|---|---|"]
-    lines += [f"| {c.item} | {c.verdict} | {c.evidence.replace('|', '/')} |" for c in checks]
-    for c in checks:
+    run = DoctorRun(loss, cfg.name, run_doctor(fn, cfg))
+    for c in run.checks:
         console.print(f"  [{c.verdict:^7}] {c.item}: {c.evidence}", markup=False)
-    console.print(f"doctor: {'FAIL' if failed else 'PASS'}", markup=False)
+    console.print(f"doctor: {'PASS' if run.passed else 'FAIL'}", markup=False)
     if out is not None:
         out_dir = prepare_out(out, force)
-        store.write_text(out_dir / "summary.md", "\n".join(lines) + "\n")
-        store.write_json(out_dir / store.DOCTOR_FILE, [dataclasses.asdict(c) for c in checks])
+        save_environment(out_dir, collect_environment())
+        store.write_json(out_dir / store.DOCTOR_FILE, run.to_dict())
+        console.print(f"report: {write_doctor_report(out_dir)}", markup=False)
     if as_json:
-        print(json.dumps({"passed": not failed, "checks": [dataclasses.asdict(c) for c in checks]}))
-    raise typer.Exit(exit_codes.PARITY_FAILED if failed else exit_codes.OK)
+        print(json.dumps({"passed": run.passed, "checks": [dataclasses.asdict(c) for c in run.checks]}))
+    raise typer.Exit(exit_codes.OK if run.passed else exit_codes.PARITY_FAILED)
+
+
+
+def explain(
+    naive: Annotated[float, typer.Option("--naive", help="nvidia-smi MiB with the naive loss (what you saw).")],
+    fused: Annotated[float, typer.Option("--fused", help="nvidia-smi MiB with the fused loss.")],
+    card: Annotated[float, typer.Option("--card", help="The GPU's total memory, GiB (e.g. 24).")],
+    preset: PresetOption = None,
+    config: ConfigOption = None,
+    hf: HFOption = None,
+    user_model: UserModelOption = None,
+    head: HeadOption = None,
+    tied: TiedOption = None,
+    batch: Annotated[Optional[int], typer.Option(help="B, if you know it (else enumerated).", min=1)] = None,
+    seq: Annotated[Optional[int], typer.Option(help="T, if you know it (else --seq-candidates).", min=1)] = None,
+    seq_candidates: Annotated[str, typer.Option(help="T values to consider when --seq is not given.")] = "512,1024,2048",
+    attention: Annotated[Optional[str], typer.Option(help="eager or sdpa, if known (else both).")] = None,
+    checkpointing: Annotated[Optional[bool], typer.Option(
+        "--checkpointing/--no-checkpointing", help="Whether activation checkpointing was on, if known.")] = None,
+    eval_step: Annotated[Optional[bool], typer.Option(
+        "--eval-step/--no-eval-step", help="Whether an evaluation pass (Lightning's sanity check) ran first.")] = None,
+    fused_backend: Annotated[str, typer.Option(
+        help="The fused loss to calibrate with: fusedce, liger, or your module:callable.")] = "fusedce",
+    tolerance: Annotated[float, typer.Option(help="Allowed relative difference on each reading.")] = 0.05,
+    calibration_batches: Annotated[Optional[str], typer.Option(
+        help="Batch sizes of the calibration steps (default 2,4 on a GPU, 1,2 on the CPU).")] = None,
+    confirm_top: Annotated[int, typer.Option("--confirm", help="On a GPU, run the N closest hypotheses at full size.",
+                                             min=0)] = 3,
+    device: DeviceOption = None,
+    mode: ModeOption = None,
+    out: OutOption = None,
+    force: ForceOption = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Which configurations explain two nvidia-smi readings (naive vs fused): consistent, ruled out, and the run that decides."""
+    from profiler import store
+    from profiler.environment import collect_environment, save_environment
+    from profiler.training import explain as ex
+    from profiler.training.jobs import ModelJob, run_job_in_worker
+    from profiler.worker import Worker, WorkerDied
+    from reports.explain_report import write_explain_report
+
+    console = make_console(to_stderr=as_json)
+    run_device = resolve_device(device)
+    on_gpu = run_device.startswith("cuda")
+    source = _source(preset, config, hf, user_model, head, tied, "user-gpt" if on_gpu else "tiny")
+    cfg = source.config
+    with usage_errors():
+        seqs = tuple(int(s) for s in seq_candidates.split(",") if s.strip())
+        batches = tuple(int(b) for b in (calibration_batches or ("2,4" if on_gpu else "1,2")).split(","))
+        if len(batches) < 2 or min(batches) < 1:
+            raise ValueError("--calibration-batches needs at least two positive batch sizes")
+        seqs = tuple(s for s in seqs if s <= cfg.max_position_embeddings) or seqs
+        obs = ex.Observation(naive, fused, card, batch=batch, seq=seq, attention=attention, tied=tied,
+                             checkpointing=checkpointing, eval_step=eval_step, mode=mode or "amp-bf16",
+                             fused_backend=fused_backend, tolerance=tolerance)
+        base = ModelJob(cfg, "torch", batches[0], seq or seqs[0], device=run_device, mode=obs.mode,
+                        source=None if source.kind == "builtin" else source.to_dict(), trace=False)
+    if attention and attention not in source.attention_impls:
+        raise fail(f"--attention must be one of {', '.join(source.attention_impls)}, got {attention!r}")
+    ties = (cfg.tie_word_embeddings,) if source.kind == "user" else (False, True)
+    families = ex.enumerate_families(obs, attention_impls=("eager", "sdpa"), tie_choices=ties,
+                                     seq_candidates=seqs)
+    out_dir = prepare_out(out, force)
+    console.print(f"fusedce-profile explain: {source.describe()}, {len(families)} configuration families × "
+                  f"torch/{fused_backend} × B={','.join(map(str, batches))}; writing to {out_dir}", markup=False)
+    save_environment(out_dir, collect_environment())
+    logs = out_dir / store.LOGS_DIR
+
+    workers: list = []
+
+    def runner(jobs):
+        """The jobs in one long-lived worker (started once: a fresh process per step would cost
+        seconds each); a worker that dies is replaced and its jobs count as errors."""
+        from profiler.training.jobs import ModelResult
+
+        if not workers:
+            workers.append(Worker(logs))
+        try:
+            raw = workers[0].call("training-steps", {"jobs": [dataclasses.asdict(j) for j in jobs]}, 600)
+            return [ModelResult.from_dict(r) for r in raw]
+        except WorkerDied as died:
+            workers.pop().close()
+            return [ModelResult(job=j, status="error", message=died.reason) for j in jobs]
+
+    notes, confirmed = [], False
+    try:
+        calibrations = ex.calibrate(base, families, ("torch", fused_backend), batches, runner,
+                                    progress=lambda line: console.print(f"  {line}", markup=False))
+        hypotheses = ex.build_hypotheses(obs, calibrations)
+        if on_gpu and confirm_top and hypotheses:
+            console.print(f"  confirming the {min(confirm_top, len(hypotheses))} closest hypotheses at full size ...",
+                          markup=False)
+            # Full-size steps each in a fresh process: their reserved figures must not inherit a cache.
+            ex.confirm(hypotheses, base, fused_backend, obs,
+                       lambda jobs: [run_job_in_worker(j, logs) for j in jobs], top=confirm_top)
+            confirmed = True
+    finally:
+        for w in workers:
+            w.close()
+    if not on_gpu:
+        notes.append("On the CPU the figures are peak allocated bytes (no allocator cache, no CUDA context): they "
+                     "cannot be compared with nvidia-smi readings, and no hypothesis could be confirmed by a "
+                     "full-size run. Run this command on the GPU the readings came from.")
+    model_args = {"builtin": f"--preset {cfg.name}" if preset or not config else f"--config {config}",
+                  "hf": f"--hf {hf}", "user": f"--model {user_model}"}[source.kind]
+    if tied is not None and source.kind != "user":
+        model_args += " --tied" if tied else " --untied"
+    decided, conclusion = ex.conclude(hypotheses, obs)
+    separation = None if decided else ex.separating_measurement(hypotheses, obs, model_args)
+    explanation = ex.Explanation(observation=obs, model=source.describe(), source=source.to_dict(), device=run_device,
+                                 metric="nvidia-smi at the step's peak (context + peak reserved)" if on_gpu else
+                                 "peak allocated bytes (CPU)", calibrations=calibrations, hypotheses=hypotheses,
+                                 separation=separation, decided=decided, conclusion=conclusion, confirmed=confirmed,
+                                 notes=notes)
+    ex.save_explanation(out_dir, explanation)
+    summary = write_explain_report(out_dir)
+    consistent = explanation.consistent
+    console.print(f"  {len(consistent)} consistent, {len(hypotheses) - len(consistent)} ruled out "
+                  f"(±{tolerance:.0%}); {'decided' if decided else 'NOT decided'}: {conclusion}", markup=False)
+    for h in consistent[:5]:
+        console.print(f"    consistent: {h.label()} — {h.why}", markup=False)
+    if separation is not None:
+        console.print(f"  to separate them: {separation.sentence}", markup=False)
+    console.print(f"report: {summary}", markup=False)
+    if as_json:
+        print(json.dumps({"out": str(out_dir), "decided": decided, "conclusion": conclusion,
+                          "consistent": [h.label() for h in consistent],
+                          "best": consistent[0].label() if consistent else None}))

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
 from cli import exit_codes
 from cli.console import CellProgress, summary_tables
@@ -27,11 +28,12 @@ def print_report(report: Report, console: Console) -> None:
         console.print(table)
     for note in report.notes:
         console.print(f"note: {note}", markup=False)
-    for finding in report.findings:
-        scope = f"[bold]{finding.scope}[/]: " if finding.scope else ""
-        console.print(f"• {scope}{finding.text}", markup=True, highlight=False)
-    console.print(f"\nReport: [bold]{report.summary}[/] (Markdown), {report.html} (HTML), "
-                  f"{report.csv} (CSV), plots in {report.run_dir / 'plots'}", markup=True)
+    for finding in report.findings:  # stored strings are escaped: only our own markup is markup
+        scope = f"[bold]{escape(finding.scope)}[/]: " if finding.scope else ""
+        console.print(f"• {scope}{escape(finding.text)}", markup=True, highlight=False)
+    console.print(f"\nReport: [bold]{escape(str(report.summary))}[/] (Markdown), "
+                  + escape(f"{report.html} (HTML), {report.csv} (CSV), plots in {report.run_dir / 'plots'}"),
+                  markup=True)
 
 
 def json_summary(report: Report, exit_code: int) -> dict:

@@ -4,10 +4,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from fusedce import op
-from fusedce.chunked import accumulation_dtype
-from fusedce.chunking import plan_chunks
-from fusedce.options import IMPLS, LossOptions
+from fusedce import custom_op
+from fusedce.options import IGNORE_INDEX, IMPLS, LossOptions
+from fusedce.planner import plan_chunks
 from fusedce.validation import check_tensors, raise_on_out_of_range_targets
 
 _AUTOCASTABLE = (torch.float32, torch.bfloat16, torch.float16)
@@ -19,7 +18,7 @@ def linear_cross_entropy(
     target: torch.Tensor,
     bias: torch.Tensor | None = None,
     *,
-    ignore_index: int = -100,
+    ignore_index: int = IGNORE_INDEX,
     reduction: str = "mean",
     label_smoothing: float = 0.0,
     z_loss: float = 0.0,
@@ -47,7 +46,7 @@ def linear_cross_entropy(
             (CUDA tensors, or CPU tensors under ``TRITON_INTERPRET=1``).
         chunk_size / vocab_chunk_size: cap the tokens / vocabulary entries per block.
         memory_budget: bytes of temporaries to aim for (default: a tenth of the gradient
-            bytes plus 96 MiB); see :mod:`fusedce.chunking`.
+            bytes plus 96 MiB); see :mod:`fusedce.planner`.
         validate_targets: raise IndexError on out-of-range targets. Default: on CPU always;
             on CUDA never (that read is a host sync) — out-of-range tokens get a NaN loss.
 
@@ -75,15 +74,9 @@ def linear_cross_entropy(
                        compute_dtype=compute_dtype, chunk_size=chunk_size, vocab_chunk_size=vocab_chunk_size,
                        memory_budget=memory_budget)
 
-    per_token, _ = op.forward_op(hidden2d, weight, target1d, bias, ignore_index, float(label_smoothing),
-                                 float(z_loss), opts.softcap_value, compute_dtype, impl, plan.rows, plan.cols)
-    if reduction == "none":
-        return per_token.view(target.shape)
-    total = per_token.sum()
-    if reduction == "sum":
-        return total
-    count = (target1d != ignore_index).sum()
-    return total / count.to(total.dtype)
+    per_token, _ = custom_op.forward_op(hidden2d, weight, target1d, bias, ignore_index, float(label_smoothing),
+                                        float(z_loss), opts.softcap_value, compute_dtype, impl, plan.rows, plan.cols)
+    return _reduce(per_token, target, target1d, reduction, ignore_index)
 
 
 class LinearCrossEntropyLoss(nn.Module):
@@ -95,7 +88,7 @@ class LinearCrossEntropyLoss(nn.Module):
     def __init__(
         self,
         *,
-        ignore_index: int = -100,
+        ignore_index: int = IGNORE_INDEX,
         reduction: str = "mean",
         label_smoothing: float = 0.0,
         z_loss: float = 0.0,
@@ -137,12 +130,26 @@ class LinearCrossEntropyLoss(nn.Module):
                 f"impl={self.impl!r}")
 
 
+def _reduce(per_token: torch.Tensor, target: torch.Tensor, target1d: torch.Tensor, reduction: str,
+            ignore_index: int) -> torch.Tensor:
+    """The loss of ``reduction`` from the per-token losses (N,): ``none`` in ``target``'s shape;
+    ``mean`` divides the sum by the count of non-ignored tokens (``target1d``, (N,)), kept on
+    the device so there is no host synchronisation."""
+    if reduction == "none":
+        return per_token.view(target.shape)
+    total = per_token.sum()
+    if reduction == "sum":
+        return total
+    count = (target1d != ignore_index).sum()
+    return total / count.to(total.dtype)
+
+
 def _resolve_impl(impl: str, device: torch.device) -> str:
     if impl not in IMPLS:
         raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
     if impl == "auto":
-        return "triton" if device.type == "cuda" and op.triton_available(device) else "torch"
-    if impl == "triton" and not op.triton_available(device):
+        return "triton" if device.type == "cuda" and custom_op.triton_available(device) else "torch"
+    if impl == "triton" and not custom_op.triton_available(device):
         raise ValueError(
             f"impl='triton' needs CUDA tensors (or CPU tensors with TRITON_INTERPRET=1 and triton installed); "
             f"got tensors on {device}"

@@ -7,7 +7,7 @@ CPU build, older torch), the product is computed in the operands' dtype, as eage
 does, and added: one temporary of the result's size in the low-precision dtype (widening the
 operands instead would cost a full-precision copy of a weight chunk). The addition goes a
 slice of rows at a time, because adding a bf16 tensor into an fp32 one widens the whole
-addend first (measured on the CPU: a 93 MiB fp32 copy of a 30464 × 768 weight-gradient chunk).
+addend first (on the CPU, a 93 MiB fp32 copy of a 30464 × 768 weight-gradient chunk).
 """
 from __future__ import annotations
 
@@ -19,7 +19,9 @@ ADD_SLICE_BYTES = 4 << 20  # bytes of the widened addend per slice (CPU fallback
 
 
 @functools.lru_cache(maxsize=None)
-def _has_out_dtype(device_type: str, dtype: torch.dtype) -> bool:
+def has_out_dtype(device_type: str, dtype: torch.dtype) -> bool:
+    """Whether ``torch.mm``/``torch.addmm`` take ``out_dtype`` for ``dtype`` operands on
+    ``device_type``: a product written (or added) directly into an fp32 matrix."""
     if device_type != "cuda":
         return False
     try:
@@ -41,9 +43,9 @@ def matmul_into(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, accumula
 
     The product is accumulated in at least fp32 whatever the operand dtype. On CUDA a ragged
     N or K (not a multiple of 8: V = 32777, or the last vocabulary chunk) is split into an
-    aligned product plus a thin one for the last few columns. Measured on an H200
-    (``benchmarks/NOTES.md``, design 4): cuBLAS multiplied (8192 × 768) @ (768 × 1161) at
-    ~70 TFLOP/s, and (8192 × 768) @ (768 × 1160) at full rate. ``align`` forces the split on
+    aligned product plus a thin one for the last few columns, because cuBLAS runs a product
+    with such a dimension far below its full rate (on an H200, (8192 × 768) @ (768 × 1161) at
+    ~70 TFLOP/s, and (8192 × 768) @ (768 × 1160) at full rate). ``align`` forces the split on
     or off (default: on for CUDA tensors).
     """
     k, n = a.shape[1], b.shape[1]
@@ -67,7 +69,7 @@ def _product(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, accumulate: bo
             torch.addmm(out, a, b, out=out)
         else:
             torch.mm(a, b, out=out)
-    elif _has_out_dtype(a.device.type, a.dtype):
+    elif has_out_dtype(a.device.type, a.dtype):
         if accumulate:
             torch.addmm(out, a, b, out_dtype=out.dtype, out=out)
         else:

@@ -26,12 +26,21 @@ def check_tensors(
     bias: torch.Tensor | None,
 ) -> None:
     """Check types, shapes, dtypes and devices; raise TypeError/ValueError naming the argument."""
+    _check_types(hidden, weight, target, bias)
+    _check_dtypes(hidden, weight, target, bias)
+    _check_shapes(hidden, weight, target, bias)
+    _check_devices(hidden, weight, target, bias)
+
+
+def _check_types(hidden, weight, target, bias) -> None:
     for name, t in (("hidden", hidden), ("weight", weight), ("target", target)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     if bias is not None and not isinstance(bias, torch.Tensor):
         raise TypeError(f"bias must be a torch.Tensor or None, got {type(bias).__name__}")
 
+
+def _check_dtypes(hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, bias: torch.Tensor | None) -> None:
     if hidden.dtype not in FLOATING:
         raise TypeError(f"hidden must be a floating tensor (float16/bfloat16/float32/float64), got {hidden.dtype}")
     if weight.dtype not in FLOATING:
@@ -41,6 +50,9 @@ def check_tensors(
     if target.dtype not in INTEGER:
         raise TypeError(f"target must be an integer tensor of class indices (e.g. torch.int64), got {target.dtype}")
 
+
+def _check_shapes(hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, bias: torch.Tensor | None) -> None:
+    """hidden (..., H), weight (V, H) with V ≥ 1, target hidden.shape[:-1], bias (V,)."""
     if hidden.dim() < 1:
         raise ValueError(f"hidden must have shape (..., H), got a 0-d tensor")
     if weight.dim() != 2:
@@ -60,6 +72,8 @@ def check_tensors(
     if bias is not None and tuple(bias.shape) != (vocab,):
         raise ValueError(f"bias must have shape (V,) = ({vocab},), got {tuple(bias.shape)}")
 
+
+def _check_devices(hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, bias: torch.Tensor | None) -> None:
     devices = {("hidden", hidden.device), ("weight", weight.device), ("target", target.device)}
     if bias is not None:
         devices.add(("bias", bias.device))
@@ -68,9 +82,14 @@ def check_tensors(
         raise ValueError(f"hidden, weight, target and bias must be on one device, got {listed}")
 
 
+def outside_vocabulary(target: torch.Tensor, vocab: int) -> torch.Tensor:
+    """Boolean (N,) mask of targets outside [0, V), ``ignore_index`` included (no sync)."""
+    return (target < 0) | (target >= vocab)
+
+
 def out_of_range_targets(target: torch.Tensor, vocab: int, ignore_index: int) -> torch.Tensor:
     """Boolean (N,) mask of targets outside [0, V) that are not ``ignore_index`` (no sync)."""
-    return ((target < 0) | (target >= vocab)) & (target != ignore_index)
+    return outside_vocabulary(target, vocab) & (target != ignore_index)
 
 
 def raise_on_out_of_range_targets(target: torch.Tensor, vocab: int, ignore_index: int) -> None:

@@ -89,10 +89,10 @@ class Tape:
 def floor_bytes(spec: CellSpec) -> int:
     """Bytes of the gradients that must exist at the end: grad_h + grad_W (+ grad_b).
 
-    The one formula is :func:`fusedce.chunking.gradient_floor_bytes`; this applies it to a
+    The one formula is :func:`fusedce.planner.gradient_floor_bytes`; this applies it to a
     cell's shapes and mode.
     """
-    from fusedce.chunking import gradient_floor_bytes
+    from fusedce.planner import gradient_floor_bytes
 
     prec = precision(spec.mode)
     return gradient_floor_bytes(spec.tokens, spec.hidden, spec.vocab, prec.hidden, prec.weight, has_bias=spec.bias)

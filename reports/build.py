@@ -13,6 +13,7 @@ Written here::
     summary.md       Markdown, ready to paste into an issue
     report.html      self-contained HTML (plots embedded)
     plots/*.png      the plots (:mod:`reports.plots`) and one timeline per snapshot
+                     (:mod:`reports.timeline`)
 """
 from __future__ import annotations
 
@@ -45,6 +46,7 @@ PLOTS = (
     ("saving", "Memory saved vs torch", plotting.plot_saving),
     ("saving_heatmap", "Share of torch's peak saved, by head and tokens", plotting.plot_saving_heatmap),
     ("time", "Time vs tokens", plotting.plot_time),
+    ("frontier", "Time–memory frontier per head", plotting.plot_frontier),
     ("parity", "Parity vs the fp32 reference", plotting.plot_parity),
 )
 
@@ -85,22 +87,36 @@ def _timeline_file(run_dir: Path, recorded: str | None) -> Path | None:
     return None
 
 
-def _timelines(run_dir: Path, frame: pd.DataFrame, plots_dir: Path, notes: list[str]) -> list[tuple[str, Path]]:
+def _stem(recorded: str) -> str:
+    """``snapshots/<stem>.pickle`` or ``<stem>.timeline.json`` (or an older ``.pickle.gz``) → ``<stem>``."""
+    name = Path(recorded).name
+    for suffix in (store.TIMELINE_SUFFIX, store.SNAPSHOT_SUFFIX + ".gz", store.SNAPSHOT_SUFFIX):
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return Path(name).stem
+
+
+def _timelines(run_dir: Path, frame: pd.DataFrame, plots_dir: Path, notes: list[str],
+               kept: set[Path]) -> list[tuple[str, Path]]:
+    """Draw the timeline of every row that has one; rows whose timeline file is missing keep the
+    plot an earlier build drew (added to ``kept``) and get a note."""
     drawn = []
     has_timeline = frame["timeline_path"].notna() if "timeline_path" in frame else pd.Series(False, frame.index)
     for row in frame[has_timeline | frame["snapshot_path"].notna()].itertuples():
         path = _timeline_file(run_dir, row.timeline_path)
         if path is None:
-            notes.append(f"no timeline for the snapshot of {row.backend} at {row.tokens} tokens "
-                         f"({row.snapshot_path or row.timeline_path}): the report draws timelines from "
-                         "*.timeline.json files and never opens a pickle")
+            recorded = row.timeline_path or row.snapshot_path
+            kept.add(plots_dir / f"{TIMELINE_PREFIX}{_stem(recorded)}.png")
+            notes.append(f"timeline of {row.backend} at {row.tokens} tokens not redrawn: no timeline file for "
+                         f"{recorded} in the folder (the report draws *.timeline.json files and never opens a "
+                         "pickle)")
             continue
         try:
             timeline = Timeline.from_dict(store.read_json(path))
         except ValueError as exc:
             notes.append(f"{path}: not a timeline ({exc})")
             continue
-        stem = path.name[: -len(store.TIMELINE_SUFFIX)] if path.name.endswith(store.TIMELINE_SUFFIX) else path.stem
+        stem = _stem(path.name)
         caption = f"Memory timeline: {row.backend}, {row.tokens} tokens, H={row.hidden} V={row.vocab}, {row.mode}"
         drawn.append((caption, plot_timeline(timeline, plots_dir / f"{TIMELINE_PREFIX}{stem}.png", title=caption)))
     return drawn
@@ -143,8 +159,9 @@ def build_report(run_dir: Path) -> Report:
             if path is not None:
                 drawn.append((caption, path))
                 by_name[stem] = path
-    timelines = _timelines(run_dir, frame, plots_dir, notes) if not frame.empty else []
-    _remove_stale_plots(plots_dir, {p for _, p in drawn} | {p for _, p in timelines})
+    kept: set[Path] = set()
+    timelines = _timelines(run_dir, frame, plots_dir, notes, kept) if not frame.empty else []
+    _remove_stale_plots(plots_dir, {p for _, p in drawn} | {p for _, p in timelines} | kept)
 
     csv = write_csv(frame, run_dir / "results.csv")
     summary = store.write_text(run_dir / "summary.md", render_markdown(

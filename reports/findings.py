@@ -2,8 +2,10 @@
 
 Each finding is one sentence a user can act on, with every number taken from the frame:
 what the logits cost, what the fused back-end saves and how the saving grows with B·T,
-where the naive loss runs out of memory, who is fastest, whether parity holds, and how
-well the analytic memory model predicted the peaks.
+where a back-end runs out of memory, which back-end holds the least memory and which is the
+fastest at each size and which are on the time–memory frontier (:mod:`reports.rankings`),
+whether parity holds, and how well the analytic memory model predicted the peaks. A
+finding's text is plain text (the Markdown page escapes it).
 """
 from __future__ import annotations
 
@@ -14,8 +16,9 @@ import pandas as pd
 
 from reports.frame import BASELINE_BACKEND
 from reports.palette import ordered
+from reports.rankings import fastest_sentence, largest_frontier_sentence, lowest_memory_sentence
 from reports.tables import group_title
-from reports.units import format_bytes, format_error, format_ms, format_percent, format_tokens, is_missing
+from reports.units import format_bytes, format_error, format_percent, format_tokens, is_missing
 
 PREFERRED_BACKEND = "fusedce"
 """The back-end the headline findings describe when it was measured."""
@@ -27,15 +30,15 @@ SMALL_SAVING_FRACTION = 0.25
 """Below this fraction of the largest saving, the smallest size's saving is called small."""
 
 PREDICTION_TOLERANCE = (0.05, 64 << 20)
-"""Issue 5's acceptance band for the analytic model: ±5% or ±64 MiB, whichever is larger."""
+"""The band within which the analytic model counts as right: ±5% or ±64 MiB, whichever is larger."""
 
 _DTYPE_NAME = {"amp-bf16": "bf16", "amp-fp16": "fp16", "bf16": "bf16", "fp32": "fp32"}
 
 
 @dataclass(frozen=True)
 class Finding:
-    """One sentence of the report. ``topic``: memory, scaling, oom, speed, parity,
-    prediction, failure or note; ``scope``: the group it is about ("" for the whole run)."""
+    """One sentence of the report. ``topic``: memory, scaling, oom, ranking, speed, frontier,
+    parity, prediction, failure or note; ``scope``: the group it is about ("" for the whole run)."""
 
     topic: str
     scope: str
@@ -123,22 +126,6 @@ def _oom_findings(scope: str, group: pd.DataFrame) -> list[Finding]:
     return findings
 
 
-def _speed_findings(scope: str, group: pd.DataFrame, hero: str | None) -> list[Finding]:
-    timed = group[(group["status"] == "ok") & group["time_ms"].notna()]
-    if timed["backend"].nunique() < 2:
-        return []
-    counts = timed.groupby("tokens")["backend"].nunique()
-    tokens = int(counts[counts == counts.max()].index.max())
-    at = timed[timed["tokens"] == tokens].set_index("backend")["time_ms"]
-    fastest = str(at.idxmin())
-    text = f"At {format_tokens(tokens)} tokens {fastest} is the fastest ({format_ms(at[fastest])} forward+backward)"
-    if hero is not None and hero in at.index and hero != fastest:
-        text += f"; {hero} takes {format_ms(at[hero])} ({at[hero] / at[fastest]:.2f}× {fastest})"
-    if BASELINE_BACKEND in at.index and fastest != BASELINE_BACKEND and hero != BASELINE_BACKEND:
-        text += f"; {BASELINE_BACKEND} takes {format_ms(at[BASELINE_BACKEND])}"
-    return [Finding("speed", scope, text + ".")]
-
-
 def _parity_findings(frame: pd.DataFrame) -> list[Finding]:
     checked = frame[frame["parity_ok"].notna() & frame["worst_error"].notna()]
     if checked.empty:
@@ -217,7 +204,10 @@ def compute_findings(frame: pd.DataFrame) -> list[Finding]:
         if hero is not None:
             findings.extend(_memory_findings(scope, group, hero))
         findings.extend(_oom_findings(scope, group))
-        findings.extend(_speed_findings(scope, group, hero))
+        for topic, sentence in (("ranking", lowest_memory_sentence(group)), ("speed", fastest_sentence(group)),
+                                ("frontier", largest_frontier_sentence(group))):
+            if sentence is not None:
+                findings.append(Finding(topic, scope, sentence))
     findings.extend(_parity_findings(frame))
     findings.extend(_prediction_findings(frame))
     findings.extend(_failure_findings(frame))

@@ -12,6 +12,7 @@ from typing import Any
 import pandas as pd
 
 from reports.environment import environment_lines
+from reports.escape import code_block, link_target, markdown_text
 from reports.findings import Finding
 from reports.measurement import COLUMNS, memory_terms
 from reports.tables import CellTable
@@ -23,9 +24,10 @@ OPEN_TIMELINES = 4
 
 
 def markdown_table(rows: pd.DataFrame) -> str:
-    """A GitHub-flavoured Markdown table of string cells (``|`` escaped)."""
+    """A GitHub-flavoured Markdown table of string cells, each shown as its text
+    (:func:`~reports.escape.markdown_text`; a :class:`~reports.escape.Markdown` cell as it is)."""
     def cell(value: Any) -> str:
-        return str(value).replace("|", "\\|").replace("\n", " ")
+        return markdown_text(value, line_start=False)
 
     header = "| " + " | ".join(cell(c) for c in rows.columns) + " |"
     rule = "|" + "|".join("---" for _ in rows.columns) + "|"
@@ -41,6 +43,10 @@ def headline(frame: pd.DataFrame) -> str:
     states = ", ".join(f"{int(counts[s])} {s}" for s in ("ok", "oom", "error", "skipped") if s in counts)
     devices = "/".join(sorted(set(frame["device"])))
     return f"{len(frame)} cells on {devices} ({states}); back-ends: {', '.join(ordered(frame['backend']))}."
+
+
+def _image(caption: str, path: Path, base: Path) -> str:
+    return f"![{markdown_text(caption)}]({link_target(Path(path).relative_to(base).as_posix())})"
 
 
 def tolerance_sentence() -> str:
@@ -66,35 +72,35 @@ def render_markdown(
     if frame.empty:
         out += ["No cells were measured (the results file is empty).", ""]
     else:
-        out += [headline(frame), ""]
+        out += [markdown_text(headline(frame)), ""]
     if notes:
-        out += ["**Incomplete or damaged run folder:**", ""] + [f"- {note}" for note in notes] + [""]
+        out += ["**Incomplete or damaged run folder:**", ""] + [f"- {markdown_text(note)}" for note in notes] + [""]
     if findings:
         out += ["## Findings", ""]
-        out += [f"- {f'**{f.scope}**: ' if f.scope else ''}{f.text}" for f in findings]
+        out += [f"- {f'**{markdown_text(f.scope)}**: ' if f.scope else ''}{markdown_text(f.text)}" for f in findings]
         out.append("")
     if tables:
         out += ["## Results", ""]
         for table in tables:
-            out += [f"### {table.title}", "", markdown_table(table.rows), ""]
+            out += [f"### {markdown_text(table.title)}", "", markdown_table(table.rows), ""]
     if plots:
         out += ["## Plots", ""]
         for caption, path in plots:
-            out += [f"![{caption}]({Path(path).relative_to(plot_base).as_posix()})", ""]
+            out += [_image(caption, path, plot_base), ""]
     if timelines:
         out += ["## Memory timelines", ""]
         folded = len(timelines) > OPEN_TIMELINES
         if folded:
             out += [f"<details><summary>{len(timelines)} memory timelines</summary>", ""]
         for caption, path in timelines:
-            out += [f"**{caption}**", "", f"![{caption}]({Path(path).relative_to(plot_base).as_posix()})", ""]
+            out += [f"**{markdown_text(caption)}**", "", _image(caption, path, plot_base), ""]
         if folded:
             out += ["</details>", ""]
     out += ["## How it was measured", ""]
     out += [f"- **{term}**: {text}" for term, text in memory_terms(frame)]
     out += [f"- **{term}**: {text}" for term, text in COLUMNS]
     out += [f"- {tolerance_sentence()}", ""]
-    out += ["<details><summary>Environment</summary>", "", "```text"]
-    out += environment_lines(environment) or ["(no environment.json in the run folder)"]
-    out += ["```", "", "</details>", ""]
+    out += ["<details><summary>Environment</summary>", ""]
+    out += code_block(environment_lines(environment) or ["(no environment.json in the run folder)"])
+    out += ["", "</details>", ""]
     return "\n".join(out)

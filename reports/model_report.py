@@ -1,11 +1,9 @@
 """The model mode's report folder: results files, ``summary.md`` and PNG plots.
 
-Pure functions of the results (``model_results.jsonl`` for ``model``, ``parity.json`` for
-``parity``): :func:`read_model_results` / :func:`write_model_report` and
-:func:`write_parity_report`; :func:`rebuild_model_report` and :func:`rebuild_parity_report`
-redo a folder from its files alone (``fusedce-profile report DIR``). Tables reuse
-:mod:`reports` (units, Markdown tables, the per-back-end palette) so the look matches the
-grid's report.
+Pure functions of the results (``model_results.jsonl``): :func:`write_model_report` redoes
+a folder from its files alone (``fusedce-profile report DIR``); the parity run's report is
+:mod:`reports.parity_report`. Tables reuse :mod:`reports` (units, Markdown tables) so the
+look matches the grid's report.
 """
 from __future__ import annotations
 
@@ -18,11 +16,10 @@ from profiler import store
 from profiler.training.fit import FitResult, load_fits
 from profiler.training.jobs import ModelResult, load_model_results
 from profiler.trace import ACTIVATION_KINDS, GROUPS, KINDS, Attribution, logits_verdict
-from profiler.training.parity import CONTROL, NOISE_FACTOR, CurveGap, ParityReport, curve_gap, load_parity_report
 from reports.environment import environment_lines, read_environment
+from reports.escape import Markdown, code_block, link_target, markdown_text, plot_text
 from reports.figures import new_figure, save_figure
 from reports.markdown import markdown_table
-from reports.palette import backend_style
 from reports.units import GIB, format_bytes, format_ms, format_percent
 
 REFERENCE = "torch"
@@ -61,8 +58,16 @@ def _reference(results: list[ModelResult], result: ModelResult) -> ModelResult |
     return None
 
 
+def replaced_text(result: ModelResult) -> str:
+    """What the back-end replaced in the model, grouped as the attribution groups it
+    (``"nothing"`` for the unmodified model)."""
+    return "; ".join(f"{x.what}" + (f" ×{x.count}" if x.count > 1 else "") + f" ({x.group})"
+                     for x in result.replaced) or "nothing"
+
+
 def model_table(results: list[ModelResult]) -> pd.DataFrame:
-    """One row per result: peak, loss region, saving vs torch, reserved, nvidia-smi, time."""
+    """One row per result: peak, loss region, saving vs torch, reserved, nvidia-smi, time, and
+    what the back-end replaced."""
     rows = []
     for r in results:
         m = r.memory
@@ -82,6 +87,7 @@ def model_table(results: list[ModelResult]) -> pd.DataFrame:
             "peak reserved": format_bytes(m.peak_reserved) if m and m.peak_reserved is not None else "–",
             "nvidia-smi at peak": format_bytes(m.smi_peak) if m and m.smi_peak is not None else "–",
             "step time": format_ms(r.time_ms),
+            "replaced": replaced_text(r) if r.status == "ok" else "–",
         })
     return pd.DataFrame(rows)
 
@@ -91,7 +97,8 @@ def breakdown_table(result: ModelResult) -> pd.DataFrame:
     m = result.memory
     rows = [{"part": p.name, "bytes": format_bytes(p.bytes), "share of peak": format_percent(p.bytes / m.peak)}
             for p in m.composition]
-    rows.append({"part": f"**peak ({m.peak_phase} phase)**", "bytes": f"**{format_bytes(m.peak)}**",
+    rows.append({"part": Markdown(f"**{markdown_text(f'peak ({m.peak_phase} phase)', line_start=False)}**"),
+                 "bytes": Markdown(f"**{format_bytes(m.peak)}**"),
                  "share of peak": "100%"})
     return pd.DataFrame(rows)
 
@@ -142,8 +149,8 @@ def _head_notes(results: list[ModelResult]) -> list[str]:
         if h is None or (h.path, h.weight) in seen:
             continue
         seen.add((h.path, h.weight))
-        line = (f"LM head: `{h.path}` ({h.found_by}); its forward multiplies by `{h.weight}` "
-                f"({h.vocab} × {h.hidden})" + (f", the same parameter as {', '.join(f'`{a}`' for a in h.weight_aliases)}"
+        line = (f"LM head: {h.path} ({h.found_by}); its forward multiplies by {h.weight} "
+                f"({h.vocab} × {h.hidden})" + (f", the same parameter as {', '.join(h.weight_aliases)}"
                                                if h.weight_aliases else "")
                 + (", tied to the input embedding" if h.tied else ", untied") + ".")
         out.append(" ".join([line] + h.notes))
@@ -188,7 +195,8 @@ def findings(results: list[ModelResult]) -> list[str]:
                         f"{format_bytes(m.parameters + m.gradients + m.optimizer_state)}.")
             if r.attribution is not None:
                 a = r.attribution
-                sentence += (f" Largest term at the peak — {largest_term(a)}; the LM head and loss hold "
+                sentence += (f" Measured at the traced peak, the activations are {activation_split(a)}."
+                             f" Largest term at the peak — {largest_term(a)}; the LM head and loss hold "
                              f"{format_bytes(a.group_bytes('LM-head/loss'))} "
                              f"({format_percent(a.group_bytes('LM-head/loss') / a.peak_bytes)}), so no fused loss can "
                              f"save more than that here.")
@@ -203,6 +211,9 @@ def findings(results: list[ModelResult]) -> list[str]:
                          f"(saves {format_bytes(rm.smi_peak - m.smi_peak)}).")
         if r.attribution is not None:
             sentence += " Logits detector: " + logits_verdict(r.attribution, naive=False)[1] + "."
+        elif rm.loss_extra > 0 and m.loss_extra >= 0.8 * rm.loss_extra:
+            sentence += (" Its loss region is as large as torch's; this step was not traced, so the logits detector "
+                         "did not run and whether the fused path was active is not known from it (run with --trace).")
             if ref.attribution is not None:
                 sentence += " " + _group_sentence(r, ref)
         if m.peak_phase != "loss" and rm.peak_phase == "loss":
@@ -260,8 +271,7 @@ def group_saving_table(results: list[ModelResult]) -> pd.DataFrame:
             saving = ra.group_bytes(group) - a.group_bytes(group)
             row[f"saved in {group}"] = format_bytes(saving) if saving else "0"
         row["total saved"] = format_bytes(ra.peak_bytes - a.peak_bytes)
-        row["replaced"] = "; ".join(f"{x.what}" + (f" ×{x.count}" if x.count > 1 else "") + f" ({x.group})"
-                                    for x in r.replaced) or "–"
+        row["replaced"] = replaced_text(r)
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -277,6 +287,21 @@ def detector_table(results: list[ModelResult]) -> pd.DataFrame:
                          "source": t.source, "kept for backward": "yes" if t.kept_for_backward else "no",
                          "alive at peak": "yes" if t.alive_at_peak else "no"})
     return pd.DataFrame(rows)
+
+
+def activation_split(attribution: Attribution, top: int = 4) -> str:
+    """The activation kinds alive at the peak, largest first, with their shares of the peak:
+    ``"attention scores/probabilities 6.00 GiB (48%), MLP 2.00 GiB (16%), …"``."""
+    acts = sorted((k for k in attribution.kinds if k.kind in ACTIVATION_KINDS and k.bytes > 0),
+                  key=lambda k: -k.bytes)
+    if not acts:
+        return "none (nothing was alive at the peak beyond parameters, gradients and optimizer state)"
+    peak = attribution.peak_bytes or 1
+    shown = [f"{k.kind} {format_bytes(k.bytes)} ({format_percent(k.bytes / peak)})" for k in acts[:top]]
+    rest = sum(k.bytes for k in acts[top:])
+    if rest:
+        shown.append(f"the other {len(acts) - top} kinds {format_bytes(rest)} ({format_percent(rest / peak)})")
+    return ", ".join(shown)
 
 
 def largest_term(attribution: Attribution) -> str:
@@ -323,10 +348,11 @@ def plot_attribution(results: list[ModelResult], path: Path) -> Path | None:
         left = 0.0
         for j, kind in enumerate(kinds):
             width = r.attribution.kind_bytes(kind) / unit
-            ax.barh(i, width, left=left, color=cmap(KINDS.index(kind) % 20), label=kind if i == 0 else None)
+            ax.barh(i, width, left=left, color=cmap(KINDS.index(kind) % 20),
+                    label=plot_text(kind) if i == 0 else None)
             left += width
         ax.text(left, i, f" {format_bytes(r.attribution.peak_bytes)}", va="center", fontsize=9)
-    ax.set_yticks(range(len(ok)), [f"{r.job.label} (B={r.job.batch} T={r.job.seq})" for r in ok])
+    ax.set_yticks(range(len(ok)), [plot_text(f"{r.job.label} (B={r.job.batch} T={r.job.seq})") for r in ok])
     ax.invert_yaxis()
     ax.set_xlim(0, max(r.attribution.peak_bytes for r in ok) / unit * 1.18)
     ax.set_xlabel(f"{unit_name} alive at the traced step's peak, by kind")
@@ -379,11 +405,11 @@ def plot_breakdown(results: list[ModelResult], path: Path) -> Path | None:
         for p in r.memory.composition:
             width = p.bytes / unit
             ax.barh(i, width, left=left, color=cmap(part_names.index(p.name) % 10),
-                    label=None if p.name in labelled else p.name)
+                    label=None if p.name in labelled else plot_text(p.name))
             labelled.add(p.name)
             left += width
         ax.text(left, i, f" {format_bytes(r.memory.peak)}", va="center", fontsize=9)
-    ax.set_yticks(range(len(ok)), labels)
+    ax.set_yticks(range(len(ok)), [plot_text(label) for label in labels])
     ax.invert_yaxis()
     ax.set_xlim(0, max(r.memory.peak for r in ok) / unit * 1.15)
     ax.set_xlabel(f"{unit_name} allocated at the step's peak ({ok[0].memory.source})")
@@ -409,7 +435,7 @@ def plot_reserved(results: list[ModelResult], path: Path) -> Path | None:
     for k, (name, attr, colour) in enumerate(series):
         values = [getattr(r.memory, attr) / GIB for r in ok]
         ax.barh([i + (k - 1) * height for i in range(len(ok))], values, height=height, color=colour, label=name)
-    ax.set_yticks(range(len(ok)), [r.job.label for r in ok])
+    ax.set_yticks(range(len(ok)), [plot_text(r.job.label) for r in ok])
     ax.invert_yaxis()
     ax.set_xlabel("GiB")
     ax.set_title("Allocated vs what the device shows (an evaluation pass first: +eval)")
@@ -427,8 +453,8 @@ def render_model_markdown(results: list[ModelResult], fits: list[FitResult], env
     lines = ["# fusedce-profile model: one training step, memory by part", ""]
     missing = missing_rows(results) + [f"a line of the results was not read: {p}" for p in problems]
     if missing:
-        lines += [f"**Incomplete run.** {s}" for s in missing] + [""]
-    lines += [f"- {s}" for s in findings(results)] + [""]
+        lines += [f"**Incomplete run.** {markdown_text(s, line_start=False)}" for s in missing] + [""]
+    lines += [f"- {markdown_text(s)}" for s in findings(results)] + [""]
     lines += ["## Peak per back-end", "", markdown_table(model_table(results)), ""]
     if _traced(results):
         lines += ["## Peak by module and kind (measured)", "",
@@ -448,11 +474,11 @@ def render_model_markdown(results: list[ModelResult], fits: list[FitResult], env
                       "materialised logits do and a fused loss never does.", "", markdown_table(detected), ""]
     for r in results:
         if r.status == "ok":
-            lines += [f"## {r.job.label}: composition of the peak", "", markdown_table(breakdown_table(r)), "",
+            lines += [f"## {markdown_text(r.job.label)}: composition of the peak", "", markdown_table(breakdown_table(r)), "",
                       markdown_table(sizes_table(r)), ""]
     if fits:
         lines += ["## Largest size that fits", "", markdown_table(fit_table(fits)), ""]
-    lines += [f"![{p.stem}](plots/{p.name})" for p in plots] + [""]
+    lines += [f"![{markdown_text(p.stem)}]({link_target('plots/' + p.name)})" for p in plots] + [""]
     lines += ["## How it was measured", "",
               "One training step (forward, loss, backward, AdamW step) after a warm-up step, fp32 master "
               "weights under bf16 autocast, each back-end in its own process. "
@@ -464,8 +490,8 @@ def render_model_markdown(results: list[ModelResult], fits: list[FitResult], env
               "The composition sums exactly to the peak: static bytes at the step's start, then what the "
               "phase holding the peak added (activations left by the forward, then the loss region or the "
               "backward's working set).", ""]
-    lines += ["<details><summary>Environment</summary>", "", "```"] + environment_lines(environment) + [
-        "```", "</details>", ""]
+    lines += ["<details><summary>Environment</summary>", ""] + code_block(environment_lines(environment), "") + [
+        "</details>", ""]
     return "\n".join(lines)
 
 
@@ -481,160 +507,3 @@ def write_model_report(out_dir: Path) -> Path:
                          plot_reserved(results, out_dir / "plots" / "reserved.png")) if p]
     text = render_model_markdown(results, fits, environment, plots, problems=loaded.problems)
     return store.write_text(out_dir / "summary.md", text)
-
-
-# --- parity --------------------------------------------------------------------------------
-
-def parity_gaps(report: ParityReport) -> list[CurveGap]:
-    """Each compared back-end's per-step gap to torch (back-ends with no losses left out),
-    thresholded at the final-loss tolerance. Recomputed from the stored losses, so folders
-    written before the peak step was stored rebuild with it."""
-    ref = report.curves[0]
-    gaps = (curve_gap(c, ref, report.settings.loss_tolerance) for c in report.curves[1:])
-    return [g for g in gaps if g is not None]
-
-
-def _percent(frac: float) -> str:
-    return f"{100 * frac:.1f}%" if frac >= 0.001 else f"{100 * frac:.2g}%"
-
-
-def gap_sentences(report: ParityReport) -> list[str]:
-    """One line per back-end: its largest per-step gap to torch and where, the steps above the
-    tolerance, and the final-loss difference — side by side, so a control run reads at a glance."""
-    ref = report.curves[0]
-    lines = []
-    for gap in parity_gaps(report):
-        curve = next(c for c in report.curves if c.backend == gap.backend)
-        k = gap.peak_step
-        line = (f"**{gap.backend} vs torch: at most {_percent(gap.peak)} at step {k}** "
-                f"({curve.losses[k]:.4f} vs {ref.losses[k]:.4f}); ")
-        if gap.above:
-            where = (f"step {gap.first_above}" if gap.first_above == gap.last_above
-                     else f"steps {gap.first_above}–{gap.last_above}")
-            line += f"above {gap.threshold:.0e} on {gap.above} of {len(gap.diffs)} steps ({where}); "
-        else:
-            line += f"never above {gap.threshold:.0e}; "
-        line += f"its loss above torch's on {gap.higher} of {len(gap.diffs)} steps; "
-        final = abs(curve.final_loss() - ref.final_loss()) / abs(ref.final_loss())
-        line += f"final loss {_percent(final)} apart"
-        if curve.seconds is not None:
-            line += f"; trained in {curve.seconds:.{1 if curve.seconds < 10 else 0}f} s"
-        lines.append(line + ".")
-    return lines
-
-
-def parity_table(report: ParityReport) -> pd.DataFrame:
-    rows = []
-    ref = report.curves[0]
-    rows.append({"back-end": ref.backend, "verdict": "reference", "final loss": f"{ref.final_loss():.4f}",
-                 "final loss rel. diff": "–", "max per-step rel. diff": "–", "worst gradient rel. err": "–",
-                 "why": ""})
-    gaps = {g.backend: g for g in parity_gaps(report)}
-    for curve, v in zip(report.curves[1:], report.verdicts):
-        gap = gaps.get(curve.backend)
-        rows.append({
-            "back-end": curve.backend,
-            "verdict": "control" if curve.backend == CONTROL else {True: "pass", False: "FAIL", None: "skipped"}[v.passed],
-            "final loss": f"{curve.final_loss():.4f}" if curve.losses else "–",
-            "final loss rel. diff": f"{v.final_loss_rel_diff:.1e}" if v.final_loss_rel_diff is not None else "–",
-            "max per-step rel. diff": (f"{gap.peak:.1e} (step {gap.peak_step})" if gap is not None
-                                       and v.max_step_rel_diff is not None else "–"),
-            "worst gradient rel. err": (f"{v.worst_grad_error:.1e} ({v.worst_grad_name})"
-                                        if v.worst_grad_error is not None else "–"),
-            "why": "; ".join(v.reasons),
-        })
-    for name in report.not_run:
-        rows.append({"back-end": name, "verdict": "not run", "final loss": "–", "final loss rel. diff": "–",
-                     "max per-step rel. diff": "–", "worst gradient rel. err": "–",
-                     "why": "the run ended before this back-end trained"})
-    return pd.DataFrame(rows)
-
-
-def plot_parity(report: ParityReport, path: Path) -> Path:
-    """Loss curves of every back-end (top) and their relative difference to torch (bottom)."""
-    names = [c.backend for c in report.curves]
-    fig, (top, bottom) = new_figure((9, 7), 2, 1, sharex=True, gridspec_kw={"height_ratios": [2, 1]})
-    ref = report.curves[0]
-    for curve in report.curves:
-        if not curve.losses:
-            continue
-        style = backend_style(curve.backend, names)
-        is_ref = curve is ref  # drawn dashed on top, so identical curves stay visible
-        top.plot(range(len(curve.losses)), curve.losses, color=style["color"], linewidth=style["linewidth"],
-                 linestyle="--" if is_ref else "-", zorder=4 if is_ref else 2, label=curve.backend)
-    for gap in parity_gaps(report):
-        style = backend_style(gap.backend, names)
-        diff = [d if d > 0 else float("nan") for d in gap.diffs]
-        bottom.semilogy(range(len(diff)), diff, color=style["color"],
-                        label=f"{gap.backend}: max {_percent(gap.peak)} at step {gap.peak_step} (gaps: equal losses)")
-        if gap.peak > 0:
-            bottom.plot([gap.peak_step], [gap.peak], marker="v", color=style["color"], markersize=8,
-                        linestyle="none")
-    top.axhline(report.entropy_rate, color="black", linestyle=":", linewidth=1,
-                label=f"data entropy rate {report.entropy_rate:.3f}")
-    s = report.settings
-    top.set_title(f"Training parity: {s.config.name}, {s.mode}, B={s.batch} T={s.seq}, reduction={s.reduction}"
-                  + (", tied" if s.config.tie_word_embeddings else "") + (", bias" if s.config.lm_head_bias else "")
-                  + (f", {s.ignore_frac:.0%} padding" if s.ignore_frac else "") + f", seed {s.seed}")
-    top.set_ylabel("training loss")
-    top.legend(fontsize=9)
-    top.grid(alpha=0.3)
-    bottom.axhline(s.loss_tolerance, color="grey", linestyle="--", linewidth=1, label="final-loss tolerance")
-    bottom.set_ylabel("|L − L_torch| / L_torch")
-    bottom.set_xlabel("step")
-    bottom.grid(alpha=0.3)
-    if bottom.lines:
-        bottom.legend(fontsize=9)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    save_figure(fig, path, dpi=120)
-    return path
-
-
-def write_parity_report(out_dir: Path) -> tuple[Path, ParityReport]:
-    """Render ``summary.md`` and ``plots/parity_loss.png`` from the folder's ``parity.json`` (and
-    ``environment.json``); returns the summary's path and the report (its ``passed`` decides
-    the exit code)."""
-    out_dir = Path(out_dir)
-    report = load_parity_report(out_dir)
-    environment = read_environment(out_dir)
-    png = plot_parity(report, out_dir / "plots" / "parity_loss.png")
-    s = report.settings
-    ref = report.curves[0]
-    verdict = "PASS" if report.passed else "FAIL"
-    lines = [f"# fusedce-profile parity: {verdict}", ""]
-    if report.not_run:
-        lines += [f"**Incomplete run.** {', '.join(report.not_run)} did not train: the run ended early.", ""]
-    lines += [f"{s.steps} AdamW steps (lr {s.lr}) of {s.config.name} from the same initialisation on the same "
-              f"batches (a random Markov chain, entropy rate {report.entropy_rate:.3f} nats; seed {s.seed}), "
-              f"{s.mode} on {s.device}. torch's loss went from {ref.initial_loss():.3f} to {ref.final_loss():.3f}"
-              + ("" if report.reference_learned else " — it did NOT learn, so nothing can be concluded") + ".",
-              f"Tolerances: final loss (mean of the last tenth of the steps) within {s.loss_tolerance:.0e} relative "
-              f"of torch's; gradients of the LM head weight"
-              f"{' (the tied embedding)' if s.config.tie_word_embeddings else ''}"
-              f"{', its bias' if s.config.lm_head_bias else ''} and the hidden states within {s.grad_tolerance:.0e} "
-              f"of eager torch in fp32 on the same weights, at steps {', '.join(map(str, s.check_steps))}."]
-    floor = report.noise_floor
-    if floor is not None:
-        limit = max(s.loss_tolerance, NOISE_FACTOR * floor)
-        lines += [f"Noise floor: the control (*{CONTROL}*: torch from initial weights moved by one rounding of the "
-                  f"mode's precision) ends {_percent(floor)} from torch, so a back-end's final loss fails beyond "
-                  f"{_percent(limit)} (the tolerance, or {NOISE_FACTOR:g}× the floor if larger); the gradient "
-                  f"check, on identical weights, is the sharp test of the wiring."]
-    elif any(c.backend == CONTROL for c in report.curves):
-        lines += ["The perturbed-torch control did not finish: back-ends were judged against the tolerance alone."]
-    else:
-        lines += ["No control ran (`--no-control`, or a run recorded before controls existed): the final-loss "
-                  "tolerance alone cannot tell a chaotic training run from a wrong loss."]
-    lines += ["", markdown_table(parity_table(report)), ""]
-    gaps = gap_sentences(report)
-    if gaps:
-        lines += ["## Loss curves against torch, step by step", "",
-                  "Relative difference |L − L_torch| / L_torch at each step (both runs see the same batch at "
-                  "the same step). When every back-end, torch.compile included, strays from torch by a "
-                  "similar amount along the run, the gap is the trajectory's sensitivity to rounding, not "
-                  "one back-end's error.", ""] + [f"- {line}" for line in gaps] + [""]
-    lines += [f"![loss curves](plots/{png.name})", ""]
-    lines += ["<details><summary>Environment</summary>", "", "```"] + environment_lines(environment or {}) + [
-        "```", "</details>", ""]
-    return store.write_text(out_dir / "summary.md", "\n".join(lines)), report

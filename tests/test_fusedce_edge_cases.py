@@ -7,11 +7,13 @@ The Triton path runs on CUDA tensors when there is a GPU, else on CPU tensors un
 """
 import functools
 import importlib.util
+import inspect
 
 import pytest
 import torch
 
 import fusedce
+from fusedce.options import LossOptions as FusedOptions
 from reference import (
     OPTION_CASES,
     REDUCTIONS,
@@ -233,6 +235,14 @@ def test_float64_inputs_on_the_torch_path_match_the_reference_to_float64_precisi
     assert got.loss.dtype == got.grad_weight.dtype == torch.float64
     want = reference_linear_cross_entropy(hidden, weight, target, bias, MIXED.options)
     assert_matches_reference(got, want, rtol=1e-10)
+
+
+def test_every_ignore_index_default_is_fusedce_IGNORE_INDEX():
+    """One constant, F.cross_entropy's -100, is the default of the function, the module and the options."""
+    assert fusedce.IGNORE_INDEX == -100
+    assert inspect.signature(fusedce.linear_cross_entropy).parameters["ignore_index"].default == fusedce.IGNORE_INDEX
+    assert fusedce.LinearCrossEntropyLoss().ignore_index == fusedce.IGNORE_INDEX
+    assert FusedOptions().ignore_index == fusedce.IGNORE_INDEX
 
 
 @pytest.mark.parametrize("impl", IMPLS)

@@ -7,7 +7,6 @@ fp32 operands, 1e-3 for bf16/fp16 operands. The errors of both are attached to e
 as junit properties (``--junitxml``).
 """
 import functools
-import gc
 
 import pytest
 import torch
@@ -303,17 +302,17 @@ def test_out_of_range_targets_on_cuda():
 def measured_peak_extra(step, *leaves) -> int:
     """ANCHORS protocol: one warm-up ``step()`` (compilation, autotuning, allocator pools), then
     the bytes one more ``step()`` allocates above the baseline at its peak (gradients included)."""
+    from profiler.protocol import MemoryMeter, settle, synchronize
+
     step()
     for leaf in leaves:
         leaf.grad = None
-    gc.collect()
-    torch.cuda.synchronize()
-    torch.cuda.empty_cache()
-    torch.cuda.reset_peak_memory_stats()
-    base = torch.cuda.memory_allocated()
-    step()
-    torch.cuda.synchronize()
-    return torch.cuda.max_memory_allocated() - base
+    settle("cuda")
+    with MemoryMeter("cuda") as meter:
+        meter.mark("step")
+        step()
+        synchronize("cuda")
+    return meter.record.extra()
 
 
 @pytest.mark.parametrize("weight_dtype", [torch.bfloat16, torch.float32], ids=["bf16", "amp"])
@@ -397,3 +396,40 @@ def test_memory_model_predicts_the_measured_peak(record_property, weight_dtype):
     record_property("measured_bytes", measured)
     record_property("predicted_bytes", predicted)
     assert abs(predicted - measured) <= 2 * 2**20, (predicted, measured)
+
+
+@pytest.mark.parametrize("weight_dtype", [torch.bfloat16, torch.float32], ids=["bf16", "amp"])
+def test_in_place_bf16_logit_grads_over_long_rows_match_the_torch_path(record_property, weight_dtype):
+    """With a bf16 compute dtype, ``logit_grad`` writes the gradients over the fp32 logits they
+    are computed from (``IN_PLACE_NARROW``), and only a barrier after each iteration's loads
+    keeps one warp's stores off logits that other warps have not loaded yet.
+
+    Sized for that race: one vocabulary chunk of V = 65537 columns, so each of the 8192 row
+    programs (8 warps each) walks 33 iterations of BLOCK_V = 2048 over its row. Logits
+    overwritten before they are read would corrupt those rows' gradients (and make runs
+    differ). Three runs must be bitwise identical; the gradients must match impl="torch" (the
+    same precision and loop, with PyTorch math that does not overwrite in place) row by row,
+    and the float64 reference as closely as impl="torch" does.
+    """
+    n, h, v = 8192, 128, 65537
+    hidden, weight, target, _ = make_inputs(n, h, v, seed=seed_for("gpu-in-place", weight_dtype), logit_std=1.0,
+                                            device=DEVICE)
+    hidden, weight, _ = cast_inputs(hidden, weight, None, torch.bfloat16, weight_dtype)
+    options = {"reduction": "sum", "vocab_chunk_size": v}
+    autocast = weight_dtype == torch.float32
+    with torch.autocast(DEVICE, dtype=torch.bfloat16, enabled=autocast):
+        runs = [run_fused(fused_triton, hidden, weight, target, None, 1.0, **options) for _ in range(3)]
+        torch_path = run_fused(fusedce.linear_cross_entropy, hidden, weight, target, None, 1.0, impl="torch",
+                               **options)
+    for run in runs[1:]:
+        for field in ("grad_hidden", "grad_weight"):
+            assert torch.equal(getattr(run, field), getattr(runs[0], field)), f"{field} differs between runs"
+    fused = runs[0]
+    for field in ("grad_hidden", "grad_weight"):
+        got, want = getattr(fused, field).double(), getattr(torch_path, field).double()
+        worst = ((got - want).norm(dim=1) / want.norm(dim=1)).max().item()
+        record_property(f"{field}_worst_row_rel_diff_vs_torch_path", f"{worst:.3e}")
+        assert worst <= 1e-2, f"{field}: a row differs from impl='torch' by {worst:.3g} (relative)"
+    ref = chunked_reference_linear_cross_entropy(hidden, weight, target, None, LossOptions(reduction="sum"), 1.0,
+                                                 rows_per_chunk=512)
+    assert_within_eager_error(record_property, fused, torch_path, ref, SLACK[torch.bfloat16])

@@ -26,7 +26,7 @@ def _result(backend, peak, loss_extra, *, eval_step=False, reserved=None, phase=
     return ModelResult(job=job, status="ok", memory=memory, time_ms=100.0)
 
 
-def test_findings_explain_a_saving_and_an_inactive_fused_path():
+def test_findings_explain_a_saving_and_claim_no_inactive_fused_path_without_the_detector():
     torch_run = _result("torch", 20 * GIB, 10 * GIB)
     good = _result("fusedce", 11 * GIB, GIB)
     inactive = _result("liger", 20 * GIB - GIB // 2, 9 * GIB)
@@ -34,7 +34,7 @@ def test_findings_explain_a_saving_and_an_inactive_fused_path():
     assert "torch peaks at 20.0 GiB" in text[0] and "50% of the peak" in text[0]
     assert "fusedce" in text[1] and "saves 9.00 GiB (45%)" in text[1]
     assert "not active" not in text[1]
-    assert "liger" in text[2] and "fused path is not active" in text[2]
+    assert "liger" in text[2] and "not active" not in text[2] and "logits detector did not run" in text[2]
 
 
 def test_findings_say_when_the_loss_was_a_small_part_of_the_peak():
@@ -58,6 +58,11 @@ def test_tables_and_plots_render(tmp_path):
     table = model_table(results)
     assert list(table["saving vs torch"]) == ["–", "9.00 GiB (45%)", "–"]
     assert table["status"].iloc[2].startswith("skipped: cut-cross-entropy")
+    assert list(table["replaced"]) == ["nothing", "nothing", "–"]
+    from profiler.backends import Replacement
+
+    results[1].replaced = [Replacement("LM-head/loss", "the loss"), Replacement("norms", "RMSNorm.forward", 5)]
+    assert model_table(results)["replaced"].iloc[1] == "the loss (LM-head/loss); RMSNorm.forward ×5 (norms)"
     parts = breakdown_table(results[0])
     assert parts["bytes"].iloc[-1] == "**20.0 GiB**"
     assert plot_breakdown(results, tmp_path / "b.png").stat().st_size > 5000
@@ -68,3 +73,42 @@ def test_results_round_trip_through_json():
     result = _result("fusedce", 11 * GIB, GIB)
     again = ModelResult.from_dict(dataclasses.asdict(result))
     assert again == result
+
+
+def test_stored_strings_cannot_break_the_markdown_of_the_report():
+    from reports.model_report import render_model_markdown
+
+    planted = "my|loss*`x`:make"
+    results = [_result("torch", 20 * GIB, 10 * GIB), _result(planted, 11 * GIB, GIB)]
+    results[1].memory.peak_phase = "loss|*`"
+    text = render_model_markdown(results, [], {"torch": "2.1 ```` |*"}, [])
+    assert planted not in text and r"my\|loss\*\`x\`:make" in text
+    assert r"## my\|loss\*\`x\`:make: composition of the peak" in text
+    assert r"**peak (loss\|\*\` phase)**" in text
+    # every table row keeps its column count: no planted | splits a cell
+    for table in text.split("\n\n"):
+        rows = [line for line in table.splitlines() if line.startswith("|")]
+        if rows:
+            counts = {line.replace("\\|", "").count("|") for line in rows}
+            assert len(counts) == 1, table
+    fence = next(line for line in text.splitlines() if line.startswith("`````"))
+    assert "2.1 ```` |*" in text and text.count(fence) == 2
+
+
+def test_the_torch_finding_names_the_activation_kinds_not_a_lump():
+    from profiler.trace import Attribution, KindBytes
+    from reports.model_report import activation_split
+
+    kinds = [KindBytes("parameters", 2 * GIB), KindBytes("attention scores/probabilities", 6 * GIB, blocks=8),
+             KindBytes("MLP", 2 * GIB), KindBytes("norms", GIB), KindBytes("LM-head input/logits", GIB // 2),
+             KindBytes("embedding", GIB // 4), KindBytes("other activations", GIB // 4)]
+    a = Attribution(sum(k.bytes for k in kinds), "loss", kinds, [], [], 0, 32 * 1024, 50304, 32, 1024, [12],
+                    layers=12)
+    split = activation_split(a)
+    assert split.startswith("attention scores/probabilities 6.00 GiB (50%), MLP 2.00 GiB (17%), norms")
+    assert "the other 2 kinds 512 MiB (4%)" in split
+    torch_run = _result("torch", 12 * GIB, GIB)
+    torch_run.attribution = a
+    text = findings([torch_run])[0]
+    assert "the activations are attention scores/probabilities 6.00 GiB" in text
+    assert "32 × 12 × 1024 × 1024 in bf16" in text

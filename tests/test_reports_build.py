@@ -78,7 +78,7 @@ def test_summary_links_every_plot_relative_to_the_run_folder(report):
         assert f"](plots/{path.name})" in summary
 
 
-@pytest.mark.parametrize("name", ["peak_memory", "saving", "saving_heatmap", "time", "parity"])
+@pytest.mark.parametrize("name", ["peak_memory", "saving", "saving_heatmap", "time", "frontier", "parity"])
 def test_plots_exist_at_github_width(report, name):
     path = report.plots[name]
     image = matplotlib.image.imread(path)
@@ -86,6 +86,16 @@ def test_plots_exist_at_github_width(report, name):
     assert 800 <= width <= 1600, width
     assert 300 <= height <= 2400, height
     assert path.stat().st_size > 20_000  # a drawn figure, not an empty canvas
+
+
+def test_the_frontier_plot_is_embedded_and_its_finding_names_the_pareto_set(report):
+    summary = report.summary.read_text()
+    assert "![Time–memory frontier per head](plots/frontier.png)" in summary
+    assert 'alt="Time–memory frontier per head"' in report.html.read_text()
+    # ANCHORS.md at 32768×4096×128256 amp: cce 3.187 GiB / 471.8 ms, liger 4.409 GiB / 197.2 ms,
+    # torch-compile 10.035 GiB / 162.0 ms, torch 40.119 GiB / 186.5 ms.
+    assert ("On 4096×128256 at 32k tokens the time–memory frontier is cce (3.19 GiB, 472 ms), liger (4.41 GiB, "
+            "197 ms) and torch-compile (10.0 GiB, 162 ms); torch is dominated by torch-compile.") in summary
 
 
 def test_html_is_self_contained(report):
@@ -189,3 +199,16 @@ def test_report_never_opens_a_pickle_from_the_folder(tmp_path):
     report = build_report(tmp_path)
     assert not marker.exists()
     assert report.timelines == [] and any("never opens a pickle" in note for note in report.notes)
+
+
+def test_a_timeline_plot_whose_timeline_file_is_absent_is_kept(tmp_path):
+    from profiler import store
+
+    row = _fixture_rows()[0]
+    row.snapshot_path = "snapshots/torch_cell.pickle.gz"  # recorded by an older version: no timeline file
+    (tmp_path / "results.jsonl").write_text(store.dumps(row.to_dict()) + "\n")
+    (tmp_path / "plots").mkdir()
+    drawn_before = tmp_path / "plots" / "timeline_torch_cell.png"
+    drawn_before.write_bytes(b"png drawn by an earlier build")
+    build_report(tmp_path)
+    assert drawn_before.read_bytes() == b"png drawn by an earlier build"

@@ -100,3 +100,87 @@ def test_a_resumed_cell_measured_twice_counts_once():
     first, second = _cell("torch", 64, 10), _cell("torch", 64, 11)
     frame = results_frame([first, second])
     assert len(frame) == 1 and frame.loc[0, "peak_bytes"] == 11 * MIB
+
+
+# --- who wins: lowest memory, fastest, frontier (planted frames) --------------------------------
+
+from planted import cell, frame  # noqa: E402
+
+
+def _topic(cells, topic):
+    found = [f.text for f in compute_findings(frame(*cells)) if f.topic == topic]
+    assert len(found) <= 1, found
+    return found[0] if found else None
+
+
+def test_the_lowest_memory_back_end_is_named_at_every_size_whoever_it_is_on_the_cpu():
+    cells = []
+    for tokens, fused, compiled in ((1024, 10, 14), (2048, 20, 16), (4096, 40, 48)):
+        cells += [cell("torch", tokens, 100, cpu=True), cell("torch-compile", tokens, compiled, cpu=True),
+                  cell("fusedce", tokens, fused, cpu=True)]
+    text = _topic(cells, "ranking")
+    assert text.startswith("The lowest peak is fusedce's at 1k tokens (10.0 MiB at 1k, next torch-compile 14.0 MiB); "
+                           "torch-compile's at 2k tokens (16.0 MiB at 2k, next fusedce 20.0 MiB); "
+                           "fusedce's at 4k tokens (40.0 MiB at 4k, next torch-compile 48.0 MiB).")
+    assert text.endswith("Peak extra at 4k tokens: fusedce 40.0 MiB, torch-compile 48.0 MiB, torch 100 MiB.")
+
+
+def test_one_back_end_lowest_everywhere_is_said_once():
+    cells = [cell(b, t, peak * t / 1024) for t in (1024, 2048) for b, peak in (("torch", 100), ("liger", 8))]
+    assert _topic(cells, "ranking").startswith("liger holds the lowest peak at every size measured (1k and 2k tokens).")
+
+
+def test_a_faster_back_end_that_failed_parity_is_never_called_the_fastest():
+    cells = [cell("torch", 4096, 100, time_ms=5.0), cell("fusedce", 4096, 10, time_ms=3.0),
+             cell("cce", 4096, 8, time_ms=1.0, err=0.2)]
+    text = _topic(cells, "speed")
+    assert text.startswith("fusedce is the fastest at 4k tokens.")
+    assert "cce is the fastest" not in text
+    assert "cce 1.00 ms (failed parity)" in text
+    assert ("cce was quicker at 4k tokens (1.00 ms at 4k) but failed parity, so it is not counted as the "
+            "fastest.") in text
+
+
+def test_on_the_cpu_overlapping_time_ranges_are_within_noise_not_a_fastest():
+    cells = [cell("torch", 1024, 100, time_ms=5.0, spread=(4.0, 6.5), cpu=True),
+             cell("fusedce", 1024, 10, time_ms=4.8, spread=(4.5, 6.0), cpu=True),
+             cell("torch", 4096, 400, time_ms=20.0, spread=(19.0, 22.0), cpu=True),
+             cell("fusedce", 4096, 40, time_ms=10.0, spread=(9.0, 11.0), cpu=True)]
+    text = _topic(cells, "speed")
+    assert text.startswith("At 1k tokens the times of torch and fusedce are within noise (their min–max ranges "
+                           "overlap), so none is called the fastest; fusedce is the fastest at 4k tokens.")
+    assert "fusedce 10.0 ms (9.00 ms–11.0 ms)" in text
+
+
+def test_on_the_cpu_a_back_end_without_a_time_range_is_not_called_the_fastest():
+    cells = [cell("torch", 1024, 100, time_ms=5.0, cpu=True), cell("fusedce", 1024, 10, time_ms=1.0, cpu=True)]
+    for c in cells:
+        c.time_ms_min = c.time_ms_max = None
+    assert "within noise" in _topic(cells, "speed")
+
+
+def test_torch_native_is_in_every_comparison_it_was_measured_in():
+    cells = [cell("torch", 2048, 100, time_ms=4.0), cell("torch-native", 2048, 30, time_ms=2.0),
+             cell("fusedce", 2048, 10, time_ms=3.0)]
+    assert "torch-native 30.0 MiB" in _topic(cells, "ranking")
+    speed = _topic(cells, "speed")
+    assert speed.startswith("torch-native is the fastest at 2k tokens.") and "fusedce 3.00 ms (1.50×)" in speed
+    assert "torch-native (30.0 MiB, 2.00 ms)" in _topic(cells, "frontier")
+
+
+def test_the_frontier_finding_names_the_pareto_set_and_who_dominates_the_rest():
+    cells = [cell("torch", 1024, 60, time_ms=2.0), cell("fusedce", 1024, 6, time_ms=2.0)]  # a smaller size
+    cells += [cell("torch", 65536, 100, time_ms=5.0), cell("torch-compile", 65536, 50, time_ms=2.0),
+              cell("fusedce", 65536, 10, time_ms=3.0), cell("liger", 65536, 12, time_ms=4.0),
+              cell("cce", 65536, 5, time_ms=1.0, err=0.2)]
+    text = _topic(cells, "frontier")
+    assert text == ("On 64×1000 at 64k tokens the time–memory frontier is fusedce (10.0 MiB, 3.00 ms) and "
+                    "torch-compile (50.0 MiB, 2.00 ms); torch is dominated by torch-compile and fusedce, liger is "
+                    "dominated by fusedce; cce failed parity and is left out.")
+
+
+def test_the_frontier_finding_uses_the_largest_size_two_back_ends_ran_and_names_the_oom():
+    cells = [cell("torch", 1024, 60, time_ms=2.0), cell("fusedce", 1024, 6, time_ms=1.0),
+             cell("torch", 8192, None, status="oom"), cell("fusedce", 8192, 48, time_ms=8.0)]
+    assert _topic(cells, "frontier") == ("On 64×1000 at 1k tokens fusedce (6.00 MiB, 1.00 ms) alone is on the "
+                                         "time–memory frontier; torch is dominated by fusedce.")

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Device call B: the default `fusedce-profile` run (issue 5's grid, issue 6's example report)
+# Device call B: the default `fusedce-profile` run (its grid and the example report)
 # and a snapshot run for the memory-timeline plot. Folders come back as tarballs.
 . benchmarks/device/common.sh
 timeout --preserve-status -s INT 420 python3 -m cli --out /tmp/default-report 2>&1 | tail -60

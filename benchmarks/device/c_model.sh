@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Device call C: model mode (issue 7) on the user's model, untied and tied, a 200-step
+# Device call C: model mode on the user's model, untied and tied, a 200-step
 # parity run, and the goal-4 benchmark variants.
 . benchmarks/device/common.sh
 B=${BATCH:-34}

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Device call E: what issue 7 still lacks, most decisive first, all inside ~550 s.
+# Device call E: the remaining model-mode runs, most decisive first, all inside ~550 s.
 #   1. parity control: torch.compile, fusedce, an unrounded-logits torch loss and liger in one
 #      200-step run (the seed-0 settings of examples/model/parity): is fusedce's mid-run gap
 #      to torch bf16 trajectory sensitivity (the controls stray as far) or its own?

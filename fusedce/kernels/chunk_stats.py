@@ -65,10 +65,8 @@ def chunk_stats(
     softcap: float,
     need_sum: bool,
 ) -> None:
-    """Fold ``z`` (R, C) fp32, columns ``[col0, col0 + C)``, into ``stats`` (each (R,) fp32).
-
-    ``target``: (R,) int64 (any value; out-of-range targets simply never match).
-    """
+    """:meth:`BlockMath.chunk_stats <fusedce.block_math.BlockMath.chunk_stats>` on an fp32 ``z``
+    (left unchanged) and fp32 ``stats``."""
     rows, n_cols = z.shape
     if rows == 0:
         return

@@ -15,17 +15,18 @@ def logit_grad_kernel(
     HAS_BIAS: tl.constexpr, HAS_SOFTCAP: tl.constexpr, IN_PLACE_NARROW: tl.constexpr,
     BLOCK_V: tl.constexpr,
 ):
-    """One program per token row: d = row_scale · ∂loss/∂x for the block's raw logits x.
+    """One program per token row: d = row_scale · ∂L/∂x for the block's raw logits x.
 
-    With c = softcap·tanh(x/softcap) (or c = x), p = softmax(c) = exp(c − lse), ε the label
-    smoothing, λ the z-loss weight and y the target, the per-token loss is
-        L = (1 − ε)(lse − c_y) + ε(lse − Σ_v c_v / V) + λ·lse²,
-    so  ∂L/∂c_v = p_v·(1 + 2λ·lse) − (1 − ε)·[v = y] − ε/V,
-    and ∂c/∂x = 1 − tanh² = 1 − (c/softcap)².
+    The formula is :mod:`fusedce.block_math`'s, evaluated in fp32 ``BLOCK_V`` columns at a
+    time (``p_coef`` = 1 + 2λ·lse, ``inv_vocab`` = 1/V).
 
-    ``d`` may alias ``z`` as a narrower dtype (bf16/fp16 view of the same bytes, row stride
-    twice the row length): block k then writes bytes that blocks ≤ k read, so a barrier
-    after each block's loads keeps warps that run ahead from overwriting unread logits.
+    ``d`` may alias ``z`` as a narrower dtype (``IN_PLACE_NARROW``: a bf16/fp16 view of the
+    same bytes, whose row stride is twice z's in elements, so row n of d starts where row n
+    of z does): the store of columns [k·B, (k+1)·B) writes bytes that the loads of those
+    columns, and of columns < (k+1)·B/2, read. The barrier after each iteration's loads
+    keeps warps that run ahead from overwriting logits that other warps have not loaded
+    yet. The race never shows in the interpreter (it runs a program as one thread):
+    ``tests/test_fusedce_block_math.py`` checks that the barrier stays in the source.
     """
     row = tl.program_id(0).to(tl.int64)
     z_row = z_ptr + row * z_row_stride
@@ -64,11 +65,11 @@ def logit_grad(
     softcap: float,
     out_dtype: torch.dtype,
 ) -> torch.Tensor:
-    """Overwrite ``z`` (R, C) fp32 with the logit gradients; return them as ``out_dtype``.
+    """:meth:`BlockMath.logit_grad <fusedce.block_math.BlockMath.logit_grad>` on an fp32 ``z``.
 
-    ``z`` has unit column stride (its row stride may be padded). For a 2-byte ``out_dtype``
-    the result is a view of z's own memory: (R, C) with twice z's row stride, which cuBLAS
-    reads directly. No new R×C buffer is allocated.
+    The result is ``z`` itself for fp32 ``out_dtype``; for a 2-byte one, a view of z's own
+    memory: (R, C) with twice z's row stride, which cuBLAS reads directly. No new R×C
+    buffer is allocated.
     """
     rows, n_cols = z.shape
     assert z.dtype == torch.float32 and z.stride(1) == 1

@@ -26,11 +26,10 @@ Public API: :class:`ModelSource`, :class:`BuiltinSource`, :class:`HFSource`,
 """
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import inspect
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -39,7 +38,7 @@ from torch import nn
 
 from profiler.configs import ModelConfig, config_from_dict, get_preset, PRESETS
 from profiler.models.gpt import ATTENTION_IMPLS, GPT
-from profiler.models.head import Head, HeadInfo, locate_head
+from profiler.models.head import Head, locate_head
 
 #: Attention implementations a Hugging Face model may be built with (those the installed
 #: transformers supports are checked when it is built).
@@ -229,7 +228,10 @@ class HFSource(ModelSource):
             model = transformers.AutoModelForCausalLM.from_config(hf_config, attn_implementation=attention)
         model.train()
         if checkpointing:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            if hasattr(model, "activation_checkpointing_enable"):  # transformers ≥ 5.x (the old name is deprecated)
+                model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+            else:
+                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         trunk = model.get_decoder() if hasattr(model, "get_decoder") else getattr(model, "base_model", None)
 
         def call(input_ids):

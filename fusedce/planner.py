@@ -38,7 +38,6 @@ class ChunkPlan:
 
     rows: int
     cols: int
-    budget_bytes: int
 
     def row_chunks(self, n: int) -> list[tuple[int, int]]:
         return [(r, min(n, r + self.rows)) for r in range(0, n, self.rows)]
@@ -62,8 +61,8 @@ def default_budget_bytes(floor_bytes: int, n: int = 0) -> int:
     """Default bytes for temporaries: a tenth of the gradient floor plus 96 MiB, less the
     per-token vectors (≈ 40 bytes a token), at least 32 MiB.
 
-    This keeps the whole step under 1.1 × floor + 128 MiB, the goal in ANCHORS.md, with
-    ~32 MiB to spare for the allocator's rounding and small tensors.
+    This keeps the whole step under the memory goal of 1.1 × floor + 128 MiB, with ~32 MiB
+    to spare for the allocator's rounding and small tensors.
     """
     return max(MIN_BUDGET, floor_bytes // 10 + BASE_BUDGET - 40 * n)
 
@@ -86,34 +85,43 @@ def plan_chunks(
     a target, not a hard limit: a chunk never gets narrower than 1024 vocabulary entries
     (unless V is smaller or ``vocab_chunk_size`` asks for it).
     """
-    for name, value in (("chunk_size", chunk_size), ("vocab_chunk_size", vocab_chunk_size),
-                        ("memory_budget", memory_budget)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise ValueError(f"{name} must be None or a positive int, got {value!r}")
+    _check_sizes(chunk_size=chunk_size, vocab_chunk_size=vocab_chunk_size, memory_budget=memory_budget)
     c = dtype_bytes(compute_dtype)
     per_row = h * (4 + (c if hidden_dtype != compute_dtype else 0))  # accumulator (+ converted row)
     floor = gradient_floor_bytes(n, h, v, hidden_dtype, weight_dtype)
     budget = memory_budget if memory_budget is not None else default_budget_bytes(floor, n)
+    rows = _plan_rows(n, per_row, budget, weight_dtype, chunk_size)
+    weight_row = h * c if weight_dtype != compute_dtype else 0  # a converted weight row
+    cols = _plan_cols(v, rows, budget - rows * per_row, weight_row, vocab_chunk_size)
+    return ChunkPlan(rows=rows, cols=cols)
+
+
+def _check_sizes(**sizes: int | None) -> None:
+    for name, value in sizes.items():
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"{name} must be None or a positive int, got {value!r}")
+
+
+def _plan_rows(n: int, per_row: int, budget: int, weight_dtype: torch.dtype, chunk_size: int | None) -> int:
+    """Tokens per row chunk (≥ 1): ``per_row`` bytes each, at most two thirds of ``budget``."""
     n_eff = max(n, 1)
-
     if chunk_size is not None:
-        rows = min(n_eff, chunk_size)
-    elif weight_dtype != torch.float32:
-        rows = n_eff  # see the module docstring: avoids an fp32 copy of grad_weight
-    else:
-        share = budget * 2 // 3  # at most two thirds of the budget for row-sized buffers
-        rows = n_eff if n_eff * per_row <= share else max(MIN_ROWS, share // per_row)
-        rows = min(rows, n_eff)
+        return min(n_eff, chunk_size)
+    if weight_dtype != torch.float32:
+        return n_eff  # see the module docstring: avoids an fp32 copy of grad_weight
+    share = budget * 2 // 3  # at most two thirds of the budget for row-sized buffers
+    rows = n_eff if n_eff * per_row <= share else max(MIN_ROWS, share // per_row)
+    return min(rows, n_eff)
 
+
+def _plan_cols(v: int, rows: int, left: int, weight_row: int, vocab_chunk_size: int | None) -> int:
+    """Vocabulary entries per chunk: a ``rows``-row fp32 block (and ``weight_row`` bytes of
+    converted weight per entry) in the ``left`` bytes of the budget, a multiple of 128 and at
+    least 1024 unless the whole vocabulary fits."""
     if vocab_chunk_size is not None:
-        cols = min(v, vocab_chunk_size)
-    else:
-        weight_conv = h * c if weight_dtype != compute_dtype else 0
-        left = budget - rows * per_row
-        cols = max(0, left) // (rows * 4 + weight_conv)
-        if cols >= v:
-            cols = v
-        else:
-            cols = max(MIN_COLS, cols // COL_ALIGN * COL_ALIGN)
-            cols = min(cols, v)
-    return ChunkPlan(rows=rows, cols=cols, budget_bytes=budget)
+        return min(v, vocab_chunk_size)
+    cols = max(0, left) // (rows * 4 + weight_row)
+    if cols >= v:
+        return v
+    cols = max(MIN_COLS, cols // COL_ALIGN * COL_ALIGN)
+    return min(cols, v)

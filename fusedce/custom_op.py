@@ -9,22 +9,23 @@ saves only the inputs and the per-token lse (N floats).
 from __future__ import annotations
 
 import os
-from types import ModuleType
 from typing import Optional
 
 import torch
 
-from fusedce import chunked, rowops_torch
-from fusedce.chunking import ChunkPlan
+from fusedce import block_math_torch, passes
+from fusedce.block_math import BlockMath
 from fusedce.options import LossOptions
+from fusedce.planner import ChunkPlan
 
 
-def _ops(impl: str) -> ModuleType:
+def _block_math(impl: str) -> BlockMath:
+    """The module doing the per-block softmax math for ``impl`` ("torch" or "triton")."""
     if impl == "triton":
         from fusedce import kernels
 
         return kernels
-    return rowops_torch
+    return block_math_torch
 
 
 def _options(ignore_index: int, label_smoothing: float, z_loss: float, softcap: float) -> LossOptions:
@@ -40,14 +41,14 @@ def forward_op(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(loss per token (N,), lse (N,)), fp32 (fp64 for fp64 compute). hidden is (N, H)."""
     opts = _options(ignore_index, label_smoothing, z_loss, softcap)
-    plan = ChunkPlan(rows=rows, cols=cols, budget_bytes=0)
-    return chunked.forward(hidden, weight, target, bias, opts, compute_dtype, plan, _ops(impl))
+    plan = ChunkPlan(rows=rows, cols=cols)
+    return passes.forward(hidden, weight, target, bias, opts, compute_dtype, plan, _block_math(impl))
 
 
 @forward_op.register_fake
 def _forward_fake(hidden, weight, target, bias, ignore_index, label_smoothing, z_loss, softcap,
                   compute_dtype, impl, rows, cols):
-    acc = chunked.accumulation_dtype(compute_dtype)
+    acc = passes.accumulation_dtype(compute_dtype)
     n = hidden.shape[0]
     return hidden.new_empty((n,), dtype=acc), hidden.new_empty((n,), dtype=acc)
 
@@ -62,9 +63,9 @@ def backward_op(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(grad_hidden, grad_weight, grad_bias); a gradient not asked for is an empty tensor."""
     opts = _options(ignore_index, label_smoothing, z_loss, softcap)
-    plan = ChunkPlan(rows=rows, cols=cols, budget_bytes=0)
-    gh, gw, gb = chunked.backward(grad_loss, hidden, weight, target, bias, lse, opts, compute_dtype, plan,
-                                  _ops(impl), need_hidden=need_hidden, need_weight=need_weight,
+    plan = ChunkPlan(rows=rows, cols=cols)
+    gh, gw, gb = passes.backward(grad_loss, hidden, weight, target, bias, lse, opts, compute_dtype, plan,
+                                  _block_math(impl), need_hidden=need_hidden, need_weight=need_weight,
                                   need_bias=need_bias)
     # a gradient not asked for is a fresh empty tensor (custom-op outputs may not alias each other)
     return tuple(hidden.new_empty((0,)) if g is None else g for g in (gh, gw, gb))

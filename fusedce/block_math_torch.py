@@ -1,8 +1,11 @@
-"""The per-chunk softmax math in plain PyTorch (the CPU implementation).
+"""The :class:`~fusedce.block_math.BlockMath` of plain PyTorch ops (``impl="torch"``, any device).
 
-Same contract as the Triton launchers in :mod:`fusedce.kernels`; see there for the math.
-These functions work on one ``(R, C)`` block of raw logits ``z = hidden @ weight[c0:c1].T``
-in the accumulation dtype (fp32, or fp64 for fp64 inputs) and overwrite it.
+Contract and math: :mod:`fusedce.block_math`. Both functions first turn ``z`` in place
+into the activated logits c; they also accept fp64 blocks (fp64 inputs). Block-sized
+temporaries: ``chunk_stats`` one, exp(c − max); ``logit_grad`` the result when
+``out_dtype`` is narrower than ``z`` (a cast copy), and with soft-capping the factor
+1 − (c/s)² (two blocks while it is computed). :mod:`fusedce.memory_model` counts the
+first two (it does not model soft-capping).
 """
 from __future__ import annotations
 
@@ -36,7 +39,7 @@ def chunk_stats(
     softcap: float,
     need_sum: bool,
 ) -> None:
-    """Fold the block ``z`` (R, C) of vocabulary columns ``[col0, col0 + C)`` into ``stats``."""
+    """:meth:`BlockMath.chunk_stats <fusedce.block_math.BlockMath.chunk_stats>`; leaves c in ``z``."""
     c = _activate(z, bias, softcap)
     block_max = c.amax(dim=1)
     new_max = torch.maximum(stats.max, block_max)
@@ -63,10 +66,10 @@ def logit_grad(
     softcap: float,
     out_dtype: torch.dtype,
 ) -> torch.Tensor:
-    """d loss_n / d z_nv for the block, times ``row_scale[n]``, returned in ``out_dtype``.
+    """:meth:`BlockMath.logit_grad <fusedce.block_math.BlockMath.logit_grad>`.
 
-    Overwrites ``z``; the only new block-sized tensors are the cast result (and the soft-cap
-    factor when soft-capping).
+    ``z`` becomes the gradients in the accumulation dtype; the result is ``z`` itself when
+    ``out_dtype`` is that dtype, else a new (R, C) tensor cast from it.
     """
     c = _activate(z, bias, softcap)
     cap = 1.0 - (c / softcap) ** 2 if softcap else None

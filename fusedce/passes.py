@@ -1,0 +1,318 @@
+"""The chunked forward and backward passes (shared by the PyTorch and Triton paths).
+
+Notation: N tokens, H hidden size, V vocabulary; x = hidden @ weight.T (+ bias) the raw
+logits, c = softcap(x) what the loss sees, lse = logsumexp(c). The matrix products run on
+torch (cuBLAS/CPU BLAS) in the compute dtype with an fp32 result; the softmax math on each
+``rows × cols`` block runs in a :class:`~fusedce.block_math.BlockMath` (Triton kernels or
+plain PyTorch).
+
+Forward (2·N·H·V FLOPs): for each block, x = h_i @ W_jᵀ, then fold it into the per-token
+running statistics (max, Σexp, c_y, Σc). Only the statistics (N floats each) survive; the
+per-token loss and lse are returned, and lse is saved for backward.
+
+Backward (6·N·H·V FLOPs): for each block, recompute x, turn it in place into
+d = g_n · ∂L_n/∂x (g the per-token upstream gradient), then
+    grad_hidden[i]  += d @ W_j          (fp32 accumulator over vocabulary chunks)
+    grad_weight[j]  += dᵀ @ h_i         (in the fp32 output, or written once)
+    grad_bias[j]    += Σ_rows d
+Nothing of size N×V is ever allocated: the largest temporary is one fp32 block.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from fusedce.block_math import BlockMath
+from fusedce.matmul import matmul_into
+from fusedce.options import LossOptions
+from fusedce.planner import ChunkPlan
+from fusedce.stats import RowStats
+from fusedce.validation import out_of_range_targets, outside_vocabulary
+
+
+def accumulation_dtype(compute_dtype: torch.dtype) -> torch.dtype:
+    """The dtype of every sum: fp64 for fp64 compute, else fp32."""
+    return torch.float64 if compute_dtype == torch.float64 else torch.float32
+
+
+def block_row_stride(cols: int, device: torch.device) -> int:
+    """Elements per row of a logits block: on CUDA rounded up to a multiple of 64, so that
+    the fp32 block and its bf16 view (twice the stride) give cuBLAS 16-byte-aligned leading
+    dimensions even for a ragged last vocabulary chunk (V = 32777 leaves 1161 columns)."""
+    return -(-cols // 64) * 64 if device.type == "cuda" else cols
+
+
+def forward(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    target: torch.Tensor,
+    bias: torch.Tensor | None,
+    opts: LossOptions,
+    compute_dtype: torch.dtype,
+    plan: ChunkPlan,
+    block_math: BlockMath,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token loss and logsumexp, both (N,) in the accumulation dtype.
+
+    hidden (N, H), weight (V, H), target (N,) int64, bias (V,) or None. Ignored tokens get
+    loss 0; tokens whose target is out of range (and not ignored) get NaN.
+    """
+    n, _ = hidden.shape
+    v = weight.shape[0]
+    target, bias = _contiguous_vectors(target, bias)
+    acc = accumulation_dtype(compute_dtype)
+    stats = RowStats.empty(n, hidden.device, acc)
+    work = _Workspace(plan, hidden, weight, compute_dtype, acc)
+    for r0, r1 in plan.row_chunks(n):
+        h_i = work.hidden_rows(r0, r1)
+        for c0, c1 in plan.col_chunks(v):
+            w_j = work.weight_rows(c0, c1)
+            z = work.logits(h_i, w_j)
+            block_math.chunk_stats(z, _columns(bias, c0, c1), c0, target[r0:r1], stats.rows(r0, r1),
+                                   softcap=opts.softcap_value, need_sum=opts.label_smoothing > 0)
+    lse = stats.logsumexp()
+    return _token_loss(stats, lse, target, v, opts), lse
+
+
+def backward(
+    grad_loss: torch.Tensor,
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    target: torch.Tensor,
+    bias: torch.Tensor | None,
+    lse: torch.Tensor,
+    opts: LossOptions,
+    compute_dtype: torch.dtype,
+    plan: ChunkPlan,
+    block_math: BlockMath,
+    *,
+    need_hidden: bool = True,
+    need_weight: bool = True,
+    need_bias: bool = True,
+) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
+    """Gradients (grad_hidden (N, H), grad_weight (V, H), grad_bias (V,)) in each input's dtype.
+
+    ``grad_loss`` (N,) is the upstream gradient of each token's loss (mean/sum/none all reduce
+    to this); ``lse`` (N,) is forward's. A gradient not asked for is None. For fp16 compute
+    the blocks' gradients are scaled by a power of two (:func:`_row_scale`).
+    """
+    n = hidden.shape[0]
+    v = weight.shape[0]
+    target, bias = _contiguous_vectors(target, bias)
+    acc = accumulation_dtype(compute_dtype)
+    counted, out_of_range = _token_masks(target, v, opts.ignore_index)
+    row_scale, scale = _row_scale(grad_loss, counted, out_of_range, acc, compute_dtype)
+    row_chunks = plan.row_chunks(n)
+    grads = _Gradients.allocate(hidden, weight, acc, several_row_chunks=len(row_chunks) > 1,
+                                need_hidden=need_hidden, need_weight=need_weight,
+                                need_bias=need_bias and bias is not None)
+    work = _Workspace(plan, hidden, weight, compute_dtype, acc, hidden_sum=need_hidden,
+                      ones=grads.bias is not None)
+    for r0, r1 in row_chunks:
+        h_i = work.hidden_rows(r0, r1)
+        hidden_sum = work.hidden_sum_rows(r1 - r0)
+        for k, (c0, c1) in enumerate(plan.col_chunks(v)):
+            w_j = work.weight_rows(c0, c1)
+            z = work.logits(h_i, w_j)
+            d = block_math.logit_grad(z, _columns(bias, c0, c1), c0, target[r0:r1], lse[r0:r1], row_scale[r0:r1],
+                                      vocab=v, label_smoothing=opts.label_smoothing, z_loss=opts.z_loss,
+                                      softcap=opts.softcap_value, out_dtype=compute_dtype)
+            grads.add_block(d, h_i, w_j, c0, c1, hidden_sum, work.ones, first_vocab_chunk=k == 0)
+            del d  # the PyTorch path's d is a copy: free it before the next block's product
+        if hidden_sum is not None:
+            grads.store_hidden_rows(r0, r1, hidden_sum, scale)
+    return grads.finish(scale, weight.dtype, None if bias is None else bias.dtype)
+
+
+def _token_loss(stats: RowStats, lse: torch.Tensor, target: torch.Tensor, v: int, opts: LossOptions) -> torch.Tensor:
+    """Each token's loss (N,) in the accumulation dtype, from its statistics and ``lse`` (N,):
+    (1 − ε)(lse − c_y) + ε(lse − Σc/V) + λ·lse²; 0 for ignored tokens, NaN for out-of-range targets."""
+    eps = opts.label_smoothing
+    loss = (1.0 - eps) * (lse - stats.target_logit)
+    if eps:
+        loss = loss + eps * (lse - stats.logit_sum / v)
+    if opts.z_loss:
+        loss = loss + opts.z_loss * lse * lse
+    loss = torch.where(target == opts.ignore_index, 0.0, loss)
+    return torch.where(out_of_range_targets(target, v, opts.ignore_index), math.nan, loss)
+
+
+def _token_masks(target: torch.Tensor, v: int, ignore_index: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Boolean (N,) masks: the tokens that count (not ``ignore_index``) and, of those, the
+    ones whose target is outside [0, V)."""
+    counted = target != ignore_index
+    return counted, outside_vocabulary(target, v) & counted
+
+
+def _row_scale(grad_loss: torch.Tensor, counted: torch.Tensor, out_of_range: torch.Tensor, acc: torch.dtype,
+               compute_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The factor of each token's logit gradients, (N,) in ``acc``, and the power of two it was
+    divided by (0-d ``acc``; None unless the compute dtype is fp16).
+
+    The factor is the upstream gradient ``grad_loss`` (N,), 0 for tokens that do not count
+    and NaN for out-of-range targets. For fp16 compute the block gradients would underflow
+    fp16 for small upstream gradients (1/N for ``mean``), so the factor is divided by
+    2ᵏ ≥ max|grad_loss| and :meth:`_Gradients.finish` multiplies the sums back, exactly, in fp32.
+    """
+    row_scale = torch.where(counted, grad_loss.to(acc), 0.0)
+    row_scale = torch.where(out_of_range, math.nan, row_scale)
+    scale = None
+    if compute_dtype == torch.float16 and row_scale.numel():
+        peak = row_scale.abs().amax()
+        scale = torch.where(peak > 0, torch.exp2(torch.ceil(torch.log2(peak))), 1.0)
+        row_scale = row_scale / scale
+    return row_scale, scale
+
+
+@dataclass
+class _Gradients:
+    """The backward's outputs and the sums they are built from, allocated before the first block.
+
+    ``hidden``: (N, H) in hidden's dtype; each row chunk is written once, from its sum over
+    the vocabulary chunks. ``weight``: (V, H) in weight's dtype, zeros; None while
+    ``weight_sum`` is a separate copy (then cast into it at the end). ``weight_sum``: where
+    each block's dᵀ @ h_i is added: ``weight`` itself when weight's dtype is the accumulation
+    dtype (an fp32 master weight); a (V, H) accumulation-dtype copy when a bf16/fp16 weight's
+    rows come in several row chunks (only when ``chunk_size`` forces it); None when all rows
+    are one chunk, so each vocabulary chunk of ``weight`` is written once (one rounding).
+    ``bias``: (V,) the accumulation-dtype column sums of the blocks' d; cast to bias's dtype
+    at the end. Each is None when not asked for.
+    """
+
+    hidden: torch.Tensor | None
+    weight: torch.Tensor | None
+    weight_sum: torch.Tensor | None
+    bias: torch.Tensor | None
+
+    @classmethod
+    def allocate(cls, hidden: torch.Tensor, weight: torch.Tensor, acc: torch.dtype, *, several_row_chunks: bool,
+                 need_hidden: bool, need_weight: bool, need_bias: bool) -> "_Gradients":
+        """Allocate, in this order: the weight gradient (or its sum), grad_hidden, the bias sum."""
+        (n, h), v, device = hidden.shape, weight.shape[0], hidden.device
+        if weight.dtype == acc or not several_row_chunks:
+            grad_weight = torch.zeros(v, h, device=device, dtype=weight.dtype) if need_weight else None
+            weight_sum = grad_weight if weight.dtype == acc else None
+        else:
+            grad_weight = None
+            weight_sum = torch.zeros(v, h, device=device, dtype=acc) if need_weight else None
+        grad_hidden = torch.empty(n, h, device=device, dtype=hidden.dtype) if need_hidden else None
+        bias_sum = torch.zeros(v, device=device, dtype=acc) if need_bias else None
+        return cls(hidden=grad_hidden, weight=grad_weight, weight_sum=weight_sum, bias=bias_sum)
+
+    def add_block(self, d: torch.Tensor, h_i: torch.Tensor, w_j: torch.Tensor, c0: int, c1: int,
+                  hidden_sum: torch.Tensor | None, ones: torch.Tensor | None, *, first_vocab_chunk: bool) -> None:
+        """Add one block's share: bias[c0:c1] += 1ᵀ d; ``hidden_sum`` (R, H) in the accumulation
+        dtype += d @ w_j (= on the first vocabulary chunk); weight[c0:c1] += dᵀ @ h_i.
+
+        d (R, C), h_i (R, H) and w_j (C, H) are in the compute dtype; ``ones`` (≥ R,) too.
+        """
+        if self.bias is not None:  # column sums as a (1, R) @ (R, C) product: no fp32 copy of the block
+            matmul_into(self.bias[c0:c1].view(1, -1), ones[: d.shape[0]].view(1, -1), d, accumulate=True)
+        if hidden_sum is not None:
+            matmul_into(hidden_sum, d, w_j, accumulate=not first_vocab_chunk)
+        if self.weight_sum is not None:
+            matmul_into(self.weight_sum[c0:c1], d.t(), h_i, accumulate=True)
+        elif self.weight is not None:
+            _write_product(self.weight[c0:c1], d.t(), h_i)
+
+    def store_hidden_rows(self, r0: int, r1: int, hidden_sum: torch.Tensor, scale: torch.Tensor | None) -> None:
+        """grad_hidden[r0:r1] = ``hidden_sum`` (R, H), times the fp16 ``scale``, rounded to hidden's dtype."""
+        if scale is not None:
+            hidden_sum.mul_(scale)
+        self.hidden[r0:r1] = hidden_sum
+
+    def finish(self, scale: torch.Tensor | None, weight_dtype: torch.dtype, bias_dtype: torch.dtype | None
+               ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
+        """(grad_hidden, grad_weight, grad_bias): the sums times the fp16 ``scale``, cast to the inputs' dtypes."""
+        if self.weight_sum is not None or self.weight is not None:
+            if scale is not None and self.weight_sum is not None:
+                self.weight_sum.mul_(scale)
+            elif scale is not None:
+                self.weight.mul_(scale.to(self.weight.dtype))
+            if self.weight is None:
+                self.weight = self.weight_sum.to(weight_dtype)
+        if self.bias is not None:
+            if scale is not None:
+                self.bias.mul_(scale)
+            self.bias = self.bias.to(bias_dtype)
+        return self.hidden, self.weight, self.bias
+
+
+class _Workspace:
+    """The buffers a pass reuses for every block, allocated in this order.
+
+    ``block``: one (rows, cols) block of logits in the accumulation dtype, rows padded to
+    :func:`block_row_stride`. ``hidden_sum`` (backward): (rows, H) accumulation-dtype sum of
+    a row chunk's grad_hidden over the vocabulary chunks. ``hidden_rows`` / ``weight_rows``:
+    row chunks of hidden / vocabulary chunks of weight in the compute dtype. ``ones``
+    (backward with a bias): (rows,) in the compute dtype, for grad_bias's column sums.
+    """
+
+    def __init__(self, plan: ChunkPlan, hidden: torch.Tensor, weight: torch.Tensor, compute_dtype: torch.dtype,
+                 acc: torch.dtype, *, hidden_sum: bool = False, ones: bool = False) -> None:
+        (n, h), v, device = hidden.shape, weight.shape[0], hidden.device
+        rows = min(plan.rows, n)
+        self._h = h
+        self.block = torch.empty(rows * block_row_stride(min(plan.cols, v), device), device=device, dtype=acc)
+        self.hidden_sum = torch.empty(rows * h, device=device, dtype=acc) if hidden_sum else None
+        self.hidden_rows = _Converter(hidden, plan.rows, compute_dtype)
+        self.weight_rows = _Converter(weight, plan.cols, compute_dtype)
+        self.ones = torch.ones(rows, device=device, dtype=compute_dtype) if ones else None
+
+    def logits(self, h_i: torch.Tensor, w_j: torch.Tensor) -> torch.Tensor:
+        """x = h_i @ w_jᵀ for h_i (R, H) and w_j (C, H) in the compute dtype: an (R, C) view of
+        the block buffer in the accumulation dtype, unit column stride, padded row stride."""
+        rows, cols = h_i.shape[0], w_j.shape[0]
+        stride = block_row_stride(cols, self.block.device)
+        z = self.block[: rows * stride].view(rows, stride)[:, :cols]
+        matmul_into(z, h_i, w_j.t(), accumulate=False)
+        return z
+
+    def hidden_sum_rows(self, rows: int) -> torch.Tensor | None:
+        """The first ``rows`` rows of ``hidden_sum`` as a (rows, H) view (None in forward)."""
+        if self.hidden_sum is None:
+            return None
+        return self.hidden_sum[: rows * self._h].view(rows, self._h)
+
+
+class _Converter:
+    """Rows ``[r0, r1)`` of a (M, K) matrix in the compute dtype.
+
+    A view when the dtype already matches; otherwise a copy into one buffer of
+    ``max_rows × K`` reused for every chunk, so two converted chunks never coexist.
+    """
+
+    def __init__(self, matrix: torch.Tensor, max_rows: int, dtype: torch.dtype) -> None:
+        self.matrix, self.dtype = matrix, dtype
+        self.buffer = None
+        if matrix.dtype != dtype:
+            rows = min(max_rows, matrix.shape[0])
+            self.buffer = torch.empty(rows * matrix.shape[1], device=matrix.device, dtype=dtype)
+
+    def __call__(self, r0: int, r1: int) -> torch.Tensor:
+        if self.buffer is None:
+            return self.matrix[r0:r1]
+        out = self.buffer[: (r1 - r0) * self.matrix.shape[1]].view(r1 - r0, self.matrix.shape[1])
+        return out.copy_(self.matrix[r0:r1])
+
+
+def _contiguous_vectors(target: torch.Tensor, bias: torch.Tensor | None):
+    """The kernels index target and bias with unit stride (copies only strided inputs, O(N + V))."""
+    return target.contiguous(), (None if bias is None else bias.contiguous())
+
+
+def _columns(bias: torch.Tensor | None, c0: int, c1: int) -> torch.Tensor | None:
+    """``bias[c0:c1]``, the bias of one vocabulary chunk (None without a bias)."""
+    return None if bias is None else bias[c0:c1]
+
+
+def _write_product(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
+    """out = a @ b, rounded once to out's dtype (fp32 accumulation inside the GEMM)."""
+    if out.dtype == a.dtype:
+        matmul_into(out, a, b, accumulate=False)
+    else:
+        tmp = torch.empty(out.shape, device=out.device, dtype=accumulation_dtype(a.dtype))
+        matmul_into(tmp, a, b, accumulate=False)
+        out.copy_(tmp)

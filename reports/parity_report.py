@@ -1,0 +1,205 @@
+"""The parity run's report folder: ``summary.md`` and ``plots/parity_loss.png``.
+
+Pure functions of the stored ``parity.json`` (:class:`profiler.training.parity.ParityReport`)
+and ``environment.json``: :func:`write_parity_report` redoes a folder from those files alone
+(``fusedce-profile parity`` after each back-end, ``fusedce-profile report DIR`` any time).
+:func:`parity_table` and :func:`gap_sentences` are what the terminal prints too.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from profiler import store
+from profiler.training.parity import CONTROL, NOISE_FACTOR, CurveGap, ParityReport, curve_gap, load_parity_report
+from reports.environment import environment_lines, read_environment
+from reports.escape import code_block, markdown_text, plot_text
+from reports.figures import new_figure, save_figure
+from reports.markdown import markdown_table
+from reports.palette import backend_style
+
+PLOT_FILE = "parity_loss.png"
+
+
+def parity_gaps(report: ParityReport) -> list[CurveGap]:
+    """Each compared back-end's per-step gap to torch (back-ends with no losses left out),
+    thresholded at the final-loss tolerance. Recomputed from the stored losses, so a
+    ``parity.json`` without the peak step rebuilds with it."""
+    ref = report.curves[0]
+    gaps = (curve_gap(c, ref, report.settings.loss_tolerance) for c in report.curves[1:])
+    return [g for g in gaps if g is not None]
+
+
+def _percent(frac: float) -> str:
+    return f"{100 * frac:.1f}%" if frac >= 0.001 else f"{100 * frac:.2g}%"
+
+
+@dataclass(frozen=True)
+class GapSentence:
+    """One back-end's gap to torch in plain words: ``lead`` (its largest per-step gap and
+    where) and ``detail`` (the losses there, the steps above the tolerance, the final-loss
+    difference); ``str()`` joins them."""
+
+    lead: str
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.lead} {self.detail}"
+
+    def markdown(self) -> str:
+        """The sentence as Markdown, its lead in bold."""
+        return f"**{markdown_text(self.lead)}** {markdown_text(self.detail, line_start=False)}"
+
+
+def gap_sentences(report: ParityReport) -> list[GapSentence]:
+    """One sentence per back-end: its largest per-step gap to torch and where, the steps above
+    the tolerance, and the final-loss difference — side by side, so a control run reads at a glance."""
+    ref = report.curves[0]
+    sentences = []
+    for gap in parity_gaps(report):
+        curve = next(c for c in report.curves if c.backend == gap.backend)
+        k = gap.peak_step
+        lead = f"{gap.backend} vs torch: at most {_percent(gap.peak)} at step {k}"
+        detail = f"({curve.losses[k]:.4f} vs {ref.losses[k]:.4f}); "
+        if gap.above:
+            where = (f"step {gap.first_above}" if gap.first_above == gap.last_above
+                     else f"steps {gap.first_above}–{gap.last_above}")
+            detail += f"above {gap.threshold:.0e} on {gap.above} of {len(gap.diffs)} steps ({where}); "
+        else:
+            detail += f"never above {gap.threshold:.0e}; "
+        detail += f"its loss above torch's on {gap.higher} of {len(gap.diffs)} steps; "
+        final = abs(curve.final_loss() - ref.final_loss()) / abs(ref.final_loss())
+        detail += f"final loss {_percent(final)} apart"
+        if curve.seconds is not None:
+            detail += f"; trained in {curve.seconds:.{1 if curve.seconds < 10 else 0}f} s"
+        sentences.append(GapSentence(lead, detail + "."))
+    return sentences
+
+
+def parity_table(report: ParityReport) -> pd.DataFrame:
+    """One row per back-end (torch first, the reference): verdict, final loss, its relative
+    difference to torch's, the largest per-step difference, the worst gradient error, why."""
+    rows = []
+    ref = report.curves[0]
+    rows.append({"back-end": ref.backend, "verdict": "reference", "final loss": f"{ref.final_loss():.4f}",
+                 "final loss rel. diff": "–", "max per-step rel. diff": "–", "worst gradient rel. err": "–",
+                 "why": ""})
+    gaps = {g.backend: g for g in parity_gaps(report)}
+    for curve, v in zip(report.curves[1:], report.verdicts):
+        gap = gaps.get(curve.backend)
+        rows.append({
+            "back-end": curve.backend,
+            "verdict": "control" if curve.backend == CONTROL else {True: "pass", False: "FAIL", None: "skipped"}[v.passed],
+            "final loss": f"{curve.final_loss():.4f}" if curve.losses else "–",
+            "final loss rel. diff": f"{v.final_loss_rel_diff:.1e}" if v.final_loss_rel_diff is not None else "–",
+            "max per-step rel. diff": (f"{gap.peak:.1e} (step {gap.peak_step})" if gap is not None
+                                       and v.max_step_rel_diff is not None else "–"),
+            "worst gradient rel. err": (f"{v.worst_grad_error:.1e} ({v.worst_grad_name})"
+                                        if v.worst_grad_error is not None else "–"),
+            "why": "; ".join(v.reasons),
+        })
+    for name in report.not_run:
+        rows.append({"back-end": name, "verdict": "not run", "final loss": "–", "final loss rel. diff": "–",
+                     "max per-step rel. diff": "–", "worst gradient rel. err": "–",
+                     "why": "the run ended before this back-end trained"})
+    return pd.DataFrame(rows)
+
+
+def plot_parity(report: ParityReport, path: Path) -> Path:
+    """Loss curves of every back-end (top) and their relative difference to torch (bottom)."""
+    names = [c.backend for c in report.curves]
+    fig, (top, bottom) = new_figure((9, 7), 2, 1, sharex=True, gridspec_kw={"height_ratios": [2, 1]})
+    ref = report.curves[0]
+    for curve in report.curves:
+        if not curve.losses:
+            continue
+        style = backend_style(curve.backend, names)
+        is_ref = curve is ref  # drawn dashed on top, so identical curves stay visible
+        top.plot(range(len(curve.losses)), curve.losses, color=style["color"], linewidth=style["linewidth"],
+                 linestyle="--" if is_ref else "-", zorder=4 if is_ref else 2, label=plot_text(curve.backend))
+    for gap in parity_gaps(report):
+        style = backend_style(gap.backend, names)
+        diff = [d if d > 0 else float("nan") for d in gap.diffs]
+        bottom.semilogy(range(len(diff)), diff, color=style["color"], label=plot_text(
+            f"{gap.backend}: max {_percent(gap.peak)} at step {gap.peak_step} (gaps: equal losses)"))
+        if gap.peak > 0:
+            bottom.plot([gap.peak_step], [gap.peak], marker="v", color=style["color"], markersize=8,
+                        linestyle="none")
+    top.axhline(report.entropy_rate, color="black", linestyle=":", linewidth=1,
+                label=f"data entropy rate {report.entropy_rate:.3f}")
+    s = report.settings
+    top.set_title(plot_text(
+        f"Training parity: {s.config.name}, {s.mode}, B={s.batch} T={s.seq}, reduction={s.reduction}"
+        + (", tied" if s.config.tie_word_embeddings else "") + (", bias" if s.config.lm_head_bias else "")
+        + (f", {s.ignore_frac:.0%} padding" if s.ignore_frac else "") + f", seed {s.seed}"))
+    top.set_ylabel("training loss")
+    top.legend(fontsize=9)
+    top.grid(alpha=0.3)
+    bottom.axhline(s.loss_tolerance, color="grey", linestyle="--", linewidth=1, label="final-loss tolerance")
+    bottom.set_ylabel("|L − L_torch| / L_torch")
+    bottom.set_xlabel("step")
+    bottom.grid(alpha=0.3)
+    if bottom.lines:
+        bottom.legend(fontsize=9)
+    fig.tight_layout()
+    return save_figure(fig, path, dpi=120)
+
+
+def _noise_lines(report: ParityReport) -> list[str]:
+    s, floor = report.settings, report.noise_floor
+    if floor is not None:
+        limit = max(s.loss_tolerance, NOISE_FACTOR * floor)
+        return [f"Noise floor: the control (*{markdown_text(CONTROL)}*: torch from initial weights moved by one "
+                f"rounding of the mode's precision) ends {_percent(floor)} from torch, so a back-end's final loss "
+                f"fails beyond {_percent(limit)} (the tolerance, or {NOISE_FACTOR:g}× the floor if larger); the "
+                "gradient check, on identical weights, is the sharp test of the wiring."]
+    if any(c.backend == CONTROL for c in report.curves):
+        return ["The perturbed-torch control did not finish: back-ends were judged against the tolerance alone."]
+    return ["No control ran (`--no-control`, or a parity.json without one): the final-loss "
+            "tolerance alone cannot tell a chaotic training run from a wrong loss."]
+
+
+def render_parity_markdown(report: ParityReport, environment: dict, plot: Path) -> str:
+    """The whole ``summary.md`` of a parity folder; ``plot`` is the loss-curve PNG."""
+    s = report.settings
+    ref = report.curves[0]
+    lines = [f"# fusedce-profile parity: {'PASS' if report.passed else 'FAIL'}", ""]
+    if report.not_run:
+        lines += [f"**Incomplete run.** {markdown_text(', '.join(report.not_run), line_start=False)} did not "
+                  "train: the run ended early.", ""]
+    lines += [f"{s.steps} AdamW steps (lr {s.lr}) of {markdown_text(s.config.name)} from the same initialisation "
+              f"on the same batches (a random Markov chain, entropy rate {report.entropy_rate:.3f} nats; seed "
+              f"{s.seed}), {markdown_text(s.mode)} on {markdown_text(s.device)}. torch's loss went from "
+              f"{ref.initial_loss():.3f} to {ref.final_loss():.3f}"
+              + ("" if report.reference_learned else " — it did NOT learn, so nothing can be concluded") + ".",
+              f"Tolerances: final loss (mean of the last tenth of the steps) within {s.loss_tolerance:.0e} relative "
+              f"of torch's; gradients of the LM head weight"
+              f"{' (the tied embedding)' if s.config.tie_word_embeddings else ''}"
+              f"{', its bias' if s.config.lm_head_bias else ''} and the hidden states within {s.grad_tolerance:.0e} "
+              f"of eager torch in fp32 on the same weights, at steps {', '.join(map(str, s.check_steps))}."]
+    lines += _noise_lines(report)
+    lines += ["", markdown_table(parity_table(report)), ""]
+    gaps = gap_sentences(report)
+    if gaps:
+        lines += ["## Loss curves against torch, step by step", "",
+                  "Relative difference |L − L_torch| / L_torch at each step (both runs see the same batch at "
+                  "the same step). When every back-end, torch.compile included, strays from torch by a "
+                  "similar amount along the run, the gap is the trajectory's sensitivity to rounding, not "
+                  "one back-end's error.", ""] + [f"- {gap.markdown()}" for gap in gaps] + [""]
+    lines += [f"![loss curves](plots/{plot.name})", ""]
+    lines += ["<details><summary>Environment</summary>", ""] + code_block(environment_lines(environment or {}), "")
+    lines += ["</details>", ""]
+    return "\n".join(lines)
+
+
+def write_parity_report(out_dir: Path) -> tuple[Path, ParityReport]:
+    """Render ``summary.md`` and ``plots/parity_loss.png`` from the folder's ``parity.json`` (and
+    ``environment.json``); returns the summary's path and the report (its ``passed`` decides
+    the exit code)."""
+    out_dir = Path(out_dir)
+    report = load_parity_report(out_dir)
+    png = plot_parity(report, out_dir / "plots" / PLOT_FILE)
+    text = render_parity_markdown(report, read_environment(out_dir), png)
+    return store.write_text(out_dir / "summary.md", text), report

@@ -1,0 +1,66 @@
+"""``doctor --out DIR`` stores doctor.json and renders it; ``report DIR`` rebuilds the folder
+from doctor.json alone and exits 1 when an item failed, as doctor does."""
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from cli.app import app
+from profiler import store
+from profiler.training.doctor import Check, DoctorRun
+
+runner = CliRunner()
+SHIFT = "targets shifted (position t predicts labels[t+1])"
+
+
+def test_doctor_stores_its_checks_renders_the_summary_and_says_where(tmp_path):
+    out = tmp_path / "doc"
+    result = runner.invoke(app, ["doctor", "--loss", "test_model_cli:unshifted_wrapper", "--out", str(out)])
+    assert result.exit_code == 1, result.output
+    assert f"report: {out / 'summary.md'}" in result.stdout
+    stored = DoctorRun.from_dict(store.read_json(out / store.DOCTOR_FILE))
+    assert stored.loss == "test_model_cli:unshifted_wrapper" and stored.config == "tiny" and not stored.passed
+    assert {c.item: c.verdict for c in stored.checks}[SHIFT] == "fail"
+    summary = (out / "summary.md").read_text()
+    assert summary.startswith("# fusedce-profile doctor: FAIL")
+    assert "Loss wrapper test_model_cli:unshifted_wrapper, checked on the tiny model" in summary
+    assert r"| targets shifted (position t predicts labels\[t+1\]) | fail |" in summary
+    assert (out / store.ENVIRONMENT_FILE).is_file() and "<summary>Environment</summary>" in summary
+
+
+def _write(folder, checks, loss="pkg.mod:loss"):
+    store.write_json(folder / store.DOCTOR_FILE, DoctorRun(loss, "tiny", checks).to_dict())
+
+
+def test_report_rebuilds_a_doctor_folder_and_exits_1_when_an_item_failed(tmp_path):
+    _write(tmp_path, [Check("loss value", "pass", "yours 1.0, reference 1.0"),
+                      Check(SHIFT, "fail", "the last position gets gradient")])
+    result = runner.invoke(app, ["report", str(tmp_path), "--json"])
+    assert result.exit_code == 1, result.output
+    summary = json.loads(result.stdout)
+    assert summary["doctor_passed"] is False and summary["parity_passed"] is None and summary["exit_code"] == 1
+    text = (tmp_path / "summary.md").read_text()
+    assert text.startswith("# fusedce-profile doctor: FAIL") and "2 items, 1 failed" in text
+    assert "**Failed:** targets shifted" in text
+
+
+def test_report_of_a_passing_doctor_folder_exits_0_and_says_pass(tmp_path):
+    _write(tmp_path, [Check("loss value", "pass", "ok"), Check("final norm applied", "unclear", "no response")])
+    result = runner.invoke(app, ["report", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert "doctor: PASS" in result.stdout and f"report: {tmp_path / 'summary.md'}" in result.stdout
+
+
+def test_report_reads_a_doctor_json_holding_a_bare_list_of_checks(tmp_path):
+    store.write_json(tmp_path / store.DOCTOR_FILE, [{"item": "loss value", "verdict": "fail", "evidence": "off"}])
+    result = runner.invoke(app, ["report", str(tmp_path)])
+    assert result.exit_code == 1
+    assert "a loss wrapper (not recorded)" in (tmp_path / "summary.md").read_text()
+
+
+def test_report_of_a_damaged_doctor_json_is_bad_input_naming_the_field(tmp_path):
+    store.write_json(tmp_path / store.DOCTOR_FILE, {"loss": "x", "config": "tiny", "checks": [{"item": "a"}]})
+    result = runner.invoke(app, ["report", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "checks[0].verdict" in result.output

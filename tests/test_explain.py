@@ -1,0 +1,113 @@
+"""explain: hypotheses from measured calibration steps, ranked against the readings (CPU)."""
+import dataclasses
+
+import pytest
+
+from profiler.configs import get_preset
+from profiler.training import explain as ex
+from profiler.training.jobs import ModelJob, run_jobs
+
+MIB = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def calibrations():
+    base = ModelJob(get_preset("tiny"), "torch", 1, 64, device="cpu", trace=False)
+    obs = ex.Observation(10, 10, 24, tied=False, eval_step=False, checkpointing=False, seq=64)
+    families = ex.enumerate_families(obs, attention_impls=("eager", "sdpa"), tie_choices=(False,),
+                                     seq_candidates=(64,))
+    return ex.calibrate(base, families, ("torch", "fusedce"), (1, 3), run_jobs)
+
+
+def test_calibration_is_measured_and_grows_with_batch(calibrations):
+    assert len(calibrations) == 4 and all(c.slope and c.slope > 0 for c in calibrations)
+
+
+@pytest.mark.parametrize("attention, active", [("eager", True), ("sdpa", False)])
+def test_a_planted_configuration_ranks_first_from_its_own_predicted_numbers(calibrations, attention, active):
+    fam = ex.Family(attention, False, False, False, 64)
+    naive = next(c for c in calibrations if c.family == fam and c.backend == "torch")
+    fused = next(c for c in calibrations if c.family == fam and c.backend == "fusedce")
+    planted_b = 6
+    n = naive.predict(planted_b)
+    f = fused.predict(planted_b) if active else n
+    obs = ex.Observation(n / MIB, f / MIB, 24, tied=False, eval_step=False, checkpointing=False, seq=64,
+                         tolerance=0.01)
+    ranked = ex.build_hypotheses(obs, calibrations)
+    best = ranked[0]
+    assert (best.family, best.batch, best.fused_active) == (fam, planted_b, active)
+    assert best.consistent and best.score < 1e-9
+    decided, conclusion = ex.conclude(ranked, obs)
+    assert conclusion
+
+
+def test_cannot_decide_is_said_and_a_separating_run_is_named_when_both_fit(calibrations):
+    fam = ex.Family("sdpa", False, False, False, 64)
+    naive = next(c for c in calibrations if c.family == fam and c.backend == "torch")
+    obs = ex.Observation(naive.predict(6) / MIB, naive.predict(6) / MIB * 0.97, 24, tied=False, eval_step=False,
+                         checkpointing=False, seq=64, tolerance=0.5)
+    ranked = ex.build_hypotheses(obs, calibrations)
+    decided, conclusion = ex.conclude(ranked, obs)
+    assert not decided and "Cannot decide" in conclusion
+    assert "still open: fused path NOT active or fused path active" in conclusion
+    sep = ex.separating_measurement(ranked, obs, "--preset tiny")
+    assert sep is not None and sep.dimension == "fused_active" and "fusedce-profile model --preset tiny" in sep.command
+
+
+def test_explanation_round_trips_through_its_json_and_renders(calibrations, tmp_path):
+    from reports.explain_report import write_explain_report
+
+    obs = ex.Observation(3, 2.9, 24, seq=64)
+    ranked = ex.build_hypotheses(obs, calibrations)
+    decided, conclusion = ex.conclude(ranked, obs)
+    e = ex.Explanation(obs, "builtin:tiny", None, "cpu", "peak allocated bytes (CPU)", calibrations, ranked,
+                       ex.separating_measurement(ranked, obs, "--preset tiny"), decided, conclusion, False,
+                       ["on the CPU"])
+    ex.save_explanation(tmp_path, e)
+    assert ex.load_explanation(tmp_path).hypotheses == ranked
+    text = write_explain_report(tmp_path).read_text()
+    assert "Calibration steps (measured)" in text and "Not confirmed" in text
+
+
+def test_explain_command_writes_its_folder_and_report_rebuilds_it(tmp_path):
+    from typer.testing import CliRunner
+
+    from cli.app import app
+
+    out = tmp_path / "ex"
+    runner = CliRunner()
+    result = runner.invoke(app, ["explain", "--device", "cpu", "--preset", "tiny", "--naive", "3.2", "--fused", "2.9",
+                                 "--card", "24", "--seq", "32", "--attention", "sdpa", "--untied",
+                                 "--no-checkpointing", "--no-eval-step", "--out", str(out), "--json"])
+    assert result.exit_code == 0, result.output
+    assert (out / "explain.json").is_file() and "could not" in (out / "summary.md").read_text() or \
+        "Not confirmed" in (out / "summary.md").read_text()
+    (out / "summary.md").unlink()
+    assert runner.invoke(app, ["report", str(out)]).exit_code == 0
+    assert (out / "summary.md").is_file()
+
+
+def test_explain_report_escapes_the_stored_model_backend_and_notes(calibrations):
+    from reports.explain_report import render_explain_markdown
+
+    obs = ex.Observation(3, 2.9, 24, seq=64, fused_backend="my|loss*`x`:make")
+    ranked = ex.build_hypotheses(obs, calibrations)
+    decided, conclusion = ex.conclude(ranked, obs)
+    e = ex.Explanation(obs, "pkg.mod:build|*", None, "cpu", "peak allocated bytes (CPU)", calibrations, ranked,
+                       None, decided, conclusion, False, ["note with | and *"])
+    text = render_explain_markdown(e, {"torch": "x ```` y"})
+    assert r"my\|loss\*\`x\`:make" in text and r"pkg.mod:build\|\*" in text and r"note with \| and \*" in text
+    assert "my|loss" not in text and "`````" in text
+
+
+def test_the_conclusion_names_the_values_the_readings_rule_out(calibrations):
+    fam = ex.Family("eager", False, False, False, 64)
+    naive = next(c for c in calibrations if c.family == fam and c.backend == "torch")
+    fused = next(c for c in calibrations if c.family == fam and c.backend == "fusedce")
+    obs = ex.Observation(naive.predict(6) / MIB, fused.predict(6) / MIB, 24, tied=False, eval_step=False,
+                         checkpointing=False, seq=64, tolerance=0.01)
+    ranked = ex.build_hypotheses(obs, calibrations)
+    summary = ex.dimension_summary(ranked)
+    assert "every consistent hypothesis has fused path active, attention eager" in summary
+    assert "ruled out (no consistent hypothesis has it): fused path NOT active, attention sdpa" in summary
+    assert ex.dimension_summary([dataclasses.replace(h, consistent=False) for h in ranked]) == ""
