@@ -64,3 +64,38 @@ def test_report_of_a_damaged_doctor_json_is_bad_input_naming_the_field(tmp_path)
     result = runner.invoke(app, ["report", str(tmp_path)])
     assert result.exit_code == 2
     assert "checks[0].verdict" in result.output
+
+
+def test_doctor_on_the_users_model_passes_a_correct_wiring_and_exits_0(tmp_path):
+    result = runner.invoke(app, ["doctor", "--model", "tests.doctor_models:tied_bias", "--loss",
+                                 "test_model_doctor:correct", "--device", "cpu", "--out", str(tmp_path / "ok")])
+    assert result.exit_code == 0, result.output
+    stored = DoctorRun.from_dict(store.read_json(tmp_path / "ok" / store.DOCTOR_FILE))
+    assert stored.passed and stored.head["bias"] == "head.inner.bias" and stored.head["tied"]
+    assert stored.mode == "fp32" and stored.device == "cpu" and stored.parameters > 0
+    summary = (tmp_path / "ok" / "summary.md").read_text()
+    assert "naive (reference)" in summary and "head.inner" in summary
+
+
+def test_doctor_on_the_users_model_shows_the_evidence_of_a_detached_body_and_exits_1():
+    result = runner.invoke(app, ["doctor", "--model", "tests.doctor_models:untied", "--loss",
+                                 "test_model_doctor:detached_hidden", "--device", "cpu"])
+    assert result.exit_code == 1, result.output
+    text = " ".join(result.output.split())  # the console wraps long lines
+    body = text[text.index("gradient reaches the body:"):]
+    assert text[:text.index("gradient reaches the body:")].rstrip().endswith("fail ]")
+    assert "detached" in body.split("[")[0] and "blocks.0" in body.split("[")[0]
+    assert "not checked" in text and "depends on “gradient reaches the body”" in text
+
+
+def test_doctor_refuses_a_model_too_large_for_the_cpu_in_one_line_before_building_it():
+    result = runner.invoke(app, ["doctor", "--preset", "user-gpt", "--loss", "test_model_doctor:correct",
+                                 "--device", "cpu"])
+    assert result.exit_code == 2
+    message = [ln for ln in result.output.splitlines() if ln.strip()]
+    assert len(message) == 1 and "above the CPU limit of 50 M" in message[0] and "--device cuda" in message[0]
+
+
+def test_doctor_bad_mode_exits_2_naming_the_option():
+    result = runner.invoke(app, ["doctor", "--loss", "test_model_doctor:correct", "--mode", "bf16"])
+    assert result.exit_code == 2 and "--mode" in result.output

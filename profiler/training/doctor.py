@@ -30,9 +30,9 @@ trains. Both run under the same precision: bf16 autocast with fp32 weights on th
 — the loss value, every parameter's gradient, the per-position gradient of the body's output,
 the head-shaped tensors the loss used — and each names the numbers it judged by. A check whose
 premise failed (e.g. the shift cannot be read from the body's gradient when no gradient
-reaches the body) is ``not judged`` and says which check it depends on, instead of reporting
+reaches the body) is ``not checked`` and says which check it depends on, instead of reporting
 a knock-on failure. Verdicts: ``pass``, ``fail``, ``unclear`` (the evidence does not decide),
-``not judged``, ``n/a`` (the model has nothing to check there, e.g. no final norm).
+``not checked``, ``n/a`` (the model has nothing to check there, e.g. no final norm).
 
 Public API: :data:`CHECKS`, :data:`VERDICTS`, :class:`Check`, :class:`DoctorRun`,
 :func:`load_wrapper`, :func:`make_batch`, :func:`run_doctor`, :func:`cpu_size_guard`.
@@ -54,7 +54,7 @@ from profiler.models.source import BuiltModel, ModelSource
 from profiler.tolerances import tolerance_for
 from profiler.training.doctor_runs import Landmarks, Observation, find_landmarks, naive_loss, observe
 
-VERDICTS = ("pass", "fail", "unclear", "not judged", "n/a")
+VERDICTS = ("pass", "fail", "unclear", "not checked", "n/a")
 
 #: (key, item, depends on): every check, in the order they are reported.
 CHECKS = (
@@ -127,7 +127,7 @@ class DoctorRun:
 
     @property
     def passed(self) -> bool:
-        """No item failed (``unclear``, ``not judged`` and ``n/a`` are not failures)."""
+        """No item failed (``unclear``, ``not checked`` and ``n/a`` are not failures)."""
         return not any(c.verdict == "fail" for c in self.checks)
 
     def to_dict(self) -> dict:
@@ -259,6 +259,7 @@ class _Context:
     embedding_name: str | None
     variants: dict[str, float]
     raised_on_padding: str | None = None
+    uncapped: Observation | None = None  # the naive loss on the head's raw output, when the model transforms it
 
     def name_of(self, param) -> str:
         return self.names[id(param)][0]
@@ -266,6 +267,8 @@ class _Context:
 
 def _body_names(c: _Context) -> list[str]:
     skip = {c.weight_name, c.bias_name, c.embedding_name}
+    if c.landmarks.is_norm:  # the final norm is judged by its own check
+        skip |= {f"{c.landmarks.producer_name}.{n}" for n, _ in c.landmarks.producer.named_parameters(recurse=False)}
     return [n for n, g in c.ref.grads.items() if n not in skip and g is not None and _norm(g) > 0]
 
 
@@ -349,7 +352,8 @@ def _check_body(c: _Context) -> tuple[str, str]:
     ref_norm = math.sqrt(sum(_norm(c.ref.grad(n)) ** 2 for n in body))
     if not reached:
         return "fail", (f"none of the {len(body)} body parameters the naive loss trains (e.g. {body[0]}) gets a "
-                        "gradient from your loss: the hidden states reached it detached (.detach(), .data, torch.no_grad)")
+                        f"gradient from your loss (‖grad‖ 0, the naive loss's {ref_norm:.3g}): the hidden states "
+                        "reached it detached (.detach(), .data, torch.no_grad); the body never trains")
     if len(reached) < len(body):
         missing = [n for n in body if n not in reached]
         return "fail", (f"{len(missing)} of {len(body)} body parameters get no gradient from your loss (e.g. "
@@ -406,10 +410,20 @@ def _check_transform(c: _Context) -> tuple[str, str]:
     raw = c.variants.get("on the head's raw output (no transform)")
     if raw is None:
         return "n/a", "the model's logits are the head's output (no soft-cap or scaling)"
+    values = f"your loss {_fmt(c.user.loss)}; naive {_fmt(c.ref.loss)}; without the transform {_fmt(raw)}"
+    if c.uncapped is not None and c.uncapped.loss is not None:
+        to_ref = _rel(c.user.grad(c.weight_name), c.ref.grad(c.weight_name))
+        to_raw = _rel(c.user.grad(c.weight_name), c.uncapped.grad(c.weight_name))
+        grads = (f"; ‖Δ grad {c.weight_name}‖ relative to the naive loss's {to_ref:.2e}, to the untransformed "
+                 f"loss's {to_raw:.2e}")
+        if to_raw <= c.tolerance < to_ref:
+            return "fail", ("your loss trains the head's raw output: its gradient is the one of the cross-entropy "
+                            "without the model's logit transform (soft-cap), not the model's own — " + values + grads)
+        return "pass", values + grads
     if _close(c.user.loss, raw, c.tolerance / 4) and not _close(c.user.loss, c.ref.loss, c.tolerance / 4):
         return "fail", (f"your loss {_fmt(c.user.loss)} equals the cross-entropy of the head's raw output ({_fmt(raw)}); "
                         f"the model's forward transforms it (soft-cap) before its loss ({_fmt(c.ref.loss)})")
-    return "pass", f"your loss {_fmt(c.user.loss)}; naive {_fmt(c.ref.loss)}; without the transform {_fmt(raw)}"
+    return "pass", values
 
 
 def _rows(grad: torch.Tensor) -> torch.Tensor:
@@ -427,13 +441,27 @@ def _check_shift(c: _Context) -> tuple[str, str]:
     first = min(float(rows[b, 0]) for b in range(rows.shape[0]))
     unshifted = c.variants.get("targets not shifted")
     values = f" (your loss {_fmt(c.user.loss)}; naive {_fmt(c.ref.loss)}; with unshifted targets {_fmt(unshifted)})"
+    for name, what in (("targets not shifted", "the labels are not shifted (position t trained on labels[t])"),
+                       ("targets shifted twice", "the targets are shifted twice (position t trained on labels[t+2])")):
+        value = c.variants.get(name)
+        if _close(c.user.loss, value, c.tolerance / 4) and not _close(value, c.ref.loss, c.tolerance):
+            return "fail", f"your loss equals the naive loss with {name}: {what}" + values
     if last >= _ZERO:
         return "fail", (f"the last position of full rows gets gradient {last:.2e} of the largest, where the naive loss "
                         f"gives {max((float(ref_rows[b, seq - 1]) for b in full), default=0.0):.1e}: it is trained on a "
                         "target it has no next token for — labels not shifted" + values)
     if first < _ZERO:
-        return "fail", (f"the first position gets no gradient ({first:.1e}): the targets are shifted twice (or by more "
-                        "than one)" + values)
+        return "fail", (f"the first position gets no gradient ({first:.1e}): the targets are shifted the wrong way "
+                        "(hidden[:, 1:] against labels[:, :-1])" + values)
+    # Full rows: the naive loss trains positions 0 .. T-2; a shift by k leaves the last k untrained.
+    untrained = sorted({t for b in full for t in range(seq - 1)
+                        if float(rows[b, t]) < _ZERO and float(ref_rows[b, t]) >= _ZERO})
+    if untrained:
+        twice = c.variants.get("targets shifted twice")
+        return "fail", (f"positions {', '.join(map(str, untrained[:4]))}{' …' if len(untrained) > 4 else ''} of full "
+                        f"rows get no gradient, where the naive loss trains every position but the last: the targets "
+                        f"are shifted by more than one (your loss {_fmt(c.user.loss)}; naive {_fmt(c.ref.loss)}; "
+                        f"shifted twice {_fmt(twice)})")
     return "pass", f"the last position gets none ({last:.1e}) and the first does ({first:.1e}), as with the naive loss"
 
 
@@ -575,6 +603,19 @@ def _variants(built: BuiltModel, batch: dict, store: dict, softcap: float | None
     return out
 
 
+def _untransformed_loss(built: BuiltModel, batch: dict) -> torch.Tensor:
+    """The shifted cross-entropy of the head's raw output (the model's logit transform left out)."""
+    captured = []
+    handle = built.head.module.register_forward_hook(lambda mod, args, out: captured.append(out))
+    try:
+        built.call(batch["input_ids"])
+    finally:
+        handle.remove()
+    raw = captured[-1]
+    return F.cross_entropy(raw[:, :-1].float().reshape(-1, raw.shape[-1]), batch["labels"][:, 1:].reshape(-1),
+                           ignore_index=IGNORE_INDEX)
+
+
 def _reference(built: BuiltModel, landmarks: Landmarks, batch: dict, mode: str) -> tuple[Observation, dict]:
     store: dict = {}
     handles = []
@@ -633,8 +674,12 @@ def run_doctor(fn: Callable, built: BuiltModel, *, source: ModelSource | None = 
             ref, store = _reference(built, landmarks, data, mode)
     softcap = getattr(source.config, "final_logit_softcapping", None) if source is not None else None
     softcap = softcap or getattr(getattr(model, "config", None), "final_logit_softcapping", None)
+    variants = _variants(built, data, store, softcap)
+    uncapped = None
+    if "on the head's raw output (no transform)" in variants and user.error is None:
+        uncapped = observe(built, landmarks, lambda m, b: _untransformed_loss(built, b), data, mode)
     context = _Context(built, landmarks, ref, user, data, tolerance, names, weight_name, bias_name, embedding_name,
-                       _variants(built, data, store, softcap), raised)
+                       variants, raised, uncapped)
     tie = _check_tie(built, source, names)
     results: dict[str, tuple[str, str]] = {"tie": tie}
     if user.error is not None:
@@ -653,10 +698,10 @@ def run_doctor(fn: Callable, built: BuiltModel, *, source: ModelSource | None = 
     checks: list[Check] = []
     for key, item, deps in CHECKS:
         if key not in results:
-            blocked = [d for d in deps if results.get(d, ("",))[0] in ("fail", "not judged")]
+            blocked = [d for d in deps if results.get(d, ("",))[0] in ("fail", "not checked")]
             if blocked:
-                results[key] = ("not judged", f"depends on “{_ITEMS[blocked[0]]}”, which "
-                                + ("failed" if results[blocked[0]][0] == "fail" else "was not judged"))
+                results[key] = ("not checked", f"depends on “{_ITEMS[blocked[0]]}”, which "
+                                + ("failed" if results[blocked[0]][0] == "fail" else "was not checked"))
             else:
                 results[key] = judges[key](context)
         verdict, evidence = results[key]
