@@ -88,8 +88,9 @@ def pass_sentences(r: RecordedStep) -> list[str]:
     measured = [p for p in passes if p.raised_reserved is not None]
     if not measured:
         kinds = ", ".join(sorted({p.kind for p in passes}))
-        return [f"{step_name(r)}: {len(passes)} evaluation pass(es) ran before it ({kinds}); reserved memory is not "
-                "measured on the CPU."]
+        return [f"{step_name(r)}: {len(passes)} evaluation pass(es) ran before it ({kinds}); the reserved figure is "
+                "unavailable on the CPU (no caching allocator), so whether they raised the reserved high-water mark is "
+                "not known: record on the GPU to see it."]
     out = []
     raised = [p for p in measured if p.raised_reserved > max(RAISED_BYTES, 0.01 * (p.reserved_before or 0))]
     for p in raised:
