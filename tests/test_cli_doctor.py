@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from typer.testing import CliRunner
 
 from cli.app import app
@@ -99,3 +101,16 @@ def test_doctor_refuses_a_model_too_large_for_the_cpu_in_one_line_before_buildin
 def test_doctor_bad_mode_exits_2_naming_the_option():
     result = runner.invoke(app, ["doctor", "--loss", "test_model_doctor:correct", "--mode", "bf16"])
     assert result.exit_code == 2 and "--mode" in result.output
+
+
+@pytest.mark.parametrize("model, loss, code, failed", [
+    ("examples.doctor_losses:fixed_model", "examples.doctor_losses:fused_loss", 0, set()),
+    ("examples.user_model:build", "examples.doctor_losses:reports_loss", 1, {"tie", "weight"}),
+    ("examples.doctor_losses:fixed_model", "examples.doctor_losses:detached_loss", 1, {"body"}),
+])
+def test_the_readme_doctor_examples_exit_as_documented(tmp_path, model, loss, code, failed):
+    out = tmp_path / "d"
+    result = runner.invoke(app, ["doctor", "--model", model, "--loss", loss, "--device", "cpu", "--out", str(out)])
+    assert result.exit_code == code, result.output
+    stored = DoctorRun.from_dict(store.read_json(out / store.DOCTOR_FILE))
+    assert {c.key for c in stored.checks if c.verdict == "fail"} == failed

@@ -257,3 +257,11 @@ def test_hf_example_trains_and_its_folder_renders(tmp_path):
     out = _example("hf_tiny").main(["--out", str(tmp_path / "hf"), "--steps", "1"])
     assert [r.step for r in load_recorded_steps(out).records] == [1]
     assert runner.invoke(app, ["report", str(out)]).exit_code == 0
+
+
+def test_plain_loop_example_records_steps_2_and_5_of_both_runs(tmp_path):
+    out = _example("plain_loop").main(["--out", str(tmp_path / "plain"), "--batch", "2", "--seq", "16",
+                                       "--device", "cpu"])
+    records = load_recorded_steps(out).records
+    assert [(r.label, r.step) for r in records] == [("naive", 2), ("naive", 5), ("fused", 2), ("fused", 5)]
+    assert "fused peaks at" in (out / "summary.md").read_text()
