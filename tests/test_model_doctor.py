@@ -249,3 +249,13 @@ def test_load_wrapper_names_the_bad_part():
     with pytest.raises(ValueError, match="no attribute"):
         load_wrapper(f"{__name__}:missing")
     assert load_wrapper(f"{__name__}:correct") is correct
+
+
+@pytest.mark.parametrize("fn, key", [(correct, None), (detached_hidden, "body"), (not_shifted, "shift"),
+                                     (summed, "reduction"), (embedding_weight, "weight"), (bias_dropped, "bias")])
+def test_under_bf16_autocast_the_bf16_tolerance_keeps_every_verdict(fn, key):
+    # The GPU's mode (amp-bf16), here under the CPU's autocast: rounding must not raise a false alarm.
+    run = _run(fn, "untied_bias", mode="amp-bf16")
+    assert run.mode == "amp-bf16" and run.tolerance == pytest.approx(3e-2)
+    failed = {c.key for c in run.checks if c.verdict == "fail"}
+    assert failed == (set() if key is None else {key}), _verdicts(run)

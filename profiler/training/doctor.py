@@ -66,7 +66,7 @@ CHECKS = (
     ("bias", "bias as the head has it", ("runs",)),
     ("transform", "the model's logit transform (soft-cap) applied", ("runs", "weight")),
     ("shift", "targets shifted (position t predicts labels[t+1])", ("runs", "body")),
-    ("ignore", "padding (-100) ignored", ("runs", "body", "shift")),
+    ("ignore", "padding (-100) ignored", ("runs", "weight", "body", "shift")),
     ("reduction", "mean over the labelled tokens (no sum, no extra scaling)",
      ("runs", "weight", "body", "norm", "bias", "transform", "shift", "ignore")),
     ("loss", "loss matches the naive loss", ("runs", "weight", "body", "norm", "bias", "transform", "shift",
