@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from typer.testing import CliRunner
 
 from cli.app import app
+from fusedce import linear_cross_entropy
 from profiler import store
 from profiler.training.doctor import Check, DoctorRun
 
@@ -114,3 +116,36 @@ def test_the_readme_doctor_examples_exit_as_documented(tmp_path, model, loss, co
     assert result.exit_code == code, result.output
     stored = DoctorRun.from_dict(store.read_json(out / store.DOCTOR_FILE))
     assert {c.key for c in stored.checks if c.verdict == "fail"} == failed
+
+
+def hf_correct(model, batch):
+    hidden = model.model(batch["input_ids"]).last_hidden_state[:, :-1]
+    return linear_cross_entropy(hidden.reshape(-1, hidden.shape[-1]), model.lm_head.weight,
+                                batch["labels"][:, 1:].reshape(-1))
+
+
+def hf_no_grad(model, batch):
+    with torch.no_grad():
+        hidden = model.model(batch["input_ids"]).last_hidden_state[:, :-1]
+    return linear_cross_entropy(hidden.reshape(-1, hidden.shape[-1]), model.lm_head.weight,
+                                batch["labels"][:, 1:].reshape(-1))
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_doctor_on_a_hugging_face_model_passes_its_wiring_and_catches_a_no_grad_body(tmp_path, tied):
+    pytest.importorskip("transformers", reason="transformers is not installed (pip install \"fusedce[hf]\")")
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"model_type": "llama", "hidden_size": 32, "num_hidden_layers": 2,
+                                  "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 64,
+                                  "vocab_size": 128, "max_position_embeddings": 64, "tie_word_embeddings": tied}))
+    good = runner.invoke(app, ["doctor", "--hf", str(config), "--loss", f"{__name__}:hf_correct", "--device", "cpu",
+                               "--out", str(tmp_path / "g")])
+    assert good.exit_code == 0, good.output
+    head = DoctorRun.from_dict(store.read_json(tmp_path / "g" / store.DOCTOR_FILE)).head
+    assert head["tied"] is tied and head["bias"] is None
+    bad = runner.invoke(app, ["doctor", "--hf", str(config), "--loss", f"{__name__}:hf_no_grad", "--device", "cpu",
+                              "--out", str(tmp_path / "b")])
+    assert bad.exit_code == 1, bad.output
+    failed = {c.key for c in DoctorRun.from_dict(store.read_json(tmp_path / "b" / store.DOCTOR_FILE)).checks
+              if c.verdict == "fail"}
+    assert failed == {"body"}

@@ -253,7 +253,8 @@ def test_lightning_example_trains_two_steps_and_its_folder_renders(tmp_path):
 
 @pytest.mark.slow
 def test_hf_example_trains_and_its_folder_renders(tmp_path):
-    pytest.importorskip("transformers", reason="transformers is not installed (pip install \"fusedce[hf]\")")
+    for name in ("transformers", "accelerate"):  # the Trainer needs both
+        pytest.importorskip(name, reason=f"{name} is not installed (pip install \"fusedce[hf]\")")
     out = _example("hf_tiny").main(["--out", str(tmp_path / "hf"), "--steps", "1"])
     assert [r.step for r in load_recorded_steps(out).records] == [1]
     assert runner.invoke(app, ["report", str(out)]).exit_code == 0

@@ -135,7 +135,7 @@ class DoctorRun:
 
     @classmethod
     def from_dict(cls, raw: object) -> "DoctorRun":
-        """Validate a stored run; a bare list of checks (the first format) is read too."""
+        """Validate a stored run; a bare list of checks is read as a run whose loss and config are unknown."""
         if isinstance(raw, list):
             raw = {"loss": "", "config": "", "checks": raw}
         if not isinstance(raw, dict):
