@@ -10,7 +10,8 @@
 #      a correct wiring and each planted mistake; one JSON line per case
 # Every step runs under `timeout`, capped by what is left of BUDGET; folders are tarred after each
 # step, so a cut or failed step keeps what it measured. Files in $OUT (≤ 8): nvidia-smi.txt,
-# own_run.log, environment.json, recorded.tgz, doctor.jsonl, doctor.tgz, table.md.
+# own_run.log, environment.json, recorded.tgz, doctor.jsonl, doctor.tgz, snapshots.tgz (step 2's raw
+# allocator snapshots, when under 60 MiB), table.md.
 # Dry run on the CPU (tiny sizes, needs lightning for step 1): DRY=1 OUT=/tmp/dry bash benchmarks/device/own_run.sh
 if [ "${DRY:-0}" = "1" ]; then
   export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
@@ -36,7 +37,9 @@ step() {
   timeout -k 10 "$limit" "$@" >>"$LOG" 2>&1
   echo "== $name: exit $? after $(( SECONDS - start )) s (124: cut by the limit)" | tee -a "$LOG"
 }
-pack() { tar czf "$OUT/$1.tgz" -C "$W" "$1" 2>/dev/null; }
+# The raw allocator snapshots (*.pickle, for PyTorch's viewer) stay out of the tars: the report
+# draws from their timeline JSON; step 2's go to snapshots.tgz at the end when they are small enough.
+pack() { tar czf "$OUT/$1.tgz" --exclude='*.pickle' -C "$W" "$1" 2>/dev/null; }
 
 timeout 60 python3 -m cli env --json > "$OUT/environment.json" 2>>"$LOG"
 for pkg in lightning transformers; do
@@ -60,5 +63,11 @@ step doctor 150 python3 "$H" doctor --preset "$PRESET" --batch "$DB" --seq "$DT"
   --folders "$W/doctor" "${HF[@]}"
 cp "$W/doctor.jsonl" "$OUT/doctor.jsonl" 2>/dev/null
 pack doctor
+PICKLES=$(cd "$W" && ls recorded/user-gpt/snapshots/step-2-*.pickle 2>/dev/null)
+if [ -n "$PICKLES" ] && (( $(cd "$W" && du -cm $PICKLES | tail -1 | cut -f1) < 60 )); then
+  tar czf "$OUT/snapshots.tgz" -C "$W" $PICKLES
+else
+  echo "snapshots: step 2's raw snapshots not kept (${PICKLES:+over 60 MiB}${PICKLES:-none written})" | tee -a "$LOG"
+fi
 echo "== done at ${SECONDS} s" | tee -a "$LOG"
 cd "$OUT" && timeout 60 python3 "$OLDPWD/$H" table "$W/recorded/user-gpt" "$W/doctor.jsonl" 2>>"$LOG"
