@@ -5,7 +5,10 @@ Public API: :func:`collect_environment` → a JSON-serialisable dict with keys
 (torch's CUDA build, or ``None``), ``cudnn``, ``gpu`` (name or ``None``), ``gpu_count``,
 ``gpu_memory_bytes``, ``driver`` (from ``nvidia-smi``, or ``None``),
 ``pytorch_cuda_alloc_conf`` (the allocator settings, ``PYTORCH_CUDA_ALLOC_CONF`` or
-``PYTORCH_ALLOC_CONF``), ``backends`` ({name: version or "not installed"}).
+``PYTORCH_ALLOC_CONF``), ``backends`` ({name: version or "not installed"}), ``libraries``
+({distribution: version or "not installed"} of the libraries the model sources and patching
+back-ends build on: transformers, liger-kernel, lightning), read from package metadata
+without importing them.
 """
 from __future__ import annotations
 
@@ -42,6 +45,21 @@ def _driver_version() -> str | None:
     return out.strip().splitlines()[0] if out.strip() else None
 
 
+LIBRARIES = ("transformers", "liger-kernel", "lightning")
+
+
+def _library_versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for name in LIBRARIES:
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = "not installed"
+    return out
+
+
 def collect_environment() -> dict:
     """Versions, GPU and allocator settings of this process (see the module docstring)."""
     cuda = torch.cuda.is_available()
@@ -61,6 +79,7 @@ def collect_environment() -> dict:
         "pytorch_cuda_alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or os.environ.get("PYTORCH_ALLOC_CONF"),
         "cpu_count": os.cpu_count(),
         "backends": {info.name: info.version if info.available else "not installed" for info in list_backends()},
+        "libraries": _library_versions(),
     }
 
 

@@ -23,6 +23,11 @@ def _mib(value: float | None) -> str:
     return "–" if value is None else format_bytes(int(value))
 
 
+def _reading(mib: float) -> str:
+    """A reading as the user wrote it: ``22,785`` or ``3.2``."""
+    return f"{mib:,.0f}" if mib >= 100 else f"{mib:g}"
+
+
 def hypotheses_table(hypotheses: list[Hypothesis], limit: int) -> pd.DataFrame:
     rows = []
     for rank, h in enumerate(hypotheses[:limit], 1):
@@ -53,7 +58,8 @@ def render_explain_markdown(e: Explanation, environment: dict | None = None) -> 
     o = e.observation
     stated = [f"{k}={getattr(o, k)}" for k in ("batch", "seq", "attention", "tied", "checkpointing", "eval_step",
                                                "fused_active") if getattr(o, k) is not None]
-    lines = [f"# fusedce-profile explain: {o.naive_mib:,.0f} → {o.fused_mib:,.0f} MiB on a {o.total_gib:g} GiB card",
+    lines = [f"# fusedce-profile explain: {_reading(o.naive_mib)} → {_reading(o.fused_mib)} MiB on a {o.total_gib:g} GiB "
+             "card",
              "",
              markdown_text(f"Model: {e.model}; precision {o.mode}; fused back-end {o.fused_backend}; device "
                            f"{e.device}. Stated: {', '.join(stated) if stated else 'nothing beyond the readings'}. "

@@ -98,6 +98,7 @@ def test_explain_report_escapes_the_stored_model_backend_and_notes(calibrations)
     text = render_explain_markdown(e, {"torch": "x ```` y"})
     assert r"my\|loss\*\`x\`:make" in text and r"pkg.mod:build\|\*" in text and r"note with \| and \*" in text
     assert "my|loss" not in text and "`````" in text
+    assert text.startswith("# fusedce-profile explain: 3 → 2.9 MiB on a 24 GiB card")
 
 
 def test_the_conclusion_names_the_values_the_readings_rule_out(calibrations):

@@ -8,6 +8,8 @@
 #   4. user-gpt, tied, SDPA, B=32×1024: torch, fusedce
 #   5. HF ~1.1B Llama-like (untied), 8×1024: torch, torch-compile, fusedce, liger, liger-patched
 #   6. HF ~0.5B Qwen2-like (tied, V=151936), 8×1024: the same five
+#   7. the user-module example (examples/user_model.py: wrapped head, tie on the wrapper) at 8×1024:
+#      torch, fusedce and its loss wrapper that materialises the logits (the detector must flag it)
 # Every step runs under `timeout`, capped by what is left of BUDGET; every command writes its folder
 # row by row, folders are tarred after each step, so a cut or failed step keeps what it measured and
 # the next step still runs. Files in $OUT (≤ 8): nvidia-smi.txt, model_diagnosis.log, explain.tgz,
@@ -70,6 +72,9 @@ step hf-llama 100 "${M[@]}" --hf "$W/configs/llama-1b.json" --batch "$HB" --seq 
 pack hf
 step hf-qwen2 100 "${M[@]}" --hf "$W/configs/qwen2-0.5b.json" --batch "$HB" --seq "$HT" "${FIVE[@]}" --out "$W/hf/qwen2-0.5b"
 pack hf
+step user-module 60 "${M[@]}" --model examples.user_model:build --preset "$PRESET" --batch "$HB" --seq "$HT" \
+  --backend torch --backend fusedce --backend examples.user_model:wrapper_that_materialises --out "$W/user-gpt/user-module"
+pack user-gpt
 echo "== done at ${SECONDS} s" | tee -a "$LOG"
 cd "$OUT" && timeout 60 python3 "$OLDPWD/benchmarks/device/model_diagnosis.py" table "$W/explain" "$W/user-gpt/sdpa-untied" \
-  "$W/user-gpt/eager-untied" "$W/user-gpt/sdpa-tied" "$W/hf/llama-1b" "$W/hf/qwen2-0.5b" 2>>"$LOG"
+  "$W/user-gpt/eager-untied" "$W/user-gpt/sdpa-tied" "$W/hf/llama-1b" "$W/hf/qwen2-0.5b" "$W/user-gpt/user-module" 2>>"$LOG"
