@@ -80,6 +80,7 @@ _DEPENDS = {key: deps for key, _, deps in CHECKS}
 #: Largest model ``doctor`` runs on the CPU (fp32, every gradient kept twice).
 CPU_MAX_PARAMETERS = 50_000_000
 _ZERO = 1e-6  # a per-position gradient below this fraction of the largest one counts as none
+_STARVED = 1e-3  # a position gets no gradient from the loss when it gets below this fraction of the naive loss's
 
 
 @dataclass
@@ -438,6 +439,9 @@ def _check_shift(c: _Context) -> tuple[str, str]:
     seq = rows.shape[1]
     full = [b for b in range(rows.shape[0]) if bool((c.batch["labels"][b] != IGNORE_INDEX).all())]
     last = max((float(rows[b, seq - 1]) for b in full), default=0.0)
+    # Position t's gradient relative to the naive loss's at the same position: a position the
+    # model itself barely trains (a tiny gradient through its norm) is no evidence.
+    starved = (rows < _STARVED * ref_rows) & (ref_rows > 0)
     first = min(float(rows[b, 0]) for b in range(rows.shape[0]))
     unshifted = c.variants.get("targets not shifted")
     values = f" (your loss {_fmt(c.user.loss)}; naive {_fmt(c.ref.loss)}; with unshifted targets {_fmt(unshifted)})"
@@ -450,12 +454,12 @@ def _check_shift(c: _Context) -> tuple[str, str]:
         return "fail", (f"the last position of full rows gets gradient {last:.2e} of the largest, where the naive loss "
                         f"gives {max((float(ref_rows[b, seq - 1]) for b in full), default=0.0):.1e}: it is trained on a "
                         "target it has no next token for — labels not shifted" + values)
-    if first < _ZERO:
-        return "fail", (f"the first position gets no gradient ({first:.1e}): the targets are shifted the wrong way "
+    if bool(starved[:, 0].all()):
+        return "fail", (f"the first position gets no gradient ({first:.1e} of the largest; the naive loss gives it "
+                        f"{min(float(ref_rows[b, 0]) for b in range(rows.shape[0])):.1e}): the targets are shifted the wrong way "
                         "(hidden[:, 1:] against labels[:, :-1])" + values)
     # Full rows: the naive loss trains positions 0 .. T-2; a shift by k leaves the last k untrained.
-    untrained = sorted({t for b in full for t in range(seq - 1)
-                        if float(rows[b, t]) < _ZERO and float(ref_rows[b, t]) >= _ZERO})
+    untrained = sorted({t for b in full for t in range(seq - 1) if bool(starved[b, t]) and float(ref_rows[b, t]) >= _ZERO})
     if untrained:
         twice = c.variants.get("targets shifted twice")
         return "fail", (f"positions {', '.join(map(str, untrained[:4]))}{' …' if len(untrained) > 4 else ''} of full "
@@ -487,7 +491,7 @@ def _check_ignore(c: _Context) -> tuple[str, str]:
                         f"padding trained as token 0 {_fmt(trained)})")
     real = (~predicts_pad)
     real[:, -1] = False
-    dropped = real & (rows < _ZERO) & (ref_rows >= _ZERO)
+    dropped = real & (rows < _STARVED * ref_rows) & (ref_rows >= _ZERO)
     if bool(dropped.any()):
         return "fail", (f"{int(dropped.sum())} labelled positions get no gradient, where the naive loss trains them: "
                         "real tokens are ignored (an ignore_index equal to a real token id?)")
