@@ -45,7 +45,7 @@ from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from profiler import store
 from profiler.models.head import Head, locate_head
-from profiler.protocol import CPU_PROFILER, MemoryMeter, _MARK_PREFIX, _replay_cpu_events, memory_source
+from profiler.protocol import MemoryMeter, _MARK_PREFIX, _replay_cpu_events, memory_source
 from profiler.recording.records import PHASES, EvalPass, PhaseMemory, RecordedStep, append_recorded_step
 
 #: What :meth:`StepRecorder.step` returns on a step that is not recorded (reusable, stateless).
