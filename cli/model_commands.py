@@ -325,7 +325,7 @@ def doctor(
         raise fail("--mode amp-bf16 needs a CUDA device (--device cuda); on the CPU doctor runs in fp32")
     with usage_errors():
         fn = load_wrapper(loss)
-    source = _source(preset, config, hf, user_model, head, tied, "tiny")
+    source = _source(preset, config, hf, user_model, head, tied, "user-gpt" if on_gpu else "tiny")
     with usage_errors():
         parameters = _parameter_count(source)
     if not on_gpu:
