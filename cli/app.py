@@ -208,14 +208,19 @@ def report(
         raise typer.Exit(code)
     if any((run_dir / name).is_file() for name in (store.MODEL_RESULTS_FILE, store.PARITY_FILE, store.DOCTOR_FILE)):
         raise typer.Exit(_model_report(run_dir, console, as_json))
+    if (run_dir / store.RECORDED_STEPS_FILE).is_file():  # steps recorded in the user's own run
+        from cli.recorded import recorded_report
+
+        raise typer.Exit(recorded_report(run_dir, console, as_json))
     if (run_dir / store.EXPLAIN_FILE).is_file():  # an `explain` folder
         from reports.explain_report import write_explain_report
 
         with usage_errors():
             console.print(f"report: {write_explain_report(run_dir)}", markup=False)
         raise typer.Exit(0)
-    raise fail(f"{run_dir}: no {store.RESULTS_FILE}, {store.MODEL_RESULTS_FILE}, {store.PARITY_FILE} or "
-               f"{store.DOCTOR_FILE} here (give the folder a grid, model, parity or doctor run wrote)")
+    raise fail(f"{run_dir}: no {store.RESULTS_FILE}, {store.MODEL_RESULTS_FILE}, {store.PARITY_FILE}, "
+               f"{store.DOCTOR_FILE} or {store.RECORDED_STEPS_FILE} here "
+               "(give the folder a grid, model, parity, doctor or recorded run wrote)")
 
 
 def _model_report(run_dir: Path, console, as_json: bool) -> int:

@@ -291,34 +291,68 @@ def parity(
     raise typer.Exit(exit_codes.OK if result.passed else exit_codes.PARITY_FAILED)
 
 
+def _parameter_count(source) -> int:
+    """The model's parameter count, from a build on the meta device (nothing allocated); the
+    config's estimate when the model cannot be built there."""
+    try:
+        built = source.build("meta")
+        return sum(p.numel() for p in {id(p): p for p in built.module.parameters()}.values())
+    except Exception:  # a factory that needs real tensors
+        return source.config.num_parameters()
+
+
 def doctor(
     loss: Annotated[str, typer.Option(
-        "--loss", help="Your loss wrapper 'package.module:callable', called fn(model, input_ids, labels) -> "
-                       "scalar; see profiler.training.doctor for the contract.")],
+        "--loss", help="Your loss wrapper 'package.module:callable', called fn(model, batch) -> scalar (or "
+                       "fn(model, input_ids, labels)); see the README's doctor contract.")],
     preset: PresetOption = None,
     config: ConfigOption = None,
+    hf: HFOption = None,
+    user_model: UserModelOption = None,
+    head: HeadOption = None,
+    tied: TiedOption = None,
+    device: DeviceOption = None,
+    mode: Annotated[Optional[str], typer.Option(
+        "--mode", help="amp-bf16 (bf16 autocast, fp32 weights; default on a GPU) or fp32 (default on the CPU).")] = None,
+    batch: Annotated[int, typer.Option(help="Rows of the padded test batch.", min=2)] = 4,
+    seq: Annotated[int, typer.Option(help="Tokens per row of the test batch.", min=8)] = 32,
+    seed: SeedOption = 0,
     out: OutOption = None,
     force: ForceOption = False,
     as_json: JsonOption = False,
 ) -> None:
-    """Check a loss wrapper against the reference on a small model: one verdict per item, exit 1 on a failure."""
+    """Check your loss wrapper on your model against the model's own loss: one verdict per item, exit 1 on a failure."""
     from profiler import store
     from profiler.environment import collect_environment, save_environment
-    from profiler.training.doctor import DoctorRun, load_wrapper, run_doctor
+    from profiler.training.doctor import cpu_size_guard, load_wrapper, run_doctor
     from reports.doctor_report import write_doctor_report
 
     console = make_console(to_stderr=as_json)
     with usage_errors():
         check_loss_wrapper(loss)
-    cfg = _config(preset, config, None, "tiny")
-    if cfg.num_parameters() > 50_000_000:
-        raise fail(f"doctor runs on the CPU in fp32: {cfg.name} has {cfg.num_parameters() / 1e6:.0f} M "
-                    "parameters; use a small config (the wiring does not depend on size)")
+    run_device = resolve_device(device)
+    on_gpu = run_device.startswith("cuda")
+    if mode is not None and mode not in ("amp-bf16", "fp32"):
+        raise fail(f"--mode must be amp-bf16 or fp32 for doctor, got {mode!r}")
+    if mode == "amp-bf16" and not on_gpu:
+        raise fail("--mode amp-bf16 needs a CUDA device (--device cuda); on the CPU doctor runs in fp32")
     with usage_errors():
         fn = load_wrapper(loss)
-    run = DoctorRun(loss, cfg.name, run_doctor(fn, cfg))
+    source = _source(preset, config, hf, user_model, head, tied, "user-gpt" if on_gpu else "tiny")
+    with usage_errors():
+        parameters = _parameter_count(source)
+    if not on_gpu:
+        reason = cpu_size_guard(parameters, source.describe())
+        if reason is not None:
+            raise fail(reason)
+    with usage_errors():
+        built = source.build(run_device, seed=seed)
+    console.print(f"fusedce-profile doctor: {loss} on {source.describe()} ({parameters / 1e6:.1f} M parameters, "
+                  f"{run_device}, {mode or ('amp-bf16' if on_gpu else 'fp32')})", markup=False)
+    run = run_doctor(fn, built, source=source, device=run_device, mode=mode, batch=batch, seq=seq, seed=seed,
+                     spec=loss)
     for c in run.checks:
-        console.print(f"  [{c.verdict:^7}] {c.item}: {c.evidence}", markup=False)
+        console.print(f"  [{c.verdict:^11}] {c.item}: {c.evidence}", markup=False)
     console.print(f"doctor: {'PASS' if run.passed else 'FAIL'}", markup=False)
     if out is not None:
         out_dir = prepare_out(out, force)
@@ -328,7 +362,6 @@ def doctor(
     if as_json:
         print(json.dumps({"passed": run.passed, "checks": [dataclasses.asdict(c) for c in run.checks]}))
     raise typer.Exit(exit_codes.OK if run.passed else exit_codes.PARITY_FAILED)
-
 
 
 def explain(

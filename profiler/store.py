@@ -7,6 +7,8 @@ Layout of a run folder (each name defined here once)::
     fit.json             model mode --fit: the searches
     parity.json          parity: the whole ParityReport
     doctor.json          doctor: the checks
+    recorded_steps.jsonl a training step recorded inside the user's own loop
+                         (profiler.recording): one RecordedStep per line
     environment.json     what ran it
     plan.json            grid: every cell the run set out to measure (written when it starts)
     snapshots/           <cell>.pickle (raw allocator snapshot, for PyTorch's memory viewer)
@@ -60,6 +62,7 @@ LOGS_DIR = "logs"
 LOCK_FILE = ".lock"
 TIMELINE_SUFFIX = ".timeline.json"
 SNAPSHOT_SUFFIX = ".pickle"
+RECORDED_STEPS_FILE = "recorded_steps.jsonl"
 
 T = TypeVar("T")
 

@@ -18,8 +18,9 @@ from reports.escape import code_block, markdown_text
 from reports.markdown import markdown_table
 
 VERDICT_MEANING = (
-    "pass: the wrapper behaves as the reference on this item; fail: it does not (the evidence "
-    "says how); unclear: the check could not decide."
+    "pass: the wrapper behaves as the model's own loss on this item; fail: it does not (the evidence "
+    "says how); unclear: the evidence does not decide; not checked: the item depends on one that "
+    "failed (named in its evidence); n/a: the model has nothing to check there."
 )
 
 
@@ -44,11 +45,24 @@ def render_doctor_markdown(run: DoctorRun, environment: dict) -> str:
     lines = [f"# fusedce-profile doctor: {'PASS' if run.passed else 'FAIL'}", ""]
     wrapper = markdown_text(run.loss) if run.loss else "a loss wrapper (not recorded)"
     model = f" on the {markdown_text(run.config)} model" if run.config else ""
-    lines += [f"Loss wrapper {wrapper}, checked{model} (CPU, fp32) against the reference cross-entropy: "
-              f"{len(run.checks)} items, {len(failed)} failed.", ""]
+    where = f"{'GPU' if run.device.startswith('cuda') else 'CPU'}, {markdown_text(run.mode, line_start=False)}"
+    size = f", {run.parameters / 1e6:.1f} M parameters" if run.parameters else ""
+    batch = f", a padded batch of {run.batch}×{run.seq} tokens" if run.batch else ""
+    lines += [f"Loss wrapper {wrapper}, checked{model} ({where}{size}{batch}) against the model's own forward "
+              f"and cross-entropy: {len(run.checks)} items, {len(failed)} failed.", ""]
     if failed:
         lines += [f"**Failed:** {markdown_text('; '.join(failed), line_start=False)}.", ""]
     lines += [markdown_table(doctor_table(run)), "", VERDICT_MEANING, ""]
+    if run.head:
+        bias = "a bias" if run.head.get("bias") else "no bias"
+        tie = "tied to the input embedding" if run.head.get("tied") else "untied"
+        lines += [f"The LM head: {markdown_text(str(run.head.get('path', '?')), line_start=False)} "
+                  f"(V={run.head.get('vocab')}, H={run.head.get('hidden')}, {bias}, {tie}).", ""]
+    if run.losses:
+        table = pd.DataFrame([{"loss": name, "value": f"{value:.6g}" if value is not None else "–"}
+                              for name, value in run.losses.items()], columns=["loss", "value"])
+        lines += ["Loss values on the doctor's batch: yours, the model's own (the reference), and the "
+                  "reference with each known mistake, to compare yours with:", "", markdown_table(table), ""]
     if environment:
         lines += ["<details><summary>Environment</summary>", ""] + code_block(environment_lines(environment))
         lines += ["", "</details>", ""]

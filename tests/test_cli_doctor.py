@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import json
 
+import pytest
+import torch
+
 from typer.testing import CliRunner
 
 from cli.app import app
+from fusedce import linear_cross_entropy
 from profiler import store
 from profiler.training.doctor import Check, DoctorRun
 
@@ -64,3 +68,84 @@ def test_report_of_a_damaged_doctor_json_is_bad_input_naming_the_field(tmp_path)
     result = runner.invoke(app, ["report", str(tmp_path)])
     assert result.exit_code == 2
     assert "checks[0].verdict" in result.output
+
+
+def test_doctor_on_the_users_model_passes_a_correct_wiring_and_exits_0(tmp_path):
+    result = runner.invoke(app, ["doctor", "--model", "tests.doctor_models:tied_bias", "--loss",
+                                 "test_model_doctor:correct", "--device", "cpu", "--out", str(tmp_path / "ok")])
+    assert result.exit_code == 0, result.output
+    stored = DoctorRun.from_dict(store.read_json(tmp_path / "ok" / store.DOCTOR_FILE))
+    assert stored.passed and stored.head["bias"] == "head.inner.bias" and stored.head["tied"]
+    assert stored.mode == "fp32" and stored.device == "cpu" and stored.parameters > 0
+    summary = (tmp_path / "ok" / "summary.md").read_text()
+    assert "naive (reference)" in summary and "head.inner" in summary
+
+
+def test_doctor_on_the_users_model_shows_the_evidence_of_a_detached_body_and_exits_1():
+    result = runner.invoke(app, ["doctor", "--model", "tests.doctor_models:untied", "--loss",
+                                 "test_model_doctor:detached_hidden", "--device", "cpu"])
+    assert result.exit_code == 1, result.output
+    text = " ".join(result.output.split())  # the console wraps long lines
+    body = text[text.index("gradient reaches the body:"):]
+    assert text[:text.index("gradient reaches the body:")].rstrip().endswith("fail ]")
+    assert "detached" in body.split("[")[0] and "blocks.0" in body.split("[")[0]
+    assert "not checked" in text and "depends on “gradient reaches the body”" in text
+
+
+def test_doctor_refuses_a_model_too_large_for_the_cpu_in_one_line_before_building_it():
+    result = runner.invoke(app, ["doctor", "--preset", "user-gpt", "--loss", "test_model_doctor:correct",
+                                 "--device", "cpu"])
+    assert result.exit_code == 2
+    message = [ln for ln in result.output.splitlines() if ln.strip()]
+    assert len(message) == 1 and "above the CPU limit of 50 M" in message[0] and "--device cuda" in message[0]
+
+
+def test_doctor_bad_mode_exits_2_naming_the_option():
+    result = runner.invoke(app, ["doctor", "--loss", "test_model_doctor:correct", "--mode", "bf16"])
+    assert result.exit_code == 2 and "--mode" in result.output
+
+
+@pytest.mark.parametrize("model, loss, code, failed", [
+    ("examples.doctor_losses:fixed_model", "examples.doctor_losses:fused_loss", 0, set()),
+    ("examples.user_model:build", "examples.doctor_losses:reports_loss", 1, {"tie", "weight"}),
+    ("examples.doctor_losses:fixed_model", "examples.doctor_losses:detached_loss", 1, {"body"}),
+])
+def test_the_readme_doctor_examples_exit_as_documented(tmp_path, model, loss, code, failed):
+    out = tmp_path / "d"
+    result = runner.invoke(app, ["doctor", "--model", model, "--loss", loss, "--device", "cpu", "--out", str(out)])
+    assert result.exit_code == code, result.output
+    stored = DoctorRun.from_dict(store.read_json(out / store.DOCTOR_FILE))
+    assert {c.key for c in stored.checks if c.verdict == "fail"} == failed
+
+
+def hf_correct(model, batch):
+    hidden = model.model(batch["input_ids"]).last_hidden_state[:, :-1]
+    return linear_cross_entropy(hidden.reshape(-1, hidden.shape[-1]), model.lm_head.weight,
+                                batch["labels"][:, 1:].reshape(-1))
+
+
+def hf_no_grad(model, batch):
+    with torch.no_grad():
+        hidden = model.model(batch["input_ids"]).last_hidden_state[:, :-1]
+    return linear_cross_entropy(hidden.reshape(-1, hidden.shape[-1]), model.lm_head.weight,
+                                batch["labels"][:, 1:].reshape(-1))
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_doctor_on_a_hugging_face_model_passes_its_wiring_and_catches_a_no_grad_body(tmp_path, tied):
+    pytest.importorskip("transformers", reason="transformers is not installed (pip install \"fusedce[hf]\")")
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"model_type": "llama", "hidden_size": 32, "num_hidden_layers": 2,
+                                  "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 64,
+                                  "vocab_size": 128, "max_position_embeddings": 64, "tie_word_embeddings": tied}))
+    good = runner.invoke(app, ["doctor", "--hf", str(config), "--loss", f"{__name__}:hf_correct", "--device", "cpu",
+                               "--out", str(tmp_path / "g")])
+    assert good.exit_code == 0, good.output
+    head = DoctorRun.from_dict(store.read_json(tmp_path / "g" / store.DOCTOR_FILE)).head
+    assert head["tied"] is tied and head["bias"] is None
+    bad = runner.invoke(app, ["doctor", "--hf", str(config), "--loss", f"{__name__}:hf_no_grad", "--device", "cpu",
+                              "--out", str(tmp_path / "b")])
+    assert bad.exit_code == 1, bad.output
+    failed = {c.key for c in DoctorRun.from_dict(store.read_json(tmp_path / "b" / store.DOCTOR_FILE)).checks
+              if c.verdict == "fail"}
+    assert failed == {"body"}

@@ -17,12 +17,12 @@ def scaled_loss(hidden, weight, target, bias, **options):
 
 
 def good_wrapper(model, input_ids, labels):
-    logits = model.logits(model(input_ids))[:, :-1]
+    logits = model(input_ids)[:, :-1]
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1))
 
 
 def unshifted_wrapper(model, input_ids, labels):
-    logits = model.logits(model(input_ids))
+    logits = model(input_ids)
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
 
 

@@ -1,60 +1,101 @@
-"""``doctor``: check a user's loss wrapper against the reference on a small model.
+"""``doctor``: check a loss wrapper on the user's own model against the model's naive loss.
 
-The wrapper's contract (what ``--loss module:callable`` must name)::
+**The contract** (what ``--loss package.module:callable`` names)::
 
-    def my_loss(model, input_ids, labels) -> torch.Tensor: ...
+    def my_loss(model, batch) -> torch.Tensor:
+        hidden = model.body(batch["input_ids"])           # (B, T, H): what the LM head reads
+        h = hidden[:, :-1].reshape(-1, hidden.shape[-1])  # position t predicts labels[t + 1]
+        y = batch["labels"][:, 1:].reshape(-1)            # -100 = padding
+        return fused_ce(h, model.head.weight, y)          # mean over the labels that are not -100
 
-- ``model``: a :class:`profiler.models.gpt.HiddenStatesGPT` (the built-in GPT whose forward returns the
-  final hidden states). ``model.trunk(input_ids)`` is the (B, T, H)
-  residual stream *before* the final norm, ``model.final_norm`` the final norm,
-  ``model(input_ids)`` = ``model.final_norm(model.trunk(input_ids))``; ``model.lm_head`` is
-  an ``nn.Linear`` (weight (V, H), bias (V,) or ``None``) whose weight *is* ``model.embed.weight``
-  when the config ties them; ``model.config`` the :class:`~profiler.configs.ModelConfig`.
-- ``input_ids``: (B, T) int64. ``labels``: (B, T) int64, Hugging Face convention: the same
-  tokens as ``input_ids`` (not shifted), ``-100`` at padding. Position t predicts labels[t + 1].
+- ``model``: the model ``doctor`` built (``--preset``/``--config``: the built-in GPT, whose
+  ``hidden_states(input_ids)`` is what its ``lm_head`` reads; ``--hf``: a Hugging Face
+  ``AutoModelForCausalLM``; ``--model package.module:factory``: yours), in train mode, on the
+  doctor's device, fp32 parameters.
+- ``batch``: ``{"input_ids": (B, T) int64, "labels": (B, T) int64, "attention_mask": (B, T)}``;
+  ``labels`` are the input ids themselves (Hugging Face convention, *not* shifted) with -100
+  at padding (rows 1 and 3 are right-padded with token id 0).
 - returns: the mean cross-entropy over the predicted positions whose label is not -100, a
-  scalar whose graph reaches the model's parameters (it is back-propagated).
+  scalar whose graph reaches the model's parameters (``doctor`` calls ``backward()``).
+  ``fn(model, input_ids, labels)`` (three arguments) is accepted too.
 
-The reference is ``F.cross_entropy(model.logits(model(ids))[:, :-1], labels[:, 1:])`` in fp32.
-Each check plants nothing in the user's code: it observes the wrapper's loss, its gradients
-(of the LM head, its bias, the tied embedding, and of the trunk output, position by
-position) and how the loss responds when a parameter changes, and compares with the
-reference. Verdicts are ``pass``, ``fail`` or ``unclear`` (the evidence says why).
+**The reference** is the model's *own* forward — its head, the head's real bias (or none),
+its tie, its final norm and logit transform (soft-cap) — followed by the shifted
+cross-entropy: exactly what ``F.cross_entropy(model(ids).logits[:, :-1], labels[:, 1:])``
+trains. Both run under the same precision: bf16 autocast with fp32 weights on the GPU
+(``amp-bf16``), fp32 on the CPU; values are compared within the mode's parity tolerance
+(:mod:`profiler.tolerances`).
+
+**The checks** (:data:`CHECKS`, in order) read the evidence of :mod:`~profiler.training.doctor_runs`
+— the loss value, every parameter's gradient, the per-position gradient of the body's output,
+the head-shaped tensors the loss used — and each names the numbers it judged by. A check whose
+premise failed (e.g. the shift cannot be read from the body's gradient when no gradient
+reaches the body) is ``not checked`` and says which check it depends on, instead of reporting
+a knock-on failure. Verdicts: ``pass``, ``fail``, ``unclear`` (the evidence does not decide),
+``not checked``, ``n/a`` (the model has nothing to check there, e.g. no final norm).
+
+Public API: :data:`CHECKS`, :data:`VERDICTS`, :class:`Check`, :class:`DoctorRun`,
+:func:`load_wrapper`, :func:`make_batch`, :func:`run_doctor`, :func:`cpu_size_guard`.
 """
 from __future__ import annotations
 
 import dataclasses
 import importlib
-from dataclasses import dataclass
+import inspect
+import math
+from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
 import torch.nn.functional as F
 
 from fusedce.options import IGNORE_INDEX
-from profiler.configs import ModelConfig, get_preset
-from profiler.models.gpt import HiddenStatesGPT as GPT
+from profiler.models.source import BuiltModel, ModelSource
+from profiler.tolerances import tolerance_for
+from profiler.training.doctor_runs import Landmarks, Observation, find_landmarks, naive_loss, observe
 
-LOSS_RTOL = 1e-4  # fp32 on the same weights: a correct wrapper agrees to rounding
-GRAD_RTOL = 1e-3
+VERDICTS = ("pass", "fail", "unclear", "not checked", "n/a")
 
-WrapperFn = Callable[[GPT, torch.Tensor, torch.Tensor], torch.Tensor]
+#: (key, item, depends on): every check, in the order they are reported.
+CHECKS = (
+    ("runs", "the loss runs on a padded batch", ()),
+    ("tie", "declared tie honoured by the head's forward", ()),
+    ("weight", "the loss multiplies by the parameter the head trains", ("runs",)),
+    ("body", "gradient reaches the body", ("runs",)),
+    ("norm", "final norm applied", ("runs", "body")),
+    ("bias", "bias as the head has it", ("runs",)),
+    ("transform", "the model's logit transform (soft-cap) applied", ("runs", "weight")),
+    ("shift", "targets shifted (position t predicts labels[t+1])", ("runs", "body")),
+    ("ignore", "padding (-100) ignored", ("runs", "weight", "body", "shift")),
+    ("reduction", "mean over the labelled tokens (no sum, no extra scaling)",
+     ("runs", "weight", "body", "norm", "bias", "transform", "shift", "ignore")),
+    ("loss", "loss matches the naive loss", ("runs", "weight", "body", "norm", "bias", "transform", "shift",
+                                             "ignore", "reduction")),
+    ("gradient", "gradients match the naive loss's", ("runs", "weight", "body", "norm", "bias", "transform",
+                                                      "shift", "ignore", "reduction")),
+)
+_ITEMS = {key: item for key, item, _ in CHECKS}
+_DEPENDS = {key: deps for key, _, deps in CHECKS}
 
-
-VERDICTS = ("pass", "fail", "unclear")
+#: Largest model ``doctor`` runs on the CPU (fp32, every gradient kept twice).
+CPU_MAX_PARAMETERS = 50_000_000
+_ZERO = 1e-6  # a per-position gradient below this fraction of the largest one counts as none
+_STARVED = 1e-3  # a position gets no gradient from the loss when it gets below this fraction of the naive loss's
 
 
 @dataclass
 class Check:
-    """One doctor item: ``verdict`` is "pass", "fail" or "unclear"; ``evidence`` the numbers."""
+    """One doctor item: ``key`` (see :data:`CHECKS`), ``item`` (its sentence), ``verdict``
+    (one of :data:`VERDICTS`), ``evidence`` (the numbers), ``depends_on`` (keys)."""
 
     item: str
     verdict: str
     evidence: str
+    key: str = ""
+    depends_on: list[str] = field(default_factory=list)
 
     @classmethod
     def from_dict(cls, raw: object, where: str = "check") -> "Check":
-        """Validate a stored check; ``ValueError`` naming the first bad field."""
         if not isinstance(raw, dict):
             raise ValueError(f"{where} must be an object, got {type(raw).__name__}")
         for name in ("item", "verdict", "evidence"):
@@ -62,21 +103,32 @@ class Check:
                 raise ValueError(f"{where}.{name} must be a string, got {raw.get(name)!r}")
         if raw["verdict"] not in VERDICTS:
             raise ValueError(f"{where}.verdict must be one of {', '.join(VERDICTS)}, got {raw['verdict']!r}")
-        return cls(raw["item"], raw["verdict"], raw["evidence"])
+        return cls(raw["item"], raw["verdict"], raw["evidence"], str(raw.get("key", "")),
+                   [str(d) for d in raw.get("depends_on") or []])
 
 
 @dataclass
 class DoctorRun:
-    """What ``doctor`` stores as ``doctor.json``: the ``--loss`` it checked, the model config's
-    name, and one :class:`Check` per item in the order they ran."""
+    """What ``doctor`` stores as ``doctor.json``: the ``--loss`` checked, the model (``config``:
+    its name; ``model``: the source), where and how it ran, the located head, the loss values
+    (``losses``: yours, the reference and each known mistake's), and the checks in order."""
 
     loss: str
     config: str
     checks: list[Check]
+    model: str = ""
+    device: str = "cpu"
+    mode: str = "fp32"
+    tolerance: float = 0.0
+    batch: int = 0
+    seq: int = 0
+    parameters: int = 0
+    head: dict | None = None
+    losses: dict = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
-        """No item failed (an ``unclear`` item is not a failure)."""
+        """No item failed (``unclear``, ``not checked`` and ``n/a`` are not failures)."""
         return not any(c.verdict == "fail" for c in self.checks)
 
     def to_dict(self) -> dict:
@@ -84,23 +136,23 @@ class DoctorRun:
 
     @classmethod
     def from_dict(cls, raw: object) -> "DoctorRun":
-        """Validate a stored run; ``ValueError`` naming the first bad field. A bare list of
-        checks is read as a run whose loss and config are unknown ("")."""
+        """Validate a stored run; a bare list of checks is read as a run whose loss and config are unknown."""
         if isinstance(raw, list):
             raw = {"loss": "", "config": "", "checks": raw}
         if not isinstance(raw, dict):
             raise ValueError(f"doctor.json must hold an object, got {type(raw).__name__}")
-        for name in ("loss", "config"):
-            if not isinstance(raw.get(name, ""), str):
-                raise ValueError(f"{name} must be a string, got {raw.get(name)!r}")
         checks = raw.get("checks")
         if not isinstance(checks, list):
             raise ValueError(f"checks must be a list, got {checks!r}")
-        return cls(raw.get("loss", ""), raw.get("config", ""),
-                   [Check.from_dict(c, f"checks[{i}]") for i, c in enumerate(checks)])
+        fields = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in raw.items() if k in fields and k != "checks"}
+        for name in ("loss", "config", "model", "device", "mode"):
+            if not isinstance(values.get(name, ""), str):
+                raise ValueError(f"{name} must be a string, got {values.get(name)!r}")
+        return cls(checks=[Check.from_dict(c, f"checks[{i}]") for i, c in enumerate(checks)], **values)
 
 
-def load_wrapper(spec: str) -> WrapperFn:
+def load_wrapper(spec: str) -> Callable:
     """``"package.module:callable"`` → the callable; ``ValueError`` naming what is wrong."""
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
@@ -118,283 +170,550 @@ def load_wrapper(spec: str) -> WrapperFn:
     return obj
 
 
-def reference_loss(model: GPT, input_ids: torch.Tensor, labels: torch.Tensor, *, shift: bool = True,
-                   norm: bool = True, bias: bool = True, softcap: bool = True,
-                   reduction: str = "mean") -> torch.Tensor:
-    """The correct loss, or (flags off) one of the usual mistakes, for comparison.
+def as_batch_fn(fn: Callable) -> Callable:
+    """``fn(model, batch)``; a three-argument ``fn(model, input_ids, labels)`` is adapted."""
+    try:
+        params = [p for p in inspect.signature(fn).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty]
+    except (TypeError, ValueError):
+        return fn
+    if len(params) == 3:
+        return lambda model, batch: fn(model, batch["input_ids"], batch["labels"])
+    return fn
 
-    ``reduction``: "mean" (over valid tokens), "sum", or "seq-mean" (mean of per-sequence means).
-    """
-    hidden = model.trunk(input_ids)
-    if norm:
-        hidden = model.final_norm(hidden)
-    logits = F.linear(hidden, model.lm_head.weight, model.lm_head.bias if bias else None)
-    cap = model.config.final_logit_softcapping
-    if cap and softcap:
-        logits = cap * torch.tanh(logits / cap)
-    if shift:
-        logits, targets = logits[:, :-1], labels[:, 1:]
-    else:
-        targets = labels
-    per_token = F.cross_entropy(logits.float().transpose(1, 2), targets, ignore_index=IGNORE_INDEX, reduction="none")
-    valid = targets != IGNORE_INDEX
-    if reduction == "sum":
-        return per_token.sum()
-    if reduction == "seq-mean":
-        return (per_token.sum(1) / valid.sum(1).clamp(min=1)).mean()
-    return per_token.sum() / valid.sum()
+
+def cpu_size_guard(parameters: int, name: str) -> str | None:
+    """The reason ``doctor`` refuses a model on the CPU (``None`` when it fits)."""
+    if parameters <= CPU_MAX_PARAMETERS:
+        return None
+    return (f"doctor on the CPU runs in fp32 and keeps every gradient twice: {name} has "
+            f"{parameters / 1e6:.0f} M parameters, above the CPU limit of {CPU_MAX_PARAMETERS / 1e6:.0f} M "
+            f"(≈ {parameters * 4 * 4 / 2**30:.1f} GiB); run it on a GPU (--device cuda) or on a smaller config of the "
+            "same model (the wiring does not depend on its size)")
+
+
+def make_batch(vocab: int, batch: int = 4, seq: int = 32, seed: int = 0, device="cpu", padded: bool = True) -> dict:
+    """``{"input_ids", "labels", "attention_mask"}``; with ``padded`` rows 1 and 3 are
+    right-padded (token id 0, label -100) from 5/8 and 7/8 of the sequence."""
+    gen = torch.Generator().manual_seed(seed)
+    input_ids = torch.randint(1, vocab, (batch, seq), generator=gen)
+    labels = input_ids.clone()
+    mask = torch.ones_like(input_ids)
+    if padded:
+        for b, length in ((1, seq * 5 // 8), (3, seq * 7 // 8)):
+            if b < batch:
+                input_ids[b, length:] = 0
+                labels[b, length:] = IGNORE_INDEX
+                mask[b, length:] = 0
+    return {"input_ids": input_ids.to(device), "labels": labels.to(device), "attention_mask": mask.to(device)}
+
+
+def _randomise(built: BuiltModel, landmarks: Landmarks, seed: int) -> None:
+    """Give the head's bias and the final norm non-trivial values, so dropping either is visible."""
+    gen = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        bias = built.head.bias
+        if bias is not None:
+            bias.copy_(torch.randn(bias.shape, generator=gen).to(bias) * 0.5)
+        if landmarks.is_norm:
+            for name, p in landmarks.producer.named_parameters(recurse=False):
+                noise = torch.randn(p.shape, generator=gen).to(p)
+                p.copy_((1 + 0.5 * noise) if name == "weight" else 0.1 * noise)
+
+
+# --- evidence helpers ----------------------------------------------------------------------
+
+def _norm(t: torch.Tensor | None) -> float:
+    return 0.0 if t is None else float(t.double().norm())
+
+
+def _rel(a: torch.Tensor | None, b: torch.Tensor | None) -> float:
+    if b is None:
+        return 0.0 if a is None or _norm(a) == 0 else math.inf
+    nb = _norm(b)
+    if a is None:
+        return 1.0 if nb > 0 else 0.0
+    return float((a.double() - b.double()).norm() / nb) if nb > 0 else _norm(a)
+
+
+def _cos(a: torch.Tensor | None, b: torch.Tensor | None) -> float:
+    if a is None or b is None or _norm(a) == 0 or _norm(b) == 0:
+        return 0.0
+    return float((a.double() * b.double()).sum() / (a.double().norm() * b.double().norm()))
+
+
+def _fmt(x: float | None) -> str:
+    return "–" if x is None else f"{x:.4g}"
 
 
 @dataclass
-class _Run:
-    """One call of a loss function: its value, gradients and the trunk-output gradient."""
+class _Context:
+    built: BuiltModel
+    landmarks: Landmarks
+    ref: Observation
+    user: Observation
+    batch: dict
+    tolerance: float
+    names: dict[int, list[str]]
+    weight_name: str
+    bias_name: str | None
+    embedding_name: str | None
+    variants: dict[str, float]
+    raised_on_padding: str | None = None
+    uncapped: Observation | None = None  # the naive loss on the head's raw output, when the model transforms it
 
-    loss: float | None
-    error: str | None
-    weight_grad: torch.Tensor | None
-    bias_grad: torch.Tensor | None
-    trunk_grad: torch.Tensor | None  # (B, T, H), None when the trunk output got no gradient
+    def name_of(self, param) -> str:
+        return self.names[id(param)][0]
 
 
-def _call(model: GPT, fn: Callable, input_ids: torch.Tensor, labels: torch.Tensor) -> _Run:
-    """Run ``fn(model, input_ids, labels)`` and backward, capturing the gradients."""
-    model.zero_grad(set_to_none=True)
-    captured: dict[str, torch.Tensor] = {}
+def _body_names(c: _Context) -> list[str]:
+    skip = {c.weight_name, c.bias_name, c.embedding_name}
+    if c.landmarks.is_norm:  # the final norm is judged by its own check
+        skip |= {f"{c.landmarks.producer_name}.{n}" for n, _ in c.landmarks.producer.named_parameters(recurse=False)}
+    return [n for n, g in c.ref.grads.items() if n not in skip and g is not None and _norm(g) > 0]
 
-    def on_trunk(module, args, output):
-        if output.requires_grad:
-            output.register_hook(lambda g: captured.__setitem__("trunk", g.detach().clone()))
 
-    handle = model.blocks[-1].register_forward_hook(on_trunk)
+def _check_tie(built: BuiltModel, source: ModelSource | None, names) -> tuple[str, str]:
+    info = built.head.info
+    weight = built.head.weight
+    # The head module and its wrappers (head.inner's parent "head" …): a (V, H) ``weight``
+    # attribute on any of them that the forward does not multiply by is a tie gone astray.
+    modules = dict(built.module.named_modules())
+    parts = info.path.split(".")
+    chain = [modules[".".join(parts[:i])] for i in range(len(parts), 0, -1) if ".".join(parts[:i]) in modules]
+    assigned, owner = None, info.path
+    for module in chain:
+        candidate = getattr(module, "weight", None)
+        if isinstance(candidate, torch.nn.Parameter) and candidate is not weight and candidate.dim() == 2 \
+                and tuple(candidate.shape) == tuple(weight.shape):
+            assigned, owner = candidate, next(n for n, m in modules.items() if m is module)
+            break
+    embedding = None
+    get = getattr(built.module, "get_input_embeddings", None)
+    if callable(get):
+        try:
+            emb = get()
+            embedding = getattr(emb, "weight", None)
+        except (NotImplementedError, AttributeError):
+            embedding = None
+    if embedding is None:
+        emb = next((m for m in built.module.modules() if isinstance(m, torch.nn.Embedding)), None)
+        embedding = emb.weight if emb is not None else None
+    used = names[id(weight)][0]
+    if assigned is not None:
+        alias = names.get(id(assigned), [f"{owner}.weight"])[0]
+        if embedding is not None and assigned is embedding:
+            return "fail", (f"a tie was assigned on the head module ({owner}.weight is the input embedding "
+                            f"{names[id(embedding)][0]}), but its forward multiplies by {used}, its own weight: the "
+                            "model trains an untied head, and an optimizer step moves both. Assign the tie to the "
+                            f"module the forward uses ({used.rsplit('.', 1)[0]}.weight = embedding.weight)")
+        return "fail", (f"{alias} is a (V, H) parameter of the head module that its forward never uses (it multiplies "
+                        f"by {used}): a loss given {alias} trains the wrong tensor")
+    declared = getattr(source.config, "tie_word_embeddings", False) if source is not None else False
+    if source is not None and source.kind == "user":
+        declared = False  # a factory's config is inferred from the model itself
+    if declared and not info.tied:
+        return "fail", (f"the config ties the head to the input embedding, but the head's forward multiplies by {used}, "
+                        "which is not the embedding")
+    if info.tied:
+        return "pass", f"the head's forward multiplies by {used}, the input embedding itself (tied)"
+    return "pass", f"untied, as declared: the head's forward multiplies by its own {used}"
+
+
+def _check_weight(c: _Context) -> tuple[str, str]:
+    g_user, g_ref = c.user.grad(c.weight_name), c.ref.grad(c.weight_name)
+    ref_norm = _norm(g_ref)
+    if _norm(g_user) > 1e-3 * ref_norm:
+        return "pass", (f"your loss's gradient reaches {c.weight_name} (‖grad‖ {_norm(g_user):.3g}, the naive loss's "
+                        f"{ref_norm:.3g}, cosine {_cos(g_user, g_ref):.4f})")
+    evidence = [f"{c.weight_name} — the (V, H) parameter the head's forward multiplies by, and the one the optimizer "
+                f"trains — gets no gradient from your loss (the naive loss gives it ‖grad‖ {ref_norm:.3g})"]
+    v, h = c.built.head.weight.shape
+    extra = [n for n, g in c.user.grads.items() if g is not None and _norm(g) > 0 and g.dim() == 2
+             and tuple(g.shape) in ((v, h), (h, v)) and _norm(c.ref.grad(n)) == 0]
+    if extra:
+        evidence.append(f"its gradient went to {', '.join(extra)} instead (a parameter the naive loss does not train "
+                        "through the head)")
+    for t in c.user.seen:
+        if t.equals_weight:
+            evidence.append(f"your loss multiplied by a {t.shape} {t.dtype} tensor outside the graph holding the same "
+                            f"values as {c.weight_name}: a detached copy")
+        else:
+            evidence.append(f"your loss multiplied by a {t.shape} {t.dtype} tensor outside the graph that differs from "
+                            f"{c.weight_name} (max |Δ| {t.max_abs_diff:.3g}): a stale copy or another weight")
+    return "fail", "; ".join(evidence)
+
+
+def _check_body(c: _Context) -> tuple[str, str]:
+    body = _body_names(c)
+    if not body:
+        return "n/a", "the naive loss trains no parameter besides the head and the embedding"
+    reached = [n for n in body if _norm(c.user.grad(n)) > 0]
+    user_norm = math.sqrt(sum(_norm(c.user.grad(n)) ** 2 for n in body))
+    ref_norm = math.sqrt(sum(_norm(c.ref.grad(n)) ** 2 for n in body))
+    if not reached:
+        return "fail", (f"none of the {len(body)} body parameters the naive loss trains (e.g. {body[0]}) gets a "
+                        f"gradient from your loss (‖grad‖ 0, the naive loss's {ref_norm:.3g}): the hidden states "
+                        "reached it detached (.detach(), .data, torch.no_grad); the body never trains")
+    if len(reached) < len(body):
+        missing = [n for n in body if n not in reached]
+        return "fail", (f"{len(missing)} of {len(body)} body parameters get no gradient from your loss (e.g. "
+                        f"{', '.join(missing[:3])}): part of the body is detached")
+    return "pass", (f"all {len(body)} body parameters get a gradient (‖grad‖ {user_norm:.3g}, the naive loss's "
+                    f"{ref_norm:.3g})")
+
+
+def _check_norm(c: _Context) -> tuple[str, str]:
+    lm = c.landmarks
+    if not lm.is_norm:
+        what = f"{lm.producer_name} ({type(lm.producer).__name__})" if lm.producer is not None else "a function"
+        return "n/a", f"no final norm between the body and the head (the head's input comes from {what})"
+    params = [f"{lm.producer_name}.{n}" for n, _ in lm.producer.named_parameters(recurse=False)]
+    params = [p for p in params if _norm(c.ref.grad(p)) > 0]
+    no_norm = c.variants.get("without the final norm")
+    value = (f"; your loss {_fmt(c.user.loss)}, the naive loss {_fmt(c.ref.loss)}, without the norm {_fmt(no_norm)}"
+             if no_norm is not None else "")
+    if not params:
+        if no_norm is not None and c.user.loss is not None and _close(c.user.loss, no_norm, c.tolerance) \
+                and not _close(c.user.loss, c.ref.loss, c.tolerance):
+            return "fail", f"your loss equals the naive loss computed without {lm.producer_name}{value}"
+        return "pass", f"{lm.producer_name} has no trainable parameters to check by gradient{value}"
+    missing = [p for p in params if _norm(c.user.grad(p)) == 0]
+    if missing:
+        return "fail", (f"{lm.producer_name} ({type(lm.producer).__name__}) gets no gradient from your loss "
+                        f"({', '.join(missing)}): the loss reads the hidden states before the final norm{value}")
+    return "pass", f"{lm.producer_name} ({type(lm.producer).__name__}) gets its gradient{value}"
+
+
+def _check_bias(c: _Context) -> tuple[str, str]:
+    v = c.built.head.weight.shape[0]
+    if c.bias_name is not None:
+        no_bias = c.variants.get("without the head's bias")
+        g_user, g_ref = c.user.grad(c.bias_name), c.ref.grad(c.bias_name)
+        if _norm(g_user) == 0:
+            return "fail", (f"the head adds {c.bias_name}, but your loss does not: its gradient is zero (your loss "
+                            f"{_fmt(c.user.loss)}, the naive loss {_fmt(c.ref.loss)}, the naive loss without the bias "
+                            f"{_fmt(no_bias)})")
+        return "pass", f"{c.bias_name} gets its gradient (cosine with the naive loss's {_cos(g_user, g_ref):.4f})"
+    extra = [n for n, g in c.user.grads.items() if g is not None and g.dim() == 1 and g.shape[0] == v
+             and _norm(g) > 0 and _norm(c.ref.grad(n)) == 0]
+    if extra:
+        return "fail", (f"the head has no bias, but your loss adds {', '.join(extra)} ({v},): a parameter the model's "
+                        "own forward never uses gets trained")
+    return "pass", "the head has no bias and your loss adds none that is a parameter"
+
+
+def _close(a: float | None, b: float | None, tol: float) -> bool:
+    return a is not None and b is not None and abs(a - b) <= tol * max(abs(b), 1e-12)
+
+
+def _check_transform(c: _Context) -> tuple[str, str]:
+    raw = c.variants.get("on the head's raw output (no transform)")
+    if raw is None:
+        return "n/a", "the model's logits are the head's output (no soft-cap or scaling)"
+    values = f"your loss {_fmt(c.user.loss)}; naive {_fmt(c.ref.loss)}; without the transform {_fmt(raw)}"
+    if c.uncapped is not None and c.uncapped.loss is not None:
+        to_ref = _rel(c.user.grad(c.weight_name), c.ref.grad(c.weight_name))
+        to_raw = _rel(c.user.grad(c.weight_name), c.uncapped.grad(c.weight_name))
+        grads = (f"; ‖Δ grad {c.weight_name}‖ relative to the naive loss's {to_ref:.2e}, to the untransformed "
+                 f"loss's {to_raw:.2e}")
+        if to_raw <= c.tolerance < to_ref:
+            return "fail", ("your loss trains the head's raw output: its gradient is the one of the cross-entropy "
+                            "without the model's logit transform (soft-cap), not the model's own — " + values + grads)
+        return "pass", values + grads
+    if _close(c.user.loss, raw, c.tolerance / 4) and not _close(c.user.loss, c.ref.loss, c.tolerance / 4):
+        return "fail", (f"your loss {_fmt(c.user.loss)} equals the cross-entropy of the head's raw output ({_fmt(raw)}); "
+                        f"the model's forward transforms it (soft-cap) before its loss ({_fmt(c.ref.loss)})")
+    return "pass", values
+
+
+def _rows(grad: torch.Tensor) -> torch.Tensor:
+    rows = grad.double().norm(dim=-1)  # (B, T)
+    return rows / (float(rows.max()) or 1.0)
+
+
+def _check_shift(c: _Context) -> tuple[str, str]:
+    if c.user.body_grad is None or c.ref.body_grad is None:
+        return "unclear", "the body's output received no gradient to read the positions from"
+    rows, ref_rows = _rows(c.user.body_grad), _rows(c.ref.body_grad)
+    seq = rows.shape[1]
+    full = [b for b in range(rows.shape[0]) if bool((c.batch["labels"][b] != IGNORE_INDEX).all())]
+    last = max((float(rows[b, seq - 1]) for b in full), default=0.0)
+    # Position t's gradient relative to the naive loss's at the same position: a position the
+    # model itself barely trains (a tiny gradient through its norm) is no evidence.
+    starved = (rows < _STARVED * ref_rows) & (ref_rows > 0)
+    first = min(float(rows[b, 0]) for b in range(rows.shape[0]))
+    unshifted = c.variants.get("targets not shifted")
+    values = f" (your loss {_fmt(c.user.loss)}; naive {_fmt(c.ref.loss)}; with unshifted targets {_fmt(unshifted)})"
+    for name, what in (("targets not shifted", "the labels are not shifted (position t trained on labels[t])"),
+                       ("targets shifted twice", "the targets are shifted twice (position t trained on labels[t+2])")):
+        value = c.variants.get(name)
+        if _close(c.user.loss, value, c.tolerance / 4) and not _close(value, c.ref.loss, c.tolerance):
+            return "fail", f"your loss equals the naive loss with {name}: {what}" + values
+    if last >= _ZERO:
+        return "fail", (f"the last position of full rows gets gradient {last:.2e} of the largest, where the naive loss "
+                        f"gives {max((float(ref_rows[b, seq - 1]) for b in full), default=0.0):.1e}: it is trained on a "
+                        "target it has no next token for — labels not shifted" + values)
+    if bool(starved[:, 0].all()):
+        return "fail", (f"the first position gets no gradient ({first:.1e} of the largest; the naive loss gives it "
+                        f"{min(float(ref_rows[b, 0]) for b in range(rows.shape[0])):.1e}): the targets are shifted the wrong way "
+                        "(hidden[:, 1:] against labels[:, :-1])" + values)
+    # Full rows: the naive loss trains positions 0 .. T-2; a shift by k leaves the last k untrained.
+    untrained = sorted({t for b in full for t in range(seq - 1) if bool(starved[b, t]) and float(ref_rows[b, t]) >= _ZERO})
+    if untrained:
+        twice = c.variants.get("targets shifted twice")
+        return "fail", (f"positions {', '.join(map(str, untrained[:4]))}{' …' if len(untrained) > 4 else ''} of full "
+                        f"rows get no gradient, where the naive loss trains every position but the last: the targets "
+                        f"are shifted by more than one (your loss {_fmt(c.user.loss)}; naive {_fmt(c.ref.loss)}; "
+                        f"shifted twice {_fmt(twice)})")
+    return "pass", f"the last position gets none ({last:.1e}) and the first does ({first:.1e}), as with the naive loss"
+
+
+def _check_ignore(c: _Context) -> tuple[str, str]:
+    if c.raised_on_padding is not None:
+        return "fail", (f"your loss raised on labels holding -100 ({c.raised_on_padding}) and runs when the padding is "
+                        "labelled 0: it does not ignore -100 (a different ignore_index?); the other checks ran on a "
+                        "batch without padding")
+    if c.user.body_grad is None or c.ref.body_grad is None:
+        return "unclear", "the body's output received no gradient to read the positions from"
+    labels = c.batch["labels"]
+    rows, ref_rows = _rows(c.user.body_grad), _rows(c.ref.body_grad)
+    predicts_pad = torch.zeros_like(labels, dtype=torch.bool)
+    predicts_pad[:, :-1] = labels[:, 1:] == IGNORE_INDEX
+    if not bool(predicts_pad.any()):
+        return "n/a", "the batch has no padding"
+    worst = float(rows[predicts_pad].max())
+    trained = c.variants.get("padding trained as token 0")
+    if worst >= _ZERO:
+        return "fail", (f"positions whose label is -100 get gradient up to {worst:.2e} of the largest (the naive loss: "
+                        f"{float(ref_rows[predicts_pad].max()):.1e}): padding is trained on — ignore_index not -100, or "
+                        f"the -100 labels replaced (your loss {_fmt(c.user.loss)}; naive {_fmt(c.ref.loss)}; "
+                        f"padding trained as token 0 {_fmt(trained)})")
+    real = (~predicts_pad)
+    real[:, -1] = False
+    dropped = real & (rows < _STARVED * ref_rows) & (ref_rows >= _ZERO)
+    if bool(dropped.any()):
+        return "fail", (f"{int(dropped.sum())} labelled positions get no gradient, where the naive loss trains them: "
+                        "real tokens are ignored (an ignore_index equal to a real token id?)")
+    return "pass", f"positions whose label is -100 get no gradient ({worst:.1e}); every labelled one does"
+
+
+_SCALES = (("a sum over the labelled tokens", "tokens"), ("the mean divided by k", "1/k"),
+           ("the mean times k", "k"), ("a mean over every position, padding included", "all"))
+
+
+def _check_reduction(c: _Context) -> tuple[str, str]:
+    tol = c.tolerance
+    g_user, g_ref = c.user.grad(c.weight_name), c.ref.grad(c.weight_name)
+    ratio_loss = c.user.loss / c.ref.loss if c.ref.loss else math.nan
+    ratio_grad = _norm(g_user) / _norm(g_ref) if _norm(g_ref) else math.nan
+    cos = _cos(g_user, g_ref)
+    evidence = (f"your loss / naive = {ratio_loss:.4g}, ‖grad {c.weight_name}‖ / naive = {ratio_grad:.4g} "
+                f"(cosine {cos:.4f})")
+    if abs(ratio_loss - 1) <= tol:
+        return "pass", evidence + ": the mean over the labelled tokens"
+    labelled = int((c.batch["labels"][:, 1:] != IGNORE_INDEX).sum())
+    positions = c.batch["labels"][:, 1:].numel()
+    seq_mean = c.variants.get("mean of per-sequence means")
+    candidates = [("a sum over the labelled tokens (reduction='sum')", float(labelled)),
+                  ("a mean over every position, padding included (divided by B·(T−1), not by the labelled count)",
+                   labelled / positions)]
+    candidates += [(f"the mean divided by {k} (gradient-accumulation scaling inside the loss: the trainer already "
+                    f"divides by the accumulation steps)", 1.0 / k) for k in range(2, 65)]
+    candidates += [(f"the mean times {k}", float(k)) for k in range(2, 65)]
+    for name, scale in candidates:
+        if abs(ratio_loss / scale - 1) <= tol:
+            return "fail", evidence + f": your loss is {name}"
+    if seq_mean is not None and _close(c.user.loss, seq_mean, tol):
+        return "fail", evidence + f": your loss equals the mean of per-sequence means ({seq_mean:.6g})"
+    return "unclear", evidence + ": neither the mean nor a known reduction or scaling"
+
+
+def _check_loss(c: _Context) -> tuple[str, str]:
+    rel = abs(c.user.loss - c.ref.loss) / max(abs(c.ref.loss), 1e-12)
+    verdict = "pass" if rel <= c.tolerance else "fail"
+    match = [name for name, value in c.variants.items() if _close(c.user.loss, value, c.tolerance)
+             and not _close(value, c.ref.loss, c.tolerance)]
+    return verdict, (f"your loss {c.user.loss:.6g}, the naive loss {c.ref.loss:.6g}: relative difference {rel:.2e} "
+                     f"(tolerance {c.tolerance:.0e})" + (f"; it equals the naive loss {match[0]}" if match else ""))
+
+
+def _check_gradient(c: _Context) -> tuple[str, str]:
+    groups = {c.weight_name: [c.weight_name]}
+    if c.bias_name:
+        groups[c.bias_name] = [c.bias_name]
+    body = _body_names(c)
+    if body:
+        groups["the body"] = body
+    errors = {}
+    for label, names in groups.items():
+        diff = math.sqrt(sum(_norm(_sub(c.user.grad(n), c.ref.grad(n))) ** 2 for n in names))
+        ref = math.sqrt(sum(_norm(c.ref.grad(n)) ** 2 for n in names))
+        errors[label] = diff / ref if ref else 0.0
+    worst = max(errors, key=errors.get)
+    verdict = "pass" if errors[worst] <= c.tolerance else "fail"
+    listed = ", ".join(f"{k} {v:.2e}" for k, v in errors.items())
+    return verdict, f"relative error vs the naive loss's gradients: {listed} (tolerance {c.tolerance:.0e})"
+
+
+def _sub(a, b):
+    if a is None and b is None:
+        return None
+    if a is None:
+        return -b
+    if b is None:
+        return a
+    return a - b
+
+
+# --- variants -------------------------------------------------------------------------------
+
+def _variants(built: BuiltModel, batch: dict, store: dict, softcap: float | None) -> dict[str, float]:
+    """The naive loss with each known mistake, from the reference's logits (no gradient)."""
+    labels = batch["labels"]
+    logits = store["logits"].float()
+    v = logits.shape[-1]
+
+    def ce(lg, tg, **kw):
+        return float(F.cross_entropy(lg.reshape(-1, v), tg.reshape(-1), ignore_index=IGNORE_INDEX, **kw))
+
+    def transform(raw):
+        return softcap * torch.tanh(raw / softcap) if softcap else raw
+
+    out = {"targets not shifted": ce(logits, labels),
+           "targets shifted twice": ce(logits[:, :-2], labels[:, 2:]),
+           "padding trained as token 0": ce(logits[:, :-1], labels[:, 1:].clamp(min=0)),
+           "as a sum": ce(logits[:, :-1], labels[:, 1:], reduction="sum")}
+    per_token = F.cross_entropy(logits[:, :-1].transpose(1, 2), labels[:, 1:], ignore_index=IGNORE_INDEX,
+                                reduction="none")
+    valid = (labels[:, 1:] != IGNORE_INDEX).sum(1).clamp(min=1)
+    out["mean of per-sequence means"] = float((per_token.sum(1) / valid).mean())
+    raw = store.get("raw")
+    with torch.no_grad():
+        if raw is not None:
+            raw = raw.float()
+            transformed = not torch.allclose(raw, logits, rtol=1e-3, atol=1e-3)
+            if transformed:
+                out["on the head's raw output (no transform)"] = ce(raw[:, :-1], labels[:, 1:])
+            consistent = torch.allclose(transform(raw), logits, rtol=1e-2, atol=1e-2)
+            bias = built.head.bias
+            if bias is not None and consistent:
+                out["without the head's bias"] = ce(transform(raw - bias.float())[:, :-1], labels[:, 1:])
+            prenorm = store.get("prenorm")
+            if prenorm is not None and consistent and built.head.info.plain_linear:
+                no_norm = F.linear(prenorm.float(), built.head.weight.float(),
+                                   bias.float() if bias is not None else None)
+                out["without the final norm"] = ce(transform(no_norm)[:, :-1], labels[:, 1:])
+    return out
+
+
+def _untransformed_loss(built: BuiltModel, batch: dict) -> torch.Tensor:
+    """The shifted cross-entropy of the head's raw output (the model's logit transform left out)."""
+    captured = []
+    handle = built.head.module.register_forward_hook(lambda mod, args, out: captured.append(out))
     try:
-        loss = fn(model, input_ids, labels)
-        if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
-            raise TypeError(f"the wrapper must return a scalar tensor, got {type(loss).__name__} "
-                            f"{tuple(getattr(loss, 'shape', ()))}")
-        if loss.requires_grad:
-            loss.backward()
-    except Exception as exc:  # the wrapper's own failure is evidence, not a crash of the doctor
-        return _Run(None, f"{type(exc).__name__}: {exc}", None, None, None)
+        built.call(batch["input_ids"])
     finally:
         handle.remove()
-    weight = model.lm_head.weight.grad
-    bias = model.lm_head.bias.grad if model.lm_head.bias is not None else None
-    run = _Run(float(loss.detach()), None, None if weight is None else weight.clone(),
-               None if bias is None else bias.clone(), captured.get("trunk"))
-    model.zero_grad(set_to_none=True)
-    return run
+    raw = captured[-1]
+    return F.cross_entropy(raw[:, :-1].float().reshape(-1, raw.shape[-1]), batch["labels"][:, 1:].reshape(-1),
+                           ignore_index=IGNORE_INDEX)
 
 
-def _rel(a: torch.Tensor | None, b: torch.Tensor) -> float:
-    if a is None:
-        return float("inf")
-    norm = b.double().norm()
-    return float((a.double() - b.double()).norm() / norm) if norm > 0 else float((a.double()).norm())
+def _reference(built: BuiltModel, landmarks: Landmarks, batch: dict, mode: str) -> tuple[Observation, dict]:
+    store: dict = {}
+    handles = []
+    if landmarks.producer is not None:
+        def on_producer(module, args) -> None:  # returns None: a pre-hook's return value replaces the args
+            if args and isinstance(args[0], torch.Tensor):
+                store.setdefault("prenorm", args[0].detach())
+
+        handles.append(landmarks.producer.register_forward_pre_hook(on_producer))
+    try:
+        ref = observe(built, landmarks, lambda m, b: naive_loss(built, b, store), batch, mode)
+    finally:
+        for h in handles:
+            h.remove()
+    return ref, store
 
 
-def _close(a: float | None, b: float, rtol: float = LOSS_RTOL) -> bool:
-    return a is not None and abs(a - b) <= rtol * max(abs(b), 1e-12)
+def run_doctor(fn: Callable, built: BuiltModel, *, source: ModelSource | None = None, device: str = "cpu",
+               mode: str | None = None, batch: int = 4, seq: int = 32, seed: int = 0, spec: str = "") -> DoctorRun:
+    """Check ``fn`` (the contract in the module docstring) on ``built`` (already on ``device``).
 
-
-def make_batch(config: ModelConfig, batch: int = 4, seq: int = 32, seed: int = 0):
-    """(input_ids, labels, pad_start): sequences 1 and 3 padded from ``pad_start[b]`` on."""
-    gen = torch.Generator().manual_seed(seed)
-    input_ids = torch.randint(1, config.vocab_size, (batch, seq), generator=gen)
-    labels = input_ids.clone()
-    pad_start = [seq] * batch
-    for b, length in ((1, seq * 5 // 8), (3, seq * 7 // 8)):
-        if b < batch:
-            pad_start[b] = length
-            input_ids[b, length:] = 0
-            labels[b, length:] = IGNORE_INDEX
-    return input_ids, labels, pad_start
-
-
-def _doctor_model(config: ModelConfig, tied: bool, seed: int) -> GPT:
-    model = GPT(dataclasses.replace(config, tie_word_embeddings=tied, lm_head_bias=True), seed=seed)
-    gen = torch.Generator().manual_seed(seed + 1)
-    with torch.no_grad():  # non-trivial bias and norm weights, so dropping either is visible
-        model.lm_head.bias.copy_(torch.randn(model.lm_head.bias.shape, generator=gen) * 0.5)
-        model.final_norm.weight.copy_(1 + 0.5 * torch.randn(model.final_norm.weight.shape, generator=gen))
-    return model
-
-
-def _response(model: GPT, fn: Callable, param: torch.Tensor, input_ids, labels, seed: int) -> tuple[float, float]:
-    """(Δ user loss, Δ reference loss) when ``param`` is perturbed; ``param`` is restored."""
-    with torch.no_grad():
-        before_user = fn(model, input_ids, labels).item()
-        before_ref = reference_loss(model, input_ids, labels).item()
-        saved = param.detach().clone()
-        gen = torch.Generator().manual_seed(seed + 2)
-        param.add_(torch.randn(param.shape, generator=gen) * param.detach().float().std().clamp(min=0.02) * 0.5)
-        try:
-            after_user = fn(model, input_ids, labels).item()
-            after_ref = reference_loss(model, input_ids, labels).item()
-        finally:
-            param.copy_(saved)
-    return after_user - before_user, after_ref - before_ref
-
-
-def _responds(d_user: float, d_ref: float) -> str:
-    if abs(d_ref) == 0:
-        return "unclear"
-    ratio = d_user / d_ref
-    if 0.5 <= ratio <= 2.0:
-        return "pass"
-    if abs(ratio) < 1e-3:
-        return "fail"
-    return "unclear"
-
-
-def run_doctor(fn: WrapperFn, config: ModelConfig | None = None, seed: int = 0) -> list[Check]:
-    """Run every check on ``fn``; returns one :class:`Check` per item, in a fixed order."""
-    config = config or get_preset("tiny")
+    ``mode``: ``amp-bf16`` (default on CUDA) or ``fp32`` (default on the CPU). Returns a
+    :class:`DoctorRun` with one :class:`Check` per entry of :data:`CHECKS`.
+    """
+    mode = mode or ("amp-bf16" if str(device).startswith("cuda") else "fp32")
+    tolerance = tolerance_for(mode)
+    fn = as_batch_fn(fn)
+    model = built.module
+    model.train()
     torch.manual_seed(seed)
-    model = _doctor_model(config, tied=False, seed=seed)
-    input_ids, labels, pad_start = make_batch(config, seed=seed)
-    batch, seq = input_ids.shape
-    ref = _call(model, lambda m, i, l: reference_loss(m, i, l), input_ids, labels)
-    user = _call(model, fn, input_ids, labels)
+    vocab = built.head.info.vocab
+    data = make_batch(vocab, batch, seq, seed, device)
+    landmarks = find_landmarks(built, data["input_ids"], mode)
+    _randomise(built, landmarks, seed)
+    names: dict[int, list[str]] = {}
+    for n, p in model.named_parameters(remove_duplicate=False):
+        names.setdefault(id(p), []).append(n)
+    canonical = {n: p for n, p in model.named_parameters()}  # remove_duplicate: the names grads use
+    first_name = {id(p): n for n, p in canonical.items()}
+    weight_name = first_name[id(built.head.weight)]
+    bias_name = first_name[id(built.head.bias)] if built.head.bias is not None else None
+    embedding_name = (first_name.get(id(landmarks.embedding.weight))
+                      if landmarks.embedding is not None and hasattr(landmarks.embedding, "weight") else None)
+    names = {id(p): [first_name[id(p)]] + [a for a in names[id(p)] if a != first_name[id(p)]] for p in canonical.values()}
+
+    ref, store = _reference(built, landmarks, data, mode)
+    if ref.error is not None:
+        raise RuntimeError(f"the model's own forward failed: {ref.error}")
+    user = observe(built, landmarks, fn, data, mode)
+    raised = None
+    if user.error is not None:
+        unpadded = make_batch(vocab, batch, seq, seed, device, padded=False)
+        retry = observe(built, landmarks, fn, unpadded, mode)
+        if retry.error is None:
+            raised, data, user = user.error, unpadded, retry
+            ref, store = _reference(built, landmarks, data, mode)
+    softcap = getattr(source.config, "final_logit_softcapping", None) if source is not None else None
+    softcap = softcap or getattr(getattr(model, "config", None), "final_logit_softcapping", None)
+    variants = _variants(built, data, store, softcap)
+    uncapped = None
+    if "on the head's raw output (no transform)" in variants and user.error is None:
+        uncapped = observe(built, landmarks, lambda m, b: _untransformed_loss(built, b), data, mode)
+    context = _Context(built, landmarks, ref, user, data, tolerance, names, weight_name, bias_name, embedding_name,
+                       variants, raised, uncapped)
+    tie = _check_tie(built, source, names)
+    results: dict[str, tuple[str, str]] = {"tie": tie}
+    if user.error is not None:
+        results["runs"] = ("fail", f"calling it on the padded batch raised {user.error}")
+    elif not math.isfinite(user.loss):
+        results["runs"] = ("fail", f"it returned {user.loss} on the padded batch")
+    elif not user.requires_grad:
+        results["runs"] = ("fail", "it returned a loss without a graph (requires_grad is False): computed under "
+                                   "torch.no_grad() or from detached tensors, nothing would train")
+    else:
+        results["runs"] = ("pass", f"returned {user.loss:.6g} (the naive loss: {ref.loss:.6g})"
+                           + (" — only on a batch without padding" if raised else ""))
+    judges = {"weight": _check_weight, "body": _check_body, "norm": _check_norm, "bias": _check_bias,
+              "transform": _check_transform, "shift": _check_shift, "ignore": _check_ignore,
+              "reduction": _check_reduction, "loss": _check_loss, "gradient": _check_gradient}
     checks: list[Check] = []
-
-    if user.error is not None:
-        checks.append(Check("the wrapper runs", "fail", f"calling it on a padded batch raised {user.error}"))
-        # A wrapper that cannot take -100 labels often still runs on an unpadded batch.
-        full = labels.clone()
-        full[full == IGNORE_INDEX] = 0
-        retry = _call(model, fn, input_ids, full)
-        if retry.error is not None:
-            return checks
-        checks.append(Check("ignore_index (-100) honoured", "fail",
-                            f"it raised on labels containing {IGNORE_INDEX} but runs without them"))
-        return checks
-    checks.append(Check("loss value", "pass" if _close(user.loss, ref.loss) else "fail",
-                        f"yours {user.loss:.6f}, reference {ref.loss:.6f}"))
-
-    # 1. The weight the wrapper uses is the LM head's own parameter.
-    d_user, d_ref = _response(model, fn, model.lm_head.weight, input_ids, labels, seed)
-    verdict = _responds(d_user, d_ref)
-    checks.append(Check("uses lm_head.weight itself", verdict,
-                        f"perturbing lm_head.weight changes your loss by {d_user:+.4g}, the reference by "
-                        f"{d_ref:+.4g}" + (" — your loss uses a copy or another module's weight"
-                                           if verdict == "fail" else "")))
-
-    # 2. Gradients reach the LM head.
-    if user.weight_grad is None or float(user.weight_grad.abs().sum()) == 0:
-        checks.append(Check("gradient reaches lm_head.weight", "fail",
-                            "lm_head.weight.grad is None or zero after backward (weight detached, copied "
-                            "or not used)"))
-    else:
-        err = _rel(user.weight_grad, ref.weight_grad)
-        checks.append(Check("gradient reaches lm_head.weight", "pass" if err <= 0.5 else "unclear",
-                            f"relative error of lm_head.weight.grad vs reference: {err:.2e}"))
-
-    # 3. Targets shifted: the trunk-output gradient is zero exactly where nothing is predicted.
-    checks.append(_shift_check(user, ref, pad_start, seq))
-
-    # 4. ignore_index: positions whose input is padding must get no gradient.
-    checks.append(_ignore_check(user, pad_start, seq))
-
-    # 5. Reduction: mean over valid tokens (not sum, not mean of per-sequence means).
-    variants = {name: reference_loss(model, input_ids, labels, reduction=name).item()
-                for name in ("sum", "seq-mean")}
-    if _close(user.loss, ref.loss):
-        checks.append(Check("reduction is mean over valid tokens", "pass", f"loss {user.loss:.6f} = reference"))
-    else:
-        hit = next((name for name, value in variants.items() if _close(user.loss, value)), None)
-        checks.append(Check("reduction is mean over valid tokens", "fail" if hit else "unclear",
-                            f"yours {user.loss:.6f}; mean {ref.loss:.6f}, sum {variants['sum']:.6f}, "
-                            f"mean of per-sequence means {variants['seq-mean']:.6f}"
-                            + (f" — matches '{hit}'" if hit else "")))
-
-    # 6. Bias not dropped.
-    no_bias = reference_loss(model, input_ids, labels, bias=False).item()
-    if user.bias_grad is None or float(user.bias_grad.abs().sum()) == 0:
-        checks.append(Check("lm_head.bias used", "fail",
-                            f"lm_head.bias.grad is None or zero; your loss {user.loss:.6f}, reference "
-                            f"{ref.loss:.6f}, reference without bias {no_bias:.6f}"))
-    else:
-        err = _rel(user.bias_grad, ref.bias_grad)
-        checks.append(Check("lm_head.bias used", "pass" if err <= 0.5 else "unclear",
-                            f"relative error of lm_head.bias.grad vs reference: {err:.2e}"))
-
-    # 7. Final norm applied to the hidden states the loss sees.
-    d_user, d_ref = _response(model, fn, model.final_norm.weight, input_ids, labels, seed)
-    no_norm = reference_loss(model, input_ids, labels, norm=False).item()
-    verdict = _responds(d_user, d_ref)
-    checks.append(Check("final norm applied", verdict,
-                        f"perturbing final_norm.weight changes your loss by {d_user:+.4g}, the reference by "
-                        f"{d_ref:+.4g}; reference without the norm {no_norm:.6f}, yours {user.loss:.6f}"))
-
-    # 8. Soft-capping, when the config has it.
-    if config.final_logit_softcapping:
-        uncapped = reference_loss(model, input_ids, labels, softcap=False).item()
-        verdict = "pass" if _close(user.loss, ref.loss) else "fail" if _close(user.loss, uncapped) else "unclear"
-        checks.append(Check("logit soft-cap applied", verdict,
-                            f"yours {user.loss:.6f}, reference {ref.loss:.6f}, without soft-cap {uncapped:.6f}"))
-
-    # 9. Tied embeddings: both gradients land in the one shared parameter.
-    checks.append(_tied_check(fn, config, seed, input_ids, labels))
-    return checks
-
-
-def _row_norms(grad: torch.Tensor) -> torch.Tensor:
-    return grad.double().norm(dim=-1)  # (B, T)
-
-
-def _shift_check(user: _Run, ref: _Run, pad_start: list[int], seq: int) -> Check:
-    item = "targets shifted (position t predicts labels[t+1])"
-    if user.trunk_grad is None:
-        return Check(item, "unclear", "the trunk output received no gradient")
-    rows = _row_norms(user.trunk_grad)
-    scale = float(rows.max()) or 1.0
-    full = [b for b, start in enumerate(pad_start) if start == seq]
-    last = max(float(rows[b, seq - 1]) for b in full) / scale if full else 0.0
-    first = min(float(rows[b, 0]) for b in range(len(pad_start))) / scale
-    ref_rows = _row_norms(ref.trunk_grad)
-    if last < 1e-6 and first > 1e-6:
-        return Check(item, "pass", f"last position gets no gradient (relative {last:.1e}), first position does "
-                                   f"({first:.1e}), as in the reference")
-    ref_last = max(float(ref_rows[b, seq - 1]) for b in full) / float(ref_rows.max()) if full else 0.0
-    return Check(item, "fail", f"the last position of full sequences gets gradient {last:.2e} (reference "
-                               f"{ref_last:.1e}): it is trained on a target the model cannot see "
-                               "— labels not shifted, or shifted twice" if last >= 1e-6 else
-                 f"the first position gets no gradient ({first:.1e}): shifted twice?")
-
-
-def _ignore_check(user: _Run, pad_start: list[int], seq: int) -> Check:
-    item = "ignore_index (-100) honoured"
-    if user.trunk_grad is None:
-        return Check(item, "unclear", "the trunk output received no gradient")
-    rows = _row_norms(user.trunk_grad)
-    scale = float(rows.max()) or 1.0
-    padded = [(b, start) for b, start in enumerate(pad_start) if start < seq]
-    worst = max(float(rows[b, start:].max()) for b, start in padded) / scale
-    if worst < 1e-6:
-        return Check(item, "pass", f"padding positions get no gradient (relative {worst:.1e})")
-    return Check(item, "fail", f"padding positions get gradient up to {worst:.2e} of the largest row: "
-                               "padded labels are trained on (ignore_index not passed, or a different one)")
-
-
-def _tied_check(fn: WrapperFn, config: ModelConfig, seed: int, input_ids, labels) -> Check:
-    item = "tied embedding gets both gradients"
-    model = _doctor_model(config, tied=True, seed=seed)
-    ref = _call(model, lambda m, i, l: reference_loss(m, i, l), input_ids, labels)
-    user = _call(model, fn, input_ids, labels)
-    if user.error is not None:
-        return Check(item, "fail", f"on the tied model the wrapper raised {user.error}")
-    # The embedding's share alone: the reference loss with the head's use of the weight detached.
-    model.zero_grad(set_to_none=True)
-    hidden = model(input_ids)
-    logits = F.linear(hidden, model.lm_head.weight.detach(), model.lm_head.bias)[:, :-1]
-    F.cross_entropy(logits.float().transpose(1, 2), labels[:, 1:], ignore_index=IGNORE_INDEX).backward()
-    embedding_only = model.embed.weight.grad.clone()
-    model.zero_grad(set_to_none=True)
-    err = _rel(user.weight_grad, ref.weight_grad)
-    if err <= GRAD_RTOL:
-        return Check(item, "pass", f"shared weight's gradient matches the reference (relative error {err:.1e})")
-    if user.weight_grad is not None and _rel(user.weight_grad, embedding_only) <= GRAD_RTOL:
-        return Check(item, "fail", "the shared weight holds only the embedding's gradient: the loss used a "
-                                   f"copy of the tied weight (relative error vs reference {err:.2e})")
-    return Check(item, "unclear" if user.weight_grad is not None else "fail",
-                 f"shared weight's gradient differs from the reference: relative error {err:.2e}")
+    for key, item, deps in CHECKS:
+        if key not in results:
+            blocked = [d for d in deps if results.get(d, ("",))[0] in ("fail", "not checked")]
+            if blocked:
+                results[key] = ("not checked", f"depends on “{_ITEMS[blocked[0]]}”, which "
+                                + ("failed" if results[blocked[0]][0] == "fail" else "was not checked"))
+            else:
+                results[key] = judges[key](context)
+        verdict, evidence = results[key]
+        checks.append(Check(item, verdict, evidence, key, list(deps)))
+    losses = {"yours": user.loss, "naive (reference)": ref.loss}
+    losses.update({f"naive, {name}": value for name, value in context.variants.items()})
+    description = source.describe() if source is not None else type(model).__name__
+    return DoctorRun(loss=spec, config=(source.config.name if source is not None else type(model).__name__),
+                     checks=checks, model=description, device=str(device), mode=mode, tolerance=tolerance,
+                     batch=batch, seq=seq, parameters=sum(p.numel() for p in canonical.values()),
+                     head=dataclasses.asdict(built.head.info), losses=losses)

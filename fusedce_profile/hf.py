@@ -1,0 +1,79 @@
+"""``StepRecorderCallback`` for ``transformers.Trainer`` (``pip install "fusedce[hf]"``).
+
+Hooks used: ``on_train_begin`` (the folder: ``out``, else ``<args.output_dir>/fusedce-profile``;
+the main process only), ``on_step_begin`` (begins recording when ``state.global_step`` is a
+named step; a step spans its gradient-accumulation micro-batches), ``on_pre_optimizer_step``
+(the optimizer mark), ``on_step_end`` (ends it; also notes the reserved bytes an evaluation
+would start from), ``on_evaluate`` (an evaluation pass and what it left reserved). The
+backward mark comes from the recorder's own ``backward()`` wrapper (``accelerate`` calls
+``loss.backward()``).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterable
+
+from transformers import TrainerCallback
+
+from fusedce_profile.recorder import StepRecorder
+
+FOLDER = "fusedce-profile"
+
+
+class StepRecorderCallback(TrainerCallback):
+    """Record training steps ``steps`` (0-based ``state.global_step`` values) of
+    ``Trainer.train()`` into a run folder that ``fusedce-profile report DIR`` renders.
+
+    ``out``: the folder (default ``<args.output_dir>/fusedce-profile``); other options as
+    :class:`fusedce_profile.StepRecorder`.
+    """
+
+    def __init__(self, steps: Iterable[int] = (2,), out: str | Path | None = None, *, label: str = "",
+                 fused: bool | None = None, head: str | None = None, vocab: int | None = None, trace: bool = True,
+                 snapshot: bool = True, force: bool = False, append: bool = False, report: bool = True) -> None:
+        self.steps, self.out = tuple(steps), out
+        self.options = dict(label=label, fused=fused, head=head, vocab=vocab, trace=trace, snapshot=snapshot,
+                            force=force, append=append, report=report)
+        self.recorder: StepRecorder | None = None
+        self.folder: Path | None = None
+        self._reserved: tuple[int | None, int | None] = (None, None)
+
+    def _note_reserved(self) -> None:
+        if self.recorder is not None:
+            self._reserved = self.recorder._reserved()
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        if self.recorder is None and state.is_world_process_zero and model is not None:
+            self.folder = Path(self.out) if self.out is not None else Path(args.output_dir) / FOLDER
+            self.recorder = StepRecorder(model, self.folder, steps=self.steps, **self.options)
+            self._note_reserved()
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        rec = self.recorder
+        if rec is not None and not rec.recording and rec.wants(state.global_step):
+            rec.start(state.global_step)
+
+    def on_pre_optimizer_step(self, args, state, control, **kwargs):
+        if self.recorder is not None and self.recorder.recording:
+            self.recorder.mark("optimizer")
+
+    def on_step_end(self, args, state, control, **kwargs):
+        rec = self.recorder
+        if rec is None:
+            return
+        if rec.recording:
+            rec.finish()
+        if rec.device.type == "cuda":
+            self._note_reserved()
+
+    def on_evaluate(self, args, state, control, **kwargs):
+        if self.recorder is not None:
+            self.recorder.add_pass("evaluation", state.global_step, *self._reserved)
+            self._note_reserved()
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.recorder is not None:
+            self.recorder.close()
+
+
+__all__ = ["StepRecorderCallback"]
