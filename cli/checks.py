@@ -25,6 +25,7 @@ from collections.abc import Iterable, Sequence
 
 INSTALL_HINTS = {
     "liger": 'pip install "fusedce[liger]"',
+    "liger-patched": 'pip install "fusedce[liger]"',
     "cce": 'pip install "fusedce[cce]"',
     "torch-native": "it needs torch >= 2.13 (F.linear_cross_entropy): upgrade torch",
 }
@@ -127,13 +128,13 @@ def callable_problem(target: str, option: str) -> str | None:
 
 
 def backend_problem(name: str, option: str = "--backend") -> str | None:
-    """Why back-end ``name`` (built-in or ``module:callable``) cannot be used here."""
-    from profiler.backends import BUILTIN_BACKENDS, get_backend
+    """Why back-end ``name`` (built-in, model-mode or ``module:callable``) cannot be used here."""
+    from profiler.backends import BUILTIN_BACKENDS, MODEL_BACKENDS, get_model_backend
 
-    if name not in BUILTIN_BACKENDS:
+    if name not in BUILTIN_BACKENDS and name not in MODEL_BACKENDS:
         return callable_problem(name, option)
     try:
-        get_backend(name).version()
+        get_model_backend(name).version()
     except ImportError as exc:
         hint = install_hint(name)
         return f"{option} {name}: not installed ({exc})" + (f"; {hint}" if hint else "")

@@ -39,6 +39,13 @@ def doctor_table(run: DoctorRun) -> pd.DataFrame:
                         columns=["item", "verdict", "evidence"])
 
 
+def _loss_text(value) -> str:
+    """A stored loss: a number, None, or a non-finite value stored as its name ("NaN")."""
+    if value is None:
+        return "–"
+    return f"{value:.6g}" if isinstance(value, (int, float)) else str(value)
+
+
 def render_doctor_markdown(run: DoctorRun, environment: dict) -> str:
     """The whole ``summary.md`` of a doctor folder."""
     failed = [c.item for c in run.checks if c.verdict == "fail"]
@@ -59,7 +66,7 @@ def render_doctor_markdown(run: DoctorRun, environment: dict) -> str:
         lines += [f"The LM head: {markdown_text(str(run.head.get('path', '?')), line_start=False)} "
                   f"(V={run.head.get('vocab')}, H={run.head.get('hidden')}, {bias}, {tie}).", ""]
     if run.losses:
-        table = pd.DataFrame([{"loss": name, "value": f"{value:.6g}" if value is not None else "–"}
+        table = pd.DataFrame([{"loss": name, "value": _loss_text(value)}
                               for name, value in run.losses.items()], columns=["loss", "value"])
         lines += ["Loss values on the doctor's batch: yours, the model's own (the reference), and the "
                   "reference with each known mistake, to compare yours with:", "", markdown_table(table), ""]

@@ -66,6 +66,14 @@ def test_a_backend_that_is_not_installed_says_how_to_install_it(command, tmp_pat
     assert not (tmp_path / "never").exists()
 
 
+def test_model_takes_the_whole_model_liger_back_end_by_name(tmp_path):
+    if importlib.util.find_spec("liger_kernel"):
+        pytest.skip("liger-kernel is installed here")
+    result = _invoke(["model", "--device", "cpu", "--preset", "tiny", "--backend", "liger-patched",
+                      "--out", str(tmp_path / "never")])
+    _bad(result, "--backend liger-patched: not installed", 'pip install "fusedce[liger]"')
+
+
 @pytest.mark.parametrize("backend, fragments", [
     ("no_such_module:loss", ("--backend no_such_module:loss: no module named 'no_such_module' on Python's path",
                              "put the folder that holds it on PYTHONPATH", "the current folder")),

@@ -80,6 +80,14 @@ def wrong_ignore_index(model, batch):  # the library's default is not -100: rais
     return _fused(model, model.body(batch["input_ids"]), batch["labels"], ignore_index=0)
 
 
+def wrong_ignore_index_nan(model, batch):
+    """The same mistake where the loss returns NaN instead of raising (fusedce on CUDA marks
+    out-of-range targets with NaN rather than synchronising to check them)."""
+    labels = batch["labels"]
+    loss = _fused(model, model.body(batch["input_ids"]), labels.clamp(min=0), ignore_index=0)
+    return loss + torch.where((labels == -100).any(), float("nan"), 0.0)
+
+
 def summed(model, batch):
     return _fused(model, model.body(batch["input_ids"]), batch["labels"], reduction="sum")
 
@@ -145,6 +153,7 @@ BUGS = [  # (wrapper, the check it must fail, models it applies to)
     (shifted_twice, "shift", MODELS),
     (padding_trained, "ignore", MODELS),
     (wrong_ignore_index, "ignore", MODELS),
+    (wrong_ignore_index_nan, "ignore", MODELS),
     (summed, "reduction", MODELS),
     (accumulation_scaled, "reduction", MODELS),
     (norm_skipped, "norm", MODELS),
@@ -259,3 +268,17 @@ def test_under_bf16_autocast_the_bf16_tolerance_keeps_every_verdict(fn, key):
     assert run.mode == "amp-bf16" and run.tolerance == pytest.approx(3e-2)
     failed = {c.key for c in run.checks if c.verdict == "fail"}
     assert failed == (set() if key is None else {key}), _verdicts(run)
+
+
+def test_a_nan_loss_is_stored_as_strict_json_and_rendered(tmp_path):
+    import json
+
+    from profiler import store
+    from reports.doctor_report import render_doctor_markdown
+
+    run = _run(wrong_ignore_index_nan)
+    run.losses["yours"] = float("nan")
+    text = store.dumps(run.to_dict())
+    assert "NaN" in text and json.loads(text, parse_constant=lambda name: pytest.fail(name))
+    page = render_doctor_markdown(DoctorRun.from_dict(json.loads(text)), None)
+    assert "| yours | NaN |" in page

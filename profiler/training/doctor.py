@@ -469,9 +469,14 @@ def _check_shift(c: _Context) -> tuple[str, str]:
     return "pass", f"the last position gets none ({last:.1e}) and the first does ({first:.1e}), as with the naive loss"
 
 
+def _finite_loss(observed) -> bool:
+    """Whether a call of the loss returned a finite value (it neither raised nor gave NaN/inf)."""
+    return observed.error is None and observed.loss is not None and math.isfinite(observed.loss)
+
+
 def _check_ignore(c: _Context) -> tuple[str, str]:
     if c.raised_on_padding is not None:
-        return "fail", (f"your loss raised on labels holding -100 ({c.raised_on_padding}) and runs when the padding is "
+        return "fail", (f"your loss failed on labels holding -100 ({c.raised_on_padding}) and runs when the padding is "
                         "labelled 0: it does not ignore -100 (a different ignore_index?); the other checks ran on a "
                         "batch without padding")
     if c.user.body_grad is None or c.ref.body_grad is None:
@@ -670,11 +675,12 @@ def run_doctor(fn: Callable, built: BuiltModel, *, source: ModelSource | None = 
         raise RuntimeError(f"the model's own forward failed: {ref.error}")
     user = observe(built, landmarks, fn, data, mode)
     raised = None
-    if user.error is not None:
+    if not _finite_loss(user):  # raised, or NaN (fusedce on CUDA marks out-of-range targets so)
         unpadded = make_batch(vocab, batch, seq, seed, device, padded=False)
         retry = observe(built, landmarks, fn, unpadded, mode)
-        if retry.error is None:
-            raised, data, user = user.error, unpadded, retry
+        if _finite_loss(retry):
+            raised = user.error if user.error is not None else f"a loss of {user.loss}"
+            data, user = unpadded, retry
             ref, store = _reference(built, landmarks, data, mode)
     softcap = getattr(source.config, "final_logit_softcapping", None) if source is not None else None
     softcap = softcap or getattr(getattr(model, "config", None), "final_logit_softcapping", None)
