@@ -470,6 +470,8 @@ def explain(
     if tied is not None and source.kind != "user":
         model_args += " --tied" if tied else " --untied"
     decided, conclusion = ex.conclude(hypotheses, obs)
+    if ex.calibration_misses(hypotheses, tolerance):
+        decided = False  # the report names the misses (reports.explain_report)
     separation = None if decided else ex.separating_measurement(hypotheses, obs, model_args)
     explanation = ex.Explanation(observation=obs, model=source.describe(), source=source.to_dict(), device=run_device,
                                  metric="nvidia-smi at the step's peak (context + peak reserved)" if on_gpu else

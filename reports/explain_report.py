@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from profiler import store
-from profiler.training.explain import GIB, MIB, Explanation, Hypothesis, load_explanation
+from profiler.training.explain import GIB, MIB, Explanation, Hypothesis, calibration_misses, load_explanation
 from reports.environment import environment_lines, read_environment
 from reports.escape import code_block, markdown_text
 from reports.markdown import markdown_table
@@ -65,7 +65,15 @@ def render_explain_markdown(e: Explanation, environment: dict | None = None) -> 
                            f"{e.device}. Stated: {', '.join(stated) if stated else 'nothing beyond the readings'}. "
                            f"Tolerance ±{o.tolerance:.0%} on each reading. Predictions: {e.metric}, from measured "
                            "calibration steps fitted linearly in B (table at the end)."), ""]
-    lines += [f"**{'Decided' if e.decided else 'Not decided'}.** {markdown_text(e.conclusion, line_start=False)}", ""]
+    misses = calibration_misses(e.hypotheses, o.tolerance)
+    decided = e.decided and not misses
+    lines += [f"**{'Decided' if decided else 'Not decided'}.** {markdown_text(e.conclusion, line_start=False)}", ""]
+    if misses:
+        lines += ["**The calibration does not hold at full size**: "
+                  + markdown_text("; ".join(misses) + ". The predictions come from a straight line through the small "
+                                  "calibration steps; where a full-size step contradicts it, the verdicts on the "
+                                  "configurations that were only predicted are not evidence: measure the candidates "
+                                  "at full size.", line_start=False), ""]
     if not e.confirmed:
         lines += ["**Not confirmed by a full-size run**: "
                   + markdown_text(" ".join(e.notes) or "no GPU here.", line_start=False), ""]

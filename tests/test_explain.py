@@ -112,3 +112,37 @@ def test_the_conclusion_names_the_values_the_readings_rule_out(calibrations):
     assert "every consistent hypothesis has fused path active, attention eager" in summary
     assert "ruled out (no consistent hypothesis has it): fused path NOT active, attention sdpa" in summary
     assert ex.dimension_summary([dataclasses.replace(h, consistent=False) for h in ranked]) == ""
+
+
+def _hypothesis(batch, fused_active, predicted, measured_naive=None, measured_fused=None):
+    family = ex.Family("sdpa", True, True, False, 1024)
+    return ex.Hypothesis(family, batch, fused_active, predicted, predicted * (0.6 if fused_active else 1.0), 0.0,
+                         0.0, True, "", measured_naive, measured_fused)
+
+
+def test_a_full_size_step_that_contradicts_the_calibration_is_named():
+    gib = 2**30
+    hypotheses = [
+        _hypothesis(54, False, 22 * gib, measured_naive=33 * gib, measured_fused=7 * gib),  # +50%: a miss
+        _hypothesis(12, True, 20 * gib, measured_naive=int(20.5 * gib), measured_fused=int(12.1 * gib)),  # within 5%
+        _hypothesis(30, True, 21 * gib),  # never measured at full size
+    ]
+    misses = ex.calibration_misses(hypotheses, 0.05)
+    assert len(misses) == 1
+    assert misses[0].startswith("torch at B=54, sdpa, tied, checkpointing") and "(+50%)" in misses[0]
+    # the fused figure of a "not active" hypothesis is torch's: it is never judged against the fused prediction
+    assert not any(m.startswith("the fused loss at B=54") for m in misses)
+
+
+def test_the_report_says_when_the_calibration_failed_at_full_size():
+    from reports.explain_report import render_explain_markdown
+
+    gib = 2**30
+    obs = ex.Observation(22785, 22155, 24)
+    missed = _hypothesis(54, False, 22 * gib, measured_naive=33 * gib, measured_fused=7 * gib)
+    explanation = ex.Explanation(observation=obs, model="builtin:user-gpt", source={}, device="cuda",
+                                 metric="nvidia-smi", calibrations=[], hypotheses=[missed], separation=None,
+                                 decided=True, conclusion="Decided.", confirmed=True, notes=[])
+    page = render_explain_markdown(explanation)
+    assert "**Not decided.**" in page and "The calibration does not hold at full size" in page
+    assert "predicted 22,528 MiB, measured 33,792 MiB (+50%)" in page

@@ -311,6 +311,26 @@ def confirm(hypotheses: list[Hypothesis], base: ModelJob, fused_backend: str, ob
     hypotheses.sort(key=lambda h: (not h.consistent, h.score))
 
 
+def calibration_misses(hypotheses: list[Hypothesis], tolerance: float) -> list[str]:
+    """Sentences for the confirmed hypotheses whose full-size measurement differs from the
+    calibrated prediction by more than ``tolerance`` (relative): where that happens, the
+    straight line through the small calibration steps does not hold up to that batch size,
+    and the verdicts on the configurations that were only predicted are not evidence."""
+    misses = []
+    for h in hypotheses:
+        for what, measured, predicted in (("torch", h.measured_naive, h.predicted_naive),
+                                          ("the fused loss", h.measured_fused, h.predicted_fused)):
+            if what == "the fused loss" and not h.fused_active:
+                continue
+            if measured is None or not predicted:
+                continue
+            gap = (measured - predicted) / predicted
+            if abs(gap) > tolerance:
+                misses.append(f"{what} at {h.label()}: predicted {_m(predicted)}, measured {_m(measured)} "
+                              f"({gap:+.0%})")
+    return misses
+
+
 def _option(dimension: str, value, model_args: str) -> str:
     if dimension == "attention":
         return f"--attention {value}"
