@@ -99,11 +99,16 @@ def pass_sentences(r: RecordedStep) -> list[str]:
                     f"{format_bytes(p.reserved_after)} (+{format_bytes(p.raised_reserved)}; high-water mark "
                     f"{_bytes(p.max_reserved_after)}).")
         if r.reserved_at_start is not None and r.peak_reserved is not None:
-            if r.peak_reserved <= r.reserved_at_start + RAISED_BYTES:
+            left = max(p.reserved_after or 0, p.max_reserved_after or 0)
+            if r.reserved_at_start > left + RAISED_BYTES:
+                sentence += (f" The training steps after it raised reserved further: this step began with "
+                             f"{format_bytes(r.reserved_at_start)} reserved, so the {p.kind} does not set what "
+                             "nvidia-smi shows here.")
+            elif r.peak_reserved <= r.reserved_at_start + RAISED_BYTES:
                 sentence += (f" The step began with {format_bytes(r.reserved_at_start)} reserved and never needed more "
                              f"(allocated peak {format_bytes(r.peak_allocated)}): nvidia-smi"
                              + (f" (≈ {format_bytes(r.smi_peak)})" if r.smi_peak is not None else "")
-                             + " shows what the evaluation passes left reserved, not what this step needs.")
+                             + f" shows what the {p.kind} left reserved, not what this step needs.")
             else:
                 sentence += (f" The step itself then raised reserved further, to {format_bytes(r.peak_reserved)}: its "
                              "own peak, not the evaluation's, sets what nvidia-smi shows.")

@@ -27,7 +27,14 @@ def test_a_validation_pass_that_raised_reserved_is_named_with_its_figures():
               EvalPass("validation", 1, 3000 * MIB, 9000 * MIB, 3000 * MIB, 9000 * MIB)]
     (sentence,) = pass_sentences(_record(passes, reserved_at_start=9000 * MIB, peak_reserved=9000 * MIB))
     assert "the validation before it (after 1 training steps) raised" in sentence
-    assert "+5.86 GiB" in sentence and "shows what the evaluation passes left reserved" in sentence
+    assert "+5.86 GiB" in sentence and "shows what the validation left reserved" in sentence
+
+
+def test_reserved_left_by_later_training_steps_is_not_blamed_on_an_earlier_pass():
+    passes = [EvalPass("sanity check", 0, 500 * MIB, 13600 * MIB, 500 * MIB, 13600 * MIB)]
+    (sentence,) = pass_sentences(_record(passes, reserved_at_start=27900 * MIB, peak_reserved=27900 * MIB))
+    assert "The training steps after it raised reserved further" in sentence
+    assert "left reserved, not what this step needs" not in sentence
 
 
 def test_a_step_that_raised_reserved_itself_says_its_own_peak_sets_nvidia_smi():
