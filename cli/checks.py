@@ -17,11 +17,10 @@ Each raises ``ValueError`` with the message; callers turn it into exit code 2
 """
 from __future__ import annotations
 
-import difflib
-import importlib
 import os
-import sys
 from collections.abc import Iterable, Sequence
+
+from profiler.callables import callable_problem
 
 INSTALL_HINTS = {
     "liger": 'pip install "fusedce[liger]"',
@@ -38,17 +37,6 @@ SHORT_INSTALL_HINTS = {"liger": "fusedce[liger]", "cce": "fusedce[cce]", "torch-
 def install_hint(name: str) -> str:
     """The install command (or what else is needed) for built-in back-end ``name``; ``""`` if none."""
     return INSTALL_HINTS.get(name, "")
-
-
-def add_working_dir_to_path() -> str:
-    """Put the current folder first on ``sys.path``, as ``python -m`` does (idempotent).
-
-    The absolute path, so that workers (which get the parent's ``sys.path``) see it too.
-    """
-    cwd = os.getcwd()
-    if cwd not in sys.path:
-        sys.path.insert(0, cwd)
-    return cwd
 
 
 # --- devices -------------------------------------------------------------------------------
@@ -85,47 +73,6 @@ def device_memory_bytes(device: str) -> int:
 
 
 # --- back-ends -----------------------------------------------------------------------------
-
-def _import_problem(module: str, option: str, target: str) -> str | None:
-    """Why ``module`` cannot be imported here (``None`` when it can)."""
-    try:
-        importlib.import_module(module)
-    except ModuleNotFoundError as exc:
-        if exc.name and (module == exc.name or module.startswith(exc.name + ".")):
-            return (f"{option} {target}: no module named {module!r} on Python's path; put the folder that "
-                    f"holds it on PYTHONPATH (the current folder, {os.getcwd()}, is searched too)")
-        return f"{option} {target}: importing {module!r} failed: {type(exc).__name__}: {exc}"
-    except Exception as exc:  # the module's own code raised
-        return f"{option} {target}: importing {module!r} failed: {type(exc).__name__}: {exc}"
-    return None
-
-
-def _attribute_problem(module: str, attr: str, option: str, target: str) -> str | None:
-    """Why ``module`` has no callable ``attr`` (dotted); ``None`` when it has."""
-    obj = sys.modules[module]
-    where = f"{module!r} ({getattr(obj, '__file__', None) or 'no file'})"
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            names = [n for n in dir(obj) if not n.startswith("_") and callable(getattr(obj, n, None))]
-            close = difflib.get_close_matches(part, names, n=3)
-            hint = f"; did you mean {', '.join(repr(n) for n in close)}?" if close else \
-                (f"; it has {', '.join(sorted(names)[:12])}" if names else "")
-            return f"{option} {target}: {where} has no attribute {part!r}{hint}"
-        obj = getattr(obj, part)
-    if not callable(obj):
-        return f"{option} {target}: {type(obj).__name__} is not callable"
-    return None
-
-
-def callable_problem(target: str, option: str) -> str | None:
-    """Why ``"module:callable"`` cannot be called from here (``None`` when it can)."""
-    module, sep, attr = target.partition(":")
-    dotted = all(part.isidentifier() for part in f"{module}.{attr}".split("."))
-    if not sep or not module or not attr or not dotted:
-        return f"{option} {target}: expected 'package.module:callable'"
-    add_working_dir_to_path()
-    return _import_problem(module, option, target) or _attribute_problem(module, attr, option, target)
-
 
 def backend_problem(name: str, option: str = "--backend") -> str | None:
     """Why back-end ``name`` (built-in, model-mode or ``module:callable``) cannot be used here."""

@@ -36,6 +36,7 @@ import torch
 import torch.nn.functional as F
 
 from fusedce.options import LossOptions
+from profiler.callables import load_callable
 from profiler.records import CellSpec
 
 
@@ -372,9 +373,7 @@ class UserBackend(Backend):
         self.description = f"user callable {target}"
 
     def _load(self):
-        obj = importlib.import_module(self.module)
-        for part in self.attr.split("."):
-            obj = getattr(obj, part)
+        obj = load_callable(self.name, "--backend")
         return obj() if inspect.isclass(obj) else obj
 
     def version(self) -> str:
@@ -382,20 +381,23 @@ class UserBackend(Backend):
         top = self.module.split(".")[0]
         return str(getattr(module, "__version__", None) or _dist_version(top) or "local")
 
-    def _accepted(self) -> set[str] | None:
-        """Keyword names the callable accepts; ``None`` means any (``**kwargs``)."""
-        params = inspect.signature(self._load()).parameters.values()
+    def _accepted(self, fn) -> set[str] | None:
+        """Keyword names ``fn`` accepts; ``None`` means any (``**kwargs``); ``set()`` when it
+        has no signature (builtins: positionals only)."""
+        try:
+            params = inspect.signature(fn).parameters.values()
+        except (TypeError, ValueError):
+            return set()
         if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
             return None
         return {p.name for p in params}
 
     def unsupported(self, spec: CellSpec) -> str | None:
         try:
-            accepted = self._accepted()
-        except (ImportError, AttributeError) as exc:
+            fn = self._load()
+        except ValueError as exc:  # cannot be imported or is not callable: the message says which
             return f"cannot import {self.name}: {exc}"
-        except (TypeError, ValueError):  # builtins without a signature: pass positionals only
-            accepted = set()
+        accepted = self._accepted(fn)
         if accepted is None:
             return None
         missing = sorted(name for name in _changed_options(options_of(spec)) if name not in accepted)

@@ -26,7 +26,6 @@ Public API: :class:`ModelSource`, :class:`BuiltinSource`, :class:`HFSource`,
 """
 from __future__ import annotations
 
-import importlib
 import inspect
 import json
 from dataclasses import dataclass
@@ -36,6 +35,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
+from profiler.callables import load_callable
 from profiler.configs import ModelConfig, config_from_dict, get_preset, PRESETS
 from profiler.models.gpt import ATTENTION_IMPLS, GPT
 from profiler.models.head import Head, locate_head
@@ -260,18 +260,7 @@ class UserSource(ModelSource):
             self.config = self._infer_config()
 
     def _factory(self) -> Callable:
-        module_name, _, attr = self.target.partition(":")
-        try:
-            obj = importlib.import_module(module_name)
-        except ImportError as exc:
-            raise ValueError(f"--model: cannot import {module_name!r}: {exc}") from None
-        for part in attr.split("."):
-            if not hasattr(obj, part):
-                raise ValueError(f"--model: {module_name!r} has no attribute {attr!r}")
-            obj = getattr(obj, part)
-        if not callable(obj):
-            raise ValueError(f"--model: {self.target!r} is not callable")
-        return obj
+        return load_callable(self.target, "--model")
 
     def _make(self) -> nn.Module:
         factory = self._factory()

@@ -40,7 +40,6 @@ Public API: :data:`CHECKS`, :data:`VERDICTS`, :class:`Check`, :class:`DoctorRun`
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import inspect
 import math
 from dataclasses import dataclass, field
@@ -50,6 +49,7 @@ import torch
 import torch.nn.functional as F
 
 from fusedce.options import IGNORE_INDEX
+from profiler.callables import load_callable
 from profiler.models.source import BuiltModel, ModelSource
 from profiler.tolerances import tolerance_for
 from profiler.training.doctor_runs import Landmarks, Observation, find_landmarks, naive_loss, observe
@@ -153,21 +153,8 @@ class DoctorRun:
 
 
 def load_wrapper(spec: str) -> Callable:
-    """``"package.module:callable"`` → the callable; ``ValueError`` naming what is wrong."""
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise ValueError(f"--loss: expected 'package.module:callable', got {spec!r}")
-    try:
-        obj = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ValueError(f"--loss: cannot import {module_name!r}: {exc}") from None
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            raise ValueError(f"--loss: {module_name!r} has no attribute {attr!r}")
-        obj = getattr(obj, part)
-    if not callable(obj):
-        raise ValueError(f"--loss: {spec!r} is not callable")
-    return obj
+    """``"package.module:callable"`` → the loss wrapper; ``ValueError`` naming what is wrong."""
+    return load_callable(spec, "--loss")
 
 
 def as_batch_fn(fn: Callable) -> Callable:

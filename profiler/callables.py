@@ -1,0 +1,78 @@
+"""``package.module:callable`` targets — a user back-end (``--backend``), a loss wrapper
+(``doctor --loss``), a model factory (``--model``): the one parser and the one loader.
+
+:func:`load_callable` imports the module and walks the dotted attribute path; every failure
+is a ``ValueError`` whose message names the option, the target and what to do (where Python
+looked for a module that is not found, the callables a module has when the name is wrong).
+:func:`callable_problem` is the same check as a message or ``None``, for the checks a
+command makes before it measures anything.
+"""
+from __future__ import annotations
+
+import difflib
+import importlib
+import os
+import sys
+from typing import Any
+
+
+def split_target(target: str, option: str) -> tuple[str, str]:
+    """``"package.module:attr.path"`` → ``("package.module", "attr.path")``; ``ValueError``
+    when it is not written so."""
+    module, sep, attr = target.partition(":")
+    dotted = all(part.isidentifier() for part in f"{module}.{attr}".split("."))
+    if not sep or not module or not attr or not dotted:
+        raise ValueError(f"{option} {target}: expected 'package.module:callable'")
+    return module, attr
+
+
+def _import(module: str, option: str, target: str):
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name and (module == exc.name or module.startswith(exc.name + ".")):
+            raise ValueError(f"{option} {target}: no module named {module!r} on Python's path; put the folder that "
+                             f"holds it on PYTHONPATH (the current folder, {os.getcwd()}, is searched too)") from None
+        raise ValueError(f"{option} {target}: importing {module!r} failed: {type(exc).__name__}: {exc}") from None
+    except Exception as exc:  # the module's own code raised
+        raise ValueError(f"{option} {target}: importing {module!r} failed: {type(exc).__name__}: {exc}") from None
+
+
+def load_callable(target: str, option: str) -> Any:
+    """The callable ``target`` names (the current folder searched first, as ``python -m``
+    does); ``ValueError`` naming ``option`` and what is wrong."""
+    module_name, attr = split_target(target, option)
+    add_working_dir_to_path()
+    obj = _import(module_name, option, target)
+    where = f"{module_name!r} ({getattr(obj, '__file__', None) or 'no file'})"
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            names = [n for n in dir(obj) if not n.startswith("_") and callable(getattr(obj, n, None))]
+            close = difflib.get_close_matches(part, names, n=3)
+            hint = f"; did you mean {', '.join(repr(n) for n in close)}?" if close else \
+                (f"; it has {', '.join(sorted(names)[:12])}" if names else "")
+            raise ValueError(f"{option} {target}: {where} has no attribute {part!r}{hint}")
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise ValueError(f"{option} {target}: {type(obj).__name__} is not callable")
+    return obj
+
+
+def callable_problem(target: str, option: str) -> str | None:
+    """Why ``target`` cannot be loaded from here (``None`` when it can)."""
+    try:
+        load_callable(target, option)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def add_working_dir_to_path() -> str:
+    """Put the current folder first on ``sys.path``, as ``python -m`` does (idempotent).
+
+    The absolute path, so that workers (which get the parent's ``sys.path``) see it too.
+    """
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    return cwd
