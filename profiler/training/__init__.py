@@ -5,7 +5,10 @@
 - :mod:`~profiler.training.fit`: the largest batch or sequence length under a memory limit.
 - :mod:`~profiler.training.data` / :mod:`~profiler.training.parity`: training parity on
   Markov-chain data.
-- :mod:`~profiler.training.doctor`: checks of a user's loss wrapper.
+- :mod:`~profiler.training.doctor`: checks of a user's loss wrapper (the run and its records);
+  :mod:`~profiler.training.doctor_runs` observes one loss call,
+  :mod:`~profiler.training.doctor_variants` the reference and its known mistakes,
+  :mod:`~profiler.training.doctor_checks` judges each check.
 - :mod:`~profiler.training.losses`: the loss back-ends as a training step calls them.
 
 The models come from :mod:`profiler.models`; the reports are rendered by :mod:`reports`.
