@@ -183,7 +183,7 @@ def model(
                   f"= {format_percent(m.loss_share)} of the peak" if m else f"{result.status}: "
                   f"{shorten(result.message, 120)}")
         if result.attribution is not None:
-            from profiler.trace import logits_verdict
+            from profiler.attribution import logits_verdict
 
             detail += f"; logits: {logits_verdict(result.attribution, naive=job.backend == 'torch')[0]}"
         wall = result.extra.get("wall_s")

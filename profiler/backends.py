@@ -443,7 +443,7 @@ class LigerPatchedBackend(Backend):
 @dataclass(frozen=True)
 class Replacement:
     """What a back-end replaced in the model: ``group`` is one of
-    :data:`profiler.trace.GROUPS` ("LM-head/loss", "norms", "MLP", "attention", ...),
+    :data:`profiler.attribution.GROUPS` ("LM-head/loss", "norms", "MLP", "attention", ...),
     ``what`` names it (``LlamaRMSNorm.forward``), ``count`` how many modules."""
 
     group: str

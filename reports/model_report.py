@@ -15,7 +15,7 @@ import pandas as pd
 from profiler import store
 from profiler.training.fit import FitResult, load_fits
 from profiler.training.jobs import ModelResult, load_model_results
-from profiler.trace import ACTIVATION_KINDS, GROUPS, KINDS, Attribution, logits_verdict
+from profiler.attribution import ACTIVATION_KINDS, GROUPS, KINDS, Attribution, logits_verdict
 from reports.environment import environment_lines, read_environment
 from reports.escape import Markdown, code_block, link_target, markdown_text, plot_text
 from reports.figures import new_figure, save_figure

@@ -22,7 +22,7 @@ import pandas as pd
 from profiler import store
 from profiler.recording.records import RecordedStep, load_recorded_steps
 from profiler.snapshot import Timeline
-from profiler.trace import Attribution, logits_verdict
+from profiler.attribution import Attribution, logits_verdict
 from reports.environment import environment_lines, read_environment
 from reports.figures import new_figure, save_figure
 from reports.markdown import markdown_table

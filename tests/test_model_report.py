@@ -96,7 +96,7 @@ def test_stored_strings_cannot_break_the_markdown_of_the_report():
 
 
 def test_the_torch_finding_names_the_activation_kinds_not_a_lump():
-    from profiler.trace import Attribution, KindBytes
+    from profiler.attribution import Attribution, KindBytes
     from reports.model_report import activation_split
 
     kinds = [KindBytes("parameters", 2 * GIB), KindBytes("attention scores/probabilities", 6 * GIB, blocks=8),

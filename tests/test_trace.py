@@ -1,8 +1,8 @@
 """The measured attribution of a step's peak and the logits detector (CPU)."""
 import pytest
 
+from profiler.attribution import logits_verdict
 from profiler.configs import get_preset
-from profiler.trace import logits_verdict
 from profiler.training.jobs import ModelJob, run_job
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from profiler import store
-from profiler.trace import Attribution
+from profiler.attribution import Attribution
 
 #: The phases a recorded step is split into, in order (any may be missing: see RecordedStep).
 PHASES = ("forward", "loss", "backward", "optimizer")
@@ -96,9 +96,9 @@ class RecordedStep:
     - ``head``: the located head (:class:`~profiler.models.head.HeadInfo` as a dict) or
       ``None``; ``head_called``: whether the head module's forward ran in this step.
     - ``attribution``: the traced peak by module and kind with the logits detector
-      (:mod:`profiler.trace`), ``None`` when not traced; ``snapshot`` / ``timeline``: paths,
-      relative to the run folder, of the allocator snapshot (pickle, for PyTorch's viewer)
-      and of its timeline JSON (CUDA with ``snapshot=True``).
+      (:class:`profiler.attribution.Attribution`), ``None`` when not traced; ``snapshot`` /
+      ``timeline``: paths, relative to the run folder, of the allocator snapshot (pickle, for
+      PyTorch's viewer) and of its timeline JSON (CUDA with ``snapshot=True``).
     - ``passes_before``: the evaluation passes that ran before this step; ``loss``: the step's
       loss when the integration saw it; ``notes``: sentences about anything unusual.
     """

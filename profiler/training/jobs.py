@@ -25,7 +25,7 @@ from profiler.models.source import BuiltinSource, MissingDependency, ModelSource
 from profiler.training.losses import BackendUnavailable, loss_options, resolve_step_loss
 from profiler.protocol import Phase
 from profiler.precision import TRAINING_MODES
-from profiler.trace import Attribution
+from profiler.attribution import Attribution
 from profiler.training.data import random_batch
 from profiler.training.step import Part, StepMemory, measure_step
 

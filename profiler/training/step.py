@@ -29,7 +29,8 @@ from profiler.models.head import locate_head
 from profiler.models.source import BuiltModel
 from profiler.precision import autocast
 from profiler.protocol import MemoryMeter, Phase
-from profiler.trace import Attribution, StepTracer, attribute
+from profiler.attribution import Attribution
+from profiler.trace import StepTracer, attribute
 
 
 @dataclass
