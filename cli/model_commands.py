@@ -139,7 +139,7 @@ def model(
     from cli.defaults import installed_backends
     from profiler import store
     from profiler.environment import collect_environment, save_environment
-    from profiler.training.fit import FIT_AXES, fit_backend, predicted_start, save_fits
+    from profiler.training.fit import FIT_AXES, FitResult, fit_backends
     from profiler.training.jobs import ModelJob, append_model_result, run_job_in_worker
     from reports.model_report import logits_status, write_model_report
     from reports.units import format_bytes, format_percent
@@ -193,18 +193,13 @@ def model(
                         "logits": (logits_status(result) if result.attribution is not None else None)})
     fits = []
     if fit is not None:
-        limit = int(fit * GIB)
-        for name in names:
-            # Start where this back-end's measured step says the limit is reached: a close guess
-            # costs two or three probes (each a fresh process) instead of a search from --batch.
-            start = predicted_start(measured[name], fit_axis, limit, fit_max) or getattr(base, fit_axis)
-            job = dataclasses.replace(base, backend=name, **{fit_axis: start})
-            found = fit_backend(job, fit_axis, limit, fit_max, runner=run_in_worker)
-            fits.append(found)
-            save_fits(out_dir, fits)  # saved per back-end: a run cut by a time limit keeps the searches done
+        def show_fit(found: FitResult) -> None:
             probes = ", ".join(f"{n}:{'fits' if ok else 'no'}" for n, ok in found.search.probes)
-            console.print(f"  fit {format_bytes(limit)}: {name}: largest {fit_axis} = {found.search.largest} "
-                          f"(probes {probes})", markup=False)
+            console.print(f"  fit {format_bytes(found.limit_bytes)}: {found.backend}: largest {found.axis} = "
+                          f"{found.search.largest} (probes {probes})", markup=False)
+
+        fits = fit_backends(base, names, measured, fit_axis, int(fit * GIB), fit_max, runner=run_in_worker,
+                            folder=out_dir, progress=show_fit)
     report_path = write_model_report(out_dir)
     console.print(f"report: {report_path}", markup=False)
     if as_json:

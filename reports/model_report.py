@@ -2,8 +2,9 @@
 
 Pure functions of the results (``model_results.jsonl``): :func:`write_model_report` redoes
 a folder from its files alone (``fusedce-profile report DIR``); the parity run's report is
-:mod:`reports.parity_report`. Tables reuse :mod:`reports` (units, Markdown tables) so the
-look matches the grid's report.
+:mod:`reports.parity_report`. The tables of a traced step's attribution are
+:mod:`reports.attribution_tables`, the plots :mod:`reports.plots.model`. Tables reuse
+:mod:`reports` (units, Markdown tables) so the look matches the grid's report.
 """
 from __future__ import annotations
 
@@ -15,12 +16,14 @@ import pandas as pd
 from profiler import store
 from profiler.training.fit import FitResult, load_fits
 from profiler.training.jobs import ModelResult, load_model_results
-from profiler.attribution import ACTIVATION_KINDS, GROUPS, KINDS, Attribution, logits_verdict
+from profiler.attribution import GROUPS, logits_verdict
+from reports.attribution_tables import (activation_split, attribution_table, detector_table, largest_term,
+                                        traced_results)
 from reports.environment import environment_lines, read_environment
-from reports.escape import Markdown, code_block, link_target, markdown_text, plot_text
-from reports.figures import new_figure, save_figure
+from reports.escape import Markdown, code_block, link_target, markdown_text
 from reports.markdown import markdown_table
-from reports.units import GIB, format_bytes, format_ms, format_percent
+from reports.plots.model import plot_attribution, plot_breakdown, plot_reserved
+from reports.units import format_bytes, format_ms, format_percent
 
 REFERENCE = "torch"
 RESULTS_FILE = store.MODEL_RESULTS_FILE
@@ -233,34 +236,11 @@ def logits_status(result: ModelResult) -> str | None:
     return logits_verdict(result.attribution, naive=result.job.backend == REFERENCE)[0]
 
 
-def _traced(results: list[ModelResult]) -> list[ModelResult]:
-    return [r for r in results if r.status == "ok" and r.attribution is not None]
-
-
-def attribution_table(results: list[ModelResult]) -> pd.DataFrame:
-    """One row per traced result: its peak by kind (columns), the traced and the metered peak."""
-    rows = []
-    for r in _traced(results):
-        a = r.attribution
-        row = {"back-end": r.job.label}
-        for kind in KINDS:
-            value = a.kind_bytes(kind)
-            row[kind] = format_bytes(value) if value else "–"
-        row["traced peak"] = format_bytes(a.peak_bytes)
-        row["metered peak"] = format_bytes(a.metered_peak_bytes) if a.metered_peak_bytes else "–"
-        row["gap"] = f"{a.relative_gap:+.1%}" if a.relative_gap is not None else "–"
-        rows.append(row)
-    frame = pd.DataFrame(rows)
-    if not frame.empty:  # drop kinds that are empty in every row
-        frame = frame[[c for c in frame.columns if not (frame[c] == "–").all() or c in ("back-end",)]]
-    return frame
-
-
 def group_saving_table(results: list[ModelResult]) -> pd.DataFrame:
     """Per back-end, the saving against torch's traced peak split by what a back-end can replace:
     the LM-head/loss kinds vs norms, MLP, attention and the rest, and what it replaced."""
     rows = []
-    traced = _traced(results)
+    traced = traced_results(results)
     for r in traced:
         ref = _reference(traced, r)
         if ref is None or ref is r or r.job.eval_step:
@@ -274,96 +254,6 @@ def group_saving_table(results: list[ModelResult]) -> pd.DataFrame:
         row["replaced"] = replaced_text(r)
         rows.append(row)
     return pd.DataFrame(rows)
-
-
-def detector_table(results: list[ModelResult]) -> pd.DataFrame:
-    """The logits detector's tensors per back-end (the largest few)."""
-    rows = []
-    for r in _traced(results):
-        for t in r.attribution.large_tensors[:4]:
-            rows.append({"back-end": r.job.label, "bytes": format_bytes(t.bytes),
-                         "dtype": t.dtype + (" (bytes ÷ N·V)" if t.dtype_from != "shape" else ""),
-                         "shape": "×".join(map(str, t.shape)) if t.shape else "–", "op": t.op, "module": t.module,
-                         "source": t.source, "kept for backward": "yes" if t.kept_for_backward else "no",
-                         "alive at peak": "yes" if t.alive_at_peak else "no"})
-    return pd.DataFrame(rows)
-
-
-def activation_split(attribution: Attribution, top: int = 4) -> str:
-    """The activation kinds alive at the peak, largest first, with their shares of the peak:
-    ``"attention scores/probabilities 6.00 GiB (48%), MLP 2.00 GiB (16%), …"``."""
-    acts = sorted((k for k in attribution.kinds if k.kind in ACTIVATION_KINDS and k.bytes > 0),
-                  key=lambda k: -k.bytes)
-    if not acts:
-        return "none (nothing was alive at the peak beyond parameters, gradients and optimizer state)"
-    peak = attribution.peak_bytes or 1
-    shown = [f"{k.kind} {format_bytes(k.bytes)} ({format_percent(k.bytes / peak)})" for k in acts[:top]]
-    rest = sum(k.bytes for k in acts[top:])
-    if rest:
-        shown.append(f"the other {len(acts) - top} kinds {format_bytes(rest)} ({format_percent(rest / peak)})")
-    return ", ".join(shown)
-
-
-def largest_term(attribution: Attribution) -> str:
-    """The largest activation kind at the peak, in plain words with its measured numbers."""
-    acts = [k for k in attribution.kinds if k.kind in ACTIVATION_KINDS and k.bytes > 0]
-    if not acts:
-        return "no activations were alive at the peak"
-    top = max(acts, key=lambda k: k.bytes)
-    share = top.bytes / attribution.peak_bytes if attribution.peak_bytes else 0.0
-    a = attribution
-    if top.kind == "attention scores/probabilities" and a.heads and a.seq > 1:
-        heads = max(a.heads)
-        elements = a.batch * heads * a.seq * a.seq
-        per = top.bytes / top.blocks if top.blocks else 0
-        itemsize = per / elements if elements else 0
-        dtype = {2: "bf16", 4: "fp32"}.get(round(itemsize), f"{itemsize:.1f}-byte")
-        layers = f"{a.layers} layers, " if a.layers else ""
-        return (f"attention scores/probabilities: {top.blocks} tensors ({layers}{top.blocks / max(a.layers, 1):.0f} "
-                f"per layer) of B × heads × T × T = {a.batch} × {heads} × {a.seq} × {a.seq} in {dtype} "
-                f"({format_bytes(per)} each) = {format_bytes(top.bytes)}, {format_percent(share)} of the peak")
-    if top.kind in ("LM-head input/logits", "loss internals"):
-        n_v = a.tokens * a.vocab
-        return (f"{top.kind}: {format_bytes(top.bytes)} ({format_percent(share)} of the peak) in {top.blocks} "
-                f"tensor(s), {top.bytes / n_v:.2g} bytes per logit of N × V = {a.tokens} × {a.vocab}")
-    modules = [m.module for m in a.modules if m.kind == top.kind]
-    where = f" (largest: {', '.join(modules[:3])})" if modules else ""
-    backward = f", {format_bytes(top.backward_bytes)} of it allocated in backward" if top.backward_bytes else ""
-    return (f"{top.kind}: {format_bytes(top.bytes)} ({format_percent(share)} of the peak) in {top.blocks} tensors"
-            f"{where}{backward}")
-
-
-def plot_attribution(results: list[ModelResult], path: Path) -> Path | None:
-    """Horizontal stacked bars: each traced back-end's peak split by kind."""
-    ok = _traced(results)
-    if not ok:
-        return None
-    kinds = [k for k in KINDS if any(r.attribution.kind_bytes(k) for r in ok)]
-    unit, unit_name = (GIB, "GiB") if max(r.attribution.peak_bytes for r in ok) >= GIB else (1 << 20, "MiB")
-    from matplotlib import colormaps
-
-    cmap = colormaps["tab20"]
-    fig, ax = new_figure((10, 0.55 * len(ok) + 2.8))
-    for i, r in enumerate(ok):
-        left = 0.0
-        for j, kind in enumerate(kinds):
-            width = r.attribution.kind_bytes(kind) / unit
-            ax.barh(i, width, left=left, color=cmap(KINDS.index(kind) % 20),
-                    label=plot_text(kind) if i == 0 else None)
-            left += width
-        ax.text(left, i, f" {format_bytes(r.attribution.peak_bytes)}", va="center", fontsize=9)
-    ax.set_yticks(range(len(ok)), [plot_text(f"{r.job.label} (B={r.job.batch} T={r.job.seq})") for r in ok])
-    ax.invert_yaxis()
-    ax.set_xlim(0, max(r.attribution.peak_bytes for r in ok) / unit * 1.18)
-    ax.set_xlabel(f"{unit_name} alive at the traced step's peak, by kind")
-    ax.set_title("Measured attribution of the training step's peak")
-    ax.grid(axis="x", alpha=0.3)
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12 - 0.6 / (len(ok) + 3)), ncol=3, fontsize=8,
-              frameon=False)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    save_figure(fig, path, dpi=120, bbox_inches="tight")
-    return path
 
 
 def fit_table(fits: list[FitResult]) -> pd.DataFrame:
@@ -382,71 +272,6 @@ def fit_table(fits: list[FitResult]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def plot_breakdown(results: list[ModelResult], path: Path) -> Path | None:
-    """Horizontal stacked bars: each back-end's peak split into its composition."""
-    ok = [r for r in results if r.status == "ok"]
-    if not ok:
-        return None
-    part_names: list[str] = []
-    for r in ok:
-        for p in r.memory.composition:
-            if p.name not in part_names:
-                part_names.append(p.name)
-    unit, unit_name = (GIB, "GiB") if max(r.memory.peak for r in ok) >= GIB else (1 << 20, "MiB")
-    from matplotlib import colormaps
-
-    cmap = colormaps["tab10"]
-    fig, ax = new_figure((10, 0.55 * len(ok) + 2.4))
-    labels = [f"{r.job.label} ({r.job.config.name}{' tied' if r.job.config.tie_word_embeddings else ''}, "
-              f"B={r.job.batch} T={r.job.seq})" for r in ok]
-    labelled: set[str] = set()
-    for i, r in enumerate(ok):
-        left = 0.0
-        for p in r.memory.composition:
-            width = p.bytes / unit
-            ax.barh(i, width, left=left, color=cmap(part_names.index(p.name) % 10),
-                    label=None if p.name in labelled else plot_text(p.name))
-            labelled.add(p.name)
-            left += width
-        ax.text(left, i, f" {format_bytes(r.memory.peak)}", va="center", fontsize=9)
-    ax.set_yticks(range(len(ok)), [plot_text(label) for label in labels])
-    ax.invert_yaxis()
-    ax.set_xlim(0, max(r.memory.peak for r in ok) / unit * 1.15)
-    ax.set_xlabel(f"{unit_name} allocated at the step's peak ({ok[0].memory.source})")
-    ax.set_title("Where the training step's peak memory goes")
-    ax.grid(axis="x", alpha=0.3)
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12 - 0.6 / (len(ok) + 3)), ncol=4, fontsize=8,
-              frameon=False)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    save_figure(fig, path, dpi=120, bbox_inches="tight")
-    return path
-
-
-def plot_reserved(results: list[ModelResult], path: Path) -> Path | None:
-    """Allocated peak, reserved peak and nvidia-smi (reserved + context) per result (CUDA only)."""
-    ok = [r for r in results if r.status == "ok" and r.memory.smi_peak is not None]
-    if not ok:
-        return None
-    fig, ax = new_figure((10, 0.7 * len(ok) + 2.0))
-    series = (("allocated peak", "peak", "#1f77b4"), ("reserved peak", "peak_reserved", "#ff7f0e"),
-              ("nvidia-smi (reserved + context)", "smi_peak", "#7f7f7f"))
-    height = 0.8 / len(series)
-    for k, (name, attr, colour) in enumerate(series):
-        values = [getattr(r.memory, attr) / GIB for r in ok]
-        ax.barh([i + (k - 1) * height for i in range(len(ok))], values, height=height, color=colour, label=name)
-    ax.set_yticks(range(len(ok)), [plot_text(r.job.label) for r in ok])
-    ax.invert_yaxis()
-    ax.set_xlabel("GiB")
-    ax.set_title("Allocated vs what the device shows (an evaluation pass first: +eval)")
-    ax.grid(axis="x", alpha=0.3)
-    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=3, frameon=False)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    save_figure(fig, path, dpi=120, bbox_inches="tight")
-    return path
-
-
 def render_model_markdown(results: list[ModelResult], fits: list[FitResult], environment: dict,
                           plots: list[Path], problems: list[str] = ()) -> str:
     source = results[0].memory.source if results and results[0].memory else "cuda-allocator"
@@ -456,7 +281,7 @@ def render_model_markdown(results: list[ModelResult], fits: list[FitResult], env
         lines += [f"**Incomplete run.** {markdown_text(s, line_start=False)}" for s in missing] + [""]
     lines += [f"- {markdown_text(s)}" for s in findings(results)] + [""]
     lines += ["## Peak per back-end", "", markdown_table(model_table(results)), ""]
-    if _traced(results):
+    if traced_results(results):
         lines += ["## Peak by module and kind (measured)", "",
                   "Every block alive at the traced step's peak, classified by the module that allocated it "
                   "(backward allocations by the forward op that created their autograd node); the traced peak is "

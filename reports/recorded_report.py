@@ -2,7 +2,7 @@
 
 A pure function of the folder's ``recorded_steps.jsonl``, ``snapshots/*.timeline.json`` and
 ``environment.json`` (:func:`write_recorded_report`; ``fusedce-profile report DIR`` calls it):
-``summary.md`` and ``plots/`` (the attribution bars of :mod:`reports.model_report`, one memory
+``summary.md`` and ``plots/`` (the attribution bars of :mod:`reports.plots.model`, one memory
 timeline per snapshot, and the phases of every step). Nothing is unpickled.
 
 Findings, per recorded step: the peak (allocated, reserved, nvidia-smi), the logits detector's
@@ -23,10 +23,11 @@ from profiler import store
 from profiler.recording.records import RecordedStep, load_recorded_steps
 from profiler.snapshot import Timeline
 from profiler.attribution import Attribution, logits_verdict
+from reports.attribution_tables import attribution_table, detector_table, largest_term
 from reports.environment import environment_lines, read_environment
 from reports.figures import new_figure, save_figure
 from reports.markdown import markdown_table
-from reports.model_report import attribution_table, detector_table, largest_term, plot_attribution
+from reports.plots.model import plot_attribution
 from reports.timeline import plot_timeline
 from reports.units import GIB, format_bytes, format_ms, format_percent
 
@@ -44,8 +45,8 @@ class _Job:
 
 @dataclass
 class _Traced:
-    """A recorded step in the shape :mod:`reports.model_report`'s attribution table, plot and
-    detector table read (``status``, ``attribution``, ``job.label/batch/seq``)."""
+    """A recorded step in the shape :mod:`reports.attribution_tables`' attribution and detector
+    tables and :mod:`reports.plots.model`'s attribution plot read (``status``, ``attribution``, ``job.label/batch/seq``)."""
 
     status: str
     attribution: Attribution

@@ -46,7 +46,8 @@ def test_package_does_not_import_the_layers_above_it(package):
 def test_importing_every_package_leaves_matplotlibs_backend_alone():
     code = ("import matplotlib; matplotlib.use('svg'); "
             "import fusedce, profiler, profiler.training, reports, reports.build, reports.model_report, "
-            "reports.parity_report, reports.doctor_report, reports.plots, reports.timeline, cli.app; "
+            "reports.attribution_tables, reports.parity_report, reports.doctor_report, reports.plots, "
+            "reports.plots.model, reports.timeline, cli.app; "
             "import matplotlib.pyplot; print(matplotlib.get_backend())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert out.returncode == 0, out.stderr

@@ -133,3 +133,21 @@ def test_predicted_start_extrapolates_the_part_that_grows_with_the_batch():
     assert predicted_start(measured, "batch", 24 * gib, maximum=40) == 40
     assert predicted_start(measured, "batch", gib, maximum=1024) == 1
     assert predicted_start(ModelResult(job=measured.job, status="oom"), "batch", 24 * gib, 1024) is None
+
+
+def test_fit_backends_searches_each_backend_and_keeps_the_searches_as_it_goes(tmp_path):
+    from profiler.training.fit import fit_backends, load_fits
+
+    run, seen = _fake_runner(budget_tokens=12 * 64)
+    base = ModelJob(get_preset("tiny"), "torch", 4, 64, device="cpu")
+    measured = {name: ModelResult(job=base, status="oom") for name in ("torch", "fusedce")}  # no guess: start at B=4
+    stored = []
+
+    def progress(found):
+        stored.append([(f.backend, f.search.largest) for f in load_fits(tmp_path)])
+
+    fits = fit_backends(base, ["torch", "fusedce"], measured, "batch", 123, 256, runner=run, folder=tmp_path,
+                        progress=progress)
+    assert [(f.backend, f.search.largest) for f in fits] == [("torch", 12), ("fusedce", 12)]
+    assert stored == [[("torch", 12)], [("torch", 12), ("fusedce", 12)]]
+    assert seen[0].batch == 4 and {j.backend for j in seen} == {"torch", "fusedce"}

@@ -3,7 +3,8 @@ import dataclasses
 
 from profiler.configs import get_preset
 from profiler.protocol import Phase
-from reports.model_report import breakdown_table, findings, model_table, plot_breakdown, plot_reserved
+from reports.model_report import breakdown_table, findings, model_table
+from reports.plots.model import plot_breakdown, plot_reserved
 from profiler.training.jobs import ModelJob, ModelResult
 from profiler.training.step import Part, StepMemory
 
@@ -97,7 +98,7 @@ def test_stored_strings_cannot_break_the_markdown_of_the_report():
 
 def test_the_torch_finding_names_the_activation_kinds_not_a_lump():
     from profiler.attribution import Attribution, KindBytes
-    from reports.model_report import activation_split
+    from reports.attribution_tables import activation_split
 
     kinds = [KindBytes("parameters", 2 * GIB), KindBytes("attention scores/probabilities", 6 * GIB, blocks=8),
              KindBytes("MLP", 2 * GIB), KindBytes("norms", GIB), KindBytes("LM-head input/logits", GIB // 2),

@@ -40,7 +40,7 @@ def write_configs(folder: Path, tiny: bool) -> None:
 def table(folders: list[Path]) -> None:
     from profiler.attribution import logits_verdict
     from profiler.training.jobs import load_model_results
-    from reports.model_report import largest_term
+    from reports.attribution_tables import largest_term
     from reports.units import format_bytes
 
     lines = ["| run | back-end | status | peak allocated | nvidia-smi | LM-head/loss at peak | logits | largest term |",

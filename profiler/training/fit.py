@@ -8,7 +8,9 @@ smaller ``n`` fits), which holds for memory up to allocator fragmentation.
 :func:`predicted_start` makes the guess from one measured step (memory grows about linearly
 in B and T); :func:`fit_backend` runs each probe as a
 :class:`~profiler.training.jobs.ModelJob` through ``runner`` (in the CLI: a fresh worker
-process per probe, :func:`~profiler.training.jobs.run_job_in_worker`) with the limit applied.
+process per probe, :func:`~profiler.training.jobs.run_job_in_worker`) with the limit applied;
+:func:`fit_backends` does that for every back-end of a run and keeps the searches in the
+run's folder.
 """
 from __future__ import annotations
 
@@ -130,6 +132,28 @@ def fit_backend(job: ModelJob, axis: str, limit_bytes: int, maximum: int,
         n = getattr(stop.result.job, axis)
         return FitResult(job.backend, axis, limit_bytes, FitSearch(0, [(n, False)]), stop.result)
     return FitResult(job.backend, axis, limit_bytes, search, results.get(search.largest))
+
+
+def fit_backends(base: ModelJob, backends: list[str], measured: dict[str, ModelResult], axis: str,
+                 limit_bytes: int, maximum: int, runner: Callable[[ModelJob], ModelResult], folder: Path,
+                 progress: Callable[[FitResult], None] | None = None) -> list[FitResult]:
+    """``--fit`` for every back-end: :func:`fit_backend` for each of ``backends`` (``base``
+    with that back-end), starting where ``measured[backend]``'s step says the limit is reached
+    (:func:`predicted_start`; ``base.<axis>`` when it cannot tell). The searches are written
+    to ``folder``'s ``fit.json`` after each back-end, so a run cut short keeps those done;
+    ``progress`` is called with each back-end's result as it is found."""
+    fits: list[FitResult] = []
+    for name in backends:
+        # A close guess costs two or three probes (each a fresh process) instead of a search
+        # from base.<axis>.
+        start = predicted_start(measured[name], axis, limit_bytes, maximum) or getattr(base, axis)
+        job = dataclasses.replace(base, backend=name, **{axis: start})
+        found = fit_backend(job, axis, limit_bytes, maximum, runner=runner)
+        fits.append(found)
+        save_fits(folder, fits)
+        if progress is not None:
+            progress(found)
+    return fits
 
 
 class _Unfit(Exception):

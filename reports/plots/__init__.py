@@ -4,7 +4,9 @@ Every plot is a pair: ``draw_x(frame)`` returns the matplotlib ``Figure`` (``Non
 the frame holds nothing to draw, e.g. no timed cells) and ``plot_x(frame, path)`` writes it
 as a PNG and returns the path. Modules: :mod:`~reports.plots.memory` (peak, saving,
 heatmap), :mod:`~reports.plots.time`, :mod:`~reports.plots.frontier`,
-:mod:`~reports.plots.parity`; what they share is in :mod:`~reports.plots.style`.
+:mod:`~reports.plots.parity`; what they share is in :mod:`~reports.plots.style`. The model
+mode's bars, of a list of results rather than a frame, are :mod:`~reports.plots.model`
+(imported from there).
 """
 from reports.plots.frontier import draw_frontier, plot_frontier
 from reports.plots.memory import (draw_peak_memory, draw_saving, draw_saving_heatmap, plot_peak_memory, plot_saving,
