@@ -46,7 +46,8 @@ from benchmarks.protocol import MODES, Row, floor_bytes, make_inputs
 from benchmarks.render import fmt_error, fmt_ms, render_markdown
 from benchmarks.results import BenchRun, BenchSettings, collect_environment, save_run
 from profiler import store
-from profiler.backends import Backend, FusedceBackend, options_of
+from profiler.backends import Backend, options_of
+from profiler.backends.fusedce_backends import FusedceBackend
 from profiler.protocol import settle
 from profiler.records import CellResult, CellSpec
 from profiler.reference import reference as fp32_reference

@@ -82,7 +82,7 @@ def test_hf_gradient_checkpointing_and_pure_bf16_run():
 
 
 def test_liger_patched_records_norms_mlp_and_loss_and_the_report_separates_the_loss_saving(monkeypatch, tmp_path):
-    from profiler.backends import LigerPatchedBackend
+    from profiler.backends.patched import LigerPatchedBackend
     from profiler.training.jobs import append_model_result
     from reports.model_report import group_saving_table, write_model_report
 
