@@ -3,8 +3,9 @@
 With no sub-command it runs the built-in default grid (:mod:`cli.defaults`) and writes a
 report; ``grid`` runs a grid of the user's choosing; ``report DIR`` rebuilds a report from
 a run folder (grid, model, parity or doctor) without a GPU; ``env``, ``backends`` and ``presets``
-describe what is there; ``model``, ``parity`` and ``doctor`` (from
-:mod:`cli.model_commands`) look at a whole training step. Exit codes: :mod:`cli.exit_codes`.
+describe what is there; ``model``, ``parity``, ``doctor`` and ``explain`` (from
+:mod:`cli.model_command`, :mod:`cli.parity_command`, :mod:`cli.doctor_command`,
+:mod:`cli.explain_command`) look at a whole training step. Exit codes: :mod:`cli.exit_codes`.
 """
 from __future__ import annotations
 
@@ -329,18 +330,22 @@ def presets(as_json: JsonOption = False) -> None:
     make_console(to_stderr=False).print(table)
 
 
+MODEL_COMMANDS = {"model": "cli.model_command", "parity": "cli.parity_command", "doctor": "cli.doctor_command",
+                  "explain": "cli.explain_command"}
+"""The commands that look at a whole training step, each defined in its own module under the
+command's name."""
+
+
 def _register_model_commands() -> None:
-    """``model``, ``parity`` and ``doctor`` live in :mod:`cli.model_commands`."""
-    try:
-        model_commands = importlib.import_module("cli.model_commands")
-    except ModuleNotFoundError as exc:
-        if exc.name != "cli.model_commands":  # it exists but one of its imports is missing
-            raise
-        return
-    app.command("model")(model_commands.model)
-    app.command("parity")(model_commands.parity)
-    app.command("doctor")(model_commands.doctor)
-    app.command("explain")(model_commands.explain)
+    """Register each of :data:`MODEL_COMMANDS` whose module exists."""
+    for name, module_name in MODEL_COMMANDS.items():
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name != module_name:  # it exists but one of its imports is missing
+                raise
+            continue
+        app.command(name)(getattr(module, name))
 
 
 _register_model_commands()
