@@ -51,6 +51,9 @@ def explain(
     from profiler import store
     from profiler.environment import collect_environment, save_environment
     from profiler.training import explain as ex
+    from profiler.training import explain_calibration as ex_cal
+    from profiler.training import explain_conclusion as ex_con
+    from profiler.training import explain_verdict as ex_ver
     from profiler.training.jobs import ModelJob, run_job_in_worker
     from profiler.worker import Worker, WorkerDied
     from reports.explain_report import write_explain_report
@@ -74,7 +77,7 @@ def explain(
     if attention and attention not in source.attention_impls:
         raise fail(f"--attention must be one of {', '.join(source.attention_impls)}, got {attention!r}")
     ties = (cfg.tie_word_embeddings,) if source.kind == "user" else (False, True)
-    families = ex.enumerate_families(obs, attention_impls=("eager", "sdpa"), tie_choices=ties,
+    families = ex_cal.enumerate_families(obs, attention_impls=("eager", "sdpa"), tie_choices=ties,
                                      seq_candidates=seqs)
     out_dir = prepare_out(out, force)
     console.print(f"fusedce-profile explain: {source.describe()}, {len(families)} configuration families × "
@@ -100,14 +103,14 @@ def explain(
 
     notes, confirmed = [], False
     try:
-        calibrations = ex.calibrate(base, families, ("torch", fused_backend), batches, runner,
+        calibrations = ex_cal.calibrate(base, families, ("torch", fused_backend), batches, runner,
                                     progress=lambda line: console.print(f"  {line}", markup=False))
-        hypotheses = ex.build_hypotheses(obs, calibrations)
+        hypotheses = ex_ver.build_hypotheses(obs, calibrations)
         if on_gpu and confirm_top and hypotheses:
             console.print(f"  confirming the {min(confirm_top, len(hypotheses))} closest hypotheses at full size ...",
                           markup=False)
             # Full-size steps each in a fresh process: their reserved figures must not inherit a cache.
-            ex.confirm(hypotheses, base, fused_backend, obs,
+            ex_ver.confirm(hypotheses, base, fused_backend, obs,
                        lambda jobs: [run_job_in_worker(j, logs) for j in jobs], top=confirm_top)
             confirmed = True
     finally:
@@ -121,10 +124,10 @@ def explain(
                   "hf": f"--hf {hf}", "user": f"--model {user_model}"}[source.kind]
     if tied is not None and source.kind != "user":
         model_args += " --tied" if tied else " --untied"
-    decided, conclusion = ex.conclude(hypotheses, obs)
-    if ex.calibration_misses(hypotheses, tolerance):
+    decided, conclusion = ex_con.conclude(hypotheses, obs)
+    if ex_ver.calibration_misses(hypotheses, tolerance):
         decided = False  # the report names the misses (reports.explain_report)
-    separation = None if decided else ex.separating_measurement(hypotheses, obs, model_args)
+    separation = None if decided else ex_con.separating_measurement(hypotheses, obs, model_args)
     explanation = ex.Explanation(observation=obs, model=source.describe(), source=source.to_dict(), device=run_device,
                                  metric="nvidia-smi at the step's peak (context + peak reserved)" if on_gpu else
                                  "peak allocated bytes (CPU)", calibrations=calibrations, hypotheses=hypotheses,

@@ -12,7 +12,8 @@ from pathlib import Path
 import pandas as pd
 
 from profiler import store
-from profiler.training.explain import GIB, MIB, Explanation, Hypothesis, calibration_misses, load_explanation
+from profiler.training.explain import GIB, MIB, Explanation, Hypothesis, load_explanation
+from profiler.training.explain_verdict import calibration_misses
 from reports.environment import environment_lines, read_environment
 from reports.escape import code_block, markdown_text
 from reports.markdown import markdown_table

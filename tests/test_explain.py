@@ -5,6 +5,9 @@ import pytest
 
 from profiler.configs import get_preset
 from profiler.training import explain as ex
+from profiler.training import explain_calibration as ex_cal
+from profiler.training import explain_conclusion as ex_con
+from profiler.training import explain_verdict as ex_ver
 from profiler.training.jobs import ModelJob, run_jobs
 
 MIB = 1 << 20
@@ -14,9 +17,9 @@ MIB = 1 << 20
 def calibrations():
     base = ModelJob(get_preset("tiny"), "torch", 1, 64, device="cpu", trace=False)
     obs = ex.Observation(10, 10, 24, tied=False, eval_step=False, checkpointing=False, seq=64)
-    families = ex.enumerate_families(obs, attention_impls=("eager", "sdpa"), tie_choices=(False,),
-                                     seq_candidates=(64,))
-    return ex.calibrate(base, families, ("torch", "fusedce"), (1, 3), run_jobs)
+    families = ex_cal.enumerate_families(obs, attention_impls=("eager", "sdpa"), tie_choices=(False,),
+                                         seq_candidates=(64,))
+    return ex_cal.calibrate(base, families, ("torch", "fusedce"), (1, 3), run_jobs)
 
 
 def test_calibration_is_measured_and_grows_with_batch(calibrations):
@@ -33,11 +36,11 @@ def test_a_planted_configuration_ranks_first_from_its_own_predicted_numbers(cali
     f = fused.predict(planted_b) if active else n
     obs = ex.Observation(n / MIB, f / MIB, 24, tied=False, eval_step=False, checkpointing=False, seq=64,
                          tolerance=0.01)
-    ranked = ex.build_hypotheses(obs, calibrations)
+    ranked = ex_ver.build_hypotheses(obs, calibrations)
     best = ranked[0]
     assert (best.family, best.batch, best.fused_active) == (fam, planted_b, active)
     assert best.consistent and best.score < 1e-9
-    decided, conclusion = ex.conclude(ranked, obs)
+    decided, conclusion = ex_con.conclude(ranked, obs)
     assert conclusion
 
 
@@ -46,11 +49,11 @@ def test_cannot_decide_is_said_and_a_separating_run_is_named_when_both_fit(calib
     naive = next(c for c in calibrations if c.family == fam and c.backend == "torch")
     obs = ex.Observation(naive.predict(6) / MIB, naive.predict(6) / MIB * 0.97, 24, tied=False, eval_step=False,
                          checkpointing=False, seq=64, tolerance=0.5)
-    ranked = ex.build_hypotheses(obs, calibrations)
-    decided, conclusion = ex.conclude(ranked, obs)
+    ranked = ex_ver.build_hypotheses(obs, calibrations)
+    decided, conclusion = ex_con.conclude(ranked, obs)
     assert not decided and "Cannot decide" in conclusion
     assert "still open: fused path NOT active or fused path active" in conclusion
-    sep = ex.separating_measurement(ranked, obs, "--preset tiny")
+    sep = ex_con.separating_measurement(ranked, obs, "--preset tiny")
     assert sep is not None and sep.dimension == "fused_active" and "fusedce-profile model --preset tiny" in sep.command
 
 
@@ -58,10 +61,10 @@ def test_explanation_round_trips_through_its_json_and_renders(calibrations, tmp_
     from reports.explain_report import write_explain_report
 
     obs = ex.Observation(3, 2.9, 24, seq=64)
-    ranked = ex.build_hypotheses(obs, calibrations)
-    decided, conclusion = ex.conclude(ranked, obs)
+    ranked = ex_ver.build_hypotheses(obs, calibrations)
+    decided, conclusion = ex_con.conclude(ranked, obs)
     e = ex.Explanation(obs, "builtin:tiny", None, "cpu", "peak allocated bytes (CPU)", calibrations, ranked,
-                       ex.separating_measurement(ranked, obs, "--preset tiny"), decided, conclusion, False,
+                       ex_con.separating_measurement(ranked, obs, "--preset tiny"), decided, conclusion, False,
                        ["on the CPU"])
     ex.save_explanation(tmp_path, e)
     assert ex.load_explanation(tmp_path).hypotheses == ranked
@@ -91,8 +94,8 @@ def test_explain_report_escapes_the_stored_model_backend_and_notes(calibrations)
     from reports.explain_report import render_explain_markdown
 
     obs = ex.Observation(3, 2.9, 24, seq=64, fused_backend="my|loss*`x`:make")
-    ranked = ex.build_hypotheses(obs, calibrations)
-    decided, conclusion = ex.conclude(ranked, obs)
+    ranked = ex_ver.build_hypotheses(obs, calibrations)
+    decided, conclusion = ex_con.conclude(ranked, obs)
     e = ex.Explanation(obs, "pkg.mod:build|*", None, "cpu", "peak allocated bytes (CPU)", calibrations, ranked,
                        None, decided, conclusion, False, ["note with | and *"])
     text = render_explain_markdown(e, {"torch": "x ```` y"})
@@ -107,11 +110,11 @@ def test_the_conclusion_names_the_values_the_readings_rule_out(calibrations):
     fused = next(c for c in calibrations if c.family == fam and c.backend == "fusedce")
     obs = ex.Observation(naive.predict(6) / MIB, fused.predict(6) / MIB, 24, tied=False, eval_step=False,
                          checkpointing=False, seq=64, tolerance=0.01)
-    ranked = ex.build_hypotheses(obs, calibrations)
-    summary = ex.dimension_summary(ranked)
+    ranked = ex_ver.build_hypotheses(obs, calibrations)
+    summary = ex_con.dimension_summary(ranked)
     assert "every consistent hypothesis has fused path active, attention eager" in summary
     assert "ruled out (no consistent hypothesis has it): fused path NOT active, attention sdpa" in summary
-    assert ex.dimension_summary([dataclasses.replace(h, consistent=False) for h in ranked]) == ""
+    assert ex_con.dimension_summary([dataclasses.replace(h, consistent=False) for h in ranked]) == ""
 
 
 def _hypothesis(batch, fused_active, predicted, measured_naive=None, measured_fused=None):
@@ -127,7 +130,7 @@ def test_a_full_size_step_that_contradicts_the_calibration_is_named():
         _hypothesis(12, True, 20 * gib, measured_naive=int(20.5 * gib), measured_fused=int(12.1 * gib)),  # within 5%
         _hypothesis(30, True, 21 * gib),  # never measured at full size
     ]
-    misses = ex.calibration_misses(hypotheses, 0.05)
+    misses = ex_ver.calibration_misses(hypotheses, 0.05)
     assert len(misses) == 1
     assert misses[0].startswith("torch at B=54, sdpa, tied, checkpointing") and "(+50%)" in misses[0]
     # the fused figure of a "not active" hypothesis is torch's: it is never judged against the fused prediction
