@@ -11,7 +11,8 @@ wrapper's forward calls its inner ``Linear`` — is found as: the head's forward
 ``head.inner.weight``, which is *not* the embedding, and the tie assigned to
 ``head.weight`` is unused.
 
-Public API: :class:`HeadInfo`, :class:`Head`, :func:`locate_head`.
+Public API: :class:`HeadInfo`, :class:`Head`, :func:`locate_head`, and :func:`tensor_of` /
+:func:`first_tensor` for the hooks that read a module's input or output.
 """
 from __future__ import annotations
 
@@ -215,3 +216,25 @@ def _used_parameters(module: nn.Module, params: dict[int, nn.Parameter], vocab: 
             notes.append("the head's forward is not a plain linear map of its input (it scales, caps or adds "
                          "something): the fused back-ends compute F.linear(h, W, b) and may train a different loss.")
     return weight, bias, plain, notes
+
+
+def tensor_of(value) -> torch.Tensor | None:
+    """The tensor a module's input or output carries: the tensor itself, a model output's
+    ``last_hidden_state``, or the first item of a tuple/list; ``None`` if none of these."""
+    if isinstance(value, torch.Tensor):
+        return value
+    hidden = getattr(value, "last_hidden_state", None)
+    if isinstance(hidden, torch.Tensor):
+        return hidden
+    if isinstance(value, (tuple, list)) and value and isinstance(value[0], torch.Tensor):
+        return value[0]
+    return None
+
+
+def first_tensor(args: tuple, kwargs: dict) -> torch.Tensor | None:
+    """:func:`tensor_of` the first positional or keyword argument (in that order) that carries one."""
+    for value in list(args) + list(kwargs.values()):
+        tensor = tensor_of(value)
+        if tensor is not None:
+            return tensor
+    return None

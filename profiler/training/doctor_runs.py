@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
+from profiler.models.head import tensor_of
 from profiler.models.source import BuiltModel
 from profiler.precision import autocast
 
@@ -53,17 +54,6 @@ class Landmarks:
 
 def _key(t: torch.Tensor) -> tuple:
     return t.data_ptr(), tuple(t.shape)
-
-
-def _first_tensor(value) -> torch.Tensor | None:
-    if isinstance(value, torch.Tensor):
-        return value
-    hidden = getattr(value, "last_hidden_state", None)
-    if isinstance(hidden, torch.Tensor):
-        return hidden
-    if isinstance(value, (tuple, list)) and value and isinstance(value[0], torch.Tensor):
-        return value[0]
-    return None
 
 
 def _float_input(args, kwargs) -> torch.Tensor | None:
@@ -96,7 +86,7 @@ def find_landmarks(built: BuiltModel, input_ids: torch.Tensor, mode: str) -> Lan
             inputs[id(module)] = _key(x)
 
     def on_output(module, args, kwargs, output):
-        out = _first_tensor(output)
+        out = tensor_of(output)
         if out is None or not out.is_floating_point() or _float_input(args, kwargs) is None:
             return
         key = _key(out)
@@ -207,7 +197,7 @@ def observe(built: BuiltModel, landmarks: Landmarks, loss_fn: Callable, batch: d
         use.armed = True
 
     if landmarks.source is not None:  # the body's output, where the final norm reads it
-        handles.append(landmarks.source.register_forward_hook(lambda mod, args, out: (capture(_first_tensor(out)),
+        handles.append(landmarks.source.register_forward_hook(lambda mod, args, out: (capture(tensor_of(out)),
                                                                                         arm())[-1]))
     elif landmarks.producer is not None:
         handles.append(landmarks.producer.register_forward_pre_hook(
@@ -256,7 +246,7 @@ def naive_loss(built: BuiltModel, batch: dict, store: dict | None = None, ignore
         handles.append(head.register_forward_pre_hook(
             lambda mod, args: store.__setitem__("head_input", args[0].detach()) if args else None))
         handles.append(head.register_forward_hook(
-            lambda mod, args, out: store.__setitem__("raw", _first_tensor(out).detach())))
+            lambda mod, args, out: store.__setitem__("raw", tensor_of(out).detach())))
     try:
         logits = built.logits_of(built.call(batch["input_ids"]))
     finally:

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 
 from fusedce.options import LossOptions
 from profiler.backends import LossFn
-from profiler.models.head import locate_head
+from profiler.models.head import first_tensor, locate_head
 from profiler.models.source import BuiltModel
 from profiler.precision import autocast
 from profiler.protocol import MemoryMeter, Phase
@@ -253,13 +253,13 @@ def train_step(model, loss_fn, options: LossOptions, optimizer: torch.optim.Opti
             with counter.hooks() if counter else contextlib.nullcontext():
                 if step_loss.kind == "naive":
                     handles.append(head.module.register_forward_pre_hook(
-                        lambda mod, args, kwargs: reach_head(_first_tensor(args, kwargs)), with_kwargs=True))
+                        lambda mod, args, kwargs: reach_head(first_tensor(args, kwargs)), with_kwargs=True))
                     logits = built.logits_of(built.call(input_ids))
                     loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
                                            ignore_index=options.ignore_index, reduction=options.reduction)
                 elif step_loss.kind == "hidden":
                     def stop(mod, args, kwargs):
-                        raise _HeadReached(_first_tensor(args, kwargs))
+                        raise _HeadReached(first_tensor(args, kwargs))
 
                     handles.append(head.module.register_forward_pre_hook(stop, with_kwargs=True))
                     try:
@@ -275,7 +275,7 @@ def train_step(model, loss_fn, options: LossOptions, optimizer: torch.optim.Opti
                 elif step_loss.kind == "patched":
                     if built.trunk is not None:
                         handles.append(built.trunk.register_forward_hook(
-                            lambda mod, args, out: reach_head(_first_tensor((out,), {}))))
+                            lambda mod, args, out: reach_head(first_tensor((out,), {}))))
                     labels = hf_labels(targets, options.ignore_index)
                     out = built.module(input_ids=input_ids, labels=labels, use_cache=False)
                     loss = out.loss if hasattr(out, "loss") else out[0]
@@ -295,18 +295,6 @@ def train_step(model, loss_fn, options: LossOptions, optimizer: torch.optim.Opti
     mark("optimizer")
     optimizer.step()
     return loss.detach()
-
-
-def _first_tensor(args, kwargs):
-    for value in list(args) + list(kwargs.values()):
-        if isinstance(value, torch.Tensor):
-            return value
-        hidden = getattr(value, "last_hidden_state", None)
-        if isinstance(hidden, torch.Tensor):
-            return hidden
-        if isinstance(value, (tuple, list)) and value and isinstance(value[0], torch.Tensor):
-            return value[0]
-    return None
 
 
 @torch.no_grad()
