@@ -40,6 +40,38 @@ def _saved(draw: Draw) -> Callable[[list[ModelResult], Path], Path | None]:
     return plot
 
 
+Bar = tuple[str, list[tuple[str, float]], float]
+"""One horizontal bar: its label, its (segment name, bytes) segments left to right, its total bytes."""
+
+
+def _stacked_bars(bars: list[Bar], color: Callable[[str], object], *, height: float, xlabel: str, title: str,
+                  legend_columns: int, headroom: float) -> Figure:
+    """Horizontal stacked bars, one per row of ``bars``, each segment coloured by ``color(name)``
+    and named once in the legend; the total is written at the bar's end. The axis is in GiB
+    when the largest total reaches 1 GiB, else MiB (``xlabel`` is prefixed with the unit)."""
+    unit, unit_name = (GIB, "GiB") if max(total for _, _, total in bars) >= GIB else (1 << 20, "MiB")
+    fig, ax = new_figure((10, 0.55 * len(bars) + height))
+    labelled: set[str] = set()
+    for i, (_, segments, total) in enumerate(bars):
+        left = 0.0
+        for name, size in segments:
+            width = size / unit
+            ax.barh(i, width, left=left, color=color(name), label=None if name in labelled else plot_text(name))
+            labelled.add(name)
+            left += width
+        ax.text(left, i, f" {format_bytes(total)}", va="center", fontsize=9)
+    ax.set_yticks(range(len(bars)), [plot_text(label) for label, _, _ in bars])
+    ax.invert_yaxis()
+    ax.set_xlim(0, max(total for _, _, total in bars) / unit * headroom)
+    ax.set_xlabel(f"{unit_name} {xlabel}")
+    ax.set_title(title)
+    ax.grid(axis="x", alpha=0.3)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12 - 0.6 / (len(bars) + 3)), ncol=legend_columns,
+              fontsize=8, frameon=False)
+    fig.tight_layout()
+    return fig
+
+
 def draw_attribution(results: list[ModelResult]) -> Figure | None:
     """Horizontal stacked bars: each traced back-end's peak split by kind (``None`` when no
     result was traced)."""
@@ -47,27 +79,12 @@ def draw_attribution(results: list[ModelResult]) -> Figure | None:
     if not ok:
         return None
     kinds = [k for k in KINDS if any(r.attribution.kind_bytes(k) for r in ok)]
-    unit, unit_name = (GIB, "GiB") if max(r.attribution.peak_bytes for r in ok) >= GIB else (1 << 20, "MiB")
     cmap = colormaps["tab20"]
-    fig, ax = new_figure((10, 0.55 * len(ok) + 2.8))
-    for i, r in enumerate(ok):
-        left = 0.0
-        for j, kind in enumerate(kinds):
-            width = r.attribution.kind_bytes(kind) / unit
-            ax.barh(i, width, left=left, color=cmap(KINDS.index(kind) % 20),
-                    label=plot_text(kind) if i == 0 else None)
-            left += width
-        ax.text(left, i, f" {format_bytes(r.attribution.peak_bytes)}", va="center", fontsize=9)
-    ax.set_yticks(range(len(ok)), [plot_text(f"{r.job.label} (B={r.job.batch} T={r.job.seq})") for r in ok])
-    ax.invert_yaxis()
-    ax.set_xlim(0, max(r.attribution.peak_bytes for r in ok) / unit * 1.18)
-    ax.set_xlabel(f"{unit_name} alive at the traced step's peak, by kind")
-    ax.set_title("Measured attribution of the training step's peak")
-    ax.grid(axis="x", alpha=0.3)
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12 - 0.6 / (len(ok) + 3)), ncol=3, fontsize=8,
-              frameon=False)
-    fig.tight_layout()
-    return fig
+    bars = [(f"{r.job.label} (B={r.job.batch} T={r.job.seq})",
+             [(kind, r.attribution.kind_bytes(kind)) for kind in kinds], r.attribution.peak_bytes) for r in ok]
+    return _stacked_bars(bars, lambda kind: cmap(KINDS.index(kind) % 20), height=2.8,
+                         xlabel="alive at the traced step's peak, by kind",
+                         title="Measured attribution of the training step's peak", legend_columns=3, headroom=1.18)
 
 
 plot_attribution = _saved(draw_attribution)
@@ -84,31 +101,13 @@ def draw_breakdown(results: list[ModelResult]) -> Figure | None:
         for p in r.memory.composition:
             if p.name not in part_names:
                 part_names.append(p.name)
-    unit, unit_name = (GIB, "GiB") if max(r.memory.peak for r in ok) >= GIB else (1 << 20, "MiB")
     cmap = colormaps["tab10"]
-    fig, ax = new_figure((10, 0.55 * len(ok) + 2.4))
-    labels = [f"{r.job.label} ({r.job.config.name}{' tied' if r.job.config.tie_word_embeddings else ''}, "
-              f"B={r.job.batch} T={r.job.seq})" for r in ok]
-    labelled: set[str] = set()
-    for i, r in enumerate(ok):
-        left = 0.0
-        for p in r.memory.composition:
-            width = p.bytes / unit
-            ax.barh(i, width, left=left, color=cmap(part_names.index(p.name) % 10),
-                    label=None if p.name in labelled else plot_text(p.name))
-            labelled.add(p.name)
-            left += width
-        ax.text(left, i, f" {format_bytes(r.memory.peak)}", va="center", fontsize=9)
-    ax.set_yticks(range(len(ok)), [plot_text(label) for label in labels])
-    ax.invert_yaxis()
-    ax.set_xlim(0, max(r.memory.peak for r in ok) / unit * 1.15)
-    ax.set_xlabel(f"{unit_name} allocated at the step's peak ({ok[0].memory.source})")
-    ax.set_title("Where the training step's peak memory goes")
-    ax.grid(axis="x", alpha=0.3)
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12 - 0.6 / (len(ok) + 3)), ncol=4, fontsize=8,
-              frameon=False)
-    fig.tight_layout()
-    return fig
+    bars = [(f"{r.job.label} ({r.job.config.name}{' tied' if r.job.config.tie_word_embeddings else ''}, "
+             f"B={r.job.batch} T={r.job.seq})", [(p.name, p.bytes) for p in r.memory.composition], r.memory.peak)
+            for r in ok]
+    return _stacked_bars(bars, lambda name: cmap(part_names.index(name) % 10), height=2.4,
+                         xlabel=f"allocated at the step's peak ({ok[0].memory.source})",
+                         title="Where the training step's peak memory goes", legend_columns=4, headroom=1.15)
 
 
 plot_breakdown = _saved(draw_breakdown)
