@@ -12,8 +12,8 @@ import typer
 from cli import exit_codes
 from cli.checks import check_loss_wrapper
 from cli.console import make_console
-from cli.model_options import (ConfigOption, HeadOption, HFOption, PresetOption, SeedOption, TiedOption,
-                               UserModelOption, model_source)
+from cli.model_options import (ConfigOption, HFOption, HeadOption, PresetOption, SeedOption, TiedOption,
+                               UserModelOption, default_preset, model_source)
 from cli.options import DeviceOption, ForceOption, JsonOption, OutOption, prepare_out, resolve_device
 from cli.usage import fail, usage_errors
 
@@ -65,7 +65,7 @@ def doctor(
         raise fail("--mode amp-bf16 needs a CUDA device (--device cuda); on the CPU doctor runs in fp32")
     with usage_errors():
         fn = load_wrapper(loss)
-    source = model_source(preset, config, hf, user_model, head, tied, "user-gpt" if on_gpu else "tiny")
+    source = model_source(preset, config, hf, user_model, head, tied, default_preset(run_device))
     with usage_errors():
         parameters = _parameter_count(source)
     if not on_gpu:

@@ -10,8 +10,8 @@ from typing import Annotated, Optional
 import typer
 
 from cli.console import make_console
-from cli.model_options import (ConfigOption, HeadOption, HFOption, ModeOption, PresetOption, TiedOption,
-                               UserModelOption, model_source)
+from cli.model_options import (ConfigOption, HFOption, HeadOption, ModeOption, PresetOption, TiedOption,
+                               UserModelOption, default_preset, model_source)
 from cli.options import DeviceOption, ForceOption, JsonOption, OutOption, prepare_out, resolve_device
 from cli.usage import fail, usage_errors
 
@@ -61,7 +61,7 @@ def explain(
     console = make_console(to_stderr=as_json)
     run_device = resolve_device(device)
     on_gpu = run_device.startswith("cuda")
-    source = model_source(preset, config, hf, user_model, head, tied, "user-gpt" if on_gpu else "tiny")
+    source = model_source(preset, config, hf, user_model, head, tied, default_preset(run_device))
     cfg = source.config
     with usage_errors():
         seqs = tuple(int(s) for s in seq_candidates.split(",") if s.strip())

@@ -12,8 +12,8 @@ import typer
 from cli import exit_codes
 from cli.checks import check_backends, check_model_fits, nothing_measured
 from cli.console import make_console
-from cli.model_options import (BackendOption, ConfigOption, HeadOption, HFOption, ModeOption, PresetOption, SeedOption,
-                               TiedOption, UserModelOption, loss_backends, model_source)
+from cli.model_options import (BackendOption, ConfigOption, HFOption, HeadOption, ModeOption, PresetOption,
+                               SeedOption, TiedOption, UserModelOption, default_preset, loss_backends, model_source)
 from cli.options import DeviceOption, ForceOption, JsonOption, OutOption, prepare_out, resolve_device
 from cli.usage import fail, usage_errors
 from profiler.text import shorten
@@ -67,7 +67,7 @@ def model(
     console = make_console(to_stderr=as_json)
     run_device = resolve_device(device)
     on_gpu = run_device.startswith("cuda")
-    source = model_source(preset, config, hf, user_model, head, tied, "user-gpt" if on_gpu else "tiny")
+    source = model_source(preset, config, hf, user_model, head, tied, default_preset(run_device))
     cfg = source.config
     if fit_axis not in FIT_AXES:
         raise fail(f"--fit-axis must be one of {', '.join(FIT_AXES)}, got {fit_axis!r}")

@@ -40,6 +40,12 @@ BackendOption = Annotated[Optional[list[str]], typer.Option(
                       "(hidden, weight, target, bias, **options).")]
 
 
+def default_preset(device: str) -> str:
+    """The built-in model that ``model``, ``doctor`` and ``explain`` use when none is named:
+    the seed's ``user-gpt`` on a GPU, ``tiny`` on the CPU."""
+    return "user-gpt" if device.startswith("cuda") else "tiny"
+
+
 def model_config(preset: Optional[str], config: Optional[Path], tied: Optional[bool], default: str) -> ModelConfig:
     """The built-in model of --preset or --config (``default`` when neither is given), its
     tie_word_embeddings overridden by --tied/--untied."""
