@@ -35,3 +35,12 @@ def test_a_job_that_raises_is_job_failed_with_the_exception_in_its_first_line(tm
         assert f"log {worker.log_path}" in first
         assert worker.call("environment", timeout_s=120)["torch"]  # the worker lives on
     assert workers_of(os.getpid(), wait_s=5) == []
+
+
+def test_the_worker_starts_without_a_warning_in_its_log(tmp_path):
+    """Importing the ``profiler`` package must not import the worker module before
+    ``python -m profiler.worker`` runs it (runpy warns in every worker's log otherwise)."""
+    with Worker(tmp_path / "logs") as worker:
+        worker.call("environment", timeout_s=120)
+        log = worker.log_path
+    assert "Warning" not in log.read_text()
