@@ -12,6 +12,7 @@ import typer
 from cli.console import make_console
 from cli.model_options import (ConfigOption, HFOption, HeadOption, ModeOption, PresetOption, TiedOption,
                                UserModelOption, default_preset, model_source)
+from cli.parsing import parse_counts
 from cli.options import DeviceOption, ForceOption, JsonOption, OutOption, prepare_out, resolve_device
 from cli.usage import fail, usage_errors
 
@@ -64,10 +65,10 @@ def explain(
     source = model_source(preset, config, hf, user_model, head, tied, default_preset(run_device))
     cfg = source.config
     with usage_errors():
-        seqs = tuple(int(s) for s in seq_candidates.split(",") if s.strip())
-        batches = tuple(int(b) for b in (calibration_batches or ("2,4" if on_gpu else "1,2")).split(","))
-        if len(batches) < 2 or min(batches) < 1:
-            raise ValueError("--calibration-batches needs at least two positive batch sizes")
+        seqs = tuple(parse_counts(seq_candidates, "--seq-candidates"))
+        batches = tuple(parse_counts(calibration_batches or ("2,4" if on_gpu else "1,2"), "--calibration-batches"))
+        if len(batches) < 2:
+            raise ValueError("--calibration-batches needs at least two different batch sizes")
         seqs = tuple(s for s in seqs if s <= cfg.max_position_embeddings) or seqs
         obs = ex.Observation(naive, fused, card, batch=batch, seq=seq, attention=attention, tied=tied,
                              checkpointing=checkpointing, eval_step=eval_step, mode=mode or "amp-bf16",

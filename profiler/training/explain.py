@@ -52,12 +52,13 @@ class Observation:
     tolerance: float = 0.05
 
     def __post_init__(self) -> None:
-        for name in ("naive_mib", "fused_mib", "total_gib"):
+        # named as ``explain`` takes them, since that is where a bad value comes from
+        for name, option in (("naive_mib", "--naive"), ("fused_mib", "--fused"), ("total_gib", "--card")):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
-                raise ValueError(f"{name} must be a positive number, got {value!r}")
+                raise ValueError(f"{option} must be a positive number, got {value!r}")
         if not 0 < self.tolerance < 1:
-            raise ValueError(f"tolerance must be in (0, 1), got {self.tolerance}")
+            raise ValueError(f"--tolerance must be in (0, 1), got {self.tolerance}")
 
 
 @dataclass(frozen=True)
