@@ -266,3 +266,10 @@ def test_plain_loop_example_records_steps_2_and_5_of_both_runs(tmp_path):
     records = load_recorded_steps(out).records
     assert [(r.label, r.step) for r in records] == [("naive", 2), ("naive", 5), ("fused", 2), ("fused", 5)]
     assert "fused peaks at" in (out / "summary.md").read_text()
+
+
+@pytest.mark.parametrize("steps", [("a",), "2", 3.5, (True,), (-1,)])
+def test_steps_that_are_not_step_indices_are_refused_naming_the_argument(tmp_path, steps):
+    with pytest.raises(ValueError, match=r"^steps must be 0-based step indices"):
+        StepRecorder(torch.nn.Linear(4, 4), tmp_path / "run", steps=steps)
+    assert not (tmp_path / "run").exists()

@@ -39,6 +39,7 @@ import os
 import time
 import warnings
 from pathlib import Path
+from numbers import Integral
 from typing import Callable, Iterable
 
 import torch
@@ -87,7 +88,10 @@ class StepRecorder:
                  force: bool = False, append: bool = False,
                  on_record: Callable[[Path], None] | None = None) -> None:
         self.model, self.out = model, Path(out)
-        self.steps = frozenset(int(s) for s in steps)
+        listed = [steps] if isinstance(steps, (str, bytes)) else list(steps) if isinstance(steps, Iterable) else None
+        if listed is None or not all(isinstance(s, Integral) and not isinstance(s, bool) for s in listed):
+            raise ValueError(f"steps must be 0-based step indices (integers ≥ 0), got {steps!r}")
+        self.steps = frozenset(int(s) for s in listed)
         if any(s < 0 for s in self.steps):
             raise ValueError(f"steps must be 0-based step indices (≥ 0), got {sorted(self.steps)}")
         self.label, self.fused, self.head_path = label, fused, head
