@@ -25,7 +25,6 @@ import pandas as pd
 
 from profiler import store
 from profiler.runner import load_results, planned_cells
-from profiler.snapshot import Timeline
 from reports import plots as plotting
 from reports.environment import read_environment
 from reports.findings import Finding, compute_findings
@@ -33,7 +32,7 @@ from reports.frame import results_frame
 from reports.html import render_html
 from reports.markdown import render_markdown
 from reports.tables import CellTable, cell_tables, write_csv
-from reports.timeline import plot_timeline
+from reports.timeline import plot_timeline, read_timeline, timeline_file
 
 log = logging.getLogger(__name__)
 
@@ -87,18 +86,6 @@ def _unfinished_plan(run_dir: Path, records) -> list[str]:
     return [f"{finished} of {len(planned)} cells — interrupted; continue with `--resume --out {run_dir}`"]
 
 
-def _timeline_file(run_dir: Path, recorded: str | None) -> Path | None:
-    """The timeline JSON a row names, inside the run folder (a moved folder keeps working)."""
-    if not recorded:
-        return None
-    name = Path(recorded).name
-    for candidate in (run_dir / recorded, run_dir / store.SNAPSHOTS_DIR / name):
-        resolved = candidate.resolve()
-        if resolved.is_file() and resolved.is_relative_to(run_dir):
-            return resolved
-    return None
-
-
 def _stem(recorded: str) -> str:
     """``snapshots/<stem>.pickle`` or ``<stem>.timeline.json`` (or an older ``.pickle.gz``) → ``<stem>``."""
     name = Path(recorded).name
@@ -115,7 +102,7 @@ def _timelines(run_dir: Path, frame: pd.DataFrame, plots_dir: Path, notes: list[
     drawn = []
     has_timeline = frame["timeline_path"].notna() if "timeline_path" in frame else pd.Series(False, frame.index)
     for row in frame[has_timeline | frame["snapshot_path"].notna()].itertuples():
-        path = _timeline_file(run_dir, row.timeline_path)
+        path = timeline_file(run_dir, row.timeline_path)
         if path is None:
             recorded = row.timeline_path or row.snapshot_path
             kept.add(plots_dir / f"{TIMELINE_PREFIX}{_stem(recorded)}.png")
@@ -124,7 +111,7 @@ def _timelines(run_dir: Path, frame: pd.DataFrame, plots_dir: Path, notes: list[
                          "pickle)")
             continue
         try:
-            timeline = Timeline.from_dict(store.read_json(path))
+            timeline = read_timeline(path)
         except ValueError as exc:
             notes.append(f"{path}: not a timeline ({exc})")
             continue

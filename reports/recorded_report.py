@@ -21,14 +21,13 @@ import pandas as pd
 
 from profiler import store
 from profiler.recording.records import RecordedStep, load_recorded_steps
-from profiler.snapshot import Timeline
 from profiler.attribution import Attribution, logits_verdict
 from reports.attribution_tables import attribution_table, detector_table, largest_term
 from reports.environment import environment_lines, read_environment
 from reports.figures import new_figure, save_figure
 from reports.markdown import markdown_table
 from reports.plots.model import plot_attribution
-from reports.timeline import plot_timeline
+from reports.timeline import plot_timeline, read_timeline, timeline_file
 from reports.units import GIB, format_bytes, format_ms, format_percent
 
 MIB = 1 << 20
@@ -251,12 +250,12 @@ def _timeline_plots(folder: Path, records: list[RecordedStep], notes: list[str])
     for r in records:
         if not r.timeline:
             continue
-        path = (folder / r.timeline).resolve()
-        if not path.is_file() or not path.is_relative_to(folder.resolve()):
+        path = timeline_file(folder, r.timeline)
+        if path is None:
             notes.append(f"{step_name(r)}: its timeline {r.timeline} is missing")
             continue
         try:
-            timeline = Timeline.from_dict(store.read_json(path))
+            timeline = read_timeline(path)
         except ValueError as exc:
             notes.append(f"{path}: not a timeline ({exc})")
             continue

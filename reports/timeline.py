@@ -13,6 +13,7 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
+from profiler import store
 from profiler.snapshot import Timeline
 from reports.escape import plot_text
 from reports.figures import new_figure, save_figure
@@ -53,3 +54,23 @@ def draw_timeline(timeline: Timeline, *, title: str = "") -> Figure:
 def plot_timeline(timeline: Timeline, path: str | Path, *, title: str = "") -> Path:
     """Draw ``timeline`` into ``path`` (PNG); returns the path."""
     return save_figure(draw_timeline(timeline, title=title), path, dpi=110)
+
+
+def timeline_file(folder: Path, recorded: str | None) -> Path | None:
+    """The timeline JSON a stored record names, found inside ``folder`` only: at the stored
+    relative path, or under ``snapshots/`` by its name (a moved folder keeps working); ``None``
+    when it is not there or resolves outside the folder (a link out of it)."""
+    if not recorded:
+        return None
+    folder = Path(folder).resolve()
+    for candidate in (folder / recorded, folder / store.SNAPSHOTS_DIR / Path(recorded).name):
+        resolved = candidate.resolve()
+        if resolved.is_file() and resolved.is_relative_to(folder):
+            return resolved
+    return None
+
+
+def read_timeline(path: Path) -> Timeline:
+    """The :class:`~profiler.snapshot.Timeline` stored at ``path`` (plain JSON, never a pickle);
+    ``ValueError`` when it is not one."""
+    return Timeline.from_dict(store.read_json(path))
