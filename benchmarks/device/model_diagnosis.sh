@@ -32,19 +32,8 @@ LOG="$OUT/model_diagnosis.log"
 W=/tmp/model-diagnosis
 rm -rf "$W"; mkdir -p "$W/user-gpt" "$W/hf"
 
-# STEPS="explain hf-llama" runs only the named steps (default: all, in the order below).
-STEPS=${STEPS:-all}
-step() {
-  local name=$1 limit=$2; shift 2
-  if [ "$STEPS" != all ] && [[ " $STEPS " != *" $name "* ]]; then echo "== $name: not in STEPS" | tee -a "$LOG"; return 0; fi
-  local left=$(( BUDGET - SECONDS - TAR_MARGIN ))
-  if (( left < limit )); then limit=$left; fi
-  if (( limit < 20 )); then echo "== $name: skipped, ${left} s left" | tee -a "$LOG"; return 0; fi
-  echo "== $name: start at ${SECONDS} s, limit ${limit} s: $*" | tee -a "$LOG"
-  local start=$SECONDS
-  timeout -k 10 "$limit" "$@" >>"$LOG" 2>&1
-  echo "== $name: exit $? after $(( SECONDS - start )) s (124: cut by the limit)" | tee -a "$LOG"
-}
+# STEPS="explain hf-llama" runs only the named steps (see steps.sh).
+. benchmarks/device/steps.sh
 pack() { tar czf "$OUT/$1.tgz" -C "$W" "$1" 2>/dev/null; }
 
 # liger and liger-patched rows need liger-kernel: the carried wheels (.whl/, installed by common.sh)

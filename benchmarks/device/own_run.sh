@@ -27,16 +27,7 @@ LOG="$OUT/own_run.log"
 W=/tmp/own-run
 rm -rf "$W"; mkdir -p "$W/recorded" "$W/doctor"
 
-step() {
-  local name=$1 limit=$2; shift 2
-  local left=$(( BUDGET - SECONDS - TAR_MARGIN ))
-  if (( left < limit )); then limit=$left; fi
-  if (( limit < 20 )); then echo "== $name: skipped, ${left} s left" | tee -a "$LOG"; return 0; fi
-  echo "== $name: start at ${SECONDS} s, limit ${limit} s: $*" | tee -a "$LOG"
-  local start=$SECONDS
-  timeout -k 10 "$limit" "$@" >>"$LOG" 2>&1
-  echo "== $name: exit $? after $(( SECONDS - start )) s (124: cut by the limit)" | tee -a "$LOG"
-}
+. benchmarks/device/steps.sh
 # The raw allocator snapshots (*.pickle, for PyTorch's viewer) stay out of the tars: the report
 # draws from their timeline JSON; step 2's go to snapshots.tgz at the end when they are small enough.
 pack() { tar czf "$OUT/$1.tgz" --exclude='*.pickle' -C "$W" "$1" 2>/dev/null; }
