@@ -38,14 +38,14 @@ import torch
 from benchmarks.goals import check_goals
 from benchmarks.impls import ALL_IMPLS, IMPLS, backend_for
 from benchmarks.measure import measure_cell, measure_gemm
-from profiler.protocol import settle
+from fusedce_profiler.instrument.protocol import settle
 from benchmarks.protocol import (ALL_OPTIONS_LABEL_SMOOTHING, ALL_OPTIONS_SOFTCAP, ALL_OPTIONS_Z_LOSS,
                                  ANCHOR_ROWS, MODES, make_inputs, parse_row)
 from benchmarks.render import fmt_error, fmt_ms, render_console, render_markdown
 from benchmarks.results import BenchRun, BenchSettings, collect_environment, result_stem, save_run
-from profiler.backends import options_of
-from profiler.records import CellResult, CellSpec
-from profiler.reference import reference as fp32_reference
+from fusedce_profiler.instrument.backends import options_of
+from fusedce_profiler.instrument.records import CellResult, CellSpec
+from fusedce_profiler.instrument.reference import reference as fp32_reference
 
 
 def _row_arg(text: str) -> str:

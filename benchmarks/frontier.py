@@ -45,12 +45,12 @@ from benchmarks.measure import measure_cell, measure_gemm
 from benchmarks.protocol import MODES, Row, floor_bytes, make_inputs
 from benchmarks.render import fmt_error, fmt_ms, render_markdown
 from benchmarks.results import BenchRun, BenchSettings, collect_environment, save_run
-from profiler import store
-from profiler.backends import Backend, options_of
-from profiler.backends.fusedce_backends import FusedceBackend
-from profiler.protocol import settle
-from profiler.records import CellResult, CellSpec
-from profiler.reference import reference as fp32_reference
+from fusedce_profiler.instrument import store
+from fusedce_profiler.instrument.backends import Backend, options_of
+from fusedce_profiler.instrument.backends.fusedce_backends import FusedceBackend
+from fusedce_profiler.instrument.protocol import settle
+from fusedce_profiler.instrument.records import CellResult, CellSpec
+from fusedce_profiler.instrument.reference import reference as fp32_reference
 
 
 @dataclass(frozen=True)

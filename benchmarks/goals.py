@@ -17,7 +17,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from benchmarks.protocol import GEMM_STRETCH_FRACTION, Row, memory_goal_bytes, step_flops, tflops
-from profiler.records import CellResult, CellSpec
+from fusedce_profiler.instrument.records import CellResult, CellSpec
 
 SUBJECT = "fusedce"
 

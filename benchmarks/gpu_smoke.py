@@ -22,22 +22,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import fusedce  # noqa: E402
 from fusedce import matmul  # noqa: E402
 from fusedce.options import LossOptions  # noqa: E402
-from profiler.backends import torch_loss  # noqa: E402
-from profiler.protocol import MemoryMeter, settle, synchronize, time_calls  # noqa: E402
-from profiler.reference import reference as fp32_reference  # noqa: E402
-from profiler.reference import relative_error  # noqa: E402
+from fusedce_profiler.instrument.backends import torch_loss  # noqa: E402
+from fusedce_profiler.instrument.protocol import MemoryMeter, settle, synchronize, time_calls  # noqa: E402
+from fusedce_profiler.instrument.reference import reference as fp32_reference  # noqa: E402
+from fusedce_profiler.instrument.reference import relative_error  # noqa: E402
 
 GiB = 1 << 30
 
 
 def reference(h, w, y, b=None, *, eps=0.0, zl=0.0, sc=None, chunk=2048):
-    """fp32 chunked reference (:func:`profiler.reference.reference`): (loss, grad_h, grad_w, grad_b)."""
+    """fp32 chunked reference (:func:`fusedce_profiler.instrument.reference.reference`): (loss, grad_h, grad_w, grad_b)."""
     ref = fp32_reference(h, w, y, b, LossOptions(label_smoothing=eps, z_loss=zl, softcap=sc), chunk=chunk)
     return ref.loss.item(), ref.grad_hidden, ref.grad_weight, ref.grad_bias
 
 
 def rel(a, b):
-    """The project's relative error (:func:`profiler.reference.relative_error`)."""
+    """The project's relative error (:func:`fusedce_profiler.instrument.reference.relative_error`)."""
     return relative_error(a, b)
 
 
@@ -56,7 +56,7 @@ def fused(h, w, y, b, **kw):
 
 
 def eager(h, w, y, b, label_smoothing=0.0, z_loss=0.0, softcap=None):
-    """The eager torch loss as users write it (:func:`profiler.backends.torch_loss`)."""
+    """The eager torch loss as users write it (:func:`fusedce_profiler.instrument.backends.torch_loss`)."""
     return torch_loss(h, w, y, b, LossOptions(label_smoothing=label_smoothing, z_loss=z_loss, softcap=softcap))
 
 
@@ -142,7 +142,7 @@ def check_compile(log):
 
 def measure(fn, h, w, y, amp, repeats=5):
     """Peak extra and median time of one forward+backward, by the project's protocol
-    (:mod:`profiler.protocol`: warm-up, settle, metered step, CUDA-event timings)."""
+    (:mod:`fusedce_profiler.instrument.protocol`: warm-up, settle, metered step, CUDA-event timings)."""
     leaf = {}
 
     def once():

@@ -1,10 +1,10 @@
 """The benchmark's implementation names and the profiler back-ends that run them.
 
-The adapters themselves live once, in :mod:`profiler.backends`; the benchmark only names
+The adapters themselves live once, in :mod:`fusedce_profiler.instrument.backends`; the benchmark only names
 them. Its names (``torch_compile`` with an underscore) are the ones in its result files
 and in ``shared/ANCHORS.md``, so they stay as they are:
 
-- ``torch``: ``F.cross_entropy(F.linear(h, W, b), y)`` eager (:func:`profiler.backends.torch_loss`);
+- ``torch``: ``F.cross_entropy(F.linear(h, W, b), y)`` eager (:func:`fusedce_profiler.instrument.backends.torch_loss`);
 - ``torch_compile``: the same under ``torch.compile(dynamic=False)``, a fresh Dynamo cache per cell;
 - ``liger``: liger-kernel's ``LigerFusedLinearCrossEntropyLoss``, called weight-first;
 - ``cce``: cut-cross-entropy's ``linear_cross_entropy`` (its defaults: gradient filtering on);
@@ -17,7 +17,7 @@ frontier points, ``fusedce_min`` (``memory_budget="min"``) and ``fusedce_fast``
 """
 from __future__ import annotations
 
-from profiler.backends import Backend, get_backend
+from fusedce_profiler.instrument.backends import Backend, get_backend
 
 BACKEND_NAMES = {
     "torch": "torch",

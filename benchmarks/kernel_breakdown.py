@@ -22,12 +22,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import fusedce  # noqa: E402
-from profiler.protocol import settle  # noqa: E402
+from fusedce_profiler.instrument.protocol import settle  # noqa: E402
 from benchmarks.protocol import parse_row  # noqa: E402
-from profiler.environment import collect_environment  # noqa: E402
-from profiler.inputs import make_inputs  # noqa: E402
-from profiler.precision import autocast  # noqa: E402
-from profiler.records import CellSpec  # noqa: E402
+from fusedce_profiler.instrument.environment import collect_environment  # noqa: E402
+from fusedce_profiler.grid.inputs import make_inputs  # noqa: E402
+from fusedce_profiler.instrument.precision import autocast  # noqa: E402
+from fusedce_profiler.instrument.records import CellSpec  # noqa: E402
 
 DEFAULT_ROWS = ("8192x768x32777", "8192x4096x128256")
 KINDS = ("gemm", "chunk_stats", "logit_grad", "convert", "other")

@@ -1,10 +1,10 @@
 """The measurement of one benchmark cell: the profiler's protocol, run side by side.
 
 Per (row, mode, implementation), on inputs shared by all implementations of the row, the
-implementation being a :class:`profiler.backends.Backend` (its adapter is built fresh for
+implementation being a :class:`fusedce_profiler.instrument.backends.Backend` (its adapter is built fresh for
 every cell: the lazy import, and for torch.compile a reset Dynamo cache), the cell is
-measured by :func:`profiler.cell.measure_cell` — the protocol of ``shared/ANCHORS.md`` and
-of every other figure in the project (:mod:`profiler.protocol`): one warm-up (timed by the
+measured by :func:`fusedce_profiler.grid.cell.measure_cell` — the protocol of ``shared/ANCHORS.md`` and
+of every other figure in the project (:mod:`fusedce_profiler.instrument.protocol`): one warm-up (timed by the
 wall clock, ``extra["warmup_ms"]``), the metered forward+backward (the ``.grad`` tensors
 count), parity against the shared fp32 reference, and the median of ``repeats`` CUDA-event
 timings. Failures are recorded in the cell and the memory they held is released, so the run
@@ -19,13 +19,13 @@ from dataclasses import dataclass
 import torch
 
 from benchmarks.protocol import Row
-from profiler.backends import Backend
-from profiler.cell import MeasureSettings
-from profiler.cell import measure_cell as measure_profiler_cell
-from profiler.inputs import CellInputs
-from profiler.protocol import settle, time_calls
-from profiler.records import CellResult, CellSpec
-from profiler.reference import Reference
+from fusedce_profiler.instrument.backends import Backend
+from fusedce_profiler.grid.cell import MeasureSettings
+from fusedce_profiler.grid.cell import measure_cell as measure_profiler_cell
+from fusedce_profiler.grid.inputs import CellInputs
+from fusedce_profiler.instrument.protocol import settle, time_calls
+from fusedce_profiler.instrument.records import CellResult, CellSpec
+from fusedce_profiler.instrument.reference import Reference
 
 
 def measure_cell(backend: Backend, spec: CellSpec, inputs: CellInputs, reference: Reference, *,

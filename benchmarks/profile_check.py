@@ -20,9 +20,9 @@ import sys
 import time
 from pathlib import Path
 
-from profiler.grid import GridSpec
-from profiler.records import CellResult
-from profiler.runner import run_grid
+from fusedce_profiler.grid.spec import GridSpec
+from fusedce_profiler.instrument.records import CellResult
+from fusedce_profiler.grid.runner import run_grid
 
 HEADS = ((768, 32777), (4096, 128256))
 TOKENS = (1024, 4096, 16384, 65536)

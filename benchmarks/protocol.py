@@ -25,7 +25,7 @@ import torch
 
 from fusedce.planner import gradient_floor_bytes
 from fusedce.options import IGNORE_INDEX
-from profiler.inputs import CellInputs
+from fusedce_profiler.grid.inputs import CellInputs
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -125,7 +125,7 @@ def make_inputs(row: Row, mode: str, *, device: str, seed: int = 0, ignore_frac:
     target: (N,) int64 in [0, V) or ``IGNORE_INDEX``. bias: (V,) in the weight's dtype or None.
     The weight is drawn in fp32 and rounded for ``bf16``, so both modes see the same values
     up to that rounding. Exactly ``round(ignore_frac · N)`` targets are ``IGNORE_INDEX``.
-    (Not :func:`profiler.inputs.make_inputs`: the committed results were drawn this way.)
+    (Not :func:`fusedce_profiler.grid.inputs.make_inputs`: the committed results were drawn this way.)
     """
     if not 0.0 <= ignore_frac <= 1.0:
         raise ValueError(f"ignore_frac must be in [0, 1], got {ignore_frac!r}")

@@ -24,7 +24,7 @@ from benchmarks.protocol import (ALL_OPTIONS_LABEL_SMOOTHING, ALL_OPTIONS_SOFTCA
                                  GEMM_STRETCH_FRACTION, GIB, MEMORY_GOAL_FACTOR, MEMORY_GOAL_SLACK_BYTES, MIB,
                                  MODE_LABELS, Row, memory_goal_bytes, step_flops, tflops)
 from benchmarks.results import BenchRun, load_run
-from profiler.records import CellResult
+from fusedce_profiler.instrument.records import CellResult
 
 HEADER = ("N×H×V", "mode", "impl", "peak extra GiB", "× floor", "ms", "TFLOP/s", "% GEMM",
           "rel err loss", "rel err grad_h", "rel err grad_W", "goals: mem · time · parity (stretch)")

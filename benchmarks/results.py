@@ -2,7 +2,7 @@
 
 The JSON file (``<gpu-slug>-<YYYY-MM-DD>[-variant].json``) is the record; the Markdown
 table beside it is rendered from it (:mod:`benchmarks.render`) and can be rebuilt at any
-time without a GPU. Cells are :class:`profiler.records.CellResult` rows, the format the
+time without a GPU. Cells are :class:`fusedce_profiler.instrument.records.CellResult` rows, the format the
 profiler writes too.
 """
 from __future__ import annotations
@@ -16,8 +16,8 @@ from pathlib import Path
 
 from benchmarks.measure import GemmRate
 from benchmarks.protocol import Row
-from profiler import store
-from profiler.records import CellResult
+from fusedce_profiler.instrument import store
+from fusedce_profiler.instrument.records import CellResult
 
 FORMAT_VERSION = 1
 _REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -140,9 +140,9 @@ def _git_commit() -> str:
 
 
 def collect_environment(device: str) -> Environment:
-    """The benchmark's environment block: the profiler's (:mod:`profiler.environment`) in
+    """The benchmark's environment block: the profiler's (:mod:`fusedce_profiler.instrument.environment`) in
     this results format's fixed fields, plus the commit measured."""
-    from profiler.environment import collect_environment as profiler_environment
+    from fusedce_profiler.instrument.environment import collect_environment as profiler_environment
 
     env = profiler_environment()
     cuda = device == "cuda"

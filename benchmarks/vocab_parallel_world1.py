@@ -3,7 +3,7 @@
 At world size 1 ``vocab_parallel_linear_cross_entropy`` runs the same passes as
 ``linear_cross_entropy`` plus its collectives (over a one-process NCCL group, gloo on the
 CPU) and its (2, R) statistics buffer. This measures, per shape, with the profiler's
-protocol (:mod:`profiler.protocol`: settle, meter the forward and backward phases, time
+protocol (:mod:`fusedce_profiler.instrument.protocol`: settle, meter the forward and backward phases, time
 forward+backward with CUDA events): peak extra bytes of each phase, the median step time,
 the memory model's prediction for each, and the largest relative difference of loss and
 gradients between the two.
@@ -30,9 +30,9 @@ import torch.distributed as dist
 
 import fusedce
 from fusedce.memory_model import predict_peak_bytes, predict_vocab_parallel_peak_bytes
-from profiler.environment import collect_environment, save_environment
-from profiler.protocol import MemoryMeter, settle, time_calls
-from profiler.reference import relative_error
+from fusedce_profiler.instrument.environment import collect_environment, save_environment
+from fusedce_profiler.instrument.protocol import MemoryMeter, settle, time_calls
+from fusedce_profiler.instrument.reference import relative_error
 
 GPU_SHAPES = [(8192, 768, 32777), (16384, 4096, 128256), (32768, 4096, 128256)]  # (N, H, V)
 DRY_SHAPES = [(64, 16, 301), (96, 8, 1000)]

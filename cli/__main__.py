@@ -1,4 +1,4 @@
-"""``python -m cli``: the same as the ``fusedce-profile`` console script."""
-from cli.app import main
+"""``python -m fusedce_cli``: the same as the ``fusedce-profile`` console script."""
+from fusedce_cli.app import main
 
 main()

@@ -1,11 +1,11 @@
 """``fusedce-profile``: the command line (typer + rich).
 
-With no sub-command it runs the built-in default grid (:mod:`cli.defaults`) and writes a
+With no sub-command it runs the built-in default grid (:mod:`fusedce_cli.defaults`) and writes a
 report; ``grid`` runs a grid of the user's choosing; ``report DIR`` rebuilds a report from
 a run folder (grid, model, parity or doctor) without a GPU; ``env``, ``backends`` and ``presets``
 describe what is there; ``model``, ``parity``, ``doctor`` and ``explain`` (from
-:mod:`cli.model_command`, :mod:`cli.parity_command`, :mod:`cli.doctor_command`,
-:mod:`cli.explain_command`) look at a whole training step. Exit codes: :mod:`cli.exit_codes`.
+:mod:`fusedce_cli.model_command`, :mod:`fusedce_cli.parity_command`, :mod:`fusedce_cli.doctor_command`,
+:mod:`fusedce_cli.explain_command`) look at a whole training step. Exit codes: :mod:`fusedce_cli.exit_codes`.
 """
 from __future__ import annotations
 
@@ -17,13 +17,13 @@ from typing import Annotated, Optional
 
 import typer
 
-from cli import exit_codes
-from cli.console import make_console
-from cli.heads import head_from
-from cli.options import (CellTimeoutOption, DeviceOption, ForceOption, JsonOption, OutOption, os_errors,
+from fusedce_cli import exit_codes
+from fusedce_cli.console import make_console
+from fusedce_cli.heads import head_from
+from fusedce_cli.options import (CellTimeoutOption, DeviceOption, ForceOption, JsonOption, OutOption, os_errors,
                          prepare_out, release_command_locks, resolve_cell_timeout, resolve_device)
-from cli.parsing import parse_backends, parse_counts, parse_devices, parse_floats, parse_modes
-from cli.usage import fail, usage_errors
+from fusedce_cli.parsing import parse_backends, parse_counts, parse_devices, parse_floats, parse_modes
+from fusedce_cli.usage import fail, usage_errors
 
 HELP = """Profile the memory, time and parity of LM-head losses (linear + cross-entropy).
 
@@ -74,8 +74,8 @@ def default(
             raise fail(f"{', '.join(given)} given before '{ctx.invoked_subcommand}': "
                        "put options after the command")
         return
-    from cli.defaults import default_run
-    from cli.run import run_grids
+    from fusedce_cli.defaults import default_run
+    from fusedce_cli.run import run_grids
 
     console = make_console(to_stderr=as_json)
     with usage_errors():
@@ -134,12 +134,12 @@ def grid(
     --preset/--config set H, V and the soft-cap; --hidden, --vocab and --softcap given
     explicitly take precedence.
     """
-    from cli.checks import check_backends
-    from cli.defaults import installed_backends
-    from cli.run import run_grids
-    from profiler.backends import BUILTIN_BACKENDS
-    from profiler.grid import GridSpec
-    from profiler.text import count
+    from fusedce_cli.checks import check_backends
+    from fusedce_cli.defaults import installed_backends
+    from fusedce_cli.run import run_grids
+    from fusedce_profiler.instrument.backends import BUILTIN_BACKENDS
+    from fusedce_profiler.grid.spec import GridSpec
+    from fusedce_profiler.instrument.text import count
 
     console = make_console(to_stderr=as_json)
     if tokens is not None and (batch is not None or seq is not None):
@@ -197,8 +197,8 @@ def report(
 
     Only JSON and CSV files are read: a folder received from someone else cannot run code.
     """
-    from cli.run import finish
-    from profiler import store
+    from fusedce_cli.run import finish
+    from fusedce_profiler.instrument import store
 
     console = make_console(to_stderr=as_json)
     if not run_dir.is_dir():
@@ -210,11 +210,11 @@ def report(
     if any((run_dir / name).is_file() for name in (store.MODEL_RESULTS_FILE, store.PARITY_FILE, store.DOCTOR_FILE)):
         raise typer.Exit(_model_report(run_dir, console, as_json))
     if (run_dir / store.RECORDED_STEPS_FILE).is_file():  # steps recorded in the user's own run
-        from cli.recorded import recorded_report
+        from fusedce_cli.recorded import recorded_report
 
         raise typer.Exit(recorded_report(run_dir, console, as_json))
     if (run_dir / store.EXPLAIN_FILE).is_file():  # an `explain` folder
-        from reports.explain_report import write_explain_report
+        from fusedce_reports.explain_report import write_explain_report
 
         with usage_errors():
             console.print(f"report: {write_explain_report(run_dir)}", markup=False)
@@ -227,11 +227,11 @@ def report(
 def _model_report(run_dir: Path, console, as_json: bool) -> int:
     """Rebuild a ``model``, ``parity`` or ``doctor`` folder; print where the summary went;
     return the exit code (1 when a parity or doctor check failed)."""
-    from profiler import store
-    from profiler.training.jobs import load_model_results
-    from reports.doctor_report import read_doctor, write_doctor_report
-    from reports.model_report import missing_rows, write_model_report
-    from reports.parity_report import write_parity_report
+    from fusedce_profiler.instrument import store
+    from fusedce_profiler.instrument.step.jobs import load_model_results
+    from fusedce_reports.doctor_report import read_doctor, write_doctor_report
+    from fusedce_reports.model_report import missing_rows, write_model_report
+    from fusedce_reports.parity_report import write_parity_report
 
     kind, passed, notes = "model", None, []
     with usage_errors(), os_errors():
@@ -263,8 +263,8 @@ def _model_report(run_dir: Path, console, as_json: bool) -> int:
 @app.command()
 def env(as_json: JsonOption = False) -> None:
     """Print the environment block (GPU, driver, CUDA, torch, triton, back-end versions)."""
-    from profiler.environment import collect_environment
-    from reports.environment import environment_lines
+    from fusedce_profiler.instrument.environment import collect_environment
+    from fusedce_reports.environment import environment_lines
 
     environment = collect_environment()
     if as_json:
@@ -285,8 +285,8 @@ def backends(as_json: JsonOption = False) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    from cli.checks import SHORT_INSTALL_HINTS, install_hint
-    from profiler.backends import list_backends
+    from fusedce_cli.checks import SHORT_INSTALL_HINTS, install_hint
+    from fusedce_profiler.instrument.backends import list_backends
 
     infos = list_backends()
     if as_json:
@@ -314,7 +314,7 @@ def presets(as_json: JsonOption = False) -> None:
     """List the built-in model presets (for --preset) and their LM-head shapes."""
     from rich.table import Table
 
-    from profiler.configs import PRESETS
+    from fusedce_profiler.instrument.models.configs import PRESETS
 
     if as_json:
         sys.stdout.write(json.dumps({name: cfg.to_dict() for name, cfg in PRESETS.items()}, indent=2) + "\n")
@@ -330,8 +330,8 @@ def presets(as_json: JsonOption = False) -> None:
     make_console(to_stderr=False).print(table)
 
 
-MODEL_COMMANDS = {"model": "cli.model_command", "parity": "cli.parity_command", "doctor": "cli.doctor_command",
-                  "explain": "cli.explain_command"}
+MODEL_COMMANDS = {"model": "fusedce_cli.model_command", "parity": "fusedce_cli.parity_command", "doctor": "fusedce_cli.doctor_command",
+                  "explain": "fusedce_cli.explain_command"}
 """The commands that look at a whole training step, each defined in its own module under the
 command's name."""
 

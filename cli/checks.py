@@ -12,7 +12,7 @@
   bound of its activations) fit the device's memory.
 
 Each raises ``ValueError`` with the message; callers turn it into exit code 2
-(:func:`cli.usage.usage_errors`). :func:`nothing_measured` is the after-the-fact check of a
+(:func:`fusedce_cli.usage.usage_errors`). :func:`nothing_measured` is the after-the-fact check of a
 ``model`` run.
 """
 from __future__ import annotations
@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Sequence
 
-from profiler.callables import callable_problem
+from fusedce_profiler.instrument.callables import callable_problem
 
 INSTALL_HINTS = {
     "liger": 'pip install "fusedce[liger]"',
@@ -76,7 +76,7 @@ def device_memory_bytes(device: str) -> int:
 
 def backend_problem(name: str, option: str = "--backend") -> str | None:
     """Why back-end ``name`` (built-in, model-mode or ``module:callable``) cannot be used here."""
-    from profiler.backends import BUILTIN_BACKENDS, MODEL_BACKENDS, get_model_backend
+    from fusedce_profiler.instrument.backends import BUILTIN_BACKENDS, MODEL_BACKENDS, get_model_backend
 
     if name not in BUILTIN_BACKENDS and name not in MODEL_BACKENDS:
         return callable_problem(name, option)
@@ -110,7 +110,7 @@ TRAINING_BYTES_PER_PARAMETER = 16
 
 
 def training_state_bytes(config) -> int:
-    """Parameters, gradients and AdamW state of ``config`` (a :class:`~profiler.configs.ModelConfig`)."""
+    """Parameters, gradients and AdamW state of ``config`` (a :class:`~fusedce_profiler.instrument.models.configs.ModelConfig`)."""
     return TRAINING_BYTES_PER_PARAMETER * config.num_parameters()
 
 
@@ -123,7 +123,7 @@ def activation_floor_bytes(config, batch: int, seq: int) -> int:
 def check_model_fits(config, device: str, batch: int, seq: int) -> None:
     """``ValueError`` when ``config`` cannot train on ``device`` at ``batch`` × ``seq``: its
     training state plus the activation floor exceed the device's memory."""
-    from reports.units import format_bytes
+    from fusedce_reports.units import format_bytes
 
     state = training_state_bytes(config)
     activations = activation_floor_bytes(config, batch, seq)

@@ -20,11 +20,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from profiler.records import CellResult, CellSpec
-from profiler.text import shorten
-from reports.frame import BASELINE_BACKEND
-from reports.tables import group_title
-from reports.units import format_bytes, format_error, format_ms, format_percent, format_tokens, is_missing
+from fusedce_profiler.instrument.records import CellResult, CellSpec
+from fusedce_profiler.instrument.text import shorten
+from fusedce_reports.frame import BASELINE_BACKEND
+from fusedce_reports.tables import group_title
+from fusedce_reports.units import format_bytes, format_error, format_ms, format_percent, format_tokens, is_missing
 
 
 PIPED_WIDTH = 120

@@ -15,8 +15,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from profiler.backends import list_backends
-from profiler.grid import GridSpec
+from fusedce_profiler.instrument.backends import list_backends
+from fusedce_profiler.grid.spec import GridSpec
 
 USER_HEAD = (768, 32777)
 LLAMA3_HEAD = (4096, 128256)

@@ -1,5 +1,5 @@
 """``doctor``: the user's loss wrapper checked on the user's model against the model's own loss;
-the report folder is written by :mod:`reports.doctor_report`. Exit codes (:mod:`cli.exit_codes`):
+the report folder is written by :mod:`fusedce_reports.doctor_report`. Exit codes (:mod:`fusedce_cli.exit_codes`):
 0 ok, 1 a check failed, 2 bad usage or input."""
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ from typing import Annotated, Optional
 
 import typer
 
-from cli import exit_codes
-from cli.checks import check_loss_wrapper
-from cli.console import make_console
-from cli.model_options import (ConfigOption, HFOption, HeadOption, PresetOption, SeedOption, TiedOption,
+from fusedce_cli import exit_codes
+from fusedce_cli.checks import check_loss_wrapper
+from fusedce_cli.console import make_console
+from fusedce_cli.model_options import (ConfigOption, HFOption, HeadOption, PresetOption, SeedOption, TiedOption,
                                UserModelOption, default_preset, model_source)
-from cli.options import DeviceOption, ForceOption, JsonOption, OutOption, prepare_out, resolve_device
-from cli.usage import fail, usage_errors
+from fusedce_cli.options import DeviceOption, ForceOption, JsonOption, OutOption, prepare_out, resolve_device
+from fusedce_cli.usage import fail, usage_errors
 
 
 def _parameter_count(source) -> int:
@@ -49,10 +49,10 @@ def doctor(
     as_json: JsonOption = False,
 ) -> None:
     """Check your loss wrapper on your model against the model's own loss: one verdict per item, exit 1 on a failure."""
-    from profiler import store
-    from profiler.environment import collect_environment, save_environment
-    from profiler.training.doctor import cpu_size_guard, load_wrapper, run_doctor
-    from reports.doctor_report import write_doctor_report
+    from fusedce_profiler.instrument import store
+    from fusedce_profiler.instrument.environment import collect_environment, save_environment
+    from fusedce_profiler.judgements.doctor.doctor import cpu_size_guard, load_wrapper, run_doctor
+    from fusedce_reports.doctor_report import write_doctor_report
 
     console = make_console(to_stderr=as_json)
     with usage_errors():

@@ -4,7 +4,7 @@ OK = 0
 """Every cell ran or was recorded (OOM cells are results, not failures) and parity held."""
 
 PARITY_FAILED = 1
-"""A check failed: a cell's relative error exceeded its mode's tolerance (``profiler.tolerances``;
+"""A check failed: a cell's relative error exceeded its mode's tolerance (``fusedce_profiler.instrument.tolerances``;
 a NaN loss or gradient is a failure), a doctor check failed, a named back-end failed in
 every cell of the run, or every job of a ``model`` run failed."""
 

@@ -1,6 +1,6 @@
 """``explain``: which model configurations explain two nvidia-smi readings (naive vs fused loss),
-from calibration steps; the report folder is written by :mod:`reports.explain_report`. Exit codes
-(:mod:`cli.exit_codes`): 0 ok, 2 bad usage or input."""
+from calibration steps; the report folder is written by :mod:`fusedce_reports.explain_report`. Exit codes
+(:mod:`fusedce_cli.exit_codes`): 0 ok, 2 bad usage or input."""
 from __future__ import annotations
 
 import dataclasses
@@ -9,12 +9,12 @@ from typing import Annotated, Optional
 
 import typer
 
-from cli.console import make_console
-from cli.model_options import (ConfigOption, HFOption, HeadOption, ModeOption, PresetOption, TiedOption,
+from fusedce_cli.console import make_console
+from fusedce_cli.model_options import (ConfigOption, HFOption, HeadOption, ModeOption, PresetOption, TiedOption,
                                UserModelOption, default_preset, model_source)
-from cli.parsing import parse_counts
-from cli.options import DeviceOption, ForceOption, JsonOption, OutOption, prepare_out, resolve_device
-from cli.usage import fail, usage_errors
+from fusedce_cli.parsing import parse_counts
+from fusedce_cli.options import DeviceOption, ForceOption, JsonOption, OutOption, prepare_out, resolve_device
+from fusedce_cli.usage import fail, usage_errors
 
 
 def explain(
@@ -49,15 +49,15 @@ def explain(
     as_json: JsonOption = False,
 ) -> None:
     """Which configurations explain two nvidia-smi readings (naive vs fused): consistent, ruled out, and the run that decides."""
-    from profiler import store
-    from profiler.environment import collect_environment, save_environment
-    from profiler.training import explain as ex
-    from profiler.training import explain_calibration as ex_cal
-    from profiler.training import explain_conclusion as ex_con
-    from profiler.training import explain_verdict as ex_ver
-    from profiler.training.jobs import ModelJob, run_job_in_worker
-    from profiler.worker import Worker, WorkerDied
-    from reports.explain_report import write_explain_report
+    from fusedce_profiler.instrument import store
+    from fusedce_profiler.instrument.environment import collect_environment, save_environment
+    from fusedce_profiler.judgements.explain import records as ex
+    from fusedce_profiler.judgements.explain import calibration as ex_cal
+    from fusedce_profiler.judgements.explain import conclusion as ex_con
+    from fusedce_profiler.judgements.explain import verdict as ex_ver
+    from fusedce_profiler.instrument.step.jobs import ModelJob, run_job_in_worker
+    from fusedce_profiler.instrument.worker import Worker, WorkerDied
+    from fusedce_reports.explain_report import write_explain_report
 
     console = make_console(to_stderr=as_json)
     run_device = resolve_device(device)
@@ -91,7 +91,7 @@ def explain(
     def runner(jobs):
         """The jobs in one long-lived worker (started once: a fresh process per step would cost
         seconds each); a worker that dies is replaced and its jobs count as errors."""
-        from profiler.training.jobs import ModelResult
+        from fusedce_profiler.instrument.step.jobs import ModelResult
 
         if not workers:
             workers.append(Worker(logs))
@@ -127,7 +127,7 @@ def explain(
         model_args += " --tied" if tied else " --untied"
     decided, conclusion = ex_con.conclude(hypotheses, obs)
     if ex_ver.calibration_misses(hypotheses, tolerance):
-        decided = False  # the report names the misses (reports.explain_report)
+        decided = False  # the report names the misses (fusedce_reports.explain_report)
     separation = None if decided else ex_con.separating_measurement(hypotheses, obs, model_args)
     explanation = ex.Explanation(observation=obs, model=source.describe(), source=source.to_dict(), device=run_device,
                                  metric="nvidia-smi at the step's peak (context + peak reserved)" if on_gpu else

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from profiler.configs import ModelConfig, get_preset, load_config
+from fusedce_profiler.instrument.models.configs import ModelConfig, get_preset, load_config
 
 
 @dataclass(frozen=True)

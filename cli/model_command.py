@@ -1,5 +1,5 @@
 """``model``: one training step of a model per loss back-end, measured; the report folder is
-written by :mod:`reports.model_report`. Exit codes (:mod:`cli.exit_codes`): 0 ok, 1 every job
+written by :mod:`fusedce_reports.model_report`. Exit codes (:mod:`fusedce_cli.exit_codes`): 0 ok, 1 every job
 failed, 2 bad usage or input."""
 from __future__ import annotations
 
@@ -9,14 +9,14 @@ from typing import Annotated, Optional
 
 import typer
 
-from cli import exit_codes
-from cli.checks import check_backends, check_model_fits, nothing_measured
-from cli.console import make_console
-from cli.model_options import (BackendOption, ConfigOption, HFOption, HeadOption, ModeOption, PresetOption,
+from fusedce_cli import exit_codes
+from fusedce_cli.checks import check_backends, check_model_fits, nothing_measured
+from fusedce_cli.console import make_console
+from fusedce_cli.model_options import (BackendOption, ConfigOption, HFOption, HeadOption, ModeOption, PresetOption,
                                SeedOption, TiedOption, UserModelOption, default_preset, loss_backends, model_source)
-from cli.options import DeviceOption, ForceOption, JsonOption, OutOption, prepare_out, resolve_device
-from cli.usage import fail, usage_errors
-from profiler.text import shorten
+from fusedce_cli.options import DeviceOption, ForceOption, JsonOption, OutOption, prepare_out, resolve_device
+from fusedce_cli.usage import fail, usage_errors
+from fusedce_profiler.instrument.text import shorten
 
 TraceOption = Annotated[bool, typer.Option(
     "--trace/--no-trace", help="Attribute each back-end's peak by module and kind and run the logits detector "
@@ -56,13 +56,13 @@ def model(
     as_json: JsonOption = False,
 ) -> None:
     """Measure one training step of a model per loss back-end: where the peak goes, what each saves."""
-    from cli.defaults import installed_backends
-    from profiler import store
-    from profiler.environment import collect_environment, save_environment
-    from profiler.training.fit import FIT_AXES, FitResult, fit_backends
-    from profiler.training.jobs import ModelJob, append_model_result, run_job_in_worker
-    from reports.model_report import logits_status, write_model_report
-    from reports.units import GIB, format_bytes, format_percent
+    from fusedce_cli.defaults import installed_backends
+    from fusedce_profiler.instrument import store
+    from fusedce_profiler.instrument.environment import collect_environment, save_environment
+    from fusedce_profiler.judgements.fit import FIT_AXES, FitResult, fit_backends
+    from fusedce_profiler.instrument.step.jobs import ModelJob, append_model_result, run_job_in_worker
+    from fusedce_reports.model_report import logits_status, write_model_report
+    from fusedce_reports.units import GIB, format_bytes, format_percent
 
     console = make_console(to_stderr=as_json)
     run_device = resolve_device(device)
@@ -103,7 +103,7 @@ def model(
                   f"= {format_percent(m.loss_share)} of the peak" if m else f"{result.status}: "
                   f"{shorten(result.message, 120)}")
         if result.attribution is not None:
-            from profiler.attribution import logits_verdict
+            from fusedce_profiler.instrument.tracing.attribution import logits_verdict
 
             detail += f"; logits: {logits_verdict(result.attribution, naive=job.backend == 'torch')[0]}"
         wall = result.extra.get("wall_s")

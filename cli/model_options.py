@@ -9,9 +9,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from cli.parsing import parse_backends
-from cli.usage import fail, usage_errors
-from profiler.configs import ModelConfig, get_preset, load_config
+from fusedce_cli.parsing import parse_backends
+from fusedce_cli.usage import fail, usage_errors
+from fusedce_profiler.instrument.models.configs import ModelConfig, get_preset, load_config
 
 PresetOption = Annotated[Optional[str], typer.Option(
     "--preset", help="A built-in model (see `presets`); default user-gpt on a GPU, tiny on the CPU.")]
@@ -60,7 +60,7 @@ def model_source(preset: Optional[str], config: Optional[Path], hf: Optional[str
                  head: Optional[str], tied: Optional[bool], default: str):
     """The model source of the options: --hf, --model (with an optional --preset/--config
     passed to the factory), else the built-in GPT of --preset/--config."""
-    from profiler.models.source import BuiltinSource, HFSource, MissingDependency, UserSource
+    from fusedce_profiler.instrument.models.source import BuiltinSource, HFSource, MissingDependency, UserSource
 
     if hf and user_model:
         raise fail("--hf and --model both name a model: give one of them")
@@ -68,7 +68,7 @@ def model_source(preset: Optional[str], config: Optional[Path], hf: Optional[str
         raise fail("--hf names the model; --preset/--config are for the built-in model or a --model factory")
     try:
         if hf:
-            from profiler.models.source import _require_transformers
+            from fusedce_profiler.instrument.models.source import _require_transformers
 
             _require_transformers()
             with usage_errors():
@@ -91,7 +91,7 @@ def model_source(preset: Optional[str], config: Optional[Path], hf: Optional[str
 
 def loss_backends(backend: Optional[list[str]], default: list[str]) -> list[str]:
     """The --backend names (``default`` when none is given), torch first."""
-    from profiler.backends import BUILTIN_BACKENDS, MODEL_BACKENDS
+    from fusedce_profiler.instrument.backends import BUILTIN_BACKENDS, MODEL_BACKENDS
 
     names = parse_backends(backend, list(BUILTIN_BACKENDS) + list(MODEL_BACKENDS)) or default
     return ["torch"] + [b for b in names if b != "torch"]  # torch first: the reference

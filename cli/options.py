@@ -8,8 +8,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from cli.output_dir import OutputDirError, prepare_out_dir
-from cli.usage import fail, usage_errors
+from fusedce_cli.output_dir import OutputDirError, prepare_out_dir
+from fusedce_cli.usage import fail, usage_errors
 
 OutOption = Annotated[Optional[Path], typer.Option(
     "--out", help="Run folder (default: a new ./fusedce-profile-YYYYmmdd-HHMMSS).")]
@@ -30,10 +30,10 @@ short enough that a hung back-end does not hold a CI job for hours."""
 def resolve_device(device: Optional[str]) -> str:
     """``--device`` as given, or the default (cuda when a GPU is visible, else cpu).
 
-    A device this machine does not have exits 2 saying what to use (:func:`cli.checks.check_device`).
+    A device this machine does not have exits 2 saying what to use (:func:`fusedce_cli.checks.check_device`).
     """
-    from cli.checks import check_device
-    from profiler.grid import default_device
+    from fusedce_cli.checks import check_device
+    from fusedce_profiler.grid.spec import default_device
 
     with usage_errors():
         return check_device(device or default_device())
@@ -52,7 +52,7 @@ _command_locks: list = []
 
 def _lock_for_this_command(folder: Path) -> None:
     """Take ``folder``'s run lock until the running command ends (a second run exits 2)."""
-    from profiler import store
+    from fusedce_profiler.instrument import store
 
     try:
         _command_locks.append(store.RunLock(folder).acquire())

@@ -6,7 +6,7 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-from profiler import store
+from fusedce_profiler.instrument import store
 
 # What a run writes into its folder; ``--force`` removes these and nothing else.
 RUN_ARTEFACTS = (store.RESULTS_FILE, "results.csv", "summary.md", "report.html", store.ENVIRONMENT_FILE,
@@ -37,7 +37,7 @@ def prepare_out_dir(out: Path | None, *, force: bool, resume: bool,
       removes the previous run's artefacts (:data:`RUN_ARTEFACTS`, nothing else);
       otherwise :class:`OutputDirError`. A folder holding only a lock file counts as empty.
     - ``lock`` is called with the folder once it exists and before anything in it is
-      removed (the caller takes the folder's :class:`~profiler.store.RunLock` there, so
+      removed (the caller takes the folder's :class:`~fusedce_profiler.instrument.store.RunLock` there, so
       that ``--force`` never removes the files of a run still writing them).
 
     ``OSError`` (a folder that cannot be created or written) propagates.

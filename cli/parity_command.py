@@ -1,6 +1,6 @@
 """``parity``: train from the same init on the same batches with torch and each back-end and
-compare; the report folder is written by :mod:`reports.parity_report`. Exit codes
-(:mod:`cli.exit_codes`): 0 ok, 1 a back-end diverged, 2 bad usage or input."""
+compare; the report folder is written by :mod:`fusedce_reports.parity_report`. Exit codes
+(:mod:`fusedce_cli.exit_codes`): 0 ok, 1 a back-end diverged, 2 bad usage or input."""
 from __future__ import annotations
 
 import dataclasses
@@ -9,13 +9,13 @@ from typing import Annotated
 
 import typer
 
-from cli import exit_codes
-from cli.checks import check_backends, check_model_fits
-from cli.console import make_console
-from cli.model_options import (BackendOption, ConfigOption, ModeOption, PresetOption, SeedOption, TiedOption,
+from fusedce_cli import exit_codes
+from fusedce_cli.checks import check_backends, check_model_fits
+from fusedce_cli.console import make_console
+from fusedce_cli.model_options import (BackendOption, ConfigOption, ModeOption, PresetOption, SeedOption, TiedOption,
                                loss_backends, model_config)
-from cli.options import DeviceOption, ForceOption, JsonOption, OutOption, prepare_out, resolve_device
-from cli.usage import fail, usage_errors
+from fusedce_cli.options import DeviceOption, ForceOption, JsonOption, OutOption, prepare_out, resolve_device
+from fusedce_cli.usage import fail, usage_errors
 
 
 def parity(
@@ -42,9 +42,9 @@ def parity(
     as_json: JsonOption = False,
 ) -> None:
     """Train from the same init on the same batches with torch and each back-end; exit 1 on divergence."""
-    from profiler.environment import collect_environment, save_environment
-    from profiler.training.parity import ParitySettings, run_parity, save_parity_report
-    from reports.parity_report import gap_sentences, parity_table, write_parity_report
+    from fusedce_profiler.instrument.environment import collect_environment, save_environment
+    from fusedce_profiler.judgements.parity import ParitySettings, run_parity, save_parity_report
+    from fusedce_reports.parity_report import gap_sentences, parity_table, write_parity_report
 
     console = make_console(to_stderr=as_json)
     run_device = resolve_device(device)

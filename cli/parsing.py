@@ -9,7 +9,7 @@ import re
 
 import typer
 
-from profiler.records import MODES
+from fusedce_profiler.instrument.records import MODES
 
 _SUFFIX = {"k": 1024, "m": 1024 * 1024}
 

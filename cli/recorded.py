@@ -6,13 +6,13 @@ import json
 import sys
 from pathlib import Path
 
-from cli import exit_codes
-from cli.usage import usage_errors
+from fusedce_cli import exit_codes
+from fusedce_cli.usage import usage_errors
 
 
 def recorded_report(run_dir: Path, console, as_json: bool) -> int:
-    from profiler.recording.records import load_recorded_steps
-    from reports.recorded_report import write_recorded_report
+    from fusedce_profiler.instrument.recording.records import load_recorded_steps
+    from fusedce_reports.recorded_report import write_recorded_report
 
     with usage_errors():
         loaded = load_recorded_steps(run_dir)

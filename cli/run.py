@@ -12,18 +12,18 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from cli import exit_codes
-from cli.console import CellProgress, error, summary_tables
-from cli.options import describe_os_error, os_errors
-from cli.signals import interrupt_exit_code, stop_on_sigterm
-from cli.usage import fail
-from profiler import store
-from profiler.grid import GridSpec
-from profiler.records import CellSpec
-from profiler.text import count
-from profiler.runner import ResultNotStored, load_results, run_grid, save_plan
-from profiler.worker import WorkerDied
-from reports import Report, build_report
+from fusedce_cli import exit_codes
+from fusedce_cli.console import CellProgress, error, summary_tables
+from fusedce_cli.options import describe_os_error, os_errors
+from fusedce_cli.signals import interrupt_exit_code, stop_on_sigterm
+from fusedce_cli.usage import fail
+from fusedce_profiler.instrument import store
+from fusedce_profiler.grid.spec import GridSpec
+from fusedce_profiler.instrument.records import CellSpec
+from fusedce_profiler.instrument.text import count
+from fusedce_profiler.grid.runner import ResultNotStored, load_results, run_grid, save_plan
+from fusedce_profiler.instrument.worker import WorkerDied
+from fusedce_reports import Report, build_report
 
 FAILED_STATUSES = ("error", "timeout")
 """A back-end whose every cell ended so failed the run (``oom`` and ``skipped`` are results)."""
@@ -119,7 +119,7 @@ def run_grids(grids: Sequence[GridSpec], out_dir: Path, console: Console, *, res
     a file-size limit) exits 2 naming the path, the OS error and the cell ``--resume``
     measures again; a worker that cannot start stops the run with exit code 3.
     ``cell_timeout_s``: a cell still running after that long is recorded as ``timeout``.
-    ``devices``: see :func:`profiler.runner.run_grid`.
+    ``devices``: see :func:`fusedce_profiler.grid.runner.run_grid`.
     """
     try:
         lock = store.RunLock(out_dir).acquire()
@@ -160,7 +160,7 @@ def run_grids(grids: Sequence[GridSpec], out_dir: Path, console: Console, *, res
             raise fail(describe_os_error(exc)) from None
         with os_errors():
             if not (out_dir / store.ENVIRONMENT_FILE).exists():
-                from profiler.environment import collect_environment, save_environment
+                from fusedce_profiler.instrument.environment import collect_environment, save_environment
 
                 save_environment(out_dir, collect_environment())
         if not (out_dir / store.RESULTS_FILE).exists():

@@ -11,7 +11,7 @@ import contextlib
 import signal
 from collections.abc import Iterator
 
-from cli import exit_codes
+from fusedce_cli import exit_codes
 
 
 class Terminated(KeyboardInterrupt):

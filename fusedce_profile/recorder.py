@@ -1,6 +1,6 @@
-"""The public recorder: :class:`profiler.recording.StepRecorder` that also renders the report.
+"""The public recorder: :class:`fusedce_profiler.instrument.recording.StepRecorder` that also renders the report.
 
-The measuring is :mod:`profiler.recording`; this layer adds what the profiler must not do
+The measuring is :mod:`fusedce_profiler.instrument.recording`; this layer adds what the profiler must not do
 itself (it never imports the renderers): after each recorded step the folder's
 ``summary.md`` and plots are rebuilt by :func:`write_report` (``report=False`` skips it;
 ``fusedce-profile report DIR`` does the same later, anywhere).
@@ -11,12 +11,12 @@ import contextlib
 import warnings
 from pathlib import Path
 
-from profiler.recording.recorder import StepRecorder as _ProfilerStepRecorder
+from fusedce_profiler.instrument.recording.recorder import StepRecorder as _ProfilerStepRecorder
 
 
 def write_report(folder: str | Path) -> Path:
     """Render the recorded folder's ``summary.md`` and ``plots/``; returns the summary's path."""
-    from reports.recorded_report import write_recorded_report
+    from fusedce_reports.recorded_report import write_recorded_report
 
     return write_recorded_report(folder)
 
@@ -31,7 +31,7 @@ def _render(folder: Path) -> None:
 
 class StepRecorder(_ProfilerStepRecorder):
     """Record the named steps of a training loop into ``out`` (see
-    :class:`profiler.recording.StepRecorder` for every option)::
+    :class:`fusedce_profiler.instrument.recording.StepRecorder` for every option)::
 
         recorder = StepRecorder(model, "runs/own", steps=(2, 50), label="fused")
         for batch in loader:

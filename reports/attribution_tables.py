@@ -1,22 +1,22 @@
 """The measured attribution of a training step's peak, as tables and sentences.
 
-Of results that carry an :class:`~profiler.trace.Attribution` (a traced step): the peak by
+Of results that carry an :class:`~fusedce_profiler.instrument.tracing.trace.Attribution` (a traced step): the peak by
 kind (:func:`attribution_table`), the logits detector's tensors (:func:`detector_table`),
 and the activations at the peak in words (:func:`activation_split`, :func:`largest_term`).
-The model report (:mod:`reports.model_report`) and the recorded report
-(:mod:`reports.recorded_report`) render them; the bars are :mod:`reports.plots.model`.
+The model report (:mod:`fusedce_reports.model_report`) and the recorded report
+(:mod:`fusedce_reports.recorded_report`) render them; the bars are :mod:`fusedce_reports.plots.model`.
 """
 from __future__ import annotations
 
 import pandas as pd
 
-from profiler.training.jobs import ModelResult
-from profiler.attribution import ACTIVATION_KINDS, KINDS, Attribution
-from reports.units import format_bytes, format_percent
+from fusedce_profiler.instrument.step.jobs import ModelResult
+from fusedce_profiler.instrument.tracing.attribution import ACTIVATION_KINDS, KINDS, Attribution
+from fusedce_reports.units import format_bytes, format_percent
 
 
 def traced_results(results: list[ModelResult]) -> list[ModelResult]:
-    """The results that ran and were traced (they carry an :class:`~profiler.trace.Attribution`)."""
+    """The results that ran and were traced (they carry an :class:`~fusedce_profiler.instrument.tracing.trace.Attribution`)."""
     return [r for r in results if r.status == "ok" and r.attribution is not None]
 
 

@@ -9,11 +9,11 @@ drew before and no longer draws are removed, and nothing else in the folder is t
 
 Written here::
 
-    results.csv      the results frame (:mod:`reports.frame`)
+    results.csv      the results frame (:mod:`fusedce_reports.frame`)
     summary.md       Markdown, ready to paste into an issue
     report.html      self-contained HTML (plots embedded)
-    plots/*.png      the plots (:mod:`reports.plots`) and one timeline per snapshot
-                     (:mod:`reports.timeline`)
+    plots/*.png      the plots (:mod:`fusedce_reports.plots`) and one timeline per snapshot
+                     (:mod:`fusedce_reports.timeline`)
 """
 from __future__ import annotations
 
@@ -23,16 +23,16 @@ from pathlib import Path
 
 import pandas as pd
 
-from profiler import store
-from profiler.runner import load_results, planned_cells
-from reports import plots as plotting
-from reports.environment import read_environment
-from reports.findings import Finding, compute_findings
-from reports.frame import results_frame
-from reports.html import render_html
-from reports.markdown import render_markdown
-from reports.tables import CellTable, cell_tables, write_csv
-from reports.timeline import plot_timeline, read_timeline, timeline_file
+from fusedce_profiler.instrument import store
+from fusedce_profiler.grid.runner import load_results, planned_cells
+from fusedce_reports import plots as plotting
+from fusedce_reports.environment import read_environment
+from fusedce_reports.findings import Finding, compute_findings
+from fusedce_reports.frame import results_frame
+from fusedce_reports.html import render_html
+from fusedce_reports.markdown import render_markdown
+from fusedce_reports.tables import CellTable, cell_tables, write_csv
+from fusedce_reports.timeline import plot_timeline, read_timeline, timeline_file
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ PLOTS = (
 class Report:
     """What :func:`build_report` produced.
 
-    ``frame``: the results frame (columns in :mod:`reports.frame`); ``notes``: what the
+    ``frame``: the results frame (columns in :mod:`fusedce_reports.frame`); ``notes``: what the
     report says about an incomplete or damaged folder; paths are absolute.
     """
 

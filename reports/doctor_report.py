@@ -1,6 +1,6 @@
 """The doctor run's report: ``summary.md`` from the folder's ``doctor.json``.
 
-A pure function of the stored :class:`profiler.training.doctor.DoctorRun` (and of
+A pure function of the stored :class:`fusedce_profiler.judgements.doctor.doctor.DoctorRun` (and of
 ``environment.json`` when the folder has one): :func:`write_doctor_report` is what
 ``fusedce-profile doctor --out DIR`` calls after writing ``doctor.json``, and what
 ``fusedce-profile report DIR`` calls to rebuild it.
@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from profiler import store
-from profiler.training.doctor import DoctorRun
-from reports.environment import environment_lines, read_environment
-from reports.escape import code_block, markdown_text
-from reports.markdown import markdown_table
+from fusedce_profiler.instrument import store
+from fusedce_profiler.judgements.doctor.doctor import DoctorRun
+from fusedce_reports.environment import environment_lines, read_environment
+from fusedce_reports.escape import code_block, markdown_text
+from fusedce_reports.markdown import markdown_table
 
 VERDICT_MEANING = (
     "pass: the wrapper behaves as the model's own loss on this item; fail: it does not (the evidence "

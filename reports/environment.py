@@ -1,7 +1,7 @@
 """The environment block of a report: what ran the measurement.
 
 The profiler stores the environment of a run as ``environment.json`` in the run folder
-(a JSON object; nested objects allowed; :mod:`profiler.environment`). The report shows it flattened to ``key: value``
+(a JSON object; nested objects allowed; :mod:`fusedce_profiler.instrument.environment`). The report shows it flattened to ``key: value``
 lines, the way PyTorch's bug template asks for ``collect_env`` output.
 """
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 def read_environment(run_dir: Path) -> dict[str, Any]:
-    """The stored environment of a run (:func:`profiler.environment.load_environment`)."""
-    from profiler.environment import load_environment
+    """The stored environment of a run (:func:`fusedce_profiler.instrument.environment.load_environment`)."""
+    from fusedce_profiler.instrument.environment import load_environment
 
     return load_environment(run_dir)
 

@@ -3,13 +3,13 @@
 A run folder is something users receive from others, and its strings are the user's:
 back-end names (``module:callable``), config names, paths, error messages. Every one of
 them goes through a function of this module before it enters a Markdown page or a plot;
-the HTML page escapes with :func:`html.escape` (:mod:`reports.html`).
+the HTML page escapes with :func:`html.escape` (:mod:`fusedce_reports.html`).
 
 - :func:`markdown_text`: plain text shown as itself in Markdown prose, headings, captions
   and table cells: metacharacters backslash-escaped, ``&``, ``<`` and ``>`` as entities
   (so no raw HTML tag survives), one line.
 - :class:`Markdown`: a string that already is Markdown (a deliberate code span or bold);
-  :func:`reports.markdown.markdown_table` passes it through unchanged.
+  :func:`fusedce_reports.markdown.markdown_table` passes it through unchanged.
 - :func:`link_target`: a relative path as the target of a Markdown link or image.
 - :func:`code_block`: lines in a fenced block whose fence no line can close.
 - :func:`plot_text`: a label for matplotlib, which reads ``$…$`` as mathematics.

@@ -1,6 +1,6 @@
 """The ``explain`` report: ``summary.md`` from ``explain.json`` alone.
 
-:func:`write_explain_report` renders what :mod:`profiler.training.explain` stored: the
+:func:`write_explain_report` renders what :mod:`fusedce_profiler.judgements.explain.records` stored: the
 readings and what was stated, the conclusion, the consistent hypotheses and the ruled-out
 ones with their numbers, the measurement that would separate those that remain, and the
 calibration steps every prediction comes from.
@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from profiler import store
-from profiler.training.explain import GIB, MIB, Explanation, Hypothesis, load_explanation
-from profiler.training.explain_verdict import calibration_misses
-from reports.environment import environment_lines, read_environment
-from reports.escape import code_block, markdown_text
-from reports.markdown import markdown_table
-from reports.units import format_bytes
+from fusedce_profiler.instrument import store
+from fusedce_profiler.judgements.explain.records import GIB, MIB, Explanation, Hypothesis, load_explanation
+from fusedce_profiler.judgements.explain.verdict import calibration_misses
+from fusedce_reports.environment import environment_lines, read_environment
+from fusedce_reports.escape import code_block, markdown_text
+from fusedce_reports.markdown import markdown_table
+from fusedce_reports.units import format_bytes
 
 
 def _mib(value: float | None) -> str:

@@ -12,7 +12,7 @@ from pathlib import Path
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from profiler import store
+from fusedce_profiler.instrument import store
 
 
 def new_figure(figsize: tuple[float, float], nrows: int = 1, ncols: int = 1, **subplots) -> tuple[Figure, object]:

@@ -3,7 +3,7 @@
 Each finding is one sentence a user can act on, with every number taken from the frame:
 what the logits cost, what the fused back-end saves and how the saving grows with B·T,
 where a back-end runs out of memory, which back-end holds the least memory and which is the
-fastest at each size and which are on the time–memory frontier (:mod:`reports.rankings`),
+fastest at each size and which are on the time–memory frontier (:mod:`fusedce_reports.rankings`),
 whether parity holds, and how well the analytic memory model predicted the peaks. A
 finding's text is plain text (the Markdown page escapes it).
 """
@@ -14,11 +14,11 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from reports.frame import BASELINE_BACKEND
-from reports.palette import ordered
-from reports.rankings import fastest_sentence, largest_frontier_sentence, lowest_memory_sentence
-from reports.tables import group_title
-from reports.units import format_bytes, format_error, format_percent, format_tokens, is_missing
+from fusedce_reports.frame import BASELINE_BACKEND
+from fusedce_reports.palette import ordered
+from fusedce_reports.rankings import fastest_sentence, largest_frontier_sentence, lowest_memory_sentence
+from fusedce_reports.tables import group_title
+from fusedce_reports.units import format_bytes, format_error, format_percent, format_tokens, is_missing
 
 PREFERRED_BACKEND = "fusedce"
 """The back-end the headline findings describe when it was measured."""

@@ -51,10 +51,10 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from profiler.precision import dtype_bytes, precision
-from profiler.records import CellResult, CellSpec
-from reports.palette import backend_rank
-from profiler.tolerances import parity_verdict
+from fusedce_profiler.instrument.precision import dtype_bytes, precision
+from fusedce_profiler.instrument.records import CellResult, CellSpec
+from fusedce_reports.palette import backend_rank
+from fusedce_profiler.instrument.tolerances import parity_verdict
 
 BASELINE_BACKEND = "torch"
 """Savings are measured against this back-end: the loss exactly as users write it."""

@@ -2,13 +2,13 @@
 
 For one group of comparable cells (same device, mode, head, options) at one token count,
 each back-end that ran is a point (peak extra bytes, median time). A back-end *dominates*
-another when it holds no more memory, is not measurably slower (:func:`reports.timing.faster`)
+another when it holds no more memory, is not measurably slower (:func:`fusedce_reports.timing.faster`)
 and is strictly better on one of the two. The frontier (the Pareto set) is the back-ends
 that passed parity and that no other back-end that passed parity dominates; a back-end that
 failed parity is shown but neither belongs to the frontier nor pushes another off it.
 
-Pure functions of the results frame; :mod:`reports.plots.frontier` draws them and
-:mod:`reports.findings` names them. A ``time_floor_ms`` column, when the frame has one, is
+Pure functions of the results frame; :mod:`fusedce_reports.plots.frontier` draws them and
+:mod:`fusedce_reports.findings` names them. A ``time_floor_ms`` column, when the frame has one, is
 carried as the group's time floor.
 """
 from __future__ import annotations
@@ -17,10 +17,10 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from reports.palette import ordered
-from reports.tables import group_title
-from reports.timing import Timing, faster
-from reports.units import is_missing
+from fusedce_reports.palette import ordered
+from fusedce_reports.tables import group_title
+from fusedce_reports.timing import Timing, faster
+from fusedce_reports.units import is_missing
 
 GROUP_KEYS = ["device", "mode", "hidden", "vocab", "options"]
 
@@ -44,7 +44,7 @@ class FrontierPoint:
 @dataclass(frozen=True)
 class Frontier:
     """The points of one group at one token count. ``title`` is the group's title
-    (:func:`reports.tables.group_title`), ``head`` its ``H×V`` label; ``out_of_memory`` the
+    (:func:`fusedce_reports.tables.group_title`), ``head`` its ``H×V`` label; ``out_of_memory`` the
     back-ends that ran out of memory at this size; ``noisy``: CPU times, compared by range."""
 
     title: str

@@ -12,11 +12,11 @@ from typing import Any
 
 import pandas as pd
 
-from reports.environment import environment_lines
-from reports.findings import Finding
-from reports.markdown import headline, tolerance_sentence
-from reports.measurement import COLUMNS, memory_terms
-from reports.tables import CellTable
+from fusedce_reports.environment import environment_lines
+from fusedce_reports.findings import Finding
+from fusedce_reports.markdown import headline, tolerance_sentence
+from fusedce_reports.measurement import COLUMNS, memory_terms
+from fusedce_reports.tables import CellTable
 
 _STYLE = """
 body { font: 15px/1.5 -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; color: #1f2328;

@@ -11,12 +11,12 @@ from typing import Any
 
 import pandas as pd
 
-from reports.environment import environment_lines
-from reports.escape import code_block, link_target, markdown_text
-from reports.findings import Finding
-from reports.measurement import COLUMNS, memory_terms
-from reports.tables import CellTable
-from profiler.tolerances import TOLERANCES
+from fusedce_reports.environment import environment_lines
+from fusedce_reports.escape import code_block, link_target, markdown_text
+from fusedce_reports.findings import Finding
+from fusedce_reports.measurement import COLUMNS, memory_terms
+from fusedce_reports.tables import CellTable
+from fusedce_profiler.instrument.tolerances import TOLERANCES
 
 
 OPEN_TIMELINES = 4
@@ -25,7 +25,7 @@ OPEN_TIMELINES = 4
 
 def markdown_table(rows: pd.DataFrame) -> str:
     """A GitHub-flavoured Markdown table of string cells, each shown as its text
-    (:func:`~reports.escape.markdown_text`; a :class:`~reports.escape.Markdown` cell as it is)."""
+    (:func:`~fusedce_reports.escape.markdown_text`; a :class:`~fusedce_reports.escape.Markdown` cell as it is)."""
     def cell(value: Any) -> str:
         return markdown_text(value, line_start=False)
 
@@ -37,7 +37,7 @@ def markdown_table(rows: pd.DataFrame) -> str:
 
 def headline(frame: pd.DataFrame) -> str:
     """``24 cells on cuda: 22 ok, 1 oom, 1 error; back-ends: torch, fusedce``."""
-    from reports.palette import ordered
+    from fusedce_reports.palette import ordered
 
     counts = frame["status"].value_counts()
     states = ", ".join(f"{int(counts[s])} {s}" for s in ("ok", "oom", "error", "skipped") if s in counts)

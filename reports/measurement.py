@@ -1,7 +1,7 @@
 """The "how it was measured" text of a report, shared by the Markdown and HTML pages.
 
 Each entry is (term, one sentence). The sentences describe the protocol the profiler
-follows (:mod:`profiler.protocol`) and which figure of memory the tables report.
+follows (:mod:`fusedce_profiler.instrument.protocol`) and which figure of memory the tables report.
 """
 from __future__ import annotations
 

@@ -2,9 +2,9 @@
 
 Pure functions of the results (``model_results.jsonl``): :func:`write_model_report` redoes
 a folder from its files alone (``fusedce-profile report DIR``); the parity run's report is
-:mod:`reports.parity_report`. The tables of a traced step's attribution are
-:mod:`reports.attribution_tables`, the plots :mod:`reports.plots.model`. Tables reuse
-:mod:`reports` (units, Markdown tables) so the look matches the grid's report.
+:mod:`fusedce_reports.parity_report`. The tables of a traced step's attribution are
+:mod:`fusedce_reports.attribution_tables`, the plots :mod:`fusedce_reports.plots.model`. Tables reuse
+:mod:`fusedce_reports` (units, Markdown tables) so the look matches the grid's report.
 """
 from __future__ import annotations
 
@@ -13,17 +13,17 @@ from pathlib import Path
 
 import pandas as pd
 
-from profiler import store
-from profiler.training.fit import FitResult, load_fits
-from profiler.training.jobs import ModelResult, load_model_results
-from profiler.attribution import GROUPS, logits_verdict
-from reports.attribution_tables import (activation_split, attribution_table, detector_table, largest_term,
+from fusedce_profiler.instrument import store
+from fusedce_profiler.judgements.fit import FitResult, load_fits
+from fusedce_profiler.instrument.step.jobs import ModelResult, load_model_results
+from fusedce_profiler.instrument.tracing.attribution import GROUPS, logits_verdict
+from fusedce_reports.attribution_tables import (activation_split, attribution_table, detector_table, largest_term,
                                         traced_results)
-from reports.environment import environment_lines, read_environment
-from reports.escape import Markdown, code_block, link_target, markdown_text
-from reports.markdown import markdown_table
-from reports.plots.model import plot_attribution, plot_breakdown, plot_reserved
-from reports.units import format_bytes, format_ms, format_percent
+from fusedce_reports.environment import environment_lines, read_environment
+from fusedce_reports.escape import Markdown, code_block, link_target, markdown_text
+from fusedce_reports.markdown import markdown_table
+from fusedce_reports.plots.model import plot_attribution, plot_breakdown, plot_reserved
+from fusedce_reports.units import format_bytes, format_ms, format_percent
 
 REFERENCE = "torch"
 RESULTS_FILE = store.MODEL_RESULTS_FILE

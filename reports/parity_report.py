@@ -1,6 +1,6 @@
 """The parity run's report folder: ``summary.md`` and ``plots/parity_loss.png``.
 
-Pure functions of the stored ``parity.json`` (:class:`profiler.training.parity.ParityReport`)
+Pure functions of the stored ``parity.json`` (:class:`fusedce_profiler.judgements.parity.ParityReport`)
 and ``environment.json``: :func:`write_parity_report` redoes a folder from those files alone
 (``fusedce-profile parity`` after each back-end, ``fusedce-profile report DIR`` any time).
 :func:`parity_table` and :func:`gap_sentences` are what the terminal prints too.
@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from profiler import store
-from profiler.training.parity import CONTROL, NOISE_FACTOR, CurveGap, ParityReport, curve_gap, load_parity_report
-from reports.environment import environment_lines, read_environment
-from reports.escape import code_block, markdown_text, plot_text
-from reports.figures import new_figure, save_figure
-from reports.markdown import markdown_table
-from reports.palette import backend_style
+from fusedce_profiler.instrument import store
+from fusedce_profiler.judgements.parity import CONTROL, NOISE_FACTOR, CurveGap, ParityReport, curve_gap, load_parity_report
+from fusedce_reports.environment import environment_lines, read_environment
+from fusedce_reports.escape import code_block, markdown_text, plot_text
+from fusedce_reports.figures import new_figure, save_figure
+from fusedce_reports.markdown import markdown_table
+from fusedce_reports.palette import backend_style
 
 PLOT_FILE = "parity_loss.png"
 

@@ -3,16 +3,16 @@ the time–memory frontier at the largest size.
 
 Three sentences per group of comparable cells (same device, mode, head, options), built
 from the frame alone, about every back-end that ran — not only the fused one against torch
-(:mod:`reports.findings` makes them findings):
+(:mod:`fusedce_reports.findings` makes them findings):
 
 - :func:`lowest_memory_sentence`: the back-end with the lowest peak at each token count
   where two or more ran, and every back-end's peak at the largest such size;
 - :func:`fastest_sentence`: the fastest at each token count, among back-ends that passed
   parity; a faster one that failed parity is named as such, never as the fastest; on the
   CPU a back-end is the fastest only when its time range lies below every other's
-  (:mod:`reports.timing`), otherwise the times are within noise;
+  (:mod:`fusedce_reports.timing`), otherwise the times are within noise;
 - :func:`frontier_sentence`: the back-ends on the time–memory frontier
-  (:mod:`reports.frontier`) at the largest size, and who dominates the others.
+  (:mod:`fusedce_reports.frontier`) at the largest size, and who dominates the others.
 """
 from __future__ import annotations
 
@@ -20,10 +20,10 @@ from collections.abc import Callable, Sequence
 
 import pandas as pd
 
-from reports.frontier import Frontier, largest_frontier
-from reports.palette import ordered
-from reports.timing import Timing, faster
-from reports.units import format_bytes, format_ms, format_tokens
+from fusedce_reports.frontier import Frontier, largest_frontier
+from fusedce_reports.palette import ordered
+from fusedce_reports.timing import Timing, faster
+from fusedce_reports.units import format_bytes, format_ms, format_tokens
 
 
 def names(backends: Sequence[str]) -> str:

@@ -2,7 +2,7 @@
 
 A pure function of the folder's ``recorded_steps.jsonl``, ``snapshots/*.timeline.json`` and
 ``environment.json`` (:func:`write_recorded_report`; ``fusedce-profile report DIR`` calls it):
-``summary.md`` and ``plots/`` (the attribution bars of :mod:`reports.plots.model`, one memory
+``summary.md`` and ``plots/`` (the attribution bars of :mod:`fusedce_reports.plots.model`, one memory
 timeline per snapshot, and the phases of every step). Nothing is unpickled.
 
 Findings, per recorded step: the peak (allocated, reserved, nvidia-smi), the logits detector's
@@ -19,16 +19,16 @@ from pathlib import Path
 
 import pandas as pd
 
-from profiler import store
-from profiler.recording.records import RecordedStep, load_recorded_steps
-from profiler.attribution import Attribution, logits_verdict
-from reports.attribution_tables import attribution_table, detector_table, largest_term
-from reports.environment import environment_lines, read_environment
-from reports.figures import new_figure, save_figure
-from reports.markdown import markdown_table
-from reports.plots.model import plot_attribution
-from reports.timeline import plot_timeline, read_timeline, timeline_file
-from reports.units import GIB, format_bytes, format_ms, format_percent
+from fusedce_profiler.instrument import store
+from fusedce_profiler.instrument.recording.records import RecordedStep, load_recorded_steps
+from fusedce_profiler.instrument.tracing.attribution import Attribution, logits_verdict
+from fusedce_reports.attribution_tables import attribution_table, detector_table, largest_term
+from fusedce_reports.environment import environment_lines, read_environment
+from fusedce_reports.figures import new_figure, save_figure
+from fusedce_reports.markdown import markdown_table
+from fusedce_reports.plots.model import plot_attribution
+from fusedce_reports.timeline import plot_timeline, read_timeline, timeline_file
+from fusedce_reports.units import GIB, format_bytes, format_ms, format_percent
 
 MIB = 1 << 20
 #: An evaluation pass "raised" reserved memory when it added more than this much (or 1% of it).
@@ -44,8 +44,8 @@ class _Job:
 
 @dataclass
 class _Traced:
-    """A recorded step in the shape :mod:`reports.attribution_tables`' attribution and detector
-    tables and :mod:`reports.plots.model`'s attribution plot read (``status``, ``attribution``, ``job.label/batch/seq``)."""
+    """A recorded step in the shape :mod:`fusedce_reports.attribution_tables`' attribution and detector
+    tables and :mod:`fusedce_reports.plots.model`'s attribution plot read (``status``, ``attribution``, ``job.label/batch/seq``)."""
 
     status: str
     attribution: Attribution

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from reports.frame import BASELINE_BACKEND
-from reports.units import format_bytes, format_error, format_ms, format_percent, format_tokens, is_missing
+from fusedce_reports.frame import BASELINE_BACKEND
+from fusedce_reports.units import format_bytes, format_error, format_ms, format_percent, format_tokens, is_missing
 
 CELL_TABLE_COLUMNS = (
     "back-end", "tokens", "peak extra", "× floor", "predicted", "saving vs torch", "time", "parity", "status",
@@ -109,6 +109,6 @@ def cell_tables(frame: pd.DataFrame) -> list[CellTable]:
 
 def write_csv(frame: pd.DataFrame, path: Path) -> Path:
     """Write the numeric results (columns :data:`CSV_COLUMNS`, raw units) to ``path``."""
-    from profiler import store
+    from fusedce_profiler.instrument import store
 
     return store.write_text(path, frame.reindex(columns=list(CSV_COLUMNS)).to_csv(index=False))

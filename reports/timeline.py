@@ -1,4 +1,4 @@
-"""Offline PNG of a memory timeline (:class:`profiler.snapshot.Timeline`).
+"""Offline PNG of a memory timeline (:class:`fusedce_profiler.instrument.snapshot.Timeline`).
 
 Allocated MiB over time as a step line, the forward/backward boundary as a vertical
 line, the peak marked, and the largest tensors alive at the peak listed beside it with
@@ -13,11 +13,11 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from profiler import store
-from profiler.snapshot import Timeline
-from reports.escape import plot_text
-from reports.figures import new_figure, save_figure
-from reports.units import MIB, format_bytes
+from fusedce_profiler.instrument import store
+from fusedce_profiler.instrument.snapshot import Timeline
+from fusedce_reports.escape import plot_text
+from fusedce_reports.figures import new_figure, save_figure
+from fusedce_reports.units import MIB, format_bytes
 
 
 def draw_timeline(timeline: Timeline, *, title: str = "") -> Figure:
@@ -71,6 +71,6 @@ def timeline_file(folder: Path, recorded: str | None) -> Path | None:
 
 
 def read_timeline(path: Path) -> Timeline:
-    """The :class:`~profiler.snapshot.Timeline` stored at ``path`` (plain JSON, never a pickle);
+    """The :class:`~fusedce_profiler.instrument.snapshot.Timeline` stored at ``path`` (plain JSON, never a pickle);
     ``ValueError`` when it is not one."""
     return Timeline.from_dict(store.read_json(path))

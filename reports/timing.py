@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from reports.units import is_missing
+from fusedce_reports.units import is_missing
 
 CPU_SOURCE = "cpu-profiler"
 

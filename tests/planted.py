@@ -6,8 +6,8 @@ gives its min–max time range; ``err`` its relative errors (0.2 fails amp-bf16'
 """
 from __future__ import annotations
 
-from profiler.records import CellResult, CellSpec, Parity
-from reports import results_frame
+from fusedce_profiler.instrument.records import CellResult, CellSpec, Parity
+from fusedce_reports import results_frame
 
 MIB = 1 << 20
 
@@ -29,5 +29,5 @@ def cell(backend: str, tokens: int, peak_mib: float | None = 10.0, *, status: st
 
 
 def frame(*cells: CellResult):
-    """The results frame of ``cells`` (:func:`reports.results_frame`)."""
+    """The results frame of ``cells`` (:func:`fusedce_reports.results_frame`)."""
     return results_frame(list(cells))

@@ -36,12 +36,12 @@ def _cmdline(pid: str) -> list[bytes]:
 
 
 def workers_of(parent_pid: int, wait_s: float = 0.0) -> list[int]:
-    """Pids of live ``profiler.worker`` processes started by ``parent_pid`` (waits up to ``wait_s``
+    """Pids of live ``fusedce_profiler.instrument.worker`` processes started by ``parent_pid`` (waits up to ``wait_s``
     for them to go)."""
     deadline = time.monotonic() + wait_s
     while True:
         found = [int(pid) for pid in os.listdir("/proc") if pid.isdigit()
-                 and b"profiler.worker" in (args := _cmdline(pid)) and str(parent_pid).encode() in args
+                 and b"fusedce_profiler.instrument.worker" in (args := _cmdline(pid)) and str(parent_pid).encode() in args
                  and _alive(pid)]
         if not found or time.monotonic() >= deadline:
             return found
@@ -49,8 +49,8 @@ def workers_of(parent_pid: int, wait_s: float = 0.0) -> list[int]:
 
 
 def is_ours(args: list[bytes]) -> bool:
-    """Whether a command line is a worker or a ``fusedce-profile`` run (``python -m cli``, the script)."""
-    return (b"profiler.worker" in args or any(arg.endswith(b"fusedce-profile") for arg in args)
+    """Whether a command line is a worker or a ``fusedce-profile`` run (``python -m fusedce_cli``, the script)."""
+    return (b"fusedce_profiler.instrument.worker" in args or any(arg.endswith(b"fusedce-profile") for arg in args)
             or any(a == b"-m" and b == b"cli" for a, b in zip(args, args[1:])))
 
 
@@ -95,11 +95,11 @@ CONSOLE_SCRIPT = Path(sys.executable).parent / "fusedce-profile"
 
 def start_cli(args: list[str], env: dict, cwd: str | Path | None = None, *, preexec=None,
               script: bool = False, **kwargs) -> subprocess.Popen:
-    """``python -m cli`` (or, with ``script``, the installed ``fusedce-profile`` console script,
+    """``python -m fusedce_cli`` (or, with ``script``, the installed ``fusedce-profile`` console script,
     which unlike ``python -m`` does not put the current folder on the path) with ``args``, in
     its own session and process group (signals reach it and nothing else of the test);
     stdout and stderr captured as text."""
-    command = [str(CONSOLE_SCRIPT)] if script else [sys.executable, "-m", "cli"]
+    command = [str(CONSOLE_SCRIPT)] if script else [sys.executable, "-m", "fusedce_cli"]
     return subprocess.Popen([*command, *args], env=env, cwd=cwd or REPO, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
                             preexec_fn=preexec, **kwargs)

@@ -9,9 +9,9 @@ from benchmarks.impls import backend_for
 from benchmarks.measure import measure_cell, time_calls
 from benchmarks.protocol import ANCHOR_ROWS, Row, make_inputs
 from fusedce.options import LossOptions
-from profiler.backends import Backend
-from profiler.records import CellSpec
-from profiler.reference import reference
+from fusedce_profiler.instrument.backends import Backend
+from fusedce_profiler.instrument.records import CellSpec
+from fusedce_profiler.instrument.reference import reference
 
 TINY = Row(16, 8, 37)
 

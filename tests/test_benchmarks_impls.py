@@ -16,11 +16,11 @@ import torch
 
 from benchmarks.impls import BACKEND_NAMES, IMPLS, backend_for, installed_version
 from benchmarks.measure import measure_cell
-from profiler.backends import options_of
+from fusedce_profiler.instrument.backends import options_of
 from benchmarks.protocol import Row, make_inputs
 from fusedce.options import LossOptions
-from profiler.records import CellSpec
-from profiler.reference import reference
+from fusedce_profiler.instrument.records import CellSpec
+from fusedce_profiler.instrument.reference import reference
 
 def loss_step(backend, spec):
     """The back-end's loss for the cell's options, called on a cell's inputs."""

@@ -8,7 +8,7 @@ from benchmarks.goals import check_goals
 from benchmarks.measure import GemmRate
 from benchmarks.protocol import GIB, MIB, Row, floor_bytes, step_flops
 from benchmarks.results import BenchRun, BenchSettings, Environment, load_run, result_stem, save_run, slug
-from profiler.records import CellResult, CellSpec, Parity
+from fusedce_profiler.instrument.records import CellResult, CellSpec, Parity
 
 ROW = Row(8192, 4096, 128256, "Llama-3-8B head")
 FLOOR = floor_bytes(ROW, "bf16")

@@ -4,8 +4,8 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from cli.app import app
-from cli.defaults import CPU_HEADS, GPU_HEADS, SMOKE_ENV, default_run
+from fusedce_cli.app import app
+from fusedce_cli.defaults import CPU_HEADS, GPU_HEADS, SMOKE_ENV, default_run
 
 SMOKE = {SMOKE_ENV: "1"}
 

@@ -9,10 +9,10 @@ import torch
 
 from typer.testing import CliRunner
 
-from cli.app import app
+from fusedce_cli.app import app
 from fusedce import linear_cross_entropy
-from profiler import store
-from profiler.training.doctor import Check, DoctorRun
+from fusedce_profiler.instrument import store
+from fusedce_profiler.judgements.doctor.doctor import Check, DoctorRun
 
 runner = CliRunner()
 SHIFT = "targets shifted (position t predicts labels[t+1])"

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from cli.app import app
+from fusedce_cli.app import app
 from processes import cli_env, kill_group, run_cli, start_cli, wait_for, workers_of
-from profiler.store import LOCK_FILE, PLAN_FILE, RESULTS_FILE
+from fusedce_profiler.instrument.store import LOCK_FILE, PLAN_FILE, RESULTS_FILE
 
 BACKENDS = textwrap.dedent('''
     import os, time
@@ -92,7 +92,7 @@ def test_a_hanging_backend_is_recorded_as_timeout_and_the_run_goes_on(fx, tmp_pa
 
 
 def test_cell_timeout_defaults_per_device_and_zero_means_none():
-    from cli.options import resolve_cell_timeout
+    from fusedce_cli.options import resolve_cell_timeout
 
     assert resolve_cell_timeout(None, "cuda:1") == 900 and resolve_cell_timeout(None, "cpu") == 600
     assert resolve_cell_timeout(0, "cpu") is None and resolve_cell_timeout(5, "cpu") == 5
@@ -209,7 +209,7 @@ def test_a_worker_that_dies_at_start_up_is_named_with_its_log_and_exit_3(tmp_pat
     broken.mkdir()
     (broken / "sitecustomize.py").write_text(textwrap.dedent('''
         import os, sys
-        if "profiler.worker" in sys.orig_argv:  # the worker's interpreter only
+        if "fusedce_profiler.instrument.worker" in sys.orig_argv:  # the worker's interpreter only
             sys.stderr.write("ModuleNotFoundError: No module named 'torch'\\n")
             sys.stderr.flush()
             os._exit(1)
@@ -218,7 +218,7 @@ def test_a_worker_that_dies_at_start_up_is_named_with_its_log_and_exit_3(tmp_pat
     result = run_cli([*TINY, "--tokens", "16", "--backend", "torch", "--out", str(out)], cli_env(broken))
     assert result.returncode == 3, result.stderr
     message = _plain(result.stderr)
-    assert "the worker (python -m profiler.worker) died at start-up: exited with code 1" in message
+    assert "the worker (python -m fusedce_profiler.instrument.worker) died at start-up: exited with code 1" in message
     assert "(ModuleNotFoundError: No module named 'torch')" in message
     log = message.split("; log ")[1].split(";")[0]
     assert Path(log).is_file() and Path(log).parent == out / "logs"

@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from cli.app import app
-from profiler.records import CellResult
+from fusedce_cli.app import app
+from fusedce_profiler.instrument.records import CellResult
 
 CONFIGS = Path(__file__).parent / "fixtures" / "configs"
 TINY = ["grid", "--device", "cpu", "--hidden", "32", "--vocab", "256", "--repeats", "1"]

@@ -3,8 +3,8 @@ import json
 
 from typer.testing import CliRunner
 
-from cli.app import app
-from profiler.backends import BUILTIN_BACKENDS
+from fusedce_cli.app import app
+from fusedce_profiler.instrument.backends import BUILTIN_BACKENDS
 
 
 def test_env_prints_versions_and_json():
@@ -45,7 +45,7 @@ def test_help_lists_every_command_and_the_exit_codes():
 def test_model_commands_are_registered_when_their_module_exists():
     import importlib.util
 
-    from cli.app import MODEL_COMMANDS
+    from fusedce_cli.app import MODEL_COMMANDS
 
     names = {c.name or c.callback.__name__ for c in app.registered_commands}
     for name, module_name in MODEL_COMMANDS.items():

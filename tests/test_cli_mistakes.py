@@ -11,7 +11,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from cli.app import app
+from fusedce_cli.app import app
 from processes import cli_env, run_cli
 
 CONFIGS = Path(__file__).parent / "fixtures" / "configs"
@@ -131,14 +131,14 @@ def test_device_gpu_is_told_to_use_cuda_or_cpu(command, tmp_path):
 # --- 14. a model too large for the device --------------------------------------------------------
 
 def test_model_refuses_a_model_that_cannot_fit_before_building_it(tmp_path, monkeypatch):
-    import cli.checks
+    import fusedce_cli.checks
 
-    monkeypatch.setattr(cli.checks, "device_memory_bytes", lambda device: 64 << 30)
+    monkeypatch.setattr(fusedce_cli.checks, "device_memory_bytes", lambda device: 64 << 30)
     folder = tmp_path / "Meta-Llama-3-8B"
     folder.mkdir()
     shutil.copy(CONFIGS / "llama-3-8b.config.json", folder / "config.json")
     built = []
-    monkeypatch.setattr("profiler.models.gpt.GPT.__init__", lambda *a, **k: built.append(1))
+    monkeypatch.setattr("fusedce_profiler.instrument.models.gpt.GPT.__init__", lambda *a, **k: built.append(1))
     result = _invoke(["model", "--config", str(folder), "--device", "cpu", "--out", str(tmp_path / "never")])
     _bad(result, "llama (8.03 B parameters) needs at least 120 GiB to train on cpu",
          "weights, gradients and AdamW state 120 GiB, 16 bytes per parameter", "activations at B=4 T=64",
@@ -151,13 +151,13 @@ def test_model_refuses_a_model_that_cannot_fit_before_building_it(tmp_path, monk
 def test_device_memory_of_the_cpu_is_its_physical_memory():
     import os
 
-    from cli.checks import device_memory_bytes
+    from fusedce_cli.checks import device_memory_bytes
 
     assert device_memory_bytes("cpu") == os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def test_a_model_run_where_every_job_fails_exits_1(tmp_path, monkeypatch):
-    import profiler.training.jobs as jobs
+    import fusedce_profiler.instrument.step.jobs as jobs
 
     def fails(job, log_dir, timeout_s=900):
         return jobs.ModelResult(job=job, status="error", message="RuntimeError: " + "word " * 60)
@@ -214,7 +214,7 @@ def test_one_cell_is_one_cell(tmp_path):
 
 
 def test_a_tiny_negative_percentage_is_zero():
-    from reports.units import format_percent
+    from fusedce_reports.units import format_percent
 
     assert format_percent(-0.0004) == "0%" and format_percent(-0.006) == "-1%" and format_percent(0.943) == "94%"
 

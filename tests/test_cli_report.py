@@ -5,9 +5,9 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from cli.app import app
-from profiler import store
-from profiler.records import CellResult
+from fusedce_cli.app import app
+from fusedce_profiler.instrument import store
+from fusedce_profiler.instrument.records import CellResult
 
 FIXTURE = Path(__file__).parent / "fixtures" / "h200_anchors"
 

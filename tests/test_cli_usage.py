@@ -2,8 +2,8 @@
 import pytest
 import typer
 
-from cli import exit_codes
-from cli.usage import fail, usage_errors
+from fusedce_cli import exit_codes
+from fusedce_cli.usage import fail, usage_errors
 
 
 def test_a_value_error_inside_becomes_exit_2_with_its_message(capsys):

@@ -1,9 +1,9 @@
-"""profiler.configs: Hugging Face config.json, our JSON/TOML, presets, and clear errors."""
+"""fusedce_profiler.instrument.models.configs: Hugging Face config.json, our JSON/TOML, presets, and clear errors."""
 import json
 
 import pytest
 
-from profiler.configs import PRESETS, ModelConfig, config_from_dict, get_preset, load_config
+from fusedce_profiler.instrument.models.configs import PRESETS, ModelConfig, config_from_dict, get_preset, load_config
 
 LLAMA_3_8B_CONFIG = {  # the published config.json of meta-llama/Meta-Llama-3-8B (abridged)
     "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
@@ -130,7 +130,7 @@ def test_model_config_validates_directly():
 
 
 def test_architecture_families_are_listed_once():
-    from profiler.configs import _GATED_FAMILIES, _LAYERNORM_FAMILIES
+    from fusedce_profiler.instrument.models.configs import _GATED_FAMILIES, _LAYERNORM_FAMILIES
 
     assert not _GATED_FAMILIES & _LAYERNORM_FAMILIES
 

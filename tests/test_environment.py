@@ -1,7 +1,7 @@
 """The environment block: library versions from package metadata."""
 from importlib.metadata import PackageNotFoundError, version
 
-from profiler.environment import LIBRARIES, collect_environment
+from fusedce_profiler.instrument.environment import LIBRARIES, collect_environment
 
 
 def test_the_environment_names_the_version_of_every_model_library_or_says_not_installed():

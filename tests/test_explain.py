@@ -3,12 +3,12 @@ import dataclasses
 
 import pytest
 
-from profiler.configs import get_preset
-from profiler.training import explain as ex
-from profiler.training import explain_calibration as ex_cal
-from profiler.training import explain_conclusion as ex_con
-from profiler.training import explain_verdict as ex_ver
-from profiler.training.jobs import ModelJob, run_jobs
+from fusedce_profiler.instrument.models.configs import get_preset
+from fusedce_profiler.judgements.explain import records as ex
+from fusedce_profiler.judgements.explain import calibration as ex_cal
+from fusedce_profiler.judgements.explain import conclusion as ex_con
+from fusedce_profiler.judgements.explain import verdict as ex_ver
+from fusedce_profiler.instrument.step.jobs import ModelJob, run_jobs
 
 MIB = 1 << 20
 
@@ -58,7 +58,7 @@ def test_cannot_decide_is_said_and_a_separating_run_is_named_when_both_fit(calib
 
 
 def test_explanation_round_trips_through_its_json_and_renders(calibrations, tmp_path):
-    from reports.explain_report import write_explain_report
+    from fusedce_reports.explain_report import write_explain_report
 
     obs = ex.Observation(3, 2.9, 24, seq=64)
     ranked = ex_ver.build_hypotheses(obs, calibrations)
@@ -75,7 +75,7 @@ def test_explanation_round_trips_through_its_json_and_renders(calibrations, tmp_
 def test_explain_command_writes_its_folder_and_report_rebuilds_it(tmp_path):
     from typer.testing import CliRunner
 
-    from cli.app import app
+    from fusedce_cli.app import app
 
     out = tmp_path / "ex"
     runner = CliRunner()
@@ -91,7 +91,7 @@ def test_explain_command_writes_its_folder_and_report_rebuilds_it(tmp_path):
 
 
 def test_explain_report_escapes_the_stored_model_backend_and_notes(calibrations):
-    from reports.explain_report import render_explain_markdown
+    from fusedce_reports.explain_report import render_explain_markdown
 
     obs = ex.Observation(3, 2.9, 24, seq=64, fused_backend="my|loss*`x`:make")
     ranked = ex_ver.build_hypotheses(obs, calibrations)
@@ -138,7 +138,7 @@ def test_a_full_size_step_that_contradicts_the_calibration_is_named():
 
 
 def test_the_report_says_when_the_calibration_failed_at_full_size():
-    from reports.explain_report import render_explain_markdown
+    from fusedce_reports.explain_report import render_explain_markdown
 
     gib = 2**30
     obs = ex.Observation(22785, 22155, 24)

@@ -359,7 +359,7 @@ def test_out_of_range_targets_on_cuda():
 def measured_peak_extra(step, *leaves) -> int:
     """ANCHORS protocol: one warm-up ``step()`` (compilation, autotuning, allocator pools), then
     the bytes one more ``step()`` allocates above the baseline at its peak (gradients included)."""
-    from profiler.protocol import MemoryMeter, settle, synchronize
+    from fusedce_profiler.instrument.protocol import MemoryMeter, settle, synchronize
 
     step()
     for leaf in leaves:

@@ -2,7 +2,7 @@
 
 ``predict_peak_bytes(...).forward`` is otherwise only ever compared through ``.step``, which
 the backward (gradients included) sets. Here the forward phase of ``impl="torch"`` is
-measured alone, with the profiler's meter on the CPU (:class:`profiler.protocol.MemoryMeter`:
+measured alone, with the profiler's meter on the CPU (:class:`fusedce_profiler.instrument.protocol.MemoryMeter`:
 every allocation and free the CPU allocator reports, summed in time order), and pinned to the
 prediction to the byte.
 
@@ -21,7 +21,7 @@ import torch
 
 import fusedce
 from fusedce.memory_model import predict_peak_bytes
-from profiler.protocol import MemoryMeter, settle
+from fusedce_profiler.instrument.protocol import MemoryMeter, settle
 
 F32, BF16 = torch.float32, torch.bfloat16
 

@@ -3,7 +3,7 @@
 :func:`fusedce.memory_model.predict_vocab_parallel_peak_bytes` says that a process holding
 V_p rows of the weight needs what one process needs for a V_p-row weight walked with the
 chunk plan of the largest shard, plus the forward's (2 or 3, R) collective buffer. Measured
-with the profiler's CPU meter (:class:`profiler.protocol.MemoryMeter`) on each rank of an
+with the profiler's CPU meter (:class:`fusedce_profiler.instrument.protocol.MemoryMeter`) on each rank of an
 uneven split (V = 2000 over 3: 667, 667, 666 rows), with row and vocabulary chunks:
 
 - one process, for reference: the forward peak is one block's whatever V (pinned to the
@@ -29,7 +29,7 @@ import torch
 import fusedce
 from distributed import run_world
 from fusedce.memory_model import predict_peak_bytes, predict_vocab_parallel_peak_bytes
-from profiler.protocol import MemoryMeter, settle
+from fusedce_profiler.instrument.protocol import MemoryMeter, settle
 
 N, H, V = 300, 40, 2000
 CHUNKS = {"chunk_size": 64, "vocab_chunk_size": 256}

@@ -19,7 +19,7 @@ import torch
 import fusedce
 from fusedce.memory_model import predict_peak_bytes
 from fusedce.planner import plan_chunks
-from profiler.protocol import MemoryMeter, settle
+from fusedce_profiler.instrument.protocol import MemoryMeter, settle
 from reference import (
     OPTION_CASES,
     check_against_reference,

@@ -1,8 +1,13 @@
-"""The layers import one way: fusedce ← profiler ← reports ← cli, and importing them changes nothing.
+"""The layers import one way, and importing them changes nothing.
 
-``profiler`` measures and stores, ``reports`` renders stored files, ``cli`` drives both. A
-renderer imported by the profiler would pull plotting into the measurement (and into a user's
-training job); the loss core must not depend on the tool built around it.
+Between the folders: fusedce ← profiler ← reports ← cli (installed as ``fusedce``,
+``fusedce_profiler``, ``fusedce_reports``, ``fusedce_cli``). ``profiler`` measures and stores,
+``reports`` renders stored files, ``cli`` parses and prints. A renderer imported by the profiler
+would pull plotting into the measurement (and into a user's training job); the loss core must
+not depend on the tool built around it.
+
+Inside ``profiler``: the instrument imports neither the judgements nor the grid, and no
+judgement imports another one.
 """
 from __future__ import annotations
 
@@ -16,10 +21,20 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 # package -> the packages it must never import (at module level or inside a function)
 FORBIDDEN = {
-    "fusedce": ("profiler", "reports", "cli", "benchmarks"),
-    "profiler": ("reports", "cli", "benchmarks"),
-    "reports": ("cli", "benchmarks"),
+    "fusedce": ("fusedce_profiler", "fusedce_profile", "fusedce_reports", "fusedce_cli", "benchmarks"),
+    "profiler": ("fusedce_reports", "fusedce_cli", "fusedce_profile", "benchmarks"),
+    "reports": ("fusedce_cli", "fusedce_profile", "benchmarks"),
+    "profiler/instrument": ("fusedce_profiler.judgements", "fusedce_profiler.grid"),
+    "profiler/judgements/parity.py": ("fusedce_profiler.judgements.doctor", "fusedce_profiler.judgements.explain",
+                                      "fusedce_profiler.judgements.fit"),
+    "profiler/judgements/doctor": ("fusedce_profiler.judgements.parity", "fusedce_profiler.judgements.explain",
+                                   "fusedce_profiler.judgements.fit"),
+    "profiler/judgements/explain": ("fusedce_profiler.judgements.parity", "fusedce_profiler.judgements.doctor"),
+    "profiler/judgements/fit.py": ("fusedce_profiler.judgements.parity", "fusedce_profiler.judgements.doctor",
+                                   "fusedce_profiler.judgements.explain"),
 }
+# The names the old, generic top-level packages had: nothing may import them any more.
+GENERIC = ("profiler", "reports", "cli")
 
 
 def _imports(path: Path) -> set[str]:
@@ -36,18 +51,29 @@ def _imports(path: Path) -> set[str]:
 @pytest.mark.parametrize("package", sorted(FORBIDDEN))
 def test_package_does_not_import_the_layers_above_it(package):
     offending = []
-    for path in sorted((ROOT / package).rglob("*.py")):
+    where = ROOT / package
+    for path in sorted(where.rglob("*.py")) if where.is_dir() else [where]:
         for name in _imports(path):
-            if name.split(".")[0] in FORBIDDEN[package]:
+            if any(name == f or name.startswith(f + ".") for f in FORBIDDEN[package]):
                 offending.append(f"{path.relative_to(ROOT)} imports {name}")
+    assert offending == []
+
+
+def test_nothing_imports_the_generic_top_level_names():
+    offending = []
+    for folder in ("fusedce", "fusedce_profile", "profiler", "reports", "cli", "tests", "benchmarks", "examples"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            for name in _imports(path):
+                if name.split(".")[0] in GENERIC:
+                    offending.append(f"{path.relative_to(ROOT)} imports {name}")
     assert offending == []
 
 
 def test_importing_every_package_leaves_matplotlibs_backend_alone():
     code = ("import matplotlib; matplotlib.use('svg'); "
-            "import fusedce, profiler, profiler.training, reports, reports.build, reports.model_report, "
-            "reports.attribution_tables, reports.parity_report, reports.doctor_report, reports.plots, "
-            "reports.plots.model, reports.timeline, cli.app; "
+            "import fusedce, fusedce_profiler, fusedce_profiler.judgements, fusedce_reports, fusedce_reports.build, fusedce_reports.model_report, "
+            "fusedce_reports.attribution_tables, fusedce_reports.parity_report, fusedce_reports.doctor_report, fusedce_reports.plots, "
+            "fusedce_reports.plots.model, fusedce_reports.timeline, fusedce_cli.app; "
             "import matplotlib.pyplot; print(matplotlib.get_backend())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert out.returncode == 0, out.stderr

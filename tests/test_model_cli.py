@@ -5,9 +5,9 @@ import pytest
 import torch.nn.functional as F
 from typer.testing import CliRunner
 
-from cli.app import app
+from fusedce_cli.app import app
 from fusedce.options import LossOptions
-from profiler.backends import torch_loss
+from fusedce_profiler.instrument.backends import torch_loss
 
 runner = CliRunner()
 

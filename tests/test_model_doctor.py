@@ -12,9 +12,9 @@ import torch
 import torch.nn.functional as F
 
 from fusedce import linear_cross_entropy
-from profiler.configs import get_preset
-from profiler.models.source import BuiltinSource, UserSource
-from profiler.training.doctor import CHECKS, DoctorRun, cpu_size_guard, load_wrapper, run_doctor
+from fusedce_profiler.instrument.models.configs import get_preset
+from fusedce_profiler.instrument.models.source import BuiltinSource, UserSource
+from fusedce_profiler.judgements.doctor.doctor import CHECKS, DoctorRun, cpu_size_guard, load_wrapper, run_doctor
 
 MODELS = ("untied", "tied", "untied_bias", "tied_bias")
 
@@ -273,8 +273,8 @@ def test_under_bf16_autocast_the_bf16_tolerance_keeps_every_verdict(fn, key):
 def test_a_nan_loss_is_stored_as_strict_json_and_rendered(tmp_path):
     import json
 
-    from profiler import store
-    from reports.doctor_report import render_doctor_markdown
+    from fusedce_profiler.instrument import store
+    from fusedce_reports.doctor_report import render_doctor_markdown
 
     run = _run(wrong_ignore_index_nan)
     run.losses["yours"] = float("nan")

@@ -4,9 +4,9 @@ import math
 import pytest
 import torch
 
-from profiler.configs import get_preset
-from profiler.training.fit import fit_backend, largest_fitting
-from profiler.training.jobs import ModelJob, ModelResult
+from fusedce_profiler.instrument.models.configs import get_preset
+from fusedce_profiler.judgements.fit import fit_backend, largest_fitting
+from fusedce_profiler.instrument.step.jobs import ModelJob, ModelResult
 
 
 @pytest.mark.parametrize("threshold", [1, 2, 3, 7, 8, 9, 31, 32, 33, 100, 1000])
@@ -86,7 +86,7 @@ def test_fit_backend_rejects_unknown_axis():
 
 
 def test_memory_fraction_leaves_the_context_out_of_the_cap_and_never_exceeds_the_device():
-    from profiler.training.jobs import memory_fraction
+    from fusedce_profiler.instrument.step.jobs import memory_fraction
 
     assert memory_fraction(limit=24 << 30, context=1 << 30, total=140 << 30) == pytest.approx(23 / 140)
     assert memory_fraction(limit=200 << 30, context=1 << 30, total=140 << 30) == 1.0  # torch rejects > 1
@@ -95,7 +95,7 @@ def test_memory_fraction_leaves_the_context_out_of_the_cap_and_never_exceeds_the
 
 
 def test_a_wrapped_out_of_memory_error_is_oom_not_an_error_that_stops_the_search(monkeypatch):
-    import profiler.training.jobs as run_module
+    import fusedce_profiler.instrument.step.jobs as run_module
 
     def compile_failure(*args, **kwargs):
         try:
@@ -106,13 +106,13 @@ def test_a_wrapped_out_of_memory_error_is_oom_not_an_error_that_stops_the_search
     monkeypatch.setattr(run_module, "measure_step", compile_failure)
     result = run_module.run_job(ModelJob(get_preset("tiny"), "torch", 2, 8, device="cpu"))
     assert result.status == "oom" and "backend compiler failed" in result.message
-    from profiler.oom import is_out_of_memory
+    from fusedce_profiler.instrument.oom import is_out_of_memory
 
     assert not is_out_of_memory(RuntimeError("CUBLAS_STATUS_NOT_SUPPORTED"))
 
 
 def _measured(batch, static, context, peak, reserved):
-    from profiler.training.step import StepMemory
+    from fusedce_profiler.instrument.step.step import StepMemory
 
     memory = StepMemory(source="cuda-allocator", parameters=0, gradients=0, optimizer_state=0, batch=0,
                         static=static, activations=0, saved_tensors=0, weight_copies=0, loss_extra=0,
@@ -122,7 +122,7 @@ def _measured(batch, static, context, peak, reserved):
 
 
 def test_predicted_start_extrapolates_the_part_that_grows_with_the_batch():
-    from profiler.training.fit import predicted_start
+    from fusedce_profiler.judgements.fit import predicted_start
 
     gib = 1 << 30
     # 2 GiB fixed (static 1.5 + context 0.5), 0.5 GiB allocated per sequence: 24 GiB holds 44
@@ -136,7 +136,7 @@ def test_predicted_start_extrapolates_the_part_that_grows_with_the_batch():
 
 
 def test_fit_backends_searches_each_backend_and_keeps_the_searches_as_it_goes(tmp_path):
-    from profiler.training.fit import fit_backends, load_fits
+    from fusedce_profiler.judgements.fit import fit_backends, load_fits
 
     run, seen = _fake_runner(budget_tokens=12 * 64)
     base = ModelJob(get_preset("tiny"), "torch", 4, 64, device="cpu")

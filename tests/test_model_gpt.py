@@ -1,11 +1,11 @@
-"""profiler.models.gpt: the decoder built from a config, both config formats, every variant."""
+"""fusedce_profiler.instrument.models.gpt: the decoder built from a config, both config formats, every variant."""
 import json
 
 import pytest
 import torch
 
-from profiler.configs import get_preset, load_config
-from profiler.models.gpt import GPT
+from fusedce_profiler.instrument.models.configs import get_preset, load_config
+from fusedce_profiler.instrument.models.gpt import GPT
 
 
 def _ids(config, batch=2, seq=16):

@@ -4,9 +4,9 @@ import dataclasses
 import pytest
 import torch
 
-from profiler.configs import get_preset
-from profiler.training.fit import fit_backend, predicted_start
-from profiler.training.jobs import ModelJob, run_job_in_worker
+from fusedce_profiler.instrument.models.configs import get_preset
+from fusedce_profiler.judgements.fit import fit_backend, predicted_start
+from fusedce_profiler.instrument.step.jobs import ModelJob, run_job_in_worker
 
 pytestmark = pytest.mark.gpu
 if not torch.cuda.is_available():

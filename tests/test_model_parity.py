@@ -2,11 +2,11 @@
 import pytest
 import torch
 
-from profiler.backends import torch_loss
-from profiler.configs import get_preset
+from fusedce_profiler.instrument.backends import torch_loss
+from fusedce_profiler.instrument.models.configs import get_preset
 from fusedce.options import IGNORE_INDEX
-from profiler.training.data import MarkovChain
-from profiler.training.parity import CONTROL, ParityCurve, ParitySettings, run_parity
+from fusedce_profiler.instrument.step.data import MarkovChain
+from fusedce_profiler.judgements.parity import CONTROL, ParityCurve, ParitySettings, run_parity
 
 STEPS = 40
 
@@ -121,7 +121,7 @@ def test_settings_reject_bad_values(kw, message):
 
 
 def test_curve_gap_finds_the_largest_gap_its_step_and_the_steps_above_the_tolerance():
-    from profiler.training.parity import ParityCurve, curve_gap
+    from fusedce_profiler.judgements.parity import ParityCurve, curve_gap
 
     reference = ParityCurve("torch", losses=[4.0, 3.0, 2.0, 2.0, 1.0])
     curve = ParityCurve("fusedce", losses=[4.0, 3.3, 2.4, 2.02, 1.0])
@@ -152,7 +152,7 @@ def test_the_seed_changes_initialisation_and_data_and_is_repeatable():
 
 def test_unrounded_logits_control_differs_from_torch_by_the_logits_rounding_alone():
     from fusedce.options import LossOptions
-    from profiler.training.losses import unrounded_logits_loss
+    from fusedce_profiler.instrument.step.losses import unrounded_logits_loss
 
     gen = torch.Generator().manual_seed(0)
     hidden = torch.randn(64, 32, generator=gen, requires_grad=True)
@@ -173,7 +173,7 @@ def test_unrounded_logits_control_differs_from_torch_by_the_logits_rounding_alon
 def test_the_control_starts_one_rounding_away_from_torch():
     """The perturbed-torch control's initial weights differ from torch's by about one fp32
     rounding (relative), and by something (it is a different run)."""
-    from profiler.training.parity import build_model, perturb_
+    from fusedce_profiler.judgements.parity import build_model, perturb_
 
     settings = _settings(["fusedce"])
     base, moved = build_model(settings), build_model(settings)
@@ -196,7 +196,7 @@ def _curve(name, final):
 def test_final_loss_limit_is_the_tolerance_or_three_times_the_control(noise_floor, passes):
     """A 10% final-loss gap fails against the 2% tolerance and against 3 × a 1% floor, and
     passes against 3 × a 5% floor (the run is that noisy)."""
-    from profiler.training.parity import judge
+    from fusedce_profiler.judgements.parity import judge
 
     settings = _settings(["fusedce"])
     verdict = judge(settings, _curve("fusedce", 1.1), _curve("torch", 1.0), noise_floor)

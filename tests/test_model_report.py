@@ -1,12 +1,12 @@
 """The model report: findings and tables are pure functions of the results."""
 import dataclasses
 
-from profiler.configs import get_preset
-from profiler.protocol import Phase
-from reports.model_report import breakdown_table, findings, model_table
-from reports.plots.model import plot_breakdown, plot_reserved
-from profiler.training.jobs import ModelJob, ModelResult
-from profiler.training.step import Part, StepMemory
+from fusedce_profiler.instrument.models.configs import get_preset
+from fusedce_profiler.instrument.protocol import Phase
+from fusedce_reports.model_report import breakdown_table, findings, model_table
+from fusedce_reports.plots.model import plot_breakdown, plot_reserved
+from fusedce_profiler.instrument.step.jobs import ModelJob, ModelResult
+from fusedce_profiler.instrument.step.step import Part, StepMemory
 
 GIB = 1 << 30
 
@@ -60,7 +60,7 @@ def test_tables_and_plots_render(tmp_path):
     assert list(table["saving vs torch"]) == ["–", "9.00 GiB (45%)", "–"]
     assert table["status"].iloc[2].startswith("skipped: cut-cross-entropy")
     assert list(table["replaced"]) == ["nothing", "nothing", "–"]
-    from profiler.backends import Replacement
+    from fusedce_profiler.instrument.backends import Replacement
 
     results[1].replaced = [Replacement("LM-head/loss", "the loss"), Replacement("norms", "RMSNorm.forward", 5)]
     assert model_table(results)["replaced"].iloc[1] == "the loss (LM-head/loss); RMSNorm.forward ×5 (norms)"
@@ -77,7 +77,7 @@ def test_results_round_trip_through_json():
 
 
 def test_stored_strings_cannot_break_the_markdown_of_the_report():
-    from reports.model_report import render_model_markdown
+    from fusedce_reports.model_report import render_model_markdown
 
     planted = "my|loss*`x`:make"
     results = [_result("torch", 20 * GIB, 10 * GIB), _result(planted, 11 * GIB, GIB)]
@@ -97,8 +97,8 @@ def test_stored_strings_cannot_break_the_markdown_of_the_report():
 
 
 def test_the_torch_finding_names_the_activation_kinds_not_a_lump():
-    from profiler.attribution import Attribution, KindBytes
-    from reports.attribution_tables import activation_split
+    from fusedce_profiler.instrument.tracing.attribution import Attribution, KindBytes
+    from fusedce_reports.attribution_tables import activation_split
 
     kinds = [KindBytes("parameters", 2 * GIB), KindBytes("attention scores/probabilities", 6 * GIB, blocks=8),
              KindBytes("MLP", 2 * GIB), KindBytes("norms", GIB), KindBytes("LM-head input/logits", GIB // 2),

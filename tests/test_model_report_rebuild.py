@@ -6,9 +6,9 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from cli.app import app
-from profiler.training.jobs import load_model_results
-from reports.model_report import missing_rows
+from fusedce_cli.app import app
+from fusedce_profiler.instrument.step.jobs import load_model_results
+from fusedce_reports.model_report import missing_rows
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

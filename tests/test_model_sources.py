@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from profiler.models.head import locate_head
-from profiler.models.source import HFSource, UserSource
-from profiler.training.jobs import ModelJob, run_job
+from fusedce_profiler.instrument.models.head import locate_head
+from fusedce_profiler.instrument.models.source import HFSource, UserSource
+from fusedce_profiler.instrument.step.jobs import ModelJob, run_job
 
 FAKE_LIGER = Path(__file__).parent / "fixtures" / "fake_liger"
 LLAMA = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -82,9 +82,9 @@ def test_hf_gradient_checkpointing_and_pure_bf16_run():
 
 
 def test_liger_patched_records_norms_mlp_and_loss_and_the_report_separates_the_loss_saving(monkeypatch, tmp_path):
-    from profiler.backends.patched import LigerPatchedBackend
-    from profiler.training.jobs import append_model_result
-    from reports.model_report import group_saving_table, write_model_report
+    from fusedce_profiler.instrument.backends.patched import LigerPatchedBackend
+    from fusedce_profiler.instrument.step.jobs import append_model_result
+    from fusedce_reports.model_report import group_saving_table, write_model_report
 
     monkeypatch.syspath_prepend(str(FAKE_LIGER))
     for name in [m for m in sys.modules if m.startswith("liger_kernel")]:
@@ -108,7 +108,7 @@ def test_liger_patched_records_norms_mlp_and_loss_and_the_report_separates_the_l
 def test_missing_transformers_is_a_one_line_error_exit_2(monkeypatch):
     from typer.testing import CliRunner
 
-    from cli.app import app
+    from fusedce_cli.app import app
 
     monkeypatch.setitem(sys.modules, "transformers", None)
     result = CliRunner().invoke(app, ["model", "--device", "cpu", "--hf", "tiny"])

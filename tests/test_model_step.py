@@ -4,13 +4,13 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 from fusedce.options import LossOptions
-from profiler.backends import torch_loss
-from profiler.configs import get_preset
-from profiler.models.gpt import GPT
-from profiler.protocol import MemoryMeter
-from profiler.training.jobs import ModelJob, run_job, run_job_in_worker
-from profiler.training.data import random_batch as make_batch
-from profiler.training.step import measure_step
+from fusedce_profiler.instrument.backends import torch_loss
+from fusedce_profiler.instrument.models.configs import get_preset
+from fusedce_profiler.instrument.models.gpt import GPT
+from fusedce_profiler.instrument.protocol import MemoryMeter
+from fusedce_profiler.instrument.step.jobs import ModelJob, run_job, run_job_in_worker
+from fusedce_profiler.instrument.step.data import random_batch as make_batch
+from fusedce_profiler.instrument.step.step import measure_step
 
 MIB = 1 << 20
 

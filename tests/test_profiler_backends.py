@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from fusedce.options import LossOptions
-from profiler.backends import BUILTIN_BACKENDS, active_options, get_backend, list_backends
-from profiler.cell import MeasureSettings, measure_cell
-from profiler.records import CellSpec
+from fusedce_profiler.instrument.backends import BUILTIN_BACKENDS, active_options, get_backend, list_backends
+from fusedce_profiler.grid.cell import MeasureSettings, measure_cell
+from fusedce_profiler.instrument.records import CellSpec
 
 
 def test_builtin_backends_are_the_documented_eight():

@@ -13,9 +13,9 @@ import textwrap
 
 import pytest
 
-from profiler.grid import GridSpec
-from profiler.runner import load_results, run_grid
-from profiler.store import ENVIRONMENT_FILE, RESULTS_FILE
+from fusedce_profiler.grid.spec import GridSpec
+from fusedce_profiler.grid.runner import load_results, run_grid
+from fusedce_profiler.instrument.store import ENVIRONMENT_FILE, RESULTS_FILE
 
 BACKENDS = textwrap.dedent('''
     import os

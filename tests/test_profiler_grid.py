@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from profiler.grid import GridSpec
+from fusedce_profiler.grid.spec import GridSpec
 
 
 def test_grid_expands_to_the_product_in_a_stable_order():

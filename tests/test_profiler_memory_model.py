@@ -4,10 +4,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from profiler.protocol import MemoryMeter
-from profiler.cell import MeasureSettings, measure_cell
-from profiler.memory_model import Tape, floor_bytes, predict
-from profiler.records import CellSpec
+from fusedce_profiler.instrument.protocol import MemoryMeter
+from fusedce_profiler.grid.cell import MeasureSettings, measure_cell
+from fusedce_profiler.grid.memory_model import Tape, floor_bytes, predict
+from fusedce_profiler.instrument.records import CellSpec
 
 _ONE_STEP = MeasureSettings(warmup=1, repeats=1)
 
@@ -119,8 +119,8 @@ def test_eager_torch_prediction_matches_cuda_measurement(mode):
 @pytest.mark.gpu
 @_needs_cuda
 def test_cuda_snapshot_is_saved_and_drawn(tmp_path):
-    from profiler import store
-    from profiler.snapshot import Timeline
+    from fusedce_profiler.instrument import store
+    from fusedce_profiler.instrument.snapshot import Timeline
 
     spec = CellSpec("torch", 1024, 32777, 768, mode="amp-bf16", device="cuda")
     result = measure_cell(spec, MeasureSettings(warmup=1, repeats=1, snapshot_dir=str(tmp_path)))

@@ -3,9 +3,9 @@ import pytest
 import torch
 
 from fusedce.options import IGNORE_INDEX, LossOptions
-from profiler.inputs import make_inputs
-from profiler.records import CellSpec
-from profiler.reference import reference as fp32_reference
+from fusedce_profiler.grid.inputs import make_inputs
+from fusedce_profiler.instrument.records import CellSpec
+from fusedce_profiler.instrument.reference import reference as fp32_reference
 from reference import LossOptions as SpecOptions
 from reference import reference_linear_cross_entropy
 

@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from profiler.reference import relative_error
+from fusedce_profiler.instrument.reference import relative_error
 
 
 def test_relative_error_is_the_ratio_of_norms():
@@ -32,7 +32,7 @@ def test_relative_error_rejects_mismatched_shapes():
 
 
 def test_relative_error_accumulates_across_chunks(monkeypatch):
-    import profiler.reference as reference_module
+    import fusedce_profiler.instrument.reference as reference_module
 
     monkeypatch.setattr(reference_module, "COMPARE_CHUNK", 3)
     reference = torch.arange(1.0, 11.0)

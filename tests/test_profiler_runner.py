@@ -16,10 +16,10 @@ import time
 
 import pytest
 
-from profiler.grid import GridSpec
-from profiler.records import CellResult
-from profiler.runner import load_results, run_grid
-from profiler.store import ENVIRONMENT_FILE, RESULTS_FILE
+from fusedce_profiler.grid.spec import GridSpec
+from fusedce_profiler.instrument.records import CellResult
+from fusedce_profiler.grid.runner import load_results, run_grid
+from fusedce_profiler.instrument.store import ENVIRONMENT_FILE, RESULTS_FILE
 from processes import workers_of as _workers_of
 
 BACKENDS = textwrap.dedent('''
@@ -117,7 +117,7 @@ def test_unsupported_cells_are_skipped_without_a_worker(tmp_path, monkeypatch):
 def test_resume_after_a_killed_run_measures_only_the_missing_cells(tmp_path, test_backends):
     out = tmp_path / "out"
     grid = _grid(f"{test_backends}:parks_when_large", tokens=(8, 32))
-    script = ("from profiler.grid import GridSpec\nfrom profiler.runner import run_grid\n"
+    script = ("from fusedce_profiler.grid.spec import GridSpec\nfrom fusedce_profiler.grid.runner import run_grid\n"
               f"run_grid({grid!r}, {str(out)!r})")
     env = {**os.environ, "PROFILER_TEST_PARK": "1",
            "PYTHONPATH": os.pathsep.join([str(tmp_path / "pkg"), *sys.path])}

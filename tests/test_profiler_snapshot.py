@@ -10,9 +10,9 @@ import json
 
 import pytest
 
-from profiler import store
-from profiler.snapshot import MARKER_FUNCTION, Timeline, parse_timeline
-from reports.timeline import plot_timeline
+from fusedce_profiler.instrument import store
+from fusedce_profiler.instrument.snapshot import MARKER_FUNCTION, Timeline, parse_timeline
+from fusedce_reports.timeline import plot_timeline
 
 N, H, V = 1024, 768, 32777
 USER = {"filename": "/home/user/project/train.py", "line": 42, "name": "training_step"}
@@ -96,7 +96,7 @@ def test_timeline_round_trips_through_strict_json(tmp_path):
 
 
 def test_a_long_trace_keeps_its_peak_when_thinned(monkeypatch):
-    import profiler.snapshot as snapshot_module
+    import fusedce_profiler.instrument.snapshot as snapshot_module
 
     full = parse_timeline(synthesise_snapshot())
     monkeypatch.setattr(snapshot_module, "MAX_TIMELINE_POINTS", 5)

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from processes import REPO
-from profiler import store
+from fusedce_profiler.instrument import store
 
 
 def test_the_lock_is_reentrant_in_one_process_and_exclusive_across_processes(tmp_path):

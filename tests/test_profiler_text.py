@@ -1,5 +1,5 @@
 """profiler/text.py: a terminal one-liner is shortened at a word boundary, never mid-word."""
-from profiler.text import count, shorten
+from fusedce_profiler.instrument.text import count, shorten
 
 
 def test_a_short_first_line_is_kept_whole_and_dropped_lines_are_marked():

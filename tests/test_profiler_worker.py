@@ -5,13 +5,13 @@ import textwrap
 import pytest
 
 from processes import workers_of
-from profiler.worker import JobFailed, Worker, WorkerDied
+from fusedce_profiler.instrument.worker import JobFailed, Worker, WorkerDied
 
 
 def test_a_worker_that_dies_before_it_is_ready_is_at_start(tmp_path, monkeypatch):
     (tmp_path / "sitecustomize.py").write_text(textwrap.dedent('''
         import os, sys
-        if "profiler.worker" in sys.orig_argv:
+        if "fusedce_profiler.instrument.worker" in sys.orig_argv:
             print("ImportError: cannot import name 'x' from 'torch'", file=sys.stderr, flush=True)
             os._exit(1)
     '''))
@@ -20,7 +20,7 @@ def test_a_worker_that_dies_before_it_is_ready_is_at_start(tmp_path, monkeypatch
     with pytest.raises(WorkerDied) as died:
         worker.call("environment", timeout_s=60)
     assert died.value.at_start and not died.value.timed_out
-    assert died.value.summary.startswith("the worker (python -m profiler.worker) died at start-up: exited with code 1")
+    assert died.value.summary.startswith("the worker (python -m fusedce_profiler.instrument.worker) died at start-up: exited with code 1")
     assert "(ImportError: cannot import name 'x' from 'torch')" in died.value.summary
     assert f"; log {worker.log_path}" in died.value.summary
     assert workers_of(os.getpid(), wait_s=5) == []
@@ -39,7 +39,7 @@ def test_a_job_that_raises_is_job_failed_with_the_exception_in_its_first_line(tm
 
 def test_the_worker_starts_without_a_warning_in_its_log(tmp_path):
     """Importing the ``profiler`` package must not import the worker module before
-    ``python -m profiler.worker`` runs it (runpy warns in every worker's log otherwise)."""
+    ``python -m fusedce_profiler.instrument.worker`` runs it (runpy warns in every worker's log otherwise)."""
     with Worker(tmp_path / "logs") as worker:
         worker.call("environment", timeout_s=120)
         log = worker.log_path

@@ -5,11 +5,11 @@ import re
 
 import torch
 
-from cli import exit_codes
-from cli.options import CELL_TIMEOUT_S
+from fusedce_cli import exit_codes
+from fusedce_cli.options import CELL_TIMEOUT_S
 from processes import REPO
-from profiler.configs import get_preset
-from profiler.training.doctor import CPU_MAX_PARAMETERS, make_batch
+from fusedce_profiler.instrument.models.configs import get_preset
+from fusedce_profiler.judgements.doctor.doctor import CPU_MAX_PARAMETERS, make_batch
 
 README = " ".join((REPO / "README.md").read_text().split())
 

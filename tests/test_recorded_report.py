@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typer.testing import CliRunner
 
-from cli.app import app
-from profiler.recording.records import EvalPass, PhaseMemory, RecordedStep, append_recorded_step
-from reports.recorded_report import pass_sentences
+from fusedce_cli.app import app
+from fusedce_profiler.instrument.recording.records import EvalPass, PhaseMemory, RecordedStep, append_recorded_step
+from fusedce_reports.recorded_report import pass_sentences
 
 MIB = 1 << 20
 

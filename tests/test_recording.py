@@ -17,12 +17,12 @@ import torch
 import torch.nn.functional as F
 from typer.testing import CliRunner
 
-from cli.app import app
+from fusedce_cli.app import app
 from fusedce_profile import StepRecorder, record_step
 from fusedce_profile._lightning import make_callback_class
-from profiler import store
-from profiler.recording.recorder import NOOP
-from profiler.recording.records import PHASES, load_recorded_steps
+from fusedce_profiler.instrument import store
+from fusedce_profiler.instrument.recording.recorder import NOOP
+from fusedce_profiler.instrument.recording.records import PHASES, load_recorded_steps
 from tests.doctor_models import VOCAB, WrappedHeadLM
 
 runner = CliRunner()

@@ -7,9 +7,9 @@ from pathlib import Path
 import matplotlib.image
 import pytest
 
-from profiler.records import CellResult
-from profiler.runner import load_results
-from reports import build_report
+from fusedce_profiler.instrument.records import CellResult
+from fusedce_profiler.grid.runner import load_results
+from fusedce_reports import build_report
 
 FIXTURE = Path(__file__).parent / "fixtures" / "h200_anchors"
 GIB = 1 << 30
@@ -161,8 +161,8 @@ def test_empty_results_give_a_report_without_plots(tmp_path):
 
 
 def test_timeline_is_redrawn_from_the_stored_timeline_of_a_moved_run_folder(tmp_path):
-    from profiler import store
-    from profiler.snapshot import parse_timeline
+    from fusedce_profiler.instrument import store
+    from fusedce_profiler.instrument.snapshot import parse_timeline
     from test_profiler_snapshot import synthesise_snapshot
 
     store.write_json(tmp_path / "snapshots" / "torch_cell.timeline.json", parse_timeline(synthesise_snapshot()).to_dict())
@@ -181,7 +181,7 @@ def test_report_never_opens_a_pickle_from_the_folder(tmp_path):
     results must not run. The planted files would create ``pwned`` if unpickled."""
     import pickle
 
-    from profiler import store
+    from fusedce_profiler.instrument import store
 
     marker = tmp_path / "pwned"
 
@@ -202,7 +202,7 @@ def test_report_never_opens_a_pickle_from_the_folder(tmp_path):
 
 
 def test_a_timeline_plot_whose_timeline_file_is_absent_is_kept(tmp_path):
-    from profiler import store
+    from fusedce_profiler.instrument import store
 
     row = _fixture_rows()[0]
     row.snapshot_path = "snapshots/torch_cell.pickle.gz"  # recorded by an older version: no timeline file

@@ -11,14 +11,14 @@ from pathlib import Path
 import pytest
 
 from planted import cell
-from profiler import store
-from profiler.snapshot import parse_timeline
-from profiler.training.doctor import Check, DoctorRun
-from reports import build_report
-from reports.doctor_report import write_doctor_report
-from reports.escape import Markdown, code_block, link_target, markdown_text, plot_text
-from reports.markdown import markdown_table
-from reports.parity_report import write_parity_report
+from fusedce_profiler.instrument import store
+from fusedce_profiler.instrument.snapshot import parse_timeline
+from fusedce_profiler.judgements.doctor.doctor import Check, DoctorRun
+from fusedce_reports import build_report
+from fusedce_reports.doctor_report import write_doctor_report
+from fusedce_reports.escape import Markdown, code_block, link_target, markdown_text, plot_text
+from fusedce_reports.markdown import markdown_table
+from fusedce_reports.parity_report import write_parity_report
 from test_profiler_snapshot import synthesise_snapshot
 
 EVIL = "evil:<img src=x onerror=alert(1)>|*x*"

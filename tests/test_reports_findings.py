@@ -3,10 +3,10 @@ import math
 
 import pytest
 
-from profiler.records import CellResult, CellSpec, Parity
-from profiler.tolerances import parity_verdict, tolerance_for
-from reports import compute_findings, results_frame
-from reports.tables import cell_tables
+from fusedce_profiler.instrument.records import CellResult, CellSpec, Parity
+from fusedce_profiler.instrument.tolerances import parity_verdict, tolerance_for
+from fusedce_reports import compute_findings, results_frame
+from fusedce_reports.tables import cell_tables
 
 MIB = 1 << 20
 

@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 from planted import MIB, cell, frame
-from reports.frontier import frontier_at, frontiers, largest_frontier
-from reports.timing import Timing, faster
+from fusedce_reports.frontier import frontier_at, frontiers, largest_frontier
+from fusedce_reports.timing import Timing, faster
 
 
 def _frontier(*cells):

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from planted import MIB, cell, frame
-from profiler.snapshot import parse_timeline
-from reports import plots
-from reports.timeline import draw_timeline, plot_timeline
+from fusedce_profiler.instrument.snapshot import parse_timeline
+from fusedce_reports import plots
+from fusedce_reports.timeline import draw_timeline, plot_timeline
 from test_profiler_snapshot import synthesise_snapshot
 
 SIZES = (1024, 2048, 4096)

@@ -14,7 +14,7 @@ LEAK = "FUSEDCE_TEST_LEAK_A_WORKER"
 
 @pytest.mark.skipif(not os.environ.get(LEAK), reason="run only by the test below, in a pytest of its own")
 def test_leaks_a_worker_on_request(tmp_path):
-    from profiler.worker import Worker
+    from fusedce_profiler.instrument.worker import Worker
 
     worker = Worker(tmp_path / "logs")  # never closed
     worker.call("environment", timeout_s=120)  # started and serving

@@ -1,9 +1,9 @@
 """The measured attribution of a step's peak and the logits detector (CPU)."""
 import pytest
 
-from profiler.attribution import logits_verdict
-from profiler.configs import get_preset
-from profiler.training.jobs import ModelJob, run_job
+from fusedce_profiler.instrument.tracing.attribution import logits_verdict
+from fusedce_profiler.instrument.models.configs import get_preset
+from fusedce_profiler.instrument.step.jobs import ModelJob, run_job
 
 
 @pytest.mark.parametrize("attention", ["eager", "sdpa"])
@@ -38,8 +38,8 @@ def test_a_planted_wrapper_that_materialises_the_logits_is_flagged_with_its_line
 
 
 def test_model_report_does_not_say_not_active_for_fusedce_on_tiny(tmp_path):
-    from profiler.training.jobs import append_model_result
-    from reports.model_report import write_model_report
+    from fusedce_profiler.instrument.step.jobs import append_model_result
+    from fusedce_reports.model_report import write_model_report
 
     for backend in ("torch", "fusedce"):
         append_model_result(tmp_path, run_job(ModelJob(get_preset("tiny"), backend, 4, 64, device="cpu")))

@@ -33,8 +33,8 @@ step() {
 }
 
 CONTROL=profiler.model.losses:unrounded_logits_loss
-PARITY=(python3 -m cli parity --preset user-gpt --steps 200 --batch 16 --seq 512 --lr 1e-3)
-MODEL=(python3 -m cli model --preset user-gpt --untied --batch 32 --seq 1024)
+PARITY=(python3 -m fusedce_cli parity --preset user-gpt --steps 200 --batch 16 --seq 512 --lr 1e-3)
+MODEL=(python3 -m fusedce_cli model --preset user-gpt --untied --batch 32 --seq 1024)
 
 step parity-control 150 "${PARITY[@]}" --backend torch-compile --backend fusedce --backend "$CONTROL" \
   --backend liger --out /tmp/parity-control

@@ -8,10 +8,10 @@ python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', tr
 timeout 160 python3 -m pytest -q -m gpu -p no:cacheprovider -rfE tests/ --junitxml="$OUT/gpu_tests.xml" \
   > "$OUT/gpu_tests.log" 2>&1; echo "gpu tests rc=$?"; tail -15 "$OUT/gpu_tests.log"
 start=$(date +%s)
-timeout --preserve-status -s INT 230 python3 -m cli --out /tmp/default-report > /tmp/default.log 2>&1
+timeout --preserve-status -s INT 230 python3 -m fusedce_cli --out /tmp/default-report > /tmp/default.log 2>&1
 echo "default run rc=$? wall=$(( $(date +%s) - start ))s" | tee -a /tmp/default.log; tail -25 /tmp/default.log
 cp /tmp/default.log /tmp/default-report/ 2>/dev/null
-timeout --preserve-status -s INT 80 python3 -m cli grid --preset user-gpt --tokens 8192 --backend torch \
+timeout --preserve-status -s INT 80 python3 -m fusedce_cli grid --preset user-gpt --tokens 8192 --backend torch \
   --backend fusedce --snapshot --out /tmp/timeline-report > /tmp/timeline.log 2>&1; echo "timeline rc=$?"; tail -8 /tmp/timeline.log
 tar czf "$OUT/default-report.tgz" -C /tmp default-report
 tar czf "$OUT/timeline-report.tgz" -C /tmp timeline-report

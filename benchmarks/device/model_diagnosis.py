@@ -38,16 +38,16 @@ def write_configs(folder: Path, tiny: bool) -> None:
 
 
 def table(folders: list[Path]) -> None:
-    from profiler.attribution import logits_verdict
-    from profiler.training.jobs import load_model_results
-    from reports.attribution_tables import largest_term
-    from reports.units import format_bytes
+    from fusedce_profiler.instrument.tracing.attribution import logits_verdict
+    from fusedce_profiler.instrument.step.jobs import load_model_results
+    from fusedce_reports.attribution_tables import largest_term
+    from fusedce_reports.units import format_bytes
 
     lines = ["| run | back-end | status | peak allocated | nvidia-smi | LM-head/loss at peak | logits | largest term |",
              "|---|---|---|---|---|---|---|---|"]
     for folder in folders:
         if (folder / "explain.json").is_file():
-            from profiler.training.explain import load_explanation
+            from fusedce_profiler.judgements.explain.records import load_explanation
 
             e = load_explanation(folder)
             best = e.consistent[0].label() if e.consistent else "none consistent"

@@ -46,10 +46,10 @@ else
     | tee -a "$LOG"
 fi
 timeout 60 python3 benchmarks/device/model_diagnosis.py configs "$W/configs" $CONFIG_FLAG >>"$LOG" 2>&1
-M=(python3 -m cli model --device "$DEV" --force)
+M=(python3 -m fusedce_cli model --device "$DEV" --force)
 FIVE=(--backend torch --backend torch-compile --backend fusedce --backend liger --backend liger-patched)
 
-step explain 200 python3 -m cli explain --device "$DEV" --preset "$PRESET" --naive "$NAIVE" --fused "$FUSED" \
+step explain 200 python3 -m fusedce_cli explain --device "$DEV" --preset "$PRESET" --naive "$NAIVE" --fused "$FUSED" \
   --card "$CARD" --seq-candidates "$SEQS" --calibration-batches "$CAL" --confirm 2 --out "$W/explain" --force
 pack explain
 step user-sdpa 100 "${M[@]}" --preset "$PRESET" --untied --batch "$B" --seq "$T" --attention sdpa \

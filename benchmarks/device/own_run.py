@@ -46,8 +46,8 @@ def fit(args) -> None:
         from fusedce_profile.pytorch_lightning import StepRecorderCallback
     from torch.utils.data import DataLoader, TensorDataset
 
-    from profiler.configs import get_preset
-    from profiler.models.gpt import GPT
+    from fusedce_profiler.instrument.models.configs import get_preset
+    from fusedce_profiler.instrument.models.gpt import GPT
 
     config = get_preset(args.preset)
     fused = args.loss == "fused"
@@ -153,8 +153,8 @@ WIRINGS = [
 
 def _models(args):
     """(name, access key, source, built) for each model of the set, built lazily."""
-    from profiler.configs import get_preset
-    from profiler.models.source import BuiltinSource, HFSource, UserSource
+    from fusedce_profiler.instrument.models.configs import get_preset
+    from fusedce_profiler.instrument.models.source import BuiltinSource, HFSource, UserSource
 
     config = get_preset(args.preset)
     yield "builtin-untied", "builtin", BuiltinSource(config.replace(tie_word_embeddings=False))
@@ -165,9 +165,9 @@ def _models(args):
 
 
 def doctor(args) -> None:
-    from profiler import store
-    from profiler.training.doctor import run_doctor
-    from reports.doctor_report import write_doctor_report
+    from fusedce_profiler.instrument import store
+    from fusedce_profiler.judgements.doctor.doctor import run_doctor
+    from fusedce_reports.doctor_report import write_doctor_report
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     folders = Path(args.folders)
@@ -217,8 +217,8 @@ def _append(path: str, row: dict) -> None:
 # --- the closing table --------------------------------------------------------------------------
 
 def table(recorded: Path, doctor_jsonl: Path) -> None:
-    from profiler.recording.records import load_recorded_steps
-    from reports.units import format_bytes
+    from fusedce_profiler.instrument.recording.records import load_recorded_steps
+    from fusedce_reports.units import format_bytes
 
     def mib(x):
         return format_bytes(x) if x is not None else "–"

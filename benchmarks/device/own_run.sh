@@ -32,7 +32,7 @@ rm -rf "$W"; mkdir -p "$W/recorded" "$W/doctor"
 # draws from their timeline JSON; step 2's go to snapshots.tgz at the end when they are small enough.
 pack() { tar czf "$OUT/$1.tgz" --exclude='*.pickle' -C "$W" "$1" 2>/dev/null; }
 
-timeout 60 python3 -m cli env --json > "$OUT/environment.json" 2>>"$LOG"
+timeout 60 python3 -m fusedce_cli env --json > "$OUT/environment.json" 2>>"$LOG"
 for pkg in lightning transformers; do
   python3 -c "import $pkg; print('$pkg', $pkg.__version__)" 2>/dev/null | tee -a "$LOG" \
     || echo "$pkg: not installed (its step is skipped)" | tee -a "$LOG"
@@ -43,7 +43,7 @@ FIT=(python3 "$H" fit --preset "$PRESET" --batch "$B" --seq "$T" --steps 2 5 --m
 step fit-naive 110 "${FIT[@]}" --loss naive
 pack recorded
 step fit-fused 110 "${FIT[@]}" --loss fused --append
-step report 30 python3 -m cli report "$W/recorded/user-gpt"
+step report 30 python3 -m fusedce_cli report "$W/recorded/user-gpt"
 pack recorded
 HF=()
 if python3 -c "import transformers" 2>/dev/null; then

@@ -1,4 +1,4 @@
-"""The time–memory frontier plot: one panel per head (:func:`reports.frontier.frontiers`).
+"""The time–memory frontier plot: one panel per head (:func:`fusedce_reports.frontier.frontiers`).
 
 Each back-end is a point at (peak extra, median time) with its min–max time range as a
 thin vertical bar; the frontier's points are ringed in black and joined from the lowest
@@ -13,11 +13,11 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from reports.escape import plot_text
-from reports.frontier import Frontier, frontiers
-from reports.palette import backend_style, ordered
-from reports.plots.style import backend_handles, bytes_axis, legend, memory_label, panels, saved, styled, time_axis
-from reports.units import format_tokens
+from fusedce_reports.escape import plot_text
+from fusedce_reports.frontier import Frontier, frontiers
+from fusedce_reports.palette import backend_style, ordered
+from fusedce_reports.plots.style import backend_handles, bytes_axis, legend, memory_label, panels, saved, styled, time_axis
+from fusedce_reports.units import format_tokens
 
 
 def _draw_panel(ax, frontier: Frontier, backends: list[str]) -> None:

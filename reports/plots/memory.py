@@ -14,13 +14,13 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter
 
-from reports.escape import plot_text
-from reports.findings import headline_backend
-from reports.frame import BASELINE_BACKEND
-from reports.palette import backend_style
-from reports.plots.style import (backend_handles, bytes_axis, group_panels, legend, memory_label, panels, saved,
+from fusedce_reports.escape import plot_text
+from fusedce_reports.findings import headline_backend
+from fusedce_reports.frame import BASELINE_BACKEND
+from fusedce_reports.palette import backend_style
+from fusedce_reports.plots.style import (backend_handles, bytes_axis, group_panels, legend, memory_label, panels, saved,
                                  styled, tokens_axis)
-from reports.units import format_bytes, format_tokens
+from fusedce_reports.units import format_bytes, format_tokens
 
 
 @styled

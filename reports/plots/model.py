@@ -1,7 +1,7 @@
 """The model mode's plots: bars of each back-end's training-step peak, from its results.
 
-Each is a pair, as in the rest of :mod:`reports.plots`, but of a list of
-:class:`~profiler.training.jobs.ModelResult` rather than a frame: ``draw_x(results)`` returns
+Each is a pair, as in the rest of :mod:`fusedce_reports.plots`, but of a list of
+:class:`~fusedce_profiler.instrument.step.jobs.ModelResult` rather than a frame: ``draw_x(results)`` returns
 the ``Figure`` (``None`` when nothing is to be drawn) and ``plot_x(results, path)`` writes it
 as a PNG and returns the path. :func:`draw_breakdown` splits each peak into its composition,
 :func:`draw_attribution` each traced peak by kind, :func:`draw_reserved` compares the
@@ -15,12 +15,12 @@ from pathlib import Path
 from matplotlib import colormaps
 from matplotlib.figure import Figure
 
-from profiler.training.jobs import ModelResult
-from profiler.attribution import KINDS
-from reports.attribution_tables import traced_results
-from reports.escape import plot_text
-from reports.figures import new_figure, save_figure
-from reports.units import GIB, format_bytes
+from fusedce_profiler.instrument.step.jobs import ModelResult
+from fusedce_profiler.instrument.tracing.attribution import KINDS
+from fusedce_reports.attribution_tables import traced_results
+from fusedce_reports.escape import plot_text
+from fusedce_reports.figures import new_figure, save_figure
+from fusedce_reports.units import GIB, format_bytes
 
 DPI = 120
 

@@ -11,10 +11,10 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from reports.escape import plot_text
-from reports.palette import backend_style, ordered
-from reports.plots.style import legend, panels, saved, styled
-from reports.units import format_error
+from fusedce_reports.escape import plot_text
+from fusedce_reports.palette import backend_style, ordered
+from fusedce_reports.plots.style import legend, panels, saved, styled
+from fusedce_reports.units import format_error
 
 QUANTITIES = (("err_loss", "loss", "o"), ("err_grad_hidden", "grad hidden", "s"),
               ("err_grad_weight", "grad weight", "^"), ("err_grad_bias", "grad bias", "D"))

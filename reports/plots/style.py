@@ -1,9 +1,9 @@
 """What every grid plot shares: the figure style, panel layout, axes and legend.
 
-Figures are drawn on matplotlib's Agg canvas directly (:mod:`reports.figures`): no pyplot
+Figures are drawn on matplotlib's Agg canvas directly (:mod:`fusedce_reports.figures`): no pyplot
 state, no display, the caller's settings kept; :data:`STYLE` applies only while a plot is
 drawn and saved. Back-ends keep their colour and marker across every plot
-(:mod:`reports.palette`). Axes of bytes and tokens are base-2 logarithmic, so every
+(:mod:`fusedce_reports.palette`). Axes of bytes and tokens are base-2 logarithmic, so every
 doubling is one step.
 """
 from __future__ import annotations
@@ -20,11 +20,11 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from reports.escape import plot_text
-from reports.figures import new_figure, save_figure
-from reports.palette import backend_style, ordered
-from reports.tables import group_title
-from reports.units import format_bytes, format_ms, format_tokens
+from fusedce_reports.escape import plot_text
+from fusedce_reports.figures import new_figure, save_figure
+from fusedce_reports.palette import backend_style, ordered
+from fusedce_reports.tables import group_title
+from fusedce_reports.units import format_bytes, format_ms, format_tokens
 
 WIDTH_IN = 9.0
 DPI = 130

@@ -8,9 +8,9 @@ from __future__ import annotations
 import pandas as pd
 from matplotlib.figure import Figure
 
-from reports.escape import plot_text
-from reports.palette import backend_style
-from reports.plots.style import backend_handles, group_panels, legend, saved, styled, time_axis, tokens_axis
+from fusedce_reports.escape import plot_text
+from fusedce_reports.palette import backend_style
+from fusedce_reports.plots.style import backend_handles, group_panels, legend, saved, styled, time_axis, tokens_axis
 
 
 @styled

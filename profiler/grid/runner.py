@@ -1,0 +1,364 @@
+"""Run a grid: each cell in a worker process, each result appended to the run folder.
+
+Files (names in :mod:`fusedce_profiler.instrument.store`): ``results.jsonl`` gets one
+:class:`~fusedce_profiler.instrument.records.CellResult` per line, appended and fsync'ed as each cell
+finishes, so a killed run loses nothing but the cell in flight. ``resume=True`` skips the
+cells already there (matched by :meth:`CellSpec.key`); without it an existing non-empty
+file is an error. ``environment.json`` is taken in a worker (the parent never touches the
+GPU); a resumed run in a different environment adds its own under ``"resumed"``.
+``snapshots/`` holds the allocator snapshots and timelines of ``snapshot=True`` (CUDA
+cells only; paths in the results are relative to the folder). ``logs/`` holds each
+worker's output, tracebacks included; an ``error`` or ``timeout`` row names its log.
+
+A worker serves cells until one fails (``oom``, ``error``, ``timeout``), then a fresh one
+takes over. A cell still running after ``cell_timeout_s`` is recorded as ``timeout``, its
+worker killed, and the run goes on. A worker that dies at start-up (before it could take
+any job) stops the run: :class:`~fusedce_profiler.instrument.worker.WorkerDied` with ``at_start`` propagates,
+since every later cell would fail the same way. A result that cannot be stored (a full
+disk, a file-size limit) stops the run with :class:`ResultNotStored`, naming the cell.
+
+``devices`` spreads the cells over several GPUs: one worker per device, started with
+``CUDA_VISIBLE_DEVICES`` set to that device alone (so every cell sees one GPU, ``cuda:0``),
+each fed from one shared queue in grid order by a thread of the parent. Cells are
+independent (no collective); a failing cell is recorded on its own and its device goes on
+with a fresh worker. A device whose worker cannot even start (its first job, the
+environment, dies) is dropped with a note before it takes any cell; cells left when no device is left are recorded as ``error``. Each result is appended once,
+under a lock, as it finishes (so ``results.jsonl`` is in finishing order; ``--resume``
+matches cells by key and is unchanged).
+``plan.json`` (:func:`save_plan`, :func:`planned_cells`) lists every cell a run set out
+to measure, so that a report can say how much of it is missing.
+
+Public API: :func:`run_grid`, :func:`load_results`, :class:`GridRun`, :class:`ResultNotStored`,
+:func:`save_plan`, :func:`planned_cells`.
+"""
+from __future__ import annotations
+
+import collections
+import os
+import threading
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+from fusedce_profiler.instrument import store
+from fusedce_profiler.instrument.backends import get_backend
+from fusedce_profiler.instrument.environment import save_environment
+from fusedce_profiler.grid.spec import GridSpec
+from fusedce_profiler.grid.memory_model import floor_bytes, predict
+from fusedce_profiler.instrument.protocol import memory_source
+from fusedce_profiler.instrument.records import CellResult, CellSpec
+from fusedce_profiler.grid.cell import MeasureSettings
+from fusedce_profiler.instrument.worker import JobFailed, Worker, WorkerDied
+
+
+class ResultNotStored(OSError):
+    """The result of ``spec`` could not be appended to ``results.jsonl`` (the OS error's
+    ``errno``, ``strerror`` and ``filename`` are kept); ``--resume`` measures it again."""
+
+    def __init__(self, spec: CellSpec, cause: OSError) -> None:
+        super().__init__(cause.errno, cause.strerror or str(cause), cause.filename)
+        self.spec = spec
+
+
+def save_plan(folder: str | Path, cells: list[CellSpec]) -> Path:
+    """Store the cells a run sets out to measure (``plan.json``), before it measures any."""
+    return store.write_json(Path(folder) / store.PLAN_FILE, {"cells": [asdict(spec) for spec in cells]})
+
+
+def planned_cells(folder: str | Path) -> list[CellSpec] | None:
+    """The cells of ``plan.json``; ``None`` when there is none or it cannot be read."""
+    path = Path(folder) / store.PLAN_FILE
+    if not path.is_file():
+        return None
+    try:
+        raw = store.read_json(path)
+        return [CellSpec.from_dict(cell) for cell in raw["cells"]]
+    except (ValueError, TypeError, KeyError):
+        return None
+
+
+def load_results(folder: str | Path) -> store.Loaded[CellResult]:
+    """The rows of a run folder's ``results.jsonl`` (the one reader; see :mod:`fusedce_profiler.instrument.store`)."""
+    path = Path(folder)
+    if path.is_dir():
+        path = path / store.RESULTS_FILE
+    return store.read_jsonl(path, CellResult.from_dict)
+
+
+@dataclass
+class GridRun:
+    """What :func:`run_grid` did: every result in grid order, and what it noticed on the way.
+
+    ``notes``: sentences for the user (a damaged line skipped, a cut last line, ...).
+    ``resumed``: how many cells came from an earlier run.
+    """
+
+    results: list[CellResult] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    resumed: int = 0
+
+
+def _unmeasured(spec: CellSpec, status: str, message: str) -> CellResult:
+    result = CellResult(spec=spec, status=status, message=message, memory_source=memory_source(spec.device))
+    result.floor_bytes = floor_bytes(spec)
+    result.predicted_bytes = predict(spec).peak_bytes
+    return result
+
+
+def _relative_paths(result: CellResult, out: Path) -> None:
+    """Store snapshot paths relative to the output folder, so the folder can move."""
+    for name in ("snapshot_path", "timeline_path", "log_path"):
+        value = getattr(result, name)
+        if value:
+            setattr(result, name, os.path.relpath(value, out))
+
+
+def _write_environment(path: Path, environment: dict, resumed: bool) -> None:
+    """Write the environment; a resumed run in a different one is added under ``"resumed"``."""
+    if resumed and path.is_file():
+        try:
+            stored = store.read_json(path)
+        except ValueError:
+            stored = None
+        if isinstance(stored, dict):
+            same = ({k: v for k, v in stored.items() if k not in ("date", "resumed")}
+                    == {k: v for k, v in environment.items() if k != "date"})
+            if same:
+                return
+            stored.setdefault("resumed", []).append(environment)
+            environment = stored
+    save_environment(path.parent, environment)
+
+
+class _Environment:
+    """``environment.json`` of the run, written once whichever worker reports first."""
+
+    def __init__(self, out: Path, resumed: bool) -> None:
+        self.path, self.resumed = out / store.ENVIRONMENT_FILE, resumed
+        self.written = False
+        self._lock = threading.Lock()
+
+    def take(self, worker: Worker, always: bool = False) -> None:
+        """Ask ``worker`` for its environment (unless written and not ``always``); write the first."""
+        if self.written and not always:
+            return
+        environment = worker.call("environment", timeout_s=300)
+        with self._lock:
+            if not self.written:
+                _write_environment(self.path, environment, self.resumed)
+                self.written = True
+
+
+class _Cells:
+    """Runs cells in a worker (with ``env`` as its environment variables, default the
+    parent's), replacing it after a failure."""
+
+    def __init__(self, out: Path, settings: MeasureSettings, timeout_s: float | None, fresh_per_cell: bool,
+                 environment: _Environment, env: dict | None = None) -> None:
+        self.out, self.settings, self.timeout_s = out, settings, timeout_s
+        self.fresh_per_cell, self.environment, self.env = fresh_per_cell, environment, env
+        self.worker: Worker | None = None
+
+    def start(self) -> None:
+        """Start the worker and take its environment: ``WorkerDied`` if it cannot."""
+        if self.worker is None:
+            self.worker = Worker(self.out / store.LOGS_DIR, env=self.env)
+        try:
+            self.environment.take(self.worker, always=True)
+        except WorkerDied:
+            self.worker = None
+            raise
+
+    def _worker(self) -> Worker:
+        if self.worker is None:
+            self.worker = Worker(self.out / store.LOGS_DIR, env=self.env)
+        self.environment.take(self.worker)
+        return self.worker
+
+    def measure(self, spec: CellSpec) -> CellResult:
+        try:
+            worker = self._worker()
+            raw = worker.call("cell", {"spec": asdict(spec), "settings": asdict(self.settings)}, self.timeout_s)
+            result = CellResult.from_dict(raw)
+            if result.status in ("error", "timeout"):
+                result.log_path = str(worker.log_path)
+        except WorkerDied as died:
+            self.worker = None
+            if died.at_start:
+                raise
+            status = "timeout" if died.timed_out else "error"
+            what = f"timed out after {self.timeout_s:g} s; log {died.log_path}" if died.timed_out else died.summary
+            result = _unmeasured(spec, status, what + (f"\n{died.tail}" if died.tail else ""))
+            result.log_path = str(died.log_path)
+        except JobFailed as failed:  # the job itself raised, e.g. it could not import its module
+            result = _unmeasured(spec, "error", str(failed))
+            result.log_path = str(self.worker.log_path)
+        if result.status not in ("ok", "skipped") or self.fresh_per_cell:
+            self.close()
+        return result
+
+    def result(self, spec: CellSpec) -> CellResult:
+        """``spec``'s result: ``skipped`` without a worker when its back-end cannot run it."""
+        reason = get_backend(spec.backend).unsupported(spec)
+        return _unmeasured(spec, "skipped", reason) if reason else self.measure(spec)
+
+    def close(self) -> None:
+        worker, self.worker = self.worker, None
+        if worker is not None:
+            worker.close()
+
+
+def _on_devices(pending: list[CellSpec], devices: Sequence[str], make_cells: Callable[[dict], _Cells],
+                record: Callable[[CellResult], None], on_start: Callable[[CellSpec], None] | None,
+                notes: list[str]) -> None:
+    """Measure ``pending`` with one worker per device (see the module docstring); ``record``
+    each result as it comes. A ``BaseException`` in the parent (Ctrl-C) stops every worker,
+    records nothing more and propagates."""
+    queue = collections.deque(pending)
+    lock, stop = threading.Lock(), threading.Event()
+    runners: list[_Cells] = []
+
+    def serve(device: str) -> None:
+        cells = make_cells({**os.environ, "CUDA_VISIBLE_DEVICES": device})
+        with lock:
+            runners.append(cells)
+        try:
+            serve_with(device, cells)
+        finally:
+            cells.close()
+
+    def serve_with(device: str, cells: _Cells) -> None:
+        try:
+            cells.start()
+        except WorkerDied as died:
+            with lock:
+                notes.append(f"device {device}: {died.reason} at start-up (log {died.log_path}); "
+                             "its cells went to the other devices")
+            return
+        except Exception:  # the parent stopped the worker under it
+            if stop.is_set():
+                return
+            raise
+        while not stop.is_set():
+            with lock:
+                if not queue:
+                    return
+                spec = queue.popleft()
+                if on_start is not None:
+                    on_start(spec)
+            try:
+                result = cells.result(spec)
+            except Exception:
+                if stop.is_set():
+                    return
+                raise
+            with lock:
+                if stop.is_set():
+                    return
+                record(result)
+
+    errors: list[BaseException] = []
+
+    def thread_main(device: str) -> None:
+        try:
+            serve(device)
+        except BaseException as exc:  # noqa: BLE001 - handed to the parent thread
+            errors.append(exc)
+            stop.set()
+
+    threads = [threading.Thread(target=thread_main, args=(d,), name=f"cells-{d}", daemon=True) for d in devices]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            while thread.is_alive():
+                thread.join(0.2)
+    except BaseException:
+        stop.set()
+        with lock:
+            for cells in runners:
+                cells.close()
+        for thread in threads:
+            thread.join(10)
+        raise
+    if errors:
+        raise errors[0]
+    for spec in queue:  # every device dropped out
+        record(_unmeasured(spec, "error", "no device could start a worker: " + "; ".join(notes)))
+
+
+def run_grid(grid: GridSpec, out_dir: str | Path, *, resume: bool = False, snapshot: bool = False,
+             on_cell: Callable[[CellResult], None] | None = None, on_start: Callable[[CellSpec], None] | None = None,
+             cell_timeout_s: float | None = None, fresh_worker_per_cell: bool = False,
+             devices: Sequence[str] | None = None) -> GridRun:
+    """Measure every cell of ``grid`` into ``out_dir``; return all results in grid order.
+
+    ``on_start`` / ``on_cell`` are called before each newly measured cell and with its
+    result (not for resumed ones), e.g. for a progress display. ``cell_timeout_s``: a cell
+    still running after that long is recorded as ``timeout``. ``fresh_worker_per_cell``
+    starts a new process for every cell (nothing shared, not even in-memory compile caches).
+    ``devices``: ``CUDA_VISIBLE_DEVICES`` values, one worker each, cells spread over them
+    (see the module docstring); ``None`` runs every cell in one worker of the parent's
+    environment.
+
+    Raises ``ValueError`` for a bad grid, ``FileExistsError`` if ``out_dir`` holds results
+    and ``resume`` is false; ``KeyboardInterrupt`` (and whatever the caller raises from a
+    signal handler) propagates after the worker is stopped, the results file holding only
+    whole lines. :class:`ResultNotStored` when a result cannot be written, and
+    :class:`~fusedce_profiler.instrument.worker.WorkerDied` (``at_start``) when a worker cannot start, stop the
+    run the same way. The caller holds the folder's :class:`~fusedce_profiler.instrument.store.RunLock`.
+    """
+    cells = grid.cells()
+    out = Path(out_dir)
+    results_path = out / store.RESULTS_FILE
+    if not resume and results_path.exists() and results_path.stat().st_size:
+        raise FileExistsError(f"{results_path} already holds results; resume, or choose another folder")
+    out.mkdir(parents=True, exist_ok=True)
+    run = GridRun()
+    if store.cut_partial_line(results_path):
+        run.notes.append(f"{results_path}: cut a last line left unfinished by an interrupted run; "
+                         "that cell is measured again")
+    done: dict[str, CellResult] = {}
+    if resume:
+        loaded = load_results(results_path)
+        run.notes += [f"{p}; that cell is measured again" for p in loaded.problems]
+        done = {r.spec.key(): r for r in loaded.records}
+    snapshot_dir = str(out / store.SNAPSHOTS_DIR) if snapshot and grid.device != "cpu" else None
+    settings = MeasureSettings(warmup=grid.warmup, repeats=grid.repeats, snapshot_dir=snapshot_dir)
+    if devices is not None and not devices:
+        raise ValueError("devices must name at least one device (or be None)")
+    environment = _Environment(out, resumed=bool(done))
+    pending = [spec for spec in cells if spec.key() not in done]
+    measured: dict[str, CellResult] = {}
+
+    def record(result: CellResult) -> None:
+        _relative_paths(result, out)
+        try:
+            store.append_jsonl(results_path, result.to_dict())
+        except OSError as exc:
+            raise ResultNotStored(result.spec, exc) from exc
+        measured[result.spec.key()] = result
+        if on_cell is not None:
+            on_cell(result)
+
+    def make_cells(env: dict | None = None) -> _Cells:
+        return _Cells(out, settings, cell_timeout_s, fresh_worker_per_cell, environment, env)
+
+    if devices is None:
+        runner = make_cells()
+        try:
+            for spec in pending:
+                if on_start is not None:
+                    on_start(spec)
+                record(runner.result(spec))
+        finally:
+            runner.close()
+    else:
+        _on_devices(pending, list(devices), make_cells, record, on_start, run.notes)
+    run.results = [done[spec.key()] if spec.key() in done else measured[spec.key()] for spec in cells]
+    run.resumed = len(cells) - len(pending)
+    if not environment.written and measured:  # every new cell was skipped
+        from fusedce_profiler.instrument.environment import collect_environment
+
+        _write_environment(out / store.ENVIRONMENT_FILE, collect_environment(), resumed=bool(done))
+    return run

@@ -1,0 +1,108 @@
+"""The environment block every report carries (like PyTorch's bug-report template).
+
+Public API: :func:`collect_environment` → a JSON-serialisable dict with keys
+``date`` (UTC ISO 8601), ``python``, ``platform``, ``torch``, ``triton``, ``cuda``
+(torch's CUDA build, or ``None``), ``cudnn``, ``gpu`` (name or ``None``), ``gpu_count``,
+``gpu_memory_bytes``, ``driver`` (from ``nvidia-smi``, or ``None``),
+``pytorch_cuda_alloc_conf`` (the allocator settings, ``PYTORCH_CUDA_ALLOC_CONF`` or
+``PYTORCH_ALLOC_CONF``), ``backends`` ({name: version or "not installed"}), ``libraries``
+({distribution: version or "not installed"} of the libraries the model sources and patching
+back-ends build on: transformers, liger-kernel, lightning), read from package metadata
+without importing them.
+"""
+from __future__ import annotations
+
+import datetime
+from pathlib import Path
+import os
+import platform
+import shutil
+import subprocess
+import sys
+
+import torch
+
+from fusedce_profiler.instrument.backends import list_backends
+
+
+def _triton_version() -> str | None:
+    try:
+        import triton
+    except ImportError:
+        return None
+    return triton.__version__
+
+
+def _driver_version() -> str | None:
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None
+    try:
+        out = subprocess.run([exe, "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.strip().splitlines()[0] if out.strip() else None
+
+
+LIBRARIES = ("transformers", "liger-kernel", "lightning")
+
+
+def _library_versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for name in LIBRARIES:
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = "not installed"
+    return out
+
+
+def collect_environment() -> dict:
+    """Versions, GPU and allocator settings of this process (see the module docstring)."""
+    cuda = torch.cuda.is_available()
+    props = torch.cuda.get_device_properties(0) if cuda else None
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "torch": torch.__version__,
+        "triton": _triton_version(),
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if cuda else None,
+        "gpu": props.name if props else None,
+        "gpu_count": torch.cuda.device_count() if cuda else 0,
+        "gpu_memory_bytes": props.total_memory if props else None,
+        "driver": _driver_version() if cuda else None,
+        "pytorch_cuda_alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or os.environ.get("PYTORCH_ALLOC_CONF"),
+        "cpu_count": os.cpu_count(),
+        "backends": {info.name: info.version if info.available else "not installed" for info in list_backends()},
+        "libraries": _library_versions(),
+    }
+
+
+def environment_job(payload: dict) -> dict:
+    """The worker's ``environment`` job (taken in a worker: the parent never touches the GPU)."""
+    return collect_environment()
+
+
+def save_environment(folder: str | Path, environment: dict) -> Path:
+    """Store ``environment`` as the folder's ``environment.json``."""
+    from fusedce_profiler.instrument import store
+
+    return store.write_json(Path(folder) / store.ENVIRONMENT_FILE, environment)
+
+
+def load_environment(folder: str | Path) -> dict:
+    """The stored environment of a run; ``{}`` when the folder has none; ``ValueError`` if damaged."""
+    from fusedce_profiler.instrument import store
+
+    path = Path(folder) / store.ENVIRONMENT_FILE
+    if not path.is_file():
+        return {}
+    raw = store.read_json(path)
+    if not isinstance(raw, dict):
+        raise ValueError(f"{path}: expected a JSON object, got {type(raw).__name__}")
+    return raw

@@ -1,0 +1,190 @@
+"""The phases of one recorded step: the hooks that mark them and the meters that measure them.
+
+:class:`StepRecording` is what ``with recorder.step():`` enters on a recorded step. Its hooks
+mark ``loss`` at the end of the final norm's forward, the LM head's forward pre-hook or the
+end of the model's forward (whichever comes first), ``backward`` when ``Tensor.backward`` /
+``torch.autograd.backward`` is called (the two are wrapped for the recorded step only) and
+``optimizer`` from a global optimizer step pre-hook; phases only move forward. Each mark is
+passed to the step's meter — :class:`CudaPhaseMeter` on CUDA, the CPU profiler's memory
+events otherwise (:class:`SharedProfilerMeter` when the tracer owns the profiler) — and to
+the tracer and snapshot when they run. The :class:`~fusedce_profiler.instrument.recording.recorder.StepRecorder`
+decides which steps get one and starts, ends and writes it.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+from torch import nn
+from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+from fusedce_profiler.instrument.models.head import Head
+from fusedce_profiler.instrument.protocol import MemoryMeter, _MARK_PREFIX, _replay_cpu_events
+from fusedce_profiler.instrument.recording.landmarks import batch_shape
+from fusedce_profiler.instrument.recording.records import PHASES
+
+if TYPE_CHECKING:
+    from fusedce_profiler.instrument.recording.recorder import StepRecorder
+
+
+def tensor_bytes(tensors) -> int:
+    """Bytes of the distinct storages behind the tensors in ``tensors`` (non-tensors skipped)."""
+    seen: dict[tuple, int] = {}
+    for t in tensors:
+        if isinstance(t, torch.Tensor):
+            storage = t.untyped_storage()
+            seen[(t.device, storage.data_ptr())] = storage.nbytes()
+    return sum(seen.values())
+
+
+def dtype_name(dtype) -> str | None:
+    """``"bf16"``, ``"fp16"``, ``"fp32"`` for those dtypes, else ``str(dtype)``."""
+    return {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}.get(dtype, str(dtype))
+
+
+def autocast_dtype(device_type: str) -> str | None:
+    """The autocast dtype in force on ``device_type`` (named as :func:`dtype_name`), ``None`` when off."""
+    try:
+        if not torch.is_autocast_enabled(device_type):
+            return None
+        return dtype_name(torch.get_autocast_dtype(device_type))
+    except TypeError:  # torch < 2.4
+        enabled = torch.is_autocast_enabled() if device_type == "cuda" else torch.is_autocast_cpu_enabled()
+        if not enabled:
+            return None
+        dtype = torch.get_autocast_gpu_dtype() if device_type == "cuda" else torch.get_autocast_cpu_dtype()
+        return dtype_name(dtype)
+
+
+
+class CudaPhaseMeter(MemoryMeter):
+    """:class:`MemoryMeter` that also keeps each phase's reserved high-water mark and the
+    device's use when the phase closes."""
+
+    def __init__(self, device) -> None:
+        super().__init__(device)
+        self.reserved: dict[str, int] = {}
+        self.used: dict[str, int] = {}
+
+    def _close_cuda(self, now: int) -> None:
+        name = self._open[0]
+        self.reserved[name] = torch.cuda.max_memory_reserved(self.device)
+        free, total = torch.cuda.mem_get_info(self.device)
+        self.used[name] = total - free
+        super()._close_cuda(now)
+
+
+class SharedProfilerMeter(MemoryMeter):
+    """CPU meter that reads the memory events of a profiler someone else runs (the tracer):
+    two profilers cannot record at once."""
+
+    def __init__(self, device, baseline_bytes: int, owner) -> None:
+        super().__init__(device, baseline_bytes)
+        self._owner = owner
+
+    def __enter__(self) -> "SharedProfilerMeter":
+        return self
+
+    def mark(self, name: str) -> None:
+        if name in self._names:
+            raise ValueError(f"phase {name!r} was already marked")
+        self._names.append(name)
+        with torch.profiler.record_function(_MARK_PREFIX + name):
+            pass
+
+    def __exit__(self, *exc) -> None:
+        if exc[0] is None:
+            self.record.phases = _replay_cpu_events(self._owner.profiler, self._names, self.record.baseline_bytes)
+
+
+# --- one recorded step -----------------------------------------------------------------------
+
+class StepRecording:
+    """The hooks, meter, tracer and snapshot of one recorded step (see the module docstring)."""
+
+    def __init__(self, recorder: "StepRecorder", index: int) -> None:
+        self.recorder, self.index = recorder, index
+        self.marked: list[str] = []
+        self.handles: list = []
+        self.patched: list[tuple[object, str, object]] = []
+        self.head_called = False
+        self.autocast: str | None = None
+        self.shape: tuple[int, int] | None = recorder._shape_hint()
+        self.optimizers: list = []
+        self.notes: list[str] = []
+        self.meter = self.tracer = self.snapshot = None
+        self.loss: float | None = None
+
+    # context manager form
+    def __enter__(self) -> "StepRecording":
+        self.recorder._begin(self)
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        self.recorder._end(self, ok=exc_type is None)
+        return False
+
+    def mark(self, name: str) -> None:
+        """Begin phase ``name`` (ignored when that phase or a later one has begun)."""
+        if name in self.marked:
+            return
+        if name in PHASES:
+            current = max((PHASES.index(m) for m in self.marked if m in PHASES), default=-1)
+            if PHASES.index(name) <= current:
+                return
+        if name == "loss" and self.autocast is None:
+            self.autocast = autocast_dtype(self.recorder.device.type)
+        self.marked.append(name)
+        self.meter.mark(name)
+        if self.tracer is not None:
+            self.tracer.mark(name)
+            if name == "backward":
+                self.tracer.mark("backward-start")
+        if name == "backward" and self.snapshot is not None:
+            self.snapshot.mark_backward()
+
+    # hooks
+    def install(self, model: nn.Module, head: Head | None, norm: nn.Module | None, embedding: nn.Module | None):
+        if embedding is not None and self.shape is None:
+            def on_embedding(module, args, kwargs):
+                if self.shape is None:
+                    self.shape = batch_shape(list(args) + list(kwargs.values()))
+            self.handles.append(embedding.register_forward_pre_hook(on_embedding, with_kwargs=True))
+        if norm is not None:
+            self.handles.append(norm.register_forward_hook(lambda *_: self.mark("loss")))
+        if head is not None:
+            def on_head(*_):
+                self.head_called = True
+                self.mark("loss")
+            self.handles.append(head.module.register_forward_pre_hook(on_head))
+        self.handles.append(model.register_forward_hook(lambda *_: self.mark("loss")))
+
+        def on_optimizer(optimizer, args, kwargs):
+            if all(o is not optimizer for o in self.optimizers):
+                self.optimizers.append(optimizer)
+            # step(closure) runs the forward and backward inside step() (Lightning's automatic
+            # optimisation): the update begins after the closure, which the integration marks.
+            if kwargs.get("closure") is None and not (args and callable(args[0])):
+                self.mark("optimizer")
+        self.handles.append(register_optimizer_step_pre_hook(on_optimizer))
+        self._wrap(torch.Tensor, "backward")
+        self._wrap(torch.autograd, "backward")
+
+    def _wrap(self, owner, name: str) -> None:
+        original = getattr(owner, name)
+
+        def wrapped(*args, **kwargs):
+            self.mark("backward")
+            return original(*args, **kwargs)
+
+        wrapped.__wrapped__ = original
+        setattr(owner, name, wrapped)
+        self.patched.append((owner, name, original))
+
+    def remove_hooks(self) -> None:
+        for handle in self.handles:
+            handle.remove()
+        self.handles.clear()
+        for owner, name, original in reversed(self.patched):
+            setattr(owner, name, original)
+        self.patched.clear()

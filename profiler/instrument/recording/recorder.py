@@ -1,0 +1,337 @@
+"""Record a training step from inside the user's own loop: phases, allocator snapshot, attribution.
+
+``StepRecorder(model, out, steps=(2, 50))`` counts steps; ``with recorder.step(): ...`` around
+one step (forward, loss, backward, optimizer) records it when its index is one of ``steps``
+and is a plain counter check otherwise: no hook, no profiler, nothing allocated
+(:data:`NOOP` is returned). A recorded step:
+
+1. synchronises, locates the LM head, final norm and embedding
+   (:mod:`~fusedce_profiler.instrument.recording.landmarks`, once per recorder) and reads what is alive and
+   reserved before it starts;
+2. marks phases through hooks — ``forward`` at the start; ``loss`` at the end of the final
+   norm's forward, the LM head's forward pre-hook or the end of the model's forward
+   (whichever comes first); ``backward`` when ``Tensor.backward``/``torch.autograd.backward``
+   is called (the two are wrapped for the recorded step only: autograd has no hook for "a
+   backward begins"); ``optimizer`` from a global optimizer step pre-hook. Phases only move
+   forward (a final norm re-run by activation checkpointing in backward marks nothing);
+   :meth:`StepRecorder.mark` sets one explicitly (hooks and meters:
+   :mod:`~fusedce_profiler.instrument.recording.phases`);
+3. meters every phase: on CUDA the caching allocator's counters (peak allocated and
+   reserved per phase, device use at each mark), on the CPU the profiler's memory events
+   (:mod:`fusedce_profiler.instrument.protocol`); optionally (``trace``) wraps the step in
+   :class:`fusedce_profiler.instrument.tracing.trace.StepTracer` for the peak by module and kind and the logits
+   detector; optionally (``snapshot``, CUDA) records the allocator's history and stores the
+   raw snapshot and its timeline (:mod:`fusedce_profiler.instrument.snapshot`);
+4. appends a :class:`~fusedce_profiler.instrument.recording.records.RecordedStep` (built by
+   :mod:`~fusedce_profiler.instrument.recording.assemble`) to the folder's
+   ``recorded_steps.jsonl`` and writes ``environment.json`` once.
+
+A failure of the recorder itself never stops the user's training: it is reported with
+:func:`warnings.warn` and the step runs unrecorded. On a distributed run only rank 0 records.
+
+Public API: :class:`StepRecorder`, :data:`NOOP` (the public face, which also renders the
+report, is :mod:`fusedce_profile`).
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+import warnings
+from pathlib import Path
+from numbers import Integral
+from typing import Callable, Iterable
+
+import torch
+from torch import nn
+
+from fusedce_profiler.instrument import store
+from fusedce_profiler.instrument.protocol import MemoryMeter
+from fusedce_profiler.instrument.recording.assemble import build_record
+from fusedce_profiler.instrument.recording.landmarks import batch_shape, find_embedding, find_final_norm, find_head
+from fusedce_profiler.instrument.recording.phases import CudaPhaseMeter, SharedProfilerMeter, StepRecording, tensor_bytes
+from fusedce_profiler.instrument.recording.records import EvalPass, RecordedStep, append_recorded_step
+
+#: What :meth:`StepRecorder.step` returns on a step that is not recorded (reusable, stateless).
+NOOP = contextlib.nullcontext()
+
+
+def _is_rank_zero() -> bool:
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank() == 0
+    return os.environ.get("RANK", "0") == "0"
+
+
+
+class StepRecorder:
+    """Record the named steps of a training loop into the run folder ``out``.
+
+    ``model``: the module being trained (a LightningModule or a wrapper is fine: the LM head
+    is located inside it); ``steps``: 0-based indices of the steps to record (the recorder
+    counts :meth:`step` calls, or takes the index given to it). ``label``: a name for this
+    run in the report (``"naive"``, ``"fused"``); ``fused``: whether the loss is meant to be
+    fused (``True``/``False``/``None``: not said). ``head``: the LM head's attribute path
+    when it cannot be found (default: ``get_output_embeddings()``, else the last
+    ``nn.Linear`` with ``out_features`` = ``vocab``); ``vocab``, ``batch``, ``seq``: when not
+    found from the head and the input ids. ``trace``: attribute the peak by module and kind
+    (``torch.profiler``; slows the recorded step); ``snapshot``: store the CUDA allocator
+    snapshot. ``force``: replace a recording already in ``out`` (else ``FileExistsError``);
+    ``append``: add to it instead (another run of the same model, e.g. with the fused loss: the
+    report compares runs by ``label``).
+    ``on_record(folder)``: called after each record is written (the public API renders the
+    report there).
+    """
+
+    def __init__(self, model: nn.Module, out: str | Path, *, steps: Iterable[int] = (2,), label: str = "",
+                 fused: bool | None = None, head: str | None = None, vocab: int | None = None,
+                 batch: int | None = None, seq: int | None = None, trace: bool = True, snapshot: bool = True,
+                 force: bool = False, append: bool = False,
+                 on_record: Callable[[Path], None] | None = None) -> None:
+        self.model, self.out = model, Path(out)
+        listed = [steps] if isinstance(steps, (str, bytes)) else list(steps) if isinstance(steps, Iterable) else None
+        if listed is None or not all(isinstance(s, Integral) and not isinstance(s, bool) for s in listed):
+            raise ValueError(f"steps must be 0-based step indices (integers ≥ 0), got {steps!r}")
+        self.steps = frozenset(int(s) for s in listed)
+        if any(s < 0 for s in self.steps):
+            raise ValueError(f"steps must be 0-based step indices (≥ 0), got {sorted(self.steps)}")
+        self.label, self.fused, self.head_path = label, fused, head
+        self.vocab, self.batch, self.seq = vocab, batch, seq
+        self.trace, self.snapshot, self.on_record = trace, snapshot, on_record
+        self.count = 0
+        self.records: list[RecordedStep] = []
+        self.passes: list[EvalPass] = []
+        self.enabled = _is_rank_zero()
+        self._done: set[int] = set()
+        self._active: StepRecording | None = None
+        self._open_pass: EvalPass | None = None
+        self._located = False
+        self._head = self._norm = self._embedding = None
+        self._lock = None
+        if self.enabled:
+            self._prepare_folder(force, append)
+
+    # -- folder -------------------------------------------------------------------------
+    def _prepare_folder(self, force: bool, append: bool) -> None:
+        existing = self.out / store.RECORDED_STEPS_FILE
+        if existing.exists() and append:
+            self._lock = store.RunLock(self.out).acquire()
+            return
+        if existing.exists() and not force:
+            raise FileExistsError(f"{self.out} already holds a recording ({store.RECORDED_STEPS_FILE}); "
+                                  "pass force=True to replace it, append=True to add to it, or another folder")
+        self._lock = store.RunLock(self.out).acquire()
+        if existing.exists():
+            existing.unlink()
+            for old in (self.out / store.SNAPSHOTS_DIR).glob("step-*"):
+                old.unlink()
+
+    def close(self) -> None:
+        """End an open recording and release the folder (also done when the process exits)."""
+        if self._active is not None:
+            self._end(self._active, ok=True)
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
+    # -- the public per-step API ------------------------------------------------------------
+    def step(self, index: int | None = None):
+        """The context of one step: records it if its index is in ``steps``, else :data:`NOOP`.
+
+        ``index``: the step's 0-based index (default: the number of earlier :meth:`step` calls).
+        """
+        index = self.count if index is None else int(index)
+        self.count = index + 1
+        if not self.enabled or index not in self.steps or index in self._done or self._active is not None:
+            return NOOP
+        return StepRecording(self, index)
+
+    def wants(self, index: int) -> bool:
+        """Whether step ``index`` would be recorded (for integrations that start and end a
+        recording from separate callbacks)."""
+        return self.enabled and index in self.steps and index not in self._done and self._active is None
+
+    def start(self, index: int) -> None:
+        """Begin recording step ``index`` (the callbacks' form of ``with recorder.step(index)``)."""
+        if self.wants(index):
+            self.count = index + 1
+            self._begin(StepRecording(self, index))
+
+    def finish(self, loss: float | None = None) -> RecordedStep | None:
+        """End the recording begun by :meth:`start`; returns its record (``None`` if none)."""
+        active = self._active
+        if active is None:
+            return None
+        active.loss = loss if loss is not None else active.loss
+        return self._end(active, ok=True)
+
+    def abort(self) -> None:
+        """End the recording begun by :meth:`start` without writing it (the step failed)."""
+        if self._active is not None:
+            self._end(self._active, ok=False)
+
+    @property
+    def recording(self) -> bool:
+        return self._active is not None
+
+    def mark(self, name: str) -> None:
+        """Begin phase ``name`` of the step being recorded (a no-op otherwise): ``"loss"``,
+        ``"backward"``, ``"optimizer"`` override the hooks' marks; other names add a phase."""
+        if self._active is not None:
+            try:
+                self._active.mark(name)
+            except Exception as exc:  # noqa: BLE001 - never break the user's step
+                warnings.warn(f"fusedce-profile: mark({name!r}) failed: {exc}", RuntimeWarning, stacklevel=2)
+
+    def set_loss(self, loss) -> None:
+        if self._active is not None and isinstance(loss, torch.Tensor) and loss.numel() == 1:
+            self._active.loss = float(loss.detach())
+
+    def set_batch(self, batch) -> None:
+        """Take (B, T) from a batch (the first 2-D integer tensor), for the step being recorded."""
+        if self._active is not None and self._active.shape is None:
+            self._active.shape = batch_shape(batch)
+
+    # -- evaluation passes ------------------------------------------------------------------
+    @property
+    def device(self) -> torch.device:
+        param = next(self.model.parameters(), None)
+        return param.device if param is not None else torch.device("cpu")
+
+    def _reserved(self) -> tuple[int | None, int | None]:
+        device = self.device
+        if device.type != "cuda":
+            return None, None
+        return torch.cuda.memory_reserved(device), torch.cuda.max_memory_reserved(device)
+
+    def begin_pass(self, kind: str, before_step: int) -> None:
+        """An evaluation pass (``"sanity check"``, ``"validation"``, ``"evaluation"``) begins."""
+        if not self.enabled or self._open_pass is not None:
+            return
+        reserved, high = self._reserved()
+        self._open_pass = EvalPass(kind, int(before_step), reserved, None, high, None)
+
+    def end_pass(self) -> None:
+        if self._open_pass is None:
+            return
+        self._open_pass.reserved_after, self._open_pass.max_reserved_after = self._reserved()
+        self.passes.append(self._open_pass)
+        self._open_pass = None
+
+    def add_pass(self, kind: str, before_step: int, reserved_before: int | None, max_reserved_before: int | None):
+        """A pass whose start was seen elsewhere (Hugging Face has no "evaluation begins" event)."""
+        if not self.enabled:
+            return
+        reserved, high = self._reserved()
+        self.passes.append(EvalPass(kind, int(before_step), reserved_before, reserved, max_reserved_before, high))
+
+    # -- internals ------------------------------------------------------------------------------
+    def _shape_hint(self) -> tuple[int, int] | None:
+        if self.batch and self.seq:
+            return self.batch, self.seq
+        return None
+
+    def _locate(self) -> None:
+        if self._located:
+            return
+        self._located = True
+        try:
+            self._head = find_head(self.model, vocab=self.vocab, head_path=self.head_path)
+        except ValueError as exc:
+            warnings.warn(f"fusedce-profile: {exc}", RuntimeWarning, stacklevel=3)
+            self._head = None
+        vocab = self.vocab or (self._head.info.vocab if self._head else None)
+        self.vocab = vocab
+        self._norm = find_final_norm(self.model, self._head)
+        self._embedding = find_embedding(self.model, vocab)
+
+    def _begin(self, rec: StepRecording) -> None:
+        try:
+            self._start(rec)
+        except Exception as exc:  # noqa: BLE001 - the user's step must run whatever happens here
+            self._abandon(rec, exc)
+
+    def _start(self, rec: StepRecording) -> None:
+        from fusedce_profiler.instrument.snapshot import SnapshotRecorder
+        from fusedce_profiler.instrument.tracing.trace import StepTracer
+
+        device = self.device
+        self._locate()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        params = list(self.model.parameters())
+        rec.parameters = tensor_bytes(params)
+        rec.gradients = tensor_bytes(p.grad for p in params)
+        rec.reserved_at_start, rec.max_reserved_before = self._reserved()
+        rec.started = time.perf_counter()
+        self._active = rec
+        rec.install(self.model, self._head, self._norm, self._embedding)
+        if device.type == "cuda" and self.snapshot:
+            rec.snapshot = SnapshotRecorder(device)
+            rec.snapshot.start()
+        if self.trace:
+            rec.tracer = StepTracer().__enter__()
+        if device.type == "cuda":
+            rec.meter = CudaPhaseMeter(device)
+        elif rec.tracer is not None:
+            rec.meter = SharedProfilerMeter(device, rec.parameters + rec.gradients, rec.tracer)
+        else:
+            rec.meter = MemoryMeter(device, baseline_bytes=rec.parameters + rec.gradients)
+        rec.meter.__enter__()
+        rec.mark("forward")
+
+    def _abandon(self, rec: StepRecording, exc: BaseException) -> None:
+        warnings.warn(f"fusedce-profile: step {rec.index} is not recorded: {type(exc).__name__}: {exc}",
+                      RuntimeWarning, stacklevel=4)
+        rec.remove_hooks()
+        for part in (rec.meter, rec.tracer):
+            if part is not None:
+                with contextlib.suppress(Exception):
+                    part.__exit__(type(exc), exc, None)
+        if rec.snapshot is not None:
+            with contextlib.suppress(Exception):
+                torch.cuda.memory._record_memory_history(enabled=None)
+        self._active = None
+        self._done.add(rec.index)
+
+    def _end(self, rec: StepRecording, ok: bool) -> RecordedStep | None:
+        if self._active is not rec:
+            return None
+        device = self.device
+        try:
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            time_ms = (time.perf_counter() - rec.started) * 1e3
+            rec.remove_hooks()
+            shared = isinstance(rec.meter, SharedProfilerMeter)  # reads the tracer's finished events
+            if not shared:
+                rec.meter.__exit__(None, None, None)
+            if rec.tracer is not None:
+                rec.tracer.__exit__(None, None, None)
+            if shared:
+                rec.meter.__exit__(None, None, None)
+            self._active = None
+            self._done.add(rec.index)
+            if not ok:
+                if rec.snapshot is not None:
+                    torch.cuda.memory._record_memory_history(enabled=None)
+                return None
+            record = build_record(self, rec, device, time_ms)
+        except Exception as exc:  # noqa: BLE001
+            self._abandon(rec, exc)
+            return None
+        try:
+            append_recorded_step(self.out, record)
+            self._save_environment()
+            self.records.append(record)
+            if self.on_record is not None:
+                self.on_record(self.out)
+        except Exception as exc:  # noqa: BLE001
+            warnings.warn(f"fusedce-profile: writing step {rec.index} to {self.out} failed: {exc}",
+                          RuntimeWarning, stacklevel=3)
+        return record
+
+    def _save_environment(self) -> None:
+        from fusedce_profiler.instrument.environment import collect_environment, save_environment
+
+        if not (self.out / store.ENVIRONMENT_FILE).is_file() or len(self.records) == 0:
+            save_environment(self.out, collect_environment())

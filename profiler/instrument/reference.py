@@ -1,0 +1,123 @@
+"""The fp32 reference loss and gradients, computed in chunks of tokens, and parity.
+
+The reference upcasts the cell's own inputs to fp32 and evaluates :func:`torch_loss`
+(the eager formula: bias, ignore_index, label smoothing, z-loss, soft-cap) on ``chunk``
+rows at a time, so it never holds more than chunk × V fp32 logits: it fits wherever the
+inputs and fp32 gradients fit, even where a naive back-end ran out of memory. It runs in
+true fp32 (TF32 and autocast off, whatever the caller set). "mean" is normalised by the
+number of non-ignored rows of the whole batch, not of each chunk.
+
+Both the profiler (:mod:`fusedce_profiler.grid.cell`) and the benchmark (``benchmarks/``) use it.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass
+
+import torch
+
+from fusedce.options import LossOptions
+from fusedce_profiler.instrument.backends import torch_loss
+from fusedce_profiler.instrument.records import Parity
+
+#: Target bytes of one chunk's fp32 logits (chunk rows × V × 4).
+CHUNK_LOGIT_BYTES = 512 * 2**20
+
+
+@dataclass
+class Reference:
+    """fp32 loss (scalar, or (N,) for reduction="none") and gradients."""
+
+    loss: torch.Tensor
+    grad_hidden: torch.Tensor
+    grad_weight: torch.Tensor
+    grad_bias: torch.Tensor | None
+
+    def to(self, device) -> "Reference":
+        return Reference(*(t.to(device) if t is not None else None
+                           for t in (self.loss, self.grad_hidden, self.grad_weight, self.grad_bias)))
+
+
+@contextlib.contextmanager
+def _true_fp32(device_type: str):
+    """TF32 and autocast off for the duration; the caller's TF32 flags are restored after."""
+    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    try:
+        with torch.autocast(device_type, enabled=False):
+            yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+def reference(hidden, weight, target, bias, options: LossOptions, *, chunk: int | None = None) -> Reference:
+    """fp32 loss and gradients of ``torch_loss`` on the given inputs (which are not modified).
+
+    hidden (N, H), weight (V, H), target (N,) int64, bias (V,) or None, in any float dtype.
+    ``chunk`` rows per step (default: as many as fit in :data:`CHUNK_LOGIT_BYTES`). Raises
+    ``ValueError`` for a non-positive ``chunk``, and for reduction "mean" when every target
+    is ignored (the mean is 0/0).
+    """
+    if chunk is not None and chunk <= 0:
+        raise ValueError(f"chunk must be a positive number of rows, got {chunk!r}")
+    n, v = hidden.shape[0], weight.shape[0]
+    chunk = chunk or max(1, CHUNK_LOGIT_BYTES // (4 * v))
+    w = weight.detach().float().requires_grad_()
+    b = bias.detach().float().requires_grad_() if bias is not None else None
+    valid = int((target != options.ignore_index).sum())
+    if options.reduction == "mean" and not valid:
+        raise ValueError(f"every target is ignore_index={options.ignore_index}: the mean loss is 0/0")
+    per_chunk = LossOptions(options.ignore_index, "none" if options.reduction == "none" else "sum",
+                            options.label_smoothing, options.z_loss, options.softcap)
+    scale = 1.0 / valid if options.reduction == "mean" else 1.0
+    grad_hidden = torch.empty(hidden.shape, dtype=torch.float32, device=hidden.device)
+    pieces = []
+    with _true_fp32(hidden.device.type):
+        for start in range(0, n, chunk):
+            h = hidden[start:start + chunk].detach().float().requires_grad_()
+            loss = torch_loss(h, w, target[start:start + chunk], b, per_chunk) * scale
+            # d(total)/d(piece) is 1 for sum/mean (scale folded in) and 1 per row for "none".
+            loss.backward(torch.ones_like(loss))
+            grad_hidden[start:start + chunk] = h.grad
+            pieces.append(loss.detach())
+    total = torch.cat(pieces) if options.reduction == "none" else torch.stack(pieces).sum()
+    return Reference(total, grad_hidden, w.grad, b.grad if b is not None else None)
+
+
+COMPARE_CHUNK = 1 << 24
+"""Elements per chunk of a relative error's sums (bounded temporaries)."""
+
+
+def relative_error(got: torch.Tensor | None, ref: torch.Tensor | None) -> float | None:
+    """‖got − ref‖ / ‖ref‖ — the one definition of a relative error in this project.
+
+    Sums of squares in fp64, a chunk of :data:`COMPARE_CHUNK` elements at a time on ``got``'s
+    device (``ref`` may live elsewhere, e.g. on the CPU). ``None`` if either is missing; NaN
+    if ``got`` is not finite; when ``ref`` is zero, 0 for an exact zero and infinity otherwise.
+    """
+    if got is None or ref is None:
+        return None
+    if got.numel() != ref.numel():
+        raise ValueError(f"value has shape {tuple(got.shape)}, reference {tuple(ref.shape)}")
+    device = got.device
+    diff = torch.zeros((), dtype=torch.float64, device=device)
+    norm = torch.zeros((), dtype=torch.float64, device=device)
+    for g, r in zip(got.detach().reshape(-1).split(COMPARE_CHUNK), ref.detach().reshape(-1).split(COMPARE_CHUNK)):
+        r = r.to(device=device, dtype=torch.float64)
+        diff += (g.double() - r).square().sum()
+        norm += r.square().sum()
+    diff, norm = diff.item(), norm.item()
+    if not math.isfinite(diff):  # an infinite element as much as a NaN: not a value to compare
+        return math.nan
+    if norm == 0:
+        return 0.0 if diff == 0 else math.inf
+    return math.sqrt(diff / norm)
+
+
+def parity(loss, grad_hidden, grad_weight, grad_bias, ref: Reference) -> Parity:
+    """Relative errors of a back-end's loss and gradients against the reference."""
+    return Parity(loss=relative_error(loss, ref.loss), grad_hidden=relative_error(grad_hidden, ref.grad_hidden),
+                  grad_weight=relative_error(grad_weight, ref.grad_weight),
+                  grad_bias=relative_error(grad_bias, ref.grad_bias))

@@ -1,0 +1,275 @@
+"""Worker processes: every measurement runs in a child Python process, never in the parent.
+
+A :class:`Worker` starts ``python -m fusedce_profiler.instrument.worker`` (a fresh interpreter: no CUDA
+context, allocator state or compiled-kernel cache inherited) and sends it jobs, one JSON
+line each on its stdin: ``{"kind": K, "payload": {...}}``. The child answers each with one
+JSON line on a private pipe: ``{"ok": true, "reply": ...}`` or ``{"ok": false, "error": ...}``.
+Its own stdout and stderr go to a log file, whose tail becomes the message when it dies
+(a segfault, ``os._exit``, a CUDA error that aborts, the kernel's OOM killer). Once it has
+started it says so (``{"ready": true}``) before it reads its first job, so a child that dies
+at start-up (its interpreter cannot import what it needs) is told apart from a job that
+killed it: :attr:`WorkerDied.at_start`.
+
+Job kinds (:data:`JOBS`): ``cell`` (a grid cell, :func:`fusedce_profiler.grid.cell.measure_cell`),
+``training-step`` (a model-mode job, :func:`fusedce_profiler.instrument.step.jobs.run_job`),
+``training-steps`` (several, one after another: :func:`fusedce_profiler.instrument.step.jobs.run_jobs`) and
+``environment`` (:func:`fusedce_profiler.instrument.environment.collect_environment`).
+
+Lifetime: the child runs in its own session (Ctrl-C and SIGTERM at the terminal reach only
+the parent, which stops the child and keeps its results valid) and dies with its parent,
+however the parent ends: on Linux the kernel sends it SIGKILL when the parent exits
+(``PR_SET_PDEATHSIG``), checked once more right after it is set so that a parent that died
+during the child's start-up is caught too; elsewhere a watchdog thread polls the parent's
+pid. :meth:`Worker.close` (or a timeout) kills the child's whole process group, so helper
+processes it started (e.g. compile workers) go with it.
+
+Public API: :class:`Worker`, :class:`WorkerDied`, :class:`JobFailed`, :data:`JOBS`.
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+
+#: kind → "module:function" taking the payload dict and returning a JSON-serialisable value.
+JOBS = {
+    "cell": "fusedce_profiler.grid.cell:run_cell_job",
+    "training-step": "fusedce_profiler.instrument.step.jobs:run_training_job",
+    "training-steps": "fusedce_profiler.instrument.step.jobs:run_training_jobs",
+    "environment": "fusedce_profiler.instrument.environment:environment_job",
+}
+
+_PR_SET_PDEATHSIG = 1
+_LOG_TAIL_LINES = 15
+_START_TIMEOUT_S = 300.0
+"""How long a child may take to start (import Python's standard library and this module)."""
+
+
+class WorkerDied(RuntimeError):
+    """The child exited, was killed or timed out before it answered (``reason`` says which).
+
+    ``summary`` is one line: the reason, the child's last words (the last line of its log,
+    e.g. the exception that killed it) and where its log is; ``tail`` the log's last lines.
+    ``at_start``: it died before it was ready for a job.
+    """
+
+    def __init__(self, reason: str, log_path: Path, tail: str, timed_out: bool = False,
+                 at_start: bool = False) -> None:
+        last = tail.strip().splitlines()[-1].strip() if tail.strip() else ""
+        self.summary = f"{reason}" + (f" ({last})" if last and not timed_out else "") + f"; log {log_path}"
+        super().__init__(self.summary + (f"\n{tail}" if tail else ""))
+        self.reason, self.log_path, self.tail, self.timed_out = reason, log_path, tail, timed_out
+        self.at_start = at_start
+
+
+class JobFailed(RuntimeError):
+    """A job raised in the child (jobs normally turn failures into results themselves);
+    the message's first line is the exception, then the child's traceback."""
+
+
+def _tail(path: Path) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    # job headers are the parent's own requests; "USDT:" lines are the CPU profiler's chatter
+    lines = [line for line in text.strip().splitlines() if not line.startswith(("--- job ", "USDT:"))]
+    return "\n".join(lines[-_LOG_TAIL_LINES:])
+
+
+def _describe_exit(code: int | None) -> str:
+    if code is None:
+        return "the worker stopped answering"
+    if code < 0:
+        try:
+            return f"the worker was killed by signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"the worker was killed by signal {-code}"
+    return f"the worker exited with code {code}"
+
+
+class Worker:
+    """One child process; :meth:`call` runs a job in it and returns the job's reply."""
+
+    def __init__(self, log_dir: Path, env: dict | None = None) -> None:
+        log_dir = Path(log_dir)
+        log_dir.mkdir(parents=True, exist_ok=True)
+        self.log_path = log_dir / f"worker-{os.getpid()}-{time.monotonic_ns()}.log"
+        read_end, write_end = os.pipe()
+        log = open(self.log_path, "ab")
+        child_env = dict(os.environ if env is None else env)
+        child_env.setdefault("PYTHONUNBUFFERED", "1")
+        # The child imports what the parent can (a user's back-end module on a path added at
+        # run time): it gets the parent's sys.path ahead of its own.
+        paths = [p for p in sys.path if p] + [p for p in child_env.get("PYTHONPATH", "").split(os.pathsep) if p]
+        child_env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+        try:
+            self._process = subprocess.Popen(
+                [sys.executable, "-m", "fusedce_profiler.instrument.worker", str(os.getpid()), str(write_end)],
+                stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, pass_fds=(write_end,),
+                start_new_session=True, env=child_env)
+        finally:
+            os.close(write_end)
+            log.close()
+        self._replies = os.fdopen(read_end, "rb")
+        self._buffer = b""
+        self._ready = False
+
+    @property
+    def pid(self) -> int:
+        return self._process.pid
+
+    def call(self, kind: str, payload: dict | None = None, timeout_s: float | None = None):
+        """Run job ``kind`` on ``payload`` in the child; its reply, or :class:`WorkerDied`.
+
+        A job that raises in the child is re-raised here as :class:`JobFailed` with the
+        child's traceback (jobs normally turn failures into results themselves).
+        ``timeout_s`` bounds the job; the child's start-up has a bound of its own.
+        """
+        if kind not in JOBS:
+            raise ValueError(f"unknown job kind {kind!r}; known: {', '.join(JOBS)}")
+        if not self._ready:
+            line, timed_out = self._read_line(_START_TIMEOUT_S)
+            if line is None:
+                raise self._died(timed_out=timed_out, at_start=True)
+            self._ready = True
+        message = json.dumps({"kind": kind, "payload": payload or {}}) + "\n"
+        try:
+            self._process.stdin.write(message.encode())
+            self._process.stdin.flush()
+        except (BrokenPipeError, OSError):
+            raise self._died(timed_out=False) from None
+        line, timed_out = self._read_line(timeout_s)
+        if line is None:
+            raise self._died(timed_out=timed_out)
+        answer = json.loads(line)
+        if not answer["ok"]:
+            error = answer["error"].strip()
+            raise JobFailed(f"job {kind} failed in the worker ({error.splitlines()[-1] if error else '?'}); "
+                            f"log {self.log_path}:\n{error}")
+        return answer["reply"]
+
+    def _read_line(self, timeout_s: float | None) -> tuple[bytes | None, bool]:
+        """(the next reply line, or ``None`` if the child ended or the time ran out; whether it ran out)."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        fd = self._replies.fileno()
+        while b"\n" not in self._buffer:
+            wait = 0.5 if deadline is None else max(0.0, min(0.5, deadline - time.monotonic()))
+            ready, _, _ = select.select([fd], [], [], wait)
+            if ready:
+                chunk = os.read(fd, 1 << 16)
+                if not chunk:  # the child closed its end: it has exited
+                    try:
+                        self._process.wait(timeout=10)
+                    except subprocess.TimeoutExpired:
+                        pass
+                    return None, False
+                self._buffer += chunk
+            elif self._process.poll() is not None:
+                return None, False
+            elif deadline is not None and time.monotonic() >= deadline:
+                return None, True
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        return line, False
+
+    def _died(self, timed_out: bool, at_start: bool = False) -> WorkerDied:
+        self.close()
+        reason = "timed out" if timed_out else _describe_exit(self._process.returncode)
+        if at_start:
+            reason = f"the worker (python -m fusedce_profiler.instrument.worker) died at start-up: {reason.removeprefix('the worker ')}"
+        return WorkerDied(reason, self.log_path, _tail(self.log_path), timed_out=timed_out, at_start=at_start)
+
+    def close(self) -> None:
+        """Stop the child: end its input, then kill its process group if it lingers."""
+        if self._process.poll() is None:
+            try:
+                self._process.stdin.close()
+            except OSError:
+                pass
+            try:
+                self._process.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                pass
+        if self._process.poll() is None:
+            try:
+                os.killpg(self._process.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                self._process.kill()
+            self._process.wait(timeout=10)
+        else:  # the child is gone; helpers it started in its session go too
+            try:
+                os.killpg(self._process.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        try:
+            self._replies.close()
+        except OSError:
+            pass
+
+    def __enter__(self) -> "Worker":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+# --- the child -----------------------------------------------------------------------------
+
+def _die_with_parent(parent_pid: int) -> None:
+    """Make sure this process does not outlive ``parent_pid`` (see the module docstring)."""
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent_pid:  # the parent died before the death signal was armed
+        os._exit(1)
+
+    def watch() -> None:
+        while True:
+            time.sleep(1.0)
+            if os.getppid() != parent_pid:
+                os._exit(1)
+
+    threading.Thread(target=watch, name="parent-watchdog", daemon=True).start()
+
+
+def _load(target: str):
+    import importlib
+
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def _serve(parent_pid: int, reply_fd: int) -> int:
+    _die_with_parent(parent_pid)
+    replies = os.fdopen(reply_fd, "wb")
+    replies.write(b'{"ready": true}\n')
+    replies.flush()
+    for raw in sys.stdin.buffer:
+        request = json.loads(raw)
+        print(f"--- job {request['kind']} {json.dumps(request['payload'])}", flush=True)
+        try:
+            answer = {"ok": True, "reply": _load(JOBS[request["kind"]])(request["payload"])}
+        except Exception:
+            text = traceback.format_exc()
+            print(text, file=sys.stderr, flush=True)
+            answer = {"ok": False, "error": text}
+        from fusedce_profiler.instrument.store import dumps
+
+        replies.write((dumps(answer) + "\n").encode())
+        replies.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_serve(int(sys.argv[1]), int(sys.argv[2])))

@@ -1,0 +1,259 @@
+"""What ``doctor`` observes of one loss call on the user's model: the evidence its checks read.
+
+:func:`observe` runs ``loss_fn(model, batch)`` and its backward once, under the doctor's
+precision, and returns an :class:`Observation`:
+
+- the loss value (or the exception it raised);
+- every parameter's gradient, by name (``None`` where the loss put none). The embedding
+  lookup's own gradient is left out (a forward hook detaches the lookup from the weight), so
+  the gradient of a (V, H) parameter is exactly what the loss's use of it put there — tied or
+  not;
+- the gradient of the body's output, position by position: the input of the module that
+  produces the LM head's input (the final norm), captured with a tensor hook. Norm and head
+  act on each position alone, so a position gets zero gradient there exactly when the loss
+  ignores it;
+- the tensors of the head's shape, (V, H) or its transpose, that the loss passed to any torch
+  function after the body's output was produced and that are not parameters and not in the
+  graph (a detached or stale copy of the weight), seen through a ``TorchFunctionMode``.
+
+:func:`find_landmarks` locates, once, the module producing the head's input (matched by data
+pointer and shape: Hugging Face heads read a view of the norm's output) and the input embedding.
+
+Public API: :class:`Landmarks`, :func:`find_landmarks`, :class:`Observation`, :func:`observe`.
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.overrides import TorchFunctionMode
+
+from fusedce_profiler.instrument.models.head import tensor_of
+from fusedce_profiler.instrument.models.source import BuiltModel
+from fusedce_profiler.instrument.precision import autocast
+
+
+@dataclass
+class Landmarks:
+    """``producer``: the module whose output the head reads (``None`` when a plain function
+    produces it); ``producer_name``; ``is_norm``: its class name says it is a norm;
+    ``embedding``: the input embedding module (``None`` if there is none); ``source``: the
+    module whose output the producer reads (the last block), where the body's per-position
+    gradient is captured — it runs even when a loss skips the final norm."""
+
+    producer: nn.Module | None
+    producer_name: str
+    is_norm: bool
+    embedding: nn.Module | None
+    source: nn.Module | None = None  # the module whose output the producer reads (the last block)
+
+
+def _key(t: torch.Tensor) -> tuple:
+    return t.data_ptr(), tuple(t.shape)
+
+
+def _float_input(args, kwargs) -> torch.Tensor | None:
+    for value in list(args) + list(kwargs.values()):
+        if isinstance(value, torch.Tensor) and value.is_floating_point():
+            return value
+    return None
+
+
+def find_landmarks(built: BuiltModel, input_ids: torch.Tensor, mode: str) -> Landmarks:
+    """Run the model's forward once (no grad) and find the module whose output the head reads."""
+    model, head = built.module, built.head.module
+    names = {id(m): n for n, m in model.named_modules()}
+    inside_head = {id(m) for m in head.modules()}
+    # key (data pointer, shape) -> (module, when its forward began). Freed blocks are reused
+    # under no_grad, so a later tensor may repeat an earlier key: a later output replaces the
+    # record, except that an enclosing module returning its child's output keeps the child.
+    produced: dict[tuple, tuple[nn.Module, int]] = {}
+    inputs: dict[int, tuple] = {}
+    started: dict[int, int] = {}
+    wanted: list[tuple] = []
+    handles = []
+    clock = [0]
+
+    def on_input(module, args, kwargs):
+        clock[0] += 1
+        started[id(module)] = clock[0]
+        x = _float_input(args, kwargs)
+        if x is not None:
+            inputs[id(module)] = _key(x)
+
+    def on_output(module, args, kwargs, output):
+        out = tensor_of(output)
+        if out is None or not out.is_floating_point() or _float_input(args, kwargs) is None:
+            return
+        key = _key(out)
+        previous = produced.get(key)
+        if previous is not None and previous[1] >= started[id(module)]:
+            return  # produced by a module running inside this one
+        produced[key] = (module, started[id(module)])
+
+    for module in model.modules():
+        if module is not model and id(module) not in inside_head:
+            handles.append(module.register_forward_pre_hook(on_input, with_kwargs=True))
+            handles.append(module.register_forward_hook(on_output, with_kwargs=True))
+    handles.append(head.register_forward_pre_hook(
+        lambda mod, args: wanted.append(_key(args[0])) if args and isinstance(args[0], torch.Tensor) else None))
+    try:
+        with torch.no_grad(), autocast(mode, input_ids.device):
+            built.call(input_ids)
+    finally:
+        for h in handles:
+            h.remove()
+    producer = produced[wanted[0]][0] if wanted and wanted[0] in produced else None
+    embedding = None
+    get = getattr(model, "get_input_embeddings", None)
+    if callable(get):
+        with contextlib.suppress(NotImplementedError, AttributeError):
+            embedding = get()
+    if embedding is None:
+        embedding = next((m for m in model.modules() if isinstance(m, nn.Embedding)), None)
+    name = names.get(id(producer), "") if producer is not None else ""
+    source = produced.get(inputs.get(id(producer)), (None,))[0] if producer is not None else None
+    return Landmarks(producer, name, producer is not None and "norm" in type(producer).__name__.lower(), embedding,
+                     source)
+
+
+@dataclass
+class SeenTensor:
+    """A tensor of the head's shape that the loss used, not a parameter and not in the graph."""
+
+    shape: tuple
+    dtype: str
+    equals_weight: bool
+    max_abs_diff: float
+
+
+class _HeadShapedUse(TorchFunctionMode):
+    """Records (V, H)/(H, V) leaf tensors that are not parameters, once the body's output exists."""
+
+    def __init__(self, weight: torch.Tensor, params: set[int]) -> None:
+        super().__init__()
+        self.weight, self.params = weight, params
+        self.armed = False
+        self.seen: dict[int, torch.Tensor] = {}
+        v, h = weight.shape
+        self.shapes = {(v, h), (h, v)}
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if self.armed:
+            for value in list(args) + list(kwargs.values()):
+                if (isinstance(value, torch.Tensor) and tuple(value.shape) in self.shapes and id(value) not in self.params
+                        and value.grad_fn is None and not value.requires_grad and id(value) not in self.seen):
+                    self.seen[id(value)] = value
+        return func(*args, **kwargs)
+
+    def describe(self) -> list[SeenTensor]:
+        out = []
+        w = self.weight.detach()
+        for t in self.seen.values():
+            t2 = t.detach()
+            if tuple(t2.shape) != tuple(w.shape):
+                t2 = t2.t()
+            diff = float((t2.float() - w.float()).abs().max()) if t2.shape == w.shape else float("inf")
+            out.append(SeenTensor(tuple(t.shape), str(t.dtype).replace("torch.", ""), diff == 0.0, diff))
+        return out
+
+
+@dataclass
+class Observation:
+    """One loss call and its backward (see the module docstring)."""
+
+    loss: float | None
+    error: str | None
+    grads: dict[str, torch.Tensor | None] = field(default_factory=dict)
+    body_grad: torch.Tensor | None = None
+    seen: list[SeenTensor] = field(default_factory=list)
+    requires_grad: bool = True
+
+    def grad(self, name: str) -> torch.Tensor | None:
+        return self.grads.get(name)
+
+
+def observe(built: BuiltModel, landmarks: Landmarks, loss_fn: Callable, batch: dict, mode: str) -> Observation:
+    """Call ``loss_fn(model, batch)`` and backward; capture the evidence (never raises for the
+    loss's own failures: they are returned as ``error``)."""
+    model = built.module
+    model.zero_grad(set_to_none=True)
+    captured: dict[str, torch.Tensor] = {}
+    handles = []
+    names = {id(p): n for n, p in model.named_parameters()}
+    use = _HeadShapedUse(built.head.weight, set(names))
+
+    def capture(x) -> None:
+        if isinstance(x, torch.Tensor) and x.requires_grad and "body" not in captured:
+            captured["body"] = None  # one capture per call (checkpointing re-runs forwards in backward)
+            x.register_hook(lambda g: captured.__setitem__("body", g.detach().float().clone()))
+
+    def arm(*_):
+        use.armed = True
+
+    if landmarks.source is not None:  # the body's output, where the final norm reads it
+        handles.append(landmarks.source.register_forward_hook(lambda mod, args, out: (capture(tensor_of(out)),
+                                                                                        arm())[-1]))
+    elif landmarks.producer is not None:
+        handles.append(landmarks.producer.register_forward_pre_hook(
+            lambda mod, args, kwargs: capture(_float_input(args, kwargs)), with_kwargs=True))
+    if landmarks.producer is not None:
+        handles.append(landmarks.producer.register_forward_hook(arm))
+    else:
+        use.armed = True
+    if landmarks.embedding is not None:
+        # Detach the lookup from the weight: a (V, H) parameter's gradient is then the loss's alone.
+        def detach_lookup(module, args, output):
+            if isinstance(output, torch.Tensor) and output.requires_grad:
+                return output.detach().requires_grad_(torch.is_grad_enabled())
+            return output
+
+        handles.append(landmarks.embedding.register_forward_hook(detach_lookup))
+    try:
+        with autocast(mode, batch["input_ids"].device), use:
+            loss = loss_fn(model, batch)
+        if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+            raise TypeError(f"the loss must return a scalar tensor, got {type(loss).__name__} "
+                            f"{tuple(getattr(loss, 'shape', ()))}")
+        value = float(loss.detach().float())
+        requires_grad = loss.requires_grad
+        if requires_grad:
+            loss.backward()
+    except Exception as exc:  # the loss's own failure is evidence, not a crash of the doctor
+        model.zero_grad(set_to_none=True)
+        return Observation(None, f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}")
+    finally:
+        for h in handles:
+            h.remove()
+    grads = {n: (p.grad.detach().float().clone() if p.grad is not None else None)
+             for n, p in model.named_parameters()}
+    model.zero_grad(set_to_none=True)
+    return Observation(value, None, grads, captured.get("body"), use.describe(), requires_grad)
+
+
+def naive_loss(built: BuiltModel, batch: dict, store: dict | None = None, ignore_index: int = -100) -> torch.Tensor:
+    """The reference: the model's own forward (its head, bias, tie and logit transform), then
+    the shifted cross-entropy averaged over the labels that are not ``ignore_index``, in fp32.
+    ``store`` receives the logits, the head's raw output and the head's input (detached)."""
+    handles = []
+    if store is not None:
+        head = built.head.module
+        handles.append(head.register_forward_pre_hook(
+            lambda mod, args: store.__setitem__("head_input", args[0].detach()) if args else None))
+        handles.append(head.register_forward_hook(
+            lambda mod, args, out: store.__setitem__("raw", tensor_of(out).detach())))
+    try:
+        logits = built.logits_of(built.call(batch["input_ids"]))
+    finally:
+        for h in handles:
+            h.remove()
+    if store is not None:
+        store["logits"] = logits.detach()
+    labels = batch["labels"]
+    return F.cross_entropy(logits[:, :-1].float().reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1),
+                           ignore_index=ignore_index)

@@ -1,0 +1,392 @@
+"""Training parity: does a fused back-end train the model like eager torch does?
+
+Each back-end trains its own copy of the model from the same initialisation on the same
+batches (:class:`~fusedce_profiler.instrument.step.data.MarkovChain`) for ``steps`` AdamW steps. Two kinds of
+evidence:
+
+- **loss curves**: per-step ``|L_b − L_torch| / L_torch`` and the final loss (mean of the
+  last tenth of the steps), which must agree within ``loss_tolerance``; and the torch run
+  itself must learn (final loss below ``LEARN_FRACTION`` of the initial loss).
+- **gradients along the trajectory**: at ``check_steps``, on the back-end's *own* current
+  weights and batch, the gradients of the LM-head weight (which, tied, is the embedding and
+  holds both contributions), its bias, and the hidden states, against eager torch in fp32
+  (relative error ‖g − g_ref‖ / ‖g_ref‖), which must be within the mode's tolerance
+  (:mod:`fusedce_profiler.instrument.tolerances`).
+
+Training is often chaotic: two runs whose arithmetic differs by one rounding drift apart
+exponentially (measured on the user's model in fp32: 1e-7 for 45 steps, 5% by step 64). So
+by default a **control** runs first: torch again, from the initial weights multiplied by
+``1 + u·z`` (``u`` the unit roundoff of the mode's compute dtype, ``z`` standard normal) —
+torch's own math, one rounding away. Its final-loss gap to torch is the run's noise floor,
+and a back-end's final loss fails only beyond ``max(loss_tolerance, NOISE_FACTOR × floor)``.
+The gradient check, made on identical weights, is unaffected by the drift and stays the sharp
+test of a wrongly wired loss.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from fusedce.options import LossOptions
+from fusedce_profiler.instrument import store
+from fusedce_profiler.instrument.backends import torch_loss
+from fusedce_profiler.instrument.models.configs import ModelConfig
+from fusedce_profiler.instrument.step.data import MarkovChain
+from fusedce_profiler.instrument.models.gpt import HiddenStatesGPT as GPT
+from fusedce_profiler.instrument.step.losses import BackendUnavailable, resolve_backend
+from fusedce_profiler.instrument.precision import TRAINING_MODES, autocast
+from fusedce_profiler.instrument.reference import relative_error
+from fusedce_profiler.instrument.tolerances import tolerance_for
+
+REFERENCE = "torch"
+CONTROL = "torch, perturbed"  # the noise-floor control (see the module docstring)
+LEARN_FRACTION = 0.9  # the reference's final loss must be below 90% of its initial loss
+# A back-end's final-loss gap may be this many times the control's: one control run samples
+# the spread of chaotic trajectories once, and a second sample often lands twice as far.
+NOISE_FACTOR = 3.0
+
+
+@dataclass
+class ParitySettings:
+    """What to train. ``bias`` adds a (random) LM-head bias; ``ignore_frac`` pads batches."""
+
+    config: ModelConfig
+    backends: list[str]
+    steps: int = 300
+    batch: int = 8
+    seq: int = 64
+    lr: float = 3e-3
+    device: str = "cpu"
+    mode: str = "fp32"
+    reduction: str = "mean"
+    bias: bool = False
+    ignore_frac: float = 0.0
+    check_steps: list[int] | None = None
+    loss_tolerance: float = 0.02
+    seed: int = 0
+    control: bool = True
+
+    def __post_init__(self) -> None:
+        if self.steps < 10:
+            raise ValueError(f"steps must be at least 10 (the final loss averages the last tenth), got {self.steps}")
+        if self.mode not in TRAINING_MODES:
+            raise ValueError(f"mode must be one of {TRAINING_MODES}, got {self.mode!r}")
+        if self.reduction not in ("mean", "sum"):
+            raise ValueError(f"reduction must be 'mean' or 'sum', got {self.reduction!r}")
+        if not self.backends:
+            raise ValueError("backends: give at least one back-end to compare with torch")
+        if self.check_steps is None:
+            self.check_steps = sorted({0, self.steps // 2, self.steps - 1})
+        bad = [s for s in self.check_steps if not 0 <= s < self.steps]
+        if bad:
+            raise ValueError(f"check_steps {bad} are outside [0, steps={self.steps})")
+        if self.bias and not self.config.lm_head_bias:
+            self.config = dataclasses.replace(self.config, lm_head_bias=True)
+
+    @property
+    def grad_tolerance(self) -> float:
+        return tolerance_for(self.mode)
+
+
+@dataclass
+class GradCheck:
+    """Relative errors of one back-end's gradients at one step (``None``: no such tensor)."""
+
+    step: int
+    lm_head: float
+    hidden: float
+    bias: float | None = None
+
+
+@dataclass
+class ParityCurve:
+    """One back-end's training run (``status`` as in model results; ``seconds``: its wall time,
+    gradient checks included; ``None`` in runs recorded before it was stored)."""
+
+    backend: str
+    status: str = "ok"
+    message: str = ""
+    version: str = ""
+    losses: list[float] = field(default_factory=list)
+    grad_checks: list[GradCheck] = field(default_factory=list)
+    seconds: float | None = None
+
+    def final_loss(self) -> float:
+        tail = self.losses[-max(1, len(self.losses) // 10):]
+        return sum(tail) / len(tail)
+
+    def initial_loss(self) -> float:
+        head = self.losses[:max(1, len(self.losses) // 10)]
+        return sum(head) / len(head)
+
+
+@dataclass
+class ParityVerdict:
+    """Pass/fail of one back-end against the torch run, with the numbers behind it."""
+
+    backend: str
+    passed: bool | None  # None: the back-end did not run (skipped)
+    final_loss_rel_diff: float | None = None
+    max_step_rel_diff: float | None = None
+    max_step_rel_diff_step: int | None = None  # the step where max_step_rel_diff occurs
+    worst_grad_error: float | None = None
+    worst_grad_name: str | None = None
+    reasons: list[str] = field(default_factory=list)
+    loss_limit: float | None = None  # the final-loss limit applied (None in runs recorded before it)
+
+
+@dataclass
+class ParityReport:
+    settings: ParitySettings
+    curves: list[ParityCurve]
+    verdicts: list[ParityVerdict]
+    entropy_rate: float
+    reference_learned: bool
+
+    @property
+    def passed(self) -> bool:
+        """True when torch learned and no back-end that ran failed (the control is not judged)."""
+        return self.reference_learned and all(v.passed is not False for v in self.verdicts if v.backend != CONTROL)
+
+    @property
+    def noise_floor(self) -> float | None:
+        """The control's final-loss gap to torch (``None`` without a finished control run)."""
+        return next((v.final_loss_rel_diff for v in self.verdicts if v.backend == CONTROL), None)
+
+    @property
+    def not_run(self) -> list[str]:
+        """Back-ends in the settings with no curve (a run cut short: see ``run_parity``'s ``on_curve``)."""
+        done = {c.backend for c in self.curves}
+        return [b for b in self.settings.backends if b not in done]
+
+
+@dataclass
+class CurveGap:
+    """How far one back-end's loss curve strays from torch's, step by step.
+
+    ``diffs[i] = |L_b[i] − L_torch[i]| / |L_torch[i]|`` over the steps both runs have;
+    ``peak_step`` is where the largest one occurs (the first such step on ties);
+    ``above`` counts the steps where it exceeds ``threshold``, the first and last of them in
+    ``first_above`` / ``last_above`` (``None`` when there are none); ``higher`` counts the
+    steps where the back-end's loss is above torch's (about half of them when the two
+    trajectories differ by rounding alone; nearly all or none for a systematic offset).
+    """
+
+    backend: str
+    diffs: list[float]
+    threshold: float
+    peak: float
+    peak_step: int
+    above: int
+    first_above: int | None
+    last_above: int | None
+    higher: int
+
+
+def curve_gap(curve: ParityCurve, reference: ParityCurve, threshold: float) -> CurveGap | None:
+    """The per-step relative gap of ``curve`` to ``reference``; ``None`` if either has no losses."""
+    n = min(len(curve.losses), len(reference.losses))
+    if n == 0:
+        return None
+    losses = torch.tensor(curve.losses[:n], dtype=torch.float64)
+    ref = torch.tensor(reference.losses[:n], dtype=torch.float64)
+    diffs = ((losses - ref).abs() / ref.abs()).tolist()
+    finite = [(d, i) for i, d in enumerate(diffs) if math.isfinite(d)]
+    peak, peak_step = max(finite, key=lambda item: (item[0], -item[1])) if finite else (math.nan, 0)
+    over = [i for i, d in enumerate(diffs) if d > threshold]
+    return CurveGap(curve.backend, diffs, threshold, peak, peak_step, len(over),
+                    over[0] if over else None, over[-1] if over else None, int((losses > ref).sum()))
+
+
+def build_model(settings: ParitySettings) -> GPT:
+    """The model every back-end starts from (same seed → same weights; bias random if any)."""
+    with torch.device(settings.device):
+        model = GPT(settings.config, seed=settings.seed)
+    if model.lm_head_bias is not None:
+        gen = torch.Generator(device=settings.device).manual_seed(settings.seed + 1)
+        with torch.no_grad():
+            model.lm_head_bias.copy_(torch.randn(model.lm_head_bias.shape, generator=gen,
+                                                 device=settings.device) * 0.5)
+    return model
+
+
+def _loss_and_grads(model: GPT, loss_fn, options: LossOptions, inputs, targets, mode: str):
+    """Zero the gradients, forward + backward once; return (loss, copies of the LM-head
+    weight, bias and hidden-state gradients). The parameters keep their ``.grad``."""
+    model.zero_grad(set_to_none=True)
+    captured: dict[str, torch.Tensor] = {}
+    with autocast(mode, inputs.device):
+        hidden = model(inputs)
+        hidden.register_hook(lambda g: captured.__setitem__("hidden", g.detach().clone()))
+        loss = loss_fn(hidden.reshape(-1, hidden.shape[-1]), model.lm_head_weight, targets.reshape(-1),
+                       model.lm_head_bias, options)
+    loss.backward()
+    weight_grad = model.lm_head_weight.grad
+    grads = {"lm_head": weight_grad.detach().clone() if weight_grad is not None
+             else torch.zeros_like(model.lm_head_weight),
+             "hidden": captured.get("hidden", torch.zeros_like(hidden))}
+    if model.lm_head_bias is not None:
+        bias_grad = model.lm_head_bias.grad
+        grads["bias"] = bias_grad.detach().clone() if bias_grad is not None else torch.zeros_like(model.lm_head_bias)
+    return loss.detach(), grads
+
+
+def perturb_(model: GPT, settings: ParitySettings) -> None:
+    """In place: every parameter p ← p·(1 + u·z), u the mode's unit roundoff, z ~ N(0, 1)."""
+    unit = torch.finfo(torch.bfloat16 if settings.mode == "amp-bf16" else torch.float32).eps / 2
+    gen = torch.Generator(device="cpu").manual_seed(settings.seed + 7)
+    with torch.no_grad():
+        for param in model.parameters():
+            noise = torch.randn(param.shape, generator=gen).to(param.device, param.dtype)
+            param.mul_(1 + unit * noise)
+
+
+def train_curve(settings: ParitySettings, backend_name: str, chain: MarkovChain, *,
+                perturbed: bool = False) -> ParityCurve:
+    """Train a fresh model with one back-end (from perturbed initial weights for the
+    control); record losses and gradient checks."""
+    curve = ParityCurve(CONTROL if perturbed else backend_name)
+    options = LossOptions(reduction=settings.reduction, softcap=settings.config.final_logit_softcapping)
+    try:
+        backend = resolve_backend(backend_name, settings.config, options, settings.device,
+                                  settings.batch * settings.seq)
+    except BackendUnavailable as exc:
+        curve.status, curve.message = "skipped", str(exc)
+        return curve
+    curve.version = backend.version
+    model = build_model(settings)
+    if perturbed:
+        perturb_(model, settings)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=settings.lr)
+    checks = set(settings.check_steps)
+    start = time.perf_counter()
+    try:
+        for step in range(settings.steps):
+            inputs, targets = chain.batch(step, settings.batch, settings.seq, settings.ignore_frac, settings.seed)
+            inputs, targets = inputs.to(settings.device), targets.to(settings.device)
+            reference = None
+            if step in checks:  # eager torch in fp32 on the same weights and batch
+                _, reference = _loss_and_grads(model, torch_loss, options, inputs, targets, "fp32")
+            loss, grads = _loss_and_grads(model, backend.fn, options, inputs, targets, settings.mode)
+            if reference is not None:
+                curve.grad_checks.append(GradCheck(
+                    step, relative_error(grads["lm_head"], reference["lm_head"]),
+                    relative_error(grads["hidden"], reference["hidden"]),
+                    relative_error(grads["bias"], reference["bias"]) if "bias" in grads else None))
+            optimizer.step()
+            curve.losses.append(float(loss))
+    except torch.OutOfMemoryError as exc:
+        curve.status, curve.message = "oom", str(exc).splitlines()[0]
+    except Exception as exc:  # a back-end that crashes mid-run is a parity failure with evidence
+        curve.status, curve.message = "error", f"{type(exc).__name__}: {exc}"
+    curve.seconds = time.perf_counter() - start
+    return curve
+
+
+def judge(settings: ParitySettings, curve: ParityCurve, reference: ParityCurve,
+          noise_floor: float | None = None) -> ParityVerdict:
+    """Compare one back-end's run with the torch run (see the module docstring);
+    ``noise_floor`` is the control's final-loss gap, if a control ran."""
+    verdict = ParityVerdict(curve.backend, passed=None)
+    if curve.status == "skipped":
+        verdict.reasons.append(f"skipped: {curve.message}")
+        return verdict
+    if curve.status != "ok":
+        verdict.passed = False
+        verdict.reasons.append(f"{curve.status}: {curve.message}")
+        return verdict
+    losses = torch.tensor(curve.losses, dtype=torch.float64)
+    if not bool(torch.isfinite(losses).all()):
+        first = int((~torch.isfinite(losses)).nonzero()[0])
+        verdict.passed = False
+        verdict.reasons.append(f"loss is not finite from step {first}")
+        return verdict
+    gap = curve_gap(curve, reference, settings.loss_tolerance)
+    verdict.max_step_rel_diff, verdict.max_step_rel_diff_step = gap.peak, gap.peak_step
+    verdict.final_loss_rel_diff = abs(curve.final_loss() - reference.final_loss()) / abs(reference.final_loss())
+    verdict.loss_limit = settings.loss_tolerance
+    if noise_floor is not None:
+        verdict.loss_limit = max(settings.loss_tolerance, NOISE_FACTOR * noise_floor)
+    if verdict.final_loss_rel_diff > verdict.loss_limit:
+        why = (f"{settings.loss_tolerance:.0e}" if verdict.loss_limit == settings.loss_tolerance else
+               f"{verdict.loss_limit:.2e} ({NOISE_FACTOR:g} × the perturbed-torch control's {noise_floor:.2e})")
+        verdict.reasons.append(f"final loss {curve.final_loss():.4f} vs torch {reference.final_loss():.4f}: "
+                               f"relative difference {verdict.final_loss_rel_diff:.2e} > {why}")
+    worst = None
+    for check in curve.grad_checks:
+        for name in ("lm_head", "hidden", "bias"):
+            value = getattr(check, name)
+            if value is not None and (worst is None or not value <= worst[0]):
+                worst = (value, f"{name} gradient at step {check.step}")
+    if worst is not None:
+        verdict.worst_grad_error, verdict.worst_grad_name = worst
+        if not worst[0] <= settings.grad_tolerance:
+            verdict.reasons.append(f"{worst[1]}: relative error {worst[0]:.2e} > {settings.grad_tolerance:.0e}")
+    verdict.passed = not verdict.reasons
+    return verdict
+
+
+def run_parity(settings: ParitySettings, progress: Callable[[str], None] | None = None,
+               on_curve: Callable[[ParityReport], None] | None = None) -> ParityReport:
+    """Train torch, then (``settings.control``) the perturbed-torch control, then every
+    back-end in ``settings.backends`` (in that order); judge each against torch.
+
+    ``progress(backend_name)`` is called before each run (for a progress display);
+    ``on_curve(report)`` after each back-end's run with the report so far (``not_run`` names
+    the back-ends still to come), so a caller can save it before a time limit cuts the run.
+    """
+    chain = MarkovChain(settings.config.vocab_size, seed=settings.seed)
+    names = [REFERENCE] + [b for b in settings.backends if b != REFERENCE]
+    if progress is not None:
+        progress(REFERENCE)
+    reference = train_curve(settings, REFERENCE, chain)
+    if reference.status != "ok":
+        raise RuntimeError(f"the torch reference run failed: {reference.status}: {reference.message}")
+    learned = reference.final_loss() < LEARN_FRACTION * reference.initial_loss()
+    report = ParityReport(settings, [reference], [], chain.entropy_rate(), learned)
+    if settings.control:
+        if progress is not None:
+            progress(CONTROL)
+        control = train_curve(settings, REFERENCE, chain, perturbed=True)
+        report.curves.append(control)
+        report.verdicts.append(judge(settings, control, reference))
+        if on_curve is not None:
+            on_curve(report)
+    for name in names[1:]:
+        if progress is not None:
+            progress(name)
+        curve = train_curve(settings, name, chain)
+        report.curves.append(curve)
+        report.verdicts.append(judge(settings, curve, reference, report.noise_floor))
+        if on_curve is not None:
+            on_curve(report)
+    return report
+
+
+def save_parity_report(folder: Path, report: ParityReport) -> None:
+    """Write the whole report to the folder's ``parity.json`` (strict JSON: a NaN loss is ``"NaN"``)."""
+    store.write_json(Path(folder) / store.PARITY_FILE, dataclasses.asdict(report))
+
+
+def load_parity_report(folder: Path) -> ParityReport:
+    """The :class:`ParityReport` stored in a folder's ``parity.json``; ``ValueError`` if it is not one."""
+    path = Path(folder) / store.PARITY_FILE
+    raw = store.read_json(path)
+    try:
+        settings = dict(raw["settings"])
+        settings["config"] = ModelConfig(**settings["config"])
+        settings.setdefault("control", False)  # runs recorded before the control existed had none
+        curves = [ParityCurve(**{**c, "losses": [store.float_field(x, "losses", optional=False) for x in c["losses"]],
+                                 "grad_checks": [GradCheck(**g) for g in c["grad_checks"]]})
+                  for c in raw["curves"]]
+        return ParityReport(settings=ParitySettings(**settings), curves=curves,
+                            verdicts=[ParityVerdict(**v) for v in raw["verdicts"]],
+                            entropy_rate=raw["entropy_rate"], reference_learned=raw["reference_learned"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"{path}: not a parity report ({exc})") from None
