@@ -68,9 +68,9 @@ def model_source(preset: Optional[str], config: Optional[Path], hf: Optional[str
         raise fail("--hf names the model; --preset/--config are for the built-in model or a --model factory")
     try:
         if hf:
-            from fusedce_profiler.instrument.models.source import _require_transformers
+            from fusedce_profiler.instrument.models.source import require_transformers
 
-            _require_transformers()
+            require_transformers()
             with usage_errors():
                 source = HFSource.from_reference(hf, head_path=head)
         elif user_model:

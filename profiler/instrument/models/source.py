@@ -53,7 +53,7 @@ class MissingDependency(RuntimeError):
     """An optional package a source needs is not installed (the message says what to install)."""
 
 
-def _require_transformers():
+def require_transformers():
     try:
         import transformers  # noqa: F401
     except ImportError:
@@ -64,7 +64,7 @@ def _require_transformers():
 def hf_attention_impls() -> tuple[str, ...]:
     """The ``attn_implementation`` values the installed transformers accepts (best effort)."""
     try:
-        transformers = _require_transformers()
+        transformers = require_transformers()
     except MissingDependency:
         return ()
     impls = ["eager", "sdpa"]
@@ -216,7 +216,7 @@ class HFSource(ModelSource):
         return HFSource({**self.hf_config, "tie_word_embeddings": tied}, name=self.name, head_path=self.head_path)
 
     def build(self, device, *, attention="sdpa", checkpointing=False, seed=0) -> BuiltModel:
-        transformers = _require_transformers()
+        transformers = require_transformers()
         if attention not in HF_ATTENTION_IMPLS:
             raise ValueError(f"attention must be one of {', '.join(HF_ATTENTION_IMPLS)}, got {attention!r}")
         raw = {k: v for k, v in self.hf_config.items() if k not in ("architectures", "_name_or_path",
