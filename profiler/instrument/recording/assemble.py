@@ -15,7 +15,8 @@ from torch import nn
 from fusedce_profiler.instrument import store
 from fusedce_profiler.instrument.protocol import memory_source
 from fusedce_profiler.instrument.recording.landmarks import describe_model, model_config
-from fusedce_profiler.instrument.recording.phases import StepRecording, dtype_name, tensor_bytes
+from fusedce_profiler.instrument.recording.phases import StepRecording, dtype_name
+from fusedce_profiler.instrument.tensors import optimizer_state_tensors, tensor_bytes
 from fusedce_profiler.instrument.models.head import Head
 from fusedce_profiler.instrument.recording.records import EvalPass, PhaseMemory, RecordedStep
 
@@ -38,21 +39,13 @@ class RecordedSubject:
     passes: tuple[EvalPass, ...]
 
 
-def optimizer_tensors(optimizer, device: torch.device) -> list[torch.Tensor]:
-    """The tensors on ``device`` in the state of ``optimizer`` (or of the optimizer it wraps)."""
-    inner = getattr(optimizer, "optimizer", optimizer)  # Lightning's / accelerate's wrappers
-    state = getattr(inner, "state", {}) or {}
-    return [v for s in state.values() for v in (s.values() if isinstance(s, dict) else ())
-            if isinstance(v, torch.Tensor) and v.device == device]
-
-
 def build_record(subject: RecordedSubject, rec: StepRecording, device: torch.device, time_ms: float) -> RecordedStep:
     """The :class:`RecordedStep` of the finished recording ``rec`` of ``subject`` (its meter and
     tracer closed); on CUDA it reads the device's use now, and it saves the step's snapshot
     under the folder's ``snapshots/``."""
     meter = rec.meter
     cuda = device.type == "cuda"
-    optimizer_bytes = (tensor_bytes(t for o in rec.optimizers for t in optimizer_tensors(o, device))
+    optimizer_bytes = (tensor_bytes(t for o in rec.optimizers for t in optimizer_state_tensors(o, device))
                        if rec.optimizers else None)
     shift = (optimizer_bytes or 0) if not cuda else 0  # the CPU baseline did not know the optimizer
     phases = []
@@ -109,7 +102,7 @@ def attribute_step(subject: RecordedSubject, rec: StepRecording, device: torch.d
                    batch: int, seq: int):
     """The tracer's attribution of the peak of ``rec`` by module and kind
     (:func:`fusedce_profiler.instrument.tracing.trace.attribute`), with ``backward-start`` folded into ``backward``."""
-    from fusedce_profiler.instrument.tracing.trace import attribute
+    from fusedce_profiler.instrument.tracing.trace import attention_shape, attribute
 
     params = list(subject.model.parameters())
     if device.type == "cuda":  # what the allocator held at the start besides parameters and state
@@ -121,14 +114,12 @@ def attribute_step(subject: RecordedSubject, rec: StepRecording, device: torch.d
               "batch and other static": max(other, 0)}
     grad_ptrs = {p.grad.untyped_storage().data_ptr() for p in params if p.grad is not None}
     config = model_config(subject.model)
-    heads = [h for h in (getattr(config, "num_attention_heads", None), getattr(config, "num_key_value_heads", None),
-                         getattr(config, "n_head", None)) if isinstance(h, int) and h > 0]
-    layers = getattr(config, "num_hidden_layers", None) or getattr(config, "n_layer", None) or 0
+    heads, layers = attention_shape(config)
     attribution = attribute(rec.tracer, device=device, model=subject.model,
                             head=subject.head.module if subject.head else None, static=static,
                             grad_ptrs=grad_ptrs,
                             batch=batch or 1, seq=seq or 1, vocab=subject.vocab or 0, heads=heads or [1],
-                            layers=int(layers))
+                            layers=layers)
     # The recorder marks "backward-start" with "backward": one phase, named "backward".
     if attribution.peak_phase == "backward-start":
         attribution.peak_phase = "backward"

@@ -25,16 +25,6 @@ from fusedce_profiler.instrument.recording.records import PHASES
 
 
 
-def tensor_bytes(tensors) -> int:
-    """Bytes of the distinct storages behind the tensors in ``tensors`` (non-tensors skipped)."""
-    seen: dict[tuple, int] = {}
-    for t in tensors:
-        if isinstance(t, torch.Tensor):
-            storage = t.untyped_storage()
-            seen[(t.device, storage.data_ptr())] = storage.nbytes()
-    return sum(seen.values())
-
-
 def dtype_name(dtype) -> str | None:
     """``"bf16"``, ``"fp16"``, ``"fp32"`` for those dtypes, else ``str(dtype)``."""
     return {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}.get(dtype, str(dtype))

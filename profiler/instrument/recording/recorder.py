@@ -49,7 +49,8 @@ from fusedce_profiler.instrument import store
 from fusedce_profiler.instrument.protocol import MemoryMeter
 from fusedce_profiler.instrument.recording.assemble import RecordedSubject, build_record
 from fusedce_profiler.instrument.recording.landmarks import batch_shape, find_embedding, find_final_norm, find_head
-from fusedce_profiler.instrument.recording.phases import CudaPhaseMeter, SharedProfilerMeter, StepRecording, tensor_bytes
+from fusedce_profiler.instrument.recording.phases import CudaPhaseMeter, SharedProfilerMeter, StepRecording
+from fusedce_profiler.instrument.tensors import tensor_bytes
 from fusedce_profiler.instrument.recording.records import EvalPass, RecordedStep, append_recorded_step
 
 #: What :meth:`StepRecorder.step` returns on a step that is not recorded (reusable, stateless).
