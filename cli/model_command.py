@@ -1,5 +1,5 @@
 """``model``: one training step of a model per loss back-end, measured; the report folder is
-written by :mod:`fusedce_reports.model_report`. Exit codes (:mod:`fusedce_cli.exit_codes`): 0 ok, 1 every job
+written by :mod:`fusedce_reports.model_report`. Exit codes (:mod:`fusedce_profile.exit_codes`): 0 ok, 1 every job
 failed, 2 bad usage or input."""
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Annotated, Optional
 import typer
 
 from fusedce_cli import exit_codes
-from fusedce_cli.checks import check_backends, check_model_fits, nothing_measured
-from fusedce_cli.console import make_console
+from fusedce_profile.checks import check_backends, check_model_fits, nothing_measured
+from fusedce_profile.console import make_console
 from fusedce_cli.model_options import (BackendOption, ConfigOption, HFOption, HeadOption, ModeOption, PresetOption,
                                SeedOption, TiedOption, UserModelOption, default_preset, loss_backends, model_source)
 from fusedce_cli.options import DeviceOption, ForceOption, JsonOption, OutOption, prepare_out, resolve_device
@@ -56,7 +56,7 @@ def model(
     as_json: JsonOption = False,
 ) -> None:
     """Measure one training step of a model per loss back-end: where the peak goes, what each saves."""
-    from fusedce_cli.defaults import installed_backends
+    from fusedce_profile.defaults import installed_backends
     from fusedce_profiler.instrument import store
     from fusedce_profiler.instrument.environment import collect_environment, save_environment
     from fusedce_profiler.judgements.fit import FIT_AXES, FitResult, fit_backends

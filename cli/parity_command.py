@@ -1,6 +1,6 @@
 """``parity``: train from the same init on the same batches with torch and each back-end and
 compare; the report folder is written by :mod:`fusedce_reports.parity_report`. Exit codes
-(:mod:`fusedce_cli.exit_codes`): 0 ok, 1 a back-end diverged, 2 bad usage or input."""
+(:mod:`fusedce_profile.exit_codes`): 0 ok, 1 a back-end diverged, 2 bad usage or input."""
 from __future__ import annotations
 
 import dataclasses
@@ -10,8 +10,8 @@ from typing import Annotated
 import typer
 
 from fusedce_cli import exit_codes
-from fusedce_cli.checks import check_backends, check_model_fits
-from fusedce_cli.console import make_console
+from fusedce_profile.checks import check_backends, check_model_fits
+from fusedce_profile.console import make_console
 from fusedce_cli.model_options import (BackendOption, ConfigOption, ModeOption, PresetOption, SeedOption, TiedOption,
                                loss_backends, model_config)
 from fusedce_cli.options import DeviceOption, ForceOption, JsonOption, OutOption, prepare_out, resolve_device
