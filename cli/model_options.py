@@ -3,11 +3,15 @@ their resolution (:mod:`fusedce_profile.sources`): a built-in preset or config, 
 factory (``--model``); the loss back-ends to compare (``--backend``)."""
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
+from fusedce_cli import exit_codes
+from fusedce_cli.console import error
 from fusedce_cli.parsing import parse_backends
 from fusedce_cli.usage import usage_errors
 from fusedce_profile import sources
@@ -35,6 +39,9 @@ UserModelOption = Annotated[Optional[str], typer.Option(
 HeadOption = Annotated[Optional[str], typer.Option(
     "--head", help="Attribute path of the LM head module (default: get_output_embeddings(), else the last "
                    "nn.Linear with out_features = vocabulary).")]
+FactoryTimeoutOption = Annotated[Optional[float], typer.Option(
+    "--factory-timeout", metavar="SECONDS", min=1,
+    help="Time limit of one call of the --model factory (default 300).")]
 BackendOption = Annotated[Optional[list[str]], typer.Option(
     "--backend", metavar="NAME", help="Loss back-end (repeatable): torch, torch-compile, torch-native, fusedce, "
                       "fusedce-min, fusedce-fast, liger, cce, or module:callable with the back-end signature "
@@ -48,10 +55,24 @@ def model_config(preset: Optional[str], config: Optional[Path], tied: Optional[b
         return sources.model_config(preset, config, tied, default)
 
 
+@contextmanager
+def factory_errors() -> Iterator[None]:
+    """A ``--model`` factory that failed (:class:`~fusedce_profiler.instrument.models.factory.FactoryFailed`)
+    becomes its one line and exit code 1."""
+    from fusedce_profiler.instrument.models.factory import FactoryFailed
+
+    try:
+        yield
+    except FactoryFailed as failed:
+        error(str(failed))
+        raise typer.Exit(exit_codes.CHECK_FAILED) from None
+
+
 def model_source(preset: Optional[str], config: Optional[Path], hf: Optional[str], user_model: Optional[str],
                  head: Optional[str], tied: Optional[bool], default: str):
-    """The model source of the options (:func:`fusedce_profile.sources.model_source`); exit 2 on bad ones."""
-    with usage_errors():
+    """The model source of the options (:func:`fusedce_profile.sources.model_source`); exit 2 on bad ones,
+    1 when a --model factory fails."""
+    with usage_errors(), factory_errors():
         return sources.model_source(preset, config, hf, user_model, head, tied, default)
 
 

@@ -117,9 +117,9 @@ TRAINING_BYTES_PER_PARAMETER = 16
 """fp32 weights (4) + fp32 gradients (4) + AdamW's two fp32 moments (8), in every training mode."""
 
 
-def training_state_bytes(config) -> int:
-    """Parameters, gradients and AdamW state of ``config`` (a :class:`~fusedce_profiler.instrument.models.configs.ModelConfig`)."""
-    return TRAINING_BYTES_PER_PARAMETER * config.num_parameters()
+def training_state_bytes(parameters: int) -> int:
+    """Parameters, gradients and AdamW state of a model of ``parameters`` parameters."""
+    return TRAINING_BYTES_PER_PARAMETER * parameters
 
 
 def activation_floor_bytes(config, batch: int, seq: int) -> int:
@@ -128,19 +128,21 @@ def activation_floor_bytes(config, batch: int, seq: int) -> int:
     return config.num_hidden_layers * batch * seq * config.hidden_size * 2
 
 
-def check_model_fits(config, device: str, batch: int, seq: int) -> None:
-    """``UsageError`` when ``config`` cannot train on ``device`` at ``batch`` × ``seq``: its
-    training state plus the activation floor exceed the device's memory."""
+def check_model_fits(config, device: str, batch: int, seq: int, parameters: int | None = None) -> None:
+    """``UsageError`` when the model cannot train on ``device`` at ``batch`` × ``seq``: its
+    training state plus the activation floor exceed the device's memory. ``parameters``: the
+    model's real parameter count (a source's :attr:`parameters`); ``config``'s count when not given."""
     from fusedce_reports.units import format_bytes
 
-    state = training_state_bytes(config)
+    count = config.num_parameters() if parameters is None else parameters
+    state = training_state_bytes(count)
     activations = activation_floor_bytes(config, batch, seq)
     memory = device_memory_bytes(device)
     if state + activations <= memory:
         return
     where = "this machine's physical memory" if device == "cpu" else f"{device}'s total memory"
     raise UsageError(
-        f"{config.name} ({config.num_parameters() / 1e9:.2f} B parameters) needs at least "
+        f"{config.name} ({count / 1e9:.2f} B parameters) needs at least "
         f"{format_bytes(state + activations)} to train on {device} (weights, gradients and AdamW state "
         f"{format_bytes(state)}, 16 bytes per parameter; activations at B={batch} T={seq} at least "
         f"{format_bytes(activations)}), more than {where}, {format_bytes(memory)}; use a smaller "

@@ -35,9 +35,16 @@ def model_config(preset: str | None, config: str | Path | None, tied: bool | Non
 
 
 def model_source(preset: str | None, config: str | Path | None, hf: str | None, user_model: str | None,
-                 head: str | None, tied: bool | None, default: str):
+                 head: str | None, tied: bool | None, default: str, *, factory_timeout: float | None = None):
     """The model source of the arguments: ``hf``, ``user_model`` (with an optional preset/config
-    passed to the factory), else the built-in GPT of ``preset`` / ``config``."""
+    passed to the factory), else the built-in GPT of ``preset`` / ``config``.
+
+    A ``user_model`` factory is called once here, in a worker under ``factory_timeout`` seconds
+    (default :data:`~fusedce_profiler.instrument.models.factory.FACTORY_TIMEOUT_S`) and a memory
+    guard, for its shapes and real parameter count: a factory that fails raises
+    :class:`~fusedce_profiler.instrument.models.factory.FactoryFailed` (one line naming it), one
+    that cannot be called as documented :class:`~fusedce_profile.errors.UsageError`."""
+    from fusedce_profiler.instrument.models.factory import FACTORY_TIMEOUT_S, FactoryFailed, describe_factory
     from fusedce_profiler.instrument.models.source import (BuiltinSource, HFSource, MissingDependency, UserSource,
                                                            require_transformers)
 
@@ -53,7 +60,15 @@ def model_source(preset: str | None, config: str | Path | None, hf: str | None, 
             source = HFSource.from_reference(hf, head_path=head)
         elif user_model:
             given = model_config(preset, config, None, default) if (preset or config) else None
-            source = UserSource(user_model, given, head_path=head)
+            UserSource.check_target(user_model)
+            try:
+                shapes, parameters = describe_factory(user_model, given, head,
+                                                      timeout_s=factory_timeout or FACTORY_TIMEOUT_S)
+            except FactoryFailed as failed:
+                if failed.bad_signature:
+                    raise UsageError(str(failed)) from None
+                raise
+            source = UserSource(user_model, given, head_path=head, inferred=shapes, parameters=parameters)
         else:
             source = BuiltinSource(model_config(preset, config, None, default))
         return source if tied is None else source.with_tie(tied)
