@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from fusedce_profiler.instrument.interruption import Interruption, read_interruption
 from fusedce_profiler.instrument import store
 from fusedce_profiler.judgements.fit import FitResult, load_fits
 from fusedce_profiler.instrument.step.jobs import ModelResult, load_model_results
@@ -273,9 +274,11 @@ def fit_table(fits: list[FitResult]) -> pd.DataFrame:
 
 
 def render_model_markdown(results: list[ModelResult], fits: list[FitResult], environment: dict,
-                          plots: list[Path], problems: list[str] = ()) -> str:
+                          plots: list[Path], problems: list[str] = (), interruption: Interruption | None = None) -> str:
     source = results[0].memory.source if results and results[0].memory else "cuda-allocator"
     lines = ["# fusedce-profile model: one training step, memory by part", ""]
+    if interruption is not None:
+        lines += [f"**{markdown_text(interruption.sentence(), line_start=False)}**", ""]
     missing = missing_rows(results) + [f"a line of the results was not read: {p}" for p in problems]
     if missing:
         lines += [f"**Incomplete run.** {markdown_text(s, line_start=False)}" for s in missing] + [""]
@@ -322,13 +325,14 @@ def render_model_markdown(results: list[ModelResult], fits: list[FitResult], env
 
 def write_model_report(out_dir: Path) -> Path:
     """Render ``summary.md`` and the plots (``breakdown.png``; ``reserved.png`` on CUDA) from the
-    folder's stored files alone: ``model_results.jsonl``, and ``fit.json`` and
-    ``environment.json`` when present."""
+    folder's stored files alone: ``model_results.jsonl``, and ``fit.json``, ``environment.json``
+    and ``interrupted.json`` when present."""
     out_dir = Path(out_dir)
     loaded = load_model_results(out_dir)
     results, fits, environment = loaded.records, load_fits(out_dir), read_environment(out_dir)
     plots = [p for p in (plot_breakdown(results, out_dir / "plots" / "breakdown.png"),
                          plot_attribution(results, out_dir / "plots" / "attribution.png"),
                          plot_reserved(results, out_dir / "plots" / "reserved.png")) if p]
-    text = render_model_markdown(results, fits, environment, plots, problems=loaded.problems)
+    text = render_model_markdown(results, fits, environment, plots, problems=loaded.problems,
+                                 interruption=read_interruption(out_dir))
     return store.write_text(out_dir / "summary.md", text)

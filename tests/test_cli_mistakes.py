@@ -131,9 +131,9 @@ def test_device_gpu_is_told_to_use_cuda_or_cpu(command, tmp_path):
 # --- 14. a model too large for the device --------------------------------------------------------
 
 def test_model_refuses_a_model_that_cannot_fit_before_building_it(tmp_path, monkeypatch):
-    import fusedce_cli.checks
+    import fusedce_profile.checks
 
-    monkeypatch.setattr(fusedce_cli.checks, "device_memory_bytes", lambda device: 64 << 30)
+    monkeypatch.setattr(fusedce_profile.checks, "device_memory_bytes", lambda device: 64 << 30)
     folder = tmp_path / "Meta-Llama-3-8B"
     folder.mkdir()
     shutil.copy(CONFIGS / "llama-3-8b.config.json", folder / "config.json")
@@ -151,7 +151,7 @@ def test_model_refuses_a_model_that_cannot_fit_before_building_it(tmp_path, monk
 def test_device_memory_of_the_cpu_is_its_physical_memory():
     import os
 
-    from fusedce_cli.checks import device_memory_bytes
+    from fusedce_profile.checks import device_memory_bytes
 
     assert device_memory_bytes("cpu") == os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 

@@ -6,7 +6,7 @@ from fusedce_profiler.instrument.protocol import Phase
 from fusedce_reports.model_report import breakdown_table, findings, model_table
 from fusedce_reports.plots.model import plot_breakdown, plot_reserved
 from fusedce_profiler.instrument.step.jobs import ModelJob, ModelResult
-from fusedce_profiler.instrument.step.step import Part, StepMemory
+from fusedce_profiler.instrument.step.memory import Part, StepMemory
 
 GIB = 1 << 30
 

@@ -5,7 +5,7 @@ import re
 
 import torch
 
-from fusedce_cli import exit_codes
+from fusedce_profile import exit_codes
 from fusedce_cli.options import CELL_TIMEOUT_S
 from processes import REPO
 from fusedce_profiler.instrument.models.configs import get_preset

@@ -12,8 +12,10 @@ killed it: :attr:`WorkerDied.at_start`.
 
 Job kinds (:data:`JOBS`): ``cell`` (a grid cell, :func:`fusedce_profiler.grid.cell.measure_cell`),
 ``training-step`` (a model-mode job, :func:`fusedce_profiler.instrument.step.jobs.run_job`),
-``training-steps`` (several, one after another: :func:`fusedce_profiler.instrument.step.jobs.run_jobs`) and
-``environment`` (:func:`fusedce_profiler.instrument.environment.collect_environment`).
+``training-steps`` (several, one after another: :func:`fusedce_profiler.instrument.step.jobs.run_jobs`),
+``environment`` (:func:`fusedce_profiler.instrument.environment.collect_environment`) and
+``describe-model`` (a user's model factory, called in a box:
+:func:`fusedce_profiler.instrument.models.factory.describe_job`).
 
 Lifetime: the child runs in its own session (Ctrl-C and SIGTERM at the terminal reach only
 the parent, which stops the child and keeps its results valid) and dies with its parent,
@@ -45,6 +47,7 @@ JOBS = {
     "training-step": "fusedce_profiler.instrument.step.jobs:run_training_job",
     "training-steps": "fusedce_profiler.instrument.step.jobs:run_training_jobs",
     "environment": "fusedce_profiler.instrument.environment:environment_job",
+    "describe-model": "fusedce_profiler.instrument.models.factory:describe_job",
 }
 
 _PR_SET_PDEATHSIG = 1

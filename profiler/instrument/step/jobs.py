@@ -27,7 +27,8 @@ from fusedce_profiler.instrument.protocol import Phase
 from fusedce_profiler.instrument.precision import TRAINING_MODES
 from fusedce_profiler.instrument.tracing.attribution import Attribution
 from fusedce_profiler.instrument.step.data import random_batch
-from fusedce_profiler.instrument.step.step import Part, StepMemory, measure_step
+from fusedce_profiler.instrument.step.memory import Part, StepMemory
+from fusedce_profiler.instrument.step.step import measure_step
 
 
 @dataclass

@@ -72,6 +72,16 @@ class StepTracer:
         return self._prof
 
 
+def attention_shape(config) -> tuple[list[int], int]:
+    """(attention head counts, layer count) a model ``config`` names (Hugging Face's or GPT-2's
+    attribute names; ``([], 0)`` for ``None``): B·heads·T·T tensors of these head counts are
+    attention scores, for :func:`attribute`."""
+    heads = [h for h in (getattr(config, "num_attention_heads", None), getattr(config, "num_key_value_heads", None),
+                         getattr(config, "n_head", None)) if isinstance(h, int) and h > 0]
+    layers = getattr(config, "num_hidden_layers", None) or getattr(config, "n_layer", None) or 0
+    return heads, int(layers)
+
+
 def attribute(tracer: StepTracer, *, device: torch.device, model: nn.Module | None, head: nn.Module | None,
               static: dict[str, int], grad_ptrs: set[int], batch: int, seq: int, vocab: int,
               heads: list[int], layers: int = 0, top_modules: int = 12) -> Attribution:

@@ -86,3 +86,15 @@ def default_run(device: str, heads: tuple[tuple[int, int], ...] | None = None,
     description = (f"{'smoke test' if smoke else 'default run'} on {device}: {head_text}; tokens "
                    f"{', '.join(str(t) for t in tokens)}; amp-bf16; back-ends {', '.join(backends)}")
     return DefaultRun(grids, description)
+
+
+CELL_TIMEOUT_S = {"cuda": 900.0, "cpu": 600.0}
+"""Default ``cell_timeout`` per device kind: far above a real cell (seconds to a minute),
+short enough that a hung back-end does not hold a CI job for hours."""
+
+
+def resolve_cell_timeout(seconds: float | None, device: str) -> float | None:
+    """``cell_timeout`` in seconds (``None``: no limit), its default for ``device`` when not given."""
+    if seconds is None:
+        return CELL_TIMEOUT_S[device.split(":")[0]]
+    return seconds or None

@@ -1,27 +1,30 @@
 """Run grids into a folder, build its report, print the summary, choose the exit code.
 
-Shared by the default command and ``fusedce-profile grid``.
+Shared by :func:`fusedce_profile.grid.run_grid`, :func:`fusedce_profile.grid.run_default` and
+:func:`fusedce_profile.report.build_report` (a grid folder). Everything printed goes to the
+``console`` the caller gives (a silent one for a Python caller that gives none).
 """
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
 
-from fusedce_cli import exit_codes
-from fusedce_cli.console import CellProgress, error, summary_tables
-from fusedce_cli.options import describe_os_error, os_errors
-from fusedce_cli.signals import interrupt_exit_code, stop_on_sigterm
-from fusedce_cli.usage import fail
+from fusedce_profile import exit_codes
+from fusedce_profile.console import CellProgress, error, summary_tables
+from fusedce_profile.errors import UsageError
+from fusedce_profile.folders import describe_os_error, os_errors
+from fusedce_profile.outcome import CommandOutcome
+from fusedce_profile.signals import interrupt_exit_code
 from fusedce_profiler.instrument import store
 from fusedce_profiler.grid.spec import GridSpec
 from fusedce_profiler.instrument.records import CellSpec
 from fusedce_profiler.instrument.text import count
 from fusedce_profiler.grid.runner import ResultNotStored, load_results, run_grid, save_plan
+from fusedce_profiler.instrument.records import CellResult
 from fusedce_profiler.instrument.worker import WorkerDied
 from fusedce_reports import Report, build_report
 
@@ -83,12 +86,10 @@ def json_summary(report: Report, exit_code: int) -> dict:
     }
 
 
-def finish(out_dir: Path, console: Console, *, as_json: bool,
-           stopped: KeyboardInterrupt | None = None) -> int:
-    """Build the report of ``out_dir``, print it (or its JSON), return the exit code.
-
-    Exit 1 when a parity check failed or a back-end failed in every one of its cells; 130/143 when the run was
-    ``stopped`` by a signal, whatever else.
+def finish(out_dir: Path, console: Console, *, stopped: KeyboardInterrupt | None = None) -> CommandOutcome:
+    """Build the report of ``out_dir``, print it, and say what the run came to: its records, the
+    exit code (1 when a parity check failed or a back-end failed in every one of its cells; 130/143
+    when the run was ``stopped`` by a signal, whatever else) and the ``--json`` summary.
     """
     with os_errors():
         report = build_report(out_dir)
@@ -103,30 +104,35 @@ def finish(out_dir: Path, console: Console, *, as_json: bool,
     for backend, cells in broken:
         console.print(f"[bold red]{backend} failed in every cell ({cells} of {cells}){verdict}.[/]",
                       markup=True, highlight=False)
-    if as_json:
-        sys.stdout.write(json.dumps(json_summary(report, code), indent=2) + "\n")
-    return code
+    return CommandOutcome(stored_cells(out_dir), code, json_summary(report, code), stopped)
+
+
+def stored_cells(out_dir: Path) -> list[CellResult]:
+    """The cell results stored in ``out_dir`` (``results.jsonl``), in the order they finished."""
+    with os_errors():
+        return list(load_results(out_dir).records)
 
 
 def run_grids(grids: Sequence[GridSpec], out_dir: Path, console: Console, *, resume: bool, snapshot: bool,
-              as_json: bool, cell_timeout_s: float | None = None, devices: Sequence[str] | None = None) -> int:
+              cell_timeout_s: float | None = None, devices: Sequence[str] | None = None) -> CommandOutcome:
     """Run ``grids`` one after the other into ``out_dir`` (one results file), then report.
 
-    The folder is locked for the run (a second run into it exits 2 naming the holder), and
+    The folder is locked for the run (a second run into it is refused naming the holder), and
     the cells it plans are stored first (``plan.json``: the report of a cut run says how many
     are missing). Ctrl-C or SIGTERM stops the run; the cells finished so far are kept and
     reported, and the exit code is 130 or 143. A result that cannot be written (a full disk,
-    a file-size limit) exits 2 naming the path, the OS error and the cell ``--resume``
-    measures again; a worker that cannot start stops the run with exit code 3.
+    a file-size limit) raises :class:`~fusedce_profile.errors.UsageError` naming the path, the OS
+    error and the cell ``--resume`` measures again; a worker that cannot start stops the run with
+    exit code 3.
     ``cell_timeout_s``: a cell still running after that long is recorded as ``timeout``.
     ``devices``: see :func:`fusedce_profiler.grid.runner.run_grid`.
     """
     try:
         lock = store.RunLock(out_dir).acquire()
     except store.FolderInUse as exc:
-        raise fail(str(exc)) from None
+        raise UsageError(str(exc)) from None
     except OSError as exc:
-        raise fail(f"--out {describe_os_error(exc)}") from None
+        raise UsageError(f"--out {describe_os_error(exc)}") from None
     stopped: KeyboardInterrupt | None = None
     start_failed = False
     try:
@@ -137,7 +143,7 @@ def run_grids(grids: Sequence[GridSpec], out_dir: Path, console: Console, *, res
         total = len({spec.key() for spec in planned} - finished)
         progress = CellProgress(console, total, out_dir)
         try:
-            with stop_on_sigterm(), progress.running():
+            with progress.running():
                 for index, grid in enumerate(grids):
                     # Later grids append to the same results file: they resume it.
                     run = run_grid(grid, out_dir, resume=resume or index > 0, snapshot=snapshot,
@@ -150,14 +156,14 @@ def run_grids(grids: Sequence[GridSpec], out_dir: Path, console: Console, *, res
             console.print(f"\nInterrupted after {progress.done} of {count(total, 'new cell')}; continue with "
                           f"--resume --out {out_dir}", markup=False)
         except ResultNotStored as exc:
-            raise fail(f"{describe_os_error(exc)}: the result of {_cell_name(exc.spec)} was not stored; "
+            raise UsageError(f"{describe_os_error(exc)}: the result of {_cell_name(exc.spec)} was not stored; "
                        f"free space (or raise the limit) and run with --resume --out {out_dir}: it measures "
                        "that cell again") from None
         except WorkerDied as died:  # at start-up: every cell would fail the same way
             start_failed = True
             error(f"{died.summary}; the run stopped after {progress.done} of {count(total, 'new cell')}")
         except OSError as exc:
-            raise fail(describe_os_error(exc)) from None
+            raise UsageError(describe_os_error(exc)) from None
         with os_errors():
             if not (out_dir / store.ENVIRONMENT_FILE).exists():
                 from fusedce_profiler.instrument.environment import collect_environment, save_environment
@@ -165,10 +171,12 @@ def run_grids(grids: Sequence[GridSpec], out_dir: Path, console: Console, *, res
                 save_environment(out_dir, collect_environment())
         if not (out_dir / store.RESULTS_FILE).exists():
             console.print("No cell finished: nothing to report.", markup=False)
-            if stopped:
-                return interrupt_exit_code(stopped)
-            return exit_codes.RUN_FAILED if start_failed else exit_codes.OK
-        code = finish(out_dir, console, as_json=as_json, stopped=stopped)
-        return exit_codes.RUN_FAILED if start_failed and code == exit_codes.OK else code
+            code = interrupt_exit_code(stopped) if stopped else \
+                exit_codes.RUN_FAILED if start_failed else exit_codes.OK
+            return CommandOutcome([], code, {}, stopped)
+        outcome = finish(out_dir, console, stopped=stopped)
+        if start_failed and outcome.exit_code == exit_codes.OK:
+            outcome.exit_code = outcome.summary["exit_code"] = exit_codes.RUN_FAILED
+        return outcome
     finally:
         lock.release()
