@@ -2,15 +2,15 @@
 
 It answers "how much slower is this plan than that one" for plans of the same loss, not
 "how long will the step take": :func:`fusedce.planner.plan_chunks` uses it to keep the
-``"min"`` budget within :data:`MIN_TIME_FACTOR` of the default's time.
+``"min"`` budget within :data:`fusedce.planner.MIN_PLANNED_TIME_FACTOR` of the default's time.
 
-Each pass over a block costs the larger of two times, because launches are asynchronous
-and the GPU runs one block while the host issues the next:
+The host issues launches asynchronously and runs ahead of the GPU, so a step takes the
+larger of two sums, plus a fixed cost:
 
-- **device**: the block's GEMM FLOPs at :data:`GEMM_FLOPS_PER_S` plus the bytes its
-  row kernels and conversions move at :data:`HBM_BYTES_PER_S`;
-- **host**: :data:`HOST_S_PER_BLOCK_PASS`, the Python, dispatcher and launch cost of one
-  block in one pass (a few products, one or two Triton launches, the slicing around them).
+- **device**: each block's GEMM FLOPs at :data:`GEMM_FLOPS_PER_S` plus the bytes its row
+  kernels and conversions move at :data:`HBM_BYTES_PER_S`;
+- **host**: :data:`HOST_S_PER_BLOCK_PASS` per block and pass, the Python, dispatcher and
+  launch cost of one block (a few products, one or two Triton launches, the slicing around them).
 
 Per block of R rows × C columns (H the hidden size, c bytes of the compute dtype):
 
@@ -24,10 +24,11 @@ Per block of R rows × C columns (H the hidden size, c bytes of the compute dtyp
 
 The constants are an H200's (``benchmarks/NOTES.md``): cuBLAS bf16 products at ~650
 TFLOP/s on these shapes, ~4 TB/s of achieved memory bandwidth, and ~160 µs of host time per
-block and pass, fitted to the user's head (8192×768×32777) where blocks of 1024 columns and
-of 1157 × 1024 ran 12.8 ms and 86.5 ms against the default's 6.5–8.8 ms. The host term is
-what makes many small blocks slow; it is the same order on any machine that drives a GPU
-from Python, and on the CPU the comparison is only used relatively.
+block and pass. The host term is what makes many small blocks slow (at 8192×768×32777 in amp,
+264 blocks of 1157 × 1024 ran 86.5 ms against the default's 14 blocks' 8.8 ms) while large
+blocks hide it (202 blocks of 4398 × 1280 at 8192×4096×128256 ran 1.18 × the default's 30).
+It under-predicts the small heads by up to ~25 % (20 blocks of 8192 × 1664 at H = 768 ran
+10.2 ms, modelled 7.4): :data:`fusedce.planner.MIN_PLANNED_TIME_FACTOR` leaves that margin.
 """
 from __future__ import annotations
 
@@ -49,22 +50,23 @@ def step_seconds(n: int, h: int, v: int, plan: "ChunkPlan", *, convert_weight: b
     master weight under autocast); ``compute_bytes``: bytes of the compute dtype.
     """
     n, v = max(n, 1), max(v, 1)
-    total = FIXED_S
+    device = host = 0.0
     if plan.strategy == "precompute":
         weight_sum = v * h * (8 if not plan.per_chunk else 2 * compute_bytes)
         for rows, count in _chunk_sizes(n, plan.rows):
-            device = 6 * rows * v * h / GEMM_FLOPS_PER_S + (14 * rows * v + weight_sum) / HBM_BYTES_PER_S
-            total += count * max(device, 2 * HOST_S_PER_BLOCK_PASS)
+            device += count * (6 * rows * v * h / GEMM_FLOPS_PER_S + (14 * rows * v + weight_sum) / HBM_BYTES_PER_S)
+            host += count * 2 * HOST_S_PER_BLOCK_PASS
         if convert_weight:
-            total += 6 * v * h / HBM_BYTES_PER_S  # one bf16 copy of the fp32 weight
-        return total
+            device += 6 * v * h / HBM_BYTES_PER_S  # one bf16 copy of the fp32 weight
+        return FIXED_S + max(device, host)
     for rows, row_count in _chunk_sizes(n, plan.rows):
         for cols, col_count in _chunk_sizes(v, plan.cols):
-            conversion = 6 * cols * h if convert_weight else 0
-            forward = 2 * rows * cols * h / GEMM_FLOPS_PER_S + (8 * rows * cols + conversion) / HBM_BYTES_PER_S
-            backward = 6 * rows * cols * h / GEMM_FLOPS_PER_S + (14 * rows * cols + conversion) / HBM_BYTES_PER_S
-            total += row_count * col_count * (max(forward, HOST_S_PER_BLOCK_PASS) + max(backward, HOST_S_PER_BLOCK_PASS))
-    return total
+            blocks = row_count * col_count
+            conversion = 2 * 6 * cols * h if convert_weight else 0  # in each pass
+            device += blocks * (8 * rows * cols * h / GEMM_FLOPS_PER_S
+                                + (22 * rows * cols + conversion) / HBM_BYTES_PER_S)
+            host += blocks * 2 * HOST_S_PER_BLOCK_PASS
+    return FIXED_S + max(device, host)
 
 
 def _chunk_sizes(total: int, step: int) -> list[tuple[int, int]]:
