@@ -11,12 +11,23 @@ fusedce's three named points (``fusedce`` = the default, ``fusedce_fast``, ``fus
 4. ``"min"``: ≤ 1.05 × floor, and ≤ 1.5 × the default's time;
 5. bf16: the default is not dominated by Liger.
 
-A goal is ``None`` when a cell it needs did not run. Pure functions of the cells.
+A goal is ``None`` when a cell it needs did not run. Pure functions of the cells; run as a
+script on a run's ``frontier.jsonl`` it prints them again, and the markdown table of the case's
+named points beside the peers::
+
+    python3 benchmarks/frontier_goals.py benchmarks/results/<run>/frontier.jsonl
 """
 from __future__ import annotations
 
+import json
+import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
+if __package__ in (None, ""):  # run as a script: make the repository importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.protocol import MODES, Row, floor_bytes
 from fusedce_profiler.instrument.records import CellResult
 from fusedce_reports.frontier import dominates
 from fusedce_reports.timing import Timing
@@ -75,7 +86,11 @@ def verdict(cells: list[CellResult], *, floor: int, hidden: int, mode: str) -> C
     lost = {name: [p for p in beaten.get(name, ()) if p in PEERS] for name in named}
     parity = {name: _parity_within_eager(ok[name], eager) for name in named}
     goals[1] = not any(lost.values()) and all(p is not False for p in parity.values())
-    why[1] = "; ".join(f"{NAMED[n]}: " + (f"dominated by {', '.join(lost[n])}" if lost[n] else "undominated")
+
+    def peer(name: str) -> str:  # a peer that wins with errors above eager's is marked so
+        return name + (" (errors above eager's)" if _parity_within_eager(ok[name], eager) is False else "")
+
+    why[1] = "; ".join(f"{NAMED[n]}: " + (f"dominated by {', '.join(map(peer, lost[n]))}" if lost[n] else "undominated")
                        + ("" if parity[n] is not False else ", errors above eager's") for n in named)
 
     compiled, default = ok.get("torch_compile"), ok.get("fusedce")
@@ -129,3 +144,41 @@ def verdict_lines(title: str, result: CaseVerdict) -> list[str]:
         mark = "met" if met else ("–" if met is None else "MISSED")
         lines.append(f"   goal {goal}: {mark:6} {result.why.get(goal, '')}")
     return lines
+
+
+TABLE_BACKENDS = ("torch_compile", "liger", "cce", "fusedce", "fusedce_fast", "fusedce_min")
+
+
+def judge_run(jsonl: Path) -> tuple[list[str], list[str]]:
+    """(printed verdicts, markdown table rows) for every case of a ``frontier.jsonl``, in run order.
+
+    Table cells: peak extra as × the floor · median ms; the last column marks goals 1–5
+    (✓ met, ✗ missed, · not checkable)."""
+    cases: dict[tuple[str, str], list[CellResult]] = {}
+    for line in jsonl.read_text().splitlines():
+        record = json.loads(line)
+        if record.get("kind") == "cell":
+            cases.setdefault((record["case"], record["spec"]["mode"]), []).append(CellResult.from_dict(record))
+    lines, table = [], ["| case | mode | " + " | ".join(TABLE_BACKENDS) + " | goals 1–5 |",
+                        "|" + "---|" * (len(TABLE_BACKENDS) + 3)]
+    for (label, stored_mode), cells in cases.items():
+        mode = next(name for name, value in MODES.items() if value == stored_mode)
+        spec = cells[0].spec
+        row = Row(spec.tokens, spec.hidden, spec.vocab)
+        floor = floor_bytes(row, stored_mode, bias=spec.bias)
+        result = verdict(cells, floor=floor, hidden=spec.hidden, mode=mode)
+        lines += verdict_lines(f"{label} {row.shape} {mode}", result)
+        ok = {c.spec.backend: c for c in cells if c.status == "ok" and c.peak_step_bytes is not None}
+        shown = [f"{ok[b].peak_step_bytes / floor:.2f}× · {ok[b].time_ms:.1f}" if b in ok else "–"
+                 for b in TABLE_BACKENDS]
+        marks = "".join("·" if result.goals[g] is None else "✓" if result.goals[g] else "✗" for g in range(1, 6))
+        table.append(f"| {label} {row.shape} | {mode} | " + " | ".join(shown) + f" | {marks} |")
+    return lines, table
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2 or not Path(sys.argv[1]).is_file():
+        print("usage: frontier_goals.py RUN/frontier.jsonl", file=sys.stderr)
+        sys.exit(2)
+    verdicts, rows = judge_run(Path(sys.argv[1]))
+    print("\n".join(verdicts + [""] + rows))

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.frontier_goals import verdict, verdict_lines
+from benchmarks.frontier_goals import judge_run, verdict, verdict_lines
 from benchmarks.protocol import MODES, Row, floor_bytes
 from fusedce_profiler.instrument.records import CellResult
 
@@ -55,3 +55,13 @@ def test_a_failed_cell_is_neither_dominated_nor_dominating(backend):
     result = verdict(failed, floor=floor, hidden=4096, mode="amp")
     assert backend not in result.dominated_by
     assert all(backend not in winners for winners in result.dominated_by.values())
+
+
+def test_a_run_is_judged_again_from_its_jsonl_with_one_table_row_per_case():
+    lines, table = judge_run(RUN)
+    cases = {(json.loads(line)["case"], json.loads(line)["spec"]["mode"]) for line in RUN.read_text().splitlines()
+             if json.loads(line)["kind"] == "cell"}
+    assert len(table) == 2 + len(cases) and sum(line.startswith("== ") for line in lines) == len(cases)
+    llama_bf16 = next(row for row in table if row.startswith("| Llama-3-8B 8192x4096x128256 | bf16"))
+    assert "1.06× · 54.5" in llama_bf16 and llama_bf16.endswith("| ✗✗✗✗✗ |")  # Liger's cell; every goal missed
+    assert any("dominated by liger (errors above eager's)" in line for line in lines)
