@@ -43,7 +43,8 @@ and O(N) per-token vectors. :func:`budget_bytes` reads it as:
 
   ``"auto"`` takes it under an explicit budget (not the default one: that keeps the default
   plans and a plain loss's semantics — any number of backwards, nothing held across the
-  forward) when it fits with at least 1024 rows per chunk (fewer would re-read and
+  forward; nor ``"min"``, whose gradients held from forward to backward would be more than a
+  recompute block) when it fits with at least 1024 rows per chunk (fewer would re-read and
   re-write grad_weight, V·H·4 bytes, too often: below ~630 rows that traffic costs more
   than the 2·N·H·V it saves) — in practice at generous budgets such as ``"fast"``. Asked
   for by name (``strategy="precompute"``), it gets at least that many rows (or all N, or
@@ -211,7 +212,7 @@ def plan_chunks(
     per_chunk = grad_weight_accumulation == "per_chunk" and _low_precision(weight_dtype, compute_dtype)
     if strategy == "precompute":
         _check_precompute_allowed(compute_dtype, scalar_loss, vocab_chunk_size)
-    explicit = memory_budget is not None and memory_budget != "default"
+    explicit = memory_budget not in (None, "default", "min")  # "min" recomputes: precompute holds more
 
     def plan_for(budget: int, explicit: bool = explicit) -> ChunkPlan:
         return _plan_within(n, h, v, hidden_dtype, weight_dtype, compute_dtype, budget, chunk_size, vocab_chunk_size,

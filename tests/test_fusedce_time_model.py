@@ -76,3 +76,18 @@ def test_fast_holds_less_than_torch_compile(n, h, v, mode):
     weight_dtype = MODES[mode]
     floor = gradient_floor_bytes(n, h, v, torch.bfloat16, weight_dtype)
     assert _peak(n, h, v, weight_dtype, "fast") < floor + n * v * 2
+
+
+@pytest.mark.parametrize("mode", ["amp", "bf16"])
+def test_min_never_holds_more_than_the_default_and_keeps_the_time_cap_or_the_default_plan(mode):
+    """Over ragged and aligned shapes: "min"'s predicted peak ≤ the default's, and either its
+    modelled time is within the cap or its budget grew all the way to the default's."""
+    weight_dtype = MODES[mode]
+    for n in (1, 100, 4097, 8192, 32768):
+        for h in (64, 768, 4096):
+            for v in (1000, 32777, 128256):
+                small, default = _plan(n, h, v, weight_dtype, "min"), _plan(n, h, v, weight_dtype, None)
+                assert _peak(n, h, v, weight_dtype, "min") <= _peak(n, h, v, weight_dtype, None), (n, h, v)
+                within = _seconds(n, h, v, weight_dtype, small) <= (
+                    MIN_PLANNED_TIME_FACTOR * _seconds(n, h, v, weight_dtype, default))
+                assert within or small == default, (n, h, v, small, default)
