@@ -1,0 +1,124 @@
+"""From a step's allocated peak to what ``nvidia-smi`` shows on the user's card, with the
+tolerance of each term.
+
+``nvidia-smi`` (one process) = CUDA context + the caching allocator's reserved bytes. At the
+step's peak the allocator holds the allocated peak plus *slack*: blocks cached between phases
+and rounded-up segments, which an evaluation pass run first enlarges (its B·T·V logits stay
+cached). The slack is measured at every calibration step (peak reserved − peak allocated) and
+fitted linearly in B like the phases (:func:`slack_line`).
+
+Near the card's limit the allocator behaves differently: when a ``cudaMalloc`` fails it frees
+its cached blocks and retries (``num_alloc_retries``), so reserved never passes the card minus
+the context. A step whose allocated peak fits but whose predicted reserved does not is *capped*:
+the reading lies between context + allocated peak and the card itself (:func:`predict_reading`).
+
+The context differs by GPU class (hundreds of MiB between a consumer card and an H200): the
+user's stated ``--context-mib`` is used when given; otherwise the context measured here, with
+:data:`UNKNOWN_CONTEXT_SPREAD` as its uncertainty.
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+from fusedce_profiler.judgements.explain.calibration import _line
+from fusedce_profiler.judgements.explain.records import GIB, MIB, Calibration, Observation, Tolerance
+
+UNKNOWN_CONTEXT_SPREAD = 250 * MIB
+"""Uncertainty of the user's CUDA context when they do not state it (bytes): contexts of
+different GPU classes and drivers differ by a few hundred MiB."""
+STATED_CONTEXT_SPREAD = 16 * MIB
+"""Uncertainty of a context the user measured and stated (nvidia-smi rounds to MiB)."""
+STAND_IN_MISMATCH = 0.04
+"""Model-mismatch allowance (fraction of the predicted step) when the model is a stand-in
+preset for the user's own implementation (same shapes, different code)."""
+OWN_MODEL_MISMATCH = 0.01
+"""Model-mismatch allowance when the model is the user's own (``--model``, ``--hf``, ``--config``)."""
+ALLOCATOR_ALLOWANCE = 0.02
+"""Allowance for the allocator's slack beyond its fitted line, as a fraction of the allocated peak."""
+READING_RESOLUTION = 2 * MIB
+"""Smallest run-to-run noise assumed for a reading: nvidia-smi shows whole MiB, two readings."""
+
+
+@dataclass
+class DeviceTerms:
+    """What turns allocated bytes into a reading on the user's card: ``context`` and its
+    uncertainty (bytes; 0 on the CPU), the measured ``noise`` (bytes), the model-mismatch
+    fraction, and whether readings are ``nvidia-smi`` figures (CUDA) or allocated peaks (CPU)."""
+
+    context: float
+    context_spread: float
+    noise: float
+    mismatch: float
+    cuda: bool
+
+
+def device_terms(obs: Observation, calibrations: list[Calibration], *, cuda: bool, noise: float,
+                 stand_in: bool) -> DeviceTerms:
+    """The context (stated, else the median measured here), its spread, and the allowances."""
+    mismatch = STAND_IN_MISMATCH if stand_in else OWN_MODEL_MISMATCH
+    noise = max(noise, READING_RESOLUTION if cuda else 0.0)
+    if not cuda:
+        return DeviceTerms(0.0, 0.0, noise, mismatch, False)
+    if obs.context_mib is not None:
+        return DeviceTerms(obs.context_mib * MIB, STATED_CONTEXT_SPREAD, noise, mismatch, True)
+    measured = [c for cal in calibrations for c in cal.context if c is not None]
+    context = statistics.median(measured) if measured else 0.0
+    return DeviceTerms(context, UNKNOWN_CONTEXT_SPREAD, noise, mismatch, True)
+
+
+def slack_line(cal: Calibration) -> tuple[float, float] | None:
+    """(intercept, slope) in B of reserved − allocated peak at the calibration steps (CUDA)."""
+    slack = [r - f if r is not None and f is not None else None for r, f in zip(cal.reserved, cal.figures)]
+    return _line(cal.batches, slack)
+
+
+@dataclass
+class Reading:
+    """A predicted reading (bytes), the allocated peak and phase behind it, its allocator
+    uncertainty (bytes), and whether the card caps it."""
+
+    value: float
+    allocated: float
+    phase: str
+    allocator: float
+    capped: bool
+    fits: bool
+
+
+def predict_reading(cal: Calibration, batch: int, terms: DeviceTerms, card_bytes: float) -> Reading | None:
+    """The reading ``cal`` predicts at ``batch`` on the user's card (see the module's account)."""
+    predicted = cal.predict(batch)
+    if predicted is None:
+        return None
+    allocated, phase = predicted
+    if not terms.cuda:
+        return Reading(allocated, allocated, phase, 0.0, False, allocated <= card_bytes)
+    line = slack_line(cal)
+    slack = max(0.0, line[0] + line[1] * batch) if line else 0.0
+    allocator = ALLOCATOR_ALLOWANCE * allocated + 0.5 * slack
+    floor = terms.context + allocated
+    value = floor + slack
+    if floor > card_bytes:
+        return Reading(value, allocated, phase, allocator, False, False)
+    if value > card_bytes:
+        # The allocator frees its cache and retries: the reading stays within [floor, card].
+        return Reading(card_bytes, allocated, phase, card_bytes - floor, True, True)
+    return Reading(value, allocated, phase, allocator, False, True)
+
+
+def naive_tolerance(reading: Reading, terms: DeviceTerms) -> Tolerance:
+    """What the naive reading may differ by: noise, model mismatch, context, allocator."""
+    return Tolerance(terms.noise, terms.mismatch * reading.allocated, terms.context_spread, reading.allocator)
+
+
+def saving_tolerance(naive: Reading, fused: Reading, terms: DeviceTerms) -> Tolerance:
+    """What the saving (naive − fused) may differ by: both readings' noise, the mismatch of
+    the saving itself, and the allocator terms of both steps (the context cancels)."""
+    saving = abs(naive.value - fused.value)
+    allocator = naive.allocator if naive.capped or fused.capped else abs(naive.allocator - fused.allocator)
+    return Tolerance(2 * terms.noise, terms.mismatch * saving, 0.0, max(allocator, ALLOCATOR_ALLOWANCE * saving))
+
+
+def gib(value: float) -> str:
+    return f"{value / GIB:.2f} GiB"
