@@ -82,7 +82,7 @@ class StepStore:
         self.results: dict[str, ModelResult] = {}
         for source in ([cache] if cache else []) + ([path] if resume else []):
             if Path(source).is_file():
-                for row in store.read_jsonl(source, lambda raw: raw).rows:
+                for row in store.read_jsonl(source, lambda raw: raw).records:
                     self.results[row["key"]] = ModelResult.from_dict(row["result"])
 
     def get(self, key: str):
@@ -172,7 +172,7 @@ def validate(*, naive: float, fused: float, card: float, preset: str | None = No
         source = _source(preset, config, hf, model, head, tied, run_device)
         seqs = runnable_sequences(tuple(seq_candidates), seq, source.config.max_position_embeddings)
         on_gpu = run_device.startswith("cuda")
-        batches = tuple(calibration_batches or ((2, 4) if on_gpu else (1, 2)))
+        batches = tuple(calibration_batches or (2, 4))
         if len(set(batches)) < 2 or min(batches) < 1:
             raise ValueError("--calibration-batches needs at least two different positive batch sizes")
         if attention and attention not in source.attention_impls:
