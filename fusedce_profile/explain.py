@@ -80,16 +80,26 @@ class StepStore:
 
         self.path, self.cache, self._store = path, cache, store
         self.results: dict[str, ModelResult] = {}
-        for source in ([cache] if cache else []) + ([path] if resume else []):
-            if Path(source).is_file():
+        self.own: set[str] = set()
+        for source, own in ((cache, False), (path if resume else None, True)):
+            if source is not None and Path(source).is_file():
                 for row in store.read_jsonl(source, lambda raw: raw).records:
                     self.results[row["key"]] = ModelResult.from_dict(row["result"])
+                    if own:
+                        self.own.add(row["key"])
 
     def get(self, key: str):
-        return self.results.get(key)
+        """The stored result of ``key``; one taken from the cache is copied into the run's own file,
+        so that its folder holds every step its explanation rests on."""
+        result = self.results.get(key)
+        if result is not None and key not in self.own:
+            self._store.append_jsonl(self.path, {"key": key, "result": result.to_dict()})
+            self.own.add(key)
+        return result
 
     def put(self, key: str, result) -> None:
         self.results[key] = result
+        self.own.add(key)
         row = {"key": key, "result": result.to_dict()}
         self._store.append_jsonl(self.path, row)
         if self.cache is not None:

@@ -195,3 +195,29 @@ def test_explanation_round_trips_through_its_json(tmp_path):
     e = ex.Explanation(obs, "builtin:x", None, "cuda", "nvidia-smi", cals, ranked, None, False, "c", False)
     ex.save_explanation(tmp_path, e)
     assert ex.load_explanation(tmp_path) == e
+
+
+@pytest.mark.parametrize("signum, code", [(15, 143)])
+def test_a_signal_keeps_the_finished_steps_and_marks_the_report_interrupted(tmp_path, signum, code):
+    import os
+
+    from processes import cli_env, kill_group, start_cli, wait_for, workers_of
+
+    out = tmp_path / "ex"
+    process = start_cli(["explain", *QUICK, "--naive", "3.2", "--fused", "2.9", "--card", "24", "--out", str(out)],
+                        cli_env())
+    try:
+        steps = out / "explain_steps.jsonl"
+        wait_for(lambda: steps.is_file() and steps.read_text().count("\n") >= 1, 120, "a finished step", process)
+        os.killpg(process.pid, signum)
+        _, stderr = process.communicate(timeout=120)
+    finally:
+        kill_group(process)
+    assert process.returncode == code, stderr
+    assert workers_of(process.pid, wait_s=10) == []
+    assert ex.load_explanation(out).interrupted
+    assert "(INTERRUPTED: partial)" in (out / "summary.md").read_text()
+    kept = steps.read_text().splitlines()
+    resumed = _cli([*QUICK, "--naive", "3.2", "--fused", "2.9", "--card", "24", "--out", str(out), "--resume"])
+    assert resumed.exit_code == 0, resumed.output
+    assert steps.read_text().splitlines()[:len(kept)] == kept and not ex.load_explanation(out).interrupted
