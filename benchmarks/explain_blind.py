@@ -103,13 +103,16 @@ def train_once(case: Case, shape: dict, loss: str, device_name: str) -> dict:
     import gc
     import resource
 
-    import lightning as L
     import torch
     import torch.nn.functional as F
     from torch.utils.data import DataLoader, TensorDataset
 
     from fusedce import linear_cross_entropy
 
+    try:
+        import lightning as L
+    except ImportError:  # the device image has the older package name only
+        import pytorch_lightning as L
     device = torch.device(device_name)
     guard = loss == "fused" and not case.fused  # the wrapper that wants bf16 hidden states
 

@@ -19,7 +19,7 @@ START=$(date +%s)
 left() { echo $(( BUDGET - ($(date +%s) - START) )); }
 W=/tmp/explain-blind; rm -rf "$W"; mkdir -p "$W"
 timeout 60 python3 -m fusedce_cli env --json > "$OUT/environment.json" 2>/dev/null
-python3 -c "import lightning, transformers; print('lightning', lightning.__version__, 'transformers', transformers.__version__)" | tee "$OUT/blind.log"
+python3 -c "import pytorch_lightning as L, transformers; print('pytorch_lightning', L.__version__, 'transformers', transformers.__version__)" | tee "$OUT/blind.log"
 timeout $(( $(left) - 60 )) python3 benchmarks/explain_blind.py --out "$W/blind" --budget-s $(( $(left) - 260 )) \
   --confirm 1 $TINY >> "$OUT/blind.log" 2>&1
 echo "blind exit $? at $(( $(date +%s) - START )) s" | tee -a "$OUT/blind.log"
