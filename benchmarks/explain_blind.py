@@ -187,7 +187,7 @@ def truth(args) -> None:
         torch.empty(1, device=device)
         free, total = torch.cuda.mem_get_info(device)
         context = total - free - torch.cuda.memory_reserved(device)
-        torch.cuda.set_per_process_memory_fraction((CARD_GIB * (1 << 30) - context) / total, device)
+        torch.cuda.set_per_process_memory_fraction((CARD_GIB * (1 << 30) - context) / total, torch.cuda.current_device())
     shape = TINY if args.tiny else FULL
     out = Path(args.out) / "truth.jsonl"
     for case in CASES:

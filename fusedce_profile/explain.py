@@ -124,6 +124,9 @@ class _Runner:
         # Calibration and confirmation in separate workers: the card's cap set for a confirmation
         # stays with its process.
         pool = "confirm" if purpose == "confirm" else "calibrate"
+        if pool == "confirm" and "calibrate" in self.workers:
+            # its context and cache would count as "another process" in the capped steps
+            self.workers.pop("calibrate").close()
         if pool not in self.workers:
             self.workers[pool] = Worker(self.logs)
         try:
@@ -149,7 +152,7 @@ class Plan:
     source: object
     base: object
     families: list
-    batches: tuple[int, ...]
+    batches: tuple[int, ...] | None
     on_gpu: bool
     stand_in: bool
 
@@ -182,12 +185,13 @@ def validate(*, naive: float, fused: float, card: float, preset: str | None = No
         source = _source(preset, config, hf, model, head, tied, run_device)
         seqs = runnable_sequences(tuple(seq_candidates), seq, source.config.max_position_embeddings)
         on_gpu = run_device.startswith("cuda")
-        batches = tuple(calibration_batches or (2, 4))
-        if len(set(batches)) < 2 or min(batches) < 1:
+        # default: 2 and 4 on the CPU (tests, small models); on a GPU 8192 and 16384 tokens per family
+        batches = tuple(calibration_batches) if calibration_batches else (None if on_gpu else (2, 4))
+        if batches is not None and (len(set(batches)) < 2 or min(batches) < 1):
             raise ValueError("--calibration-batches needs at least two different positive batch sizes")
         if attention and attention not in source.attention_impls:
             raise ValueError(f"--attention must be one of {', '.join(source.attention_impls)}, got {attention!r}")
-        base = ModelJob(source.config, "torch", batches[0], seqs[0], device=run_device, mode=obs.mode,
+        base = ModelJob(source.config, "torch", 1, seqs[0], device=run_device, mode=obs.mode,
                         source=None if source.kind == "builtin" else source.to_dict(), trace=False)
     except UsageError:
         raise

@@ -16,7 +16,7 @@ from pathlib import Path
 class ExplainRun:
     """One explanation being computed (see the module's account); :meth:`execute` runs it."""
 
-    def __init__(self, obs, source, base, families, batches: tuple[int, ...], out: Path, *, on_gpu: bool,
+    def __init__(self, obs, source, base, families, batches: tuple[int, ...] | None, out: Path, *, on_gpu: bool,
                  confirm: int, stand_in: bool, progress: Callable[[str], None]) -> None:
         self.obs, self.source, self.base, self.families, self.batches = obs, source, base, families, batches
         self.out, self.on_gpu, self.confirm_top, self.stand_in, self.progress = out, on_gpu, confirm, stand_in, progress
@@ -53,7 +53,7 @@ class ExplainRun:
         for family, backend, jobs in cal.calibration_jobs(self.base, self.families, ("torch", self.obs.fused_backend),
                                                            self.batches):
             results = [run_job(job, "calibrate") for job in jobs]
-            calibration = cal.calibration_from_results(family, backend, list(self.batches), results)
+            calibration = cal.calibration_from_results(family, backend, [j.batch for j in jobs], results)
             self.calibrations.append(calibration)
             self.progress(cal.describe(calibration))
 

@@ -40,6 +40,7 @@ def _synthetic(family, *, fixed, per_sample, slack_per_sample=0.0):
     cal.reserved = [int(max(v[i] for v in cal.phase_peaks.values()) + slack_per_sample * b)
                     for i, b in enumerate((2, 4))]
     cal.context = [500 * MIB, 500 * MIB]
+    cal.static = [int(fixed["forward"])] * 2
     return ex_cal.fit_lines(cal)
 
 

@@ -5,7 +5,7 @@ tolerance of each term.
 step's peak the allocator holds the allocated peak plus *slack*: blocks cached between phases
 and rounded-up segments, which an evaluation pass run first enlarges (its B·T·V logits stay
 cached). The slack is measured at every calibration step (peak reserved − peak allocated) and
-fitted linearly in B like the phases (:func:`slack_line`).
+scaled with the step's transient bytes (:func:`slack_ratio`).
 
 Near the card's limit the allocator behaves differently: when a ``cudaMalloc`` fails it frees
 its cached blocks and retries (``num_alloc_retries``), so reserved never passes the card minus
@@ -21,7 +21,6 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from fusedce_profiler.judgements.explain.calibration import _line
 from fusedce_profiler.judgements.explain.records import GIB, MIB, Calibration, Observation, Tolerance
 
 UNKNOWN_CONTEXT_SPREAD = 250 * MIB
@@ -67,16 +66,31 @@ def device_terms(obs: Observation, calibrations: list[Calibration], *, cuda: boo
     return DeviceTerms(context, UNKNOWN_CONTEXT_SPREAD, noise, mismatch, True)
 
 
-def slack_line(cal: Calibration) -> tuple[float, float] | None:
-    """(intercept, slope) in B of reserved − allocated peak at the calibration steps (CUDA)."""
-    slack = [r - f if r is not None and f is not None else None for r, f in zip(cal.reserved, cal.figures)]
-    return _line(cal.batches, slack)
+def slack_ratio(cal: Calibration) -> float | None:
+    """Reserved − allocated peak, as a fraction of what the step allocates above its static
+    bytes, at the calibration's largest measured batch (CUDA; ``None`` on the CPU).
+
+    Why a ratio and not a line in B: between two small steps the slack jumps by hundreds of MiB
+    (which cached block a request lands in), so its line extrapolates to nonsense; as a share of
+    the transient bytes it scales with the step. It stays a rough figure, hence the allocator
+    tolerance of half the predicted slack.
+    """
+    for figure, reserved, static in reversed(list(zip(cal.figures, cal.reserved, cal.static))):
+        if figure is not None and reserved is not None and static is not None and figure > static:
+            return max(0.0, (reserved - figure) / (figure - static))
+    return None
+
+
+def _static(cal: Calibration) -> float:
+    values = [s for s in cal.static if s is not None]
+    return statistics.median(values) if values else 0.0
 
 
 @dataclass
 class Reading:
     """A predicted reading (bytes), the allocated peak and phase behind it, its allocator
-    uncertainty (bytes), and whether the card caps it."""
+    uncertainty (bytes), whether the card caps it and whether it fits, and the step's transient
+    bytes (allocated peak − static)."""
 
     value: float
     allocated: float
@@ -84,6 +98,7 @@ class Reading:
     allocator: float
     capped: bool
     fits: bool
+    transient: float = 0.0
 
 
 def predict_reading(cal: Calibration, batch: int, terms: DeviceTerms, card_bytes: float) -> Reading | None:
@@ -92,19 +107,20 @@ def predict_reading(cal: Calibration, batch: int, terms: DeviceTerms, card_bytes
     if predicted is None:
         return None
     allocated, phase = predicted
+    transient = max(0.0, allocated - _static(cal))
     if not terms.cuda:
-        return Reading(allocated, allocated, phase, 0.0, False, allocated <= card_bytes)
-    line = slack_line(cal)
-    slack = max(0.0, line[0] + line[1] * batch) if line else 0.0
+        return Reading(allocated, allocated, phase, 0.0, False, allocated <= card_bytes, transient)
+    ratio = slack_ratio(cal)
+    slack = ratio * transient if ratio is not None else 0.0
     allocator = ALLOCATOR_ALLOWANCE * allocated + 0.5 * slack
     floor = terms.context + allocated
     value = floor + slack
     if floor > card_bytes:
-        return Reading(value, allocated, phase, allocator, False, False)
+        return Reading(value, allocated, phase, allocator, False, False, transient)
     if value > card_bytes:
         # The allocator frees its cache and retries: the reading stays within [floor, card].
-        return Reading(card_bytes, allocated, phase, card_bytes - floor, True, True)
-    return Reading(value, allocated, phase, allocator, False, True)
+        return Reading(card_bytes, allocated, phase, card_bytes - floor, True, True, transient)
+    return Reading(value, allocated, phase, allocator, False, True, transient)
 
 
 def naive_tolerance(reading: Reading, terms: DeviceTerms) -> Tolerance:
@@ -114,7 +130,14 @@ def naive_tolerance(reading: Reading, terms: DeviceTerms) -> Tolerance:
 
 def saving_tolerance(naive: Reading, fused: Reading, terms: DeviceTerms) -> Tolerance:
     """What the saving (naive − fused) may differ by: both readings' noise, the mismatch of
-    the saving itself, and the allocator terms of both steps (the context cancels)."""
+    the saving itself, and the allocator terms of both steps (the context cancels).
+
+    With the fused path NOT active (``fused is naive``) both runs are nearly the same program:
+    the allocator repeats itself and only a different fallback line in the user's loss wrapper
+    (another cast, another copy kept for backward) moves the reading — allowed as the model
+    mismatch of the step's transient bytes."""
+    if fused is naive:
+        return Tolerance(2 * terms.noise, terms.mismatch * naive.transient, 0.0, 0.0)
     saving = abs(naive.value - fused.value)
     allocator = naive.allocator if naive.capped or fused.capped else abs(naive.allocator - fused.allocator)
     return Tolerance(2 * terms.noise, terms.mismatch * saving, 0.0, max(allocator, ALLOCATOR_ALLOWANCE * saving))

@@ -43,10 +43,23 @@ def family_job(base: ModelJob, family: Family, backend: str, batch: int) -> Mode
 
 
 def calibration_jobs(base: ModelJob, families: list[Family], backends: tuple[str, str],
-                     batches: tuple[int, ...]) -> list[tuple[Family, str, list[ModelJob]]]:
-    """The measured steps behind the predictions: each family × back-end × batch size."""
-    return [(family, backend, [family_job(base, family, backend, b) for b in batches])
+                     batches: tuple[int, ...] | None) -> list[tuple[Family, str, list[ModelJob]]]:
+    """The measured steps behind the predictions: each family × back-end × batch size
+    (``batches``: the same for every T; ``None``: :func:`batches_for` each family's T)."""
+    return [(family, backend, [family_job(base, family, backend, b) for b in batches or batches_for(family.seq)])
             for family in families for backend in backends]
+
+
+CALIBRATION_TOKENS = (8192, 16384)
+"""Tokens (B·T) of the two calibration steps per family on a GPU: B=2 and 4 at T=1024 were measured
+to under-predict the loss phase by 8–10 % at B=46–59 (T=512, H200), so the steps are made as large
+as the extrapolation's target allows a GPU to measure quickly."""
+
+
+def batches_for(seq: int, tokens: tuple[int, ...] = CALIBRATION_TOKENS) -> tuple[int, ...]:
+    """Calibration batch sizes at sequence length ``seq``: ``tokens // seq``, at least 1 and 2."""
+    first = max(1, tokens[0] // seq)
+    return first, max(first + 1, tokens[1] // seq)
 
 
 def _line(batches: list[int], values: list[int | None]) -> tuple[float, float] | None:
@@ -84,6 +97,7 @@ def calibration_from_results(family: Family, backend: str, batches: list[int],
     cal.phase_peaks = {name: [None] * len(batches) for name in PHASES}
     cal.reserved = [None] * len(batches)
     cal.context = [None] * len(batches)
+    cal.static = [None] * len(batches)
     for i, r in enumerate(results):
         if r is None or r.status != "ok" or r.memory is None:
             continue
@@ -92,6 +106,7 @@ def calibration_from_results(family: Family, backend: str, batches: list[int],
                 cal.phase_peaks[phase.name][i] = phase.peak_bytes
         cal.reserved[i] = r.memory.peak_reserved
         cal.context[i] = r.memory.context
+        cal.static[i] = r.memory.static
     return fit_lines(cal)
 
 

@@ -83,7 +83,8 @@ class Calibration:
 
     ``phase_peaks[name][i]``: the allocated peak of phase ``name`` at ``batches[i]``
     (``None`` where the step failed); ``reserved[i]``: the allocator's peak reserved (CUDA);
-    ``context[i]``: the CUDA context measured beside it; ``lines[name]``: (intercept, slope)
+    ``context[i]``: the CUDA context measured beside it; ``static[i]``: the bytes allocated when
+    the step starts (parameters, optimizer state, batch); ``lines[name]``: (intercept, slope)
     of the phase's least-squares line in B, fitted by
     :func:`~fusedce_profiler.judgements.explain.calibration.fit_lines`.
     """
@@ -95,6 +96,7 @@ class Calibration:
     phase_peaks: dict[str, list[int | None]] = field(default_factory=dict)
     reserved: list[int | None] = field(default_factory=list)
     context: list[int | None] = field(default_factory=list)
+    static: list[int | None] = field(default_factory=list)
     lines: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     @property
