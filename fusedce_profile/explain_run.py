@@ -115,7 +115,7 @@ class ExplainRun:
                      f"{'a stand-in preset' if self.stand_in else 'your own model'}); context "
                      f"{terms.context / (1 << 20):,.0f} ± {terms.context_spread / (1 << 20):,.0f} MiB "
                      f"({'stated' if self.obs.context_mib is not None else 'measured here; your GPU class may differ'})"
-                     f"; allocator slack fitted per family, ±2% of the step plus half the fitted slack.")
+                     f"; allocator slack scaled with each step's transient bytes, ±2% of the step plus half the slack.")
         vocab = self.source.config.vocab_size
         explanation = Explanation(
             observation=self.obs, model=self.source.describe(), source=self.source.to_dict(), device=self.base.device,

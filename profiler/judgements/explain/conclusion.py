@@ -41,15 +41,14 @@ def separating_measurement(hypotheses: list[Hypothesis], obs: Observation, vocab
         return None
     states = {h.fused_active for h in consistent}
     if len(states) == 2:
-        active = next(h for h in consistent if h.fused_active)
-        inactive = next(h for h in consistent if not h.fused_active)
-        size = inactive.batch * inactive.family.seq * vocab * logits_bytes
+        sizes = sorted(h.batch * h.family.seq * vocab * logits_bytes for h in consistent if not h.fused_active)
+        span = f"{sizes[0] / MIB:,.0f}" + (f"–{sizes[-1] / MIB:,.0f}" if sizes[-1] > sizes[0] else "")
         predictions = [("fused path active", 0.0, "MiB of logits kept for backward"),
-                       ("fused path NOT active", size / MIB, "MiB of logits kept for backward")]
+                       ("fused path NOT active", sizes[0] / MIB, "MiB or more of logits kept for backward")]
         sentence = (f"record one step of your fused run with {RECORDER_LINE}: if the fused path is active its "
                     f"report finds no B·T×V logits tensor kept for backward; if it is not, the logits detector "
-                    f"names a {size / MIB:,.0f} MiB tensor (B={inactive.batch}, T={inactive.family.seq}, "
-                    f"V={vocab}) and the line that makes it")
+                    f"names a {span} MiB tensor (B·T×V at V={vocab}, by the remaining hypotheses) and the line "
+                    "that makes it")
         return Separation("fused_active", RECORDER_LINE, predictions, sentence)
     for dimension in DIMENSIONS:
         values = list(dict.fromkeys(h.value(dimension) for h in consistent))
