@@ -222,3 +222,38 @@ def test_a_signal_keeps_the_finished_steps_and_marks_the_report_interrupted(tmp_
     resumed = _cli([*QUICK, "--naive", "3.2", "--fused", "2.9", "--card", "24", "--out", str(out), "--resume"])
     assert resumed.exit_code == 0, resumed.output
     assert steps.read_text().splitlines()[:len(kept)] == kept and not ex.load_explanation(out).interrupted
+
+
+def test_families_ruled_out_at_every_batch_size_are_named_with_the_saving_they_would_give():
+    from fusedce_profiler.judgements.explain.others import other_hypotheses, ruled_out_groups
+
+    cals = _world()
+    by = {(c.family.attention, c.backend): c for c in cals}
+    naive = predict_reading(by[("sdpa", "torch")], 24, TERMS, 24 * GIB)
+    fused = predict_reading(by[("sdpa", "fusedce")], 24, TERMS, 24 * GIB)
+    obs = ex.Observation(naive.value / MIB, fused.value / MIB, 24)
+    ranked = ex_ver.build_hypotheses(obs, cals, TERMS)
+    sentences = ruled_out_groups(ranked, obs)
+    seen = (naive.value - fused.value) / GIB
+    assert f"sdpa with the fused path NOT active: ruled out in all 1 families — at any B that reaches the naive " \
+           f"reading it would save ≤ 0.00 GiB, against {seen:.2f} GiB seen" in sentences
+    others = {o.name: o for o in other_hypotheses(obs, ranked, cals, TERMS)}
+    assert len(others) == 4 and not others["the allocator's cache left by an evaluation pass"].consistent
+    assert "no consistent configuration peaks there" in \
+        others["the optimizer step (AdamW's foreach copies) holds the peak"].why
+
+
+def test_the_blind_benchmark_judges_truth_and_verdicts_from_an_explanation():
+    from benchmarks.explain_blind import Case, judge
+
+    cals = _world()
+    by = {(c.family.attention, c.backend): c for c in cals}
+    naive = predict_reading(by[("eager", "torch")], 18, TERMS, 24 * GIB)
+    fused = predict_reading(by[("eager", "fusedce")], 18, TERMS, 24 * GIB)
+    obs = ex.Observation(naive.value / MIB, fused.value / MIB, 24)
+    ranked = ex_ver.build_hypotheses(obs, cals, TERMS)
+    e = ex.Explanation(obs, "m", None, "cuda", "nvidia-smi", cals, ranked, None, True, "c", True)
+    right = judge(Case("x", "eager", 1024, 18, True), e)
+    assert right["truth_consistent"] and right["truth_batch_in_range"] and right["decided_right"]
+    wrong = judge(Case("y", "sdpa", 1024, 18, False), e)
+    assert not wrong["truth_consistent"] and wrong["decided_right"] is False

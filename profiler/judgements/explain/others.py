@@ -84,14 +84,13 @@ def ruled_out_groups(hypotheses: list[Hypothesis], obs: Observation) -> list[str
     for (attention, active), hs in groups.items():
         if any(h.consistent for h in hs):
             continue
-        reaching = [h for h in hs if h.batch_range is not None]
+        reaching = [h for h in hs if h.saving_range is not None]
         state = "with the fused path active" if active else "with the fused path NOT active"
         if not reaching:
             sentences.append(f"{attention} {state}: ruled out in all {len(hs)} families — none reaches the naive "
                              "reading at a batch size that fits the card")
             continue
-        savings = [h.predicted_saving for h in reaching]
-        lo, hi = min(savings), max(savings)
+        lo, hi = min(h.saving_range[0] for h in reaching), max(h.saving_range[1] for h in reaching)
         bound = (f"≥ {lo / GIB:.2f} GiB" if lo > seen else f"≤ {hi / GIB:.2f} GiB") if lo > seen or hi < seen \
             else f"{lo / GIB:.2f}–{hi / GIB:.2f} GiB"
         sentences.append(f"{attention} {state}: ruled out in all {len(hs)} families — at any B that reaches the "

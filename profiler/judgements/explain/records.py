@@ -159,7 +159,8 @@ class Hypothesis:
     CPU); ``peak_phase_*``: the phase holding each step's peak; ``error_naive``: predicted −
     seen naive reading; ``error_saving``: predicted − seen saving (bytes); ``score``: the larger
     of the two errors in units of their tolerances (≤ 1: consistent); ``batch_range``: the
-    batch sizes whose naive prediction is within tolerance; ``capped``: the naive step's
+    batch sizes whose naive prediction is within tolerance, ``saving_range`` the savings (bytes)
+    predicted over them; ``capped``: the naive step's
     reserved bytes would pass the card, so the allocator frees its cache and retries;
     ``allocated_naive`` / ``allocated_fused``: the steps' predicted allocated peaks (bytes).
     """
@@ -178,6 +179,7 @@ class Hypothesis:
     peak_phase_naive: str = ""
     peak_phase_fused: str = ""
     batch_range: tuple[int, int] | None = None
+    saving_range: tuple[float, float] | None = None
     capped: bool = False
     allocated_naive: float = 0.0
     allocated_fused: float = 0.0
@@ -285,8 +287,9 @@ def explanation_from_dict(raw: dict) -> Explanation:
     for h in raw["hypotheses"]:
         h = {**h, "family": fam(h["family"]), "tolerance_naive": Tolerance(**h["tolerance_naive"]),
              "tolerance_saving": Tolerance(**h["tolerance_saving"])}
-        if h.get("batch_range") is not None:
-            h["batch_range"] = tuple(h["batch_range"])
+        for name in ("batch_range", "saving_range"):
+            if h.get(name) is not None:
+                h[name] = tuple(h[name])
         hypotheses.append(Hypothesis(**h))
     raw["hypotheses"] = hypotheses
     if raw.get("separation") is not None:

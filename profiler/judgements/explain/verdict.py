@@ -78,8 +78,9 @@ def _family_hypothesis(obs: Observation, naive: Calibration, fused: Calibration 
                + (f"–{_m(hi)}" if hi - lo >= MIB else "") + f", not the {_m(saving_seen)} seen "
                f"(tolerance ±{_m(ts.total)})")
     brange = (matching[0][0], matching[-1][0]) if matching else None
+    srange = (min(v for _, v in matching), max(v for _, v in matching)) if matching else None
     return Hypothesis(naive.family, b, active, rn.value, rf.value, en, es, tn, ts, consistent, why,
-                      peak_phase_naive=rn.phase, peak_phase_fused=rf.phase, batch_range=brange,
+                      peak_phase_naive=rn.phase, peak_phase_fused=rf.phase, batch_range=brange, saving_range=srange,
                       capped=rn.capped or rf.capped, allocated_naive=rn.allocated,
                       allocated_fused=rf.allocated)
 
