@@ -257,3 +257,28 @@ def test_the_blind_benchmark_judges_truth_and_verdicts_from_an_explanation():
     assert right["truth_consistent"] and right["truth_batch_in_range"] and right["decided_right"]
     wrong = judge(Case("y", "sdpa", 1024, 18, False), e)
     assert not wrong["truth_consistent"] and wrong["decided_right"] is False
+
+
+def test_an_explanation_of_another_layout_is_refused_in_one_line(tmp_path):
+    from typer.testing import CliRunner
+
+    from fusedce_cli.app import app
+
+    (tmp_path / "explain.json").write_text(json.dumps({"observation": {"naive_mib": 1, "fused_mib": 1,
+                                                                        "total_gib": 24, "tolerance": 0.05}}))
+    result = CliRunner().invoke(app, ["report", str(tmp_path)])
+    assert result.exit_code == 2 and "not an explanation this version can read" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_the_example_folder_renders_from_its_stored_explanation(tmp_path):
+    import shutil
+    from pathlib import Path
+
+    from fusedce_reports.explain_report import write_explain_report
+
+    example = Path(__file__).resolve().parents[1] / "examples" / "explain" / "user-gpt-22785-22155"
+    shutil.copytree(example, tmp_path / "ex")
+    page = write_explain_report(tmp_path / "ex").read_text()
+    assert page == (example / "summary.md").read_text()
+    assert "sdpa with the fused path active: ruled out in all 12 families" in page

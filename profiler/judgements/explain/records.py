@@ -272,8 +272,14 @@ def save_explanation(folder: Path, explanation: Explanation) -> Path:
 
 
 def load_explanation(folder: Path) -> Explanation:
+    """The folder's stored explanation; ``ValueError`` in one line when ``explain.json`` was
+    written in another layout (an earlier version of ``explain``)."""
     raw = store.read_json(Path(folder) / store.EXPLAIN_FILE)
-    return explanation_from_dict(raw)
+    try:
+        return explanation_from_dict(raw)
+    except (TypeError, KeyError, AttributeError) as exc:
+        raise ValueError(f"{Path(folder) / store.EXPLAIN_FILE}: not an explanation this version can read ({exc}); "
+                         "run explain again") from None
 
 
 def explanation_from_dict(raw: dict) -> Explanation:
