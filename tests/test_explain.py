@@ -282,3 +282,39 @@ def test_the_example_folder_renders_from_its_stored_explanation(tmp_path):
     page = write_explain_report(tmp_path / "ex").read_text()
     assert page == (example / "summary.md").read_text()
     assert "sdpa with the fused path active: ruled out in all 12 families" in page
+
+
+def _step(job, per_sample, static=2 * GIB, slack=0.1):
+    """A measured full-size step whose peak grows by ``per_sample`` bytes per sample."""
+    from fusedce_profiler.instrument.step.jobs import ModelResult
+    from fusedce_profiler.instrument.step.step import StepMemory
+
+    peak = int(static + per_sample * job.batch)
+    memory = StepMemory("cuda-allocator", 0, 0, 0, 0, static, 0, 0, 0, 0, peak, "loss", [], [],
+                        peak_reserved=int(peak + slack * (peak - static)))
+    return ModelResult(job=job, memory=memory, extra={"num_alloc_retries": 0})
+
+
+def test_confirmation_searches_b_on_the_measured_naive_reading_and_reports_the_prediction_error():
+    cals = _world()
+    by = {(c.family.attention, c.backend): c for c in cals}
+    naive = predict_reading(by[("sdpa", "torch")], 20, TERMS, 24 * GIB)
+    fused = predict_reading(by[("sdpa", "fusedce")], 20, TERMS, 24 * GIB)
+    obs = ex.Observation(naive.value / MIB, fused.value / MIB, 24)
+    ranked = ex_ver.build_hypotheses(obs, cals, TERMS)
+    truth = next(h for h in ranked if h.family.attention == "sdpa" and h.fused_active)
+    # the user's model allocates 10 % more per sample than the stand-in predicted: the right B is smaller
+    runs = []
+
+    def runner(jobs):
+        runs.append([(j.backend, j.batch, j.memory_limit_bytes) for j in jobs])
+        per_sample = {"torch": 1.1 * (420 + 330) * MIB, "fusedce": 1.1 * (420 + 60) * MIB}
+        return [_step(j, per_sample[j.backend], static=int(2.2 * GIB)) for j in jobs]
+
+    base = ModelJob(get_preset("tiny"), "torch", 1, 1024, device="cuda", trace=False)
+    predicted = truth.batch
+    sentences = ex_ver.confirm([truth], base, obs, TERMS, runner, top=1)
+    assert predicted == 20 and runs[0] == [("torch", 20, 24 * GIB), ("fusedce", 20, 24 * GIB)]
+    assert len(runs) == 2 and runs[1][0][1] < runs[0][0][1]  # one more B, smaller
+    assert truth.batch == runs[1][0][1] and truth.measured_naive is not None
+    assert f"at the predicted B={runs[0][0][1]} predicted" in sentences[0] and "B searched" in sentences[0]

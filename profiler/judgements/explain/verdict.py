@@ -107,11 +107,12 @@ def build_hypotheses(obs: Observation, calibrations: list[Calibration], terms: D
     return out
 
 
-def confirmation_jobs(h: Hypothesis, base: ModelJob, fused_backend: str, card_bytes: int) -> list[ModelJob]:
-    """The full-size steps of ``h`` under the card's cap: the naive step, and the fused one when
-    the hypothesis has the fused path active."""
+def confirmation_jobs(h: Hypothesis, base: ModelJob, fused_backend: str, card_bytes: int,
+                      batch: int | None = None) -> list[ModelJob]:
+    """The full-size steps of ``h`` (at ``batch``, default its own) under the card's cap: the
+    naive step, and the fused one when the hypothesis has the fused path active."""
     backends = ("torch", fused_backend) if h.fused_active else ("torch",)
-    return [dataclasses.replace(family_job(base, h.family, b, h.batch), memory_limit_bytes=card_bytes)
+    return [dataclasses.replace(family_job(base, h.family, b, batch or h.batch), memory_limit_bytes=card_bytes)
             for b in backends]
 
 
@@ -123,37 +124,62 @@ def measured_reading(result: ModelResult, terms: DeviceTerms) -> int | None:
     return int(result.memory.peak_reserved + terms.context)
 
 
+def next_batch(batch: int, result: ModelResult, measured: int, seen: float) -> int:
+    """The batch size whose naive reading should land on ``seen`` (bytes), from one measured
+    full-size step: its reading grows by about (reading × transient / peak) / B per sample."""
+    m = result.memory
+    transient = max(m.peak - m.static, 1)
+    per_sample = measured * transient / max(m.peak, 1) / batch
+    return max(1, round(batch + (seen - measured) / per_sample))
+
+
 def confirm(hypotheses: list[Hypothesis], base: ModelJob, obs: Observation, terms: DeviceTerms,
             runner: Callable[[list[ModelJob]], list[ModelResult]], top: int = 3) -> list[str]:
-    """Measure the ``top`` best consistent hypotheses at full size under the card's cap,
-    re-judge them on the measured readings, and return one sentence per hypothesis with the
-    prediction's measured error (allocated and reading)."""
+    """Measure the ``top`` best consistent hypotheses at full size under the card's cap and
+    re-judge them on the measured readings. B is searched on the naive reading: when the step at
+    the predicted B misses it by more than its tolerance, one more B (:func:`next_batch`) is
+    measured and the closer of the two kept. Returns one sentence per hypothesis with the
+    prediction's measured error (reading and allocated peak)."""
     card = int(obs.total_gib * GIB)
+    seen_naive, seen_saving = obs.naive_mib * MIB, (obs.naive_mib - obs.fused_mib) * MIB
     sentences = []
     for h in [h for h in hypotheses if h.consistent][:top]:
+        predicted_batch = h.batch
         results = runner(confirmation_jobs(h, base, obs.fused_backend, card))
+        mn = measured_reading(results[0], terms)
+        first, first_mn = results[0], mn
+        if mn is not None and abs(mn - seen_naive) > h.tolerance_naive.total:
+            batch = next_batch(h.batch, results[0], mn, seen_naive)
+            if batch != h.batch:
+                retry = runner(confirmation_jobs(h, base, obs.fused_backend, card, batch))
+                again = measured_reading(retry[0], terms)
+                if again is not None and abs(again - seen_naive) < abs(mn - seen_naive):
+                    results, mn, h.batch = retry, again, batch
         naive = results[0]
         fused = results[1] if h.fused_active else naive
         h.alloc_retries = naive.extra.get("num_alloc_retries")
-        mn, mf = measured_reading(naive, terms), measured_reading(fused, terms)
+        mf = measured_reading(fused, terms)
         if mn is None or mf is None:
             bad = naive if mn is None else fused
             h.consistent = False
-            h.why = f"measured at full size: {bad.job.backend} {bad.status} ({bad.message.splitlines()[0][:80]})" \
-                if bad.message else f"measured at full size: {bad.job.backend} {bad.status}"
+            h.why = f"measured at full size: {bad.job.backend} {bad.status}" + (
+                f" ({bad.message.splitlines()[0][:80]})" if bad.message else "")
             sentences.append(f"{h.label()}: {bad.status} at full size under the {obs.total_gib:g} GiB cap")
             continue
         h.measured_naive, h.measured_fused = mn, mf
-        gap = (mn - h.predicted_naive) / h.predicted_naive
-        alloc_gap = (naive.memory.peak - h.allocated_naive) / max(h.allocated_naive, 1.0)
-        en = mn - obs.naive_mib * MIB
-        es = (mn - mf) - (obs.naive_mib - obs.fused_mib) * MIB
+        en, es = mn - seen_naive, (mn - mf) - seen_saving
         h.error_naive, h.error_saving = en, es
         h.consistent = abs(en) <= h.tolerance_naive.total and abs(es) <= h.tolerance_saving.total
-        h.why = (f"measured at full size: naive {_m(mn)} ({en / MIB:+,.0f} MiB), saving {_m(mn - mf)} "
-                 f"({es / MIB:+,.0f} MiB)" + ("" if h.fused_active else " (fused path not active: torch's step)"))
-        sentences.append(f"{h.label()}: predicted {_m(h.predicted_naive)}, measured {_m(mn)} ({gap:+.1%}); "
-                         f"allocated peak off by {alloc_gap:+.1%}; allocator retries {h.alloc_retries}")
+        h.why = (f"measured at full size: naive {_m(mn)} ({_m(en)} off), saving {_m(mn - mf)} ({_m(es)} off)"
+                 + ("" if h.fused_active else " (fused path not active: torch's step)"))
+        sentence = f"{h.label()}: "
+        if first_mn is not None:
+            gap = (first_mn - h.predicted_naive) / h.predicted_naive
+            alloc_gap = (first.memory.peak - h.allocated_naive) / max(h.allocated_naive, 1.0)
+            sentence += (f"at the predicted B={predicted_batch} predicted {_m(h.predicted_naive)}, measured "
+                         f"{_m(first_mn)} ({gap:+.1%}), allocated peak off by {alloc_gap:+.1%}")
+        if h.batch != predicted_batch:
+            sentence += f"; B searched on the naive reading: B={h.batch} measures {_m(mn)}"
+        sentences.append(sentence + f"; allocator retries {h.alloc_retries}")
     hypotheses.sort(key=lambda h: (not h.consistent, h.score))
     return sentences
-
