@@ -53,6 +53,11 @@ class ExplainRun:
         for family, backend, jobs in cal.calibration_jobs(self.base, self.families, ("torch", self.obs.fused_backend),
                                                            self.batches):
             results = [run_job(job, "calibrate") for job in jobs]
+            while any(r.status == "oom" for r in results) and jobs[-1].batch > 2:
+                # a GPU smaller than the calibration step (the user's own card): halve the batches
+                smaller = cal.halved([j.batch for j in jobs])
+                jobs = [cal.family_job(self.base, family, backend, b) for b in smaller]
+                results = [run_job(job, "calibrate") for job in jobs]
             calibration = cal.calibration_from_results(family, backend, [j.batch for j in jobs], results)
             self.calibrations.append(calibration)
             self.progress(cal.describe(calibration))

@@ -286,12 +286,15 @@ def test_the_example_folder_renders_from_its_stored_explanation(tmp_path):
 
 def _step(job, per_sample, static=2 * GIB, slack=0.1):
     """A measured full-size step whose peak grows by ``per_sample`` bytes per sample."""
+    from fusedce_profiler.instrument.protocol import Phase
     from fusedce_profiler.instrument.step.jobs import ModelResult
     from fusedce_profiler.instrument.step.step import StepMemory
 
     peak = int(static + per_sample * job.batch)
-    memory = StepMemory("cuda-allocator", 0, 0, 0, 0, static, 0, 0, 0, 0, peak, "loss", [], [],
-                        peak_reserved=int(peak + slack * (peak - static)))
+    phases = [Phase(name, static, static, int(static + share * per_sample * job.batch))
+              for name, share in (("forward", 0.5), ("loss", 1.0), ("backward", 0.7), ("optimizer", 0.1))]
+    memory = StepMemory("cuda-allocator", 0, 0, 0, 0, static, 0, 0, 0, 0, peak, "loss", [], phases,
+                        peak_reserved=int(peak + slack * (peak - static)), context=500 * MIB)
     return ModelResult(job=job, memory=memory, extra={"num_alloc_retries": 0})
 
 
@@ -318,3 +321,25 @@ def test_confirmation_searches_b_on_the_measured_naive_reading_and_reports_the_p
     assert len(runs) == 2 and runs[1][0][1] < runs[0][0][1]  # one more B, smaller
     assert truth.batch == runs[1][0][1] and truth.measured_naive is not None
     assert f"at the predicted B={runs[0][0][1]} predicted" in sentences[0] and "B searched" in sentences[0]
+
+
+def test_a_calibration_step_too_large_for_the_gpu_is_measured_again_at_half_the_batch(tmp_path):
+    from fusedce_profile.explain_run import ExplainRun
+    from fusedce_profiler.instrument.step.jobs import ModelResult
+
+    family = ex.Family("sdpa", False, False, False, 1024)
+    base = ModelJob(get_preset("tiny"), "torch", 1, 1024, device="cuda", trace=False)
+    obs = ex.Observation(20000, 19000, 24)
+    run = ExplainRun(obs, None, base, [family], None, tmp_path, on_gpu=True, confirm=0, stand_in=True,
+                     progress=lambda line: None)
+    asked = []
+
+    def run_job(job, purpose):
+        asked.append(job.batch)
+        if job.batch > 6:
+            return ModelResult(job=job, status="oom", message="CUDA out of memory")
+        return _step(job, 300 * MIB)
+
+    run._calibrate(run_job)
+    assert asked[:2] == [8, 16] and asked[2:6] == [4, 8, 2, 4]  # 8192/16384 tokens, then halved twice
+    assert all(c.batches == [2, 4] and c.fitted for c in run.calibrations)

@@ -62,6 +62,12 @@ def batches_for(seq: int, tokens: tuple[int, ...] = CALIBRATION_TOKENS) -> tuple
     return first, max(first + 1, tokens[1] // seq)
 
 
+def halved(batches: list[int]) -> tuple[int, ...]:
+    """Calibration batch sizes half as large (at least 1 and 2), for a step that ran out of memory."""
+    first = max(1, batches[0] // 2)
+    return first, max(first + 1, batches[-1] // 2)
+
+
 def _line(batches: list[int], values: list[int | None]) -> tuple[float, float] | None:
     """Least-squares (intercept, slope) of ``values`` against ``batches``; ``None`` with fewer
     than two distinct batch sizes measured."""
