@@ -190,7 +190,7 @@ def truth(args) -> None:
         torch.cuda.set_per_process_memory_fraction((CARD_GIB * (1 << 30) - context) / total, torch.cuda.current_device())
     shape = TINY if args.tiny else FULL
     out = Path(args.out) / "truth.jsonl"
-    for case in CASES:
+    for case in CASES[:args.cases]:
         case = tiny_case(case) if args.tiny else case
         start = time.perf_counter()
         rows = {loss: train_once(case, shape, loss, str(device)) for loss in ("naive", "fused")}
@@ -283,13 +283,15 @@ def main() -> None:
     parser.add_argument("--tiny", action="store_true")
     parser.add_argument("--truth-only", action="store_true")
     parser.add_argument("--skip-truth", action="store_true")
+    parser.add_argument("--cases", type=int, default=len(CASES), help="only the first N cases")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.truth_only:
         return truth(args)
     if not args.skip_truth:
-        cmd = [sys.executable, __file__, "--out", str(out), "--truth-only"] + (["--tiny"] if args.tiny else [])
+        cmd = [sys.executable, __file__, "--out", str(out), "--truth-only", "--cases", str(args.cases)] + \
+            (["--tiny"] if args.tiny else [])
         subprocess.run(cmd, check=False)
     truths = [json.loads(line) for line in (out / "truth.jsonl").read_text().splitlines() if line.strip()]
     results = run_explains(args, truths)
