@@ -84,7 +84,9 @@ class ExplainRun:
     def _terms(self):
         from fusedce_profiler.judgements.explain.allocator import device_terms
 
-        return device_terms(self.obs, self.calibrations, cuda=self.on_gpu, noise=self.noise, stand_in=self.stand_in)
+        vocab = self.source.config.vocab_size if self.source is not None else 0
+        return device_terms(self.obs, self.calibrations, cuda=self.on_gpu, noise=self.noise, stand_in=self.stand_in,
+                            vocab=vocab)
 
     def _judge(self):
         from fusedce_profiler.judgements.explain.verdict import build_hypotheses

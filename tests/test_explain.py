@@ -343,3 +343,20 @@ def test_a_calibration_step_too_large_for_the_gpu_is_measured_again_at_half_the_
     run._calibrate(run_job)
     assert asked[:2] == [8, 16] and asked[2:6] == [4, 8, 2, 4]  # 8192/16384 tokens, then halved twice
     assert all(c.batches == [2, 4] and c.fitted for c in run.calibrations)
+
+
+def test_a_fallback_that_reads_one_bf16_logits_copy_above_the_naive_step_stays_consistent():
+    # measured on the H200: a wrapper that falls back to fp32 logits read 1,024 MiB above the naive
+    # step at B=16, T=1024, V=32777 (benchmarks/results/explain-blind-h200-2026-12-03)
+    cals = _world()
+    by = {(c.family.attention, c.backend): c for c in cals}
+    naive = predict_reading(by[("sdpa", "torch")], 16, TERMS, 24 * GIB)
+    obs = ex.Observation(naive.value / MIB, naive.value / MIB + 1024, 24, fused_larger=True)
+
+    def inactive(terms):
+        ranked = ex_ver.build_hypotheses(obs, cals, terms)
+        return next(h for h in ranked if h.family.attention == "sdpa" and not h.fused_active)
+
+    with_vocab = DeviceTerms(500 * MIB, 250 * MIB, 2 * MIB, 0.04, True, vocab=32777)
+    assert inactive(with_vocab).consistent
+    assert not inactive(TERMS).consistent  # without the fallback's allowance the truth would be ruled out

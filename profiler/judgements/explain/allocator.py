@@ -43,27 +43,29 @@ READING_RESOLUTION = 2 * MIB
 class DeviceTerms:
     """What turns allocated bytes into a reading on the user's card: ``context`` and its
     uncertainty (bytes; 0 on the CPU), the measured ``noise`` (bytes), the model-mismatch
-    fraction, and whether readings are ``nvidia-smi`` figures (CUDA) or allocated peaks (CPU)."""
+    fraction, whether readings are ``nvidia-smi`` figures (CUDA) or allocated peaks (CPU), and
+    the vocabulary (for the logits a fallback may copy)."""
 
     context: float
     context_spread: float
     noise: float
     mismatch: float
     cuda: bool
+    vocab: int = 0
 
 
 def device_terms(obs: Observation, calibrations: list[Calibration], *, cuda: bool, noise: float,
-                 stand_in: bool) -> DeviceTerms:
+                 stand_in: bool, vocab: int = 0) -> DeviceTerms:
     """The context (stated, else the median measured here), its spread, and the allowances."""
     mismatch = STAND_IN_MISMATCH if stand_in else OWN_MODEL_MISMATCH
     noise = max(noise, READING_RESOLUTION if cuda else 0.0)
     if not cuda:
-        return DeviceTerms(0.0, 0.0, noise, mismatch, False)
+        return DeviceTerms(0.0, 0.0, noise, mismatch, False, vocab)
     if obs.context_mib is not None:
-        return DeviceTerms(obs.context_mib * MIB, STATED_CONTEXT_SPREAD, noise, mismatch, True)
+        return DeviceTerms(obs.context_mib * MIB, STATED_CONTEXT_SPREAD, noise, mismatch, True, vocab)
     measured = [c for cal in calibrations for c in cal.context if c is not None]
     context = statistics.median(measured) if measured else 0.0
-    return DeviceTerms(context, UNKNOWN_CONTEXT_SPREAD, noise, mismatch, True)
+    return DeviceTerms(context, UNKNOWN_CONTEXT_SPREAD, noise, mismatch, True, vocab)
 
 
 def slack_ratio(cal: Calibration) -> float | None:
@@ -89,8 +91,8 @@ def _static(cal: Calibration) -> float:
 @dataclass
 class Reading:
     """A predicted reading (bytes), the allocated peak and phase behind it, its allocator
-    uncertainty (bytes), whether the card caps it and whether it fits, and the step's transient
-    bytes (allocated peak − static)."""
+    uncertainty (bytes), whether the card caps it and whether it fits, the step's transient
+    bytes (allocated peak − static) and its tokens (B·T)."""
 
     value: float
     allocated: float
@@ -99,6 +101,7 @@ class Reading:
     capped: bool
     fits: bool
     transient: float = 0.0
+    tokens: int = 0
 
 
 def predict_reading(cal: Calibration, batch: int, terms: DeviceTerms, card_bytes: float) -> Reading | None:
@@ -108,19 +111,20 @@ def predict_reading(cal: Calibration, batch: int, terms: DeviceTerms, card_bytes
         return None
     allocated, phase = predicted
     transient = max(0.0, allocated - _static(cal))
+    tokens = batch * cal.family.seq
     if not terms.cuda:
-        return Reading(allocated, allocated, phase, 0.0, False, allocated <= card_bytes, transient)
+        return Reading(allocated, allocated, phase, 0.0, False, allocated <= card_bytes, transient, tokens)
     ratio = slack_ratio(cal)
     slack = ratio * transient if ratio is not None else 0.0
     allocator = ALLOCATOR_ALLOWANCE * allocated + 0.5 * slack
     floor = terms.context + allocated
     value = floor + slack
     if floor > card_bytes:
-        return Reading(value, allocated, phase, allocator, False, False, transient)
+        return Reading(value, allocated, phase, allocator, False, False, transient, tokens)
     if value > card_bytes:
         # The allocator frees its cache and retries: the reading stays within [floor, card].
-        return Reading(card_bytes, allocated, phase, card_bytes - floor, True, True, transient)
-    return Reading(value, allocated, phase, allocator, False, True, transient)
+        return Reading(card_bytes, allocated, phase, card_bytes - floor, True, True, transient, tokens)
+    return Reading(value, allocated, phase, allocator, False, True, transient, tokens)
 
 
 def naive_tolerance(reading: Reading, terms: DeviceTerms) -> Tolerance:
@@ -133,11 +137,13 @@ def saving_tolerance(naive: Reading, fused: Reading, terms: DeviceTerms) -> Tole
     the saving itself, and the allocator terms of both steps (the context cancels).
 
     With the fused path NOT active (``fused is naive``) both runs are nearly the same program:
-    the allocator repeats itself and only a different fallback line in the user's loss wrapper
-    (another cast, another copy kept for backward) moves the reading — allowed as the model
-    mismatch of the step's transient bytes."""
+    the allocator repeats itself and only the wrapper's fallback line moves the reading — by up
+    to one bf16 copy of the logits (B·T·V·2 bytes): a fallback that upcasts the logits to fp32
+    read exactly that much above the naive step on the H200 (B=16, T=1024, V=32777: +1,024 MiB),
+    or the model mismatch of the step's transient bytes if larger."""
     if fused is naive:
-        return Tolerance(2 * terms.noise, terms.mismatch * naive.transient, 0.0, 0.0)
+        fallback = max(terms.mismatch * naive.transient, naive.tokens * terms.vocab * 2)
+        return Tolerance(2 * terms.noise, fallback, 0.0, 0.0)
     saving = abs(naive.value - fused.value)
     allocator = naive.allocator if naive.capped or fused.capped else abs(naive.allocator - fused.allocator)
     return Tolerance(2 * terms.noise, terms.mismatch * saving, 0.0, max(allocator, ALLOCATOR_ALLOWANCE * saving))
