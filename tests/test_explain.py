@@ -65,16 +65,20 @@ def _world():
 TERMS = DeviceTerms(context=500 * MIB, context_spread=250 * MIB, noise=2 * MIB, mismatch=0.04, cuda=True)
 
 
+def _planted(attention, batch, active, terms=None):
+    """The synthetic world, readings planted from one of its configurations, and the ranked hypotheses."""
+    cals = _world()
+    by = {(c.family.attention, c.backend): c for c in cals}
+    naive = predict_reading(by[(attention, "torch")], batch, TERMS, 24 * GIB)
+    fused = predict_reading(by[(attention, "fusedce")], batch, TERMS, 24 * GIB) if active else naive
+    obs = ex.Observation(naive.value / MIB, fused.value / MIB, 24)
+    return cals, obs, ex_ver.build_hypotheses(obs, cals, terms or TERMS)
+
+
 @pytest.mark.parametrize("attention, active, batch", [("eager", True, 18), ("sdpa", True, 24), ("sdpa", False, 20),
                                                       ("eager", False, 12)])
 def test_joint_scoring_keeps_the_truth_and_rules_out_a_planted_wrong_family(attention, active, batch):
-    cals = _world()
-    by = {(c.family.attention, c.backend): c for c in cals}
-    card = 24 * GIB
-    naive = predict_reading(by[(attention, "torch")], batch, TERMS, card)
-    fused = predict_reading(by[(attention, "fusedce")], batch, TERMS, card) if active else naive
-    obs = ex.Observation(naive.value / MIB, fused.value / MIB, 24)
-    ranked = ex_ver.build_hypotheses(obs, cals, TERMS)
+    _, _, ranked = _planted(attention, batch, active)
     truth = next(h for h in ranked if h.family.attention == attention and h.fused_active == active)
     assert truth.consistent and truth.batch_range[0] <= batch <= truth.batch_range[1]
     # the other fused-path state of the same family predicts a saving far from the one seen
@@ -227,14 +231,9 @@ def test_a_signal_keeps_the_finished_steps_and_marks_the_report_interrupted(tmp_
 def test_families_ruled_out_at_every_batch_size_are_named_with_the_saving_they_would_give():
     from fusedce_profiler.judgements.explain.others import other_hypotheses, ruled_out_groups
 
-    cals = _world()
-    by = {(c.family.attention, c.backend): c for c in cals}
-    naive = predict_reading(by[("sdpa", "torch")], 24, TERMS, 24 * GIB)
-    fused = predict_reading(by[("sdpa", "fusedce")], 24, TERMS, 24 * GIB)
-    obs = ex.Observation(naive.value / MIB, fused.value / MIB, 24)
-    ranked = ex_ver.build_hypotheses(obs, cals, TERMS)
+    cals, obs, ranked = _planted("sdpa", 24, True)
     sentences = ruled_out_groups(ranked, obs)
-    seen = (naive.value - fused.value) / GIB
+    seen = (obs.naive_mib - obs.fused_mib) * MIB / GIB
     assert f"sdpa with the fused path NOT active: ruled out in all 1 families — at any B that reaches the naive " \
            f"reading it would save ≤ 0.00 GiB, against {seen:.2f} GiB seen" in sentences
     others = {o.name: o for o in other_hypotheses(obs, ranked, cals, TERMS)}
@@ -246,12 +245,7 @@ def test_families_ruled_out_at_every_batch_size_are_named_with_the_saving_they_w
 def test_the_blind_benchmark_judges_truth_and_verdicts_from_an_explanation():
     from benchmarks.explain_blind import Case, judge
 
-    cals = _world()
-    by = {(c.family.attention, c.backend): c for c in cals}
-    naive = predict_reading(by[("eager", "torch")], 18, TERMS, 24 * GIB)
-    fused = predict_reading(by[("eager", "fusedce")], 18, TERMS, 24 * GIB)
-    obs = ex.Observation(naive.value / MIB, fused.value / MIB, 24)
-    ranked = ex_ver.build_hypotheses(obs, cals, TERMS)
+    cals, obs, ranked = _planted("eager", 18, True)
     e = ex.Explanation(obs, "m", None, "cuda", "nvidia-smi", cals, ranked, None, True, "c", True)
     right = judge(Case("x", "eager", 1024, 18, True), e)
     assert right["truth_consistent"] and right["truth_batch_in_range"] and right["decided_right"]
@@ -299,12 +293,7 @@ def _step(job, per_sample, static=2 * GIB, slack=0.1):
 
 
 def test_confirmation_searches_b_on_the_measured_naive_reading_and_reports_the_prediction_error():
-    cals = _world()
-    by = {(c.family.attention, c.backend): c for c in cals}
-    naive = predict_reading(by[("sdpa", "torch")], 20, TERMS, 24 * GIB)
-    fused = predict_reading(by[("sdpa", "fusedce")], 20, TERMS, 24 * GIB)
-    obs = ex.Observation(naive.value / MIB, fused.value / MIB, 24)
-    ranked = ex_ver.build_hypotheses(obs, cals, TERMS)
+    _, obs, ranked = _planted("sdpa", 20, True)
     truth = next(h for h in ranked if h.family.attention == "sdpa" and h.fused_active)
     # the user's model allocates 10 % more per sample than the stand-in predicted: the right B is smaller
     runs = []
