@@ -21,7 +21,7 @@ sys.path.insert(0, str(ROOT))
 
 
 def main() -> None:
-    from fusedce_profile.explain import _key
+    from fusedce_profile.explain import step_key
     from fusedce_profile.explain_run import ExplainRun
     from fusedce_profiler.instrument.models.configs import get_preset
     from fusedce_profiler.instrument.models.source import BuiltinSource
@@ -47,7 +47,7 @@ def main() -> None:
         stored[row["key"]] = ModelResult.from_dict(row["result"])
 
     def run_job(job, purpose):
-        key = _key(job) + ("-repeat" if purpose == "repeat" else "")
+        key = step_key(job) + ("-repeat" if purpose == "repeat" else "")
         if key in stored:
             return stored[key]
         return ModelResult(job=job, status="not-run", message="not in the stored steps")

@@ -66,7 +66,8 @@ def _device(device: str | None) -> str:
     return device
 
 
-def _key(job) -> str:
+def step_key(job) -> str:
+    """The key a finished step is stored under: a hash of its job's fields."""
     return hashlib.sha1(json.dumps(dataclasses.asdict(job), sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -117,7 +118,7 @@ class _Runner:
         from fusedce_profiler.instrument.step.jobs import ModelResult
         from fusedce_profiler.instrument.worker import Worker, WorkerDied
 
-        key = _key(job) + ("" if purpose != "repeat" else "-repeat")
+        key = step_key(job) + ("" if purpose != "repeat" else "-repeat")
         done = self.steps.get(key)
         if done is not None:
             return done
