@@ -125,7 +125,7 @@ def bytes_axis(ax: Axes, which: str = "y") -> None:
 
 
 class ReadableLogLocator(Locator):
-    """Major ticks of a log axis at readable values, dense enough that at least three fall in
+    """Major ticks of a log axis at readable values, dense enough that at least four fall in
     the view: 1-2-5 per decade over several decades, then 1-2-3-5, then 1-1.5-2-3-4-5-6-8,
     then steps of 0.5 (an axis from 2.9 s to 3.8 s gets 3 s and 3.5 s), then of 0.1."""
 
@@ -142,7 +142,7 @@ class ReadableLogLocator(Locator):
         ticks: list[float] = []
         for subs in self.STEPS:
             ticks = [sub * 10.0 ** d for d in decades for sub in subs]
-            if sum(low <= t <= high for t in ticks) >= 3:
+            if sum(low <= t <= high for t in ticks) >= 4:
                 break
         return ticks
 
