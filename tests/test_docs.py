@@ -153,3 +153,40 @@ def test_the_model_pages_command_finds_the_wrapped_tie_and_flags_the_wrapper_not
     assert (out / "plots" / "attribution.png").is_file() and (out / "plots" / "breakdown.png").is_file()
     committed = _flat((REPO / "examples/model/user-module-cpu-tiny/summary.md").read_text())
     assert "the tie assigned on the wrapper is unused" in committed
+
+
+#: Figures of the README and the pages that are computed from the linked reports, not printed in them.
+DERIVED = {
+    "630 MiB": "22,785 − 22,155 MiB, the two readings of the question",
+    "14 GiB": "28.1 − 14.1 GiB on nvidia-smi, the upper end of '10–14 GiB'",
+    "1.37 GiB": "468 MiB of parameters + 936 MiB of AdamW state in the attribution table",
+    "2.45 GiB": "fusedce saves 2.46 GiB and Liger's loss 2.44 GiB: 'about 2.45 GiB' each",
+    "3.00 GiB": "precompute's 2.998 GiB at 8192×4096×128256 bf16, rounded",
+    "24 GiB": "the card of the question and the cap given to --fit: an input, not a measurement",
+}
+
+
+def _sources(page, links: list[str]) -> str:
+    """The text of every Markdown, log and text file in the folders the links lead to."""
+    text = ""
+    for link in links:
+        target = (page.parent / link.split("#", 1)[0]).resolve()
+        folder = target if target.is_dir() else target.parent
+        text += " ".join(f.read_text(errors="ignore") for f in sorted(folder.rglob("*"))
+                         if f.suffix in (".md", ".log", ".txt") and f.stat().st_size < 4_000_000)
+    return " ".join(text.split())
+
+
+@pytest.mark.parametrize("page", [REPO / "README.md", *[DOCS / name for name in OWN]], ids=lambda p: p.name)
+def test_every_figure_next_to_a_linked_report_is_in_that_report(page):
+    checked = 0
+    for paragraph in re.split(r"\n\s*\n", page.read_text()):
+        links = [link for link in re.findall(r"\]\(([^)\s]+)\)", paragraph)
+                 if "examples/" in link or "results/" in link]
+        if not links:
+            continue
+        sources = _sources(page, links)
+        for figure, number in re.findall(r"((\d+(?:\.\d+)?) (?:GiB|MiB|ms))", paragraph):
+            checked += 1
+            assert figure in sources or f" {number} " in sources or figure in DERIVED, (page.name, figure, links)
+    assert page.name in ("loss.md", "distributed.md", "numbers.md", "recording.md") or checked
