@@ -92,6 +92,8 @@ def largest_term(attribution: Attribution) -> str:
                 f"tensor(s), {top.bytes / n_v:.2g} bytes per logit of N × V = {a.tokens} × {a.vocab}")
     modules = [m.module for m in a.modules if m.kind == top.kind]
     where = f" (largest: {', '.join(modules[:3])})" if modules else ""
+    if top.kind in OPTIMIZER_KINDS:
+        where = " allocated inside the optimizer's step()"
     backward = f", {format_bytes(top.backward_bytes)} of it allocated in backward" if top.backward_bytes else ""
     return (f"{top.kind}: {format_bytes(top.bytes)} ({format_percent(share)} of the peak) in {top.blocks} tensors"
             f"{where}{backward}")
