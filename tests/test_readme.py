@@ -108,3 +108,9 @@ def test_the_h200_figures_of_the_readme_are_in_the_reports_it_links():
         assert figure in model, figure
     for figure in ("Not decided", "25 configurations fit", "(+13%)", "(+51%)"):
         assert figure in explained, figure
+
+
+def test_the_readmes_model_command_is_the_one_docs_model_md_runs_less_a_back_end():
+    readme = next(a for a in commands(README_TEXT) if a[:1] == ["model"])
+    page = commands((DOCS / "model.md").read_text())[0]  # run, and its report read, by tests/test_docs.py
+    assert readme == page[:len(readme)] and page[len(readme):] == ["--backend", page[-1]]
