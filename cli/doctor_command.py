@@ -15,6 +15,7 @@ from fusedce_cli.console import make_console
 from fusedce_cli.model_options import (ConfigOption, HFOption, HeadOption, PresetOption, SeedOption, TiedOption,
                                UserModelOption, default_preset, model_source)
 from fusedce_cli.options import DeviceOption, ForceOption, JsonOption, OutOption, prepare_out, resolve_device
+from fusedce_cli.parsing import parse_mode
 from fusedce_cli.usage import fail, usage_errors
 
 
@@ -40,7 +41,8 @@ def doctor(
     tied: TiedOption = None,
     device: DeviceOption = None,
     mode: Annotated[Optional[str], typer.Option(
-        "--mode", help="amp-bf16 (bf16 autocast, fp32 weights; default on a GPU) or fp32 (default on the CPU).")] = None,
+        "--mode", help="amp-bf16 (bf16 autocast, fp32 weights; default on a GPU; Lightning's bf16-mixed) or fp32 "
+                      "(default on the CPU; Lightning's 32-true).")] = None,
     batch: Annotated[int, typer.Option(help="Rows of the padded test batch.", min=2)] = 4,
     seq: Annotated[int, typer.Option(help="Tokens per row of the test batch.", min=8)] = 32,
     seed: SeedOption = 0,
@@ -59,8 +61,7 @@ def doctor(
         check_loss_wrapper(loss)
     run_device = resolve_device(device)
     on_gpu = run_device.startswith("cuda")
-    if mode is not None and mode not in ("amp-bf16", "fp32"):
-        raise fail(f"--mode must be amp-bf16 or fp32 for doctor, got {mode!r}")
+    mode = parse_mode(mode, ("amp-bf16", "fp32"))
     if mode == "amp-bf16" and not on_gpu:
         raise fail("--mode amp-bf16 needs a CUDA device (--device cuda); on the CPU doctor runs in fp32")
     with usage_errors():

@@ -12,7 +12,7 @@ import typer
 
 from fusedce_cli import exit_codes
 from fusedce_cli.console import error
-from fusedce_cli.parsing import parse_backends
+from fusedce_cli.parsing import parse_backends, parse_mode
 from fusedce_cli.usage import usage_errors
 from fusedce_profile import sources
 from fusedce_profile.sources import default_preset  # noqa: F401 - the commands take it from here
@@ -24,9 +24,15 @@ ConfigOption = Annotated[Optional[Path], typer.Option(
     "--config", help="A Hugging Face config.json, or our JSON/TOML (hidden_size, ffn_factor, ...).")]
 TiedOption = Annotated[Optional[bool], typer.Option(
     "--tied/--untied", help="Override the config's tie_word_embeddings.")]
+def _mode_value(value: Optional[str]) -> Optional[str]:
+    """The ``--mode`` callback: a Lightning precision name becomes the mode it stands for."""
+    return parse_mode(value)
+
+
 ModeOption = Annotated[Optional[str], typer.Option(
-    "--mode", help="amp-bf16 (fp32 master weights, bf16 autocast), bf16 (pure bf16 parameters; model only) or "
-                   "fp32. Default amp-bf16 (parity on CPU: fp32).")]
+    "--mode", callback=_mode_value,
+    help="amp-bf16 (fp32 master weights, bf16 autocast), bf16 (pure bf16 parameters; model only) or "
+         "fp32; Lightning's names bf16-mixed, bf16-true, 32-true are the same. Default amp-bf16 (parity on CPU: fp32).")]
 SeedOption = Annotated[int, typer.Option(
     help="Seed of the model's initialisation and of the data (a second seed repeats a comparison on "
          "another trajectory).", min=0)]

@@ -50,6 +50,8 @@ class StepRecorderCallback(TrainerCallback):
 
     def on_step_begin(self, args, state, control, **kwargs):
         rec = self.recorder
+        if rec is not None:
+            rec.seen(state.global_step)
         if rec is not None and not rec.recording and rec.wants(state.global_step):
             rec.start(state.global_step)
 

@@ -36,6 +36,8 @@ from typing import Callable
 
 import torch
 
+from fusedce_profiler.instrument.tracing.quiet import quiet_third_party, start_profiler
+
 CUDA_ALLOCATOR = "cuda-allocator"
 CPU_PROFILER = "cpu-profiler"
 MARK_PREFIX = "fusedce.mark:"
@@ -140,7 +142,7 @@ class MemoryMeter:
             from torch.profiler import ProfilerActivity, profile
 
             self._profiler = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
-            self._profiler.__enter__()
+            start_profiler(self._profiler)
         return self
 
     def mark(self, name: str) -> None:
@@ -170,7 +172,8 @@ class MemoryMeter:
                 self._close_cuda(torch.cuda.memory_allocated(self.device))
             self.record.peak_reserved_bytes = self._reserved
             return
-        self._profiler.__exit__(*exc)
+        with quiet_third_party():
+            self._profiler.__exit__(*exc)
         if exc[0] is None:
             self.record.phases = replay_cpu_events(self._profiler, self._names, self.record.baseline_bytes)
 

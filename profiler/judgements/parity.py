@@ -40,7 +40,7 @@ from fusedce_profiler.instrument.models.configs import ModelConfig
 from fusedce_profiler.instrument.step.data import MarkovChain
 from fusedce_profiler.instrument.models.gpt import HiddenStatesGPT as GPT
 from fusedce_profiler.instrument.step.losses import BackendUnavailable, resolve_backend
-from fusedce_profiler.instrument.precision import TRAINING_MODES, autocast
+from fusedce_profiler.instrument.precision import TRAINING_MODES, autocast, canonical_mode
 from fusedce_profiler.instrument.reference import relative_error
 from fusedce_profiler.instrument.tolerances import tolerance_for
 
@@ -75,8 +75,7 @@ class ParitySettings:
     def __post_init__(self) -> None:
         if self.steps < 10:
             raise ValueError(f"steps must be at least 10 (the final loss averages the last tenth), got {self.steps}")
-        if self.mode not in TRAINING_MODES:
-            raise ValueError(f"mode must be one of {TRAINING_MODES}, got {self.mode!r}")
+        self.mode = canonical_mode(self.mode, TRAINING_MODES)
         if self.reduction not in ("mean", "sum"):
             raise ValueError(f"reduction must be 'mean' or 'sum', got {self.reduction!r}")
         if not self.backends:

@@ -134,6 +134,15 @@ class StepRecorder:
             self._lock.release()
             self._lock = None
 
+    def unreached(self) -> list[int]:
+        """The requested steps that were never recorded because the run never reached them
+        (a step that was reached but failed to record is not among them), in order."""
+        return sorted(s for s in self.steps if s not in self._done and s >= self.count)
+
+    def seen(self, index: int) -> None:
+        """Note that step ``index`` ran (integrations call it for every step, recorded or not)."""
+        self.count = max(self.count, int(index) + 1)
+
     # -- the public per-step API ------------------------------------------------------------
     def step(self, index: int | None = None):
         """The context of one step: records it if its index is in ``steps``, else :data:`NOOP`.

@@ -24,7 +24,7 @@ from fusedce_profiler.instrument.models.head import HeadInfo
 from fusedce_profiler.instrument.models.source import BuiltinSource, MissingDependency, ModelSource, source_from_dict
 from fusedce_profiler.instrument.step.losses import BackendUnavailable, loss_options, resolve_step_loss
 from fusedce_profiler.instrument.protocol import Phase
-from fusedce_profiler.instrument.precision import TRAINING_MODES
+from fusedce_profiler.instrument.precision import TRAINING_MODES, canonical_mode
 from fusedce_profiler.instrument.tracing.attribution import Attribution
 from fusedce_profiler.instrument.step.data import random_batch
 from fusedce_profiler.instrument.step.memory import Part, StepMemory
@@ -68,8 +68,7 @@ class ModelJob:
         impls = self.model_source().attention_impls
         if self.attention not in impls:
             raise ValueError(f"attention must be one of {', '.join(impls)}, got {self.attention!r}")
-        if self.mode not in TRAINING_MODES:
-            raise ValueError(f"mode must be one of {TRAINING_MODES}, got {self.mode!r}")
+        self.mode = canonical_mode(self.mode, TRAINING_MODES)
         if self.warmup_steps < 1:
             raise ValueError(f"warmup_steps must be ≥ 1 (AdamW state must exist), got {self.warmup_steps}")
 

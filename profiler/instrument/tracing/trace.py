@@ -34,6 +34,7 @@ import torch
 from torch import nn
 
 from fusedce_profiler.instrument.tracing.attribution import KINDS, Attribution, KindBytes, LargeTensor, ModuleBytes
+from fusedce_profiler.instrument.tracing.quiet import quiet_third_party, start_profiler
 from fusedce_profiler.instrument.tracing.classify import EVENT, Classifier, Context, Probe, inside_backward, numel, walk
 
 MARK_PREFIX = "fusedce.trace:"
@@ -51,11 +52,12 @@ class StepTracer:
 
         self._prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True, with_stack=True,
                              with_modules=True, record_shapes=True)
-        self._prof.__enter__()
+        start_profiler(self._prof)
         return self
 
     def __exit__(self, *exc) -> None:
-        self._prof.__exit__(*exc)
+        with quiet_third_party():
+            self._prof.__exit__(*exc)
 
     @staticmethod
     def mark(name: str) -> None:
