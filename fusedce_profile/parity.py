@@ -99,7 +99,7 @@ def parity_command(*, out: str | Path | None = None, force: bool = False, consol
             raise UsageError(str(exc)) from None
         except KeyboardInterrupt as stopped:
             if not (out_dir / store.PARITY_FILE).is_file():
-                say(f"\nInterrupted before torch's reference run finished: nothing to report; continue with {again}")
+                say(f"\nInterrupted before the first comparison finished: nothing to report; continue with {again}")
                 code = interrupt_exit_code(stopped)
                 return CommandOutcome([], code, {"out": str(out_dir), "exit_code": code}, stopped)
             partial = load_parity_report(out_dir)
