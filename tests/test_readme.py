@@ -6,7 +6,7 @@ import re
 import torch
 
 from fusedce_profile import exit_codes
-from fusedce_cli.options import CELL_TIMEOUT_S
+from fusedce_profile.defaults import CELL_TIMEOUT_S
 from processes import REPO
 from fusedce_profiler.instrument.models.configs import get_preset
 from fusedce_profiler.judgements.doctor.doctor import CPU_MAX_PARAMETERS, make_batch
