@@ -192,3 +192,15 @@ def test_a_signal_during_parity_keeps_the_trained_backends_and_marks_the_report(
            f"--force --out {out}" in said
     summary = (out / "summary.md").read_text()
     assert "Interrupted by SIGTERM after 1 of 2 back-ends" in summary and "fusedce" in summary
+
+
+def test_the_memory_check_counts_the_modules_parameters_not_a_formula(monkeypatch):
+    import fusedce_profile.checks as checks
+    from fusedce_profile.errors import UsageError
+    from fusedce_profiler.instrument.models.configs import get_preset
+
+    config = get_preset("tiny")
+    monkeypatch.setattr(checks, "device_memory_bytes", lambda device: 16 * 10**6 + 10**6)
+    checks.check_model_fits(config, "cpu", 1, 8, parameters=10**6)  # 16 MB of state fits in 17 MB
+    with pytest.raises(UsageError, match=r"\(0\.00 B parameters\) needs at least"):
+        checks.check_model_fits(config, "cpu", 1, 8, parameters=2 * 10**6)
