@@ -62,6 +62,7 @@ def cli(args: list[str]):
     return runner.invoke(app, args)
 
 
+@pytest.mark.slow
 def test_run_grid_writes_what_grid_writes_and_returns_its_cells(tmp_path):
     from fusedce_profile import run_grid
 
@@ -76,6 +77,7 @@ def test_run_grid_writes_what_grid_writes_and_returns_its_cells(tmp_path):
     assert [row["spec"]["backend"] for row in stored] == [c.spec.backend for c in cells]
 
 
+@pytest.mark.slow
 def test_profile_model_writes_what_model_writes_and_returns_its_rows(tmp_path):
     from fusedce_profile import profile_model
 
@@ -88,6 +90,7 @@ def test_profile_model_writes_what_model_writes_and_returns_its_rows(tmp_path):
     assert jsonl(tmp_path / "api" / "model_results.jsonl") == jsonl(tmp_path / "cli" / "model_results.jsonl")
 
 
+@pytest.mark.slow
 def test_parity_writes_what_parity_writes_and_returns_its_report(tmp_path):
     from fusedce_profile import parity
 
@@ -101,6 +104,7 @@ def test_parity_writes_what_parity_writes_and_returns_its_report(tmp_path):
     assert [c["losses"] for c in stored[0]["curves"]] == [c["losses"] for c in stored[1]["curves"]]
 
 
+@pytest.mark.slow
 def test_build_report_rebuilds_a_grid_folder_like_report_does(tmp_path):
     from fusedce_profile import build_report, run_grid
 

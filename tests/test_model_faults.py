@@ -87,6 +87,7 @@ def _plain(text: str) -> str:
     return " ".join(text.split())
 
 
+@pytest.mark.slow
 def test_the_parameter_count_is_the_factorys_modules_own(fx, tmp_path):
     wide = sum(p.numel() for p in __import__("fx_models").wide().parameters())
     result = runner.invoke(app, ["model", "--device", "cpu", "--model", "fx_models:wide", "--batch", "1", "--seq",
@@ -138,6 +139,7 @@ def test_a_named_backend_that_fails_every_job_exits_1_and_keeps_the_others(fx, t
     assert [(r["job"]["backend"], r["status"]) for r in rows] == [("torch", "ok"), ("fx_models:boom", "error")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum, code, name", [(signal.SIGTERM, 143, "SIGTERM"), (signal.SIGINT, 130, "Ctrl-C")])
 def test_a_signal_during_model_keeps_the_finished_jobs_and_marks_the_report(fx, tmp_path, signum, code, name):
     out, mark = tmp_path / "run", tmp_path / "hung"
@@ -160,6 +162,7 @@ def test_a_signal_during_model_keeps_the_finished_jobs_and_marks_the_report(fx, 
     assert len((out / "model_results.jsonl").read_text().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_model_resume_measures_only_the_missing_jobs_and_clears_the_mark(tmp_path):
     from fusedce_profile import profile_model
     from fusedce_profiler.instrument.interruption import Interruption, mark_interrupted
@@ -175,6 +178,7 @@ def test_model_resume_measures_only_the_missing_jobs_and_clears_the_mark(tmp_pat
     assert "Interrupted" not in (out / "summary.md").read_text()
 
 
+@pytest.mark.slow
 def test_a_signal_during_parity_keeps_the_trained_backends_and_marks_the_report(fx, tmp_path):
     out, mark = tmp_path / "run", tmp_path / "hung"
     process = start_cli(["parity", "--device", "cpu", "--preset", "tiny", "--steps", "10", "--batch", "2", "--seq",
