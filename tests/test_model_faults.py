@@ -193,7 +193,7 @@ def test_a_signal_during_parity_keeps_the_trained_backends_and_marks_the_report(
     assert process.returncode == 143, stderr
     said = _plain(stdout + stderr)
     assert f"Interrupted after 1 of 2 back-ends; report {out}/summary.md; continue with the same command and " \
-           f"--force --out {out}" in said
+           f"--resume --out {out}" in said
     summary = (out / "summary.md").read_text()
     assert "Interrupted by SIGTERM after 1 of 2 back-ends" in summary and "fusedce" in summary
 
