@@ -232,13 +232,13 @@ def test_backends_table_keeps_its_options_column_on_a_narrow_terminal(columns):
 @pytest.mark.parametrize("extra, fragment", [
     (["--seq-candidates", "32,x"], "Invalid value for --seq-candidates: 'x' is not a positive integer"),
     (["--calibration-batches", "1,a"], "Invalid value for --calibration-batches: 'a' is not a positive integer"),
-    (["--calibration-batches", "2,2"], "error: --calibration-batches needs at least two different batch sizes"),
+    (["--calibration-batches", "2,2"], "error: --calibration-batches needs at least two different positive batch sizes"),
     (["--naive", "-3"], "error: --naive must be a positive number"),
-    (["--tolerance", "1.5"], "error: --tolerance must be in (0, 1)"),
+    (["--context-mib", "5"], "error: --context-mib must be positive and below both readings"),
 ])
 def test_explain_names_the_option_of_a_bad_value(extra, fragment, tmp_path):
     argv = ["explain", "--device", "cpu", "--preset", "tiny", "--naive", "3", "--fused", "2", "--card", "24",
-            "--out", str(tmp_path / "never")]
+            "--seq", "32", "--out", str(tmp_path / "never")]
     result = _invoke(argv + extra)
     assert result.exit_code == 2, result.output
     assert "Traceback" not in result.output

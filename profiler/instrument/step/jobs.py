@@ -194,6 +194,8 @@ def run_job(job: ModelJob) -> ModelResult:
         result.message = f"{type(exc).__name__}: {exc}\n" + "".join(traceback.format_exc(limit=4))[-2000:]
         return result
     result.loss, result.time_ms, result.memory = outcome.loss, outcome.time_ms, outcome.memory
+    if device.type == "cuda":  # frees-and-retries of the caching allocator near a (capped) limit
+        result.extra["num_alloc_retries"] = int(torch.cuda.memory_stats(device).get("num_alloc_retries", 0))
     result.attribution = outcome.attribution
     limit, m = job.memory_limit_bytes, outcome.memory
     if limit is not None and device.type != "cuda" and m.peak > limit:
