@@ -9,8 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from fusedce_profile import folders
-from fusedce_profile.defaults import CELL_TIMEOUT_S, resolve_cell_timeout
-from fusedce_cli.usage import fail, usage_errors
+from fusedce_cli.usage import usage_errors
 
 OutOption = Annotated[Optional[Path], typer.Option(
     "--out", help="Run folder (default: a new ./fusedce-profile-YYYYmmdd-HHMMSS).")]

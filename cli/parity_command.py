@@ -1,7 +1,8 @@
 """``parity``: train from the same init on the same batches with torch and each back-end and
 compare (:func:`fusedce_profile.parity.parity`); the report folder is written by
 :mod:`fusedce_reports.parity_report`. Exit codes (:mod:`fusedce_cli.exit_codes`): 0 ok, 1 a back-end
-diverged, 2 bad usage or input, 130/143 interrupted (the back-ends trained so far are kept and reported)."""
+diverged, 2 bad usage or input, 130/143 interrupted (the back-ends trained so far are kept and reported;
+--resume continues)."""
 from __future__ import annotations
 
 import json
@@ -39,6 +40,8 @@ def parity(
     mode: ModeOption = None,
     out: OutOption = None,
     force: ForceOption = False,
+    resume: Annotated[bool, typer.Option(
+        "--resume", help="Continue the run in --out (same options): keep the back-ends it trained.")] = False,
     as_json: JsonOption = False,
 ) -> None:
     """Train from the same init on the same batches with torch and each back-end; exit 1 on divergence."""
@@ -50,7 +53,7 @@ def parity(
         outcome = parity_command(preset=preset, config=config, tied=tied, backend=backend, steps=steps, batch=batch,
                                  seq=seq, lr=lr, reduction=reduction, bias=bias, ignore_frac=ignore_frac,
                                  loss_tol=loss_tol, control=control, seed=seed, device=device, mode=mode, out=out,
-                                 force=force, console=console)
+                                 force=force, resume=resume, console=console)
     if as_json and outcome.stopped is None:
         print(json.dumps(outcome.summary))
     raise typer.Exit(outcome.exit_code)

@@ -9,8 +9,8 @@ Keyword arguments mirror the command's options; ``out`` is the run folder, writt
 writes it (``parity.json``, ``environment.json``, ``summary.md``, ``plots/parity_loss.png``).
 Returns the stored :class:`~fusedce_profiler.judgements.parity.ParityReport`. The report is saved
 after each back-end: Ctrl-C (``KeyboardInterrupt``) keeps the back-ends that finished, writes their
-report marked *interrupted*, and propagates (a parity run starts again from the beginning: give the
-same ``out`` with ``force=True``).
+report marked *interrupted*, and propagates; ``resume=True`` with the same ``out`` and options keeps
+the back-ends trained and trains the rest.
 """
 from __future__ import annotations
 
@@ -63,8 +63,26 @@ def _print_result(result, say) -> None:
         say(f"  {sentence}")
 
 
-def parity_command(*, out: str | Path | None = None, force: bool = False, console: Console | None = None,
-                   **arguments) -> CommandOutcome:
+def _finished(out_dir: Path, settings):
+    """The stored report a resumed run continues (``None`` when the folder has none); a report of
+    other settings is refused: its curves are not this run's."""
+    from fusedce_profiler.instrument import store
+    from fusedce_profiler.judgements.parity import load_parity_report
+
+    if not (out_dir / store.PARITY_FILE).is_file():
+        return None
+    try:
+        finished = load_parity_report(out_dir)
+    except ValueError as exc:
+        raise UsageError(f"--resume: {exc}") from None
+    if finished.settings != settings:
+        raise UsageError(f"--resume: the run in {out_dir} was made with other options; give the same options, "
+                         "or --force to start again")
+    return finished
+
+
+def parity_command(*, out: str | Path | None = None, force: bool = False, resume: bool = False,
+                   console: Console | None = None, **arguments) -> CommandOutcome:
     """``fusedce-profile parity``: :func:`parity` with the exit code and ``--json`` summary the command
     line needs (a signal ends it with :attr:`CommandOutcome.stopped` set, not raised)."""
     from fusedce_profile.folders import run_folder
@@ -82,24 +100,27 @@ def parity_command(*, out: str | Path | None = None, force: bool = False, consol
         console.print(line, markup=False)
 
     settings = parity_settings(**arguments)
-    with run_folder(out, force=force, resume_option=False) as out_dir:
+    with run_folder(out, force=force, resume=resume) as out_dir:
+        finished = _finished(out_dir, settings) if resume else None
         say(f"fusedce-profile parity: {settings.config.name}, {settings.steps} steps, {settings.mode} on "
             f"{settings.device}, seed {settings.seed}; writing to {out_dir}")
         clear_interruption(out_dir)
-        save_environment(out_dir, collect_environment())
+        if finished is None or not (out_dir / store.ENVIRONMENT_FILE).is_file():
+            save_environment(out_dir, collect_environment())
 
         def save(partial) -> None:  # saved after each back-end: a run cut short keeps what it trained
             save_parity_report(out_dir, partial)
             write_parity_report(out_dir)
 
-        again = f"the same command and --force --out {out_dir} (parity trains every back-end again)"
+        again = f"the same command and --resume --out {out_dir}"
         try:
-            result = run_parity(settings, progress=lambda name: say(f"  training with {name} ..."), on_curve=save)
+            result = run_parity(settings, progress=lambda name: say(f"  training with {name} ..."), on_curve=save,
+                                finished=finished)
         except RuntimeError as exc:  # the torch reference itself failed
             raise UsageError(str(exc)) from None
         except KeyboardInterrupt as stopped:
             if not (out_dir / store.PARITY_FILE).is_file():
-                say(f"\nInterrupted before torch's reference run finished: nothing to report; continue with {again}")
+                say(f"\nInterrupted before the first comparison finished: nothing to report; continue with {again}")
                 code = interrupt_exit_code(stopped)
                 return CommandOutcome([], code, {"out": str(out_dir), "exit_code": code}, stopped)
             partial = load_parity_report(out_dir)
@@ -121,7 +142,7 @@ def parity(*, preset: str | None = None, config: str | Path | None = None, tied:
            backend: Sequence[str] | None = None, steps: int = 300, batch: int = 8, seq: int = 64, lr: float = 3e-3,
            reduction: str = "mean", bias: bool = False, ignore_frac: float = 0.0, loss_tol: float = 0.02,
            control: bool = True, seed: int = 0, device: str | None = None, mode: str | None = None,
-           out: str | Path | None = None, force: bool = False, console: Console | None = None):
+           out: str | Path | None = None, force: bool = False, resume: bool = False, console: Console | None = None):
     """Train the built-in model (``preset`` / ``config``, default ``tiny``) ``steps`` AdamW steps with
     torch and each ``backend`` (default fusedce) from the same initialisation on the same batches, and
     judge each against torch (``loss_tol``: allowed relative difference of the final loss; ``control``:
@@ -129,5 +150,5 @@ def parity(*, preset: str | None = None, config: str | Path | None = None, tied:
     :class:`~fusedce_profiler.judgements.parity.ParityReport` (``passed`` is the verdict)."""
     return parity_command(preset=preset, config=config, tied=tied, backend=backend, steps=steps, batch=batch,
                           seq=seq, lr=lr, reduction=reduction, bias=bias, ignore_frac=ignore_frac, loss_tol=loss_tol,
-                          control=control, seed=seed, device=device, mode=mode, out=out, force=force,
+                          control=control, seed=seed, device=device, mode=mode, out=out, force=force, resume=resume,
                           console=console).records_or_raise()[0]

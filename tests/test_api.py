@@ -62,6 +62,7 @@ def cli(args: list[str]):
     return runner.invoke(app, args)
 
 
+@pytest.mark.slow
 def test_run_grid_writes_what_grid_writes_and_returns_its_cells(tmp_path):
     from fusedce_profile import run_grid
 
@@ -76,6 +77,7 @@ def test_run_grid_writes_what_grid_writes_and_returns_its_cells(tmp_path):
     assert [row["spec"]["backend"] for row in stored] == [c.spec.backend for c in cells]
 
 
+@pytest.mark.slow
 def test_profile_model_writes_what_model_writes_and_returns_its_rows(tmp_path):
     from fusedce_profile import profile_model
 
@@ -88,6 +90,7 @@ def test_profile_model_writes_what_model_writes_and_returns_its_rows(tmp_path):
     assert jsonl(tmp_path / "api" / "model_results.jsonl") == jsonl(tmp_path / "cli" / "model_results.jsonl")
 
 
+@pytest.mark.slow
 def test_parity_writes_what_parity_writes_and_returns_its_report(tmp_path):
     from fusedce_profile import parity
 
@@ -101,6 +104,7 @@ def test_parity_writes_what_parity_writes_and_returns_its_report(tmp_path):
     assert [c["losses"] for c in stored[0]["curves"]] == [c["losses"] for c in stored[1]["curves"]]
 
 
+@pytest.mark.slow
 def test_build_report_rebuilds_a_grid_folder_like_report_does(tmp_path):
     from fusedce_profile import build_report, run_grid
 
@@ -132,14 +136,37 @@ def test_bad_input_raises_usage_error_before_anything_is_written(call, fragment,
 
 
 def test_a_non_empty_folder_names_only_the_options_the_command_has(tmp_path):
-    from fusedce_profile import parity, profile_model
+    from fusedce_profile import profile_model
+    from fusedce_profile.folders import OutputDirError, prepare_out_dir
 
     (tmp_path / "keep.txt").write_text("x")
-    with pytest.raises(UsageError, match="--force") as raised:
-        parity(**PARITY, out=tmp_path)
-    assert "--resume" not in str(raised.value)
-    with pytest.raises(UsageError, match="--resume"):
+    with pytest.raises(UsageError, match="--force to replace its previous run or --resume to continue it"):
         profile_model(**MODEL, out=tmp_path)
+    with pytest.raises(OutputDirError) as raised:  # a command without --resume
+        prepare_out_dir(tmp_path, force=False, resume=False, resume_option=False)
+    assert "--force" in str(raised.value) and "--resume" not in str(raised.value)
+
+
+@pytest.mark.slow
+def test_parity_resume_keeps_the_trained_backends_and_trains_the_rest(tmp_path):
+    import io
+
+    from rich.console import Console
+
+    from fusedce_profile import parity
+
+    settings = {**PARITY, "backend": ["fusedce", "fusedce-min"]}
+    whole = parity(**settings, out=tmp_path / "run")
+    stored = json.loads((tmp_path / "run" / "parity.json").read_text())
+    stored["curves"], stored["verdicts"] = stored["curves"][:-1], stored["verdicts"][:-1]  # cut before the last
+    (tmp_path / "run" / "parity.json").write_text(json.dumps(stored))
+    said = io.StringIO()
+    resumed = parity(**settings, out=tmp_path / "run", resume=True, console=Console(file=said, width=200))
+    assert "training with fusedce-min" in said.getvalue() and "training with torch" not in said.getvalue()
+    assert [c.losses for c in resumed.curves] == [c.losses for c in whole.curves]
+    assert resumed.passed == whole.passed
+    with pytest.raises(UsageError, match="other options"):
+        parity(**{**settings, "steps": 12}, out=tmp_path / "run", resume=True)
 
 
 def test_the_package_exports_every_command_lazily():

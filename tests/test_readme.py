@@ -7,7 +7,7 @@ import re
 import torch
 
 from fusedce_profile import exit_codes
-from fusedce_cli.options import CELL_TIMEOUT_S
+from fusedce_profile.defaults import CELL_TIMEOUT_S
 from pages import (DOCS, PAGES_OF_OTHER_BRANCHES, commands, fenced_blocks, logical_lines, parse_command,
                    relative_links, section)
 from processes import REPO
