@@ -38,7 +38,8 @@ def test_fusedce_prediction_matches_cpu_measurement(mode):
 @pytest.mark.parametrize("mode", ["amp-bf16", "bf16"])
 def test_fusedce_frontier_points_are_predicted_and_ordered(backend, mode):
     """fusedce's other frontier points on the CPU: predicted within 5 %, parity like the
-    default's, and "min" below the default's peak at a head whose default block is whole."""
+    default's, and "min" never above the default's peak (at a head this small its time limit,
+    1.2× the default's modelled time, keeps the default's blocks: tests/test_fusedce_time_model.py)."""
     cells = {}
     for name in ("fusedce", backend):
         spec = CellSpec(name, 512, 3000, 32, mode=mode, device="cpu", bias=True)
@@ -49,7 +50,7 @@ def test_fusedce_frontier_points_are_predicted_and_ordered(backend, mode):
     for grad in ("grad_hidden", "grad_weight", "grad_bias"):
         assert getattr(cells[backend].parity, grad) <= 2 * getattr(cells["fusedce"].parity, grad), grad
     if backend == "fusedce-min":
-        assert cells[backend].peak_step_bytes < 0.5 * cells["fusedce"].peak_step_bytes
+        assert cells[backend].peak_step_bytes <= cells["fusedce"].peak_step_bytes
 
 
 def test_fusedce_prediction_is_exact_at_the_cpu_default_runs_smallest_cell():
