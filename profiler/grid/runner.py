@@ -162,7 +162,7 @@ class _Cells:
     def start(self) -> None:
         """Start the worker and take its environment: ``WorkerDied`` if it cannot."""
         if self.worker is None:
-            self.worker = Worker(self.out / store.LOGS_DIR, env=self.env)
+            self.worker = Worker(self.out / store.LOGS_DIR, env=self.env, preload=("environment", "cell"))
         try:
             self.environment.take(self.worker, always=True)
         except WorkerDied:
@@ -171,7 +171,7 @@ class _Cells:
 
     def _worker(self) -> Worker:
         if self.worker is None:
-            self.worker = Worker(self.out / store.LOGS_DIR, env=self.env)
+            self.worker = Worker(self.out / store.LOGS_DIR, env=self.env, preload=("environment", "cell"))
         self.environment.take(self.worker)
         return self.worker
 
