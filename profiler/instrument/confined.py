@@ -82,11 +82,13 @@ def size_limit(path: str | PurePath) -> int:
 
 
 def _relative_parts(folder: Path, path: Path) -> tuple[str, ...]:
+    """The components of ``path`` below ``folder`` (both taken from the current folder when
+    relative); :class:`FolderRefused` when it is not below it."""
     try:
-        parts = path.relative_to(folder).parts
+        parts = Path(os.path.abspath(path)).relative_to(os.path.abspath(folder)).parts
     except ValueError:
         raise FolderRefused(f"{path}: outside the run folder {folder}") from None
-    if not parts or any(part in ("..", ".") for part in parts):
+    if not parts:
         raise FolderRefused(f"{path}: not a file inside the run folder {folder}")
     return parts
 
@@ -97,24 +99,24 @@ def _refused_link(path: Path) -> FolderRefused:
 
 
 def open_inside(folder: str | Path, path: str | Path, flags: int = _OPEN_READ, mode: int = 0o666) -> int:
-    """A file descriptor of ``path`` (absolute, or relative to ``folder``), opened without
-    following a link at or below ``folder``; the caller closes it.
+    """A file descriptor of ``path``, a file below ``folder``, opened without following a link
+    at or below ``folder``; the caller closes it.
 
     ``flags`` default to reading; ``O_NOFOLLOW`` is always added. A link on the way is
-    :class:`FolderRefused`; a missing file is ``FileNotFoundError``.
+    :class:`FolderRefused` naming it; a missing file is ``FileNotFoundError``.
     """
-    folder = Path(folder)
-    path = Path(path) if Path(path).is_absolute() else folder / path
+    folder, path = Path(folder), Path(path)
     parts = _relative_parts(folder, path)
+    below = [folder.joinpath(*parts[:index + 1]) for index in range(len(parts))]  # as the caller named them
     fd = os.open(folder, os.O_RDONLY | os.O_CLOEXEC | os.O_DIRECTORY)
     try:
-        for index, part in enumerate(parts[:-1]):
+        for part, named in zip(parts[:-1], below):
             try:
                 inner = os.open(part, _OPEN_DIR, dir_fd=fd)
             except OSError as exc:
-                if exc.errno in (errno.ELOOP, errno.ENOTDIR) and folder.joinpath(*parts[:index + 1]).is_symlink():
-                    raise _refused_link(folder.joinpath(*parts[:index + 1])) from None
-                exc.filename = str(folder.joinpath(*parts[:index + 1]))
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR) and named.is_symlink():
+                    raise _refused_link(named) from None
+                exc.filename = str(named)
                 raise
             os.close(fd)
             fd = inner

@@ -12,7 +12,6 @@ import dataclasses
 import json
 import re
 from dataclasses import dataclass, field
-from pathlib import PurePosixPath
 from typing import Any
 
 from fusedce.options import IGNORE_INDEX
@@ -31,15 +30,13 @@ def is_backend_name(name: str) -> bool:
     return bool(_BACKEND_NAME.fullmatch(name))
 
 
-def _relative_path(value: Any, name: str) -> str | None:
-    """A stored path inside the run folder: relative, without ``..``; ``None`` when absent."""
+def _stored_path(value: Any, name: str) -> str | None:
+    """A stored path (``None`` when absent). Only its place inside the run folder is ever opened
+    (:func:`fusedce_reports.timeline.timeline_file`): a path leading elsewhere is looked up by name."""
     if value is None or value == "":
         return None
     if not isinstance(value, str):
         raise ValueError(f"{name} must be a path, got {value!r}")
-    parts = PurePosixPath(value).parts
-    if PurePosixPath(value).is_absolute() or ".." in parts:
-        raise ValueError(f"{name} must be a path inside the run folder, got {value!r}")
     return value
 
 
@@ -203,7 +200,7 @@ class CellResult:
             raise ValueError(f"times_ms must be a list, got {times!r}")
         values["times_ms"] = [float_field(t, "times_ms", optional=False) for t in times]
         for name in ("snapshot_path", "timeline_path", "log_path"):
-            values[name] = _relative_path(raw.get(name), name)
+            values[name] = _stored_path(raw.get(name), name)
         for name in ("message", "backend_version", "memory_source"):
             if name in raw and not isinstance(raw[name], str):
                 raise ValueError(f"{name} must be a string, got {raw[name]!r}")

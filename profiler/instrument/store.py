@@ -14,9 +14,13 @@ Layout of a run folder (each name defined here once)::
     snapshots/           <cell>.pickle (raw allocator snapshot, for PyTorch's memory viewer)
                          and <cell>.timeline.json (what the report draws)
     logs/                each worker's output
-    .lock                held while a run writes into the folder
+    .lock                who holds the folder (pid and start time), while a run writes into it
 
-**Reading** has one policy for every JSON-lines file (:func:`read_jsonl`): a missing file
+**Reading** goes through :mod:`fusedce_profiler.instrument.confined` for every file: opened
+inside the folder without following a link, within a size limit per kind of file and a JSON
+nesting limit; JSON-lines files are streamed. A violation is
+:class:`~fusedce_profiler.instrument.confined.FolderRefused` (one line, exit 2 on the command line).
+Every JSON-lines file has one policy (:func:`read_jsonl`): a missing file
 gives no records and says so; a blank line is ignored; a line that is not JSON, or whose
 fields do not validate, is skipped and reported with its number and the reason — a last
 line without its newline is named as an interrupted write. Nothing is skipped silently:
@@ -24,15 +28,17 @@ callers show :attr:`Loaded.problems`.
 
 **Writing**: a result line is appended, flushed and fsync'ed (:func:`append_jsonl`), so a
 killed run loses at most the line in flight; every other file is written to a temporary
-name and renamed over the old one (:func:`write_text`), so a failed write never leaves a
-truncated file, and a symbolic link in the folder is replaced, never followed. JSON is
+name and renamed over the old one (:func:`write_text`, :func:`write_stream`), so a failed
+write never leaves a truncated file, and a symbolic link in the folder is replaced, never
+followed; a linked parent folder is refused. Files follow the umask. JSON is
 strict: a non-finite float is stored as the string ``"NaN"``, ``"Infinity"`` or
 ``"-Infinity"`` (:func:`strict_json`) and read back by :func:`float_field`.
 
 Nothing here unpickles: the raw snapshot is written for the user's viewer and never read.
 
 Public API: the file names, :func:`read_jsonl`, :class:`Loaded`, :func:`append_jsonl`,
-:func:`cut_partial_line`, :func:`write_text`, :func:`write_json`, :func:`read_json`,
+:func:`cut_partial_line`, :func:`write_text`, :func:`write_bytes`, :func:`write_stream`,
+:func:`write_json`, :func:`read_json`,
 :func:`strict_json`, :func:`float_field`, :class:`RunLock`, :class:`FolderInUse`.
 """
 from __future__ import annotations
@@ -354,7 +360,8 @@ class RunLock:
             os.close(fd)  # closing the folder releases the lock
             if exc.errno == errno.ELOOP:
                 raise OSError(errno.ELOOP, _LINK_REFUSED, str(self.path)) from None
-            raise _naming(exc, self.path) from None
+            exc.filename = str(self.path)  # opened relative to the folder: name the whole path
+            raise
         RunLock._held[key] = [fd, 1]
         self._key = key
         return self

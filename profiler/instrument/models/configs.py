@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fusedce_profiler.instrument import confined
+
 NORMS = ("layernorm", "rmsnorm")
 MLPS = ("gelu", "gated")  # gelu: up → GELU → down; gated: down(act(gate) · up), SwiGLU/GeGLU
 POSITIONS = ("learned", "rope")
@@ -216,6 +218,9 @@ def load_config(path: str | Path) -> ModelConfig:
     if not path.is_file():
         raise ValueError(f"config file {str(path)!r} does not exist")
     try:
+        if path.stat().st_size > confined.DEFAULT_SIZE_LIMIT:
+            raise ValueError(f"{path}: {path.stat().st_size} bytes, over the limit of "
+                             f"{confined.DEFAULT_SIZE_LIMIT} bytes for a config file")
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
         raise ValueError(f"{path}: not UTF-8 text (byte {exc.start}); a config is a JSON or TOML file") from None
@@ -231,9 +236,13 @@ def load_config(path: str | Path) -> ModelConfig:
             raw = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
             raise ValueError(f"{path}: not valid TOML: {exc}") from None
+        except RecursionError:
+            raise ValueError(f"{path}: nested too deeply to read") from None
         if set(raw) == {"model"} and isinstance(raw["model"], dict):
             raw = raw["model"]
     else:
+        if confined.nesting_depth(text.encode("utf-8")) > confined.MAX_NESTING:
+            raise ValueError(f"{path}: JSON nested deeper than the limit of {confined.MAX_NESTING} levels")
         try:
             raw = json.loads(text)
         except json.JSONDecodeError as exc:
