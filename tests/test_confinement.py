@@ -216,3 +216,26 @@ def test_a_finished_folder_holds_no_lock_host_home_path_or_command_line(made_run
 def test_files_of_a_finished_folder_follow_the_umask(made_run):
     modes = {path.name: path.stat().st_mode & 0o777 for path in made_run.rglob("*") if path.is_file()}
     assert set(modes.values()) <= {0o644, 0o664}, modes
+
+
+MODEL_FOLDER = Path(__file__).parent / "fixtures" / "h200_model"
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("time_ms", "fast", "time_ms must be a number"),
+    ("memory.peak", "1 GiB", "memory.peak must be an integer"),
+    ("job.batch", 3.5, "job.batch must be an integer"),
+    ("job.backend", "=1+1", "job.backend must be a back-end name"),
+    ("status", "pwned", "status must be one of"),
+])
+def test_a_model_row_whose_fields_are_not_their_types_is_skipped_naming_the_field(tmp_path, field, value, message):
+    run = tmp_path / "model"
+    shutil.copytree(MODEL_FOLDER, run)
+    lines = (run / store.MODEL_RESULTS_FILE).read_text().splitlines()
+    row = json.loads(lines[0])
+    owner, _, name = field.rpartition(".")
+    (row[owner] if owner else row)[name] = value
+    (run / store.MODEL_RESULTS_FILE).write_text("\n".join([json.dumps(row), *lines[1:]]) + "\n")
+    result = _report(run)
+    assert result.exit_code == 0, result.output
+    assert f"{store.MODEL_RESULTS_FILE}:1" in result.stdout and message in " ".join(result.stdout.split())
