@@ -3,7 +3,7 @@
 Each test plants one hostile thing in a copy of a finished grid folder (a link out of it, an
 oversized or deeply nested file, a malformed timeline, a formula-like name) and checks that the
 command answers in one line with its documented exit code, and that nothing outside the folder
-changed. The folder itself is made once per module by a tiny CPU grid.
+changed. The folder itself is made once per module by a tiny CPU grid (``finished_run``).
 """
 from __future__ import annotations
 
@@ -19,24 +19,18 @@ from typer.testing import CliRunner
 
 from fusedce_cli.app import app
 from fusedce_profiler.instrument import confined, store
+from fusedce_profiler.instrument.environment import ENVIRONMENT_KEYS, collect_environment
+from linked import UNTOUCHED, link_out
 from processes import cli_env, run_cli
+from test_cli_faults import TINY, finished_run  # noqa: F401 - a fixture, shared
 
-TINY = ["grid", "--device", "cpu", "--hidden", "32", "--vocab", "256", "--repeats", "1", "--warmup", "0"]
-
-
-@pytest.fixture(scope="module")
-def made_run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("made") / "run"
-    result = CliRunner().invoke(app, [*TINY, "--tokens", "8", "--backend", "torch", "--out", str(out)])
-    assert result.exit_code == 0, result.output
-    return out
 
 
 @pytest.fixture
-def run(made_run, tmp_path):
+def run(finished_run, tmp_path):
     """A private copy of the finished folder, beside a file that must never be touched."""
     copy = tmp_path / "run"
-    shutil.copytree(made_run, copy, symlinks=True)
+    shutil.copytree(finished_run, copy, symlinks=True)
     return copy
 
 
@@ -63,32 +57,29 @@ def _row(folder: Path) -> dict:
     return json.loads((folder / store.RESULTS_FILE).read_text().splitlines()[0])
 
 
-def test_resume_never_truncates_a_results_file_linked_outside_the_folder(run, tmp_path):
-    outside = tmp_path / "notes.txt"
-    outside.write_bytes(b"line one\nunterminated")
+def test_resume_never_truncates_a_results_file_linked_outside_the_folder(run):
     (run / store.RESULTS_FILE).unlink()
-    (run / store.RESULTS_FILE).symlink_to(outside)
+    outside = link_out(run, store.RESULTS_FILE)
     result = CliRunner().invoke(app, [*TINY, "--tokens", "8", "--backend", "torch", "--out", str(run), "--resume"])
     _one_line_exit_2(result, f"{run / store.RESULTS_FILE}: a symbolic link")
-    assert outside.read_bytes() == b"line one\nunterminated"
+    assert outside.read_bytes() == UNTOUCHED
 
 
 def test_appending_a_recording_never_truncates_a_linked_steps_file(tmp_path):
+    import torch
+
     from fusedce_profile import StepRecorder
     from tests.doctor_models import WrappedHeadLM
 
-    outside = tmp_path / "notes.txt"
-    outside.write_bytes(b"line one\nunterminated")
     folder = tmp_path / "rec"
-    folder.mkdir()
-    (folder / store.RECORDED_STEPS_FILE).symlink_to(outside)
+    outside = link_out(folder, store.RECORDED_STEPS_FILE)
     model = WrappedHeadLM()
     recorder = StepRecorder(model, folder, steps=(0,), append=True, trace=False, report=False)
     with pytest.warns(RuntimeWarning, match=f"{folder / store.RECORDED_STEPS_FILE}: a symbolic link"):
         with recorder.step():
-            model(__import__("torch").zeros(1, 8, dtype=__import__("torch").long)).sum().backward()
+            model(torch.zeros(1, 8, dtype=torch.long)).sum().backward()
         recorder.close()
-    assert outside.read_bytes() == b"line one\nunterminated"
+    assert outside.read_bytes() == UNTOUCHED
 
 
 def test_report_refuses_a_linked_environment_and_renders_nothing_of_it(run, secret):
@@ -197,24 +188,27 @@ def test_report_refuses_a_folder_a_live_run_holds(run):
     assert "a run is still writing into it" in " ".join(result.stderr.split())
 
 
-def test_a_finished_folder_holds_no_lock_host_home_path_or_command_line(made_run):
-    assert not (made_run / store.LOCK_FILE).exists()
-    environment = json.loads((made_run / store.ENVIRONMENT_FILE).read_text())
+def test_a_finished_folder_holds_no_lock_host_home_path_or_command_line(finished_run):
+    assert not (finished_run / store.LOCK_FILE).exists()
+    environment = json.loads((finished_run / store.ENVIRONMENT_FILE).read_text())
     leaks = {"host name": rf"\b{re.escape(socket.gethostname())}\b", "home": re.escape(str(Path.home()) + "/"),
-             "run folder": re.escape(str(made_run.parent)), "interpreter": re.escape(str(Path(sys.executable).parent)),
+             "run folder": re.escape(str(finished_run.parent)), "interpreter": re.escape(str(Path(sys.executable).parent)),
              "command line": "--backend"}
-    for path in made_run.rglob("*"):
+    for path in finished_run.rglob("*"):
         if not path.is_file() or path.suffix == ".png" or path.name == store.ENVIRONMENT_FILE:
             continue
         text = re.sub(r"data:image/png;base64,[A-Za-z0-9+/=]+", "", path.read_text(errors="replace"))
         for what, pattern in leaks.items():
-            assert not re.search(pattern, text), f"{path.relative_to(made_run)} holds the {what}"
-    assert set(environment) <= {"resumed", *__import__("fusedce_profiler.instrument.environment",
-                                                       fromlist=["x"]).ENVIRONMENT_KEYS}
+            assert not re.search(pattern, text), f"{path.relative_to(finished_run)} holds the {what}"
+    assert set(environment) <= {"resumed", *ENVIRONMENT_KEYS}
 
 
-def test_files_of_a_finished_folder_follow_the_umask(made_run):
-    modes = {path.name: path.stat().st_mode & 0o777 for path in made_run.rglob("*") if path.is_file()}
+def test_the_known_environment_keys_are_those_collected():
+    assert tuple(collect_environment()) == ENVIRONMENT_KEYS
+
+
+def test_files_of_a_finished_folder_follow_the_umask(finished_run):
+    modes = {path.name: path.stat().st_mode & 0o777 for path in finished_run.rglob("*") if path.is_file()}
     assert set(modes.values()) <= {0o644, 0o664}, modes
 
 

@@ -9,6 +9,7 @@ import sys
 import pytest
 from pathlib import Path
 
+from linked import UNTOUCHED, link_out
 from processes import REPO
 from fusedce_profiler.instrument import confined, store
 
@@ -75,14 +76,11 @@ def test_appending_through_a_link_is_refused_naming_it(tmp_path):
 
 
 def test_cutting_a_partial_line_never_truncates_a_linked_file(tmp_path):
-    outside = tmp_path / "precious.txt"
-    outside.write_bytes(b"keep this\nand this")
     folder = tmp_path / "run"
-    folder.mkdir()
-    (folder / store.RESULTS_FILE).symlink_to(outside)
+    outside = link_out(folder, store.RESULTS_FILE)
     with pytest.raises(confined.FolderRefused, match="a symbolic link"):
         store.cut_partial_line(folder / store.RESULTS_FILE)
-    assert outside.read_bytes() == b"keep this\nand this"
+    assert outside.read_bytes() == UNTOUCHED
 
 
 def test_cutting_a_partial_line_keeps_every_whole_line(tmp_path):
