@@ -167,3 +167,11 @@ def test_deeply_nested_or_oversized_config_files_are_one_value_error(tmp_path):
         fh.truncate((16 << 20) + 1)  # sparse
     with pytest.raises(ValueError, match="big.json: 16777217 bytes, over the limit"):
         load_config(big)
+
+
+def test_a_deeply_nested_hf_config_is_one_value_error_naming_the_reference(tmp_path):
+    from fusedce_profiler.instrument.models.source import HFSource
+
+    path = _write(tmp_path, "config.json", '{"model_type": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    with pytest.raises(ValueError, match=r"--hf .*config.json.*nested deeper than the limit of 64 levels"):
+        HFSource.from_reference(str(path))

@@ -19,7 +19,7 @@ readers turn those into "this row or file is damaged" notes, and a refused file 
 command instead.
 
 Public API: :class:`FolderRefused`, :func:`open_inside`, :func:`read_bytes`, :func:`loads`,
-:func:`jsonl_lines`, :func:`size_limit`, :data:`SIZE_LIMITS`, :data:`MAX_NESTING`,
+:func:`jsonl_lines`, :func:`user_text`, :func:`check_nesting`, :func:`size_limit`, :data:`SIZE_LIMITS`, :data:`MAX_NESTING`,
 :data:`MAX_LINE_BYTES`.
 """
 from __future__ import annotations
@@ -188,6 +188,26 @@ def loads(data: bytes, path: str | Path) -> Any:
         raise ValueError(f"{path}: not valid JSON ({exc})") from None
     except RecursionError:  # a smaller stack than the nesting limit assumes
         raise FolderRefused(f"{path}: JSON nested too deeply to read") from None
+
+
+def user_text(path: str | Path) -> str:
+    """The UTF-8 text of a file the user named on the command line (a ``--config``, an ``--hf``
+    config.json; a link is fine there: the user chose it), refused over
+    :data:`DEFAULT_SIZE_LIMIT` before it is read: ``ValueError`` naming the file. ``OSError`` and
+    ``UnicodeDecodeError`` propagate for the caller to word."""
+    path = Path(path)
+    size = path.stat().st_size
+    if size > DEFAULT_SIZE_LIMIT:
+        raise ValueError(f"{path}: {size} bytes, over the limit of {DEFAULT_SIZE_LIMIT} bytes for a config file")
+    return path.read_text(encoding="utf-8")
+
+
+def check_nesting(text: str, path: str | Path) -> str:
+    """``text`` when its JSON nests at most :data:`MAX_NESTING` levels; ``ValueError`` naming
+    ``path`` otherwise (a user's file: a usage error, not a refused run-folder file)."""
+    if nesting_depth(text.encode("utf-8")) > MAX_NESTING:
+        raise ValueError(f"{path}: JSON nested deeper than the limit of {MAX_NESTING} levels")
+    return text
 
 
 def jsonl_lines(path: str | Path, inside: str | Path | None = None) -> Iterator[tuple[int, bytes, bool]]:

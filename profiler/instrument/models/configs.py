@@ -218,10 +218,7 @@ def load_config(path: str | Path) -> ModelConfig:
     if not path.is_file():
         raise ValueError(f"config file {str(path)!r} does not exist")
     try:
-        if path.stat().st_size > confined.DEFAULT_SIZE_LIMIT:
-            raise ValueError(f"{path}: {path.stat().st_size} bytes, over the limit of "
-                             f"{confined.DEFAULT_SIZE_LIMIT} bytes for a config file")
-        text = path.read_text(encoding="utf-8")
+        text = confined.user_text(path)
     except UnicodeDecodeError as exc:
         raise ValueError(f"{path}: not UTF-8 text (byte {exc.start}); a config is a JSON or TOML file") from None
     except OSError as exc:
@@ -241,10 +238,8 @@ def load_config(path: str | Path) -> ModelConfig:
         if set(raw) == {"model"} and isinstance(raw["model"], dict):
             raw = raw["model"]
     else:
-        if confined.nesting_depth(text.encode("utf-8")) > confined.MAX_NESTING:
-            raise ValueError(f"{path}: JSON nested deeper than the limit of {confined.MAX_NESTING} levels")
         try:
-            raw = json.loads(text)
+            raw = json.loads(confined.check_nesting(text, path))
         except json.JSONDecodeError as exc:
             raise ValueError(f"{path}: not valid JSON: {exc}") from None
     if not isinstance(raw, dict):
