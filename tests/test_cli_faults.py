@@ -95,6 +95,8 @@ def test_a_hanging_backend_is_recorded_as_timeout_and_the_run_goes_on(fx, tmp_pa
     assert f"timeout: timed out after {CELL_TIMEOUT_S} s" in (out / "summary.md").read_text()
     summary = json.loads(result.stdout)
     assert summary["cells"]["timeout"] == 1
+    assert "; log logs/worker-" in rows["fx_backends:hang"]["message"]  # a folder stores no absolute path
+    assert str(tmp_path) not in (out / RESULTS_FILE).read_text() + (out / "summary.md").read_text()
     assert result.exit_code == 1  # the named back-end failed in every cell
     assert workers_of(os.getpid(), wait_s=10) == []
 

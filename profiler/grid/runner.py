@@ -187,7 +187,8 @@ class _Cells:
             if died.at_start:
                 raise
             status = "timeout" if died.timed_out else "error"
-            what = f"timed out after {self.timeout_s:g} s; log {died.log_path}" if died.timed_out else died.summary
+            what = (f"timed out after {self.timeout_s:g} s; log {os.path.relpath(died.log_path, self.out)}"
+                    if died.timed_out else died.summary_in(self.out))
             result = _unmeasured(spec, status, what + (f"\n{died.tail}" if died.tail else ""))
             result.log_path = str(died.log_path)
         except JobFailed as failed:  # the job itself raised, e.g. it could not import its module

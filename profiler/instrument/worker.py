@@ -73,11 +73,17 @@ class WorkerDied(RuntimeError):
 
     def __init__(self, reason: str, log_path: Path, tail: str, timed_out: bool = False,
                  at_start: bool = False) -> None:
-        last = tail.strip().splitlines()[-1].strip() if tail.strip() else ""
-        self.summary = f"{reason}" + (f" ({last})" if last and not timed_out else "") + f"; log {log_path}"
-        super().__init__(self.summary + (f"\n{tail}" if tail else ""))
         self.reason, self.log_path, self.tail, self.timed_out = reason, log_path, tail, timed_out
         self.at_start = at_start
+        self.summary = self.summary_in()
+        super().__init__(self.summary + (f"\n{tail}" if tail else ""))
+
+    def summary_in(self, folder: Path | None = None) -> str:
+        """:attr:`summary`, naming the log relative to ``folder`` (a run folder: what it stores
+        holds no absolute path)."""
+        last = self.tail.strip().splitlines()[-1].strip() if self.tail.strip() else ""
+        log = os.path.relpath(self.log_path, folder) if folder is not None else self.log_path
+        return f"{self.reason}" + (f" ({last})" if last and not self.timed_out else "") + f"; log {log}"
 
 
 class JobFailed(RuntimeError):

@@ -10,6 +10,7 @@ an exception; so is a back-end that cannot run here (``"skipped"``) and any othe
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -263,8 +264,9 @@ def run_job_in_worker(job: ModelJob, log_dir: Path, timeout_s: float | None = 90
     except WorkerDied as died:
         status = "timeout" if died.timed_out else "error"
         what = f"timed out after {timeout_s:g} s" if died.timed_out else died.reason
+        log = os.path.relpath(died.log_path, Path(log_dir).parent)  # the run folder's logs/: stored relative
         result = ModelResult(job=job, status=status,
-                             message=f"{what}; log {died.log_path}" + (f":\n{died.tail}" if died.tail else ""))
+                             message=f"{what}; log {log}" + (f":\n{died.tail}" if died.tail else ""))
     finally:
         worker.close()
     result.extra["wall_s"] = time.perf_counter() - start  # the whole process: start-up, build, warm-up, step
