@@ -177,6 +177,7 @@ def test_kill_9_of_the_cli_takes_its_worker_with_it(fx, tmp_path):
         kill_group(process)
 
 
+@pytest.mark.slow
 def test_kill_9_of_the_cli_takes_the_processes_a_backend_started_with_it(fx, tmp_path):
     from processes import _alive
 

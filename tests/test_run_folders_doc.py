@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from fusedce_cli import exit_codes
 from fusedce_profiler.instrument import confined
 from processes import REPO, cli_env
@@ -28,6 +30,7 @@ def _console_steps() -> list[tuple[str, int, str]]:
     return [tuple(step) for step in steps]
 
 
+@pytest.mark.slow
 def test_every_command_of_the_page_answers_as_it_says(tmp_path):
     steps = _console_steps()
     assert len(steps) >= 4 and any(code == exit_codes.BAD_INPUT for _, code, _ in steps)
