@@ -109,18 +109,15 @@ def known_environment(raw: dict, *, nested: bool = True) -> dict:
     ``resumed`` as a list of such environments. Anything else in a stored file is dropped, so a
     report renders no key the tool did not write."""
     out: dict = {}
-    for key in ENVIRONMENT_KEYS:
-        value = raw.get(key)
-        if key not in raw:
-            continue
+    for key, value in raw.items():  # in the stored order: a rebuilt report reads as it did
         if key in _VERSION_MAPS:
             if isinstance(value, dict):
                 out[key] = {str(k): v for k, v in value.items() if isinstance(v, str)}
-        elif value is None or isinstance(value, (str, int, float, bool)):
-            out[key] = value
-    resumed = raw.get("resumed")
-    if nested and isinstance(resumed, list):
-        out["resumed"] = [known_environment(item, nested=False) for item in resumed if isinstance(item, dict)]
+        elif key in ENVIRONMENT_KEYS:
+            if value is None or isinstance(value, (str, int, float, bool)):
+                out[key] = value
+        elif key == "resumed" and nested and isinstance(value, list):
+            out[key] = [known_environment(item, nested=False) for item in value if isinstance(item, dict)]
     return out
 
 
