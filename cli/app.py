@@ -266,5 +266,12 @@ _whole_short_help()
 
 
 def main() -> None:
-    """Console-script entry point (``fusedce-profile``)."""
-    app()
+    """Console-script entry point (``fusedce-profile``). A run-folder file the tool refuses that
+    a command did not report itself is still one line and exit 2, never a traceback."""
+    from fusedce_cli.usage import fail
+    from fusedce_profiler.instrument.confined import FolderRefused
+
+    try:
+        app()
+    except FolderRefused as exc:
+        sys.exit(fail(str(exc)).exit_code)

@@ -23,8 +23,11 @@ def fail(message: str) -> typer.Exit:
 
 @contextmanager
 def usage_errors() -> Iterator[None]:
-    """A ``ValueError`` raised inside becomes :func:`fail` of its message."""
+    """A ``ValueError`` raised inside, or a run-folder file the tool refuses
+    (:class:`~fusedce_profiler.instrument.confined.FolderRefused`), becomes :func:`fail` of its message."""
+    from fusedce_profiler.instrument.confined import FolderRefused
+
     try:
         yield
-    except ValueError as exc:
+    except (ValueError, FolderRefused) as exc:
         raise fail(str(exc)) from None

@@ -2,7 +2,9 @@
 command writes into it.
 
 - :func:`prepare_out_dir`: create or check the folder of ``out`` / ``force`` / ``resume``;
-- :func:`run_folder`: the same, locked for the ``with`` block (a second run into it is refused).
+- :func:`run_folder`: the same, locked for the ``with`` block (a second run into it is refused);
+- :func:`held_for_report`: a finished folder locked while its report is rebuilt (a live run's is refused);
+- :func:`os_errors`: an OS error or a refused file of the folder as one line (``UsageError``).
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from pathlib import Path
 
 from fusedce_profile.errors import UsageError
 from fusedce_profiler.instrument import store
+from fusedce_profiler.instrument.confined import FolderRefused
 from fusedce_profiler.instrument.interruption import INTERRUPTED_FILE
 
 # What a run writes into its folder; ``--force`` removes these and nothing else.
@@ -92,12 +95,16 @@ def describe_os_error(exc: OSError) -> str:
 @contextlib.contextmanager
 def os_errors(what: str = "") -> Iterator[None]:
     """An ``OSError`` inside becomes a :class:`~fusedce_profile.errors.UsageError` naming the path
-    and the OS error (``what``: the argument it concerns, e.g. ``--out``)."""
+    and the OS error (``what``: the argument it concerns, e.g. ``--out``); so does a run-folder file
+    the tool refuses to read (:class:`~fusedce_profiler.instrument.confined.FolderRefused`: a link,
+    a file over its size limit, JSON nested too deeply)."""
+    prefix = f"{what} " if what else ""
     try:
         yield
     except OSError as exc:
-        prefix = f"{what} " if what else ""
         raise UsageError(f"{prefix}{describe_os_error(exc)}") from None
+    except FolderRefused as exc:
+        raise UsageError(f"{prefix}{exc}") from None
 
 
 def locking_into(held: list) -> Callable[[Path], None]:
@@ -110,6 +117,23 @@ def locking_into(held: list) -> Callable[[Path], None]:
             raise OutputDirError(str(exc)) from None
 
     return lock
+
+
+@contextlib.contextmanager
+def held_for_report(run_dir: Path) -> Iterator[None]:
+    """Hold ``run_dir``'s run lock for the ``with`` block, so that a report never reads (and
+    rewrites) a folder a live run is writing; such a folder raises
+    :class:`~fusedce_profile.errors.UsageError` naming the holder."""
+    try:
+        with os_errors():
+            lock = store.RunLock(run_dir).acquire()
+    except store.FolderInUse as exc:
+        raise UsageError(f"{exc.folder} is in use by {exc.holder}: a run is still writing into it; "
+                         "report it once that run has finished") from None
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 @contextlib.contextmanager

@@ -20,6 +20,7 @@ from fusedce_profile.folders import describe_os_error, os_errors
 from fusedce_profile.outcome import CommandOutcome
 from fusedce_profile.signals import interrupt_exit_code
 from fusedce_profiler.instrument import store
+from fusedce_profiler.instrument.confined import FolderRefused
 from fusedce_profiler.grid.spec import GridSpec
 from fusedce_profiler.instrument.records import CellSpec
 from fusedce_profiler.instrument.text import count
@@ -164,6 +165,8 @@ def run_grids(grids: Sequence[GridSpec], out_dir: Path, console: Console, *, res
             error(f"{died.summary}; the run stopped after {progress.done} of {count(total, 'new cell')}")
         except OSError as exc:
             raise UsageError(describe_os_error(exc)) from None
+        except FolderRefused as exc:  # a link or an oversized file met while resuming
+            raise UsageError(str(exc)) from None
         with os_errors():
             if not (out_dir / store.ENVIRONMENT_FILE).exists():
                 from fusedce_profiler.instrument.environment import collect_environment, save_environment

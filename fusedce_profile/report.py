@@ -19,7 +19,7 @@ from rich.console import Console
 
 from fusedce_profile import exit_codes
 from fusedce_profile.errors import UsageError
-from fusedce_profile.folders import os_errors
+from fusedce_profile.folders import held_for_report, os_errors
 from fusedce_profile.outcome import CommandOutcome
 
 
@@ -91,7 +91,7 @@ def report_command(run_dir: str | Path, *, console: Console | None = None) -> Co
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise UsageError(f"{run_dir}: not a folder (give the folder a grid, model, parity or doctor run wrote)")
-    with os_errors():  # a write that fails leaves the old report as it was
+    with held_for_report(run_dir), os_errors():  # a write that fails leaves the old report as it was
         try:
             if (run_dir / store.RESULTS_FILE).is_file():
                 return finish(run_dir, console)

@@ -111,7 +111,7 @@ def _timelines(run_dir: Path, frame: pd.DataFrame, plots_dir: Path, notes: list[
                          "pickle)")
             continue
         try:
-            timeline = read_timeline(path)
+            timeline = read_timeline(path, run_dir)
         except ValueError as exc:
             notes.append(f"{path}: not a timeline ({exc})")
             continue

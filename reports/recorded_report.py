@@ -255,7 +255,7 @@ def _timeline_plots(folder: Path, records: list[RecordedStep], notes: list[str])
             notes.append(f"{step_name(r)}: its timeline {r.timeline} is missing")
             continue
         try:
-            timeline = read_timeline(path)
+            timeline = read_timeline(path, folder)
         except ValueError as exc:
             notes.append(f"{path}: not a timeline ({exc})")
             continue

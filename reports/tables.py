@@ -108,7 +108,32 @@ def cell_tables(frame: pd.DataFrame) -> list[CellTable]:
 
 
 def write_csv(frame: pd.DataFrame, path: Path) -> Path:
-    """Write the numeric results (columns :data:`CSV_COLUMNS`, raw units) to ``path``."""
+    """Write the numeric results (columns :data:`CSV_COLUMNS`, raw units) to ``path``, streamed;
+    a text cell a spreadsheet would evaluate is neutralised (:func:`spreadsheet_safe`)."""
+    import io
+
     from fusedce_profiler.instrument import store
 
-    return store.write_text(path, frame.reindex(columns=list(CSV_COLUMNS)).to_csv(index=False))
+    table = frame.reindex(columns=list(CSV_COLUMNS))
+    table = table.apply(lambda column: column if pd.api.types.is_numeric_dtype(column)
+                        else column.map(spreadsheet_safe))
+
+    def write(fh) -> None:
+        text = io.TextIOWrapper(fh, encoding="utf-8", newline="")
+        table.to_csv(text, index=False)
+        text.flush()
+        text.detach()  # the store flushes, syncs and closes the file itself
+
+    return store.write_stream(path, write)
+
+
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+"""First characters that make a spreadsheet read a cell as a formula."""
+
+
+def spreadsheet_safe(value):
+    """``value``, with a text that a spreadsheet would evaluate (:data:`FORMULA_STARTS`) prefixed
+    by an apostrophe, which spreadsheets read as "this is text"; other values unchanged."""
+    if isinstance(value, str) and value.startswith(FORMULA_STARTS):
+        return "'" + value
+    return value

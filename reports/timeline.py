@@ -9,6 +9,7 @@ Public API: :func:`draw_timeline` (the ``Figure``; artists' ``gid``: ``allocated
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from matplotlib.figure import Figure
@@ -59,18 +60,20 @@ def plot_timeline(timeline: Timeline, path: str | Path, *, title: str = "") -> P
 def timeline_file(folder: Path, recorded: str | None) -> Path | None:
     """The timeline JSON a stored record names, found inside ``folder`` only: at the stored
     relative path, or under ``snapshots/`` by its name (a moved folder keeps working); ``None``
-    when it is not there or resolves outside the folder (a link out of it)."""
+    when it is not there or the stored path leads out of the folder. The path is not resolved:
+    :func:`read_timeline` refuses a link on the way."""
     if not recorded:
         return None
-    folder = Path(folder).resolve()
+    folder = Path(folder)
     for candidate in (folder / recorded, folder / store.SNAPSHOTS_DIR / Path(recorded).name):
-        resolved = candidate.resolve()
-        if resolved.is_file() and resolved.is_relative_to(folder):
-            return resolved
+        candidate = Path(os.path.normpath(candidate))
+        if candidate.is_relative_to(folder) and candidate != folder and os.path.lexists(candidate):
+            return candidate
     return None
 
 
-def read_timeline(path: Path) -> Timeline:
-    """The :class:`~fusedce_profiler.instrument.snapshot.Timeline` stored at ``path`` (plain JSON, never a pickle);
+def read_timeline(path: Path, folder: Path | None = None) -> Timeline:
+    """The :class:`~fusedce_profiler.instrument.snapshot.Timeline` stored at ``path`` (plain JSON, never
+    a pickle), read from inside ``folder`` (default: its own) without following links;
     ``ValueError`` when it is not one."""
-    return Timeline.from_dict(store.read_json(path))
+    return Timeline.from_dict(store.read_json(path, inside=folder))

@@ -39,6 +39,14 @@ BACKENDS = textwrap.dedent('''
     def boom(hidden, weight, target, bias=None):
         raise RuntimeError("boom")
 
+    def spawn(hidden, weight, target, bias=None):  # a back-end with a helper process of its own
+        import subprocess, sys
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+        with open(os.environ["FX_CHILD_PID"], "w") as fh:
+            fh.write(str(child.pid))
+        while True:
+            time.sleep(1)
+
     def hang(hidden, weight, target, bias=None):
         mark = os.environ.get("FX_HANG_MARK")
         if mark:
@@ -87,6 +95,8 @@ def test_a_hanging_backend_is_recorded_as_timeout_and_the_run_goes_on(fx, tmp_pa
     assert f"timeout: timed out after {CELL_TIMEOUT_S} s" in (out / "summary.md").read_text()
     summary = json.loads(result.stdout)
     assert summary["cells"]["timeout"] == 1
+    assert "; log logs/worker-" in rows["fx_backends:hang"]["message"]  # a folder stores no absolute path
+    assert str(tmp_path) not in (out / RESULTS_FILE).read_text() + (out / "summary.md").read_text()
     assert result.exit_code == 1  # the named back-end failed in every cell
     assert workers_of(os.getpid(), wait_s=10) == []
 
@@ -165,6 +175,35 @@ def test_kill_9_of_the_cli_takes_its_worker_with_it(fx, tmp_path):
         assert workers_of(process.pid, wait_s=15) == [], "the worker outlived the killed CLI"
     finally:
         kill_group(process)
+
+
+@pytest.mark.slow
+def test_kill_9_of_the_cli_takes_the_processes_a_backend_started_with_it(fx, tmp_path):
+    from processes import _alive
+
+    child_pid = tmp_path / "child.pid"
+    process = start_cli([*TINY, "--tokens", "16", "--backend", "fx_backends:spawn", "--out", str(tmp_path / "run")],
+                        cli_env(fx, FX_CHILD_PID=str(child_pid)))
+    try:
+        wait_for(lambda: child_pid.exists() and child_pid.read_text(), 120, "the back-end's helper to start", process)
+        helper = child_pid.read_text()
+        assert _alive(helper)
+        os.kill(process.pid, signal.SIGKILL)  # the CLI alone, as the OOM killer does
+        process.wait(timeout=30)
+        wait_for(lambda: not _alive(helper), 15, "the back-end's helper to go")
+        assert workers_of(process.pid, wait_s=15) == []
+    finally:
+        kill_group(process)
+        if child_pid.exists() and _alive(child_pid.read_text()):
+            os.kill(int(child_pid.read_text()), signal.SIGKILL)
+
+
+def test_a_fresh_worker_has_imported_its_jobs_before_the_job_clock_starts(tmp_path):
+    from fusedce_profiler.instrument.worker import Worker
+
+    with Worker(tmp_path / "logs", preload=("cell",)) as worker:
+        worker.wait_ready()  # what a job's time limit does not count
+        assert "libtorch" in Path(f"/proc/{worker.pid}/maps").read_text()
 
 
 # --- 4. NaN ------------------------------------------------------------------------------------

@@ -155,3 +155,23 @@ def test_a_file_that_is_not_utf8_is_named(tmp_path):
     path.write_bytes(b"hidden_size = 64\nname = '\xff'\n")
     with pytest.raises(ValueError, match=r"model\.toml: not UTF-8 text"):
         load_config(path)
+
+
+def test_deeply_nested_or_oversized_config_files_are_one_value_error(tmp_path):
+    with pytest.raises(ValueError, match="deep.json: JSON nested deeper than the limit of 64 levels"):
+        load_config(_write(tmp_path, "deep.json", "[" * 100_000 + "]" * 100_000))
+    with pytest.raises(ValueError, match="deep.toml: nested too deeply to read|deep.toml: not valid TOML"):
+        load_config(_write(tmp_path, "deep.toml", "a = " + "[" * 100_000 + "]" * 100_000))
+    big = tmp_path / "big.json"
+    with big.open("wb") as fh:
+        fh.truncate((16 << 20) + 1)  # sparse
+    with pytest.raises(ValueError, match="big.json: 16777217 bytes, over the limit"):
+        load_config(big)
+
+
+def test_a_deeply_nested_hf_config_is_one_value_error_naming_the_reference(tmp_path):
+    from fusedce_profiler.instrument.models.source import HFSource
+
+    path = _write(tmp_path, "config.json", '{"model_type": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    with pytest.raises(ValueError, match=r"--hf .*config.json.*nested deeper than the limit of 64 levels"):
+        HFSource.from_reference(str(path))

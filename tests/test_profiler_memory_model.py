@@ -122,6 +122,7 @@ def test_eager_torch_prediction_matches_cuda_measurement(mode):
 def test_cuda_snapshot_is_saved_and_drawn(tmp_path):
     from fusedce_profiler.instrument import store
     from fusedce_profiler.instrument.snapshot import Timeline
+    from fusedce_reports.timeline import plot_timeline
 
     spec = CellSpec("torch", 1024, 32777, 768, mode="amp-bf16", device="cuda")
     result = measure_cell(spec, MeasureSettings(warmup=1, repeats=1, snapshot_dir=str(tmp_path)))
@@ -130,4 +131,4 @@ def test_cuda_snapshot_is_saved_and_drawn(tmp_path):
     timeline = Timeline.from_dict(store.read_json(result.timeline_path))
     assert timeline.backward_ms is not None
     assert abs(timeline.peak_bytes - result.peak_step_bytes) <= 0.05 * result.peak_step_bytes
-    assert open(result.timeline_png, "rb").read(4) == b"\x89PNG"
+    assert plot_timeline(timeline, tmp_path / "timeline.png").read_bytes()[:4] == b"\x89PNG"

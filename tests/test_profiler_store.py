@@ -1,13 +1,17 @@
-"""profiler/store.py: the run-folder lock, and writes that fail name their file."""
+"""The run-folder store: the lock, writes that fail name their file, nothing through a link, bounded reads."""
 import errno
+import json
 import os
+import socket
 import subprocess
 import sys
 
 import pytest
+from pathlib import Path
 
+from linked import UNTOUCHED, link_out
 from processes import REPO
-from fusedce_profiler.instrument import store
+from fusedce_profiler.instrument import confined, store
 
 
 def test_the_lock_is_reentrant_in_one_process_and_exclusive_across_processes(tmp_path):
@@ -22,10 +26,28 @@ def test_the_lock_is_reentrant_in_one_process_and_exclusive_across_processes(tmp
     assert subprocess.run(other, cwd=REPO, capture_output=True, text=True, timeout=60).returncode == 0
 
 
-def test_the_lock_file_holds_the_whole_command_line(tmp_path, monkeypatch):
-    monkeypatch.setattr(sys, "argv", ["fusedce-profile", "grid", "--tokens", ",".join(["1024"] * 60)])
+def test_the_lock_note_names_only_the_pid_and_is_gone_after_release(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["fusedce-profile", "grid", "--out", str(tmp_path)])
     with store.RunLock(tmp_path):
-        assert (tmp_path / store.LOCK_FILE).read_text().rstrip().endswith(",1024)")
+        note = (tmp_path / store.LOCK_FILE).read_text()
+        assert note.startswith(f"pid {os.getpid()} since ")
+        assert socket.gethostname() not in note and str(tmp_path) not in note and "grid" not in note
+    assert not (tmp_path / store.LOCK_FILE).exists()
+
+
+def test_a_killed_holder_leaves_a_folder_the_next_run_can_lock(tmp_path):
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from fusedce_profiler.instrument import store; "
+                               f"store.RunLock({str(tmp_path)!r}).acquire(); print('held', flush=True); time.sleep(60)"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(store.FolderInUse, match=f"in use by pid {holder.pid}"):
+            store.RunLock(tmp_path).acquire()
+    finally:
+        holder.kill()
+        holder.wait(timeout=30)
+    with store.RunLock(tmp_path):  # the stale note is rewritten by the new holder
+        assert (tmp_path / store.LOCK_FILE).read_text().startswith(f"pid {os.getpid()} ")
 
 
 def test_a_failed_write_names_the_file_and_leaves_no_temporary(tmp_path, monkeypatch):
@@ -51,3 +73,91 @@ def test_appending_through_a_link_is_refused_naming_it(tmp_path):
         store.append_jsonl(tmp_path / store.RESULTS_FILE, {"a": 1})
     assert refused.value.errno == errno.ELOOP and refused.value.filename == str(tmp_path / store.RESULTS_FILE)
     assert (tmp_path / "elsewhere.jsonl").read_text() == ""
+
+
+def test_cutting_a_partial_line_never_truncates_a_linked_file(tmp_path):
+    folder = tmp_path / "run"
+    outside = link_out(folder, store.RESULTS_FILE)
+    with pytest.raises(confined.FolderRefused, match="a symbolic link"):
+        store.cut_partial_line(folder / store.RESULTS_FILE)
+    assert outside.read_bytes() == UNTOUCHED
+
+
+def test_cutting_a_partial_line_keeps_every_whole_line(tmp_path):
+    path = tmp_path / store.RESULTS_FILE
+    path.write_bytes(b'{"a": 1}\n' * 20000 + b'{"a": ')  # longer than one block read from the end
+    assert store.cut_partial_line(path)
+    assert path.read_bytes() == b'{"a": 1}\n' * 20000
+    assert not store.cut_partial_line(path)
+
+
+@pytest.mark.parametrize("name", [store.ENVIRONMENT_FILE, store.PLAN_FILE, "snapshots/a.timeline.json"])
+def test_a_linked_json_file_is_refused_naming_the_link(tmp_path, name):
+    secret = tmp_path / "credentials.json"
+    secret.write_text('{"token": "s3cret"}')
+    folder = tmp_path / "run"
+    (folder / name).parent.mkdir(parents=True)
+    (folder / name).symlink_to(secret)
+    with pytest.raises(confined.FolderRefused, match=f"{folder / name}: a symbolic link"):
+        store.read_json(folder / name, inside=folder)
+
+
+def test_a_file_under_a_linked_folder_is_refused_naming_the_folder(tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "a.timeline.json").write_text("{}")
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / store.SNAPSHOTS_DIR).symlink_to(elsewhere)
+    with pytest.raises(confined.FolderRefused, match=f"{folder / store.SNAPSHOTS_DIR}: a symbolic link"):
+        store.read_json(folder / store.SNAPSHOTS_DIR / "a.timeline.json", inside=folder)
+
+
+def test_an_oversized_file_is_refused_before_it_is_parsed(tmp_path):
+    path = tmp_path / store.ENVIRONMENT_FILE
+    path.write_bytes(b'{"pad": "' + b"x" * confined.SIZE_LIMITS[store.ENVIRONMENT_FILE] + b'"}')
+    with pytest.raises(confined.FolderRefused, match=rf"{path}: \d+ bytes, over the limit of 1048576 bytes"):
+        store.read_json(path)
+
+
+def test_deep_nesting_is_refused_in_one_line_and_brackets_in_strings_do_not_count(tmp_path):
+    path = tmp_path / store.PLAN_FILE
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(confined.FolderRefused, match=f"nested deeper than the limit of {confined.MAX_NESTING}"):
+        store.read_json(path)
+    path.write_text(json.dumps({"cells": ["[" * 5000, "{\\\"[["]}))
+    assert store.read_json(path)["cells"][0] == "[" * 5000
+
+
+def test_a_results_line_over_its_limit_is_refused_and_the_file_is_never_read_whole(tmp_path, monkeypatch):
+    path = tmp_path / store.RESULTS_FILE
+    path.write_bytes(b'{"a": 1}\n' + b" " * (confined.MAX_LINE_BYTES + 10) + b"\n")
+    monkeypatch.setattr(Path, "read_bytes", lambda self: pytest.fail("read whole"))
+    with pytest.raises(confined.FolderRefused, match=f"{path}:2: a line over the limit"):
+        store.read_jsonl(path, dict)
+    path.write_bytes(b'{"a": 1}\n[[1]]\n{"a": ')
+    loaded = store.read_jsonl(path, dict)
+    assert [r["a"] for r in loaded.records] == [1]
+    assert [p.line for p in loaded.skipped] == [2, 3] and "cut short" in loaded.skipped[1].reason
+
+
+def test_written_files_follow_the_umask(tmp_path):
+    previous = os.umask(0o022)
+    try:
+        store.write_text(tmp_path / "summary.md", "x")
+        store.append_jsonl(tmp_path / store.RESULTS_FILE, {"a": 1})
+    finally:
+        os.umask(previous)
+    assert (tmp_path / "summary.md").stat().st_mode & 0o777 == 0o644
+    assert (tmp_path / store.RESULTS_FILE).stat().st_mode & 0o777 == 0o644
+
+
+def test_writing_into_a_linked_subfolder_is_refused(tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / "plots").symlink_to(elsewhere)
+    with pytest.raises(OSError, match="symbolic link"):
+        store.write_text(folder / "plots" / "x.png", "x")
+    assert not list(elsewhere.iterdir())

@@ -22,6 +22,8 @@ from fusedce_reports.parity_report import write_parity_report
 from test_profiler_snapshot import synthesise_snapshot
 
 EVIL = "evil:<img src=x onerror=alert(1)>|*x*"
+USER = "evil_losses.cce:loss"
+"""A user's back-end: a stored name is a back-end name or ``module:callable``, nothing else."""
 SCRIPT = "RuntimeError: <script>alert(1)</script> | `rm -rf` [link](http://x) #1"
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -105,8 +107,9 @@ def evil_report(tmp_path_factory):
     run = tmp_path_factory.mktemp("evil")
     timeline = run / store.SNAPSHOTS_DIR / "evil (1)[x].timeline.json"
     store.write_json(timeline, parse_timeline(synthesise_snapshot()).to_dict())
-    rows = [cell("torch", 1024, 100, time_ms=3.0), cell(EVIL, 1024, 10, time_ms=1.0),
-            cell(EVIL, 2048, None, status="error", message=SCRIPT), cell("torch", 2048, 200, time_ms=6.0)]
+    rows = [cell("torch", 1024, 100, time_ms=3.0), cell(USER, 1024, 10, time_ms=1.0),
+            cell(USER, 2048, None, status="error", message=SCRIPT), cell("torch", 2048, 200, time_ms=6.0),
+            cell(EVIL, 4096, 10)]  # a name no back-end has: the row is skipped, and the note quotes it
     rows[1].timeline_path = f"snapshots/{timeline.name}"
     (run / store.RESULTS_FILE).write_text("".join(store.dumps(r.to_dict()) + "\n" for r in rows))
     store.write_json(run / store.ENVIRONMENT_FILE, {"torch": "2.13", "backends": {EVIL: "1.0 ```"}})
@@ -149,7 +152,7 @@ def test_report_html_has_no_tag_the_stored_strings_brought(evil_report):
     images = [attrs for tag, attrs in parser.tags if tag == "img"]
     assert images and all(set(attrs) == {"alt", "src"} and attrs["src"].startswith("data:image/png;base64,")
                           for attrs in images)
-    assert any(attrs["alt"].startswith(f"Memory timeline: {EVIL}") for attrs in images)  # the alt holds it as text
+    assert any(attrs["alt"].startswith(f"Memory timeline: {USER}") for attrs in images)  # the alt holds it as text
     assert {tag for tag, _ in parser.tags} <= {"html", "head", "meta", "title", "style", "body", "h1", "h2", "h3",
                                                "p", "ul", "li", "b", "code", "table", "thead", "tbody", "tr", "th",
                                                "td", "figure", "figcaption", "img", "details", "summary", "pre"}

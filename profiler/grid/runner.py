@@ -162,7 +162,7 @@ class _Cells:
     def start(self) -> None:
         """Start the worker and take its environment: ``WorkerDied`` if it cannot."""
         if self.worker is None:
-            self.worker = Worker(self.out / store.LOGS_DIR, env=self.env)
+            self.worker = Worker(self.out / store.LOGS_DIR, env=self.env, preload=("environment", "cell"))
         try:
             self.environment.take(self.worker, always=True)
         except WorkerDied:
@@ -171,7 +171,7 @@ class _Cells:
 
     def _worker(self) -> Worker:
         if self.worker is None:
-            self.worker = Worker(self.out / store.LOGS_DIR, env=self.env)
+            self.worker = Worker(self.out / store.LOGS_DIR, env=self.env, preload=("environment", "cell"))
         self.environment.take(self.worker)
         return self.worker
 
@@ -187,7 +187,8 @@ class _Cells:
             if died.at_start:
                 raise
             status = "timeout" if died.timed_out else "error"
-            what = f"timed out after {self.timeout_s:g} s; log {died.log_path}" if died.timed_out else died.summary
+            what = (f"timed out after {self.timeout_s:g} s; log {os.path.relpath(died.log_path, self.out)}"
+                    if died.timed_out else died.summary_in(self.out))
             result = _unmeasured(spec, status, what + (f"\n{died.tail}" if died.tail else ""))
             result.log_path = str(died.log_path)
         except JobFailed as failed:  # the job itself raised, e.g. it could not import its module

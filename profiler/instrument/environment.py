@@ -95,14 +95,42 @@ def save_environment(folder: str | Path, environment: dict) -> Path:
     return store.write_json(Path(folder) / store.ENVIRONMENT_FILE, environment)
 
 
+ENVIRONMENT_KEYS = ("date", "python", "platform", "torch", "triton", "cuda", "cudnn", "gpu", "gpu_count",
+                    "gpu_memory_bytes", "driver", "pytorch_cuda_alloc_conf", "cpu_count", "backends", "libraries")
+"""The keys :func:`collect_environment` writes, in its order; ``backends`` and ``libraries`` map
+names to versions. A stored environment may add ``resumed``: the environments of later sessions."""
+
+_VERSION_MAPS = ("backends", "libraries")
+
+
+def known_environment(raw: dict, *, nested: bool = True) -> dict:
+    """Only what an environment holds: the keys of :data:`ENVIRONMENT_KEYS` with scalar values (a
+    string, a number, a boolean or ``None``), the version maps as ``{name: version string}``, and
+    ``resumed`` as a list of such environments. Anything else in a stored file is dropped, so a
+    report renders no key the tool did not write."""
+    out: dict = {}
+    for key, value in raw.items():  # in the stored order: a rebuilt report reads as it did
+        if key in _VERSION_MAPS:
+            if isinstance(value, dict):
+                out[key] = {str(k): v for k, v in value.items() if isinstance(v, str)}
+        elif key in ENVIRONMENT_KEYS:
+            if value is None or isinstance(value, (str, int, float, bool)):
+                out[key] = value
+        elif key == "resumed" and nested and isinstance(value, list):
+            out[key] = [known_environment(item, nested=False) for item in value if isinstance(item, dict)]
+    return out
+
+
 def load_environment(folder: str | Path) -> dict:
-    """The stored environment of a run; ``{}`` when the folder has none; ``ValueError`` if damaged."""
+    """The stored environment of a run (only its known keys, :func:`known_environment`); ``{}``
+    when the folder has none; ``ValueError`` if damaged; a linked or oversized file is refused
+    (:mod:`fusedce_profiler.instrument.confined`)."""
     from fusedce_profiler.instrument import store
 
     path = Path(folder) / store.ENVIRONMENT_FILE
-    if not path.is_file():
+    if not os.path.lexists(path):
         return {}
     raw = store.read_json(path)
     if not isinstance(raw, dict):
         raise ValueError(f"{path}: expected a JSON object, got {type(raw).__name__}")
-    return raw
+    return known_environment(raw)

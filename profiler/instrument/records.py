@@ -10,12 +10,35 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from fusedce.options import IGNORE_INDEX
 from fusedce_profiler.instrument.precision import MODES
 from fusedce_profiler.instrument.store import float_field, int_field
+
+_NAME = r"[A-Za-z][A-Za-z0-9_.\-]*"
+_DOTTED = r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*"
+_BACKEND_NAME = re.compile(rf"{_NAME}|{_DOTTED}:{_DOTTED}")
+
+
+def is_backend_name(name: str) -> bool:
+    """Whether ``name`` can name a back-end: a name (a letter, then letters, digits, ``_``, ``.``,
+    ``-``: the built-in names and the benchmarks' variants) or ``package.module:callable``.
+    Nothing else is read back from a folder, so no stored name starts a spreadsheet formula."""
+    return bool(_BACKEND_NAME.fullmatch(name))
+
+
+def _stored_path(value: Any, name: str) -> str | None:
+    """A stored path (``None`` when absent). Only its place inside the run folder is ever opened
+    (:func:`fusedce_reports.timeline.timeline_file`): a path leading elsewhere is looked up by name."""
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise ValueError(f"{name} must be a path, got {value!r}")
+    return value
+
 
 STATUSES = ("ok", "oom", "error", "timeout", "skipped")
 REDUCTIONS = ("mean", "sum", "none")
@@ -75,8 +98,8 @@ class CellSpec:
         unknown = set(raw) - {f.name for f in dataclasses.fields(cls)}
         if unknown:
             raise ValueError(f"spec has unknown field(s) {', '.join(sorted(unknown))}")
-        if not isinstance(raw.get("backend"), str) or not raw["backend"]:
-            raise ValueError(f"spec.backend must be a name, got {raw.get('backend')!r}")
+        if not isinstance(raw.get("backend"), str) or not is_backend_name(raw["backend"]):
+            raise ValueError(f"spec.backend must be a back-end name or 'module:callable', got {raw.get('backend')!r}")
         values = dict(raw)
         for name in ("tokens", "vocab", "hidden"):
             values[name] = int_field(raw.get(name), f"spec.{name}", optional=False, minimum=1)
@@ -176,6 +199,8 @@ class CellResult:
         if not isinstance(times, list):
             raise ValueError(f"times_ms must be a list, got {times!r}")
         values["times_ms"] = [float_field(t, "times_ms", optional=False) for t in times]
+        for name in ("snapshot_path", "timeline_path", "log_path"):
+            values[name] = _stored_path(raw.get(name), name)
         for name in ("message", "backend_version", "memory_source"):
             if name in raw and not isinstance(raw[name], str):
                 raise ValueError(f"{name} must be a string, got {raw[name]!r}")

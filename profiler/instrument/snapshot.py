@@ -76,14 +76,22 @@ class Timeline:
     @classmethod
     def from_dict(cls, raw: dict) -> "Timeline":
         """Validate a stored timeline (``ValueError`` naming the bad field)."""
+        if not isinstance(raw, dict):
+            raise ValueError(f"expected a JSON object, got {type(raw).__name__}")
         times, allocated = raw.get("times_ms", []), raw.get("allocated_bytes", [])
         if not (isinstance(times, list) and isinstance(allocated, list) and len(times) == len(allocated)):
             raise ValueError("times_ms and allocated_bytes must be lists of equal length")
         blocks = []
-        for block in raw.get("live_at_peak", []):
+        live = raw.get("live_at_peak", [])
+        if not isinstance(live, list) or not all(isinstance(block, dict) for block in live):
+            raise ValueError("live_at_peak must be a list of objects")
+        for block in live:
+            stack = block.get("stack", ())
+            if not isinstance(stack, list | tuple):
+                raise ValueError("live_at_peak.stack must be a list")
             blocks.append(LiveBlock(store.int_field(block.get("size"), "live_at_peak.size", optional=False),
                                     str(block.get("frame", "?")), str(block.get("op", "")),
-                                    tuple(str(f) for f in block.get("stack", ()))))
+                                    tuple(str(f) for f in stack)))
         return cls([store.float_field(t, "times_ms", optional=False) for t in times],
                    [store.int_field(b, "allocated_bytes", optional=False) for b in allocated],
                    store.float_field(raw.get("backward_ms"), "backward_ms"),

@@ -14,9 +14,13 @@ Layout of a run folder (each name defined here once)::
     snapshots/           <cell>.pickle (raw allocator snapshot, for PyTorch's memory viewer)
                          and <cell>.timeline.json (what the report draws)
     logs/                each worker's output
-    .lock                held while a run writes into the folder
+    .lock                who holds the folder (pid and start time), while a run writes into it
 
-**Reading** has one policy for every JSON-lines file (:func:`read_jsonl`): a missing file
+**Reading** goes through :mod:`fusedce_profiler.instrument.confined` for every file: opened
+inside the folder without following a link, within a size limit per kind of file and a JSON
+nesting limit; JSON-lines files are streamed. A violation is
+:class:`~fusedce_profiler.instrument.confined.FolderRefused` (one line, exit 2 on the command line).
+Every JSON-lines file has one policy (:func:`read_jsonl`): a missing file
 gives no records and says so; a blank line is ignored; a line that is not JSON, or whose
 fields do not validate, is skipped and reported with its number and the reason — a last
 line without its newline is named as an interrupted write. Nothing is skipped silently:
@@ -24,15 +28,17 @@ callers show :attr:`Loaded.problems`.
 
 **Writing**: a result line is appended, flushed and fsync'ed (:func:`append_jsonl`), so a
 killed run loses at most the line in flight; every other file is written to a temporary
-name and renamed over the old one (:func:`write_text`), so a failed write never leaves a
-truncated file, and a symbolic link in the folder is replaced, never followed. JSON is
+name and renamed over the old one (:func:`write_text`, :func:`write_stream`), so a failed
+write never leaves a truncated file, and a symbolic link in the folder is replaced, never
+followed; a linked parent folder is refused. Files follow the umask. JSON is
 strict: a non-finite float is stored as the string ``"NaN"``, ``"Infinity"`` or
 ``"-Infinity"`` (:func:`strict_json`) and read back by :func:`float_field`.
 
 Nothing here unpickles: the raw snapshot is written for the user's viewer and never read.
 
 Public API: the file names, :func:`read_jsonl`, :class:`Loaded`, :func:`append_jsonl`,
-:func:`cut_partial_line`, :func:`write_text`, :func:`write_json`, :func:`read_json`,
+:func:`cut_partial_line`, :func:`write_text`, :func:`write_bytes`, :func:`write_stream`,
+:func:`write_json`, :func:`read_json`,
 :func:`strict_json`, :func:`float_field`, :class:`RunLock`, :class:`FolderInUse`.
 """
 from __future__ import annotations
@@ -41,13 +47,13 @@ import errno
 import json
 import math
 import os
-import socket
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Generic, TypeVar
+from typing import Any, BinaryIO, Callable, Generic, TypeVar
+
+from fusedce_profiler.instrument import confined
 
 RESULTS_FILE = "results.jsonl"
 MODEL_RESULTS_FILE = "model_results.jsonl"
@@ -133,60 +139,84 @@ def int_field(value: Any, name: str, *, optional: bool = True, minimum: int | No
     return value
 
 
-def read_jsonl(path: str | Path, parse: Callable[[dict], T]) -> Loaded[T]:
+def read_jsonl(path: str | Path, parse: Callable[[dict], T], inside: str | Path | None = None) -> Loaded[T]:
     """Every readable record of a JSON-lines file, and what could not be read (see above).
 
     ``parse`` turns one decoded JSON object into a record; it raises ``ValueError``,
-    ``TypeError`` or ``KeyError`` for a row whose fields do not validate.
+    ``TypeError`` or ``KeyError`` for a row whose fields do not validate. The file is streamed
+    from inside the folder ``inside`` (default: its own) under the rules of
+    :mod:`fusedce_profiler.instrument.confined` (no link, a size limit, bounded lines and nesting).
     """
     path = Path(path)
     loaded: Loaded[T] = Loaded(path)
-    if not path.is_file():
+    try:
+        lines = confined.jsonl_lines(path, inside)
+        for number, raw, unterminated in lines:
+            if not raw.strip():
+                continue
+            try:
+                obj = confined.loads(raw, f"{path}:{number}")
+                if not isinstance(obj, dict):
+                    raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
+                loaded.records.append(parse(obj))
+            except (ValueError, TypeError, KeyError) as exc:
+                reason = f"not a valid row ({_without_path(exc, path, number)})"
+                if unterminated:
+                    reason = f"a last line cut short by an interrupted write ({_without_path(exc, path, number)})"
+                loaded.skipped.append(LineProblem(number, reason))
+    except FileNotFoundError:
         loaded.missing = True
-        return loaded
-    data = path.read_bytes()
-    lines = data.split(b"\n")
-    unterminated = bool(data) and not data.endswith(b"\n")
-    for number, raw in enumerate(lines, start=1):
-        if not raw.strip():
-            continue
-        last = number == len(lines)
-        try:
-            obj = json.loads(raw.decode("utf-8"))
-            if not isinstance(obj, dict):
-                raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
-            loaded.records.append(parse(obj))
-        except (ValueError, TypeError, KeyError, UnicodeDecodeError) as exc:
-            reason = f"not a valid row ({exc})"
-            if last and unterminated:
-                reason = f"a last line cut short by an interrupted write ({exc})"
-            loaded.skipped.append(LineProblem(number, reason))
     return loaded
+
+
+def _without_path(exc: Exception, path: Path, number: int) -> str:
+    return str(exc).removeprefix(f"{path}:{number}: ")
 
 
 def cut_partial_line(path: str | Path) -> bool:
     """Cut an unterminated last line (a write interrupted by a kill) before appending.
 
-    Returns whether anything was cut, so the caller can say so.
+    Returns whether anything was cut, so the caller can say so. The file is opened without
+    following a link (a linked file is refused, never truncated) and only its tail is read.
     """
     path = Path(path)
-    if not path.is_file():
+    try:
+        fd = confined.open_inside(path.parent, path, os.O_RDWR | os.O_NONBLOCK)
+    except FileNotFoundError:
         return False
-    data = path.read_bytes()
-    if not data or data.endswith(b"\n"):
-        return False
-    with path.open("r+b") as fh:
-        fh.truncate(data.rfind(b"\n") + 1)
-    return True
+    try:
+        size = os.fstat(fd).st_size
+        end, block = size, 1 << 16
+        if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+            return False
+        while end > 0:
+            start = max(0, end - block)
+            newline = os.pread(fd, end - start, start).rfind(b"\n")
+            if newline >= 0:
+                os.ftruncate(fd, start + newline + 1)
+                return True
+            end = start
+        os.ftruncate(fd, 0)
+        return True
+    finally:
+        os.close(fd)
 
 
 def append_jsonl(path: str | Path, record: dict) -> None:
-    """Append one record as a line, flushed and fsync'ed (a kill loses at most this line)."""
+    """Append one record as a line, flushed and fsync'ed (a kill loses at most this line).
+
+    The file is opened without following a link: a link is refused (``OSError`` ``ELOOP``
+    naming it); a new file follows the umask."""
     path = Path(path)
-    _refuse_link(path)
     line = dumps(record, sort_keys=True) + "\n"
     try:
-        with path.open("a", encoding="utf-8") as fh:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise OSError(errno.ELOOP, _LINK_REFUSED, str(path)) from None
+        raise _naming(exc, path) from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(line)
             fh.flush()
             os.fsync(fh.fileno())
@@ -194,10 +224,12 @@ def append_jsonl(path: str | Path, record: dict) -> None:
         raise _naming(exc, path) from None
 
 
+_LINK_REFUSED = "a symbolic link; a run folder's files are written in place, never through links"
+
+
 def _refuse_link(path: Path) -> None:
     if path.is_symlink():
-        raise OSError(errno.ELOOP, "a symbolic link; a run folder's files are written in place, never through links",
-                      str(path))
+        raise OSError(errno.ELOOP, _LINK_REFUSED, str(path))
 
 
 def _naming(exc: OSError, path: Path) -> OSError:
@@ -218,12 +250,21 @@ def write_text(path: str | Path, text: str) -> Path:
 
 def write_bytes(path: str | Path, data: bytes) -> Path:
     """Binary form of :func:`write_text`."""
+    return write_stream(path, lambda fh: fh.write(data))
+
+
+def write_stream(path: str | Path, write: Callable[[BinaryIO], object]) -> Path:
+    """:func:`write_text` of what ``write`` writes into the binary file it is given (a large
+    file is streamed, never held whole in memory). A linked parent folder is refused; the file
+    follows the umask."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    _refuse_link(path.parent)  # a linked plots/ or snapshots/ would take the file out of the folder
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp creates 0600; a run folder's files follow the umask
         with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
+            write(fh)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
@@ -243,35 +284,54 @@ def write_json(path: str | Path, value: Any) -> Path:
     return write_text(path, dumps(value, indent=1, sort_keys=True) + "\n")
 
 
-def read_json(path: str | Path) -> Any:
-    """A JSON file written by :func:`write_json`; ``ValueError`` naming the file otherwise."""
-    path = Path(path)
+def read_json(path: str | Path, inside: str | Path | None = None) -> Any:
+    """A JSON file of a run folder, read under the rules of :mod:`fusedce_profiler.instrument.confined`
+    from inside the folder ``inside`` (default: its own): ``ValueError`` naming the file when it
+    is not JSON, :class:`~fusedce_profiler.instrument.confined.FolderRefused` for a link, a file
+    over its size limit or nested too deeply."""
+    return confined.loads(confined.read_bytes(path, inside), path)
+
+
+def _umask() -> int:
+    """This process's file-mode creation mask (read without changing it where Linux says it)."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError:
-        raise ValueError(f"{path}: not UTF-8 text") from None
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: not valid JSON ({exc})") from None
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 class FolderInUse(RuntimeError):
-    """Another run holds the folder's lock."""
+    """Another run holds the folder's lock: ``folder`` and ``holder`` (e.g. ``pid 12 since …``)."""
+
+    def __init__(self, folder: Path, holder: str) -> None:
+        super().__init__(f"{folder} is in use by {holder}; wait for it to finish or choose another --out")
+        self.folder, self.holder = folder, holder
 
 
 class RunLock:
-    """An exclusive lock on a run folder while a run writes into it (``fcntl.flock``).
+    """An exclusive lock on a run folder while a run writes into it (``fcntl.flock`` on the folder).
 
-    The lock file records who holds it (pid, host, start time, command line), so a second
-    run can say who holds it. The operating system releases the lock when the holder exits,
-    however it exits, so a killed run never leaves the folder locked. Within one process the
+    The lock is taken on the folder itself, so it needs no file and cannot be redirected by a
+    link. While it is held, ``.lock`` says who holds it (the pid and since when: nothing about
+    the host, the user or the command line, since a folder goes into bug reports), so a second
+    run can name the holder; the holder removes it on release. The operating system releases
+    the lock when the holder exits, however it exits, so a killed run never leaves the folder
+    locked (its stale ``.lock`` note is rewritten by the next holder). Within one process the
     lock is re-entrant: a command that locks its folder first (before ``--force`` removes
     anything) and the run it then starts share one lock, released when both released it.
     """
 
-    _held: dict[Path, list] = {}  # resolved lock path -> [file, count], this process's locks
+    _held: dict[Path, list] = {}  # resolved folder -> [folder fd, count], this process's locks
 
     def __init__(self, folder: str | Path) -> None:
-        self.path = Path(folder) / LOCK_FILE
+        self.folder = Path(folder)
+        self.path = self.folder / LOCK_FILE
         self._key: Path | None = None
 
     def acquire(self) -> "RunLock":
@@ -279,32 +339,41 @@ class RunLock:
 
         if self._key is not None:
             return self
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        _refuse_link(self.path)
-        key = self.path.resolve()
+        self.folder.mkdir(parents=True, exist_ok=True)
+        key = self.folder.resolve()
         if key in RunLock._held:
             RunLock._held[key][1] += 1
             self._key = key
             return self
-        fh = open(self.path, "a+", encoding="utf-8")
+        fd = os.open(self.folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            fh.seek(0)
-            holder = fh.read().strip() or "another process"
-            fh.close()
-            from fusedce_profiler.instrument.text import shorten
-
-            raise FolderInUse(f"{self.path.parent} is in use by {shorten(holder, 200)}; wait for it to finish "
-                              "or choose another --out") from None
-        fh.seek(0)
-        fh.truncate()
-        fh.write(f"pid {os.getpid()} on {socket.gethostname()} since "
-                 f"{time.strftime('%Y-%m-%d %H:%M:%S')} ({' '.join(sys.argv)})\n")
-        fh.flush()
-        RunLock._held[key] = [fh, 1]
+            os.close(fd)
+            raise FolderInUse(self.folder, self._holder()) from None
+        try:
+            note = os.open(LOCK_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666,
+                           dir_fd=fd)
+            with os.fdopen(note, "w", encoding="utf-8") as fh:
+                fh.write(f"pid {os.getpid()} since {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+        except OSError as exc:
+            os.close(fd)  # closing the folder releases the lock
+            if exc.errno == errno.ELOOP:
+                raise OSError(errno.ELOOP, _LINK_REFUSED, str(self.path)) from None
+            exc.filename = str(self.path)  # opened relative to the folder: name the whole path
+            raise
+        RunLock._held[key] = [fd, 1]
         self._key = key
         return self
+
+    def _holder(self) -> str:
+        from fusedce_profiler.instrument.text import shorten
+
+        try:
+            note = confined.read_bytes(self.path, limit=4096).decode("utf-8", "replace").strip()
+        except (OSError, confined.FolderRefused):
+            note = ""
+        return shorten(note, 200) if note else "another process"
 
     def release(self) -> None:
         if self._key is None:
@@ -312,11 +381,12 @@ class RunLock:
         entry = RunLock._held[self._key]
         entry[1] -= 1
         if entry[1] == 0:
-            import fcntl
-
             del RunLock._held[self._key]
-            fcntl.flock(entry[0].fileno(), fcntl.LOCK_UN)
-            entry[0].close()
+            try:
+                os.unlink(LOCK_FILE, dir_fd=entry[0])  # while still held: no one else wrote it
+            except OSError:
+                pass
+            os.close(entry[0])  # releases the lock
         self._key = None
 
     def __enter__(self) -> "RunLock":

@@ -18,12 +18,19 @@ Job kinds (:data:`JOBS`): ``cell`` (a grid cell, :func:`fusedce_profiler.grid.ce
 :func:`fusedce_profiler.instrument.models.factory.describe_job`).
 
 Lifetime: the child runs in its own session (Ctrl-C and SIGTERM at the terminal reach only
-the parent, which stops the child and keeps its results valid) and dies with its parent,
-however the parent ends: on Linux the kernel sends it SIGKILL when the parent exits
-(``PR_SET_PDEATHSIG``), checked once more right after it is set so that a parent that died
-during the child's start-up is caught too; elsewhere a watchdog thread polls the parent's
-pid. :meth:`Worker.close` (or a timeout) kills the child's whole process group, so helper
-processes it started (e.g. compile workers) go with it.
+the parent, which stops the child and keeps its results valid) and its whole process group
+dies with its parent, however the parent ends, ``kill -9`` included. The parent keeps the
+write end of a *life pipe* that no other process holds; the child, first thing, forks a
+*reaper* that only waits on the read end. When the parent dies the kernel closes the write
+end, the reaper's read returns end-of-file and it kills the process group: the worker and
+every process a back-end started under it (a compile helper, a data loader), which a death
+signal to the worker alone would leave running with parent 1. The worker itself also gets
+SIGKILL from the kernel when the parent exits (``PR_SET_PDEATHSIG``, checked once more right
+after it is set; elsewhere a watchdog thread polls the parent's pid). :meth:`Worker.close`
+(or a timeout) kills the child's whole process group, reaper included.
+
+Start-up: ``preload`` job kinds have their modules imported before the child says it is
+ready, so a job's time limit (``--cell-timeout``) never counts a fresh worker's imports.
 
 Public API: :class:`Worker`, :class:`WorkerDied`, :class:`JobFailed`, :data:`JOBS`.
 """
@@ -66,11 +73,17 @@ class WorkerDied(RuntimeError):
 
     def __init__(self, reason: str, log_path: Path, tail: str, timed_out: bool = False,
                  at_start: bool = False) -> None:
-        last = tail.strip().splitlines()[-1].strip() if tail.strip() else ""
-        self.summary = f"{reason}" + (f" ({last})" if last and not timed_out else "") + f"; log {log_path}"
-        super().__init__(self.summary + (f"\n{tail}" if tail else ""))
         self.reason, self.log_path, self.tail, self.timed_out = reason, log_path, tail, timed_out
         self.at_start = at_start
+        self.summary = self.summary_in()
+        super().__init__(self.summary + (f"\n{tail}" if tail else ""))
+
+    def summary_in(self, folder: Path | None = None) -> str:
+        """:attr:`summary`, naming the log relative to ``folder`` (a run folder: what it stores
+        holds no absolute path)."""
+        last = self.tail.strip().splitlines()[-1].strip() if self.tail.strip() else ""
+        log = os.path.relpath(self.log_path, folder) if folder is not None else self.log_path
+        return f"{self.reason}" + (f" ({last})" if last and not self.timed_out else "") + f"; log {log}"
 
 
 class JobFailed(RuntimeError):
@@ -102,12 +115,20 @@ def _describe_exit(code: int | None) -> str:
 class Worker:
     """One child process; :meth:`call` runs a job in it and returns the job's reply."""
 
-    def __init__(self, log_dir: Path, env: dict | None = None) -> None:
+    def __init__(self, log_dir: Path, env: dict | None = None, preload: tuple[str, ...] = ()) -> None:
+        from fusedce_profiler.instrument.confined import open_inside
+
         log_dir = Path(log_dir)
         log_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = log_dir / f"worker-{os.getpid()}-{time.monotonic_ns()}.log"
+        unknown = [kind for kind in preload if kind not in JOBS]
+        if unknown:
+            raise ValueError(f"unknown job kind(s) to preload: {', '.join(unknown)}; known: {', '.join(JOBS)}")
+        # opened without following a link at logs/ or at the file: a log never leaves its folder
+        log = os.fdopen(open_inside(log_dir.parent, self.log_path,
+                                    os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOCTTY), "ab")
         read_end, write_end = os.pipe()
-        log = open(self.log_path, "ab")
+        life_read, self._life = os.pipe()  # the parent alone holds the write end (see the module docstring)
         child_env = dict(os.environ if env is None else env)
         child_env.setdefault("PYTHONUNBUFFERED", "1")
         # The child imports what the parent can (a user's back-end module on a path added at
@@ -116,11 +137,13 @@ class Worker:
         child_env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
         try:
             self._process = subprocess.Popen(
-                [sys.executable, "-m", "fusedce_profiler.instrument.worker", str(os.getpid()), str(write_end)],
-                stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, pass_fds=(write_end,),
+                [sys.executable, "-m", "fusedce_profiler.instrument.worker", str(os.getpid()), str(write_end),
+                 str(life_read), ",".join(preload)],
+                stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, pass_fds=(write_end, life_read),
                 start_new_session=True, env=child_env)
         finally:
             os.close(write_end)
+            os.close(life_read)
             log.close()
         self._replies = os.fdopen(read_end, "rb")
         self._buffer = b""
@@ -139,11 +162,7 @@ class Worker:
         """
         if kind not in JOBS:
             raise ValueError(f"unknown job kind {kind!r}; known: {', '.join(JOBS)}")
-        if not self._ready:
-            line, timed_out = self._read_line(_START_TIMEOUT_S)
-            if line is None:
-                raise self._died(timed_out=timed_out, at_start=True)
-            self._ready = True
+        self.wait_ready()
         message = json.dumps({"kind": kind, "payload": payload or {}}) + "\n"
         try:
             self._process.stdin.write(message.encode())
@@ -159,6 +178,15 @@ class Worker:
             raise JobFailed(f"job {kind} failed in the worker ({error.splitlines()[-1] if error else '?'}); "
                             f"log {self.log_path}:\n{error}")
         return answer["reply"]
+
+    def wait_ready(self) -> None:
+        """Wait until the child has started (its ``preload`` imported): :class:`WorkerDied` with
+        ``at_start`` if it dies or takes longer than its own start-up bound first."""
+        if not self._ready:
+            line, timed_out = self._read_line(_START_TIMEOUT_S)
+            if line is None:
+                raise self._died(timed_out=timed_out, at_start=True)
+            self._ready = True
 
     def _read_line(self, timeout_s: float | None) -> tuple[bytes | None, bool]:
         """(the next reply line, or ``None`` if the child ended or the time ran out; whether it ran out)."""
@@ -207,7 +235,7 @@ class Worker:
             except (ProcessLookupError, PermissionError):
                 self._process.kill()
             self._process.wait(timeout=10)
-        else:  # the child is gone; helpers it started in its session go too
+        else:  # the child is gone; helpers it started in its session (and its reaper) go too
             try:
                 os.killpg(self._process.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
@@ -216,6 +244,9 @@ class Worker:
             self._replies.close()
         except OSError:
             pass
+        if self._life >= 0:
+            os.close(self._life)  # the child's group is gone: its reaper has nothing left to wait for
+            self._life = -1
 
     def __enter__(self) -> "Worker":
         return self
@@ -246,6 +277,21 @@ def _die_with_parent(parent_pid: int) -> None:
     threading.Thread(target=watch, name="parent-watchdog", daemon=True).start()
 
 
+def _start_reaper(life_fd: int) -> None:
+    """Fork the reaper: it waits for the parent's end of the life pipe to close, then kills this
+    process group (see the module docstring). Forked before anything is imported or threaded."""
+    if os.fork() == 0:
+        try:
+            os.closerange(0, life_fd)
+            os.closerange(life_fd + 1, 1 << 16)
+            while os.read(life_fd, 1):
+                pass
+        finally:
+            os.killpg(0, signal.SIGKILL)
+            os._exit(0)
+    os.close(life_fd)
+
+
 def _load(target: str):
     import importlib
 
@@ -253,8 +299,11 @@ def _load(target: str):
     return getattr(importlib.import_module(module), name)
 
 
-def _serve(parent_pid: int, reply_fd: int) -> int:
+def _serve(parent_pid: int, reply_fd: int, life_fd: int, preload: list[str]) -> int:
+    _start_reaper(life_fd)
     _die_with_parent(parent_pid)
+    for kind in preload:
+        _load(JOBS[kind])
     replies = os.fdopen(reply_fd, "wb")
     replies.write(b'{"ready": true}\n')
     replies.flush()
@@ -275,4 +324,4 @@ def _serve(parent_pid: int, reply_fd: int) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(_serve(int(sys.argv[1]), int(sys.argv[2])))
+    sys.exit(_serve(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), [k for k in sys.argv[4].split(",") if k]))

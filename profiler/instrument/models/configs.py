@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fusedce_profiler.instrument import confined
+
 NORMS = ("layernorm", "rmsnorm")
 MLPS = ("gelu", "gated")  # gelu: up → GELU → down; gated: down(act(gate) · up), SwiGLU/GeGLU
 POSITIONS = ("learned", "rope")
@@ -216,7 +218,7 @@ def load_config(path: str | Path) -> ModelConfig:
     if not path.is_file():
         raise ValueError(f"config file {str(path)!r} does not exist")
     try:
-        text = path.read_text(encoding="utf-8")
+        text = confined.user_text(path)
     except UnicodeDecodeError as exc:
         raise ValueError(f"{path}: not UTF-8 text (byte {exc.start}); a config is a JSON or TOML file") from None
     except OSError as exc:
@@ -231,11 +233,13 @@ def load_config(path: str | Path) -> ModelConfig:
             raw = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
             raise ValueError(f"{path}: not valid TOML: {exc}") from None
+        except RecursionError:
+            raise ValueError(f"{path}: nested too deeply to read") from None
         if set(raw) == {"model"} and isinstance(raw["model"], dict):
             raw = raw["model"]
     else:
         try:
-            raw = json.loads(text)
+            raw = json.loads(confined.check_nesting(text, path))
         except json.JSONDecodeError as exc:
             raise ValueError(f"{path}: not valid JSON: {exc}") from None
     if not isinstance(raw, dict):

@@ -35,6 +35,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
+from fusedce_profiler.instrument import confined
 from fusedce_profiler.instrument.callables import load_callable
 from fusedce_profiler.instrument.models.configs import ModelConfig, config_from_dict, get_preset, PRESETS
 from fusedce_profiler.instrument.models.gpt import ATTENTION_IMPLS, GPT
@@ -200,9 +201,13 @@ class HFSource(ModelSource):
                 raise ValueError(f"--hf {ref!r}: the folder has no config.json")
         if path.is_file():
             try:
-                raw = json.loads(path.read_text(encoding="utf-8"))
+                raw = json.loads(confined.check_nesting(confined.user_text(path), path))
             except json.JSONDecodeError as exc:
                 raise ValueError(f"--hf {ref!r}: not valid JSON: {exc}") from None
+            except UnicodeDecodeError:
+                raise ValueError(f"--hf {ref!r}: not UTF-8 text") from None
+            except ValueError as exc:
+                raise ValueError(f"--hf {ref!r}: {exc}") from None
             if not isinstance(raw, dict) or "model_type" not in raw:
                 raise ValueError(f"--hf {ref!r}: a Hugging Face config.json needs a model_type field")
             name = path.parent.name if path.name == "config.json" else path.stem

@@ -27,7 +27,8 @@ and is a plain counter check otherwise: no hook, no profiler, nothing allocated
    ``recorded_steps.jsonl`` and writes ``environment.json`` once.
 
 A failure of the recorder itself never stops the user's training: it is reported with
-:func:`warnings.warn` and the step runs unrecorded. On a distributed run only rank 0 records.
+:func:`warnings.warn` and the step runs unrecorded; so is a folder that cannot be written, that
+another run holds, or that fills up (the recorder then records nothing more). On a distributed run only rank 0 records.
 
 Public API: :class:`StepRecorder`, :data:`NOOP` (the public face, which also renders the
 report, is :mod:`fusedce_profile`).
@@ -46,6 +47,7 @@ import torch
 from torch import nn
 
 from fusedce_profiler.instrument import store
+from fusedce_profiler.instrument.confined import FolderRefused
 from fusedce_profiler.instrument.protocol import MemoryMeter
 from fusedce_profiler.instrument.recording.assemble import RecordedSubject, build_record
 from fusedce_profiler.instrument.recording.landmarks import batch_shape, find_embedding, find_final_norm, find_head
@@ -109,7 +111,14 @@ class StepRecorder:
         self._head = self._norm = self._embedding = None
         self._lock = None
         if self.enabled:
-            self._prepare_folder(force, append)
+            try:
+                self._prepare_folder(force, append)
+            except FileExistsError:  # a recording is there: the caller must say replace or add
+                raise
+            except (OSError, store.FolderInUse, FolderRefused) as exc:
+                warnings.warn(f"fusedce-profile: not recording into {self.out}: {exc}; training goes on "
+                              "unrecorded", RuntimeWarning, stacklevel=2)
+                self.enabled = False
 
     # -- folder -------------------------------------------------------------------------
     def _prepare_folder(self, force: bool, append: bool) -> None:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fusedce_profiler.instrument import store
+from fusedce_profiler.instrument.schema import checked_fields
 from fusedce_profiler.instrument.tracing.attribution import Attribution
 
 #: The phases a recorded step is split into, in order (any may be missing: see RecordedStep).
@@ -147,22 +148,22 @@ class RecordedStep:
 
     @classmethod
     def from_dict(cls, raw: dict) -> "RecordedStep":
-        """Validate a stored line (``ValueError``/``TypeError``/``KeyError`` naming what is wrong)."""
-        raw = dict(raw)
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(raw) - known)
-        if unknown:
-            raise ValueError(f"unknown fields {unknown}")
-        for name in ("step", "peak_allocated", "baseline_allocated", "parameters", "gradients_at_start"):
-            store.int_field(raw.get(name), name, optional=False)
-        if not isinstance(raw.get("phases"), list):
+        """Validate a stored line (``ValueError`` naming what is wrong; every field checked
+        against its type by :func:`fusedce_profiler.instrument.schema.checked_fields`)."""
+        if isinstance(raw, dict):
+            unknown = sorted(set(raw) - {f.name for f in dataclasses.fields(cls)})
+            if unknown:
+                raise ValueError(f"unknown fields {unknown}")
+        raw = checked_fields(cls, raw, nested=("phases", "passes_before", "attribution"))
+        if not isinstance(raw["phases"], list):
             raise ValueError("phases must be a list")
-        raw["phases"] = [PhaseMemory(**p) for p in raw["phases"]]
-        raw["passes_before"] = [EvalPass(**p) for p in raw.get("passes_before") or []]
+        raw["phases"] = [PhaseMemory(**checked_fields(PhaseMemory, p, "phases")) for p in raw["phases"]]
+        passes = raw.get("passes_before") or []
+        if not isinstance(passes, list):
+            raise ValueError("passes_before must be a list")
+        raw["passes_before"] = [EvalPass(**checked_fields(EvalPass, p, "passes_before")) for p in passes]
         if raw.get("attribution") is not None:
             raw["attribution"] = Attribution.from_dict(raw["attribution"])
-        raw["time_ms"] = store.float_field(raw.get("time_ms"), "time_ms", optional=False)
-        raw["loss"] = store.float_field(raw.get("loss"), "loss")
         return cls(**raw)
 
 

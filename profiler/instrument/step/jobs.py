@@ -10,6 +10,7 @@ an exception; so is a back-end that cannot run here (``"skipped"``) and any othe
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -24,6 +25,8 @@ from fusedce_profiler.instrument.models.head import HeadInfo
 from fusedce_profiler.instrument.models.source import BuiltinSource, MissingDependency, ModelSource, source_from_dict
 from fusedce_profiler.instrument.step.losses import BackendUnavailable, loss_options, resolve_step_loss
 from fusedce_profiler.instrument.protocol import Phase
+from fusedce_profiler.instrument.records import STATUSES, is_backend_name
+from fusedce_profiler.instrument.schema import checked_fields
 from fusedce_profiler.instrument.precision import TRAINING_MODES, canonical_mode
 from fusedce_profiler.instrument.tracing.attribution import Attribution
 from fusedce_profiler.instrument.step.data import random_batch
@@ -80,9 +83,13 @@ class ModelJob:
     @classmethod
     def from_dict(cls, raw: dict) -> "ModelJob":
         """A job stored by ``dataclasses.asdict`` (its config validated again)."""
-        raw = dict(raw)
-        raw["config"] = ModelConfig(**raw["config"])
-        return cls(**raw)
+        values = checked_fields(cls, raw, "job", nested=("config", "source"))
+        if not is_backend_name(values["backend"]):
+            raise ValueError(f"job.backend must be a back-end name or 'module:callable', got {values['backend']!r}")
+        if not isinstance(values["config"], dict):
+            raise ValueError(f"job.config must be an object, got {values['config']!r}")
+        values["config"] = ModelConfig(**values["config"])
+        return cls(**values)
 
     @property
     def label(self) -> str:
@@ -117,19 +124,31 @@ class ModelResult:
 
     @classmethod
     def from_dict(cls, raw: dict) -> "ModelResult":
-        raw = dict(raw)
+        """Validate a stored row (:mod:`fusedce_profiler.instrument.schema`); ``ValueError`` naming the field."""
+        raw = checked_fields(cls, raw, nested=("job", "memory", "attribution", "head", "replaced"))
         raw["job"] = ModelJob.from_dict(raw["job"])
+        if raw.get("status", "ok") not in STATUSES:
+            raise ValueError(f"status must be one of {', '.join(STATUSES)}, got {raw['status']!r}")
         if raw.get("memory") is not None:
-            mem = dict(raw["memory"])
-            mem["composition"] = [Part(**p) for p in mem["composition"]]
-            mem["phases"] = [Phase(**p) for p in mem["phases"]]
+            mem = checked_fields(StepMemory, raw["memory"], "memory", nested=("composition", "phases"))
+            mem["composition"] = [Part(**checked_fields(Part, p, "memory.composition"))
+                                  for p in _listed(mem["composition"], "memory.composition")]
+            mem["phases"] = [Phase(**checked_fields(Phase, p, "memory.phases"))
+                             for p in _listed(mem["phases"], "memory.phases")]
             raw["memory"] = StepMemory(**mem)
         if raw.get("attribution") is not None:
             raw["attribution"] = Attribution.from_dict(raw["attribution"])
         if raw.get("head") is not None:
-            raw["head"] = HeadInfo(**raw["head"])
-        raw["replaced"] = [Replacement(**r) for r in raw.get("replaced") or []]
+            raw["head"] = HeadInfo(**checked_fields(HeadInfo, raw["head"], "head"))
+        raw["replaced"] = [Replacement(**checked_fields(Replacement, r, "replaced"))
+                           for r in _listed(raw.get("replaced") or [], "replaced")]
         return cls(**raw)
+
+
+def _listed(value, name: str) -> list:
+    if not isinstance(value, list):
+        raise ValueError(f"{name} must be a list, got {value!r}")
+    return value
 
 
 def _device_name(device: torch.device) -> str:
@@ -245,8 +264,9 @@ def run_job_in_worker(job: ModelJob, log_dir: Path, timeout_s: float | None = 90
     except WorkerDied as died:
         status = "timeout" if died.timed_out else "error"
         what = f"timed out after {timeout_s:g} s" if died.timed_out else died.reason
+        log = os.path.relpath(died.log_path, Path(log_dir).parent)  # the run folder's logs/: stored relative
         result = ModelResult(job=job, status=status,
-                             message=f"{what}; log {died.log_path}" + (f":\n{died.tail}" if died.tail else ""))
+                             message=f"{what}; log {log}" + (f":\n{died.tail}" if died.tail else ""))
     finally:
         worker.close()
     result.extra["wall_s"] = time.perf_counter() - start  # the whole process: start-up, build, warm-up, step

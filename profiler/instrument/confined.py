@@ -1,0 +1,234 @@
+"""Reading a run folder that may come from a stranger: nothing through a link, nothing unbounded.
+
+A run folder is made to be attached to a bug report and opened by someone else, so every file
+the tool reads from one is opened here, under two rules:
+
+**Confinement.** A file is opened relative to the folder, one path component at a time, with
+``O_NOFOLLOW``: a symbolic link anywhere below the folder (``environment.json`` linked to a
+credentials file, a linked ``snapshots/``) is refused, never followed. The folder itself is the
+one the user named, links included. Only regular files are read (a FIFO would block the reader).
+
+**Bounds.** Each kind of file has a size limit (:data:`SIZE_LIMITS`, by file name), checked on the
+open file before a byte is parsed; JSON nesting is limited to :data:`MAX_NESTING` levels, checked
+on the raw bytes before the decoder recurses. JSON-lines files are streamed, one bounded line at
+a time (:func:`jsonl_lines`), never read whole.
+
+A violation is :class:`FolderRefused`: one line naming the file and the rule, which the command
+line reports with exit code 2. It is neither a ``ValueError`` nor an ``OSError`` on purpose: the
+readers turn those into "this row or file is damaged" notes, and a refused file must stop the
+command instead.
+
+Public API: :class:`FolderRefused`, :func:`open_inside`, :func:`read_bytes`, :func:`loads`,
+:func:`jsonl_lines`, :func:`user_text`, :func:`check_nesting`, :func:`size_limit`, :data:`SIZE_LIMITS`, :data:`MAX_NESTING`,
+:data:`MAX_LINE_BYTES`.
+"""
+from __future__ import annotations
+
+import errno
+import json
+import os
+import re
+import stat
+from collections.abc import Iterator
+from pathlib import Path, PurePath
+from typing import Any
+
+MIB = 1 << 20
+
+SIZE_LIMITS = {
+    "environment.json": 1 * MIB,
+    "plan.json": 16 * MIB,
+    "parity.json": 16 * MIB,
+    "doctor.json": 16 * MIB,
+    "explain.json": 16 * MIB,
+    "fit.json": 16 * MIB,
+    ".timeline.json": 64 * MIB,
+    "results.jsonl": 256 * MIB,
+    "model_results.jsonl": 256 * MIB,
+    "recorded_steps.jsonl": 256 * MIB,
+}
+"""Largest file of each kind the tool reads (bytes), by file name or, with a leading dot, by
+suffix. Each is far above what a real run writes: an environment is ~2 KB, a plan ~300 bytes per
+cell, a result row ~1.5 KB, a timeline a few MB for a large step."""
+
+DEFAULT_SIZE_LIMIT = 16 * MIB
+"""The limit of a JSON file of a kind not listed in :data:`SIZE_LIMITS` (a ``--config`` file)."""
+
+MAX_LINE_BYTES = 4 * MIB
+"""Longest line of a JSON-lines file (one record)."""
+
+MAX_NESTING = 64
+"""Deepest nesting of arrays and objects in any JSON the tool reads; its own files nest at most
+five levels, and the decoder recurses once per level."""
+
+_OPEN_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+_OPEN_DIR = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_DIRECTORY
+
+
+class FolderRefused(Exception):
+    """A file of a run folder the tool will not read or write: a symbolic link, not a regular
+    file, over its size limit, nested too deeply. ``str()`` is one line naming the file."""
+
+
+def size_limit(path: str | PurePath) -> int:
+    """The size limit of the file ``path`` names (:data:`SIZE_LIMITS`)."""
+    name = PurePath(path).name
+    if name in SIZE_LIMITS:
+        return SIZE_LIMITS[name]
+    for suffix, limit in SIZE_LIMITS.items():
+        if suffix.startswith(".") and name.endswith(suffix):
+            return limit
+    return DEFAULT_SIZE_LIMIT
+
+
+def _relative_parts(folder: Path, path: Path) -> tuple[str, ...]:
+    """The components of ``path`` below ``folder`` (both taken from the current folder when
+    relative); :class:`FolderRefused` when it is not below it."""
+    try:
+        parts = Path(os.path.abspath(path)).relative_to(os.path.abspath(folder)).parts
+    except ValueError:
+        raise FolderRefused(f"{path}: outside the run folder {folder}") from None
+    if not parts:
+        raise FolderRefused(f"{path}: not a file inside the run folder {folder}")
+    return parts
+
+
+def _refused_link(path: Path) -> FolderRefused:
+    return FolderRefused(f"{path}: a symbolic link; a run folder's files are read only inside it, "
+                         "never through links")
+
+
+def open_inside(folder: str | Path, path: str | Path, flags: int = _OPEN_READ, mode: int = 0o666) -> int:
+    """A file descriptor of ``path``, a file below ``folder``, opened without following a link
+    at or below ``folder``; the caller closes it.
+
+    ``flags`` default to reading; ``O_NOFOLLOW`` is always added. A link on the way is
+    :class:`FolderRefused` naming it; a missing file is ``FileNotFoundError``.
+    """
+    folder, path = Path(folder), Path(path)
+    parts = _relative_parts(folder, path)
+    below = [folder.joinpath(*parts[:index + 1]) for index in range(len(parts))]  # as the caller named them
+    fd = os.open(folder, os.O_RDONLY | os.O_CLOEXEC | os.O_DIRECTORY)
+    try:
+        for part, named in zip(parts[:-1], below):
+            try:
+                inner = os.open(part, _OPEN_DIR, dir_fd=fd)
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR) and named.is_symlink():
+                    raise _refused_link(named) from None
+                exc.filename = str(named)
+                raise
+            os.close(fd)
+            fd = inner
+        try:
+            return os.open(parts[-1], flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=fd)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise _refused_link(path) from None
+            exc.filename = str(path)
+            raise
+    finally:
+        os.close(fd)
+
+
+def _read_regular(fd: int, path: Path, limit: int) -> bytes:
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        raise FolderRefused(f"{path}: not a regular file")
+    if info.st_size > limit:
+        raise FolderRefused(f"{path}: {info.st_size} bytes, over the limit of {limit} bytes for this kind of file")
+    os.set_blocking(fd, True)
+    chunks, total = [], 0
+    while chunk := os.read(fd, min(1 << 20, limit + 1 - total)):
+        chunks.append(chunk)
+        total += len(chunk)
+        if total > limit:  # it grew after the check
+            raise FolderRefused(f"{path}: over the limit of {limit} bytes for this kind of file")
+    return b"".join(chunks)
+
+
+def read_bytes(path: str | Path, inside: str | Path | None = None, limit: int | None = None) -> bytes:
+    """The bytes of ``path``, a file of the folder ``inside`` (default: its own folder), read
+    without following links and refused over ``limit`` (default :func:`size_limit`)."""
+    path = Path(path)
+    folder = Path(inside) if inside is not None else path.parent
+    fd = open_inside(folder, path)
+    try:
+        return _read_regular(fd, path, size_limit(path) if limit is None else limit)
+    finally:
+        os.close(fd)
+
+
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+
+
+def nesting_depth(data: bytes) -> int:
+    """How deep arrays and objects nest in the JSON text ``data`` (brackets inside strings do not count)."""
+    import numpy as np
+
+    brackets = _STRING.sub(b'""', data).translate(None, _NOT_BRACKETS)
+    if not brackets:
+        return 0
+    codes = np.frombuffer(brackets, dtype=np.uint8)
+    steps = np.where((codes == ord("[")) | (codes == ord("{")), 1, -1)
+    return int(np.cumsum(steps).max())
+
+
+def loads(data: bytes, path: str | Path) -> Any:
+    """Decode the JSON text ``data`` read from ``path``: ``ValueError`` naming the file when it is
+    not UTF-8 JSON, :class:`FolderRefused` when it nests deeper than :data:`MAX_NESTING`."""
+    if nesting_depth(data) > MAX_NESTING:
+        raise FolderRefused(f"{path}: JSON nested deeper than the limit of {MAX_NESTING} levels")
+    try:
+        return json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: not UTF-8 text") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not valid JSON ({exc})") from None
+    except RecursionError:  # a smaller stack than the nesting limit assumes
+        raise FolderRefused(f"{path}: JSON nested too deeply to read") from None
+
+
+def user_text(path: str | Path) -> str:
+    """The UTF-8 text of a file the user named on the command line (a ``--config``, an ``--hf``
+    config.json; a link is fine there: the user chose it), refused over
+    :data:`DEFAULT_SIZE_LIMIT` before it is read: ``ValueError`` naming the file. ``OSError`` and
+    ``UnicodeDecodeError`` propagate for the caller to word."""
+    path = Path(path)
+    size = path.stat().st_size
+    if size > DEFAULT_SIZE_LIMIT:
+        raise ValueError(f"{path}: {size} bytes, over the limit of {DEFAULT_SIZE_LIMIT} bytes for a config file")
+    return path.read_text(encoding="utf-8")
+
+
+def check_nesting(text: str, path: str | Path) -> str:
+    """``text`` when its JSON nests at most :data:`MAX_NESTING` levels; ``ValueError`` naming
+    ``path`` otherwise (a user's file: a usage error, not a refused run-folder file)."""
+    if nesting_depth(text.encode("utf-8")) > MAX_NESTING:
+        raise ValueError(f"{path}: JSON nested deeper than the limit of {MAX_NESTING} levels")
+    return text
+
+
+def jsonl_lines(path: str | Path, inside: str | Path | None = None) -> Iterator[tuple[int, bytes, bool]]:
+    """(line number, raw line without its newline, whether it is an unterminated last line) of a
+    JSON-lines file, streamed; blank lines included. ``FileNotFoundError`` when it is missing;
+    :class:`FolderRefused` for a link, a file over its size limit or a line over
+    :data:`MAX_LINE_BYTES`."""
+    path = Path(path)
+    fd = open_inside(Path(inside) if inside is not None else path.parent, path)
+    with os.fdopen(fd, "rb") as fh:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise FolderRefused(f"{path}: not a regular file")
+        limit = size_limit(path)
+        if info.st_size > limit:
+            raise FolderRefused(f"{path}: {info.st_size} bytes, over the limit of {limit} bytes for this kind of file")
+        os.set_blocking(fd, True)
+        number = 0
+        while raw := fh.readline(MAX_LINE_BYTES + 1):
+            number += 1
+            terminated = raw.endswith(b"\n")
+            if not terminated and len(raw) > MAX_LINE_BYTES:
+                raise FolderRefused(f"{path}:{number}: a line over the limit of {MAX_LINE_BYTES} bytes")
+            yield number, raw.rstrip(b"\n"), not terminated

@@ -1,0 +1,235 @@
+"""A run folder from a stranger: nothing outside it is read or written, nothing unbounded is parsed.
+
+Each test plants one hostile thing in a copy of a finished grid folder (a link out of it, an
+oversized or deeply nested file, a malformed timeline, a formula-like name) and checks that the
+command answers in one line with its documented exit code, and that nothing outside the folder
+changed. The folder itself is made once per module by a tiny CPU grid (``finished_run``).
+"""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from fusedce_cli.app import app
+from fusedce_profiler.instrument import confined, store
+from fusedce_profiler.instrument.environment import ENVIRONMENT_KEYS, collect_environment
+from linked import UNTOUCHED, link_out
+from processes import cli_env, run_cli
+from test_cli_faults import TINY, finished_run  # noqa: F401 - a fixture, shared
+
+
+
+@pytest.fixture
+def run(finished_run, tmp_path):
+    """A private copy of the finished folder, beside a file that must never be touched."""
+    copy = tmp_path / "run"
+    shutil.copytree(finished_run, copy, symlinks=True)
+    return copy
+
+
+@pytest.fixture
+def secret(tmp_path):
+    path = tmp_path / "credentials.json"
+    path.write_text('{"aws_secret_access_key": "s3cret-value", "date": "leaked"}\n')
+    return path
+
+
+def _report(folder: Path):
+    return CliRunner().invoke(app, ["report", str(folder)])
+
+
+def _one_line_exit_2(result, *needles: str) -> None:
+    text = " ".join(result.stderr.split())
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output and len(result.stderr.strip().splitlines()) <= 2, result.stderr
+    for needle in needles:
+        assert needle in text, text
+
+
+def _row(folder: Path) -> dict:
+    return json.loads((folder / store.RESULTS_FILE).read_text().splitlines()[0])
+
+
+def test_resume_never_truncates_a_results_file_linked_outside_the_folder(run):
+    (run / store.RESULTS_FILE).unlink()
+    outside = link_out(run, store.RESULTS_FILE)
+    result = CliRunner().invoke(app, [*TINY, "--tokens", "8", "--backend", "torch", "--out", str(run), "--resume"])
+    _one_line_exit_2(result, f"{run / store.RESULTS_FILE}: a symbolic link")
+    assert outside.read_bytes() == UNTOUCHED
+
+
+def test_appending_a_recording_never_truncates_a_linked_steps_file(tmp_path):
+    import torch
+
+    from fusedce_profile import StepRecorder
+    from tests.doctor_models import WrappedHeadLM
+
+    folder = tmp_path / "rec"
+    outside = link_out(folder, store.RECORDED_STEPS_FILE)
+    model = WrappedHeadLM()
+    recorder = StepRecorder(model, folder, steps=(0,), append=True, trace=False, report=False)
+    with pytest.warns(RuntimeWarning, match=f"{folder / store.RECORDED_STEPS_FILE}: a symbolic link"):
+        with recorder.step():
+            model(torch.zeros(1, 8, dtype=torch.long)).sum().backward()
+        recorder.close()
+    assert outside.read_bytes() == UNTOUCHED
+
+
+def test_report_refuses_a_linked_environment_and_renders_nothing_of_it(run, secret):
+    (run / store.ENVIRONMENT_FILE).unlink()
+    (run / store.ENVIRONMENT_FILE).symlink_to(secret)
+    _one_line_exit_2(_report(run), f"{run / store.ENVIRONMENT_FILE}: a symbolic link")
+    for name in ("summary.md", "report.html"):
+        assert "s3cret" not in (run / name).read_text()
+
+
+def test_report_renders_only_the_keys_an_environment_has(run):
+    environment = json.loads((run / store.ENVIRONMENT_FILE).read_text())
+    environment.update(token="s3cret-value", backends={**environment["backends"], "x": {"deep": "s3cret-value"}})
+    (run / store.ENVIRONMENT_FILE).write_text(json.dumps(environment))
+    assert _report(run).exit_code == 0
+    summary = (run / "summary.md").read_text()
+    assert "s3cret" not in summary and "s3cret" not in (run / "report.html").read_text()
+    assert f"torch: {environment['torch']}" in summary
+
+
+@pytest.mark.parametrize("name", [store.PLAN_FILE, "snapshots/torch.timeline.json"])
+def test_report_refuses_other_linked_files(run, secret, name):
+    if name.endswith(store.TIMELINE_SUFFIX):
+        row = _row(run)
+        row["timeline_path"] = name
+        (run / store.RESULTS_FILE).write_text(json.dumps(row) + "\n")
+    (run / name).parent.mkdir(exist_ok=True)
+    if (run / name).exists():
+        (run / name).unlink()
+    (run / name).symlink_to(secret)
+    _one_line_exit_2(_report(run), f"{run / name}: a symbolic link")
+
+
+def test_a_linked_logs_folder_is_refused_and_nothing_is_written_through_it(tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / store.LOGS_DIR).symlink_to(elsewhere)
+    result = CliRunner().invoke(app, [*TINY, "--tokens", "8", "--backend", "torch", "--out", str(out), "--resume"])
+    _one_line_exit_2(result, f"{out / store.LOGS_DIR}: a symbolic link")
+    assert list(elsewhere.iterdir()) == []
+
+
+def test_an_oversized_timeline_is_refused_before_it_is_parsed(run):
+    row = _row(run)
+    row["timeline_path"] = "snapshots/big.timeline.json"
+    (run / store.RESULTS_FILE).write_text(json.dumps(row) + "\n")
+    (run / "snapshots").mkdir(exist_ok=True)
+    with (run / "snapshots" / "big.timeline.json").open("wb") as fh:
+        fh.truncate(confined.SIZE_LIMITS[store.TIMELINE_SUFFIX] + 1)  # sparse: no disk used
+    _one_line_exit_2(_report(run), "big.timeline.json", "over the limit of 67108864 bytes")
+
+
+@pytest.mark.parametrize("name", [store.RESULTS_FILE, store.ENVIRONMENT_FILE, store.PLAN_FILE])
+def test_deeply_nested_json_is_one_line_naming_the_file(run, name):
+    (run / name).write_text("[" * 50_000 + "]" * 50_000 + "\n")
+    _one_line_exit_2(_report(run), f"{run / name}", f"nested deeper than the limit of {confined.MAX_NESTING}")
+
+
+@pytest.mark.parametrize("timeline", [[1, 2], {"times_ms": [0.0], "allocated_bytes": [1], "live_at_peak": [3]},
+                                      {"times_ms": [0.0], "allocated_bytes": [1], "live_at_peak": "x"}])
+def test_a_malformed_timeline_is_a_note_not_a_traceback(run, timeline):
+    row = _row(run)
+    row["timeline_path"] = "snapshots/bad.timeline.json"
+    (run / store.RESULTS_FILE).write_text(json.dumps(row) + "\n")
+    (run / "snapshots").mkdir(exist_ok=True)
+    (run / "snapshots" / "bad.timeline.json").write_text(json.dumps(timeline))
+    result = _report(run)
+    assert result.exit_code == 0, result.output
+    assert "bad.timeline.json: not a timeline" in " ".join(result.stdout.split())
+
+
+def test_rows_of_an_older_and_a_newer_version_report_side_by_side(run):
+    row = _row(run)
+    older = {k: v for k, v in row.items() if k not in ("timeline_path", "log_path", "extra", "memory_source")}
+    newer = {**row, "spec": {**row["spec"], "tokens": 16}, "a_field_of_a_later_version": [1, 2]}
+    (run / store.RESULTS_FILE).write_text(json.dumps(older) + "\n" + json.dumps(newer) + "\n")
+    result = _report(run)
+    assert result.exit_code == 0, result.output
+    assert "a_field_of_a_later_version" not in (run / "summary.md").read_text()
+
+
+@pytest.mark.parametrize("name", ["=HYPERLINK(\"http://x\")", "+1+1", "-2+3", "@SUM(A1)", "torch\n=1"])
+def test_a_formula_like_backend_name_is_never_read_back(run, name):
+    row = _row(run)
+    bad = {**row, "spec": {**row["spec"], "backend": name, "tokens": 16}}
+    (run / store.RESULTS_FILE).write_text(json.dumps(row) + "\n" + json.dumps(bad) + "\n")
+    result = _report(run)
+    assert result.exit_code == 0, result.output
+    assert "spec.backend must be a back-end name or 'module:callable'" in " ".join(result.stdout.split())
+    assert len((run / "results.csv").read_text().splitlines()) == 2  # the header and the valid row
+
+
+def test_a_formula_like_message_is_neutralised_in_the_csv(run):
+    row = {**_row(run), "message": "=cmd|' /C calc'!A0"}
+    (run / store.RESULTS_FILE).write_text(json.dumps(row) + "\n")
+    assert _report(run).exit_code == 0
+    assert "'=cmd|" in (run / "results.csv").read_text()
+
+
+def test_report_refuses_a_folder_a_live_run_holds(run):
+    with store.RunLock(run):
+        result = run_cli(["report", str(run)], cli_env())
+    assert result.returncode == 2 and "is in use by pid" in result.stderr and "Traceback" not in result.stderr
+    assert "a run is still writing into it" in " ".join(result.stderr.split())
+
+
+def test_a_finished_folder_holds_no_lock_host_home_path_or_command_line(finished_run):
+    assert not (finished_run / store.LOCK_FILE).exists()
+    environment = json.loads((finished_run / store.ENVIRONMENT_FILE).read_text())
+    leaks = {"host name": rf"\b{re.escape(socket.gethostname())}\b", "home": re.escape(str(Path.home()) + "/"),
+             "run folder": re.escape(str(finished_run.parent)), "interpreter": re.escape(str(Path(sys.executable).parent)),
+             "command line": "--backend"}
+    for path in finished_run.rglob("*"):
+        if not path.is_file() or path.suffix == ".png" or path.name == store.ENVIRONMENT_FILE:
+            continue
+        text = re.sub(r"data:image/png;base64,[A-Za-z0-9+/=]+", "", path.read_text(errors="replace"))
+        for what, pattern in leaks.items():
+            assert not re.search(pattern, text), f"{path.relative_to(finished_run)} holds the {what}"
+    assert set(environment) <= {"resumed", *ENVIRONMENT_KEYS}
+
+
+def test_the_known_environment_keys_are_those_collected():
+    assert tuple(collect_environment()) == ENVIRONMENT_KEYS
+
+
+def test_files_of_a_finished_folder_follow_the_umask(finished_run):
+    modes = {path.name: path.stat().st_mode & 0o777 for path in finished_run.rglob("*") if path.is_file()}
+    assert set(modes.values()) <= {0o644, 0o664}, modes
+
+
+MODEL_FOLDER = Path(__file__).parent / "fixtures" / "h200_model"
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("time_ms", "fast", "time_ms must be a number"),
+    ("memory.peak", "1 GiB", "memory.peak must be an integer"),
+    ("job.batch", 3.5, "job.batch must be an integer"),
+    ("job.backend", "=1+1", "job.backend must be a back-end name"),
+    ("status", "pwned", "status must be one of"),
+])
+def test_a_model_row_whose_fields_are_not_their_types_is_skipped_naming_the_field(tmp_path, field, value, message):
+    run = tmp_path / "model"
+    shutil.copytree(MODEL_FOLDER, run)
+    lines = (run / store.MODEL_RESULTS_FILE).read_text().splitlines()
+    row = json.loads(lines[0])
+    owner, _, name = field.rpartition(".")
+    (row[owner] if owner else row)[name] = value
+    (run / store.MODEL_RESULTS_FILE).write_text("\n".join([json.dumps(row), *lines[1:]]) + "\n")
+    result = _report(run)
+    assert result.exit_code == 0, result.output
+    assert f"{store.MODEL_RESULTS_FILE}:1" in result.stdout and message in " ".join(result.stdout.split())

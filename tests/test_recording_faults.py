@@ -1,0 +1,99 @@
+"""Profiling never stops training: the recorder and both callbacks on a folder that cannot be
+written, that another run holds, or whose disk fills, warn and let the steps run."""
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+import sys
+import types
+
+import pytest
+import torch
+
+from fusedce_profile import StepRecorder
+from fusedce_profiler.instrument import store
+from test_recording import _Trainer, _batch, _lightning_fit, _loss, hf_callback, lightning_callback  # noqa: F401
+from tests.doctor_models import WrappedHeadLM
+
+
+@pytest.fixture
+def unwritable(tmp_path):
+    """A folder that cannot be created: its parent is a file (permissions do not stop root)."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    return blocker / "profile"
+
+
+@pytest.fixture
+def held(tmp_path):
+    """A folder whose lock another process holds for the length of the test."""
+    folder = tmp_path / "held"
+    holder = subprocess.Popen([sys.executable, "-c", "import time; from fusedce_profiler.instrument import store; "
+                               f"store.RunLock({str(folder)!r}).acquire(); print('held', flush=True); time.sleep(120)"],
+                              stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    yield folder
+    holder.kill()
+    holder.wait(timeout=30)
+
+
+def _train(recorder, steps: int = 3) -> int:
+    model = recorder.model
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    done = 0
+    for i in range(steps):
+        with recorder.step():
+            _loss(model, _batch(i)).backward()
+            optimizer.step()
+            optimizer.zero_grad()
+        done += 1
+    recorder.close()
+    return done
+
+
+@pytest.mark.parametrize("where", ["unwritable", "held"])
+def test_the_recorder_warns_and_training_goes_on(where, request):
+    folder = request.getfixturevalue(where)
+    with pytest.warns(RuntimeWarning, match=f"not recording into {folder}.*training goes on"):
+        recorder = StepRecorder(WrappedHeadLM(), folder, steps=(1,), trace=False)
+    assert _train(recorder) == 3 and recorder.records == []
+
+
+def test_a_full_disk_while_storing_a_step_is_a_warning(tmp_path, monkeypatch):
+    recorder = StepRecorder(WrappedHeadLM(), tmp_path / "r", steps=(0, 1), trace=False, report=False)
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.warns(RuntimeWarning, match="No space left on device"):
+        assert _train(recorder) == 3
+
+
+@pytest.mark.parametrize("where", ["unwritable", "held"])
+def test_the_lightning_callback_warns_and_fit_goes_on(where, request, lightning_callback, tmp_path):
+    folder = request.getfixturevalue(where)
+    trainer = _Trainer(tmp_path / "logs")
+    callback = lightning_callback(steps=(1,), out=folder, trace=False)
+    with pytest.warns(RuntimeWarning, match="training goes on"):
+        _lightning_fit(callback, WrappedHeadLM(), trainer, steps=3, validate_after={0})
+    assert trainer.global_step == 3
+
+
+@pytest.mark.parametrize("where", ["unwritable", "held"])
+def test_the_hf_callback_warns_and_training_goes_on(where, request, hf_callback, tmp_path):
+    folder = request.getfixturevalue(where)
+    model = WrappedHeadLM()
+    args = types.SimpleNamespace(output_dir=str(tmp_path / "out"))
+    state = types.SimpleNamespace(global_step=0, is_world_process_zero=True)
+    callback = hf_callback(steps=(1,), out=folder, trace=False)
+    with pytest.warns(RuntimeWarning, match="training goes on"):
+        callback.on_train_begin(args, state, None, model=model)
+        for i in range(3):
+            callback.on_step_begin(args, state, None)
+            _loss(model, _batch(i)).backward()
+            state.global_step += 1
+            callback.on_step_end(args, state, None)
+        callback.on_train_end(args, state, None)
+    assert state.global_step == 3
