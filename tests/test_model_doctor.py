@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from fusedce import linear_cross_entropy
 from fusedce_profiler.instrument.models.configs import get_preset
 from fusedce_profiler.instrument.models.source import BuiltinSource, UserSource
+from fusedce_profiler.judgements.doctor.precision import SAFETY
 from fusedce_profiler.judgements.doctor.doctor import CHECKS, DoctorRun, cpu_size_guard, load_wrapper, run_doctor
 
 MODELS = ("untied", "tied", "untied_bias", "tied_bias")
@@ -147,7 +148,7 @@ BUGS = [  # (wrapper, the check it must fail, models it applies to)
     (detached_hidden, "body", MODELS),
     (no_grad_hidden, "body", MODELS),
     (detached_weight, "weight", MODELS),
-    (stale_copy, "weight", MODELS),
+    (stale_copy, "fresh", MODELS),
     (embedding_weight, "weight", ("untied", "untied_bias")),
     (not_shifted, "shift", MODELS),
     (shifted_twice, "shift", MODELS),
@@ -161,6 +162,9 @@ BUGS = [  # (wrapper, the check it must fail, models it applies to)
     (gradient_doubled, "gradient", MODELS),
 ]
 CASES = [pytest.param(fn, key, model, id=f"{fn.__name__}-{model}") for fn, key, models in BUGS for model in models]
+#: Two checks that see one mistake from two sides: a loss multiplying by anything but the head's
+#: weight gives the weight no gradient ("weight") and does not follow its in-place step ("fresh").
+SAME_MISTAKE = {"stale_copy": {"weight"}, "embedding_weight": {"fresh"}}
 
 
 @pytest.mark.parametrize("fn, key, model", CASES)
@@ -168,7 +172,7 @@ def test_planted_mistake_fails_its_check_and_nothing_else_fails(fn, key, model):
     run = _run(fn, model)
     verdicts = _verdicts(run)
     assert verdicts[key] == "fail", verdicts
-    failed = {k for k, v in verdicts.items() if v == "fail"}
+    failed = {k for k, v in verdicts.items() if v == "fail"} - SAME_MISTAKE.get(fn.__name__, set())
     assert failed == {key}, f"knock-on failures: {verdicts}"
     evidence = next(c.evidence for c in run.checks if c.key == key)
     assert any(ch.isdigit() for ch in evidence), evidence  # the numbers it judged by
@@ -265,7 +269,9 @@ def test_load_wrapper_names_the_bad_part():
 def test_under_bf16_autocast_the_bf16_tolerance_keeps_every_verdict(fn, key):
     # The GPU's mode (amp-bf16), here under the CPU's autocast: rounding must not raise a false alarm.
     run = _run(fn, "untied_bias", mode="amp-bf16")
-    assert run.mode == "amp-bf16" and run.tolerance == pytest.approx(3e-2)
+    # The tolerance is measured: SAFETY × the spread bf16 autocast puts on the model's own loss.
+    assert run.mode == "amp-bf16" and run.spread["samples"] == 2 and run.spread["gradient"] > 1e-3
+    assert run.tolerance == pytest.approx(max(2e-3, SAFETY * max(run.spread["loss"], run.spread["gradient"])))
     failed = {c.key for c in run.checks if c.verdict == "fail"}
     assert failed == (set() if key is None else {key}), _verdicts(run)
 
