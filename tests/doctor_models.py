@@ -77,3 +77,16 @@ def broken_tie():
 
 def spare_bias():
     return WrappedHeadLM(spare_bias=True)
+
+
+class _LossConfig:
+    """A config asking its loss for label smoothing and a z-loss (what a user's model config says)."""
+
+    label_smoothing = 0.1
+    z_loss = 1e-2
+
+
+def configured():
+    model = WrappedHeadLM()
+    model.config = _LossConfig()
+    return model

@@ -245,7 +245,8 @@ def run_doctor(fn: Callable, built: BuiltModel, *, source: ModelSource | None = 
         lambda b, m: observe(built, landmarks, lambda mod, bb: naive_loss(built, bb, None, options), b, m),
         [make_batch(vocab, batch, seq, seed + 100 + i, device) for i in range(spread_samples)], mode,
         gradient_groups(weight_name, bias_name, body_names(context)))
-    context.tolerance = spread.tolerance
+    context.tolerance, context.loss_tolerance = spread.tolerance, spread.loss_tolerance
+    context.group_tolerances = spread.group_tolerances()
     results: dict[str, tuple[str, str]] = {"tie": check_tie(built, source, names), "runs": _runs(user, ref, raised)}
     checks = _judge_all(context, results)
     losses = {"yours": user.loss, "naive (reference)": ref.loss}

@@ -14,7 +14,7 @@ policy) differ by at most about twice the spread; the tolerance is
 
     tolerance = max(fp32 floor, SAFETY · spread)
 
-with the fp32 floor of :mod:`fusedce_profiler.instrument.tolerances` (summation order, TF32).
+for the gradients, and the same from the loss's own spread for loss values, with the fp32 floor of :mod:`fusedce_profiler.instrument.tolerances` (summation order, TF32).
 In fp32 the spread is ~1e-7 and the floor decides; under bf16 autocast the spread is a few 1e-3
 and the tolerance a few 1e-2. A planted wiring mistake errs by O(1) and still fails.
 
@@ -78,13 +78,18 @@ class Spread:
     tolerance: float
     floor: float
     groups: dict[str, float] = field(default_factory=dict)
+    loss_tolerance: float = 0.0
+
+    def group_tolerances(self) -> dict[str, float]:
+        """Gradient group → ``max(floor, SAFETY · its own spread)``."""
+        return {k: max(self.floor, SAFETY * v) for k, v in self.groups.items()}
 
     def describe(self) -> str:
         if self.mode == "fp32":
             return f"fp32: tolerance {self.tolerance:.1e} (the fp32 floor; measured spread {self.gradient:.1e})"
         return (f"{self.mode} against fp32 on the model's own loss over {self.samples} batches: loss {self.loss:.1e}, "
-                f"gradients {self.gradient:.1e} → tolerance {self.tolerance:.1e} ({SAFETY:g} × the spread, "
-                f"at least {self.floor:.0e})")
+                f"gradients {self.gradient:.1e} → tolerances {self.loss_tolerance:.1e} (loss) and "
+                f"{self.tolerance:.1e} (gradients): {SAFETY:g} × the spread, at least {self.floor:.0e}")
 
 
 def measure_spread(observe_naive, batches: list[dict], mode: str, groups: dict[str, list[str]]) -> Spread:
@@ -95,7 +100,7 @@ def measure_spread(observe_naive, batches: list[dict], mode: str, groups: dict[s
     """
     floor = tolerance_for("fp32")
     if mode == "fp32":
-        return Spread(mode, 0, 0.0, 0.0, floor, floor)
+        return Spread(mode, 0, 0.0, 0.0, floor, floor, {}, floor)
     worst_loss = 0.0
     worst: dict[str, float] = {k: 0.0 for k in groups}
     for batch in batches:
@@ -106,5 +111,5 @@ def measure_spread(observe_naive, batches: list[dict], mode: str, groups: dict[s
         for label, value in relative_errors(low.grads, exact.grads, groups).items():
             worst[label] = max(worst[label], value)
     gradient = max(worst.values(), default=0.0)
-    spread = max(worst_loss, gradient)
-    return Spread(mode, len(batches), worst_loss, gradient, max(floor, SAFETY * spread), floor, worst)
+    return Spread(mode, len(batches), worst_loss, gradient, max(floor, SAFETY * gradient), floor, worst,
+                  max(floor, SAFETY * worst_loss))

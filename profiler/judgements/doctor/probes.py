@@ -83,7 +83,7 @@ def _check_fresh(c: Context) -> tuple[str, str]:
     moved, expected, copied = user1 / user0 - 1, ref1 / ref0 - 1, stale / ref0 - 1
     numbers = (f"after an in-place gradient step on {c.weight_name} your loss moved {moved:+.3%}, the "
                f"model's own {expected:+.3%}, a copy of the weight made before the step would move {copied:+.3%}")
-    if abs(expected - copied) <= 4 * c.tolerance:
+    if abs(expected - copied) <= c.loss_tolerance:
         return "unclear", numbers + ": the step moved the model's own loss too little to judge"
     if abs(moved - copied) <= _FOLLOWS * abs(expected - copied):
         return "fail", (numbers + ": your loss did not follow the step — it multiplies by a copy of the head's weight "
@@ -131,10 +131,10 @@ def _check_accumulation(c: Context) -> tuple[str, str]:
     numbers = (f"micro-batches of {counts[0]} and {counts[1]} valid labels, num_items_in_batch={total}: summed loss "
                f"{accumulated.loss:.6g}, the whole batch's {c.user.loss:.6g}; gradient error "
                f"{', '.join(f'{k} {v:.2e}' for k, v in errors.items())}")
-    if close(accumulated.loss, c.user.loss, c.tolerance) and worst <= c.tolerance:
+    if close(accumulated.loss, c.user.loss, c.loss_tolerance) and worst <= c.tolerance:
         return "pass", numbers
     means = [observe(c.built, c.landmarks, c.fn, m, c.mode).loss for m in micro]
-    if all(m is not None for m in means) and close(accumulated.loss, sum(means), c.tolerance):
+    if all(m is not None for m in means) and close(accumulated.loss, sum(means), c.loss_tolerance):
         return "fail", (numbers + ": each micro-batch is a mean over its own labels (num_items_in_batch ignored), so "
                         f"the accumulated loss is about {len(micro)}× the batch's and tokens of short micro-batches "
                         "weigh more; divide the summed loss by num_items_in_batch")
@@ -211,7 +211,7 @@ def _check_compile(c: Context) -> tuple[str, str]:
     numbers = (f"torch.compile(backend={c.compile_backend!r}) on the padded batch: loss {seen.loss:.6g}, eager "
                f"{c.user.loss:.6g} (relative {rel:.2e}); gradients {', '.join(f'{k} {v:.2e}' for k, v in errors.items())}"
                f" (tolerance {c.tolerance:.1e})")
-    if rel <= c.tolerance and max(errors.values(), default=0.0) <= c.tolerance:
+    if rel <= c.loss_tolerance and max(errors.values(), default=0.0) <= c.tolerance:
         return "pass", numbers
     return "fail", numbers + ": compiled and eager disagree where targets are ignored"
 

@@ -21,16 +21,16 @@ CHECKS = (
     ("transform", "the model's logit transform (soft-cap) applied", ("runs", "weight")),
     ("shift", "targets shifted (position t predicts labels[t+1])", ("runs", "body")),
     ("ignore", "padding (-100) ignored", ("runs", "weight", "body", "shift")),
-    ("reduction", "mean over the labelled tokens (no sum, no extra scaling)",
-     ("runs", "weight", "body", "norm", "bias", "transform", "shift", "ignore")),
-    ("loss", "loss matches the naive loss", ("runs", "weight", "body", "norm", "bias", "transform", "shift",
-                                             "ignore", "reduction")),
-    ("gradient", "gradients match the naive loss's", ("runs", "weight", "body", "norm", "bias", "transform",
-                                                      "shift", "ignore", "reduction")),
-    ("call", "the weight at the call is usable (no empty shard, no DTensor mixed with plain tensors)", ()),
-    ("fresh", "the loss follows the head's weight after an in-place step (no copy made once)", ("runs", "body", "shift")),
     ("options", "the config's loss options applied (z-loss, label smoothing)",
      ("runs", "weight", "body", "norm", "bias", "transform", "shift", "ignore")),
+    ("reduction", "mean over the labelled tokens (no sum, no extra scaling)",
+     ("runs", "weight", "body", "norm", "bias", "transform", "shift", "ignore", "options")),
+    ("loss", "loss matches the naive loss", ("runs", "weight", "body", "norm", "bias", "transform", "shift",
+                                             "ignore", "options", "reduction")),
+    ("gradient", "gradients match the naive loss's", ("runs", "weight", "body", "norm", "bias", "transform",
+                                                      "shift", "ignore", "options", "reduction")),
+    ("call", "the weight at the call is usable (no empty shard, no DTensor mixed with plain tensors)", ()),
+    ("fresh", "the loss follows the head's weight after an in-place step (no copy made once)", ("runs", "body", "shift")),
     ("accumulation", "gradient accumulation over uneven micro-batches matches the whole batch", ("runs", "reduction")),
     ("all-ignored", "an all-ignored micro-batch gives finite, zero gradients", ("runs", "ignore")),
     ("none", "reduction='none' keeps ignored rows at 0 and their gradients", ("runs", "ignore")),
@@ -41,6 +41,7 @@ CHECKS = (
 )
 #: key → the item's sentence.
 ITEMS = {key: item for key, item, _ in CHECKS}
+
 
 @dataclass
 class Check:
