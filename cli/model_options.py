@@ -3,7 +3,6 @@ their resolution: a built-in preset or config, a Hugging Face model (``--hf``) o
 factory (``--model``); the loss back-ends to compare (``--backend``)."""
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -11,7 +10,9 @@ import typer
 
 from fusedce_cli.parsing import parse_backends
 from fusedce_cli.usage import fail, usage_errors
-from fusedce_profiler.instrument.models.configs import ModelConfig, get_preset, load_config
+from fusedce_profiler.instrument.models import options
+from fusedce_profiler.instrument.models.configs import ModelConfig
+from fusedce_profiler.instrument.models.options import default_preset  # noqa: F401 - re-exported for the commands
 
 PresetOption = Annotated[Optional[str], typer.Option(
     "--preset", help="A built-in model (see `presets`); default user-gpt on a GPU, tiny on the CPU.")]
@@ -40,53 +41,19 @@ BackendOption = Annotated[Optional[list[str]], typer.Option(
                       "(hidden, weight, target, bias, **options).")]
 
 
-def default_preset(device: str) -> str:
-    """The built-in model that ``model``, ``doctor`` and ``explain`` use when none is named:
-    the seed's ``user-gpt`` on a GPU, ``tiny`` on the CPU."""
-    return "user-gpt" if device.startswith("cuda") else "tiny"
-
-
 def model_config(preset: Optional[str], config: Optional[Path], tied: Optional[bool], default: str) -> ModelConfig:
     """The built-in model of --preset or --config (``default`` when neither is given), its
     tie_word_embeddings overridden by --tied/--untied."""
-    if preset and config:
-        raise fail("--preset and --config both name a model: give one of them")
     with usage_errors():
-        model = load_config(config) if config else get_preset(preset or default)
-    return model if tied is None else dataclasses.replace(model, tie_word_embeddings=tied)
+        return options.model_config(preset, config, tied, default)
 
 
 def model_source(preset: Optional[str], config: Optional[Path], hf: Optional[str], user_model: Optional[str],
                  head: Optional[str], tied: Optional[bool], default: str):
-    """The model source of the options: --hf, --model (with an optional --preset/--config
-    passed to the factory), else the built-in GPT of --preset/--config."""
-    from fusedce_profiler.instrument.models.source import BuiltinSource, HFSource, MissingDependency, UserSource
-
-    if hf and user_model:
-        raise fail("--hf and --model both name a model: give one of them")
-    if hf and (preset or config):
-        raise fail("--hf names the model; --preset/--config are for the built-in model or a --model factory")
-    try:
-        if hf:
-            from fusedce_profiler.instrument.models.source import _require_transformers
-
-            _require_transformers()
-            with usage_errors():
-                source = HFSource.from_reference(hf, head_path=head)
-        elif user_model:
-            given = model_config(preset, config, None, default) if (preset or config) else None
-            with usage_errors():
-                source = UserSource(user_model, given, head_path=head)
-        else:
-            if head:
-                raise fail("--head applies to --hf and --model sources (the built-in model's head is lm_head)")
-            source = BuiltinSource(model_config(preset, config, None, default))
-    except MissingDependency as exc:
-        raise fail(str(exc)) from None
-    if tied is not None:
-        with usage_errors():
-            source = source.with_tie(tied)
-    return source
+    """The model source of the options (:func:`fusedce_profiler.instrument.models.options.source_from_options`);
+    a bad combination exits 2 in one line."""
+    with usage_errors():
+        return options.source_from_options(preset, config, hf, user_model, head, tied, default)
 
 
 def loss_backends(backend: Optional[list[str]], default: list[str]) -> list[str]:

@@ -90,3 +90,13 @@ def configured():
     model = WrappedHeadLM()
     model.config = _LossConfig()
     return model
+
+
+def factory_raises():
+    raise RuntimeError("the factory's own bug")
+
+
+def factory_exits():
+    import sys
+
+    sys.exit(0)

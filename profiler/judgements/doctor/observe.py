@@ -128,7 +128,8 @@ def find_landmarks(built: BuiltModel, input_ids: torch.Tensor, mode: str) -> Lan
 
 @dataclass
 class SeenTensor:
-    """A tensor of the head's shape that the loss used, not a parameter and not in the graph."""
+    """A tensor of the head's shape that the loss used, a leaf that is not a parameter of the model
+    (detached, or a copy made to require grad on its own)."""
 
     shape: tuple
     dtype: str
@@ -193,7 +194,7 @@ class _HeadShapedUse(TorchFunctionMode):
         if self.armed:
             for value in list(args) + list(kwargs.values()):
                 if (isinstance(value, torch.Tensor) and tuple(value.shape) in self.shapes and id(value) not in self.params
-                        and value.grad_fn is None and not value.requires_grad and id(value) not in self.seen):
+                        and value.grad_fn is None and id(value) not in self.seen):  # a leaf outside the model
                     self.seen[id(value)] = value
         return func(*args, **kwargs)
 

@@ -93,8 +93,9 @@ class DoctorRun:
 
     @property
     def passed(self) -> bool:
-        """No item failed (``unclear``, ``not checked`` and ``n/a`` are not failures)."""
-        return not any(c.verdict == "fail" for c in self.checks)
+        """Every item judged and none failed (``unclear``, ``not checked`` and ``n/a`` are not
+        failures); an interrupted run, or one without checks, has no verdict and did not pass."""
+        return bool(self.checks) and not self.interrupted and not any(c.verdict == "fail" for c in self.checks)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
