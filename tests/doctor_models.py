@@ -100,3 +100,20 @@ def factory_exits():
     import sys
 
     sys.exit(0)
+
+
+def fsdp_untied():
+    """The untied model with FSDP2 (``fully_shard``) on each block, the embedding, the final norm,
+    the head and the root, over the initialised process group (the CPU's gloo in the tests)."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    model = WrappedHeadLM()
+    if not dist.is_initialized() or next(model.parameters()).is_meta:
+        return model
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    for module in (*model.blocks, model.embed, model.final_norm, model.head):
+        fully_shard(module, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    return model

@@ -180,3 +180,16 @@ def allocates(model, batch):
 
 def four_required(model, batch, extra, more):
     return _fused(model, batch)
+
+
+# --- sharded (FSDP2) models ----------------------------------------------------------------------
+def fsdp_correct(model, batch):
+    """The head's weight gathered outside its module's forward: ``full_tensor()`` (differentiable)."""
+    h, y = _shifted(model, batch)
+    return linear_cross_entropy(h, model.head.inner.weight.full_tensor(), y)
+
+
+def fsdp_dtensor_weight(model, batch):
+    """The sharded parameter passed as it is: a DTensor beside the plain hidden states."""
+    h, y = _shifted(model, batch)
+    return linear_cross_entropy(h, model.head.inner.weight, y)

@@ -138,17 +138,27 @@ def make_batch(vocab: int, batch: int = 4, seq: int = 32, seed: int = 0, device=
     return {"input_ids": input_ids.to(device), "labels": labels.to(device), "attention_mask": mask.to(device)}
 
 
+def _assign(param: torch.Tensor, value: torch.Tensor) -> None:
+    """``param.copy_(value)``; a sharded (DTensor) parameter takes its shard of ``value`` (every
+    rank computes the same ``value`` from the same seed)."""
+    if type(param).__name__ == "DTensor":
+        from torch.distributed.tensor import distribute_tensor
+
+        value = distribute_tensor(value.to(param.dtype), param.device_mesh, param.placements)
+    param.copy_(value)
+
+
 def _randomise(built: BuiltModel, landmarks: Landmarks, seed: int) -> None:
     """Give the head's bias and the final norm non-trivial values, so dropping either is visible."""
     gen = torch.Generator().manual_seed(seed + 1)
     with torch.no_grad():
         bias = built.head.bias
         if bias is not None:
-            bias.copy_(torch.randn(bias.shape, generator=gen).to(bias) * 0.5)
+            _assign(bias, torch.randn(tuple(bias.shape), generator=gen).to(bias.device) * 0.5)
         if landmarks.is_norm:
             for name, p in landmarks.producer.named_parameters(recurse=False):
-                noise = torch.randn(p.shape, generator=gen).to(p)
-                p.copy_((1 + 0.5 * noise) if name == "weight" else 0.1 * noise)
+                noise = torch.randn(tuple(p.shape), generator=gen).to(p.device)
+                _assign(p, (1 + 0.5 * noise) if name == "weight" else 0.1 * noise)
 
 
 def _finite_loss(observed) -> bool:

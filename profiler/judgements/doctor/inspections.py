@@ -43,6 +43,12 @@ def _check_call(c: Context) -> tuple[str, str]:
         return "fail", ("your loss used an empty floating tensor (numel() == 0) where the head's weight belongs: the "
                         "weight read outside its gather (a ZeRO-3 shard); gather the parameter first "
                         "(deepspeed.zero.GatheredParameters) or call the loss inside the head module's forward")
+    sharded = type(c.built.head.weight).__name__ == "DTensor"
+    failed_on_dtensor = c.user.error is not None and (site.dtensor_weight or (sharded and "DTensor" in c.user.error))
+    if failed_on_dtensor and not site.mixed:
+        return "fail", (f"your loss was given the head's weight as a DTensor (a sharded FSDP2/tensor-parallel "
+                        f"parameter read outside its module's forward) beside plain tensors, and failed ({c.user.error}); "
+                        "call the loss inside the owning module's forward, or pass weight.full_tensor()")
     if site.mixed:
         return "fail", (f"your loss mixed a DTensor with plain tensors in {', '.join(site.mixed[:3])}: a sharded "
                         "(FSDP2/tensor-parallel) parameter read outside its module's forward; call the loss inside "

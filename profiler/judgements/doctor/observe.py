@@ -143,11 +143,14 @@ class CallSite:
     ``empty``: functions given an empty floating tensor (``numel() == 0``, e.g. a ZeRO-3 shard
     read outside its gather); ``mixed``: functions given a DTensor beside plain tensors;
     ``lce_without_options``: torch's ``linear_cross_entropy`` called with ``options=None`` (its
-    reference path, which materialises the N×V logits)."""
+    reference path, which materialises the N×V logits); ``dtensor_weight``: a head-shaped DTensor
+    reached a torch function after the body's output existed (a loss that then fails was given the
+    sharded parameter itself)."""
 
     empty: list[str] = field(default_factory=list)
     mixed: list[str] = field(default_factory=list)
     lce_without_options: bool = False
+    dtensor_weight: bool = False  # a head-shaped DTensor reached a torch function after the body's output
 
 
 def _is_dtensor(value) -> bool:
@@ -185,6 +188,8 @@ class _HeadShapedUse(TorchFunctionMode):
         dtensors = [t for t in tensors if _is_dtensor(t)]
         if dtensors and len(dtensors) < len(tensors) and name not in self.site.mixed:
             self.site.mixed.append(name)
+        if self.armed and any(tuple(t.shape) in self.shapes for t in dtensors):
+            self.site.dtensor_weight = True
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}

@@ -61,6 +61,8 @@ def _check_fresh(c: Context) -> tuple[str, str]:
     if norm(c.user.grad(c.weight_name)) == 0 and not c.user.seen:
         return "n/a", (f"your loss gives {c.weight_name} no gradient and used no copy of it: it multiplies by another "
                        "parameter (judged by the weight check)")
+    if type(c.built.head.weight).__name__ == "DTensor":
+        return "n/a", "the head's weight is sharded (a DTensor): no in-place step is taken on its shards"
     weight = c.built.head.weight  # the bias stays: a loss that drops it moves differently, judged by "bias"
     saved = weight.detach().clone()
     grad = c.ref.grad(c.weight_name)

@@ -22,6 +22,12 @@ from fusedce_profiler.judgements.doctor.loss_options import LossOptions, shifted
 from fusedce_profiler.judgements.doctor.observe import Landmarks, Observation, naive_loss, observe
 
 
+def _full(t: torch.Tensor | None) -> torch.Tensor | None:
+    """The whole tensor of a sharded (DTensor) parameter (a collective: every rank calls it); any
+    other tensor as it is."""
+    return t.full_tensor() if type(t).__name__ == "DTensor" else t
+
+
 def loss_variants(built: BuiltModel, batch: dict, store: dict, softcap: float | None,
                   options: LossOptions = LossOptions()) -> dict[str, float]:
     """The naive loss with each known mistake, from the reference's logits (no gradient); with
@@ -59,12 +65,12 @@ def loss_variants(built: BuiltModel, batch: dict, store: dict, softcap: float | 
             if transformed:
                 out["on the head's raw output (no transform)"] = ce(raw[:, :-1], labels[:, 1:])
             consistent = torch.allclose(transform(raw), logits, rtol=1e-2, atol=1e-2)
-            bias = built.head.bias
+            bias = _full(built.head.bias)
             if bias is not None and consistent:
                 out["without the head's bias"] = ce(transform(raw - bias.float())[:, :-1], labels[:, 1:])
             prenorm = store.get("prenorm")
             if prenorm is not None and consistent and built.head.info.plain_linear:
-                no_norm = F.linear(prenorm.float(), built.head.weight.float(),
+                no_norm = F.linear(prenorm.float(), _full(built.head.weight).float(),
                                    bias.float() if bias is not None else None)
                 out["without the final norm"] = ce(transform(no_norm)[:, :-1], labels[:, 1:])
     return out
