@@ -177,7 +177,11 @@ def _judge_all(context: Context, results: dict[str, tuple[str, str]]) -> list[Ch
                 results[key] = ("not checked", f"depends on “{ITEMS[blocked[0]]}”, which "
                                 + ("failed" if results[blocked[0]][0] == "fail" else "was not checked"))
             else:
-                results[key] = judges[key](context)
+                try:
+                    results[key] = judges[key](context)
+                except Exception as exc:  # noqa: BLE001 - one check that cannot run does not end the others
+                    results[key] = ("unclear", f"the check could not run on this model: {type(exc).__name__}: "
+                                               f"{str(exc).splitlines()[0][:200] if str(exc) else ''}")
         verdict, evidence = results[key]
         checks.append(Check(item, verdict, evidence, key, list(deps)))
     return checks

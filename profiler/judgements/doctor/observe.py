@@ -193,6 +193,8 @@ class _HeadShapedUse(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if torch.compiler.is_compiling():  # dynamo's tracing (fake tensors): the eager call records
+            return func(*args, **kwargs)
         if func is getattr(torch.nn.functional, "linear_cross_entropy", None) and kwargs.get("options") is None:
             self.site.lce_without_options = True
         self._note_site(func, list(args) + list(kwargs.values()))
