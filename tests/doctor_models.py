@@ -117,3 +117,9 @@ def fsdp_untied():
         fully_shard(module, mesh=mesh)
     fully_shard(model, mesh=mesh)
     return model
+
+
+def set_size(vocab: int, hidden: int, layers: int = 2) -> None:
+    """Make every factory above build ``vocab`` × ``hidden`` models with ``layers`` blocks (the
+    device suite's larger sizes)."""
+    WrappedHeadLM.__init__.__kwdefaults__.update(vocab=vocab, hidden=hidden, layers=layers)

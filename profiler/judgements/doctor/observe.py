@@ -236,9 +236,12 @@ class Observation:
         return self.grads.get(name)
 
 
-def observe(built: BuiltModel, landmarks: Landmarks, loss_fn: Callable, batch: dict, mode: str) -> Observation:
+def observe(built: BuiltModel, landmarks: Landmarks, loss_fn: Callable, batch: dict, mode: str,
+            record_calls: bool = True) -> Observation:
     """Call ``loss_fn(model, batch)`` and backward; capture the evidence (never raises for the
-    loss's own failures: they are returned as ``error``)."""
+    loss's own failures: they are returned as ``error``). ``record_calls=False``: the calls the
+    loss makes are not watched (a ``TorchFunctionMode`` under ``torch.compile`` changes what
+    dynamo traces)."""
     model = built.module
     model.zero_grad(set_to_none=True)
     captured: dict[str, torch.Tensor] = {}
@@ -273,7 +276,7 @@ def observe(built: BuiltModel, landmarks: Landmarks, loss_fn: Callable, batch: d
 
         handles.append(landmarks.embedding.register_forward_hook(detach_lookup))
     try:
-        with autocast(mode, batch["input_ids"].device), use:
+        with autocast(mode, batch["input_ids"].device), (use if record_calls else contextlib.nullcontext()):
             loss = loss_fn(model, batch)
         if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
             raise TypeError(f"the loss must return a scalar tensor, got {type(loss).__name__} "

@@ -206,7 +206,7 @@ def _check_compile(c: Context) -> tuple[str, str]:
     torch._dynamo.reset()
     try:
         compiled = torch.compile(c.fn, backend=c.compile_backend)
-        seen = observe(c.built, c.landmarks, compiled, c.batch, c.mode)
+        seen = observe(c.built, c.landmarks, compiled, c.batch, c.mode, record_calls=False)
     finally:
         torch._dynamo.reset()
     if seen.error is not None:
