@@ -14,7 +14,7 @@ from fusedce_cli import exit_codes
 from fusedce_cli.console import make_console
 from fusedce_cli.model_options import (ConfigOption, HFOption, HeadOption, PresetOption, SeedOption, TiedOption,
                                        UserModelOption)
-from fusedce_cli.options import DeviceOption, ForceOption, JsonOption, OutOption, prepare_out
+from fusedce_cli.options import DeviceOption, ForceOption, JsonOption, OutOption, prepare_out, resolve_device
 from fusedce_cli.signals import interrupt_exit_code, stop_on_sigterm
 from fusedce_cli.usage import fail
 
@@ -55,8 +55,9 @@ def doctor(
     from fusedce_profile.errors import UsageError
 
     console = make_console(to_stderr=as_json)
+    device = resolve_device(device)
     try:
-        check_arguments(loss, device=device or "cpu", mode=mode, batch=batch, seq=seq, timeout_s=timeout,
+        check_arguments(loss, device=device, mode=mode, batch=batch, seq=seq, timeout_s=timeout,
                         memory_limit_gb=memory_limit or 1.0,
                         model_options=(preset, str(config) if config else None, hf, user_model, head))
     except UsageError as exc:

@@ -147,7 +147,7 @@ def doctor(loss: str, *, preset: str | None = None, config: str | Path | None = 
                     memory_limit_gb=memory_limit_gb, model_options=(preset, str(config) if config else None, hf, model,
                                                                     head))
     if device.startswith("cuda") and not torch.cuda.is_available():
-        raise UsageError(f"--device {device}: no CUDA device is visible")
+        raise UsageError(f"--device {device}: no CUDA device is visible; use --device cpu")
     backend = compile_backend
     if backend == "auto":
         backend = "inductor" if device.startswith("cuda") else "eager"
