@@ -6,6 +6,7 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
+from fusedce_profile.run_folder import default_out_dir  # noqa: F401 - the commands' default folder
 from fusedce_profiler.instrument import store
 
 # What a run writes into its folder; ``--force`` removes these and nothing else.
@@ -16,16 +17,6 @@ RUN_ARTEFACTS = (store.RESULTS_FILE, "results.csv", "summary.md", "report.html",
 
 class OutputDirError(ValueError):
     """The output folder cannot be used as asked (exit code 2)."""
-
-
-def default_out_dir(now: dt.datetime | None = None, parent: Path | None = None) -> Path:
-    """``./fusedce-profile-YYYYmmdd-HHMMSS`` (``-2``, ``-3`` … if that exists already)."""
-    stamp = (now or dt.datetime.now()).strftime("%Y%m%d-%H%M%S")
-    base = (parent or Path.cwd()) / f"fusedce-profile-{stamp}"
-    candidate, n = base, 2
-    while candidate.exists():
-        candidate, n = base.with_name(f"{base.name}-{n}"), n + 1
-    return candidate
 
 
 def prepare_out_dir(out: Path | None, *, force: bool, resume: bool,

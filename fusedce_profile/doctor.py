@@ -21,16 +21,16 @@ Ctrl-C (``KeyboardInterrupt``) stops the worker, writes ``doctor.json`` marked `
 re-raises.
 
 Public API: :func:`doctor`, :func:`check_arguments`, :class:`UserCodeFailed`, :data:`DEFAULT_TIMEOUT_S`, :func:`default_memory_limit_gb`,
-:func:`default_out_dir`.
+and :func:`~fusedce_profile.run_folder.default_out_dir` (re-exported).
 """
 from __future__ import annotations
 
-import datetime as dt
 import os
 import shutil
 from pathlib import Path
 
 from fusedce_profile.errors import UsageError
+from fusedce_profile.run_folder import default_out_dir
 
 #: How long the worker may take to build the model and run every check.
 DEFAULT_TIMEOUT_S = 600.0
@@ -53,16 +53,6 @@ def default_memory_limit_gb() -> float:
     except (ValueError, OSError, AttributeError):
         return 64.0
     return 0.75 * total / 2**30
-
-
-def default_out_dir(now: dt.datetime | None = None, parent: Path | None = None) -> Path:
-    """``./fusedce-profile-YYYYmmdd-HHMMSS`` (``-2``, ``-3`` … if that exists already)."""
-    stamp = (now or dt.datetime.now()).strftime("%Y%m%d-%H%M%S")
-    base = (parent or Path.cwd()) / f"fusedce-profile-{stamp}"
-    candidate, n = base, 2
-    while candidate.exists():
-        candidate, n = base.with_name(f"{base.name}-{n}"), n + 1
-    return candidate
 
 
 def check_arguments(loss: str, *, device: str = "cpu", mode: str | None = None, batch: int = 4, seq: int = 32,

@@ -13,6 +13,22 @@ import torch.nn.functional as F
 from fusedce import linear_cross_entropy
 
 
+#: (check, planted mistake, correct wiring, model of tests/doctor_models.py) for the checks of the
+#: situations training puts a loss in; the tests and the device suite run these.
+TRAINING_CASES = [
+    ("fresh", "stale_copy", "correct", "untied"),
+    ("fresh", "stale_copy", "correct", "tied"),
+    ("accumulation", "accumulation_ignores_count", "accumulation_correct", "untied"),
+    ("all-ignored", "all_ignored_nan", "correct", "untied"),
+    ("none", "none_zero_gradients", "none_correct", "untied"),
+    ("eval", "fused_only_in_training", "correct", "untied"),
+    ("eval", "torch_lce_without_options", "correct", "untied"),  # where torch has linear_cross_entropy
+    ("call", "empty_shard", "correct", "untied"),
+    ("options", "without_z_loss", "with_config_options", "configured"),
+    ("precision", "bf16_accumulated", "correct", "untied"),
+]
+
+
 def _shifted(model, batch):
     hidden = model.body(batch["input_ids"])[:, :-1]
     return hidden.reshape(-1, hidden.shape[-1]), batch["labels"][:, 1:].reshape(-1)

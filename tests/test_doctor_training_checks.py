@@ -17,19 +17,9 @@ from fusedce_profiler.judgements.doctor.doctor import DoctorRun, run_doctor
 MODES = ("fp32", "amp-bf16")
 HAS_TORCH_LCE = hasattr(torch.nn.functional, "linear_cross_entropy")
 
-CASES = [  # (check, planted mistake, correct wiring, model)
-    ("fresh", "stale_copy", "correct", "untied"),
-    ("fresh", "stale_copy", "correct", "tied"),
-    ("accumulation", "accumulation_ignores_count", "accumulation_correct", "untied"),
-    ("all-ignored", "all_ignored_nan", "correct", "untied"),
-    ("none", "none_zero_gradients", "none_correct", "untied"),
-    ("eval", "fused_only_in_training", "correct", "untied"),
-    pytest.param("eval", "torch_lce_without_options", "correct", "untied",
-                 marks=pytest.mark.skipif(not HAS_TORCH_LCE, reason="this torch has no linear_cross_entropy")),
-    ("call", "empty_shard", "correct", "untied"),
-    ("options", "without_z_loss", "with_config_options", "configured"),
-    ("precision", "bf16_accumulated", "correct", "untied"),
-]
+CASES = [pytest.param(*case, marks=pytest.mark.skipif(case[1] == "torch_lce_without_options" and not HAS_TORCH_LCE,
+                                                    reason="this torch has no linear_cross_entropy"))
+         for case in wrappers.TRAINING_CASES]
 
 
 def _run(name: str, model: str, mode: str, **kwargs) -> DoctorRun:
