@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from typing import Annotated, Optional
 
 import typer
@@ -62,6 +63,11 @@ def doctor(
                         model_options=(preset, str(config) if config else None, hf, user_model, head))
     except UsageError as exc:
         raise fail(str(exc)) from None
+    rank = int(os.environ.get("RANK", "0") or 0)
+    if rank > 0:  # under torchrun: one folder per rank, beside rank 0's
+        if out is None:
+            raise fail("under torchrun doctor needs --out DIR (rank 0 writes DIR, rank N DIR-rankN)")
+        out = out.with_name(f"{out.name}-rank{rank}")
     folder = prepare_out(out, force)
     try:
         with stop_on_sigterm():

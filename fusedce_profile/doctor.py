@@ -18,7 +18,8 @@ memory raise :class:`UserCodeFailed`, one line naming the callable (the command 
 that names nothing, or a callable that cannot be called as documented, raises
 :class:`~fusedce_profile.errors.UsageError` (exit 2) — both before any verdict, never a pass.
 Ctrl-C (``KeyboardInterrupt``) stops the worker, writes ``doctor.json`` marked ``interrupted`` and
-re-raises.
+re-raises. Under ``torchrun`` every rank calls it with its own ``out`` (the command appends
+``-rankN`` to ranks above 0); the worker joins the process group and checks that rank.
 
 Public API: :func:`doctor`, :func:`check_arguments`, :class:`UserCodeFailed`, :data:`DEFAULT_TIMEOUT_S`, :func:`default_memory_limit_gb`,
 and :func:`~fusedce_profile.run_folder.default_out_dir` (re-exported).
@@ -102,12 +103,6 @@ def _prepare(out: str | Path | None, force: bool) -> Path:
     return folder
 
 
-def _record_name(rank: int) -> str:
-    from fusedce_profiler.instrument import store
-
-    return store.DOCTOR_FILE if rank == 0 else f"doctor-rank{rank}.json"
-
-
 def doctor(loss: str, *, preset: str | None = None, config: str | Path | None = None, hf: str | None = None,
            model: str | None = None, head: str | None = None, tied: bool | None = None, device: str | None = None,
            mode: str | None = None, batch: int = 4, seq: int = 32, seed: int = 0, compile_backend: str = "auto",
@@ -146,7 +141,6 @@ def doctor(loss: str, *, preset: str | None = None, config: str | Path | None = 
     payload = {"loss": loss, "preset": preset, "config": str(config) if config else None, "hf": hf, "model": model,
                "head": head, "tied": tied, "device": device, "mode": mode, "batch": batch, "seq": seq, "seed": seed,
                "compile_backend": None if backend == "none" else backend}
-    rank = int(os.environ.get("RANK", "0"))
     worker = Worker(folder / store.LOGS_DIR)
     try:
         reply = worker.call("doctor", payload, timeout_s=timeout_s, max_rss_bytes=int(memory_limit_gb * 2**30))
@@ -164,7 +158,7 @@ def doctor(loss: str, *, preset: str | None = None, config: str | Path | None = 
         worker.close()
         partial = DoctorRun(loss=loss, config=model or hf or str(config or preset or ""), checks=[], device=device,
                             mode=mode or "", batch=batch, seq=seq, interrupted=True)
-        store.write_json(folder / _record_name(rank), partial.to_dict())
+        store.write_json(folder / store.DOCTOR_FILE, partial.to_dict())
         write_doctor_report(folder)
         raise
     finally:
@@ -174,8 +168,7 @@ def doctor(loss: str, *, preset: str | None = None, config: str | Path | None = 
     if reply["ok"] == "user":
         raise UserCodeFailed(reply["callable"], reply["message"])
     run = DoctorRun.from_dict(reply["run"])
-    store.write_json(folder / _record_name(run.rank), run.to_dict())
-    if run.rank == 0:
-        write_doctor_report(folder)
+    store.write_json(folder / store.DOCTOR_FILE, run.to_dict())
+    write_doctor_report(folder)
     run.folder = str(folder)
     return run
