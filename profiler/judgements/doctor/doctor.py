@@ -21,12 +21,14 @@
 
 **The reference** is the model's *own* forward — its head, the head's real bias (or none),
 its tie, its final norm and logit transform (soft-cap) — followed by the shifted
-cross-entropy: exactly what ``F.cross_entropy(model(ids).logits[:, :-1], labels[:, 1:])``
-trains. Both run under the same precision: bf16 autocast with fp32 weights on the GPU
-(``amp-bf16``), fp32 on the CPU; values are compared within the mode's parity tolerance
-(:mod:`fusedce_profiler.instrument.tolerances`).
+cross-entropy with the config's options (:mod:`~fusedce_profiler.judgements.doctor.loss_options`):
+what ``F.cross_entropy(model(ids).logits[:, :-1], labels[:, 1:])`` trains. Both run under the
+user's precision — ``amp-bf16`` (bf16 autocast with fp32 weights, on the GPU or the CPU) or
+``fp32`` — and are compared within tolerances measured for it on the model's own loss
+(:mod:`~fusedce_profiler.judgements.doctor.precision`).
 
-**The checks** (:data:`CHECKS`, in order; judged in :mod:`~fusedce_profiler.judgements.doctor.checks`) read
+**The checks** (:data:`CHECKS`, in order; judged in :mod:`~fusedce_profiler.judgements.doctor.checks`,
+:mod:`~fusedce_profiler.judgements.doctor.probes` and :mod:`~fusedce_profiler.judgements.doctor.inspections`) read
 the evidence of :mod:`~fusedce_profiler.judgements.doctor.observe` and :mod:`~fusedce_profiler.judgements.doctor.variants`
 — the loss value, every parameter's gradient, the per-position gradient of the body's output,
 the head-shaped tensors the loss used — and each names the numbers it judged by. A check whose
