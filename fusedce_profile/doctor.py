@@ -116,7 +116,8 @@ def doctor(loss: str, *, preset: str | None = None, config: str | Path | None = 
     ``mode``: ``amp-bf16`` (bf16 autocast, on the CPU too) or ``fp32``; default ``amp-bf16`` on a
     GPU, ``fp32`` on the CPU. ``compile_backend``: ``auto`` (``inductor`` on a GPU, ``eager`` — dynamo's
     tracing alone — on the CPU), ``none`` (the compile check is skipped) or any ``torch.compile``
-    back-end. See the module docstring for what it raises.
+    back-end. See the module docstring for what it raises. The returned run's ``folder`` attribute
+    (not stored) is the folder written — a new ``./fusedce-profile-…`` one when ``out`` is ``None``.
     """
     import torch
 

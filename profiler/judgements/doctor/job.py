@@ -71,10 +71,9 @@ def run_doctor_job(payload: dict) -> dict:
         source = source_from_options(payload.get("preset"), payload.get("config"), payload.get("hf"), factory,
                                      payload.get("head"), payload.get("tied"), default_preset(device))
         if not device.startswith("cuda") and payload.get("cpu_limit", True):
-            built_meta = None
             try:
-                built_meta = source.build("meta")
-                parameters = sum(p.numel() for p in {id(p): p for p in built_meta.module.parameters()}.values())
+                on_meta = source.build("meta")
+                parameters = sum(p.numel() for p in {id(p): p for p in on_meta.module.parameters()}.values())
             except Exception:  # noqa: BLE001 - a factory that needs real tensors
                 parameters = source.config.num_parameters()
             refused = cpu_size_guard(parameters, source.describe())
