@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 from typing import Annotated, Optional
 
 import typer
@@ -68,6 +69,7 @@ def doctor(
         if out is None:
             raise fail("under torchrun doctor needs --out DIR (rank 0 writes DIR, rank N DIR-rankN)")
         out = out.with_name(f"{out.name}-rank{rank}")
+    existed = out is not None and out.exists()
     folder = prepare_out(out, force)
     try:
         with stop_on_sigterm():
@@ -76,6 +78,8 @@ def doctor(
                              compile_backend=compile_backend, timeout_s=timeout, memory_limit_gb=memory_limit,
                              out=folder, force=True)
     except UsageError as exc:
+        if not existed:  # bad input found by the worker: no run, no folder left behind
+            shutil.rmtree(folder, ignore_errors=True)
         raise fail(str(exc)) from None
     except UserCodeFailed as exc:
         console.print(f"doctor: no verdict — {exc}", markup=False, soft_wrap=True)
