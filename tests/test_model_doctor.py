@@ -188,8 +188,9 @@ def test_unexplained_difference_fails_the_parity_checks():
     assert all(verdicts[k] in ("pass", "n/a") for k in ("weight", "body", "shift", "ignore", "norm", "bias"))
 
 
-def test_broken_tie_on_the_wrapper_is_caught_with_a_correct_loss():
-    run = _run(correct, "broken_tie")
+@pytest.mark.parametrize("mode", ["fp32", "amp-bf16"])
+def test_broken_tie_on_the_wrapper_is_caught_with_a_correct_loss(mode):
+    run = _run(correct, "broken_tie", mode=mode)
     verdicts = _verdicts(run)
     assert {k for k, v in verdicts.items() if v == "fail"} == {"tie"}, verdicts
     tie = next(c for c in run.checks if c.key == "tie")
@@ -223,7 +224,8 @@ def test_a_head_without_bias_gets_no_bias_and_no_false_alarm():
     assert run.head["bias"] is None
 
 
-def test_builtin_model_with_a_soft_cap_catches_a_missing_cap():
+@pytest.mark.parametrize("mode", ["fp32", "amp-bf16"])
+def test_builtin_model_with_a_soft_cap_catches_a_missing_cap(mode):
     # The tiny model's raw logits stay below 0.6: a cap of 0.2 changes them (5.0 would not).
     source = BuiltinSource(get_preset("tiny").replace(final_logit_softcapping=0.2, num_hidden_layers=1))
 
@@ -235,8 +237,8 @@ def test_builtin_model_with_a_soft_cap_catches_a_missing_cap():
         logits = model(batch["input_ids"])[:, :-1]
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), batch["labels"][:, 1:].reshape(-1))
 
-    assert run_doctor(capped, source.build("cpu"), source=source).passed
-    verdicts = _verdicts(run_doctor(uncapped, source.build("cpu"), source=source))
+    assert run_doctor(capped, source.build("cpu"), source=source, mode=mode).passed
+    verdicts = _verdicts(run_doctor(uncapped, source.build("cpu"), source=source, mode=mode))
     assert verdicts["transform"] == "fail" and verdicts["loss"] == "not checked", verdicts
 
 
@@ -264,8 +266,12 @@ def test_load_wrapper_names_the_bad_part():
     assert load_wrapper(f"{__name__}:correct") is correct
 
 
-@pytest.mark.parametrize("fn, key", [(correct, None), (detached_hidden, "body"), (not_shifted, "shift"),
-                                     (summed, "reduction"), (embedding_weight, "weight"), (bias_dropped, "bias")])
+@pytest.mark.parametrize("fn, key", [(correct, None), (detached_hidden, "body"), (no_grad_hidden, "body"),
+                                     (not_shifted, "shift"), (shifted_twice, "shift"), (summed, "reduction"),
+                                     (accumulation_scaled, "reduction"), (embedding_weight, "weight"),
+                                     (detached_weight, "weight"), (stale_copy, "fresh"), (bias_dropped, "bias"),
+                                     (padding_trained, "ignore"), (wrong_ignore_index, "ignore"),
+                                     (norm_skipped, "norm"), (gradient_doubled, "gradient")])
 def test_under_bf16_autocast_the_bf16_tolerance_keeps_every_verdict(fn, key):
     # The GPU's mode (amp-bf16), here under the CPU's autocast: rounding must not raise a false alarm.
     run = _run(fn, "untied_bias", mode="amp-bf16")
