@@ -40,6 +40,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 
 import torch
 
+from benchmarks.frontier_goals import verdict, verdict_lines
 from benchmarks.impls import backend_for
 from benchmarks.measure import measure_cell, measure_gemm
 from benchmarks.protocol import MODES, Row, floor_bytes, make_inputs
@@ -137,6 +138,22 @@ def _line(cell: CellResult, floor: int) -> str:
             f"err h {fmt_error(cell.parity.grad_hidden)} W {fmt_error(cell.parity.grad_weight)}")
 
 
+def keys_of(case: Case, impls: tuple[str, ...], device: str) -> set[str]:
+    """The cell keys of ``case``: its cells among a run's."""
+    return {cell_spec(case, name, device).key() for name in impls}
+
+
+def judge_case(case: Case, cells: list[CellResult], floor: int, jsonl: Path, log: Callable[[str], None]) -> None:
+    """Print who dominates whom and goals 1–5 for one case; append them as a ``goals`` line."""
+    result = verdict(cells, floor=floor, hidden=case.row.hidden, mode=case.mode)
+    store.append_jsonl(jsonl, {"kind": "goals", "case": case.label, "mode": case.mode, "shape": case.row.shape,
+                               "dominated_by": {k: list(v) for k, v in result.dominated_by.items()},
+                               "goals": {str(k): v for k, v in result.goals.items()},
+                               "why": {str(k): v for k, v in result.why.items()}})
+    for line in verdict_lines(f"{case.label} {case.row.shape} {case.mode}", result):
+        log(line)
+
+
 def run_frontier(out: Path, *, device: str, cases: tuple[Case, ...], impls: tuple[str, ...], repeats: int,
                  budget_s: float, log: Callable[[str], None] = print) -> BenchRun:
     """Measure ``cases`` × ``impls`` until ``budget_s`` has passed (the rest: skipped)."""
@@ -191,6 +208,8 @@ def run_frontier(out: Path, *, device: str, cases: tuple[Case, ...], impls: tupl
             record(measure_cell(implementation(name), spec, inputs, reference, repeats=repeats), floor, case)
         del inputs, reference
         settle(device)
+        judge_case(case, [cell for cell in run.cells if cell.spec.key() in keys_of(case, impls, device)], floor,
+                   paths["frontier.jsonl"], log)
     run.wall_s = time.perf_counter() - started
     save_run(run, paths["frontier.json"])
     return run

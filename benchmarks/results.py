@@ -131,7 +131,13 @@ def result_stem(environment: Environment, settings: BenchSettings) -> str:
 
 
 def _git_commit() -> str:
+    """The measured checkout's commit; "" when the repository is not itself a git checkout (a
+    copy inside another repository would otherwise report the enclosing one's HEAD)."""
     try:
+        top = subprocess.run(["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True, timeout=20,
+                             cwd=_REPO_ROOT, check=True)
+        if Path(top.stdout.strip()).resolve() != Path(_REPO_ROOT).resolve():
+            return ""
         done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=20,
                               cwd=_REPO_ROOT, check=True)
     except (OSError, subprocess.SubprocessError):

@@ -1,11 +1,11 @@
 """``fusedce-profile``: the command line (typer + rich).
 
-With no sub-command it runs the built-in default grid (:mod:`fusedce_cli.defaults`) and writes a
+With no sub-command it runs the built-in default grid (:mod:`fusedce_profile.defaults`) and writes a
 report; ``grid`` runs a grid of the user's choosing; ``report DIR`` rebuilds a report from
 a run folder (grid, model, parity or doctor) without a GPU; ``env``, ``backends`` and ``presets``
 describe what is there; ``model``, ``parity``, ``doctor`` and ``explain`` (from
 :mod:`fusedce_cli.model_command`, :mod:`fusedce_cli.parity_command`, :mod:`fusedce_cli.doctor_command`,
-:mod:`fusedce_cli.explain_command`) look at a whole training step. Exit codes: :mod:`fusedce_cli.exit_codes`.
+:mod:`fusedce_cli.explain_command`) look at a whole training step. Exit codes: :mod:`fusedce_profile.exit_codes`.
 """
 from __future__ import annotations
 
@@ -17,19 +17,17 @@ from typing import Annotated, Optional
 
 import typer
 
-from fusedce_cli import exit_codes
 from fusedce_cli.console import make_console
-from fusedce_cli.heads import head_from
-from fusedce_cli.options import (CellTimeoutOption, DeviceOption, ForceOption, JsonOption, OutOption, os_errors,
-                         prepare_out, release_command_locks, resolve_cell_timeout, resolve_device)
+from fusedce_cli.options import CellTimeoutOption, DeviceOption, ForceOption, JsonOption, OutOption, release_command_locks
 from fusedce_cli.parsing import parse_backends, parse_counts, parse_devices, parse_floats, parse_modes
+from fusedce_cli.signals import stop_on_sigterm
 from fusedce_cli.usage import fail, usage_errors
 
 HELP = """Profile the memory, time and parity of LM-head losses (linear + cross-entropy).
 
 Run without a command for the built-in default: the user's head (H=768, V=32777) and the Llama-3 head (H=4096, V=128256) from 1k tokens up, every installed back-end, amp-bf16. On a CPU-only machine: a small grid that takes about a minute.
 
-Exit codes: 0 ok; 1 a check failed (parity or doctor, a back-end that failed in every cell, a model run where every job failed); 2 bad usage or input (one line naming the argument, before anything is measured), or a run folder that cannot be written; 3 the run could not go on (a worker process died at start-up); 130 interrupted by Ctrl-C, 143 by SIGTERM (the cells finished so far are kept and reported).
+Exit codes: 0 ok; 1 a check failed (parity or doctor, a back-end that failed in every cell, a model run where every job failed), or a --model factory failed (raised, exited, hung or ran out of its memory guard); 2 bad usage or input (one line naming the argument, before anything is measured), or a run folder that cannot be written; 3 the run could not go on (a worker process died at start-up); 130 interrupted by Ctrl-C, 143 by SIGTERM (the cells or jobs finished so far are kept and reported).
 
 A --backend module:callable is imported from Python's path, with the current folder first (as python -m does).
 """
@@ -47,9 +45,12 @@ ConfigOption = Annotated[Optional[Path], typer.Option(
     "--config", help="Take H, V and the soft-cap from a Hugging Face config.json or our JSON/TOML.")]
 
 
-def _note_cpu_snapshot(console, snapshot: bool, device: str) -> None:
-    if snapshot and device == "cpu":
-        console.print("note: --snapshot records CUDA memory snapshots; the CPU run has none", markup=False)
+def _exit_with(outcome, as_json: bool) -> typer.Exit:
+    """The exit of a finished command: its ``--json`` summary printed on stdout when asked (and
+    when the command stored any), then its exit code."""
+    if as_json and outcome.summary:
+        sys.stdout.write(json.dumps(outcome.summary, indent=2) + "\n")
+    return typer.Exit(outcome.exit_code)
 
 
 @app.callback(invoke_without_command=True)
@@ -74,22 +75,13 @@ def default(
             raise fail(f"{', '.join(given)} given before '{ctx.invoked_subcommand}': "
                        "put options after the command")
         return
-    from fusedce_cli.defaults import default_run
-    from fusedce_cli.run import run_grids
+    from fusedce_profile.grid import default_command
 
     console = make_console(to_stderr=as_json)
-    with usage_errors():
-        head = head_from(preset, config)
-        run = default_run(resolve_device(device), heads=((head.hidden, head.vocab),) if head else None,
-                          softcap=head.softcap if head else None)
-        for grid in run.grids:
-            grid.validate()
-    timeout_s = resolve_cell_timeout(cell_timeout, run.grids[0].device)
-    out_dir = prepare_out(out, force, resume)
-    console.print(f"fusedce-profile: {run.description}\nwriting to {out_dir}", markup=False)
-    _note_cpu_snapshot(console, snapshot, run.grids[0].device)
-    raise typer.Exit(run_grids(run.grids, out_dir, console, resume=resume, snapshot=snapshot, as_json=as_json,
-                               cell_timeout_s=timeout_s))
+    with usage_errors(), stop_on_sigterm():
+        outcome = default_command(device=device, preset=preset, config=config, out=out, force=force, resume=resume,
+                                  snapshot=snapshot, cell_timeout=cell_timeout, console=console)
+    raise _exit_with(outcome, as_json)
 
 
 @app.command()
@@ -134,56 +126,22 @@ def grid(
     --preset/--config set H, V and the soft-cap; --hidden, --vocab and --softcap given
     explicitly take precedence.
     """
-    from fusedce_cli.checks import check_backends
-    from fusedce_cli.defaults import installed_backends
-    from fusedce_cli.run import run_grids
+    from fusedce_profile.grid import grid_command
     from fusedce_profiler.instrument.backends import BUILTIN_BACKENDS
-    from fusedce_profiler.grid.spec import GridSpec
-    from fusedce_profiler.instrument.text import count
 
     console = make_console(to_stderr=as_json)
-    if tokens is not None and (batch is not None or seq is not None):
-        raise fail("give --tokens, or --batch with --seq, not both")
-    if (batch is None) != (seq is None):
-        raise fail("--batch and --seq go together")
-    with usage_errors():
-        head = head_from(preset, config)
-    run_device = resolve_device(device)
-    device_ids = parse_devices(devices)
-    if device_ids is not None and run_device == "cpu":
-        raise fail("--devices spreads cells over GPUs; the run's device is cpu (drop --devices or use --device cuda)")
-    named = parse_backends(backend, list(BUILTIN_BACKENDS))
-    with usage_errors():
-        check_backends(named or ())  # installed, importable: before any cell runs
-    backends = named or installed_backends(run_device)
-    softcaps = parse_floats(softcap, "--softcap", allow_none=True) or ((head.softcap,) if head else (None,))
-    fields = dict(
-        tokens=tuple(parse_counts(tokens, "--tokens") or (1024, 4096, 16384)),
-        vocab=tuple(parse_counts(vocab, "--vocab") or ([head.vocab] if head else [32777])),
-        hidden=tuple(parse_counts(hidden, "--hidden") or ([head.hidden] if head else [768])),
-        backends=tuple(backends),
-        modes=tuple(parse_modes(mode) or ("amp-bf16",)),
-        device=run_device,
-        bias=(bias,),
-        ignore_frac=parse_floats(ignore_frac, "--ignore-frac") or (0.0,),
-        label_smoothing=parse_floats(label_smoothing, "--label-smoothing") or (0.0,),
-        z_loss=parse_floats(z_loss, "--z-loss") or (0.0,),
-        softcap=softcaps,
-        reduction=reduction,
-        repeats=repeats,
-        warmup=warmup,
-    )
-    if batch is not None:
-        fields.update(batch=tuple(parse_counts(batch, "--batch")), seq=tuple(parse_counts(seq, "--seq")))
-    with usage_errors():
-        spec = GridSpec(**fields)
-        spec.validate()
-    timeout_s = resolve_cell_timeout(cell_timeout, spec.device)
-    out_dir = prepare_out(out, force, resume)
-    console.print(f"fusedce-profile grid: {count(len(spec.cells()), 'cell')}, writing to {out_dir}", markup=False)
-    _note_cpu_snapshot(console, snapshot, spec.device)
-    raise typer.Exit(run_grids([spec], out_dir, console, resume=resume, snapshot=snapshot, as_json=as_json,
-                               cell_timeout_s=timeout_s, devices=device_ids))
+    grid_options = dict(  # the option strings parsed here (their messages name the option); checked there
+        tokens=parse_counts(tokens, "--tokens"), batch=parse_counts(batch, "--batch"), seq=parse_counts(seq, "--seq"),
+        vocab=parse_counts(vocab, "--vocab"), hidden=parse_counts(hidden, "--hidden"),
+        backend=parse_backends(backend, list(BUILTIN_BACKENDS)), mode=parse_modes(mode), devices=parse_devices(devices),
+        ignore_frac=parse_floats(ignore_frac, "--ignore-frac"),
+        label_smoothing=parse_floats(label_smoothing, "--label-smoothing"), z_loss=parse_floats(z_loss, "--z-loss"),
+        softcap=parse_floats(softcap, "--softcap", allow_none=True))
+    with usage_errors(), stop_on_sigterm():
+        outcome = grid_command(**grid_options, device=device, bias=bias, reduction=reduction, repeats=repeats,
+                               warmup=warmup, preset=preset, config=config, out=out, force=force, resume=resume,
+                               snapshot=snapshot, cell_timeout=cell_timeout, console=console)
+    raise _exit_with(outcome, as_json)
 
 
 @app.command()
@@ -197,67 +155,11 @@ def report(
 
     Only JSON and CSV files are read: a folder received from someone else cannot run code.
     """
-    from fusedce_cli.run import finish
-    from fusedce_profiler.instrument import store
+    from fusedce_profile.report import report_command
 
-    console = make_console(to_stderr=as_json)
-    if not run_dir.is_dir():
-        raise fail(f"{run_dir}: not a folder (give the folder a grid, model, parity or doctor run wrote)")
-    if (run_dir / store.RESULTS_FILE).is_file():
-        with usage_errors(), os_errors():  # a write that fails leaves the old report as it was
-            code = finish(run_dir, console, as_json=as_json)
-        raise typer.Exit(code)
-    if any((run_dir / name).is_file() for name in (store.MODEL_RESULTS_FILE, store.PARITY_FILE, store.DOCTOR_FILE)):
-        raise typer.Exit(_model_report(run_dir, console, as_json))
-    if (run_dir / store.RECORDED_STEPS_FILE).is_file():  # steps recorded in the user's own run
-        from fusedce_cli.recorded import recorded_report
-
-        raise typer.Exit(recorded_report(run_dir, console, as_json))
-    if (run_dir / store.EXPLAIN_FILE).is_file():  # an `explain` folder
-        from fusedce_reports.explain_report import write_explain_report
-
-        with usage_errors():
-            console.print(f"report: {write_explain_report(run_dir)}", markup=False)
-        raise typer.Exit(0)
-    raise fail(f"{run_dir}: no {store.RESULTS_FILE}, {store.MODEL_RESULTS_FILE}, {store.PARITY_FILE}, "
-               f"{store.DOCTOR_FILE} or {store.RECORDED_STEPS_FILE} here "
-               "(give the folder a grid, model, parity, doctor or recorded run wrote)")
-
-
-def _model_report(run_dir: Path, console, as_json: bool) -> int:
-    """Rebuild a ``model``, ``parity`` or ``doctor`` folder; print where the summary went;
-    return the exit code (1 when a parity or doctor check failed)."""
-    from fusedce_profiler.instrument import store
-    from fusedce_profiler.instrument.step.jobs import load_model_results
-    from fusedce_reports.doctor_report import read_doctor, write_doctor_report
-    from fusedce_reports.model_report import missing_rows, write_model_report
-    from fusedce_reports.parity_report import write_parity_report
-
-    kind, passed, notes = "model", None, []
-    with usage_errors(), os_errors():
-        if (run_dir / store.MODEL_RESULTS_FILE).is_file():
-            loaded = load_model_results(run_dir)
-            summary = write_model_report(run_dir)
-            notes = missing_rows(loaded.records) + loaded.problems
-        elif (run_dir / store.PARITY_FILE).is_file():
-            summary, parity_report = write_parity_report(run_dir)
-            kind, passed = "parity", parity_report.passed
-        else:
-            summary = write_doctor_report(run_dir)
-            kind, passed = "doctor", read_doctor(run_dir).passed
-    for note in notes:
-        console.print(f"incomplete run: {note}", markup=False)
-    if passed is not None:
-        console.print(f"{kind}: {'PASS' if passed else 'FAIL'}", markup=False)
-    console.print(f"report: {summary}", markup=False)
-    code = exit_codes.PARITY_FAILED if passed is False else exit_codes.OK
-    if as_json:
-        plots = sorted(str(p) for p in (run_dir / "plots").glob("*.png"))
-        sys.stdout.write(json.dumps({"summary": str(summary), "plots": plots, "incomplete": notes,
-                                     "parity_passed": passed if kind == "parity" else None,
-                                     "doctor_passed": passed if kind == "doctor" else None,
-                                     "exit_code": code}, indent=2) + "\n")
-    return code
+    with usage_errors():
+        outcome = report_command(run_dir, console=make_console(to_stderr=as_json))
+    raise _exit_with(outcome, as_json)
 
 
 @app.command()
@@ -285,7 +187,7 @@ def backends(as_json: JsonOption = False) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    from fusedce_cli.checks import SHORT_INSTALL_HINTS, install_hint
+    from fusedce_profile.checks import SHORT_INSTALL_HINTS, install_hint
     from fusedce_profiler.instrument.backends import list_backends
 
     infos = list_backends()

@@ -17,6 +17,7 @@ from fusedce_cli.console import make_console
 from fusedce_cli.model_options import (ConfigOption, HFOption, HeadOption, PresetOption, SeedOption, TiedOption,
                                        UserModelOption)
 from fusedce_cli.options import DeviceOption, ForceOption, JsonOption, OutOption, prepare_out, resolve_device
+from fusedce_cli.parsing import parse_mode
 from fusedce_cli.signals import interrupt_exit_code, stop_on_sigterm
 from fusedce_cli.usage import fail
 
@@ -34,8 +35,9 @@ def doctor(
     tied: TiedOption = None,
     device: DeviceOption = None,
     mode: Annotated[Optional[str], typer.Option(
-        "--mode", help="amp-bf16 (bf16 autocast, fp32 weights; on a GPU or the CPU; default on a GPU) or fp32 "
-                       "(default on the CPU). Tolerances are measured for it on the model's own loss.")] = None,
+        "--mode", help="amp-bf16 (bf16 autocast, fp32 weights; on a GPU or the CPU; default on a GPU; Lightning's "
+                       "bf16-mixed) or fp32 (default on the CPU; Lightning's 32-true). Tolerances are measured for "
+                       "it on the model's own loss.")] = None,
     batch: Annotated[int, typer.Option(help="Rows of the padded test batch.", min=2)] = 4,
     seq: Annotated[int, typer.Option(help="Tokens per row of the test batch.", min=8)] = 32,
     seed: SeedOption = 0,
@@ -58,6 +60,7 @@ def doctor(
 
     console = make_console(to_stderr=as_json)
     device = resolve_device(device)
+    mode = parse_mode(mode, ("amp-bf16", "fp32"))
     try:
         check_arguments(loss, device=device, mode=mode, batch=batch, seq=seq, timeout_s=timeout,
                         memory_limit_gb=memory_limit or 1.0,

@@ -1,18 +1,22 @@
 """The model-source options shared by ``model``, ``parity``, ``doctor`` and ``explain``, and
-their resolution: a built-in preset or config, a Hugging Face model (``--hf``) or the user's
+their resolution (:mod:`fusedce_profile.sources`): a built-in preset or config, a Hugging Face model (``--hf``) or the user's
 factory (``--model``); the loss back-ends to compare (``--backend``)."""
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-from fusedce_cli.parsing import parse_backends
-from fusedce_cli.usage import fail, usage_errors
-from fusedce_profiler.instrument.models import options
+from fusedce_cli import exit_codes
+from fusedce_cli.console import error
+from fusedce_cli.parsing import parse_backends, parse_mode
+from fusedce_cli.usage import usage_errors
+from fusedce_profile import sources
+from fusedce_profile.sources import default_preset  # noqa: F401 - the commands take it from here
 from fusedce_profiler.instrument.models.configs import ModelConfig
-from fusedce_profiler.instrument.models.options import default_preset  # noqa: F401 - re-exported for the commands
 
 PresetOption = Annotated[Optional[str], typer.Option(
     "--preset", help="A built-in model (see `presets`); default user-gpt on a GPU, tiny on the CPU.")]
@@ -20,9 +24,15 @@ ConfigOption = Annotated[Optional[Path], typer.Option(
     "--config", help="A Hugging Face config.json, or our JSON/TOML (hidden_size, ffn_factor, ...).")]
 TiedOption = Annotated[Optional[bool], typer.Option(
     "--tied/--untied", help="Override the config's tie_word_embeddings.")]
+def _mode_value(value: Optional[str]) -> Optional[str]:
+    """The ``--mode`` callback: a Lightning precision name becomes the mode it stands for."""
+    return parse_mode(value)
+
+
 ModeOption = Annotated[Optional[str], typer.Option(
-    "--mode", help="amp-bf16 (fp32 master weights, bf16 autocast), bf16 (pure bf16 parameters; model only) or "
-                   "fp32. Default amp-bf16 (parity on CPU: fp32).")]
+    "--mode", callback=_mode_value,
+    help="amp-bf16 (fp32 master weights, bf16 autocast), bf16 (pure bf16 parameters; model only) or "
+         "fp32; Lightning's names bf16-mixed, bf16-true, 32-true are the same. Default amp-bf16 (parity on CPU: fp32).")]
 SeedOption = Annotated[int, typer.Option(
     help="Seed of the model's initialisation and of the data (a second seed repeats a comparison on "
          "another trajectory).", min=0)]
@@ -35,6 +45,9 @@ UserModelOption = Annotated[Optional[str], typer.Option(
 HeadOption = Annotated[Optional[str], typer.Option(
     "--head", help="Attribute path of the LM head module (default: get_output_embeddings(), else the last "
                    "nn.Linear with out_features = vocabulary).")]
+FactoryTimeoutOption = Annotated[Optional[float], typer.Option(
+    "--factory-timeout", metavar="SECONDS", min=1,
+    help="Time limit of one call of the --model factory (default 300).")]
 BackendOption = Annotated[Optional[list[str]], typer.Option(
     "--backend", metavar="NAME", help="Loss back-end (repeatable): torch, torch-compile, torch-native, fusedce, "
                       "fusedce-min, fusedce-fast, liger, cce, or module:callable with the back-end signature "
@@ -42,23 +55,37 @@ BackendOption = Annotated[Optional[list[str]], typer.Option(
 
 
 def model_config(preset: Optional[str], config: Optional[Path], tied: Optional[bool], default: str) -> ModelConfig:
-    """The built-in model of --preset or --config (``default`` when neither is given), its
-    tie_word_embeddings overridden by --tied/--untied."""
+    """The built-in model of --preset or --config (:func:`fusedce_profile.sources.model_config`); exit 2
+    on a bad one."""
     with usage_errors():
-        return options.model_config(preset, config, tied, default)
+        return sources.model_config(preset, config, tied, default)
+
+
+@contextmanager
+def factory_errors() -> Iterator[None]:
+    """A ``--model`` factory that failed (:class:`~fusedce_profiler.instrument.models.factory.FactoryFailed`)
+    becomes its one line and exit code 1."""
+    from fusedce_profiler.instrument.models.factory import FactoryFailed
+
+    try:
+        yield
+    except FactoryFailed as failed:
+        error(str(failed))
+        raise typer.Exit(exit_codes.CHECK_FAILED) from None
 
 
 def model_source(preset: Optional[str], config: Optional[Path], hf: Optional[str], user_model: Optional[str],
                  head: Optional[str], tied: Optional[bool], default: str):
-    """The model source of the options (:func:`fusedce_profiler.instrument.models.options.source_from_options`);
-    a bad combination exits 2 in one line."""
-    with usage_errors():
-        return options.source_from_options(preset, config, hf, user_model, head, tied, default)
+    """The model source of the options (:func:`fusedce_profile.sources.model_source`); exit 2 on bad ones,
+    1 when a --model factory fails."""
+    with usage_errors(), factory_errors():
+        return sources.model_source(preset, config, hf, user_model, head, tied, default)
 
 
 def loss_backends(backend: Optional[list[str]], default: list[str]) -> list[str]:
     """The --backend names (``default`` when none is given), torch first."""
     from fusedce_profiler.instrument.backends import BUILTIN_BACKENDS, MODEL_BACKENDS
 
-    names = parse_backends(backend, list(BUILTIN_BACKENDS) + list(MODEL_BACKENDS)) or default
-    return ["torch"] + [b for b in names if b != "torch"]  # torch first: the reference
+    parse_backends(backend, list(BUILTIN_BACKENDS) + list(MODEL_BACKENDS))  # the option's own message
+    with usage_errors():
+        return sources.loss_backends(backend, default)

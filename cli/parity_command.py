@@ -1,21 +1,22 @@
 """``parity``: train from the same init on the same batches with torch and each back-end and
-compare; the report folder is written by :mod:`fusedce_reports.parity_report`. Exit codes
-(:mod:`fusedce_cli.exit_codes`): 0 ok, 1 a back-end diverged, 2 bad usage or input."""
+compare (:func:`fusedce_profile.parity.parity`); the report folder is written by
+:mod:`fusedce_reports.parity_report`. Exit codes (:mod:`fusedce_cli.exit_codes`): 0 ok, 1 a back-end
+diverged, 2 bad usage or input, 130/143 interrupted (the back-ends trained so far are kept and reported;
+--resume continues)."""
 from __future__ import annotations
 
-import dataclasses
 import json
 from typing import Annotated
 
 import typer
 
-from fusedce_cli import exit_codes
-from fusedce_cli.checks import check_backends, check_model_fits
 from fusedce_cli.console import make_console
-from fusedce_cli.model_options import (BackendOption, ConfigOption, ModeOption, PresetOption, SeedOption, TiedOption,
-                               loss_backends, model_config)
-from fusedce_cli.options import DeviceOption, ForceOption, JsonOption, OutOption, prepare_out, resolve_device
-from fusedce_cli.usage import fail, usage_errors
+from fusedce_cli.model_options import BackendOption, ConfigOption, ModeOption, PresetOption, SeedOption, TiedOption
+from fusedce_cli.options import DeviceOption, ForceOption, JsonOption, OutOption
+from fusedce_cli.parsing import parse_backends
+from fusedce_cli.signals import stop_on_sigterm
+from fusedce_cli.usage import usage_errors
+from fusedce_profiler.instrument.backends import BUILTIN_BACKENDS, MODEL_BACKENDS
 
 
 def parity(
@@ -39,56 +40,20 @@ def parity(
     mode: ModeOption = None,
     out: OutOption = None,
     force: ForceOption = False,
+    resume: Annotated[bool, typer.Option(
+        "--resume", help="Continue the run in --out (same options): keep the back-ends it trained.")] = False,
     as_json: JsonOption = False,
 ) -> None:
     """Train from the same init on the same batches with torch and each back-end; exit 1 on divergence."""
-    from fusedce_profiler.instrument.environment import collect_environment, save_environment
-    from fusedce_profiler.judgements.parity import ParitySettings, run_parity, save_parity_report
-    from fusedce_reports.parity_report import gap_sentences, parity_table, write_parity_report
+    from fusedce_profile.parity import parity_command
 
     console = make_console(to_stderr=as_json)
-    run_device = resolve_device(device)
-    cfg = model_config(preset, config, tied, "tiny")
-    compared = loss_backends(backend, ["fusedce"])[1:]
-    if not compared:
-        raise fail("parity compares back-ends with torch: give at least one --backend other than torch")
-    with usage_errors():
-        check_backends(compared)
-        check_model_fits(cfg, run_device, batch, seq)
-    with usage_errors():
-        settings = ParitySettings(
-            config=cfg, backends=compared, steps=steps, batch=batch,
-            seq=seq, lr=lr, device=run_device, mode=mode or ("amp-bf16" if run_device.startswith("cuda") else "fp32"),
-            reduction=reduction, bias=bias, ignore_frac=ignore_frac, loss_tolerance=loss_tol, seed=seed,
-            control=control)
-    out_dir = prepare_out(out, force)
-    console.print(f"fusedce-profile parity: {cfg.name}, {steps} steps, {settings.mode} on {run_device}, "
-                  f"seed {seed}; writing to {out_dir}", markup=False)
-    save_environment(out_dir, collect_environment())
-
-    def save(partial) -> None:  # saved after each back-end: a run cut by a time limit keeps what it trained
-        save_parity_report(out_dir, partial)
-        write_parity_report(out_dir)
-
-    try:
-        result = run_parity(settings,
-                            progress=lambda name: console.print(f"  training with {name} ...", markup=False),
-                            on_curve=save)
-    except RuntimeError as exc:  # the torch reference itself failed
-        raise fail(str(exc)) from None
-    save(result)
-    summary = out_dir / "summary.md"
-    table = parity_table(result)
-    for row in table.itertuples(index=False):
-        console.print(f"  {row[0]}: {row[1]}, final loss {row[2]}, rel. diff {row[3]}, worst grad {row[5]}"
-                      + (f" — {row[6]}" if row[6] else ""), markup=False)
-    for sentence in gap_sentences(result):
-        console.print(f"  {sentence}", markup=False)
-    verdict = "PASS" if result.passed else "FAIL"
-    if not result.reference_learned:
-        console.print("  torch did not learn on this data: raise --steps or --lr", markup=False)
-    console.print(f"parity: {verdict}; report: {summary}", markup=False)
-    if as_json:
-        print(json.dumps({"out": str(out_dir), "passed": result.passed,
-                          "verdicts": [dataclasses.asdict(v) for v in result.verdicts]}))
-    raise typer.Exit(exit_codes.OK if result.passed else exit_codes.PARITY_FAILED)
+    parse_backends(backend, list(BUILTIN_BACKENDS) + list(MODEL_BACKENDS))  # the option's own message
+    with usage_errors(), stop_on_sigterm():
+        outcome = parity_command(preset=preset, config=config, tied=tied, backend=backend, steps=steps, batch=batch,
+                                 seq=seq, lr=lr, reduction=reduction, bias=bias, ignore_frac=ignore_frac,
+                                 loss_tol=loss_tol, control=control, seed=seed, device=device, mode=mode, out=out,
+                                 force=force, resume=resume, console=console)
+    if as_json and outcome.stopped is None:
+        print(json.dumps(outcome.summary))
+    raise typer.Exit(outcome.exit_code)

@@ -9,7 +9,7 @@ import re
 
 import typer
 
-from fusedce_profiler.instrument.records import MODES
+from fusedce_profiler.instrument.precision import MODES, canonical_mode
 
 _SUFFIX = {"k": 1024, "m": 1024 * 1024}
 
@@ -51,15 +51,21 @@ def parse_devices(text: str | None, option: str = "--devices") -> list[str] | No
 
 
 def parse_modes(values: list[str] | None) -> list[str] | None:
-    """Repeatable and/or comma-separated ``--mode`` values, each one of the known modes."""
+    """Repeatable and/or comma-separated ``--mode`` values, each a known mode or its Lightning name."""
     if not values:
         return None
-    modes = [m.strip() for value in values for m in value.split(",") if m.strip()]
-    for mode in modes:
-        if mode not in MODES:
-            raise typer.BadParameter(f"{mode!r} is not a precision mode; choose from {', '.join(MODES)}",
-                                     param_hint="--mode")
-    return list(dict.fromkeys(modes))
+    return list(dict.fromkeys(parse_mode(m.strip()) for value in values for m in value.split(",") if m.strip()))
+
+
+def parse_mode(name: str | None, allowed: tuple[str, ...] = MODES) -> str | None:
+    """One ``--mode`` value: a mode in ``allowed`` or a Lightning precision name for one
+    (``bf16-mixed`` is ``amp-bf16``); ``None`` stays ``None``."""
+    if name is None:
+        return None
+    try:
+        return canonical_mode(name, allowed, what="")
+    except ValueError as error:
+        raise typer.BadParameter(str(error).strip(), param_hint="--mode") from None
 
 
 def parse_backends(values: list[str] | None, available: list[str]) -> list[str] | None:

@@ -1,8 +1,8 @@
-"""Bad command-line input: one error line on stderr and exit code 2 (:data:`fusedce_cli.exit_codes.BAD_INPUT`).
+"""Bad command-line input: one error line on stderr and exit code 2 (:data:`fusedce_profile.exit_codes.BAD_INPUT`).
 
 :func:`fail` builds the ``typer.Exit`` a command raises; :func:`usage_errors` turns the
 ``ValueError`` of a validating step (a config file, a job's settings, an output folder:
-:class:`fusedce_cli.output_dir.OutputDirError` is one) into it, without a traceback.
+:class:`fusedce_profile.folders.OutputDirError` is one) into it, without a traceback.
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from contextlib import contextmanager
 import typer
 
 from fusedce_cli import exit_codes
-from fusedce_cli.console import error
+from fusedce_profile.console import error
 
 
 def fail(message: str) -> typer.Exit:

@@ -88,12 +88,13 @@ def forward(
     acc = accumulation_dtype(compute_dtype)
     stats = RowStats.empty(n, hidden.device, acc)
     work = _Workspace(plan, hidden, weight, compute_dtype, acc)
-    for r0, r1 in plan.row_chunks(n):
-        h_i = work.hidden_rows(r0, r1)
-        for c0, c1 in plan.col_chunks(v):
+    col_chunks = plan.col_chunks(v)
+    for r0, r1 in plan.row_chunks(n):  # a row chunk's slices are made once, not once per block
+        h_i, target_i, stats_i = work.hidden_rows(r0, r1), target[r0:r1], stats.rows(r0, r1)
+        for c0, c1 in col_chunks:
             w_j = work.weight_rows(c0, c1)
             z = work.logits(h_i, w_j)
-            block_math.chunk_stats(z, _columns(bias, c0, c1), offset + c0, target[r0:r1], stats.rows(r0, r1),
+            block_math.chunk_stats(z, _columns(bias, c0, c1), offset + c0, target_i, stats_i,
                                    softcap=opts.softcap_value, need_sum=opts.label_smoothing > 0)
         if shard is not None:
             shard.reduce_stats(stats.rows(r0, r1), opts.label_smoothing > 0)
@@ -141,14 +142,15 @@ def backward(
     col_chunks = plan.col_chunks(v)
     for i, (r0, r1) in enumerate(row_chunks):
         h_i = work.hidden_rows(r0, r1)
+        target_i, lse_i, row_scale_i = target[r0:r1], lse[r0:r1], row_scale[r0:r1]
         hidden_sum = work.hidden_sum_rows(r1 - r0)
         if hidden_sum is not None and not col_chunks:  # an empty vocabulary shard adds nothing
             hidden_sum.zero_()
         for k, (c0, c1) in enumerate(col_chunks):
             w_j = work.weight_rows(c0, c1)
             z = work.logits(h_i, w_j)
-            d = block_math.logit_grad(z, _columns(bias, c0, c1), offset + c0, target[r0:r1], lse[r0:r1],
-                                      row_scale[r0:r1], vocab=vocab, label_smoothing=opts.label_smoothing,
+            d = block_math.logit_grad(z, _columns(bias, c0, c1), offset + c0, target_i, lse_i,
+                                      row_scale_i, vocab=vocab, label_smoothing=opts.label_smoothing,
                                       z_loss=opts.z_loss, softcap=opts.softcap_value, out_dtype=compute_dtype)
             grads.add_block(d, h_i, w_j, c0, c1, hidden_sum, work.ones, first_vocab_chunk=k == 0,
                             first_row_chunk=i == 0)

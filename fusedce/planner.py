@@ -7,9 +7,15 @@ and O(N) per-token vectors. :func:`budget_bytes` reads it as:
 - ``None`` or ``"default"``: a tenth of the floor plus 96 MiB, less 40 bytes a token, at
   least 32 MiB (:func:`default_budget_bytes`): the step stays under 1.1 × floor + 128 MiB.
 - ``"min"``: 5 % of the floor (less the per-token bytes): the step at ≤ 1.05 × floor where
-  the smallest blocks (1024 rows × 1024 columns) allow it.
-- ``"fast"``: N·V·c bytes, c the compute dtype's size — the logits torch.compile keeps for
-  its backward, i.e. about torch.compile's own extra memory — spent on speed.
+  the smallest blocks (1024 rows × 1024 columns) allow it — and where the blocks are not so
+  small that the step becomes host-bound: the budget grows (up to the default's) until the
+  plan's modelled time (:mod:`fusedce.time_model`) is within ``MIN_PLANNED_TIME_FACTOR`` of
+  the default plan's. At large heads 5 % of the floor already is; at H = 768, V ≈ 32k it is
+  not (5 % left 264 blocks, ten times the default's step time).
+- ``"fast"``: 7/8 of N·V·c bytes, c the compute dtype's size. torch.compile keeps the N×V
+  logits in the compute dtype for its backward (its extra memory is N·V·c, measured); a
+  point that spends all of that on speed and is still slower is dominated by it, so
+  ``"fast"`` stays strictly below it.
 - a float ``f ≥ 1``: a peak of ``f × floor``; (f − 1)·floor less the per-token bytes.
 - an int: bytes, as given.
 
@@ -37,7 +43,8 @@ and O(N) per-token vectors. :func:`budget_bytes` reads it as:
 
   ``"auto"`` takes it under an explicit budget (not the default one: that keeps the default
   plans and a plain loss's semantics — any number of backwards, nothing held across the
-  forward) when it fits with at least 1024 rows per chunk (fewer would re-read and
+  forward; nor ``"min"``, whose gradients held from forward to backward would be more than a
+  recompute block) when it fits with at least 1024 rows per chunk (fewer would re-read and
   re-write grad_weight, V·H·4 bytes, too often: below ~630 rows that traffic costs more
   than the 2·N·H·V it saves) — in practice at generous budgets such as ``"fast"``. Asked
   for by name (``strategy="precompute"``), it gets at least that many rows (or all N, or
@@ -58,6 +65,8 @@ from dataclasses import dataclass
 
 import torch
 
+from fusedce.time_model import step_seconds
+
 MiB = 1 << 20
 MIN_BUDGET = 32 * MiB
 BASE_BUDGET = 96 * MiB
@@ -70,6 +79,8 @@ ROW_ALIGN = 64
 PRECOMPUTE_MIN_ROWS = 1024
 ROW_PAD = 64  # elements: a CUDA block's rows are padded to this (see block_row_stride)
 MAX_SPLIT_K = 16
+FAST_SHARE = 7 / 8  # "fast": this share of the N×V compute-dtype logits torch.compile keeps
+MIN_PLANNED_TIME_FACTOR = 1.2  # "min": modelled time ≤ this × the default's (goal: 1.5 × measured; time_model: ≤ 25 % low)
 
 BUDGET_SETTINGS = ("min", "default", "fast")
 STRATEGIES = ("auto", "recompute", "precompute")
@@ -133,7 +144,7 @@ def budget_bytes(memory_budget: int | float | str | None, *, floor: int, n: int,
     if memory_budget == "min":
         return max(0, int(MIN_FLOOR_FRACTION * floor) - PER_TOKEN_BYTES * n)
     if memory_budget == "fast":
-        return max(default_budget_bytes(floor, n), n * v * dtype_bytes(compute_dtype))
+        return max(default_budget_bytes(floor, n), int(FAST_SHARE * n * v * dtype_bytes(compute_dtype)))
     if isinstance(memory_budget, float):
         return max(0, int((memory_budget - 1.0) * floor) - PER_TOKEN_BYTES * n)
     return memory_budget
@@ -201,7 +212,45 @@ def plan_chunks(
     per_chunk = grad_weight_accumulation == "per_chunk" and _low_precision(weight_dtype, compute_dtype)
     if strategy == "precompute":
         _check_precompute_allowed(compute_dtype, scalar_loss, vocab_chunk_size)
-    explicit = memory_budget is not None and memory_budget != "default"
+    explicit = memory_budget not in (None, "default", "min")  # "min" recomputes: precompute holds more
+
+    def plan_for(budget: int, explicit: bool = explicit) -> ChunkPlan:
+        return _plan_within(n, h, v, hidden_dtype, weight_dtype, compute_dtype, budget, chunk_size, vocab_chunk_size,
+                            strategy, explicit, per_chunk, scalar_loss, needs_grad, cuda, sm_count)
+
+    plan = plan_for(budget)
+    if memory_budget == "min" and strategy != "precompute" and chunk_size is None and vocab_chunk_size is None:
+        default_budget = default_budget_bytes(floor, n)
+        plan = _within_time_of(plan_for(default_budget, explicit=False), n, h, v, plan, plan_for, budget,
+                               default_budget, convert_weight=weight_dtype != compute_dtype,
+                               compute_bytes=dtype_bytes(compute_dtype))
+    return plan
+
+
+def _within_time_of(default: ChunkPlan, n: int, h: int, v: int, plan: ChunkPlan, plan_for, budget: int,
+                    default_budget: int, *, convert_weight: bool, compute_bytes: int) -> ChunkPlan:
+    """``plan`` (made from ``budget`` by ``plan_for``), or the plan of the smallest budget
+    grown from it in steps of 5/4 whose modelled time (:mod:`fusedce.time_model`) is within
+    :data:`MIN_PLANNED_TIME_FACTOR` of the ``default`` plan's; never more than ``default_budget``.
+
+    "min" trades time for memory, but not without bound: where the floor is small (H = 768,
+    V ≈ 32k) 5 % of it leaves blocks so small that the host's per-block cost, not the GPU,
+    sets the time (264 blocks ran 10 × the default's 14)."""
+    def seconds(candidate: ChunkPlan) -> float:
+        return step_seconds(n, h, v, candidate, convert_weight=convert_weight, compute_bytes=compute_bytes)
+
+    limit = MIN_PLANNED_TIME_FACTOR * seconds(default)
+    while seconds(plan) > limit and budget < default_budget:
+        budget = min(default_budget, max(budget, MiB) * 5 // 4)
+        plan = plan_for(budget, explicit=False)  # grown as the default's are: recompute
+    return plan
+
+
+def _plan_within(n: int, h: int, v: int, hidden_dtype: torch.dtype, weight_dtype: torch.dtype,
+                 compute_dtype: torch.dtype, budget: int, chunk_size: int | None, vocab_chunk_size: int | None,
+                 strategy: str, explicit: bool, per_chunk: bool, scalar_loss: bool, needs_grad: bool, cuda: bool,
+                 sm_count: int | None) -> ChunkPlan:
+    """The strategy and chunking for ``budget`` bytes of temporaries (see :func:`plan_chunks`)."""
     if (strategy == "precompute" or strategy == "auto" and explicit and needs_grad) and scalar_loss \
             and compute_dtype != torch.float16 and vocab_chunk_size is None:
         plan = _plan_precompute(n, h, v, hidden_dtype, weight_dtype, compute_dtype, budget, chunk_size, per_chunk,

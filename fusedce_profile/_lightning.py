@@ -9,7 +9,7 @@ the sanity check included, with the allocator's reserved bytes around it),
 optimizer mark: with automatic optimisation the forward and backward run inside
 ``optimizer.step(closure)``), ``on_train_batch_end`` (ends the recording once the optimizer
 stepped, so a step spans all its accumulated micro-batches), ``on_exception`` and
-``teardown``.
+``teardown`` (which closes the recorder: one line per requested step the fit never reached).
 """
 from __future__ import annotations
 
@@ -68,6 +68,8 @@ def make_callback_class(package: str):
 
         def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
             rec = self.recorder
+            if rec is not None:
+                rec.seen(trainer.global_step)
             if rec is None or rec.recording or not rec.wants(trainer.global_step):
                 return
             self._step = trainer.global_step

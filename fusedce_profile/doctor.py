@@ -22,7 +22,7 @@ re-raises. Under ``torchrun`` every rank calls it with its own ``out`` (the comm
 ``-rankN`` to ranks above 0); the worker joins the process group and checks that rank.
 
 Public API: :func:`doctor`, :func:`check_arguments`, :class:`UserCodeFailed`, :data:`DEFAULT_TIMEOUT_S`, :func:`default_memory_limit_gb`,
-and :func:`~fusedce_profile.run_folder.default_out_dir` (re-exported).
+and :func:`~fusedce_profile.folders.default_out_dir` (re-exported).
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ import shutil
 from pathlib import Path
 
 from fusedce_profile.errors import UsageError
-from fusedce_profile.run_folder import default_out_dir
+from fusedce_profile.folders import default_out_dir
 
 #: How long the worker may take to build the model and run every check.
 DEFAULT_TIMEOUT_S = 600.0

@@ -40,7 +40,7 @@ class StepRecorderCallback(TrainerCallback):
 
     def _note_reserved(self) -> None:
         if self.recorder is not None:
-            self._reserved = self.recorder._reserved()
+            self._reserved = self.recorder.reserved_now()
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         if self.recorder is None and state.is_world_process_zero and model is not None:
@@ -50,6 +50,8 @@ class StepRecorderCallback(TrainerCallback):
 
     def on_step_begin(self, args, state, control, **kwargs):
         rec = self.recorder
+        if rec is not None:
+            rec.seen(state.global_step)
         if rec is not None and not rec.recording and rec.wants(state.global_step):
             rec.start(state.global_step)
 

@@ -8,6 +8,7 @@ itself (it never imports the renderers): after each recorded step the folder's
 from __future__ import annotations
 
 import contextlib
+import sys
 import warnings
 from pathlib import Path
 
@@ -21,12 +22,19 @@ def write_report(folder: str | Path) -> Path:
     return write_recorded_report(folder)
 
 
-def _render(folder: Path) -> None:
+def _render(folder: Path) -> bool:
     try:
         write_report(folder)
+        return True
     except Exception as exc:  # noqa: BLE001 - a report failure must not stop the training
         warnings.warn(f"fusedce-profile: the report of {folder} was not rendered: {exc} "
                       f"(run `fusedce-profile report {folder}`)", RuntimeWarning, stacklevel=2)
+        return False
+
+
+def say(line: str) -> None:
+    """One line of the recorder to the user's standard error (their training output)."""
+    print(f"fusedce-profile: {line}", file=sys.stderr, flush=True)
 
 
 class StepRecorder(_ProfilerStepRecorder):
@@ -43,10 +51,30 @@ class StepRecorder(_ProfilerStepRecorder):
 
     On the steps not named, ``step()`` is a counter check that returns a reusable no-op
     context: no hook, no profiler. ``report``: render ``summary.md`` after each recorded step.
+    Each recorded step prints one line saying where it was written; :meth:`close` prints one
+    line per requested step the run never reached (standard error, rank 0 only).
     """
 
     def __init__(self, model, out, *, report: bool = True, **options) -> None:
-        super().__init__(model, out, on_record=_render if report else None, **options)
+        super().__init__(model, out, on_record=self._written, **options)
+        self.report = report
+        self._closed = False
+
+    def _written(self, folder: Path) -> None:
+        """After each recorded step: render the report, say in one line where the step went."""
+        where = folder / "summary.md" if self.report and _render(folder) else folder
+        say(f"step {self.records[-1].step} recorded in {where}")
+
+    def close(self) -> None:
+        """End an open recording, release the folder, and say which requested steps the run
+        never reached (once, however often it is called)."""
+        super().close()
+        if self._closed or not self.enabled:
+            return
+        self._closed = True
+        ran = f"the run ended after step {self.count - 1}" if self.count else "no step ran"
+        for step in self.unreached():
+            say(f"step {step} was never reached ({ran}); nothing was recorded for it")
 
 
 @contextlib.contextmanager

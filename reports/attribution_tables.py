@@ -11,7 +11,7 @@ from __future__ import annotations
 import pandas as pd
 
 from fusedce_profiler.instrument.step.jobs import ModelResult
-from fusedce_profiler.instrument.tracing.attribution import ACTIVATION_KINDS, KINDS, Attribution
+from fusedce_profiler.instrument.tracing.attribution import ACTIVATION_KINDS, KINDS, OPTIMIZER_KINDS, Attribution
 from fusedce_reports.units import format_bytes, format_percent
 
 
@@ -68,8 +68,9 @@ def activation_split(attribution: Attribution, top: int = 4) -> str:
 
 
 def largest_term(attribution: Attribution) -> str:
-    """The largest activation kind at the peak, in plain words with its measured numbers."""
-    acts = [k for k in attribution.kinds if k.kind in ACTIVATION_KINDS and k.bytes > 0]
+    """The largest kind the step itself allocated (an activation kind or the optimizer's
+    temporaries) alive at the peak, in plain words with its measured numbers."""
+    acts = [k for k in attribution.kinds if k.kind in ACTIVATION_KINDS + OPTIMIZER_KINDS and k.bytes > 0]
     if not acts:
         return "no activations were alive at the peak"
     top = max(acts, key=lambda k: k.bytes)
@@ -91,6 +92,8 @@ def largest_term(attribution: Attribution) -> str:
                 f"tensor(s), {top.bytes / n_v:.2g} bytes per logit of N × V = {a.tokens} × {a.vocab}")
     modules = [m.module for m in a.modules if m.kind == top.kind]
     where = f" (largest: {', '.join(modules[:3])})" if modules else ""
+    if top.kind in OPTIMIZER_KINDS:
+        where = " allocated inside the optimizer's step()"
     backward = f", {format_bytes(top.backward_bytes)} of it allocated in backward" if top.backward_bytes else ""
     return (f"{top.kind}: {format_bytes(top.bytes)} ({format_percent(share)} of the peak) in {top.blocks} tensors"
             f"{where}{backward}")

@@ -12,8 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from fusedce_profiler.instrument import store
-from fusedce_profiler.judgements.explain.records import GIB, MIB, Explanation, Hypothesis, load_explanation
-from fusedce_profiler.judgements.explain.verdict import calibration_misses
+from fusedce_profiler.judgements.explain.records import MIB, Explanation, Hypothesis, load_explanation
 from fusedce_reports.environment import environment_lines, read_environment
 from fusedce_reports.escape import code_block, markdown_text
 from fusedce_reports.markdown import markdown_table
@@ -33,11 +32,17 @@ def hypotheses_table(hypotheses: list[Hypothesis], limit: int) -> pd.DataFrame:
     rows = []
     for rank, h in enumerate(hypotheses[:limit], 1):
         f = h.family
+        span = h.batch_range
         rows.append({
-            "rank": rank, "B": h.batch, "T": f.seq, "attention": f.attention, "tied": "yes" if f.tied else "no",
+            "rank": rank, "B": h.batch, "B reaching naive": "–" if span is None else
+            (f"{span[0]}" if span[0] == span[1] else f"{span[0]}–{span[1]}"), "T": f.seq,
+            "attention": f.attention, "tied": "yes" if f.tied else "no",
             "checkpointing": "yes" if f.checkpointing else "no", "eval pass": "yes" if f.eval_step else "no",
             "fused path": "active" if h.fused_active else "NOT active",
-            "predicted naive": _mib(h.predicted_naive), "predicted fused": _mib(h.predicted_fused),
+            "predicted naive": _mib(h.predicted_naive), "predicted saving": _mib(h.predicted_saving),
+            "peak phase": h.peak_phase_naive + ("" if not h.fused_active else f" / {h.peak_phase_fused}"),
+            "tolerance naive": f"±{h.tolerance_naive.total / MIB:,.0f} MiB",
+            "tolerance saving": f"±{h.tolerance_saving.total / MIB:,.0f} MiB",
             "measured naive": _mib(h.measured_naive), "measured fused": _mib(h.measured_fused),
             "verdict": "consistent" if h.consistent else "ruled out", "why": h.why,
         })
@@ -48,42 +53,48 @@ def calibration_table(explanation: Explanation) -> pd.DataFrame:
     rows = []
     for c in explanation.calibrations:
         rows.append({"back-end": c.backend, "family": c.family.label(),
-                     "measured": ", ".join(f"B={b}: {_mib(f) if f is not None else s}"
-                                           for b, f, s in zip(c.batches, c.figures, c.statuses)),
-                     "line (MiB)": (f"{c.intercept / MIB:,.0f} + {c.slope / MIB:,.1f}·B" if c.slope is not None
-                                    else "not fitted")})
+                     "measured peak": ", ".join(f"B={b}: {_mib(f) if f is not None else s}"
+                                                for b, f, s in zip(c.batches, c.figures, c.statuses)),
+                     "phase lines (MiB)": "; ".join(f"{name} {a / MIB:,.0f} + {b / MIB:,.1f}·B"
+                                                    for name, (a, b) in c.lines.items()) or "not fitted"})
     return pd.DataFrame(rows)
 
 
 def render_explain_markdown(e: Explanation, environment: dict | None = None) -> str:
     o = e.observation
     stated = [f"{k}={getattr(o, k)}" for k in ("batch", "seq", "attention", "tied", "checkpointing", "eval_step",
-                                               "fused_active") if getattr(o, k) is not None]
-    lines = [f"# fusedce-profile explain: {_reading(o.naive_mib)} → {_reading(o.fused_mib)} MiB on a {o.total_gib:g} GiB "
-             "card",
-             "",
+                                               "fused_active", "context_mib") if getattr(o, k) is not None]
+    title = (f"# fusedce-profile explain: {_reading(o.naive_mib)} → {_reading(o.fused_mib)} MiB on a "
+             f"{o.total_gib:g} GiB card")
+    lines = [title + (" (INTERRUPTED: partial)" if e.interrupted else ""), "",
              markdown_text(f"Model: {e.model}; precision {o.mode}; fused back-end {o.fused_backend}; device "
                            f"{e.device}. Stated: {', '.join(stated) if stated else 'nothing beyond the readings'}. "
-                           f"Tolerance ±{o.tolerance:.0%} on each reading. Predictions: {e.metric}, from measured "
-                           "calibration steps fitted linearly in B (table at the end)."), ""]
-    misses = calibration_misses(e.hypotheses, o.tolerance)
-    decided = e.decided and not misses
-    lines += [f"**{'Decided' if decided else 'Not decided'}.** {markdown_text(e.conclusion, line_start=False)}", ""]
-    if misses:
-        lines += ["**The calibration does not hold at full size**: "
-                  + markdown_text("; ".join(misses) + ". The predictions come from a straight line through the small "
-                                  "calibration steps; where a full-size step contradicts it, the verdicts on the "
-                                  "configurations that were only predicted are not evidence: measure the candidates "
-                                  "at full size.", line_start=False), ""]
-    if not e.confirmed:
-        lines += ["**Not confirmed by a full-size run**: "
-                  + markdown_text(" ".join(e.notes) or "no GPU here.", line_start=False), ""]
-    elif e.notes:
-        lines += [markdown_text(" ".join(e.notes)), ""]
+                           f"Figures: {e.metric}, predicted per phase (forward, loss, backward, optimizer) from "
+                           "measured calibration steps, each phase linear in B, the step's peak the maximum "
+                           "(table at the end). The naive reading pins B; the saving (naive − fused) is judged "
+                           "jointly with it."), ""]
+    if e.prediction_only:
+        lines += ["**Predictions only (CPU): no verdict.** " + markdown_text(e.conclusion, line_start=False), ""]
+    else:
+        lines += [f"**{'Decided' if e.decided else 'Not decided'}.** "
+                  f"{markdown_text(e.conclusion, line_start=False)}", ""]
+    if e.notes:
+        lines += [markdown_text(n) for n in e.notes] + [""]
+    if e.confirmations:
+        lines += ["## Full-size steps (measured under the card's cap)", ""] + \
+            [f"- {markdown_text(c, line_start=False)}" for c in e.confirmations] + [""]
     if e.separation is not None:
         lines += ["## The measurement that would separate them", "", markdown_text(e.separation.sentence + "."), ""]
-        lines += [markdown_table(pd.DataFrame([{"outcome": name, "predicted fused step": f"{value / GIB:.2f} GiB"}
-                                               for name, value in e.separation.predictions])), ""]
+        if e.separation.predictions:
+            lines += [markdown_table(pd.DataFrame([{"outcome": name, "predicted": f"{value:,.2f} {unit}"}
+                                                   for name, value, unit in e.separation.predictions])), ""]
+    if e.ruled_out_families:
+        lines += ["## Ruled out at every batch size", ""] + \
+            [f"- {markdown_text(s, line_start=False)}" for s in e.ruled_out_families] + [""]
+    if e.others:
+        lines += ["## Other causes", "", markdown_table(pd.DataFrame(
+            [{"cause": o.name, "verdict": "consistent" if o.consistent else "ruled out", "numbers": o.why}
+             for o in e.others])), ""]
     consistent = [h for h in e.hypotheses if h.consistent]
     ruled = [h for h in e.hypotheses if not h.consistent]
     lines += [f"## Consistent with the readings ({len(consistent)})", ""]

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from fusedce_profiler.instrument.interruption import Interruption, read_interruption
 from fusedce_profiler.instrument import store
 from fusedce_profiler.judgements.fit import FitResult, load_fits
 from fusedce_profiler.instrument.step.jobs import ModelResult, load_model_results
@@ -26,6 +27,30 @@ from fusedce_reports.plots.model import plot_attribution, plot_breakdown, plot_r
 from fusedce_reports.units import format_bytes, format_ms, format_percent
 
 REFERENCE = "torch"
+#: Back-ends that compute the plain loss without fusing it: their logits are expected, not a failure.
+UNFUSED = ("torch-compile",)
+
+
+def saving_ceiling(ref: ModelResult) -> tuple[int, float, str]:
+    """The most any loss can save of torch's peak: ``(bytes, share of the peak, what it is)``.
+
+    With a traced step it is what the LM head and the loss hold at the traced peak (measured:
+    at an optimizer-phase peak the logits are gone and the ceiling is small); without one, the
+    loss region's bytes over the activations at the loss phase. ``what`` has two ``{}`` for
+    the bytes and the share.
+    """
+    if ref.attribution is not None and ref.attribution.peak_bytes:
+        a = ref.attribution
+        held = a.group_bytes("LM-head/loss")
+        return held, held / a.peak_bytes, "the LM head and loss hold {} ({}) of torch's traced peak"
+    return ref.memory.loss_extra, ref.memory.loss_share, "torch's loss region adds {} ({}) to its peak"
+
+
+def _ceiling_sentence(ref: ModelResult) -> str:
+    """One sentence of :func:`saving_ceiling`, the same wherever a report states it."""
+    held, share, what = saving_ceiling(ref)
+    text = what.format(format_bytes(held), format_percent(share))
+    return f"{text[0].upper()}{text[1:]}: no loss can save more than that here."
 RESULTS_FILE = store.MODEL_RESULTS_FILE
 
 
@@ -156,7 +181,7 @@ def _head_notes(results: list[ModelResult]) -> list[str]:
                 f"({h.vocab} × {h.hidden})" + (f", the same parameter as {', '.join(h.weight_aliases)}"
                                                if h.weight_aliases else "")
                 + (", tied to the input embedding" if h.tied else ", untied") + ".")
-        out.append(" ".join([line] + h.notes))
+        out.append(" ".join([line] + [note[:1].upper() + note[1:] for note in h.notes]))
     return out
 
 
@@ -199,10 +224,8 @@ def findings(results: list[ModelResult]) -> list[str]:
             if r.attribution is not None:
                 a = r.attribution
                 sentence += (f" Measured at the traced peak, the activations are {activation_split(a)}."
-                             f" Largest term at the peak — {largest_term(a)}; the LM head and loss hold "
-                             f"{format_bytes(a.group_bytes('LM-head/loss'))} "
-                             f"({format_percent(a.group_bytes('LM-head/loss') / a.peak_bytes)}), so no fused loss can "
-                             f"save more than that here.")
+                             f" Largest term at the peak — {largest_term(a)}.")
+            sentence += " " + _ceiling_sentence(r)
             out.append(sentence)
             continue
         saving = rm.peak - m.peak
@@ -213,7 +236,8 @@ def findings(results: list[ModelResult]) -> list[str]:
             sentence += (f" On nvidia-smi: {format_bytes(m.smi_peak)} vs torch's {format_bytes(rm.smi_peak)} "
                          f"(saves {format_bytes(rm.smi_peak - m.smi_peak)}).")
         if r.attribution is not None:
-            sentence += " Logits detector: " + logits_verdict(r.attribution, naive=False)[1] + "."
+            sentence += (" Logits detector: " + logits_verdict(r.attribution, naive=False,
+                                                                fused=r.job.backend not in UNFUSED)[1] + ".")
         elif rm.loss_extra > 0 and m.loss_extra >= 0.8 * rm.loss_extra:
             sentence += (" Its loss region is as large as torch's; this step was not traced, so the logits detector "
                          "did not run and whether the fused path was active is not known from it (run with --trace).")
@@ -222,9 +246,8 @@ def findings(results: list[ModelResult]) -> list[str]:
         if m.peak_phase != "loss" and rm.peak_phase == "loss":
             sentence += (f" The peak is now in the {m.peak_phase} phase: the loss no longer decides it, and "
                          "activations (checkpointing, a smaller batch) are the next lever.")
-        elif rm.loss_share < 0.25:
-            sentence += (f" The loss was only {format_percent(rm.loss_share)} of torch's peak, so no loss can save "
-                         "more than that here.")
+        elif saving_ceiling(ref)[1] < 0.25:
+            sentence += " " + _ceiling_sentence(ref)
         out.append(sentence)
     return out
 
@@ -233,7 +256,8 @@ def logits_status(result: ModelResult) -> str | None:
     """The logits detector's status for a result (``materialised``/``transient``/``none``)."""
     if result.attribution is None:
         return None
-    return logits_verdict(result.attribution, naive=result.job.backend == REFERENCE)[0]
+    return logits_verdict(result.attribution, naive=result.job.backend == REFERENCE,
+                          fused=result.job.backend not in UNFUSED)[0]
 
 
 def group_saving_table(results: list[ModelResult]) -> pd.DataFrame:
@@ -273,9 +297,11 @@ def fit_table(fits: list[FitResult]) -> pd.DataFrame:
 
 
 def render_model_markdown(results: list[ModelResult], fits: list[FitResult], environment: dict,
-                          plots: list[Path], problems: list[str] = ()) -> str:
+                          plots: list[Path], problems: list[str] = (), interruption: Interruption | None = None) -> str:
     source = results[0].memory.source if results and results[0].memory else "cuda-allocator"
     lines = ["# fusedce-profile model: one training step, memory by part", ""]
+    if interruption is not None:
+        lines += [f"**{markdown_text(interruption.sentence(), line_start=False)}**", ""]
     missing = missing_rows(results) + [f"a line of the results was not read: {p}" for p in problems]
     if missing:
         lines += [f"**Incomplete run.** {markdown_text(s, line_start=False)}" for s in missing] + [""]
@@ -322,13 +348,14 @@ def render_model_markdown(results: list[ModelResult], fits: list[FitResult], env
 
 def write_model_report(out_dir: Path) -> Path:
     """Render ``summary.md`` and the plots (``breakdown.png``; ``reserved.png`` on CUDA) from the
-    folder's stored files alone: ``model_results.jsonl``, and ``fit.json`` and
-    ``environment.json`` when present."""
+    folder's stored files alone: ``model_results.jsonl``, and ``fit.json``, ``environment.json``
+    and ``interrupted.json`` when present."""
     out_dir = Path(out_dir)
     loaded = load_model_results(out_dir)
     results, fits, environment = loaded.records, load_fits(out_dir), read_environment(out_dir)
     plots = [p for p in (plot_breakdown(results, out_dir / "plots" / "breakdown.png"),
                          plot_attribution(results, out_dir / "plots" / "attribution.png"),
                          plot_reserved(results, out_dir / "plots" / "reserved.png")) if p]
-    text = render_model_markdown(results, fits, environment, plots, problems=loaded.problems)
+    text = render_model_markdown(results, fits, environment, plots, problems=loaded.problems,
+                                 interruption=read_interruption(out_dir))
     return store.write_text(out_dir / "summary.md", text)

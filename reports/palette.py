@@ -1,11 +1,18 @@
-"""One colour, marker and rank per back-end, shared by every plot and table.
+"""One colour, marker and rank per back-end, and one colour per kind of memory, shared by
+every plot and table.
 
 Known back-ends keep the same colour in every report; others (a user's ``module:callable``)
-take the remaining colours in order of their names, so a report is stable across runs.
+take the remaining colours in order of their names, so a report is stable across runs. A kind
+of memory (a traced kind such as "optimizer temporaries", or a part of a step's peak such as
+"loss region") has one colour wherever it is drawn (:func:`kind_colour`).
 """
 from __future__ import annotations
 
 from collections.abc import Iterable
+
+from matplotlib import colormaps
+
+from fusedce_profiler.instrument.tracing.attribution import KINDS
 
 KNOWN_BACKENDS = ("torch", "torch-compile", "torch-native", "fusedce", "liger", "cce")
 
@@ -49,3 +56,18 @@ def backend_style(name: str, all_backends: Iterable[str] = ()) -> dict:
         marker = _SPARE_MARKERS[index % len(_SPARE_MARKERS)]
     ours = name == "fusedce"
     return {"color": colour, "marker": marker, "linewidth": 2.4 if ours else 1.6, "zorder": 3 if ours else 2}
+
+
+#: Parts of a step's peak (its composition) that are not traced kinds, after :data:`KINDS`.
+COMPOSITION_PARTS = ("batch", "other at step start", "activations (forward)", "activations", "loss region",
+                     "backward working set")
+
+
+def kind_colour(name: str):
+    """The one colour of a kind of memory in every plot: traced kinds and composition parts
+    share one ``tab20`` sequence, so "optimizer temporaries" is the same colour in the
+    breakdown and in the attribution; an unknown name gets grey."""
+    names = KINDS + tuple(p for p in COMPOSITION_PARTS if p not in KINDS)
+    if name not in names:
+        return "#9e9e9e"
+    return colormaps["tab20"](names.index(name) % 20)

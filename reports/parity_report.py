@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from fusedce_profiler.instrument.interruption import Interruption, read_interruption
 from fusedce_profiler.instrument import store
 from fusedce_profiler.judgements.parity import CONTROL, NOISE_FACTOR, CurveGap, ParityReport, curve_gap, load_parity_report
 from fusedce_reports.environment import environment_lines, read_environment
@@ -161,11 +162,15 @@ def _noise_lines(report: ParityReport) -> list[str]:
             "tolerance alone cannot tell a chaotic training run from a wrong loss."]
 
 
-def render_parity_markdown(report: ParityReport, environment: dict, plot: Path) -> str:
-    """The whole ``summary.md`` of a parity folder; ``plot`` is the loss-curve PNG."""
+def render_parity_markdown(report: ParityReport, environment: dict, plot: Path,
+                           interruption: Interruption | None = None) -> str:
+    """The whole ``summary.md`` of a parity folder; ``plot`` is the loss-curve PNG; ``interruption``:
+    the mark of a run a signal stopped."""
     s = report.settings
     ref = report.curves[0]
     lines = [f"# fusedce-profile parity: {'PASS' if report.passed else 'FAIL'}", ""]
+    if interruption is not None:
+        lines += [f"**{markdown_text(interruption.sentence(), line_start=False)}**", ""]
     if report.not_run:
         lines += [f"**Incomplete run.** {markdown_text(', '.join(report.not_run), line_start=False)} did not "
                   "train: the run ended early.", ""]
@@ -201,5 +206,5 @@ def write_parity_report(out_dir: Path) -> tuple[Path, ParityReport]:
     out_dir = Path(out_dir)
     report = load_parity_report(out_dir)
     png = plot_parity(report, out_dir / "plots" / PLOT_FILE)
-    text = render_parity_markdown(report, read_environment(out_dir), png)
+    text = render_parity_markdown(report, read_environment(out_dir), png, read_interruption(out_dir))
     return store.write_text(out_dir / "summary.md", text), report

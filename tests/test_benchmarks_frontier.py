@@ -22,6 +22,9 @@ def test_every_case_and_implementation_is_recorded_with_its_floor_multiple(tmp_p
     lines = _lines(tmp_path)
     cells = [line for line in lines if line["kind"] == "cell"]
     assert [line["kind"] for line in lines].count("gemm") == 2
+    goals = [line for line in lines if line["kind"] == "goals"]  # one verdict per case, after its cells
+    assert [g["case"] for g in goals] == [case.label for case in CASES]
+    assert set(goals[0]["goals"]) == {"1", "2", "3", "4", "5"} and "fusedce" in goals[0]["dominated_by"]
     assert [(c["case"], c["spec"]["backend"]) for c in cells] == [(case.label, name) for case in CASES
                                                                   for name in IMPLS]
     by_key = {(c["case"], c["spec"]["backend"]): c for c in cells}

@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from fusedce_cli.heads import head_from
+from fusedce_profile.heads import head_from
 
 CONFIGS = Path(__file__).parent / "fixtures" / "configs"
 

@@ -6,7 +6,7 @@ import io
 import pytest
 from rich.console import Console
 
-from fusedce_cli.console import CellProgress, summary_tables
+from fusedce_profile.console import CellProgress, summary_tables
 from planted import cell, frame
 
 COLUMNS = ("back-end", "tokens", "peak extra", "× floor", "saving vs torch", "time", "parity")

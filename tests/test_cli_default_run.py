@@ -5,7 +5,7 @@ import pytest
 from typer.testing import CliRunner
 
 from fusedce_cli.app import app
-from fusedce_cli.defaults import CPU_HEADS, GPU_HEADS, SMOKE_ENV, default_run
+from fusedce_profile.defaults import CPU_HEADS, GPU_HEADS, SMOKE_ENV, default_run
 
 SMOKE = {SMOKE_ENV: "1"}
 

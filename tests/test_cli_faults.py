@@ -92,7 +92,7 @@ def test_a_hanging_backend_is_recorded_as_timeout_and_the_run_goes_on(fx, tmp_pa
 
 
 def test_cell_timeout_defaults_per_device_and_zero_means_none():
-    from fusedce_cli.options import resolve_cell_timeout
+    from fusedce_profile.defaults import resolve_cell_timeout
 
     assert resolve_cell_timeout(None, "cuda:1") == 900 and resolve_cell_timeout(None, "cpu") == 600
     assert resolve_cell_timeout(0, "cpu") is None and resolve_cell_timeout(5, "cpu") == 5

@@ -72,7 +72,7 @@ def test_config_file_in_our_format_sets_h_and_v(tmp_path):
     (["--tokens", "12x"], "'12x' is not a positive integer"),
     (["--tokens", "8", "--batch", "2", "--seq", "4"], "give --tokens, or --batch with --seq"),
     (["--batch", "2"], "--batch and --seq go together"),
-    (["--mode", "int8"], "'int8' is not a precision mode"),
+    (["--mode", "int8"], "'int8' is unknown; choose one of amp-bf16, amp-fp16, bf16, fp32"),
     (["--ignore-frac", "1.5"], "ignore_frac: 1.5 is outside [0.0, 1.0)"),
     (["--z-loss", "-1"], "z_loss"),
     (["--softcap", "abc"], "'abc' is not a number"),

@@ -131,9 +131,9 @@ def test_device_gpu_is_told_to_use_cuda_or_cpu(command, tmp_path):
 # --- 14. a model too large for the device --------------------------------------------------------
 
 def test_model_refuses_a_model_that_cannot_fit_before_building_it(tmp_path, monkeypatch):
-    import fusedce_cli.checks
+    import fusedce_profile.checks
 
-    monkeypatch.setattr(fusedce_cli.checks, "device_memory_bytes", lambda device: 64 << 30)
+    monkeypatch.setattr(fusedce_profile.checks, "device_memory_bytes", lambda device: 64 << 30)
     folder = tmp_path / "Meta-Llama-3-8B"
     folder.mkdir()
     shutil.copy(CONFIGS / "llama-3-8b.config.json", folder / "config.json")
@@ -151,7 +151,7 @@ def test_model_refuses_a_model_that_cannot_fit_before_building_it(tmp_path, monk
 def test_device_memory_of_the_cpu_is_its_physical_memory():
     import os
 
-    from fusedce_cli.checks import device_memory_bytes
+    from fusedce_profile.checks import device_memory_bytes
 
     assert device_memory_bytes("cpu") == os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
@@ -232,13 +232,13 @@ def test_backends_table_keeps_its_options_column_on_a_narrow_terminal(columns):
 @pytest.mark.parametrize("extra, fragment", [
     (["--seq-candidates", "32,x"], "Invalid value for --seq-candidates: 'x' is not a positive integer"),
     (["--calibration-batches", "1,a"], "Invalid value for --calibration-batches: 'a' is not a positive integer"),
-    (["--calibration-batches", "2,2"], "error: --calibration-batches needs at least two different batch sizes"),
+    (["--calibration-batches", "2,2"], "error: --calibration-batches needs at least two different positive batch sizes"),
     (["--naive", "-3"], "error: --naive must be a positive number"),
-    (["--tolerance", "1.5"], "error: --tolerance must be in (0, 1)"),
+    (["--context-mib", "5"], "error: --context-mib must be positive and below both readings"),
 ])
 def test_explain_names_the_option_of_a_bad_value(extra, fragment, tmp_path):
     argv = ["explain", "--device", "cpu", "--preset", "tiny", "--naive", "3", "--fused", "2", "--card", "24",
-            "--out", str(tmp_path / "never")]
+            "--seq", "32", "--out", str(tmp_path / "never")]
     result = _invoke(argv + extra)
     assert result.exit_code == 2, result.output
     assert "Traceback" not in result.output

@@ -3,7 +3,7 @@ import datetime as dt
 
 import pytest
 
-from fusedce_cli.output_dir import OutputDirError, default_out_dir, prepare_out_dir
+from fusedce_profile.folders import OutputDirError, default_out_dir, prepare_out_dir
 
 
 def test_default_folder_is_time_stamped_and_never_reused(tmp_path):

@@ -2,7 +2,7 @@
 import pytest
 import typer
 
-from fusedce_cli import exit_codes
+from fusedce_profile import exit_codes
 from fusedce_cli.usage import fail, usage_errors
 
 

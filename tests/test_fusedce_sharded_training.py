@@ -1,7 +1,7 @@
-"""The README's recipe "Sharded heads": FSDP2, tensor parallel and DDP on the CPU (gloo, 2 ranks).
+"""The recipes of ``docs/distributed.md``: FSDP2, tensor parallel and DDP on the CPU (gloo, 2 ranks).
 
-The section's code blocks are executed as they stand in ``README.md`` and the models they
-build are checked against one process:
+The page's code blocks are executed as they stand in it and the models they build are checked
+against one process:
 
 - FSDP2 with bf16 parameters and fp32 reduction (torch 2.13 runs ``fully_shard`` on the CPU
   with gloo): the loss inside the root's forward and through a method registered with
@@ -26,21 +26,19 @@ import fusedce
 from distributed import run_world
 from reference import relative_error
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+PAGE = Path(__file__).resolve().parents[1] / "docs" / "distributed.md"
 V, H, B, T = 37, 16, 2, 5
 
 
 def recipe() -> dict:
-    """The namespace left by running the python blocks of the README's "Sharded heads" section."""
-    text = README.read_text()
-    section = text.split("## Sharded heads", 1)[1].split("\n## ", 1)[0]
-    offset = text.index("## Sharded heads")
-    blocks = list(re.finditer(r"```python\n(.*?)```", section, flags=re.S))
-    assert len(blocks) >= 3, "the README's Sharded heads section lost its code blocks"
-    namespace: dict = {"__name__": "readme_recipe"}
-    for block in blocks:  # padded to its line in README.md, so that tracebacks point there
-        line = text.count("\n", 0, offset + len("## Sharded heads") + block.start(1))
-        exec(compile("\n" * line + block.group(1), str(README), "exec"), namespace)
+    """The namespace left by running the python blocks of ``docs/distributed.md``."""
+    text = PAGE.read_text()
+    blocks = list(re.finditer(r"```python\n(.*?)```", text, flags=re.S))
+    assert len(blocks) >= 3, "docs/distributed.md lost its code blocks"
+    namespace: dict = {"__name__": "docs_recipe"}
+    for block in blocks:  # padded to its line in the page, so that tracebacks point there
+        line = text.count("\n", 0, block.start(1))
+        exec(compile("\n" * line + block.group(1), str(PAGE), "exec"), namespace)
     return namespace
 
 

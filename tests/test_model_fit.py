@@ -112,7 +112,7 @@ def test_a_wrapped_out_of_memory_error_is_oom_not_an_error_that_stops_the_search
 
 
 def _measured(batch, static, context, peak, reserved):
-    from fusedce_profiler.instrument.step.step import StepMemory
+    from fusedce_profiler.instrument.step.memory import StepMemory
 
     memory = StepMemory(source="cuda-allocator", parameters=0, gradients=0, optimizer_state=0, batch=0,
                         static=static, activations=0, saved_tensors=0, weight_copies=0, loss_extra=0,

@@ -6,7 +6,7 @@ from fusedce_profiler.instrument.protocol import Phase
 from fusedce_reports.model_report import breakdown_table, findings, model_table
 from fusedce_reports.plots.model import plot_breakdown, plot_reserved
 from fusedce_profiler.instrument.step.jobs import ModelJob, ModelResult
-from fusedce_profiler.instrument.step.step import Part, StepMemory
+from fusedce_profiler.instrument.step.memory import Part, StepMemory
 
 GIB = 1 << 30
 
@@ -42,7 +42,7 @@ def test_findings_say_when_the_loss_was_a_small_part_of_the_peak():
     torch_run = _result("torch", 20 * GIB, 2 * GIB, activations=16 * GIB)
     fused = _result("fusedce", 19 * GIB - GIB // 2, GIB // 2, activations=16 * GIB)
     text = findings([torch_run, fused])
-    assert "only 10% of torch's peak" in text[1]
+    assert "loss region adds 2.00 GiB (10%) to its peak: no loss can save more than that here" in text[1]
 
 
 def test_findings_show_what_an_evaluation_pass_leaves_reserved():

@@ -13,7 +13,7 @@ from fusedce_profiler.instrument import store
 def test_the_lock_is_reentrant_in_one_process_and_exclusive_across_processes(tmp_path):
     outer = store.RunLock(tmp_path).acquire()
     inner = store.RunLock(tmp_path).acquire()  # e.g. the command, then the run it starts
-    other = [sys.executable, "-c", f"from profiler import store; store.RunLock({str(tmp_path)!r}).acquire()"]
+    other = [sys.executable, "-c", f"from fusedce_profiler.instrument import store; store.RunLock({str(tmp_path)!r}).acquire()"]
     held = subprocess.run(other, cwd=REPO, capture_output=True, text=True, timeout=60)
     assert held.returncode != 0 and f"is in use by pid {os.getpid()}" in held.stderr
     inner.release()

@@ -1,12 +1,15 @@
 """The README's promises that code can check: exit codes, install notes, the doctor's model."""
 from __future__ import annotations
 
+import json
 import re
 
 import torch
 
-from fusedce_cli import exit_codes
-from fusedce_cli.options import CELL_TIMEOUT_S
+from fusedce_profile import exit_codes
+from fusedce_profile.defaults import CELL_TIMEOUT_S
+from pages import (DOCS, PAGES_OF_OTHER_BRANCHES, commands, fenced_blocks, logical_lines, parse_command,
+                   relative_links, section)
 from processes import REPO
 from fusedce_profiler.instrument.models.configs import get_preset
 from fusedce_profiler.judgements.doctor.doctor import CPU_MAX_PARAMETERS, make_batch
@@ -37,3 +40,80 @@ def test_the_batch_and_size_guard_the_readme_gives_for_doctor_are_the_ones_it_us
     assert batch["input_ids"].dtype == batch["labels"].dtype == torch.int64
     assert (batch["labels"] == -100).any() and "-100 at padding" in README
     assert f"models above {CPU_MAX_PARAMETERS / 1e6:.0f} M parameters are refused in one line" in README
+
+
+# --- the README as a newcomer reads it: short, every command real, every figure from its file ---
+
+README_TEXT = (REPO / "README.md").read_text()
+
+
+def test_the_readme_fits_in_250_lines_and_answers_the_question_in_30():
+    assert len(README_TEXT.splitlines()) <= 250
+    assert len(section(README_TEXT, "Why did my memory barely drop?").strip().splitlines()) <= 30
+
+
+def test_every_readme_command_parses_and_every_link_exists():
+    argvs = commands(README_TEXT)
+    assert [] in argvs and any(a[:1] == ["grid"] for a in argvs) and any(a[:1] == ["model"] for a in argvs)
+    for argv in argvs:
+        parse_command(argv)
+    for written, target in relative_links(REPO / "README.md"):
+        if target.parent == DOCS and target.name in PAGES_OF_OTHER_BRANCHES and not target.exists():
+            continue
+        assert target.exists(), written
+
+
+def test_ci_runs_the_readmes_test_command_word_for_word_and_the_newcomer_test():
+    install = logical_lines(fenced_blocks(README_TEXT, "bash")[0])
+    test_line = next(line for line in install if "pytest" in line)
+    ci = (REPO / ".ci" / "run").read_text()
+    assert ci.rstrip().splitlines()[-1] == test_line
+    assert "FUSEDCE_NEWCOMER=1" in ci
+    assert "pip install torch --index-url https://download.pytorch.org/whl/cpu" in install
+    assert "pip install . && fusedce-profile" in install
+
+
+def _cells(folder: str) -> dict:
+    rows = [json.loads(line) for line in (REPO / folder / "results.jsonl").read_text().splitlines() if line.strip()]
+    return {(r["spec"]["backend"], r["spec"]["tokens"]): r for r in rows}
+
+
+def test_the_cpu_figures_of_the_readme_are_those_of_the_committed_cpu_run():
+    cells = _cells("examples/default-report-cpu")
+    mib = lambda backend, tokens: cells[(backend, tokens)]["peak_step_bytes"] / (1 << 20)  # noqa: E731
+    assert (round(mib("fusedce", 512)), round(mib("torch", 512))) == (281, 240)
+    assert "(281 vs 240 MiB)" in README
+    saving = 1 - mib("fusedce", 2048) / mib("torch", 2048)
+    assert f"{saving:.0%} less at 2048" in README
+    log = (REPO / "examples/default-report-cpu/run.log").read_text()
+    assert "real\t3m59.8" in log and "user\t0m59.4" in log
+    assert "took 4 min 0 s (59 s of CPU time" in README
+
+
+def test_the_h200_figures_of_the_readme_are_in_the_reports_it_links():
+    default = " ".join((REPO / "examples/default-report/summary.md").read_text().split())
+    for figure in ("fusedce saves 19.7 GiB (98%) of the loss's peak: torch 20.1 GiB → fusedce 371 MiB, 1.93× the floor "
+                   "of 192 MiB", "by about 317 MiB per 1k tokens", "165 MiB at 1k tokens, 19.7 GiB at 64k",
+                   "torch-compile 24.7 ms, fusedce 41.6 ms (1.69×)", "cce 241 MiB", "torch-compile 4.20 GiB",
+                   "cce 71.5 ms"):
+        assert figure in default, figure
+    assert "wall=182s" in (REPO / "benchmarks/results/harness-h200-2026-12-03/default-run.log").read_text()
+    assert "(182 s on an H200)" in README
+    recorded = (REPO / "examples/recorded/lightning-bf16-mixed-h200/summary.md").read_text()
+    model = (REPO / "examples/model/user-gpt-sdpa-b32-h200/summary.md").read_text()
+    explained = " ".join((REPO / "examples/explain/user-gpt-22785-22155/summary.md").read_text().split())
+    for figure in ("23.9 GiB", "12.6 GiB", "28.1 GiB", "14.1 GiB", "18.1 GiB"):
+        assert figure in recorded, figure
+    for figure in ("23.9 GiB", "12.3 GiB"):
+        assert figure in model, figure
+    for figure in ("Not decided", "26 configurations fit", "would save ≥ 8.13 GiB, against 0.62 GiB seen",
+                   "a 512–2,593 MiB tensor", "±555 MiB", "±7,135 MiB"):
+        assert figure in explained, figure
+    blind = (REPO / "benchmarks/results/explain-blind-h200-2026-12-03/run2/blind/summary.md").read_text()
+    assert "truth consistent: 7 of 11" in blind
+
+
+def test_the_readmes_model_command_is_the_one_docs_model_md_runs_less_a_back_end():
+    readme = next(a for a in commands(README_TEXT) if a[:1] == ["model"])
+    page = commands((DOCS / "model.md").read_text())[0]  # run, and its report read, by tests/test_docs.py
+    assert readme == page[:len(readme)] and page[len(readme):] == ["--backend", page[-1]]

@@ -1,22 +1,30 @@
 #!/usr/bin/env bash
-# The time–memory frontier on the H200 (benchmarks/frontier.py): every ANCHORS row and the
-# extra heads (Qwen2.5-7B, Gemma-2 soft-cap 30, Mistral-NeMo with bias), each LM-head loss
-# and each fusedce point, most important case first; cases left after 420 s are recorded as
-# skipped, and a hard 470 s limit keeps the whole call under 8 minutes.
+# The fused loss on the time–memory frontier, on the H200, in one call: (a) the loss's GPU tests
+# (tests/test_fusedce_gpu.py, ≤ 150 s), then (b) benchmarks/frontier.py — every ANCHORS row in amp
+# and bf16 (then the extra heads while time is left) with torch.compile, Liger, cce, eager torch and
+# fusedce's default, "fast" and "min" in one process; each case prints who dominates whom and
+# goals 1–5. Cases left after FRONTIER_BUDGET_S (default 270 s) are recorded as skipped; hard limits
+# keep the whole call under 8.5 minutes.
 #   on the device:  bash benchmarks/device/frontier.sh        (carry .whl for liger and cce)
 #   on the CPU:     DRY=1 OUT=/tmp/frontier-dry bash benchmarks/device/frontier.sh
-# $OUT: frontier.jsonl (raw cells), frontier.json/.md, environment.json, frontier.log,
-# nvidia-smi.txt (device only).
+# $OUT: gpu-tests.xml, frontier.jsonl (raw cells and per-case goals), frontier.json/.md,
+# environment.json, frontier.log, nvidia-smi.txt (device only).
 set -u
 export PYTHONUNBUFFERED=1
+IMPLS="fusedce torch_compile fusedce_fast fusedce_min liger cce torch"
 if [ "${DRY:-0}" = "1" ]; then
   mkdir -p "$OUT"
   PY=${PYTHON:-python3}
-  timeout 470 "$PY" benchmarks/frontier.py --dry --repeats 1 --budget-s 300 --out "$OUT" 2>&1 | tee "$OUT/frontier.log"
+  timeout 470 "$PY" benchmarks/frontier.py --dry --repeats 1 --budget-s 300 --out "$OUT" \
+    --impls ${IMPLS/ cce/} 2>&1 | tee "$OUT/frontier.log"
   exit "${PIPESTATUS[0]}"
 fi
 . benchmarks/device/common.sh
-timeout 470 python3 benchmarks/frontier.py --out "$OUT" --repeats 5 --budget-s 420 2>&1 | tee "$OUT/frontier.log"
+timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_fusedce_gpu.py \
+  --junitxml "$OUT/gpu-tests.xml" 2>&1 | tail -6
+timeout 330 python3 benchmarks/frontier.py --out "$OUT" --repeats 5 --budget-s "${FRONTIER_BUDGET_S:-270}" \
+  --impls $IMPLS 2>&1 | tee "$OUT/frontier.log"
 status=${PIPESTATUS[0]}
-tail -n 3 "$OUT/frontier.log"
+grep -o 'testsuite [^>]*' "$OUT/gpu-tests.xml" 2>/dev/null | head -1
+grep -E '^(==|   goal)' "$OUT/frontier.log"
 exit "$status"

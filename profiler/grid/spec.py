@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import torch
 
 from fusedce_profiler.instrument.backends import get_backend
-from fusedce_profiler.instrument.precision import MODES
+from fusedce_profiler.instrument.precision import LIGHTNING_ALIASES, canonical_mode
 from fusedce_profiler.instrument.records import REDUCTIONS, CellSpec
 
 
@@ -50,6 +50,12 @@ class GridSpec:
     warmup: int = 1
     repeats: int = 5
 
+    def __post_init__(self) -> None:
+        # Lightning's precision names ("bf16-mixed") stand for the modes they mean; validate() refuses the rest.
+        if isinstance(self.modes, (tuple, list)):
+            object.__setattr__(self, "modes", tuple(LIGHTNING_ALIASES.get(m, m) if isinstance(m, str) else m
+                                                    for m in self.modes))
+
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first bad field and value."""
         if (self.batch is None) != (self.seq is None):
@@ -65,8 +71,7 @@ class GridSpec:
             get_backend(name)
         _nonempty("modes", self.modes)
         for mode in self.modes:
-            if mode not in MODES:
-                raise ValueError(f"modes: {mode!r} is unknown; choose from {', '.join(MODES)}")
+            canonical_mode(mode, what="modes:")
         kind, _, index = self.device.partition(":")
         if kind not in ("cuda", "cpu") or (index and (kind == "cpu" or not index.isdigit())):
             raise ValueError(f"device: {self.device!r} is not 'cuda', 'cuda:K' or 'cpu'")

@@ -11,7 +11,11 @@ fp32        fp32          fp32          no autocast
 
 ``amp-bf16`` is how PyTorch Lightning's ``precision="bf16-mixed"`` trains: fp32 master
 weights, bf16 matrix products. Grid cells use every mode; a whole training step (model
-mode) uses ``amp-bf16`` or ``fp32``.
+mode) uses ``amp-bf16``, ``bf16`` or ``fp32``.
+
+Lightning's precision names are accepted as aliases wherever a mode is taken
+(:func:`canonical_mode`): ``bf16-mixed`` is ``amp-bf16``, ``16-mixed`` is ``amp-fp16``,
+``bf16-true`` is ``bf16``, ``32-true`` and ``32`` are ``fp32``.
 """
 from __future__ import annotations
 
@@ -22,6 +26,8 @@ import torch
 
 MODES = ("amp-bf16", "amp-fp16", "bf16", "fp32")
 TRAINING_MODES = ("amp-bf16", "bf16", "fp32")
+LIGHTNING_ALIASES = {"bf16-mixed": "amp-bf16", "16-mixed": "amp-fp16", "bf16-true": "bf16",
+                     "32-true": "fp32", "32": "fp32"}
 
 
 @dataclass(frozen=True)
@@ -49,9 +55,24 @@ assert tuple(PRECISIONS) == MODES
 
 def precision(mode: str) -> Precision:
     """The :class:`Precision` of ``mode``; ``ValueError`` naming the known modes otherwise."""
-    if mode not in PRECISIONS:
-        raise ValueError(f"mode {mode!r} is unknown; choose one of {', '.join(PRECISIONS)}")
-    return PRECISIONS[mode]
+    return PRECISIONS[canonical_mode(mode)]
+
+
+def canonical_mode(name: str, allowed: tuple[str, ...] = MODES, what: str = "mode") -> str:
+    """The mode ``name`` means: itself, or the mode a Lightning precision name stands for.
+
+    Raises ``ValueError`` in one line naming ``what`` (the argument), the valid names and
+    the Lightning aliases among them; a Lightning name whose mode is not in ``allowed``
+    (``16-mixed`` where only training modes run) says which mode it stands for.
+    """
+    mode = LIGHTNING_ALIASES.get(name, name)
+    if mode in allowed:
+        return mode
+    aliases = ", ".join(f"{alias} = {target}" for alias, target in LIGHTNING_ALIASES.items() if target in allowed)
+    valid = f"choose one of {', '.join(allowed)} (Lightning's names: {aliases})"
+    if name in LIGHTNING_ALIASES:
+        raise ValueError(f"{what} {name!r} is Lightning's name for {mode}, which is not available here; {valid}")
+    raise ValueError(f"{what} {name!r} is unknown; {valid}")
 
 
 def autocast(mode: str, device: str | torch.device) -> contextlib.AbstractContextManager:

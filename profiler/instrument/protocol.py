@@ -36,9 +36,11 @@ from typing import Callable
 
 import torch
 
+from fusedce_profiler.instrument.tracing.quiet import quiet_third_party, start_profiler
+
 CUDA_ALLOCATOR = "cuda-allocator"
 CPU_PROFILER = "cpu-profiler"
-_MARK_PREFIX = "fusedce.mark:"
+MARK_PREFIX = "fusedce.mark:"
 
 
 def synchronize(device: str | torch.device) -> None:
@@ -140,7 +142,7 @@ class MemoryMeter:
             from torch.profiler import ProfilerActivity, profile
 
             self._profiler = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
-            self._profiler.__enter__()
+            start_profiler(self._profiler)
         return self
 
     def mark(self, name: str) -> None:
@@ -155,7 +157,7 @@ class MemoryMeter:
             torch.cuda.reset_peak_memory_stats(self.device)
             self._open = (name, now)
         else:
-            with torch.profiler.record_function(_MARK_PREFIX + name):
+            with torch.profiler.record_function(MARK_PREFIX + name):
                 pass
 
     def _close_cuda(self, now: int) -> None:
@@ -170,12 +172,13 @@ class MemoryMeter:
                 self._close_cuda(torch.cuda.memory_allocated(self.device))
             self.record.peak_reserved_bytes = self._reserved
             return
-        self._profiler.__exit__(*exc)
+        with quiet_third_party():
+            self._profiler.__exit__(*exc)
         if exc[0] is None:
-            self.record.phases = _replay_cpu_events(self._profiler, self._names, self.record.baseline_bytes)
+            self.record.phases = replay_cpu_events(self._profiler, self._names, self.record.baseline_bytes)
 
 
-def _replay_cpu_events(prof, names: list[str], baseline: int) -> list[Phase]:
+def replay_cpu_events(prof, names: list[str], baseline: int) -> list[Phase]:
     """Turn the profiler's CPU memory events and the meter's markers into phases.
 
     Events are sorted by time; a marker opens a phase; each allocation (positive bytes) or
@@ -187,8 +190,8 @@ def _replay_cpu_events(prof, names: list[str], baseline: int) -> list[Phase]:
         if event_name == "[memory]":
             if event.device_type() == torch.autograd.DeviceType.CPU:
                 timeline.append((event.start_ns(), event.nbytes(), None))
-        elif event_name.startswith(_MARK_PREFIX):
-            timeline.append((event.start_ns(), 0, event_name[len(_MARK_PREFIX):]))
+        elif event_name.startswith(MARK_PREFIX):
+            timeline.append((event.start_ns(), 0, event_name[len(MARK_PREFIX):]))
     timeline.sort(key=lambda item: (item[0], item[2] is None))
     phases: list[Phase] = []
     allocated = baseline

@@ -108,8 +108,11 @@ class SnapshotRecorder:
     def start(self) -> None:
         import torch
 
+        from fusedce_profiler.instrument.tracing.quiet import quiet_third_party
+
         # Python stacks only: symbolising C++ frames at snapshot time takes minutes.
-        torch.cuda.memory._record_memory_history(max_entries=_MAX_ENTRIES, stacks="python")
+        with quiet_third_party():
+            torch.cuda.memory._record_memory_history(max_entries=_MAX_ENTRIES, stacks="python")
 
     def mark_backward(self) -> None:
         fusedce_profile_phase_marker(self.device)

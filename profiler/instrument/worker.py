@@ -13,8 +13,10 @@ killed it: :attr:`WorkerDied.at_start`.
 Job kinds (:data:`JOBS`): ``cell`` (a grid cell, :func:`fusedce_profiler.grid.cell.measure_cell`),
 ``training-step`` (a model-mode job, :func:`fusedce_profiler.instrument.step.jobs.run_job`),
 ``training-steps`` (several, one after another: :func:`fusedce_profiler.instrument.step.jobs.run_jobs`),
-``environment`` (:func:`fusedce_profiler.instrument.environment.collect_environment`) and ``doctor``
-(the user's model factory and loss wrapper checked: :func:`fusedce_profiler.judgements.doctor.job.run_doctor_job`).
+``environment`` (:func:`fusedce_profiler.instrument.environment.collect_environment`),
+``describe-model`` (a user's model factory, called in a box:
+:func:`fusedce_profiler.instrument.models.factory.describe_job`) and ``doctor`` (the user's model
+factory and loss wrapper checked: :func:`fusedce_profiler.judgements.doctor.job.run_doctor_job`).
 
 Lifetime: the child runs in its own session (Ctrl-C and SIGTERM at the terminal reach only
 the parent, which stops the child and keeps its results valid) and dies with its parent,
@@ -46,6 +48,7 @@ JOBS = {
     "training-step": "fusedce_profiler.instrument.step.jobs:run_training_job",
     "training-steps": "fusedce_profiler.instrument.step.jobs:run_training_jobs",
     "environment": "fusedce_profiler.instrument.environment:environment_job",
+    "describe-model": "fusedce_profiler.instrument.models.factory:describe_job",
     "doctor": "fusedce_profiler.judgements.doctor.job:run_doctor_job",
 }
 

@@ -40,7 +40,7 @@ from fusedce_profiler.instrument.models.configs import ModelConfig
 from fusedce_profiler.instrument.step.data import MarkovChain
 from fusedce_profiler.instrument.models.gpt import HiddenStatesGPT as GPT
 from fusedce_profiler.instrument.step.losses import BackendUnavailable, resolve_backend
-from fusedce_profiler.instrument.precision import TRAINING_MODES, autocast
+from fusedce_profiler.instrument.precision import TRAINING_MODES, autocast, canonical_mode
 from fusedce_profiler.instrument.reference import relative_error
 from fusedce_profiler.instrument.tolerances import tolerance_for
 
@@ -75,8 +75,7 @@ class ParitySettings:
     def __post_init__(self) -> None:
         if self.steps < 10:
             raise ValueError(f"steps must be at least 10 (the final loss averages the last tenth), got {self.steps}")
-        if self.mode not in TRAINING_MODES:
-            raise ValueError(f"mode must be one of {TRAINING_MODES}, got {self.mode!r}")
+        self.mode = canonical_mode(self.mode, TRAINING_MODES)
         if self.reduction not in ("mean", "sum"):
             raise ValueError(f"reduction must be 'mean' or 'sum', got {self.reduction!r}")
         if not self.backends:
@@ -333,37 +332,44 @@ def judge(settings: ParitySettings, curve: ParityCurve, reference: ParityCurve,
 
 
 def run_parity(settings: ParitySettings, progress: Callable[[str], None] | None = None,
-               on_curve: Callable[[ParityReport], None] | None = None) -> ParityReport:
+               on_curve: Callable[[ParityReport], None] | None = None,
+               finished: ParityReport | None = None) -> ParityReport:
     """Train torch, then (``settings.control``) the perturbed-torch control, then every
     back-end in ``settings.backends`` (in that order); judge each against torch.
 
-    ``progress(backend_name)`` is called before each run (for a progress display);
+    ``progress(name)`` is called before each run it trains (for a progress display);
     ``on_curve(report)`` after each back-end's run with the report so far (``not_run`` names
     the back-ends still to come), so a caller can save it before a time limit cuts the run.
+    ``finished``: the stored report of a run of the same settings that was cut short; its curves
+    and verdicts are kept and only what it had not trained runs (each run's batches depend on the
+    step only, so a kept curve is the curve this run would train).
     """
     chain = MarkovChain(settings.config.vocab_size, seed=settings.seed)
-    names = [REFERENCE] + [b for b in settings.backends if b != REFERENCE]
-    if progress is not None:
-        progress(REFERENCE)
-    reference = train_curve(settings, REFERENCE, chain)
+    same = finished is not None and finished.settings == settings
+    kept = {c.backend: c for c in finished.curves} if same else {}
+    judged = {v.backend: v for v in finished.verdicts} if same else {}
+
+    def curve_of(name: str, perturbed: bool = False) -> ParityCurve:
+        label = CONTROL if perturbed else name
+        if label in kept:
+            return kept[label]
+        if progress is not None:
+            progress(label)
+        return train_curve(settings, name, chain, perturbed=perturbed)
+
+    reference = curve_of(REFERENCE)
     if reference.status != "ok":
         raise RuntimeError(f"the torch reference run failed: {reference.status}: {reference.message}")
     learned = reference.final_loss() < LEARN_FRACTION * reference.initial_loss()
     report = ParityReport(settings, [reference], [], chain.entropy_rate(), learned)
-    if settings.control:
-        if progress is not None:
-            progress(CONTROL)
-        control = train_curve(settings, REFERENCE, chain, perturbed=True)
-        report.curves.append(control)
-        report.verdicts.append(judge(settings, control, reference))
-        if on_curve is not None:
-            on_curve(report)
-    for name in names[1:]:
-        if progress is not None:
-            progress(name)
-        curve = train_curve(settings, name, chain)
+    runs = [(REFERENCE, True)] if settings.control else []
+    runs += [(name, False) for name in settings.backends if name != REFERENCE]
+    for name, perturbed in runs:
+        curve = curve_of(name, perturbed)
         report.curves.append(curve)
-        report.verdicts.append(judge(settings, curve, reference, report.noise_floor))
+        verdict = judged.get(curve.backend) if curve.backend in kept else None
+        report.verdicts.append(verdict or (judge(settings, curve, reference) if perturbed else
+                                           judge(settings, curve, reference, report.noise_floor)))
         if on_curve is not None:
             on_curve(report)
     return report

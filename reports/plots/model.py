@@ -12,13 +12,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from matplotlib import colormaps
 from matplotlib.figure import Figure
 
 from fusedce_profiler.instrument.step.jobs import ModelResult
 from fusedce_profiler.instrument.tracing.attribution import KINDS
 from fusedce_reports.attribution_tables import traced_results
 from fusedce_reports.escape import plot_text
+from fusedce_reports.palette import kind_colour
 from fusedce_reports.figures import new_figure, save_figure
 from fusedce_reports.units import GIB, format_bytes
 
@@ -79,10 +79,9 @@ def draw_attribution(results: list[ModelResult]) -> Figure | None:
     if not ok:
         return None
     kinds = [k for k in KINDS if any(r.attribution.kind_bytes(k) for r in ok)]
-    cmap = colormaps["tab20"]
     bars = [(f"{r.job.label} (B={r.job.batch} T={r.job.seq})",
              [(kind, r.attribution.kind_bytes(kind)) for kind in kinds], r.attribution.peak_bytes) for r in ok]
-    return _stacked_bars(bars, lambda kind: cmap(KINDS.index(kind) % 20), height=2.8,
+    return _stacked_bars(bars, kind_colour, height=2.8,
                          xlabel="alive at the traced step's peak, by kind",
                          title="Measured attribution of the training step's peak", legend_columns=3, headroom=1.18)
 
@@ -96,16 +95,10 @@ def draw_breakdown(results: list[ModelResult]) -> Figure | None:
     ok = [r for r in results if r.status == "ok"]
     if not ok:
         return None
-    part_names: list[str] = []
-    for r in ok:
-        for p in r.memory.composition:
-            if p.name not in part_names:
-                part_names.append(p.name)
-    cmap = colormaps["tab10"]
     bars = [(f"{r.job.label} ({r.job.config.name}{' tied' if r.job.config.tie_word_embeddings else ''}, "
              f"B={r.job.batch} T={r.job.seq})", [(p.name, p.bytes) for p in r.memory.composition], r.memory.peak)
             for r in ok]
-    return _stacked_bars(bars, lambda name: cmap(part_names.index(name) % 10), height=2.4,
+    return _stacked_bars(bars, kind_colour, height=2.4,
                          xlabel=f"allocated at the step's peak ({ok[0].memory.source})",
                          title="Where the training step's peak memory goes", legend_columns=4, headroom=1.15)
 

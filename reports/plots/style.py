@@ -18,7 +18,7 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
-from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+from matplotlib.ticker import FuncFormatter, Locator, LogLocator, NullFormatter
 
 from fusedce_reports.escape import plot_text
 from fusedce_reports.figures import new_figure, save_figure
@@ -124,10 +124,34 @@ def bytes_axis(ax: Axes, which: str = "y") -> None:
     axis.set_minor_formatter(NullFormatter())
 
 
+class ReadableLogLocator(Locator):
+    """Major ticks of a log axis at readable values, dense enough that at least four fall in
+    the view: 1-2-5 per decade over several decades, then 1-2-3-5, then 1-1.5-2-3-4-5-6-8,
+    then steps of 0.5 (an axis from 2.9 s to 3.8 s gets 3 s and 3.5 s), then of 0.1."""
+
+    STEPS = ((1.0, 2.0, 5.0), (1.0, 2.0, 3.0, 5.0), (1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0),
+             tuple(x / 2 for x in range(2, 20)), tuple(x / 10 for x in range(10, 100)))
+
+    def __call__(self) -> list[float]:
+        low, high = sorted(self.axis.get_view_interval())
+        return self.tick_values(low, high)
+
+    def tick_values(self, vmin: float, vmax: float) -> list[float]:
+        low, high = max(min(vmin, vmax), 1e-300), max(vmin, vmax, 1e-300)
+        decades = range(math.floor(math.log10(low)) - 1, math.ceil(math.log10(high)) + 1)
+        ticks: list[float] = []
+        for subs in self.STEPS:
+            ticks = [sub * 10.0 ** d for d in decades for sub in subs]
+            if sum(low <= t <= high for t in ticks) >= 4:
+                break
+        return ticks
+
+
 def time_axis(ax: Axes, which: str = "y") -> None:
-    """A decimal logarithmic time axis labelled in ms / s (``which``: "x" or "y")."""
+    """A decimal logarithmic time axis labelled in ms / s at readable values
+    (:class:`ReadableLogLocator`; ``which``: "x" or "y")."""
     axis = _axis(ax, which, "log")
-    axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    axis.set_major_locator(ReadableLogLocator())
     axis.set_major_formatter(FuncFormatter(lambda y, _: format_ms(y)))
     axis.set_minor_formatter(NullFormatter())
 

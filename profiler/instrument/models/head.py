@@ -11,7 +11,8 @@ wrapper's forward calls its inner ``Linear`` — is found as: the head's forward
 ``head.inner.weight``, which is *not* the embedding, and the tie assigned to
 ``head.weight`` is unused.
 
-Public API: :class:`HeadInfo`, :class:`Head`, :func:`locate_head`, and :func:`tensor_of` /
+Public API: :class:`HeadInfo`, :class:`Head`, :func:`locate_head`, :func:`stray_weight` and
+:func:`stray_weight_finding` (a weight on the head or a wrapper that its forward ignores), and :func:`tensor_of` /
 :func:`first_tensor` for the hooks that read a module's input or output.
 """
 from __future__ import annotations
@@ -119,7 +120,8 @@ def _names_by_id(model: nn.Module) -> dict[int, list[str]]:
     return names
 
 
-def _input_embedding(model: nn.Module) -> nn.Parameter | None:
+def input_embedding(model: nn.Module) -> nn.Parameter | None:
+    """The input embedding's weight: ``get_input_embeddings()``, else the first ``nn.Embedding``."""
     get = getattr(model, "get_input_embeddings", None)
     if callable(get):
         try:
@@ -164,20 +166,51 @@ def locate_head(model: nn.Module, *, vocab: int | None = None, head_path: str | 
                          "name the LM head module with --head attr.path")
     v, h = weight.shape
     weight_names = sorted(names.get(id(weight), ["?"]), key=lambda n: (not n.startswith(path), len(n)))
-    embedding = _input_embedding(model)
+    embedding = input_embedding(model)
     tied = embedding is not None and embedding is weight
-    # A tie assigned on the head module (or a wrapper) that its forward does not use.
-    assigned = getattr(module, "weight", None)
-    if isinstance(assigned, nn.Parameter) and assigned is not weight:
-        alias = names.get(id(assigned), [f"{path}.weight"])
-        is_embedding = embedding is not None and assigned is embedding
-        notes.append(f"{path}.weight is {'the input embedding ' if is_embedding else ''}"
-                     f"({', '.join(alias)}), but the head's forward multiplies by {weight_names[0]}"
-                     + (": the tie assigned on the wrapper is unused, the head is untied." if is_embedding else "."))
+    stray = stray_weight(model, path, weight)
+    if stray is not None:
+        owner, assigned = stray
+        notes.append(stray_weight_finding(owner, names.get(id(assigned), [f"{owner}.weight"])[0], weight_names[0],
+                                          embedding is not None and assigned is embedding) + ".")
     bias_name = names.get(id(bias), [None])[0] if bias is not None else None
     info = HeadInfo(path=path, found_by=how, weight=weight_names[0], weight_aliases=weight_names[1:],
                     bias=bias_name, tied=tied, vocab=int(v), hidden=int(h), plain_linear=plain, notes=notes)
     return Head(module=module, weight=weight, bias=bias, info=info)
+
+
+def stray_weight(model: nn.Module, path: str, weight: nn.Parameter) -> tuple[str, nn.Parameter] | None:
+    """A (V, H) ``weight`` on the head module or one of its wrappers that the head's forward
+    does not multiply by: ``(owner's path, that parameter)``, the innermost first; ``None``.
+
+    ``path``: the head module's attribute path (``head.proj``: ``head.proj`` then ``head``
+    are looked at); ``weight``: the parameter its forward was seen to use.
+    """
+    modules = dict(model.named_modules())
+    parts = path.split(".")
+    for depth in range(len(parts), 0, -1):
+        owner = ".".join(parts[:depth])
+        candidate = getattr(modules.get(owner), "weight", None)
+        if isinstance(candidate, nn.Parameter) and candidate is not weight and candidate.dim() == 2 \
+                and tuple(candidate.shape) == tuple(weight.shape):
+            return owner, candidate
+    return None
+
+
+def stray_weight_finding(owner: str, assigned: str, used: str, is_embedding: bool) -> str:
+    """The one sentence every report prints about a stray head weight, and its fix.
+
+    ``owner``: the module holding it; ``assigned``: the parameter's name; ``used``: the name of
+    the weight the head's forward multiplies by; ``is_embedding``: the stray weight is the
+    input embedding (a tie assigned on a wrapper).
+    """
+    if is_embedding:
+        return (f"A tie was assigned on the head module ({owner}.weight is the input embedding {assigned}), but "
+                f"its forward multiplies by {used}, its own weight: the tie assigned on the wrapper is unused, the "
+                "model trains an untied head, and an optimizer step moves both. Assign the tie to the module the "
+                f"forward uses ({used.rsplit('.', 1)[0]}.weight = embedding.weight)")
+    return (f"{assigned} is a (V, H) parameter of the head module that its forward never uses (it multiplies by "
+            f"{used}): a loss given {assigned} trains the wrong tensor")
 
 
 @torch.no_grad()

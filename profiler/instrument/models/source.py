@@ -49,11 +49,16 @@ _HF_FAMILY = {"gpt2": "gpt2", "llama-3-8b": "llama", "gemma-2-2b": "gemma2", "qw
               "mistral-nemo": "mistral", "user-gpt": "gpt2", "tiny": "llama"}
 
 
+class FactorySignatureError(ValueError):
+    """A ``--model`` factory that cannot be called as ``factory()`` / ``factory(config)``, or that
+    returned something other than an ``nn.Module``."""
+
+
 class MissingDependency(RuntimeError):
     """An optional package a source needs is not installed (the message says what to install)."""
 
 
-def _require_transformers():
+def require_transformers():
     try:
         import transformers  # noqa: F401
     except ImportError:
@@ -64,7 +69,7 @@ def _require_transformers():
 def hf_attention_impls() -> tuple[str, ...]:
     """The ``attn_implementation`` values the installed transformers accepts (best effort)."""
     try:
-        transformers = _require_transformers()
+        transformers = require_transformers()
     except MissingDependency:
         return ()
     impls = ["eager", "sdpa"]
@@ -135,6 +140,12 @@ class ModelSource:
 
     def describe(self) -> str:
         return f"{self.kind}:{self.name}"
+
+    @property
+    def parameters(self) -> int:
+        """The model's parameter count (shared parameters once): the config's, for the built-in
+        and Hugging Face models; a user's factory's module counts its own."""
+        return self.config.num_parameters()
 
     def with_tie(self, tied: bool) -> "ModelSource":
         """The same source with ``tie_word_embeddings`` overridden (where the source allows it)."""
@@ -216,7 +227,7 @@ class HFSource(ModelSource):
         return HFSource({**self.hf_config, "tie_word_embeddings": tied}, name=self.name, head_path=self.head_path)
 
     def build(self, device, *, attention="sdpa", checkpointing=False, seed=0) -> BuiltModel:
-        transformers = _require_transformers()
+        transformers = require_transformers()
         if attention not in HF_ATTENTION_IMPLS:
             raise ValueError(f"attention must be one of {', '.join(HF_ATTENTION_IMPLS)}, got {attention!r}")
         raw = {k: v for k, v in self.hf_config.items() if k not in ("architectures", "_name_or_path",
@@ -250,14 +261,27 @@ class UserSource(ModelSource):
     kind = "user"
 
     def __init__(self, target: str, config: ModelConfig | None = None, head_path: str | None = None,
-                 inferred: ModelConfig | None = None) -> None:
+                 inferred: ModelConfig | None = None, parameters: int | None = None) -> None:
+        """``inferred`` / ``parameters``: the shapes and parameter count found before (by
+        :func:`fusedce_profiler.instrument.models.factory.describe_factory`); without them the
+        factory is called here to find them."""
+        self.check_target(target)
+        self.target, self.given = target, config
+        super().__init__(target, inferred or config or _placeholder(target), head_path)
+        self._parameters = parameters
+        if inferred is None:
+            self.config = self._infer_config()
+
+    @staticmethod
+    def check_target(target: str) -> None:
+        """``ValueError`` unless ``target`` reads ``package.module:factory``."""
         module, sep, attr = target.partition(":")
         if not sep or not all(part.isidentifier() for part in f"{module}.{attr}".split(".")):
             raise ValueError(f"--model {target!r}: write 'package.module:factory'")
-        self.target, self.given = target, config
-        super().__init__(target, inferred or config or _placeholder(target), head_path)
-        if inferred is None:
-            self.config = self._infer_config()
+
+    @property
+    def parameters(self) -> int:
+        return self._parameters if self._parameters is not None else self.config.num_parameters()
 
     def _factory(self) -> Callable:
         return load_callable(self.target, "--model")
@@ -265,13 +289,21 @@ class UserSource(ModelSource):
     def _make(self) -> nn.Module:
         factory = self._factory()
         try:
-            takes_config = any(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)
-                               for p in inspect.signature(factory).parameters.values())
-        except (TypeError, ValueError):
-            takes_config = False
-        module = factory(self.given) if takes_config and self.given is not None else factory()
+            signature = inspect.signature(factory)
+        except (TypeError, ValueError):  # a builtin without one: call it as documented
+            signature = None
+        takes_config = signature is not None and any(
+            p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL) for p in signature.parameters.values())
+        arguments = (self.given,) if takes_config and self.given is not None else ()
+        if signature is not None:
+            try:
+                signature.bind(*arguments)
+            except TypeError as exc:
+                raise FactorySignatureError(
+                    f"--model {self.target}: cannot be called as factory() or factory(config) ({exc})") from None
+        module = factory(*arguments)
         if not isinstance(module, nn.Module):
-            raise ValueError(f"--model {self.target!r} returned {type(module).__name__}, not an nn.Module")
+            raise FactorySignatureError(f"--model {self.target} returned {type(module).__name__}, not an nn.Module")
         return module
 
     def _infer_config(self) -> ModelConfig:
@@ -283,6 +315,7 @@ class UserSource(ModelSource):
         except Exception:  # a factory that insists on real tensors: build it on the CPU
             module = self._make()
         head = locate_head(module, vocab=self.given.vocab_size if self.given else None, head_path=self.head_path)
+        self._parameters = sum(p.numel() for p in module.parameters())  # parameters() yields a shared one once
         if self.given is not None:
             return self.given.replace(name=self.target, tie_word_embeddings=head.info.tied, source=self.target)
         attention = [m for m in module.modules() if _is_attention(m)]
@@ -311,7 +344,8 @@ class UserSource(ModelSource):
 
     def to_dict(self) -> dict:
         return {"kind": self.kind, "target": self.target, "head": self.head_path,
-                "given": self.given.to_dict() if self.given else None, "config": self.config.to_dict()}
+                "given": self.given.to_dict() if self.given else None, "config": self.config.to_dict(),
+                "parameters": self._parameters}
 
 
 def _placeholder(name: str) -> ModelConfig:
@@ -354,5 +388,6 @@ def source_from_dict(raw: dict) -> ModelSource:
         return HFSource(raw["hf_config"], name=raw.get("name"), head_path=raw.get("head"))
     if kind == "user":
         given = ModelConfig(**raw["given"]) if raw.get("given") else None
-        return UserSource(raw["target"], given, raw.get("head"), inferred=ModelConfig(**raw["config"]))
+        return UserSource(raw["target"], given, raw.get("head"), inferred=ModelConfig(**raw["config"]),
+                          parameters=raw.get("parameters"))
     raise ValueError(f"unknown model source kind {kind!r}")

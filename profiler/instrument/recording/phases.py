@@ -12,29 +12,17 @@ decides which steps get one and starts, ends and writes it.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 import torch
 from torch import nn
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from fusedce_profiler.instrument.models.head import Head
-from fusedce_profiler.instrument.protocol import MemoryMeter, _MARK_PREFIX, _replay_cpu_events
+from fusedce_profiler.instrument.protocol import MemoryMeter, MARK_PREFIX, replay_cpu_events
 from fusedce_profiler.instrument.recording.landmarks import batch_shape
 from fusedce_profiler.instrument.recording.records import PHASES
 
-if TYPE_CHECKING:
-    from fusedce_profiler.instrument.recording.recorder import StepRecorder
-
-
-def tensor_bytes(tensors) -> int:
-    """Bytes of the distinct storages behind the tensors in ``tensors`` (non-tensors skipped)."""
-    seen: dict[tuple, int] = {}
-    for t in tensors:
-        if isinstance(t, torch.Tensor):
-            storage = t.untyped_storage()
-            seen[(t.device, storage.data_ptr())] = storage.nbytes()
-    return sum(seen.values())
 
 
 def dtype_name(dtype) -> str | None:
@@ -89,12 +77,12 @@ class SharedProfilerMeter(MemoryMeter):
         if name in self._names:
             raise ValueError(f"phase {name!r} was already marked")
         self._names.append(name)
-        with torch.profiler.record_function(_MARK_PREFIX + name):
+        with torch.profiler.record_function(MARK_PREFIX + name):
             pass
 
     def __exit__(self, *exc) -> None:
         if exc[0] is None:
-            self.record.phases = _replay_cpu_events(self._owner.profiler, self._names, self.record.baseline_bytes)
+            self.record.phases = replay_cpu_events(self._owner.profiler, self._names, self.record.baseline_bytes)
 
 
 # --- one recorded step -----------------------------------------------------------------------
@@ -102,14 +90,18 @@ class SharedProfilerMeter(MemoryMeter):
 class StepRecording:
     """The hooks, meter, tracer and snapshot of one recorded step (see the module docstring)."""
 
-    def __init__(self, recorder: "StepRecorder", index: int) -> None:
-        self.recorder, self.index = recorder, index
+    def __init__(self, index: int, *, device: torch.device, shape: tuple[int, int] | None,
+                 begin: Callable[["StepRecording"], None], end: Callable[["StepRecording", bool], object]) -> None:
+        """Step ``index`` on ``device``; ``shape``: its (B, T) when known in advance; ``begin`` /
+        ``end(recording, ok)``: called when the ``with`` block is entered / left (the recorder's)."""
+        self.index, self.device = index, device
+        self._begin, self._end = begin, end
         self.marked: list[str] = []
         self.handles: list = []
         self.patched: list[tuple[object, str, object]] = []
         self.head_called = False
         self.autocast: str | None = None
-        self.shape: tuple[int, int] | None = recorder._shape_hint()
+        self.shape: tuple[int, int] | None = shape
         self.optimizers: list = []
         self.notes: list[str] = []
         self.meter = self.tracer = self.snapshot = None
@@ -117,11 +109,11 @@ class StepRecording:
 
     # context manager form
     def __enter__(self) -> "StepRecording":
-        self.recorder._begin(self)
+        self._begin(self)
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
-        self.recorder._end(self, ok=exc_type is None)
+        self._end(self, exc_type is None)
         return False
 
     def mark(self, name: str) -> None:
@@ -133,7 +125,7 @@ class StepRecording:
             if PHASES.index(name) <= current:
                 return
         if name == "loss" and self.autocast is None:
-            self.autocast = autocast_dtype(self.recorder.device.type)
+            self.autocast = autocast_dtype(self.device.type)
         self.marked.append(name)
         self.meter.mark(name)
         if self.tracer is not None:

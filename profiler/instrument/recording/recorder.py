@@ -47,9 +47,10 @@ from torch import nn
 
 from fusedce_profiler.instrument import store
 from fusedce_profiler.instrument.protocol import MemoryMeter
-from fusedce_profiler.instrument.recording.assemble import build_record
+from fusedce_profiler.instrument.recording.assemble import RecordedSubject, build_record
 from fusedce_profiler.instrument.recording.landmarks import batch_shape, find_embedding, find_final_norm, find_head
-from fusedce_profiler.instrument.recording.phases import CudaPhaseMeter, SharedProfilerMeter, StepRecording, tensor_bytes
+from fusedce_profiler.instrument.recording.phases import CudaPhaseMeter, SharedProfilerMeter, StepRecording
+from fusedce_profiler.instrument.tensors import tensor_bytes
 from fusedce_profiler.instrument.recording.records import EvalPass, RecordedStep, append_recorded_step
 
 #: What :meth:`StepRecorder.step` returns on a step that is not recorded (reusable, stateless).
@@ -133,6 +134,15 @@ class StepRecorder:
             self._lock.release()
             self._lock = None
 
+    def unreached(self) -> list[int]:
+        """The requested steps that were never recorded because the run never reached them
+        (a step that was reached but failed to record is not among them), in order."""
+        return sorted(s for s in self.steps if s not in self._done and s >= self.count)
+
+    def seen(self, index: int) -> None:
+        """Note that step ``index`` ran (integrations call it for every step, recorded or not)."""
+        self.count = max(self.count, int(index) + 1)
+
     # -- the public per-step API ------------------------------------------------------------
     def step(self, index: int | None = None):
         """The context of one step: records it if its index is in ``steps``, else :data:`NOOP`.
@@ -143,7 +153,7 @@ class StepRecorder:
         self.count = index + 1
         if not self.enabled or index not in self.steps or index in self._done or self._active is not None:
             return NOOP
-        return StepRecording(self, index)
+        return self._recording(index)
 
     def wants(self, index: int) -> bool:
         """Whether step ``index`` would be recorded (for integrations that start and end a
@@ -154,7 +164,7 @@ class StepRecorder:
         """Begin recording step ``index`` (the callbacks' form of ``with recorder.step(index)``)."""
         if self.wants(index):
             self.count = index + 1
-            self._begin(StepRecording(self, index))
+            self._begin(self._recording(index))
 
     def finish(self, loss: float | None = None) -> RecordedStep | None:
         """End the recording begun by :meth:`start`; returns its record (``None`` if none)."""
@@ -197,7 +207,8 @@ class StepRecorder:
         param = next(self.model.parameters(), None)
         return param.device if param is not None else torch.device("cpu")
 
-    def _reserved(self) -> tuple[int | None, int | None]:
+    def reserved_now(self) -> tuple[int | None, int | None]:
+        """(reserved, highest reserved) bytes of the model's CUDA device now; (None, None) off CUDA."""
         device = self.device
         if device.type != "cuda":
             return None, None
@@ -207,13 +218,13 @@ class StepRecorder:
         """An evaluation pass (``"sanity check"``, ``"validation"``, ``"evaluation"``) begins."""
         if not self.enabled or self._open_pass is not None:
             return
-        reserved, high = self._reserved()
+        reserved, high = self.reserved_now()
         self._open_pass = EvalPass(kind, int(before_step), reserved, None, high, None)
 
     def end_pass(self) -> None:
         if self._open_pass is None:
             return
-        self._open_pass.reserved_after, self._open_pass.max_reserved_after = self._reserved()
+        self._open_pass.reserved_after, self._open_pass.max_reserved_after = self.reserved_now()
         self.passes.append(self._open_pass)
         self._open_pass = None
 
@@ -221,14 +232,17 @@ class StepRecorder:
         """A pass whose start was seen elsewhere (Hugging Face has no "evaluation begins" event)."""
         if not self.enabled:
             return
-        reserved, high = self._reserved()
+        reserved, high = self.reserved_now()
         self.passes.append(EvalPass(kind, int(before_step), reserved_before, reserved, max_reserved_before, high))
 
     # -- internals ------------------------------------------------------------------------------
-    def _shape_hint(self) -> tuple[int, int] | None:
-        if self.batch and self.seq:
-            return self.batch, self.seq
-        return None
+    def _recording(self, index: int) -> StepRecording:
+        shape = (self.batch, self.seq) if self.batch and self.seq else None
+        return StepRecording(index, device=self.device, shape=shape, begin=self._begin, end=self._end)
+
+    def _subject(self) -> RecordedSubject:
+        return RecordedSubject(self.model, self._head, self.vocab, self.label, self.fused, self.out,
+                               tuple(self.passes))
 
     def _locate(self) -> None:
         if self._located:
@@ -261,7 +275,7 @@ class StepRecorder:
         params = list(self.model.parameters())
         rec.parameters = tensor_bytes(params)
         rec.gradients = tensor_bytes(p.grad for p in params)
-        rec.reserved_at_start, rec.max_reserved_before = self._reserved()
+        rec.reserved_at_start, rec.max_reserved_before = self.reserved_now()
         rec.started = time.perf_counter()
         self._active = rec
         rec.install(self.model, self._head, self._norm, self._embedding)
@@ -315,7 +329,7 @@ class StepRecorder:
                 if rec.snapshot is not None:
                     torch.cuda.memory._record_memory_history(enabled=None)
                 return None
-            record = build_record(self, rec, device, time_ms)
+            record = build_record(self._subject(), rec, device, time_ms)
         except Exception as exc:  # noqa: BLE001
             self._abandon(rec, exc)
             return None

@@ -24,10 +24,11 @@ from fusedce_profiler.instrument.models.head import HeadInfo
 from fusedce_profiler.instrument.models.source import BuiltinSource, MissingDependency, ModelSource, source_from_dict
 from fusedce_profiler.instrument.step.losses import BackendUnavailable, loss_options, resolve_step_loss
 from fusedce_profiler.instrument.protocol import Phase
-from fusedce_profiler.instrument.precision import TRAINING_MODES
+from fusedce_profiler.instrument.precision import TRAINING_MODES, canonical_mode
 from fusedce_profiler.instrument.tracing.attribution import Attribution
 from fusedce_profiler.instrument.step.data import random_batch
-from fusedce_profiler.instrument.step.step import Part, StepMemory, measure_step
+from fusedce_profiler.instrument.step.memory import Part, StepMemory
+from fusedce_profiler.instrument.step.step import measure_step
 
 
 @dataclass
@@ -67,8 +68,7 @@ class ModelJob:
         impls = self.model_source().attention_impls
         if self.attention not in impls:
             raise ValueError(f"attention must be one of {', '.join(impls)}, got {self.attention!r}")
-        if self.mode not in TRAINING_MODES:
-            raise ValueError(f"mode must be one of {TRAINING_MODES}, got {self.mode!r}")
+        self.mode = canonical_mode(self.mode, TRAINING_MODES)
         if self.warmup_steps < 1:
             raise ValueError(f"warmup_steps must be ≥ 1 (AdamW state must exist), got {self.warmup_steps}")
 
@@ -193,6 +193,8 @@ def run_job(job: ModelJob) -> ModelResult:
         result.message = f"{type(exc).__name__}: {exc}\n" + "".join(traceback.format_exc(limit=4))[-2000:]
         return result
     result.loss, result.time_ms, result.memory = outcome.loss, outcome.time_ms, outcome.memory
+    if device.type == "cuda":  # frees-and-retries of the caching allocator near a (capped) limit
+        result.extra["num_alloc_retries"] = int(torch.cuda.memory_stats(device).get("num_alloc_retries", 0))
     result.attribution = outcome.attribution
     limit, m = job.memory_limit_bytes, outcome.memory
     if limit is not None and device.type != "cuda" and m.peak > limit:

@@ -8,7 +8,8 @@ activations (:data:`ACTIVATION_KINDS`), classified by the innermost module's cla
 attention scores/probabilities); ``*MLP*`` / ``*FeedForward*``; ``*Norm*``; the located LM head;
 allocations inside the loss region (the step's ``loss`` record-function, or a frame of a
 ``*cross_entropy*``/``*loss*`` function in the model) are loss internals; unmapped backward
-allocations are backward temporaries. :data:`GROUPS` gathers kinds by what a back-end may
+allocations are backward temporaries; what the optimizer's ``step()`` allocates is optimizer
+temporaries (:data:`OPTIMIZER_KINDS`, not an activation). :data:`GROUPS` gathers kinds by what a back-end may
 replace.
 
 Everything is plain dataclasses (JSON via ``dataclasses.asdict``, back via
@@ -24,7 +25,9 @@ from dataclasses import dataclass, field
 STATIC_KINDS = ("parameters", "optimizer state", "batch and other static")
 ACTIVATION_KINDS = ("embedding", "attention scores/probabilities", "attention (other)", "MLP", "norms",
                     "LM-head input/logits", "loss internals", "backward temporaries", "other activations")
-KINDS = STATIC_KINDS + ("gradients",) + ACTIVATION_KINDS
+#: Bytes the optimizer's ``step()`` allocates for itself (AdamW's per-parameter temporaries).
+OPTIMIZER_KINDS = ("optimizer temporaries",)
+KINDS = STATIC_KINDS + ("gradients",) + OPTIMIZER_KINDS + ACTIVATION_KINDS
 
 #: Kinds grouped by what a back-end may replace: the loss's saving is the change in "LM-head/loss".
 GROUPS = {
@@ -33,7 +36,7 @@ GROUPS = {
     "MLP": ("MLP",),
     "norms": ("norms",),
     "embedding": ("embedding",),
-    "parameters, gradients, optimizer": ("parameters", "gradients", "optimizer state"),
+    "parameters, gradients, optimizer": ("parameters", "gradients", "optimizer state", "optimizer temporaries"),
     "other": ("batch and other static", "backward temporaries", "other activations"),
 }
 
@@ -122,7 +125,7 @@ class Attribution:
         return cls(**raw)
 
 
-def logits_verdict(attribution: Attribution, *, naive: bool) -> tuple[str, str]:
+def logits_verdict(attribution: Attribution, *, naive: bool, fused: bool = True) -> tuple[str, str]:
     """(status, sentence) from the detector: ``materialised``, ``transient`` or ``none``.
 
     ``materialised``: a logits-sized tensor was kept from the forward into the backward (with
@@ -130,6 +133,9 @@ def logits_verdict(attribution: Attribution, *, naive: bool) -> tuple[str, str]:
     step). ``transient``: logits-sized blocks existed but none was kept for backward (a fused
     loss whose one chunk covers all N rows at a small size does this). ``none``: no tensor of
     N·V bytes or more existed at all — the fused path is active.
+
+    ``fused=False`` words the verdict for a back-end that computes the plain loss without
+    fusing it (torch.compile): its logits are expected, not a fused path that failed.
     """
     from_units = _fmt
     kept = [t for t in attribution.large_tensors if t.kept_for_backward]
@@ -142,15 +148,19 @@ def logits_verdict(attribution: Attribution, *, naive: bool) -> tuple[str, str]:
         if naive:
             return "materialised", (f"the N×V logits are materialised, as expected for the naive loss: {where(t)}"
                                     f"{more}, kept from the forward into the backward")
+        if not fused:
+            return "materialised", (f"the logits are materialised, as this back-end computes the plain loss (it is "
+                                    f"not a fused loss): {where(t)}{more}, kept from the forward into the backward")
         return "materialised", (f"the fused path is not active in this step: a logits-sized tensor ({where(t)}"
                                 f"{more}) was kept from the forward into the backward, as eager logits are")
     if attribution.large_tensors:
         t = attribution.large_tensors[0]
         return "transient", (f"no logits-sized tensor was kept for backward; {len(attribution.large_tensors)} "
                              f"transient block(s) of ≥ N·V = {n}×{v} bytes existed, the largest {where(t)} — "
-                             "what a fused loss does when one chunk covers all N rows, not materialised logits")
+                             + ("what a fused loss does when one chunk covers all N rows, not materialised logits"
+                                if fused else "freed before the backward"))
     return "none", (f"no tensor of N·V = {from_units(attribution.threshold_bytes)} or more was allocated in the "
-                    "step: the fused path is active (no logits materialised)")
+                    "step: " + ("the fused path is active (no logits materialised)" if fused else "no logits materialised"))
 
 
 def _fmt(n: int) -> str:

@@ -122,14 +122,16 @@ class Classifier:
         kind = module = None
         backward = False
         seq_nr = None
-        loss_frame = False
+        loss_frame = optimizer = False
         parent = node.parent
         first_op = True
         while parent is not None:
             tag = parent.tag
             if tag == EVENT.TorchOp:
                 name = parent.name
-                if name.startswith("autograd::engine::evaluate_function:"):
+                if name.startswith(OPTIMIZER_STEP_PREFIX):
+                    optimizer = True
+                elif name.startswith("autograd::engine::evaluate_function:"):
                     backward = True
                     if seq_nr is None:
                         seq_nr = parent.extra_fields.sequence_number
@@ -155,6 +157,8 @@ class Classifier:
                         module = self.names.get(mod.self_ptr, mod.cls_name)
                 site = fields.callsite
                 file_name = site.file_name
+                if file_name.replace("\\", "/").rsplit("site-packages/", 1)[-1].startswith(OPTIMIZER_FILES):
+                    optimizer = True
                 if not source and not _is_torch_file(file_name):
                     source = f"{_short(file_name)}:{site.line_number} ({site.function_name})"
                 func = site.function_name.lower()
@@ -165,10 +169,17 @@ class Classifier:
         in_loss = any(a <= node.start_time_ns <= b for a, b in loss_intervals)
         if kind is None and (in_loss or loss_frame):
             kind = "loss internals"
+        elif kind is None and optimizer:
+            kind = "optimizer temporaries"
         return Context(kind or "", module or "", source, op_name, shape, dtype, backward), seq_nr
 
 
 EVENT = torch._C._profiler._EventType
+#: The record-function every ``torch.optim`` optimizer's ``step()`` runs under
+#: (``Optimizer.step#AdamW.step``): what it allocates is the optimizer's temporaries.
+OPTIMIZER_STEP_PREFIX = "Optimizer.step#"
+#: Python frames of ``torch.optim`` (as the profiler names their files): the optimizer's own work.
+OPTIMIZER_FILES = ("torch/optim/",)
 
 
 def _is_torch_file(name: str) -> bool:

@@ -34,6 +34,7 @@ import torch
 from torch import nn
 
 from fusedce_profiler.instrument.tracing.attribution import KINDS, Attribution, KindBytes, LargeTensor, ModuleBytes
+from fusedce_profiler.instrument.tracing.quiet import quiet_third_party, start_profiler
 from fusedce_profiler.instrument.tracing.classify import EVENT, Classifier, Context, Probe, inside_backward, numel, walk
 
 MARK_PREFIX = "fusedce.trace:"
@@ -51,11 +52,12 @@ class StepTracer:
 
         self._prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True, with_stack=True,
                              with_modules=True, record_shapes=True)
-        self._prof.__enter__()
+        start_profiler(self._prof)
         return self
 
     def __exit__(self, *exc) -> None:
-        self._prof.__exit__(*exc)
+        with quiet_third_party():
+            self._prof.__exit__(*exc)
 
     @staticmethod
     def mark(name: str) -> None:
@@ -70,6 +72,16 @@ class StepTracer:
     @property
     def profiler(self):
         return self._prof
+
+
+def attention_shape(config) -> tuple[list[int], int]:
+    """(attention head counts, layer count) a model ``config`` names (Hugging Face's or GPT-2's
+    attribute names; ``([], 0)`` for ``None``): B·heads·T·T tensors of these head counts are
+    attention scores, for :func:`attribute`."""
+    heads = [h for h in (getattr(config, "num_attention_heads", None), getattr(config, "num_key_value_heads", None),
+                         getattr(config, "n_head", None)) if isinstance(h, int) and h > 0]
+    layers = getattr(config, "num_hidden_layers", None) or getattr(config, "n_layer", None) or 0
+    return heads, int(layers)
 
 
 def attribute(tracer: StepTracer, *, device: torch.device, model: nn.Module | None, head: nn.Module | None,

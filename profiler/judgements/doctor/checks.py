@@ -17,6 +17,7 @@ from typing import Callable
 import torch
 
 from fusedce.options import IGNORE_INDEX
+from fusedce_profiler.instrument.models.head import input_embedding, stray_weight, stray_weight_finding
 from fusedce_profiler.instrument.models.source import BuiltModel, ModelSource
 from fusedce_profiler.judgements.doctor.loss_options import LossOptions
 from fusedce_profiler.judgements.doctor.observe import Landmarks, Observation
@@ -95,39 +96,13 @@ def body_names(c: Context) -> list[str]:
 def check_tie(built: BuiltModel, source: ModelSource | None, names) -> tuple[str, str]:
     info = built.head.info
     weight = built.head.weight
-    # The head module and its wrappers (head.inner's parent "head" …): a (V, H) ``weight``
-    # attribute on any of them that the forward does not multiply by is a tie gone astray.
-    modules = dict(built.module.named_modules())
-    parts = info.path.split(".")
-    chain = [modules[".".join(parts[:i])] for i in range(len(parts), 0, -1) if ".".join(parts[:i]) in modules]
-    assigned, owner = None, info.path
-    for module in chain:
-        candidate = getattr(module, "weight", None)
-        if isinstance(candidate, torch.nn.Parameter) and candidate is not weight and candidate.dim() == 2 \
-                and tuple(candidate.shape) == tuple(weight.shape):
-            assigned, owner = candidate, next(n for n, m in modules.items() if m is module)
-            break
-    embedding = None
-    get = getattr(built.module, "get_input_embeddings", None)
-    if callable(get):
-        try:
-            emb = get()
-            embedding = getattr(emb, "weight", None)
-        except (NotImplementedError, AttributeError):
-            embedding = None
-    if embedding is None:
-        emb = next((m for m in built.module.modules() if isinstance(m, torch.nn.Embedding)), None)
-        embedding = emb.weight if emb is not None else None
+    stray = stray_weight(built.module, info.path, weight)
+    embedding = input_embedding(built.module)
     used = names[id(weight)][0]
-    if assigned is not None:
+    if stray is not None:
+        owner, assigned = stray
         alias = names.get(id(assigned), [f"{owner}.weight"])[0]
-        if embedding is not None and assigned is embedding:
-            return "fail", (f"a tie was assigned on the head module ({owner}.weight is the input embedding "
-                            f"{names[id(embedding)][0]}), but its forward multiplies by {used}, its own weight: the "
-                            "model trains an untied head, and an optimizer step moves both. Assign the tie to the "
-                            f"module the forward uses ({used.rsplit('.', 1)[0]}.weight = embedding.weight)")
-        return "fail", (f"{alias} is a (V, H) parameter of the head module that its forward never uses (it multiplies "
-                        f"by {used}): a loss given {alias} trains the wrong tensor")
+        return "fail", stray_weight_finding(owner, alias, used, embedding is not None and assigned is embedding)
     declared = getattr(source.config, "tie_word_embeddings", False) if source is not None else False
     if source is not None and source.kind == "user":
         declared = False  # a factory's config is inferred from the model itself

@@ -1,67 +1,20 @@
 """``explain``'s conclusion: what the consistent hypotheses say together (per dimension: settled,
-open, ruled out) and the one ``fusedce-profile model`` run that would split those that remain.
+open, ruled out), whether that is a decision, and the one measurement whose outcomes differ
+between those that remain.
+
+The separating measurement is a run of the user's *own* step — the recorder callback, one line
+in their script — because a run of our model at a stated setting gives the same figure whatever
+the truth is. Each remaining group of hypotheses predicts what that report shows: the step's
+allocated peak and the phase holding it, or, when the groups differ in whether the fused path is
+active, whether a B·T×V logits tensor is kept. A sentence is only made when its outcomes differ
+by more than their tolerances; otherwise it says that no measurement of the step separates them.
 """
 from __future__ import annotations
 
-from fusedce_profiler.judgements.explain.records import DIMENSIONS, GIB, Hypothesis, Observation, Separation
+from fusedce_profiler.judgements.explain.records import DIMENSIONS, GIB, MIB, Hypothesis, Observation, Separation
 
-
-def _option(dimension: str, value, model_args: str) -> str:
-    if dimension == "attention":
-        return f"--attention {value}"
-    if dimension == "checkpointing":
-        return "--checkpointing" if value else ""
-    if dimension == "eval_step":
-        return "--eval-step" if value else ""
-    if dimension == "tied":
-        return "--tied" if value else "--untied"
-    return ""
-
-
-def separating_measurement(hypotheses: list[Hypothesis], obs: Observation, model_args: str) -> Separation | None:
-    """The first dimension (in :data:`DIMENSIONS` order) on which the consistent hypotheses
-    differ, and the run of ``fusedce-profile model`` that tells its values apart."""
-    consistent = [h for h in hypotheses if h.consistent]
-    if len(consistent) < 2:
-        return None
-    for dimension in DIMENSIONS:
-        values = list(dict.fromkeys(h.value(dimension) for h in consistent))
-        if len(values) < 2:
-            continue
-        best = {v: next(h for h in consistent if h.value(dimension) == v) for v in values}
-        ref = consistent[0]
-        fam = ref.family
-        parts = [f"fusedce-profile model {model_args}", f"--batch {ref.batch}", f"--seq {fam.seq}",
-                 f"--attention {fam.attention}", _option("checkpointing", fam.checkpointing, model_args),
-                 _option("eval_step", fam.eval_step, model_args), _option("tied", fam.tied, model_args)]
-        if dimension == "fused_active":
-            parts.append("--backend YOUR_LOSS_MODULE:callable")
-            command = " ".join(p for p in parts if p)
-            active, inactive = best.get(True), best.get(False)
-            predictions = [("fused path active", active.predicted_fused), ("fused path not active",
-                                                                             inactive.predicted_fused)]
-            sentence = (f"run `{command}` with your own loss wrapper: if the fused path is active the logits "
-                        f"detector finds no N×V tensor kept for backward and the step shows ~"
-                        f"{active.predicted_fused / GIB:.1f} GiB; if it is not, the detector names the line that "
-                        f"materialises the logits and the step shows ~{inactive.predicted_fused / GIB:.1f} GiB")
-            return Separation(dimension, command, predictions, sentence)
-        parts = [p for p in parts if not p.startswith(_prefix(dimension))] + [f"--backend {obs.fused_backend}"]
-        base_cmd = " ".join(p for p in parts if p)
-        options = {v: _option(dimension, v, model_args) for v in values}
-        predictions = [(f"{dimension}={v}", best[v].predicted_fused) for v in values]
-        outcomes = "; ".join(f"with `{options[v] or f'no --{dimension.replace(chr(95), chr(45))}'}` "
-                             f"({dimension}={v}) ~{best[v].predicted_fused / GIB:.1f} GiB" for v in values)
-        first = values[0]
-        command = f"{base_cmd} {options[first]}".strip()
-        sentence = (f"the consistent hypotheses differ in {dimension}: run `{command}` and compare the fused step "
-                    f"with the reading — {outcomes} — or check your training script for that setting")
-        return Separation(dimension, command, predictions, sentence)
-    return None
-
-
-def _prefix(dimension: str) -> str:
-    return {"attention": "--attention", "checkpointing": "--checkpointing", "eval_step": "--eval-step",
-            "tied": "--tied", "seq": "--seq", "batch": "--batch"}.get(dimension, "--")
+RECORDER_LINE = ("callbacks=[fusedce_profile.lightning.StepRecorderCallback(\"recorded\")] in your Trainer "
+                 "(or fusedce_profile.record_step in a plain loop)")
 
 
 def _shown(dimension: str, value) -> str:
@@ -72,6 +25,54 @@ def _shown(dimension: str, value) -> str:
     if isinstance(value, bool):
         return dimension.replace("_", " ") + (" on" if value else " off")
     return f"{dimension.replace('_', ' ')} {value}"
+
+
+def separating_measurement(hypotheses: list[Hypothesis], obs: Observation, vocab: int,
+                           logits_bytes: int = 2) -> Separation | None:
+    """The recorder run that splits the consistent hypotheses (``None`` with fewer than two).
+
+    Tries each dimension in :data:`DIMENSIONS` order on which they differ; the first whose
+    groups predict allocated peaks of the user's fused step further apart than the groups'
+    model allowances wins. When the fused path's state differs, the kept logits
+    (B·T·V·``logits_bytes``) separate it whatever the peaks do.
+    """
+    consistent = [h for h in hypotheses if h.consistent]
+    if len(consistent) < 2:
+        return None
+    states = {h.fused_active for h in consistent}
+    if len(states) == 2:
+        sizes = sorted(h.batch * h.family.seq * vocab * logits_bytes for h in consistent if not h.fused_active)
+        span = f"{sizes[0] / MIB:,.0f}" + (f"–{sizes[-1] / MIB:,.0f}" if sizes[-1] > sizes[0] else "")
+        predictions = [("fused path active", 0.0, "MiB of logits kept for backward"),
+                       ("fused path NOT active", sizes[0] / MIB, "MiB or more of logits kept for backward")]
+        sentence = (f"record one step of your fused run with {RECORDER_LINE}: if the fused path is active its "
+                    f"report finds no B·T×V logits tensor kept for backward; if it is not, the logits detector "
+                    f"names a {span} MiB tensor (B·T×V at V={vocab}, by the remaining hypotheses) and the line "
+                    "that makes it")
+        return Separation("fused_active", RECORDER_LINE, predictions, sentence)
+    for dimension in DIMENSIONS:
+        values = list(dict.fromkeys(h.value(dimension) for h in consistent))
+        if len(values) < 2:
+            continue
+        best = {v: next(h for h in consistent if h.value(dimension) == v) for v in values}
+        peaks = {v: h.allocated_fused for v, h in best.items()}
+        allowance = max(h.tolerance_naive.model + h.tolerance_naive.noise for h in best.values())
+        ordered = sorted(peaks.values())
+        if min(b - a for a, b in zip(ordered, ordered[1:])) <= allowance:
+            continue
+        predictions = [(_shown(dimension, v), peaks[v] / GIB, f"GiB allocated peak ({best[v].peak_phase_fused})")
+                       for v in values]
+        outcomes = "; ".join(f"{name}: {value:.2f} {unit}" for name, value, unit in predictions)
+        sentence = (f"record one step of your fused run with {RECORDER_LINE}: its allocated peak (free of the "
+                    f"context and the allocator's cache) tells {dimension.replace('_', ' ')} apart — {outcomes} "
+                    f"(each ±{allowance / GIB:.2f} GiB)")
+        return Separation(dimension, RECORDER_LINE, predictions, sentence)
+    open_dims = [d for d in DIMENSIONS[:-1] if len({h.value(d) for h in consistent}) > 1]
+    sentence = (f"no measurement of the step separates them: every remaining hypothesis predicts the same allocated "
+                f"peak within its allowance; they differ only in "
+                f"{', '.join(d.replace('_', ' ') for d in open_dims) or 'the batch size'}, which your training "
+                "script states")
+    return Separation("none", "", [], sentence)
 
 
 def dimension_summary(hypotheses: list[Hypothesis]) -> str:
@@ -92,7 +93,7 @@ def dimension_summary(hypotheses: list[Hypothesis]) -> str:
         else:
             open_.append(" or ".join(_shown(dim, v) for v in kept))
         ruled += [_shown(dim, v) for v in tried if v not in kept]
-    batches = sorted({h.batch for h in consistent})
+    batches = sorted({b for h in consistent for b in (h.batch_range or (h.batch, h.batch))})
     parts = [f"consistent batch sizes: {batches[0]}" + (f"–{batches[-1]}" if len(batches) > 1 else "")]
     if settled:
         parts.append("every consistent hypothesis has " + ", ".join(settled))
@@ -103,31 +104,26 @@ def dimension_summary(hypotheses: list[Hypothesis]) -> str:
     return "; ".join(parts) + "."
 
 
-def conclude(hypotheses: list[Hypothesis], obs: Observation) -> tuple[bool, str]:
-    """(decided, sentence): what the consistent hypotheses say together, and per dimension
-    which values they settle, leave open or rule out (:func:`dimension_summary`). "Decided"
-    is about the fused path only and only among the enumerated configurations."""
-    decided, sentence = _verdict(hypotheses, obs)
-    summary = dimension_summary(hypotheses)
-    return decided, sentence + (f" Among the enumerated configurations: {summary}" if summary else "")
-
-
-def _verdict(hypotheses: list[Hypothesis], obs: Observation) -> tuple[bool, str]:
+def conclude(hypotheses: list[Hypothesis], obs: Observation, *, measured: bool) -> tuple[bool, str]:
+    """(decided, sentence). "Decided" is about the fused path only, among the enumerated
+    configurations, and only when the consistent hypotheses were ``measured`` at full size: a
+    verdict resting on predictions alone is said as such and is not a decision."""
     consistent = [h for h in hypotheses if h.consistent]
+    summary = dimension_summary(hypotheses)
+    tail = f" Among the enumerated configurations: {summary}" if summary else ""
     if not consistent:
         best = hypotheses[0] if hypotheses else None
         closest = f" The closest is {best.label()}: {best.why}." if best else ""
-        return False, (f"Cannot decide: no enumerated configuration reproduces both readings within "
-                       f"±{obs.tolerance:.0%}.{closest} Something not modelled differs (another process on the GPU, "
-                       "a different model or sequence length, pinned DataLoader memory, an earlier larger batch).")
+        return False, (f"Cannot decide: no enumerated configuration reproduces both readings within its tolerance."
+                       f"{closest} Something not modelled differs (see the other causes below).")
     actives = {h.fused_active for h in consistent}
-    if actives == {False}:
-        return True, (f"Every consistent configuration ({len(consistent)}) has the fused path NOT active: with it "
-                      "active, no enumerated configuration predicts readings this close to each other (one outside "
-                      "the enumeration could).")
-    if actives == {True}:
-        return True, (f"Every consistent configuration ({len(consistent)}) has the fused path active: the saving is "
-                      "this small because the LM head and loss were a small part of the step's peak there (a "
-                      "configuration outside the enumeration could still fit with it inactive).")
-    return False, (f"Cannot decide whether the fused path was active: {len(consistent)} configurations fit, some with "
-                   "it active (the logits were not the peak), some without.")
+    if len(actives) == 2:
+        return False, (f"Cannot decide whether the fused path was active: {len(consistent)} configurations fit, "
+                       "some with it active, some without." + tail)
+    state = "active" if actives == {True} else "NOT active"
+    if not measured:
+        return False, (f"The predictions point to the fused path {state} (every one of the {len(consistent)} "
+                       "consistent configurations), but no full-size step confirmed it: a prediction, not a "
+                       "decision." + tail)
+    return True, (f"Every consistent configuration ({len(consistent)}, measured at full size) has the fused path "
+                  f"{state}." + tail)

@@ -1,15 +1,26 @@
-"""``explain``'s judging: the hypotheses each calibrated family gives, ranked against the readings,
-their full-size confirmation, and the confirmed steps the calibration line did not predict.
+"""``explain``'s judging: every family's hypotheses scored jointly on the naive reading and the
+saving, and their full-size confirmation on a GPU.
+
+For a family and a fused-path state, every batch size B is predicted
+(:func:`~fusedce_profiler.judgements.explain.allocator.predict_reading`); the naive reading pins
+B (the batch sizes within its tolerance form ``batch_range``) and the saving decides: with the
+fused path active the fused step is the fused back-end's own calibration, without it the
+fused step is the naive one (saving 0). The hypothesis kept per family is the B with the
+smallest joint score — the larger of the two errors in units of their tolerances.
 """
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Callable
 
-from fusedce_profiler.judgements.explain.records import GIB, MIB, Calibration, Hypothesis, Observation
-from fusedce_profiler.judgements.explain.calibration import figure_of
 from fusedce_profiler.instrument.step.jobs import ModelJob, ModelResult
+from fusedce_profiler.judgements.explain.allocator import (DeviceTerms, Reading, naive_tolerance, predict_reading,
+                                                           saving_tolerance)
+from fusedce_profiler.judgements.explain.calibration import family_job
+from fusedce_profiler.judgements.explain.records import GIB, MIB, Calibration, Hypothesis, Observation
+
+MAX_BATCH = 4096
+"""Largest batch size scanned when B is not stated."""
 
 
 def _m(value: float) -> str:
@@ -18,96 +29,157 @@ def _m(value: float) -> str:
     return f"{mib:,.0f} MiB" if abs(mib) >= 100 else f"{mib:.3g} MiB"
 
 
-def _batch_candidates(obs: Observation, naive: Calibration) -> list[int]:
-    if obs.batch:
-        return [obs.batch]
-    if naive.slope is None or naive.slope <= 0:
-        return []
-    exact = (obs.naive_mib * MIB - naive.intercept) / naive.slope
-    if exact < 0.5:
-        return [1]
-    return sorted({max(1, math.floor(exact)), max(1, math.ceil(exact))})
+def _score(rn: Reading, rf: Reading, obs: Observation, terms: DeviceTerms):
+    naive_seen, saving_seen = obs.naive_mib * MIB, (obs.naive_mib - obs.fused_mib) * MIB
+    tn, ts = naive_tolerance(rn, terms), saving_tolerance(rn, rf, terms)
+    en, es = rn.value - naive_seen, (rn.value - rf.value) - saving_seen
+    return en, es, tn, ts, max(abs(en) / max(tn.total, 1.0), abs(es) / max(ts.total, 1.0))
 
 
-def build_hypotheses(obs: Observation, calibrations: list[Calibration], naive_backend: str = "torch") -> list[Hypothesis]:
-    """Every (family, batch, fused active?) hypothesis with its predictions, ranked best first."""
+def _family_hypothesis(obs: Observation, naive: Calibration, fused: Calibration | None, active: bool,
+                       terms: DeviceTerms) -> Hypothesis | None:
+    card = obs.total_gib * GIB
+    batches = [obs.batch] if obs.batch else range(1, MAX_BATCH + 1)
+    scored, matching = [], []
+    for b in batches:
+        rn = predict_reading(naive, b, terms, card)
+        if rn is None:
+            return None
+        rf = predict_reading(fused, b, terms, card) if active else rn
+        if rf is None:
+            return None
+        if not rn.fits and not obs.batch:
+            break  # larger B cannot fit either
+        en, es, tn, ts, score = _score(rn, rf, obs, terms)
+        scored.append((score, b, rn, rf, en, es, tn, ts))
+        if abs(en) <= tn.total:
+            matching.append((b, rn.value - rf.value))
+    if not scored:
+        return None
+    reaching = {b for b, _ in matching}
+    # Among the batch sizes that reach the naive reading when there are any: B is pinned by it.
+    pool = [s for s in scored if s[1] in reaching] or scored
+    score, b, rn, rf, en, es, tn, ts = min(pool, key=lambda s: s[0])
+    fits = rn.fits and rf.fits
+    consistent = score <= 1.0 and fits
+    saving_seen = (obs.naive_mib - obs.fused_mib) * MIB
+    if consistent:
+        why = (f"naive {_m(rn.value)} ({_m(en)} off, ±{_m(tn.total)}), saving "
+               f"{_m(rn.value - rf.value)} vs {_m(saving_seen)} seen ({_m(es)} off, ±{_m(ts.total)})")
+    elif not fits:
+        why = f"needs {_m(max(rn.allocated, rf.allocated) + terms.context)}, more than the {obs.total_gib:g} GiB card"
+    elif not matching:
+        why = (f"no batch size reaches the naive reading: the closest, B={b}, predicts {_m(rn.value)} "
+               f"({_m(en)} off, tolerance ±{_m(tn.total)})")
+    else:
+        lo, hi = min(s for _, s in matching), max(s for _, s in matching)
+        span = f"{matching[0][0]}–{matching[-1][0]}" if len(matching) > 1 else f"{matching[0][0]}"
+        why = (f"at every B that reaches the naive reading (B={span}) it would save {_m(lo)}"
+               + (f"–{_m(hi)}" if hi - lo >= MIB else "") + f", not the {_m(saving_seen)} seen "
+               f"(tolerance ±{_m(ts.total)})")
+    brange = (matching[0][0], matching[-1][0]) if matching else None
+    srange = (min(v for _, v in matching), max(v for _, v in matching)) if matching else None
+    return Hypothesis(naive.family, b, active, rn.value, rf.value, en, es, tn, ts, consistent, why,
+                      peak_phase_naive=rn.phase, peak_phase_fused=rf.phase, batch_range=brange, saving_range=srange,
+                      capped=rn.capped or rf.capped, allocated_naive=rn.allocated,
+                      allocated_fused=rf.allocated)
+
+
+def build_hypotheses(obs: Observation, calibrations: list[Calibration], terms: DeviceTerms,
+                     naive_backend: str = "torch") -> list[Hypothesis]:
+    """One hypothesis per (family, fused path active or not) with its predictions, ranked best
+    first (consistent ones first, then by joint score)."""
     by_key = {(c.family, c.backend): c for c in calibrations}
-    naive_obs, fused_obs, card = obs.naive_mib * MIB, obs.fused_mib * MIB, obs.total_gib * GIB
-    out = []
-    families = list(dict.fromkeys(c.family for c in calibrations))
     actives = (obs.fused_active,) if obs.fused_active is not None else (True, False)
-    for family in families:
+    out = []
+    for family in dict.fromkeys(c.family for c in calibrations):
         naive = by_key.get((family, naive_backend))
         fused = by_key.get((family, obs.fused_backend))
-        if naive is None or fused is None or naive.slope is None:
+        if naive is None or not naive.fitted:
             continue
-        for batch in _batch_candidates(obs, naive):
-            for active in actives:
-                if active and fused.slope is None:
-                    continue
-                pn = naive.predict(batch)
-                pf = fused.predict(batch) if active else pn
-                en, ef = (pn - naive_obs) / naive_obs, (pf - fused_obs) / fused_obs
-                reasons = []
-                if abs(en) > obs.tolerance:
-                    reasons.append(f"predicts naive {_m(pn)} vs {_m(naive_obs)} seen ({en:+.1%})")
-                if abs(ef) > obs.tolerance:
-                    reasons.append(f"predicts fused {_m(pf)} vs {_m(fused_obs)} seen ({ef:+.1%})")
-                if max(pn, pf) > card:
-                    reasons.append(f"needs {max(pn, pf) / GIB:.1f} GiB, more than the {obs.total_gib:g} GiB card")
-                why = "; ".join(reasons) if reasons else (f"naive {_m(pn)} ({en:+.1%}), fused "
-                                                          f"{_m(pf)} ({ef:+.1%}), within "
-                                                          f"±{obs.tolerance:.0%}")
-                out.append(Hypothesis(family, batch, active, pn, pf, en, ef, not reasons, why))
+        for active in actives:
+            if active and (fused is None or not fused.fitted):
+                continue
+            h = _family_hypothesis(obs, naive, fused, active, terms)
+            if h is not None:
+                out.append(h)
     out.sort(key=lambda h: (not h.consistent, h.score))
     return out
 
 
-def confirm(hypotheses: list[Hypothesis], base: ModelJob, fused_backend: str, obs: Observation,
-            runner: Callable[[list[ModelJob]], list[ModelResult]], top: int = 3) -> None:
-    """Measure the ``top`` best hypotheses at full size (naive and fused) and re-judge them."""
-    for h in hypotheses[:top]:
-        family = h.family
-        config = base.config.replace(tie_word_embeddings=family.tied)
-        jobs = [dataclasses.replace(base, config=config, backend=b, batch=h.batch, seq=family.seq,
-                                    attention=family.attention, checkpointing=family.checkpointing,
-                                    eval_step=family.eval_step, trace=False)
-                for b in ("torch", fused_backend)]
-        naive, fused = runner(jobs)
-        h.measured_naive, h.measured_fused = figure_of(naive), figure_of(fused)
-        if h.measured_naive is None:
-            h.consistent, h.why = False, f"measured: torch {naive.status} at this size ({naive.message[:80]})"
+def confirmation_jobs(h: Hypothesis, base: ModelJob, fused_backend: str, card_bytes: int,
+                      batch: int | None = None) -> list[ModelJob]:
+    """The full-size steps of ``h`` (at ``batch``, default its own) under the card's cap: the
+    naive step, and the fused one when the hypothesis has the fused path active."""
+    backends = ("torch", fused_backend) if h.fused_active else ("torch",)
+    return [dataclasses.replace(family_job(base, h.family, b, batch or h.batch), memory_limit_bytes=card_bytes)
+            for b in backends]
+
+
+def measured_reading(result: ModelResult, terms: DeviceTerms) -> int | None:
+    """A full-size step's reading on the user's card: its peak reserved plus the user's context
+    (the context measured here is this GPU's, not theirs)."""
+    if result.status != "ok" or result.memory is None or result.memory.peak_reserved is None:
+        return None
+    return int(result.memory.peak_reserved + terms.context)
+
+
+def next_batch(batch: int, result: ModelResult, measured: int, seen: float) -> int:
+    """The batch size whose naive reading should land on ``seen`` (bytes), from one measured
+    full-size step: its reading grows by about (reading × transient / peak) / B per sample."""
+    m = result.memory
+    transient = max(m.peak - m.static, 1)
+    per_sample = measured * transient / max(m.peak, 1) / batch
+    return max(1, round(batch + (seen - measured) / per_sample))
+
+
+def confirm(hypotheses: list[Hypothesis], base: ModelJob, obs: Observation, terms: DeviceTerms,
+            runner: Callable[[list[ModelJob]], list[ModelResult]], top: int = 3) -> list[str]:
+    """Measure the ``top`` best consistent hypotheses at full size under the card's cap and
+    re-judge them on the measured readings. B is searched on the naive reading: when the step at
+    the predicted B misses it by more than its tolerance, one more B (:func:`next_batch`) is
+    measured and the closer of the two kept. Returns one sentence per hypothesis with the
+    prediction's measured error (reading and allocated peak)."""
+    card = int(obs.total_gib * GIB)
+    seen_naive, seen_saving = obs.naive_mib * MIB, (obs.naive_mib - obs.fused_mib) * MIB
+    sentences = []
+    for h in [h for h in hypotheses if h.consistent][:top]:
+        predicted_batch = h.batch
+        results = runner(confirmation_jobs(h, base, obs.fused_backend, card))
+        mn = measured_reading(results[0], terms)
+        first, first_mn = results[0], mn
+        if mn is not None and abs(mn - seen_naive) > h.tolerance_naive.total:
+            batch = next_batch(h.batch, results[0], mn, seen_naive)
+            if batch != h.batch:
+                retry = runner(confirmation_jobs(h, base, obs.fused_backend, card, batch))
+                again = measured_reading(retry[0], terms)
+                if again is not None and abs(again - seen_naive) < abs(mn - seen_naive):
+                    results, mn, h.batch = retry, again, batch
+        naive = results[0]
+        fused = results[1] if h.fused_active else naive
+        h.alloc_retries = naive.extra.get("num_alloc_retries")
+        mf = measured_reading(fused, terms)
+        if mn is None or mf is None:
+            bad = naive if mn is None else fused
+            h.consistent = False
+            h.why = f"measured at full size: {bad.job.backend} {bad.status}" + (
+                f" ({bad.message.splitlines()[0][:80]})" if bad.message else "")
+            sentences.append(f"{h.label()}: {bad.status} at full size under the {obs.total_gib:g} GiB cap")
             continue
-        measured_fused = h.measured_fused if h.fused_active else h.measured_naive
-        if measured_fused is None:
-            h.consistent, h.why = False, f"measured: {fused_backend} {fused.status} at this size"
-            continue
-        en = (h.measured_naive - obs.naive_mib * MIB) / (obs.naive_mib * MIB)
-        ef = (measured_fused - obs.fused_mib * MIB) / (obs.fused_mib * MIB)
-        h.error_naive, h.error_fused = en, ef
-        h.consistent = max(abs(en), abs(ef)) <= obs.tolerance and max(h.measured_naive, measured_fused) <= \
-            obs.total_gib * GIB
-        h.why = (f"measured naive {_m(h.measured_naive)} ({en:+.1%}), fused "
-                 f"{_m(measured_fused)} ({ef:+.1%})" + ("" if h.fused_active else
-                                                                   " (torch's figure: fused path not active)"))
+        h.measured_naive, h.measured_fused = mn, mf
+        en, es = mn - seen_naive, (mn - mf) - seen_saving
+        h.error_naive, h.error_saving = en, es
+        h.consistent = abs(en) <= h.tolerance_naive.total and abs(es) <= h.tolerance_saving.total
+        h.why = (f"measured at full size: naive {_m(mn)} ({_m(en)} off), saving {_m(mn - mf)} ({_m(es)} off)"
+                 + ("" if h.fused_active else " (fused path not active: torch's step)"))
+        sentence = f"{h.label()}: "
+        if first_mn is not None:
+            gap = (first_mn - h.predicted_naive) / h.predicted_naive
+            alloc_gap = (first.memory.peak - h.allocated_naive) / max(h.allocated_naive, 1.0)
+            sentence += (f"at the predicted B={predicted_batch} predicted {_m(h.predicted_naive)}, measured "
+                         f"{_m(first_mn)} ({gap:+.1%}), allocated peak off by {alloc_gap:+.1%}")
+        if h.batch != predicted_batch:
+            sentence += f"; B searched on the naive reading: B={h.batch} measures {_m(mn)}"
+        sentences.append(sentence + f"; allocator retries {h.alloc_retries}")
     hypotheses.sort(key=lambda h: (not h.consistent, h.score))
-
-
-def calibration_misses(hypotheses: list[Hypothesis], tolerance: float) -> list[str]:
-    """Sentences for the confirmed hypotheses whose full-size measurement differs from the
-    calibrated prediction by more than ``tolerance`` (relative): where that happens, the
-    straight line through the small calibration steps does not hold up to that batch size,
-    and the verdicts on the configurations that were only predicted are not evidence."""
-    misses = []
-    for h in hypotheses:
-        for what, measured, predicted in (("torch", h.measured_naive, h.predicted_naive),
-                                          ("the fused loss", h.measured_fused, h.predicted_fused)):
-            if what == "the fused loss" and not h.fused_active:
-                continue
-            if measured is None or not predicted:
-                continue
-            gap = (measured - predicted) / predicted
-            if abs(gap) > tolerance:
-                misses.append(f"{what} at {h.label()}: predicted {_m(predicted)}, measured {_m(measured)} "
-                              f"({gap:+.0%})")
-    return misses
+    return sentences

@@ -1,0 +1,225 @@
+"""``explain`` as a Python function: which configurations explain two ``nvidia-smi`` readings.
+
+>>> from fusedce_profile.explain import explain
+>>> e = explain(naive=22785, fused=22155, card=24, out="why")   # on the GPU the readings came from
+>>> e.decided, e.conclusion, [h.label() for h in e.consistent]
+
+Keyword arguments mirror ``fusedce-profile explain``'s options; ``out`` is the run folder,
+written as the command writes it (``explain.json``, ``explain_steps.jsonl``, ``summary.md``,
+``environment.json``, ``logs/``). Every calibration and confirmation step is appended to
+``explain_steps.jsonl`` as it finishes; ``resume=True`` reuses the steps already there, and
+``cache`` names a second steps file shared between explanations (same model, other readings).
+
+**On a machine without CUDA** ``explain`` refuses (:class:`~fusedce_profile.errors.UsageError`)
+unless ``device="cpu"`` is asked for explicitly; then it ranks the hypotheses by predicted
+allocated peaks of the CPU steps, labelled as predictions, and never gives a "Decided" verdict:
+the CPU has no allocator cache and no CUDA context, so nothing there is an ``nvidia-smi`` figure.
+
+Ctrl-C (``KeyboardInterrupt``) stops it: what finished is kept, ``explain.json`` and
+``summary.md`` are written marked *interrupted*, and the exception propagates.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from fusedce_profile.errors import UsageError
+
+STEPS_FILE = "explain_steps.jsonl"
+SEQ_CANDIDATES = (512, 1024, 2048)
+
+
+def _source(preset, config, hf, model, head, tied, device: str):
+    """The model source of the arguments (``UsageError`` for a bad combination)."""
+    from fusedce_profiler.instrument.models.configs import get_preset, load_config
+    from fusedce_profiler.instrument.models.source import BuiltinSource, HFSource, MissingDependency, UserSource
+
+    if sum(x is not None for x in (hf, model)) > 1 or (hf and (preset or config)) or (preset and config):
+        raise UsageError("give one model: preset, config, hf or model (a model factory may take a preset/config)")
+    try:
+        given = load_config(config) if config else get_preset(preset or
+                                                               ("user-gpt" if device.startswith("cuda") else "tiny"))
+        if hf:
+            source = HFSource.from_reference(hf, head_path=head)
+        elif model:
+            source = UserSource(model, given if (preset or config) else None, head_path=head)
+        else:
+            source = BuiltinSource(given)
+        return source if tied is None else source.with_tie(tied)
+    except (ValueError, MissingDependency) as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _device(device: str | None) -> str:
+    import torch
+
+    if device is None:
+        if not torch.cuda.is_available():
+            raise UsageError("explain needs the GPU the readings came from (no CUDA device here); --device cpu "
+                             "ranks predicted peaks of the CPU steps, with no verdict")
+        return "cuda"
+    if device != "cpu" and not (device.startswith("cuda") and torch.cuda.is_available()):
+        raise UsageError(f"--device {device}: not a device this machine has; use cuda when a GPU is visible, or cpu")
+    return device
+
+
+def step_key(job) -> str:
+    """The key a finished step is stored under: a hash of its job's fields."""
+    return hashlib.sha1(json.dumps(dataclasses.asdict(job), sort_keys=True, default=str).encode()).hexdigest()
+
+
+class StepStore:
+    """Finished steps by job (``explain_steps.jsonl``: one ``{"key", "result"}`` line each, appended
+    and fsync'ed as each step finishes; a cache file is read and appended the same way)."""
+
+    def __init__(self, path: Path, cache: Path | None, resume: bool) -> None:
+        from fusedce_profiler.instrument import store
+        from fusedce_profiler.instrument.step.jobs import ModelResult
+
+        self.path, self.cache, self._store = path, cache, store
+        self.results: dict[str, ModelResult] = {}
+        self.own: set[str] = set()
+        for source, own in ((cache, False), (path if resume else None, True)):
+            if source is not None and Path(source).is_file():
+                for row in store.read_jsonl(source, lambda raw: raw).records:
+                    self.results[row["key"]] = ModelResult.from_dict(row["result"])
+                    if own:
+                        self.own.add(row["key"])
+
+    def get(self, key: str):
+        """The stored result of ``key``; one taken from the cache is copied into the run's own file,
+        so that its folder holds every step its explanation rests on."""
+        result = self.results.get(key)
+        if result is not None and key not in self.own:
+            self._store.append_jsonl(self.path, {"key": key, "result": result.to_dict()})
+            self.own.add(key)
+        return result
+
+    def put(self, key: str, result) -> None:
+        self.results[key] = result
+        self.own.add(key)
+        row = {"key": key, "result": result.to_dict()}
+        self._store.append_jsonl(self.path, row)
+        if self.cache is not None:
+            self._store.append_jsonl(self.cache, row)
+
+
+class _Runner:
+    """Jobs run one at a time in a long-lived worker (a dead worker is replaced and its job is an
+    ``error`` result); stored results are reused instead of run."""
+
+    def __init__(self, steps: StepStore, logs: Path) -> None:
+        self.steps, self.logs, self.workers = steps, logs, {}
+
+    def run(self, job, purpose: str):
+        from fusedce_profiler.instrument.step.jobs import ModelResult
+        from fusedce_profiler.instrument.worker import Worker, WorkerDied
+
+        key = step_key(job) + ("" if purpose != "repeat" else "-repeat")
+        done = self.steps.get(key)
+        if done is not None:
+            return done
+        # Calibration and confirmation in separate workers: the card's cap set for a confirmation
+        # stays with its process.
+        pool = "confirm" if purpose == "confirm" else "calibrate"
+        if pool == "confirm" and "calibrate" in self.workers:
+            # its context and cache would count as "another process" in the capped steps
+            self.workers.pop("calibrate").close()
+        if pool not in self.workers:
+            self.workers[pool] = Worker(self.logs)
+        try:
+            raw = self.workers[pool].call("training-steps", {"jobs": [dataclasses.asdict(job)]}, 900)
+            result = ModelResult.from_dict(raw[0])
+        except WorkerDied as died:
+            self.workers.pop(pool).close()
+            result = ModelResult(job=job, status="error", message=died.reason)
+        self.steps.put(key, result)
+        return result
+
+    def close(self) -> None:
+        for worker in self.workers.values():
+            worker.close()
+
+
+@dataclasses.dataclass
+class Plan:
+    """What :func:`validate` settled: the observation, the model source, the first calibration
+    job (the others are its variants), the families, the calibration batch sizes, the device."""
+
+    obs: object
+    source: object
+    base: object
+    families: list
+    batches: tuple[int, ...] | None
+    on_gpu: bool
+    stand_in: bool
+
+
+def validate(*, naive: float, fused: float, card: float, preset: str | None = None, config: str | None = None,
+             hf: str | None = None, model: str | None = None, head: str | None = None, tied: bool | None = None,
+             batch: int | None = None, seq: int | None = None, seq_candidates: tuple[int, ...] = SEQ_CANDIDATES,
+             attention: str | None = None, checkpointing: bool | None = None, eval_step: bool | None = None,
+             fused_backend: str = "fusedce", calibration_batches: tuple[int, ...] | None = None, confirm: int = 3,
+             device: str | None = None, mode: str | None = None, context_mib: float | None = None,
+             fused_larger: bool = False, cache: str | Path | None = None) -> Plan:
+    """Check the arguments of :func:`explain` and settle what it will measure; bad input raises
+    :class:`~fusedce_profile.errors.UsageError` in one line (nothing is measured or written)."""
+    from fusedce_profiler.instrument.step.jobs import ModelJob
+    from fusedce_profiler.judgements.explain import calibration as cal
+    from fusedce_profiler.judgements.explain.readings import check_observation, runnable_sequences
+    from fusedce_profiler.judgements.explain.records import Observation
+
+    try:
+        obs = Observation(naive, fused, card, batch=batch, seq=seq, attention=attention, tied=tied,
+                          checkpointing=checkpointing, eval_step=eval_step, mode=mode or "amp-bf16",
+                          fused_backend=fused_backend, context_mib=context_mib, fused_larger=fused_larger)
+        check_observation(obs)
+        for name, value in (("--batch", batch), ("--seq", seq)):
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be ≥ 1, got {value}")
+        if confirm < 0:
+            raise ValueError(f"--confirm must be ≥ 0, got {confirm}")
+        run_device = _device(device)
+        source = _source(preset, config, hf, model, head, tied, run_device)
+        seqs = runnable_sequences(tuple(seq_candidates), seq, source.config.max_position_embeddings)
+        on_gpu = run_device.startswith("cuda")
+        # default: 2 and 4 on the CPU (tests, small models); on a GPU 8192 and 16384 tokens per family
+        batches = tuple(calibration_batches) if calibration_batches else (None if on_gpu else (2, 4))
+        if batches is not None and (len(set(batches)) < 2 or min(batches) < 1):
+            raise ValueError("--calibration-batches needs at least two different positive batch sizes")
+        if attention and attention not in source.attention_impls:
+            raise ValueError(f"--attention must be one of {', '.join(source.attention_impls)}, got {attention!r}")
+        base = ModelJob(source.config, "torch", 1, seqs[0], device=run_device, mode=obs.mode,
+                        source=None if source.kind == "builtin" else source.to_dict(), trace=False)
+    except UsageError:
+        raise
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    ties = (source.config.tie_word_embeddings,) if source.kind == "user" else (False, True)
+    families = cal.enumerate_families(obs, attention_impls=("eager", "sdpa"), tie_choices=ties, seq_candidates=seqs)
+    return Plan(obs, source, base, families, batches, on_gpu, stand_in=source.kind == "builtin" and config is None)
+
+
+def explain(*, out: str | Path = "fusedce-explain", resume: bool = False,
+            progress: Callable[[str], None] = lambda line: None, **arguments):
+    """Explain the readings ``naive`` / ``fused`` (MiB) on a ``card`` GiB GPU (the arguments of
+    :func:`validate`, mirroring the command's options) and return the stored
+    :class:`~fusedce_profiler.judgements.explain.records.Explanation`. Bad input raises
+    :class:`~fusedce_profile.errors.UsageError` before anything is measured."""
+    from fusedce_profile.explain_run import ExplainRun
+
+    plan = validate(**arguments)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    cache = arguments.get("cache")
+    run = ExplainRun(plan.obs, plan.source, plan.base, plan.families, plan.batches, out, on_gpu=plan.on_gpu,
+                     confirm=arguments.get("confirm", 3), stand_in=plan.stand_in, progress=progress)
+    steps = StepStore(out / STEPS_FILE, Path(cache) if cache else None, resume)
+    runner = _Runner(steps, out / "logs")
+    try:
+        return run.execute(runner.run)
+    finally:
+        runner.close()

@@ -1,0 +1,139 @@
+"""The orchestration behind :func:`fusedce_profile.explain.explain`: calibrate, measure the noise,
+judge, confirm on the GPU, conclude, store — and, when interrupted, store what finished.
+
+Order of work: every family's calibration steps (naive and fused back-end at each calibration
+batch size), then one calibration step repeated (the run-to-run noise of a reading), then the
+analytic judging (no measurement), then, on a GPU, the full-size confirmations of the best
+consistent hypotheses under the card's cap. Each step goes through ``run_job(job, purpose)``,
+which stores it as it finishes and reuses a stored one.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+
+class ExplainRun:
+    """One explanation being computed (see the module's account); :meth:`execute` runs it."""
+
+    def __init__(self, obs, source, base, families, batches: tuple[int, ...] | None, out: Path, *, on_gpu: bool,
+                 confirm: int, stand_in: bool, progress: Callable[[str], None]) -> None:
+        self.obs, self.source, self.base, self.families, self.batches = obs, source, base, families, batches
+        self.out, self.on_gpu, self.confirm_top, self.stand_in, self.progress = out, on_gpu, confirm, stand_in, progress
+        self.calibrations: list = []
+        self.noise = 0.0
+        self.hypotheses: list = []
+        self.confirmations: list[str] = []
+        self.confirmed = False
+
+    def execute(self, run_job):
+        from fusedce_profiler.instrument.environment import collect_environment, save_environment
+
+        save_environment(self.out, collect_environment())
+        try:
+            self._calibrate(run_job)
+            self._measure_noise(run_job)
+            terms = self._judge()
+            if self.on_gpu and self.confirm_top:
+                from fusedce_profiler.judgements.explain.verdict import confirm
+
+                self.progress(f"confirming up to {self.confirm_top} consistent hypotheses at full size under the "
+                              f"{self.obs.total_gib:g} GiB cap ...")
+                self.confirmations = confirm(self.hypotheses, self.base, self.obs, terms,
+                                             lambda jobs: [run_job(j, "confirm") for j in jobs], self.confirm_top)
+                self.confirmed = bool(self.confirmations)
+        except KeyboardInterrupt:
+            self._store(interrupted=True)
+            raise
+        return self._store(interrupted=False)
+
+    def _calibrate(self, run_job) -> None:
+        from fusedce_profiler.judgements.explain import calibration as cal
+
+        for family, backend, jobs in cal.calibration_jobs(self.base, self.families, ("torch", self.obs.fused_backend),
+                                                           self.batches):
+            results = [run_job(job, "calibrate") for job in jobs]
+            while any(r.status == "oom" for r in results) and jobs[-1].batch > 2:
+                # a GPU smaller than the calibration step (the user's own card): halve the batches
+                smaller = cal.halved([j.batch for j in jobs])
+                jobs = [cal.family_job(self.base, family, backend, b) for b in smaller]
+                results = [run_job(job, "calibrate") for job in jobs]
+            calibration = cal.calibration_from_results(family, backend, [j.batch for j in jobs], results)
+            self.calibrations.append(calibration)
+            self.progress(cal.describe(calibration))
+
+    def _measure_noise(self, run_job) -> None:
+        """Repeat the first naive calibration step at its largest batch: the spread of the
+        reading between two identical steps (bytes)."""
+        from fusedce_profiler.judgements.explain import calibration as cal
+
+        first = next((c for c in self.calibrations if c.backend == "torch" and c.fitted), None)
+        if first is None:
+            return
+        job = cal.family_job(self.base, first.family, "torch", first.batches[-1])
+        again = run_job(job, "repeat")
+        if again.status != "ok" or again.memory is None:
+            return
+        m = again.memory
+        now = m.smi_peak if m.smi_peak is not None else m.peak
+        before = (first.reserved[-1] + first.context[-1]) if first.reserved[-1] is not None and \
+            first.context[-1] is not None else first.figures[-1]
+        if before is not None:
+            self.noise = abs(now - before)
+
+    def _terms(self):
+        from fusedce_profiler.judgements.explain.allocator import device_terms
+
+        vocab = self.source.config.vocab_size if self.source is not None else 0
+        return device_terms(self.obs, self.calibrations, cuda=self.on_gpu, noise=self.noise, stand_in=self.stand_in,
+                            vocab=vocab)
+
+    def _judge(self):
+        from fusedce_profiler.judgements.explain.verdict import build_hypotheses
+
+        terms = self._terms()
+        self.hypotheses = build_hypotheses(self.obs, self.calibrations, terms)
+        return terms
+
+    def _store(self, *, interrupted: bool):
+        from fusedce_profiler.judgements.explain import conclusion as con
+        from fusedce_profiler.judgements.explain.others import other_hypotheses, ruled_out_groups
+        from fusedce_profiler.judgements.explain.records import Explanation, save_explanation
+        from fusedce_reports.explain_report import write_explain_report
+
+        terms = self._terms()
+        if not self.hypotheses and self.calibrations:
+            from fusedce_profiler.judgements.explain.verdict import build_hypotheses
+
+            self.hypotheses = build_hypotheses(self.obs, self.calibrations, terms)
+        consistent = [h for h in self.hypotheses if h.consistent]
+        measured = self.on_gpu and bool(consistent) and all(h.measured_naive is not None for h in consistent)
+        decided, conclusion = con.conclude(self.hypotheses, self.obs, measured=measured and not interrupted)
+        notes = []
+        if not self.on_gpu:
+            notes.append("Predictions only: on the CPU the figures are peak allocated bytes of the steps (no allocator "
+                         "cache, no CUDA context), not nvidia-smi figures, and no full-size step can confirm them; "
+                         "run explain on the GPU the readings came from for a verdict.")
+        if interrupted:
+            notes.append("Interrupted: the steps finished so far are kept in explain_steps.jsonl; continue with the "
+                         "same command and --resume.")
+        notes.append(f"Tolerance terms: run-to-run noise {terms.noise / (1 << 20):,.0f} MiB (measured by repeating a "
+                     f"step); model mismatch {terms.mismatch:.0%} of the step ("
+                     f"{'a stand-in preset' if self.stand_in else 'your own model'}); context "
+                     f"{terms.context / (1 << 20):,.0f} ± {terms.context_spread / (1 << 20):,.0f} MiB "
+                     f"({'stated' if self.obs.context_mib is not None else 'measured here; your GPU class may differ'})"
+                     f"; allocator slack scaled with each step's transient bytes, ±2% of the step plus half the slack.")
+        vocab = self.source.config.vocab_size
+        explanation = Explanation(
+            observation=self.obs, model=self.source.describe(), source=self.source.to_dict(), device=self.base.device,
+            metric="nvidia-smi on your card: context + the allocator's reserved bytes at the step's peak"
+            if self.on_gpu else "PREDICTED peak allocated bytes of the CPU steps (not nvidia-smi)",
+            calibrations=self.calibrations, hypotheses=self.hypotheses,
+            separation=None if decided else con.separating_measurement(self.hypotheses, self.obs, vocab),
+            decided=decided and self.on_gpu, conclusion=conclusion, confirmed=self.confirmed, notes=notes,
+            others=other_hypotheses(self.obs, self.hypotheses, self.calibrations, terms) if self.calibrations else [],
+            confirmations=self.confirmations, ruled_out_families=ruled_out_groups(self.hypotheses, self.obs),
+            prediction_only=not self.on_gpu, interrupted=interrupted)
+        save_explanation(self.out, explanation)
+        write_explain_report(self.out)
+        return explanation

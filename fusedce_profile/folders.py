@@ -1,0 +1,129 @@
+"""The run folder: a new time-stamped one by default, never overwritten silently, locked while a
+command writes into it.
+
+- :func:`prepare_out_dir`: create or check the folder of ``out`` / ``force`` / ``resume``;
+- :func:`run_folder`: the same, locked for the ``with`` block (a second run into it is refused).
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from fusedce_profile.errors import UsageError
+from fusedce_profiler.instrument import store
+from fusedce_profiler.instrument.interruption import INTERRUPTED_FILE
+
+# What a run writes into its folder; ``--force`` removes these and nothing else.
+RUN_ARTEFACTS = (store.RESULTS_FILE, "results.csv", "summary.md", "report.html", store.ENVIRONMENT_FILE,
+                 store.PLAN_FILE, store.MODEL_RESULTS_FILE, "explain_steps.jsonl", store.FIT_FILE, store.PARITY_FILE,
+                 store.DOCTOR_FILE, INTERRUPTED_FILE, "plots", store.SNAPSHOTS_DIR, store.LOGS_DIR)
+
+
+class OutputDirError(UsageError):
+    """The output folder cannot be used as asked (exit code 2)."""
+
+
+def default_out_dir(now: dt.datetime | None = None, parent: Path | None = None) -> Path:
+    """``./fusedce-profile-YYYYmmdd-HHMMSS`` (``-2``, ``-3`` … if that exists already)."""
+    stamp = (now or dt.datetime.now()).strftime("%Y%m%d-%H%M%S")
+    base = (parent or Path.cwd()) / f"fusedce-profile-{stamp}"
+    candidate, n = base, 2
+    while candidate.exists():
+        candidate, n = base.with_name(f"{base.name}-{n}"), n + 1
+    return candidate
+
+
+def prepare_out_dir(out: Path | None, *, force: bool, resume: bool,
+                    lock: Callable[[Path], None] | None = None, resume_option: bool = True) -> Path:
+    """Create (or check) the folder a run writes into and return it.
+
+    - ``out`` is ``None``: a new time-stamped folder (``--resume`` needs an explicit one).
+    - an existing non-empty folder: ``--resume`` continues the run in it; ``--force``
+      removes the previous run's artefacts (:data:`RUN_ARTEFACTS`, nothing else);
+      otherwise :class:`OutputDirError` (which names ``--resume`` only when ``resume_option``: the
+      command has it). A folder holding only a lock file counts as empty.
+    - ``lock`` is called with the folder once it exists and before anything in it is
+      removed (the caller takes the folder's :class:`~fusedce_profiler.instrument.store.RunLock` there, so
+      that ``--force`` never removes the files of a run still writing them).
+
+    ``OSError`` (a folder that cannot be created or written) propagates.
+    """
+    if force and resume:
+        raise OutputDirError("--force and --resume contradict each other: choose one")
+    resume_hint = " or --resume to continue it" if resume_option else ""
+    if out is None:
+        if resume:
+            raise OutputDirError("--resume needs --out DIR: the folder of the run to continue")
+        out = default_out_dir()
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise OutputDirError(f"--out {out}: exists and is not a folder")
+    if out.is_dir() and any(p.name != store.LOCK_FILE for p in out.iterdir()):
+        if not resume and not force:
+            raise OutputDirError(f"--out {out}: the folder is not empty; pass --force to replace its "
+                                 f"previous run{resume_hint}")
+        if lock is not None:
+            lock(out)
+        if resume:
+            return out
+        for name in RUN_ARTEFACTS:
+            path = out / name
+            if path.is_symlink() or path.is_file():
+                path.unlink()  # a link is removed, never followed
+            elif path.is_dir():
+                shutil.rmtree(path)
+        return out
+    out.mkdir(parents=True, exist_ok=True)
+    if lock is not None:
+        lock(out)
+    return out
+
+
+def describe_os_error(exc: OSError) -> str:
+    """``PATH: strerror`` (the path the OS error names, else the message)."""
+    path = exc.filename or ""
+    reason = exc.strerror or str(exc)
+    return f"{path}: {reason}" if path else reason
+
+
+@contextlib.contextmanager
+def os_errors(what: str = "") -> Iterator[None]:
+    """An ``OSError`` inside becomes a :class:`~fusedce_profile.errors.UsageError` naming the path
+    and the OS error (``what``: the argument it concerns, e.g. ``--out``)."""
+    try:
+        yield
+    except OSError as exc:
+        prefix = f"{what} " if what else ""
+        raise UsageError(f"{prefix}{describe_os_error(exc)}") from None
+
+
+def locking_into(held: list) -> Callable[[Path], None]:
+    """A ``lock`` for :func:`prepare_out_dir`: takes the folder's run lock and appends it to ``held``
+    (a folder another run holds raises :class:`OutputDirError` naming the holder)."""
+    def lock(folder: Path) -> None:
+        try:
+            held.append(store.RunLock(folder).acquire())
+        except store.FolderInUse as exc:
+            raise OutputDirError(str(exc)) from None
+
+    return lock
+
+
+@contextlib.contextmanager
+def run_folder(out: str | Path | None, *, force: bool = False, resume: bool = False,
+               resume_option: bool = True) -> Iterator[Path]:
+    """The folder of :func:`prepare_out_dir`, locked (:class:`~fusedce_profiler.instrument.store.RunLock`)
+    for the ``with`` block; a folder another run holds, a bad combination and a folder that cannot be
+    created raise :class:`~fusedce_profile.errors.UsageError`."""
+    locks: list = []
+    try:
+        with os_errors("--out"):
+            folder = prepare_out_dir(None if out is None else Path(out), force=force, resume=resume,
+                                     lock=locking_into(locks), resume_option=resume_option)
+        yield folder
+    finally:
+        for held in locks:
+            held.release()

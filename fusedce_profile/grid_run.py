@@ -1,0 +1,182 @@
+"""Run grids into a folder, build its report, print the summary, choose the exit code.
+
+Shared by :func:`fusedce_profile.grid.run_grid`, :func:`fusedce_profile.grid.run_default` and
+:func:`fusedce_profile.report.build_report` (a grid folder). Everything printed goes to the
+``console`` the caller gives (a silent one for a Python caller that gives none).
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+
+from fusedce_profile import exit_codes
+from fusedce_profile.console import CellProgress, error, summary_tables
+from fusedce_profile.errors import UsageError
+from fusedce_profile.folders import describe_os_error, os_errors
+from fusedce_profile.outcome import CommandOutcome
+from fusedce_profile.signals import interrupt_exit_code
+from fusedce_profiler.instrument import store
+from fusedce_profiler.grid.spec import GridSpec
+from fusedce_profiler.instrument.records import CellSpec
+from fusedce_profiler.instrument.text import count
+from fusedce_profiler.grid.runner import ResultNotStored, load_results, run_grid, save_plan
+from fusedce_profiler.instrument.records import CellResult
+from fusedce_profiler.instrument.worker import WorkerDied
+from fusedce_reports import Report, build_report
+
+FAILED_STATUSES = ("error", "timeout")
+"""A back-end whose every cell ended so failed the run (``oom`` and ``skipped`` are results)."""
+
+
+def print_report(report: Report, console: Console) -> None:
+    """The terminal summary: the table, the findings, where the report is."""
+    for table in summary_tables(report.frame) if not report.frame.empty else []:
+        console.print(table)
+    for note in report.notes:
+        console.print(f"note: {note}", markup=False)
+    for finding in report.findings:  # stored strings are escaped: only our own markup is markup
+        scope = f"[bold]{escape(finding.scope)}[/]: " if finding.scope else ""
+        console.print(f"• {scope}{escape(finding.text)}", markup=True, highlight=False)
+    console.print(f"\nReport: [bold]{escape(str(report.summary))}[/] (Markdown), "
+                  + escape(f"{report.html} (HTML), {report.csv} (CSV), plots in {report.run_dir / 'plots'}"),
+                  markup=True)
+
+
+def failed_backends(report: Report) -> list[tuple[str, int]]:
+    """(back-end, cells) of each back-end that failed in every one of its cells."""
+    frame = report.frame
+    if frame.empty:
+        return []
+    failed = []
+    for backend, statuses in frame.groupby("backend", sort=False)["status"]:
+        if statuses.isin(FAILED_STATUSES).all():
+            failed.append((str(backend), len(statuses)))
+    return failed
+
+
+def _cell_name(spec: CellSpec) -> str:
+    return f"{spec.backend} at {spec.tokens} tokens (H={spec.hidden} V={spec.vocab}, {spec.mode})"
+
+
+def json_summary(report: Report, exit_code: int) -> dict:
+    """The machine-readable summary printed by ``--json``."""
+    frame = report.frame
+    columns = ["backend", "tokens", "hidden", "vocab", "mode", "device", "options", "status", "peak_bytes",
+               "floor_bytes", "predicted_bytes", "x_floor", "saving_bytes", "saving_frac", "time_ms",
+               "worst_error", "tolerance", "parity_ok"]
+    rows = json.loads(frame.reindex(columns=columns).to_json(orient="records")) if not frame.empty else []
+    return {
+        "out_dir": str(report.run_dir),
+        "summary_md": str(report.summary),
+        "report_html": str(report.html),
+        "results_csv": str(report.csv),
+        "plots": [str(p) for p in [*report.plots.values(), *report.timelines]],
+        "cells": {"total": len(frame), **{k: int(v) for k, v in frame["status"].value_counts().items()}}
+        if not frame.empty else {"total": 0},
+        "notes": report.notes,
+        "parity_failed": report.parity_failed,
+        "failed_backends": [name for name, _ in failed_backends(report)],
+        "exit_code": exit_code,
+        "findings": [{"topic": f.topic, "scope": f.scope, "text": f.text} for f in report.findings],
+        "rows": rows,
+    }
+
+
+def finish(out_dir: Path, console: Console, *, stopped: KeyboardInterrupt | None = None) -> CommandOutcome:
+    """Build the report of ``out_dir``, print it, and say what the run came to: its records, the
+    exit code (1 when a parity check failed or a back-end failed in every one of its cells; 130/143
+    when the run was ``stopped`` by a signal, whatever else) and the ``--json`` summary.
+    """
+    with os_errors():
+        report = build_report(out_dir)
+    broken = failed_backends(report)
+    code = exit_codes.CHECK_FAILED if report.parity_failed or broken else exit_codes.OK
+    if stopped is not None:
+        code = interrupt_exit_code(stopped)
+    print_report(report, console)
+    verdict = "" if stopped is not None else ": exit code 1"  # an interrupted run exits 130/143
+    if report.parity_failed:
+        console.print(f"[bold red]A parity check failed its tolerance{verdict}.[/]", markup=True)
+    for backend, cells in broken:
+        console.print(f"[bold red]{backend} failed in every cell ({cells} of {cells}){verdict}.[/]",
+                      markup=True, highlight=False)
+    return CommandOutcome(stored_cells(out_dir), code, json_summary(report, code), stopped)
+
+
+def stored_cells(out_dir: Path) -> list[CellResult]:
+    """The cell results stored in ``out_dir`` (``results.jsonl``), in the order they finished."""
+    with os_errors():
+        return list(load_results(out_dir).records)
+
+
+def run_grids(grids: Sequence[GridSpec], out_dir: Path, console: Console, *, resume: bool, snapshot: bool,
+              cell_timeout_s: float | None = None, devices: Sequence[str] | None = None) -> CommandOutcome:
+    """Run ``grids`` one after the other into ``out_dir`` (one results file), then report.
+
+    The folder is locked for the run (a second run into it is refused naming the holder), and
+    the cells it plans are stored first (``plan.json``: the report of a cut run says how many
+    are missing). Ctrl-C or SIGTERM stops the run; the cells finished so far are kept and
+    reported, and the exit code is 130 or 143. A result that cannot be written (a full disk,
+    a file-size limit) raises :class:`~fusedce_profile.errors.UsageError` naming the path, the OS
+    error and the cell ``--resume`` measures again; a worker that cannot start stops the run with
+    exit code 3.
+    ``cell_timeout_s``: a cell still running after that long is recorded as ``timeout``.
+    ``devices``: see :func:`fusedce_profiler.grid.runner.run_grid`.
+    """
+    try:
+        lock = store.RunLock(out_dir).acquire()
+    except store.FolderInUse as exc:
+        raise UsageError(str(exc)) from None
+    except OSError as exc:
+        raise UsageError(f"--out {describe_os_error(exc)}") from None
+    stopped: KeyboardInterrupt | None = None
+    start_failed = False
+    try:
+        planned = list({spec.key(): spec for grid in grids for spec in grid.cells()}.values())
+        with os_errors():
+            finished = {r.spec.key() for r in load_results(out_dir).records} if resume else set()
+            save_plan(out_dir, planned)
+        total = len({spec.key() for spec in planned} - finished)
+        progress = CellProgress(console, total, out_dir)
+        try:
+            with progress.running():
+                for index, grid in enumerate(grids):
+                    # Later grids append to the same results file: they resume it.
+                    run = run_grid(grid, out_dir, resume=resume or index > 0, snapshot=snapshot,
+                                   on_start=progress.start, on_cell=progress, cell_timeout_s=cell_timeout_s,
+                                   devices=devices)
+                    for note in run.notes:
+                        console.print(f"note: {note}", markup=False)
+        except KeyboardInterrupt as exc:
+            stopped = exc
+            console.print(f"\nInterrupted after {progress.done} of {count(total, 'new cell')}; continue with "
+                          f"--resume --out {out_dir}", markup=False)
+        except ResultNotStored as exc:
+            raise UsageError(f"{describe_os_error(exc)}: the result of {_cell_name(exc.spec)} was not stored; "
+                       f"free space (or raise the limit) and run with --resume --out {out_dir}: it measures "
+                       "that cell again") from None
+        except WorkerDied as died:  # at start-up: every cell would fail the same way
+            start_failed = True
+            error(f"{died.summary}; the run stopped after {progress.done} of {count(total, 'new cell')}")
+        except OSError as exc:
+            raise UsageError(describe_os_error(exc)) from None
+        with os_errors():
+            if not (out_dir / store.ENVIRONMENT_FILE).exists():
+                from fusedce_profiler.instrument.environment import collect_environment, save_environment
+
+                save_environment(out_dir, collect_environment())
+        if not (out_dir / store.RESULTS_FILE).exists():
+            console.print("No cell finished: nothing to report.", markup=False)
+            code = interrupt_exit_code(stopped) if stopped else \
+                exit_codes.RUN_FAILED if start_failed else exit_codes.OK
+            return CommandOutcome([], code, {}, stopped)
+        outcome = finish(out_dir, console, stopped=stopped)
+        if start_failed and outcome.exit_code == exit_codes.OK:
+            outcome.exit_code = outcome.summary["exit_code"] = exit_codes.RUN_FAILED
+        return outcome
+    finally:
+        lock.release()

@@ -1,0 +1,25 @@
+"""What a command does when Ctrl-C or SIGTERM stops it: keep what finished, write the report of it
+marked *interrupted*, say how to continue, and end with 130 or 143."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from fusedce_profile.outcome import CommandOutcome
+from fusedce_profile.signals import Terminated, interrupt_exit_code
+from fusedce_profiler.instrument.interruption import Interruption, mark_interrupted
+
+
+def interrupted_outcome(out_dir: Path, stopped: KeyboardInterrupt, records: list, finished: str,
+                        continue_with: str, write_report: Callable[[Path], object],
+                        say: Callable[[str], None]) -> CommandOutcome:
+    """Mark ``out_dir`` interrupted, rebuild its report with ``write_report`` (which reads the mark),
+    print where it is and ``continue with …``; the outcome carries ``stopped`` and its exit code.
+    ``finished``: how much had finished (``"3 of 5 jobs"``); ``continue_with``: what continues it."""
+    signal = "SIGTERM" if isinstance(stopped, Terminated) else "Ctrl-C"
+    mark_interrupted(out_dir, Interruption(signal, finished, continue_with))
+    written = write_report(out_dir)
+    report = written[0] if isinstance(written, tuple) else written
+    say(f"\nInterrupted after {finished}; report {report}; continue with {continue_with}")
+    code = interrupt_exit_code(stopped)
+    return CommandOutcome(records, code, {"out": str(out_dir), "interrupted": signal, "exit_code": code}, stopped)

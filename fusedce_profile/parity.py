@@ -1,0 +1,154 @@
+"""``fusedce-profile parity`` as a Python function: train from the same initialisation on the same
+batches with torch and each back-end, and judge each against torch.
+
+>>> from fusedce_profile.parity import parity
+>>> report = parity(preset="tiny", backend=["fusedce"], steps=20, batch=2, seq=16, device="cpu", out="parity-run")
+>>> report.passed, [(v.backend, v.passed) for v in report.verdicts]
+
+Keyword arguments mirror the command's options; ``out`` is the run folder, written as the command
+writes it (``parity.json``, ``environment.json``, ``summary.md``, ``plots/parity_loss.png``).
+Returns the stored :class:`~fusedce_profiler.judgements.parity.ParityReport`. The report is saved
+after each back-end: Ctrl-C (``KeyboardInterrupt``) keeps the back-ends that finished, writes their
+report marked *interrupted*, and propagates; ``resume=True`` with the same ``out`` and options keeps
+the back-ends trained and trains the rest.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from pathlib import Path
+
+from rich.console import Console
+
+from fusedce_profile import exit_codes
+from fusedce_profile.errors import UsageError
+from fusedce_profile.outcome import CommandOutcome
+
+
+def parity_settings(*, preset=None, config=None, tied=None, backend: Sequence[str] | None = None, steps=300,
+                    batch=8, seq=64, lr=3e-3, reduction="mean", bias=False, ignore_frac=0.0, loss_tol=0.02,
+                    control=True, seed=0, device=None, mode=None):
+    """The checked :class:`~fusedce_profiler.judgements.parity.ParitySettings` of :func:`parity`'s
+    arguments; bad input raises :class:`~fusedce_profile.errors.UsageError` (nothing runs)."""
+    from fusedce_profile.checks import check_backends, check_model_fits, resolve_device
+    from fusedce_profile.sources import loss_backends, model_config
+    from fusedce_profiler.judgements.parity import ParitySettings
+
+    run_device = resolve_device(device)
+    cfg = model_config(preset, config, tied, "tiny")
+    compared = loss_backends(backend, ["fusedce"])[1:]
+    if not compared:
+        raise UsageError("parity compares back-ends with torch: give at least one --backend other than torch")
+    for name, value, least in (("--steps", steps, 10), ("--batch", batch, 1), ("--seq", seq, 2)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise UsageError(f"{name} must be an integer ≥ {least}, got {value!r}")
+    check_backends(compared)
+    check_model_fits(cfg, run_device, batch, seq)
+    try:
+        return ParitySettings(
+            config=cfg, backends=compared, steps=steps, batch=batch, seq=seq, lr=lr, device=run_device,
+            mode=mode or ("amp-bf16" if run_device.startswith("cuda") else "fp32"), reduction=reduction, bias=bias,
+            ignore_frac=ignore_frac, loss_tolerance=loss_tol, seed=seed, control=control)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _print_result(result, say) -> None:
+    from fusedce_reports.parity_report import gap_sentences, parity_table
+
+    for row in parity_table(result).itertuples(index=False):
+        say(f"  {row[0]}: {row[1]}, final loss {row[2]}, rel. diff {row[3]}, worst grad {row[5]}"
+            + (f" — {row[6]}" if row[6] else ""))
+    for sentence in gap_sentences(result):
+        say(f"  {sentence}")
+
+
+def _finished(out_dir: Path, settings):
+    """The stored report a resumed run continues (``None`` when the folder has none); a report of
+    other settings is refused: its curves are not this run's."""
+    from fusedce_profiler.instrument import store
+    from fusedce_profiler.judgements.parity import load_parity_report
+
+    if not (out_dir / store.PARITY_FILE).is_file():
+        return None
+    try:
+        finished = load_parity_report(out_dir)
+    except ValueError as exc:
+        raise UsageError(f"--resume: {exc}") from None
+    if finished.settings != settings:
+        raise UsageError(f"--resume: the run in {out_dir} was made with other options; give the same options, "
+                         "or --force to start again")
+    return finished
+
+
+def parity_command(*, out: str | Path | None = None, force: bool = False, resume: bool = False,
+                   console: Console | None = None, **arguments) -> CommandOutcome:
+    """``fusedce-profile parity``: :func:`parity` with the exit code and ``--json`` summary the command
+    line needs (a signal ends it with :attr:`CommandOutcome.stopped` set, not raised)."""
+    from fusedce_profile.folders import run_folder
+    from fusedce_profile.interruption import interrupted_outcome
+    from fusedce_profile.signals import interrupt_exit_code
+    from fusedce_profiler.instrument import store
+    from fusedce_profiler.instrument.environment import collect_environment, save_environment
+    from fusedce_profiler.instrument.interruption import clear_interruption
+    from fusedce_profiler.judgements.parity import load_parity_report, run_parity, save_parity_report
+    from fusedce_reports.parity_report import write_parity_report
+
+    console = console or Console(quiet=True)
+
+    def say(line: str) -> None:
+        console.print(line, markup=False)
+
+    settings = parity_settings(**arguments)
+    with run_folder(out, force=force, resume=resume) as out_dir:
+        finished = _finished(out_dir, settings) if resume else None
+        say(f"fusedce-profile parity: {settings.config.name}, {settings.steps} steps, {settings.mode} on "
+            f"{settings.device}, seed {settings.seed}; writing to {out_dir}")
+        clear_interruption(out_dir)
+        if finished is None or not (out_dir / store.ENVIRONMENT_FILE).is_file():
+            save_environment(out_dir, collect_environment())
+
+        def save(partial) -> None:  # saved after each back-end: a run cut short keeps what it trained
+            save_parity_report(out_dir, partial)
+            write_parity_report(out_dir)
+
+        again = f"the same command and --resume --out {out_dir}"
+        try:
+            result = run_parity(settings, progress=lambda name: say(f"  training with {name} ..."), on_curve=save,
+                                finished=finished)
+        except RuntimeError as exc:  # the torch reference itself failed
+            raise UsageError(str(exc)) from None
+        except KeyboardInterrupt as stopped:
+            if not (out_dir / store.PARITY_FILE).is_file():
+                say(f"\nInterrupted before the first comparison finished: nothing to report; continue with {again}")
+                code = interrupt_exit_code(stopped)
+                return CommandOutcome([], code, {"out": str(out_dir), "exit_code": code}, stopped)
+            partial = load_parity_report(out_dir)
+            trained = len(settings.backends) - len(partial.not_run)
+            return interrupted_outcome(out_dir, stopped, [partial], f"{trained} of {len(settings.backends)} back-ends",
+                                       again, write_parity_report, say)
+        save(result)
+    _print_result(result, say)
+    if not result.reference_learned:
+        say("  torch did not learn on this data: raise --steps or --lr")
+    say(f"parity: {'PASS' if result.passed else 'FAIL'}; report: {out_dir / 'summary.md'}")
+    code = exit_codes.OK if result.passed else exit_codes.PARITY_FAILED
+    summary = {"out": str(out_dir), "passed": result.passed,
+               "verdicts": [dataclasses.asdict(v) for v in result.verdicts]}
+    return CommandOutcome([result], code, summary)
+
+
+def parity(*, preset: str | None = None, config: str | Path | None = None, tied: bool | None = None,
+           backend: Sequence[str] | None = None, steps: int = 300, batch: int = 8, seq: int = 64, lr: float = 3e-3,
+           reduction: str = "mean", bias: bool = False, ignore_frac: float = 0.0, loss_tol: float = 0.02,
+           control: bool = True, seed: int = 0, device: str | None = None, mode: str | None = None,
+           out: str | Path | None = None, force: bool = False, resume: bool = False, console: Console | None = None):
+    """Train the built-in model (``preset`` / ``config``, default ``tiny``) ``steps`` AdamW steps with
+    torch and each ``backend`` (default fusedce) from the same initialisation on the same batches, and
+    judge each against torch (``loss_tol``: allowed relative difference of the final loss; ``control``:
+    first train torch from weights moved by one rounding, the run's noise floor). Returns the stored
+    :class:`~fusedce_profiler.judgements.parity.ParityReport` (``passed`` is the verdict)."""
+    return parity_command(preset=preset, config=config, tied=tied, backend=backend, steps=steps, batch=batch,
+                          seq=seq, lr=lr, reduction=reduction, bias=bias, ignore_frac=ignore_frac, loss_tol=loss_tol,
+                          control=control, seed=seed, device=device, mode=mode, out=out, force=force, resume=resume,
+                          console=console).records_or_raise()[0]

@@ -1,0 +1,118 @@
+"""``fusedce-profile report DIR`` as a Python function: rebuild a run folder's report from its
+stored files alone (no GPU; only JSON and CSV files are read, so a folder from someone else
+cannot run code).
+
+>>> from fusedce_profile.report import build_report
+>>> records = build_report("grid-run")      # the folder run_grid, profile_model, parity, … wrote
+
+The folder's kind is told by the file it holds: ``results.jsonl`` (a grid), ``model_results.jsonl``
+(``model``), ``parity.json``, ``doctor.json``, ``recorded_steps.jsonl`` (steps recorded in your own
+run) or ``explain.json``. Returns the typed records the folder stores (cell results, model results,
+the parity or doctor report, recorded steps, the explanation). A path that is not such a folder,
+or a damaged stored file, raises :class:`~fusedce_profile.errors.UsageError`.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Console
+
+from fusedce_profile import exit_codes
+from fusedce_profile.errors import UsageError
+from fusedce_profile.folders import os_errors
+from fusedce_profile.outcome import CommandOutcome
+
+
+def _plots(run_dir: Path) -> list[str]:
+    return sorted(str(p) for p in (run_dir / "plots").glob("*.png"))
+
+
+def _checked(kind: str, run_dir: Path, console: Console) -> CommandOutcome:
+    """A ``model``, ``parity`` or ``doctor`` folder (``kind``) rebuilt; exit code 1 when its check failed."""
+    from fusedce_profiler.instrument.step.jobs import load_model_results
+    from fusedce_reports.doctor_report import read_doctor, write_doctor_report
+    from fusedce_reports.model_report import missing_rows, write_model_report
+    from fusedce_reports.parity_report import write_parity_report
+
+    passed, notes = None, []
+    if kind == "model":
+        loaded = load_model_results(run_dir)
+        summary = write_model_report(run_dir)
+        notes = missing_rows(loaded.records) + loaded.problems
+        records = list(loaded.records)
+    elif kind == "parity":
+        summary, parity_report = write_parity_report(run_dir)
+        passed, records = parity_report.passed, [parity_report]
+    else:
+        summary = write_doctor_report(run_dir)
+        doctor_run = read_doctor(run_dir)
+        passed, records = doctor_run.passed, [doctor_run]
+    for note in notes:
+        console.print(f"incomplete run: {note}", markup=False)
+    if passed is not None:
+        console.print(f"{kind}: {'PASS' if passed else 'FAIL'}", markup=False)
+    console.print(f"report: {summary}", markup=False)
+    code = exit_codes.CHECK_FAILED if passed is False else exit_codes.OK
+    return CommandOutcome(records, code, {
+        "summary": str(summary), "plots": _plots(run_dir), "incomplete": notes,
+        "parity_passed": passed if kind == "parity" else None,
+        "doctor_passed": passed if kind == "doctor" else None, "exit_code": code})
+
+
+def _recorded(run_dir: Path, console: Console) -> CommandOutcome:
+    """A folder of steps recorded in the user's own run, rebuilt (exit code 0)."""
+    from fusedce_profiler.instrument.recording.records import load_recorded_steps
+    from fusedce_reports.recorded_report import write_recorded_report
+
+    loaded = load_recorded_steps(run_dir)
+    summary = write_recorded_report(run_dir)
+    for problem in loaded.problems:
+        console.print(f"incomplete run: {problem}", markup=False)
+    console.print(f"report: {summary} ({len(loaded.records)} recorded step(s))", markup=False)
+    return CommandOutcome(list(loaded.records), exit_codes.OK, {
+        "summary": str(summary), "plots": _plots(run_dir), "steps": len(loaded.records),
+        "incomplete": loaded.problems, "exit_code": exit_codes.OK})
+
+
+def _explained(run_dir: Path, console: Console) -> CommandOutcome:
+    from fusedce_profiler.judgements.explain.records import load_explanation
+    from fusedce_reports.explain_report import write_explain_report
+
+    console.print(f"report: {write_explain_report(run_dir)}", markup=False)
+    return CommandOutcome([load_explanation(run_dir)], exit_codes.OK)
+
+
+def report_command(run_dir: str | Path, *, console: Console | None = None) -> CommandOutcome:
+    """:func:`build_report` with the exit code and ``--json`` summary the command line needs."""
+    from fusedce_profile.grid_run import finish
+    from fusedce_profiler.instrument import store
+
+    console = console or Console(quiet=True)
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise UsageError(f"{run_dir}: not a folder (give the folder a grid, model, parity or doctor run wrote)")
+    with os_errors():  # a write that fails leaves the old report as it was
+        try:
+            if (run_dir / store.RESULTS_FILE).is_file():
+                return finish(run_dir, console)
+            for kind, name in (("model", store.MODEL_RESULTS_FILE), ("parity", store.PARITY_FILE),
+                               ("doctor", store.DOCTOR_FILE)):
+                if (run_dir / name).is_file():
+                    return _checked(kind, run_dir, console)
+            if (run_dir / store.RECORDED_STEPS_FILE).is_file():
+                return _recorded(run_dir, console)
+            if (run_dir / store.EXPLAIN_FILE).is_file():
+                return _explained(run_dir, console)
+        except UsageError:
+            raise
+        except ValueError as exc:  # a damaged stored file, named by its reader
+            raise UsageError(str(exc)) from None
+    raise UsageError(f"{run_dir}: no {store.RESULTS_FILE}, {store.MODEL_RESULTS_FILE}, {store.PARITY_FILE}, "
+                     f"{store.DOCTOR_FILE} or {store.RECORDED_STEPS_FILE} here "
+                     "(give the folder a grid, model, parity, doctor or recorded run wrote)")
+
+
+def build_report(run_dir: str | Path, *, console: Console | None = None) -> list:
+    """Rebuild every table and plot of ``run_dir`` from its stored results; returns the records it
+    holds (see the module docstring). ``console``: where the summary lines go (default: nowhere)."""
+    return report_command(run_dir, console=console).records

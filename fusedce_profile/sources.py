@@ -1,0 +1,102 @@
+"""The model a command measures and the loss back-ends it compares, from the public arguments.
+
+A built-in preset or config, a Hugging Face model (``hf``) or the user's factory (``model``:
+``package.module:factory``); the back-ends to compare (``backend``, torch first). Bad input raises
+:class:`~fusedce_profile.errors.UsageError` naming the argument as the command line spells it.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from pathlib import Path
+
+from fusedce_profile.errors import UsageError
+from fusedce_profiler.instrument.models.configs import ModelConfig, get_preset, load_config
+
+
+def default_preset(device: str) -> str:
+    """The built-in model that ``model``, ``doctor`` and ``explain`` use when none is named:
+    the seed's ``user-gpt`` on a GPU, ``tiny`` on the CPU."""
+    return "user-gpt" if device.startswith("cuda") else "tiny"
+
+
+def model_config(preset: str | None, config: str | Path | None, tied: bool | None, default: str) -> ModelConfig:
+    """The built-in model of ``preset`` or ``config`` (``default`` when neither is given), its
+    tie_word_embeddings overridden by ``tied``."""
+    if preset and config:
+        raise UsageError("--preset and --config both name a model: give one of them")
+    try:
+        model = load_config(Path(config)) if config else get_preset(preset or default)
+    except UsageError:
+        raise
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    return model if tied is None else dataclasses.replace(model, tie_word_embeddings=tied)
+
+
+def model_source(preset: str | None, config: str | Path | None, hf: str | None, user_model: str | None,
+                 head: str | None, tied: bool | None, default: str, *, factory_timeout: float | None = None):
+    """The model source of the arguments: ``hf``, ``user_model`` (with an optional preset/config
+    passed to the factory), else the built-in GPT of ``preset`` / ``config``.
+
+    A ``user_model`` factory is called once here, in a worker under ``factory_timeout`` seconds
+    (default :data:`~fusedce_profiler.instrument.models.factory.FACTORY_TIMEOUT_S`) and a memory
+    guard, for its shapes and real parameter count: a factory that fails raises
+    :class:`~fusedce_profiler.instrument.models.factory.FactoryFailed` (one line naming it), one
+    that cannot be called as documented :class:`~fusedce_profile.errors.UsageError`."""
+    from fusedce_profiler.instrument.models.factory import FACTORY_TIMEOUT_S, FactoryFailed, describe_factory
+    from fusedce_profiler.instrument.models.source import (BuiltinSource, HFSource, MissingDependency, UserSource,
+                                                           require_transformers)
+
+    if hf and user_model:
+        raise UsageError("--hf and --model both name a model: give one of them")
+    if hf and (preset or config):
+        raise UsageError("--hf names the model; --preset/--config are for the built-in model or a --model factory")
+    if head and not (hf or user_model):
+        raise UsageError("--head applies to --hf and --model sources (the built-in model's head is lm_head)")
+    try:
+        if hf:
+            require_transformers()
+            source = HFSource.from_reference(hf, head_path=head)
+        elif user_model:
+            given = model_config(preset, config, None, default) if (preset or config) else None
+            UserSource.check_target(user_model)
+            try:
+                shapes, parameters = describe_factory(user_model, given, head,
+                                                      timeout_s=factory_timeout or FACTORY_TIMEOUT_S)
+            except FactoryFailed as failed:
+                if failed.bad_signature:
+                    raise UsageError(str(failed)) from None
+                raise
+            source = UserSource(user_model, given, head_path=head, inferred=shapes, parameters=parameters)
+        else:
+            source = BuiltinSource(model_config(preset, config, None, default))
+        return source if tied is None else source.with_tie(tied)
+    except UsageError:
+        raise
+    except (ValueError, MissingDependency) as exc:
+        raise UsageError(str(exc)) from None
+
+
+def backend_names(values: Sequence[str] | None) -> list[str] | None:
+    """The back-end names of ``values`` (each may hold several, comma-separated), duplicates
+    removed; each a built-in back-end or ``package.module:callable``. ``None`` when none is given."""
+    from fusedce_profiler.instrument.backends import BUILTIN_BACKENDS, MODEL_BACKENDS
+
+    if not values:
+        return None
+    if isinstance(values, str):
+        values = [values]
+    available = list(BUILTIN_BACKENDS) + [b for b in MODEL_BACKENDS if b not in BUILTIN_BACKENDS]
+    names = [b.strip() for value in values for b in value.split(",") if b.strip()]
+    for name in names:
+        if name not in available and ":" not in name:
+            raise UsageError(f"--backend: unknown back-end {name!r}; available: {', '.join(available)} "
+                             "(or 'package.module:callable')")
+    return list(dict.fromkeys(names))
+
+
+def loss_backends(backend: Sequence[str] | None, default: Sequence[str]) -> list[str]:
+    """The back-end names (``default`` when none is given), torch first: the reference."""
+    names = backend_names(backend) or list(default)
+    return ["torch"] + [b for b in names if b != "torch"]

@@ -1,0 +1,126 @@
+"""The user's model factory (``--model package.module:factory``), called in a box.
+
+The factory is the user's code: it may raise, call ``sys.exit``, hang or allocate without
+bound. :func:`describe_factory` calls it in a worker process
+(:class:`~fusedce_profiler.instrument.worker.Worker`) under a time limit and a memory guard
+(the worker's address space is capped at what it maps after start-up plus ``memory_bytes``), and
+returns what the commands need before anything is measured: the model's shapes (V and H from
+its located head, layers and heads from the module tree) and its real parameter count, counted
+from the module the factory built (shared parameters once). Whatever goes wrong becomes
+:class:`FactoryFailed`, one line naming the callable; ``bad_signature`` when it cannot be imported or called
+as ``factory()`` or ``factory(config)`` (the documented signatures) or returns no ``nn.Module``.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from fusedce_profiler.instrument.models.configs import ModelConfig
+
+FACTORY_TIMEOUT_S = 300.0
+"""Default time limit of one factory call, in seconds: a model is built in seconds; a minute-long
+build is a large model on the CPU."""
+
+
+class FactoryFailed(RuntimeError):
+    """The factory could not give a model; the message is one line naming the callable.
+    ``bad_signature``: it cannot be called with the documented signature (or returned no module)."""
+
+    def __init__(self, message: str, *, bad_signature: bool = False) -> None:
+        super().__init__(message)
+        self.bad_signature = bad_signature
+
+
+def physical_memory_bytes() -> int:
+    """This machine's physical memory."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def default_memory_guard_bytes() -> int:
+    """Half the machine's physical memory: a factory that allocates more is stopped before the
+    machine swaps."""
+    return physical_memory_bytes() // 2
+
+
+def _mapped_bytes() -> int:
+    """This process's virtual size now (``VmSize``, Linux); 0 where it cannot be read."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmSize:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def _guard_memory(memory_bytes: int) -> None:
+    """Cap this process's address space at what it maps now plus ``memory_bytes``: an allocation
+    past it fails (``MemoryError`` / a failed torch allocation) instead of growing without bound."""
+    import resource
+
+    limit = _mapped_bytes() + int(memory_bytes)
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+
+
+def describe_job(payload: dict) -> dict:
+    """Worker side of :func:`describe_factory`: call the factory once (on the meta device when it
+    allows, else on the CPU) and describe the module; every failure, ``SystemExit`` included, is an
+    answer, never a dead worker."""
+    from fusedce_profiler.instrument.callables import load_callable
+    from fusedce_profiler.instrument.models.source import FactorySignatureError, UserSource
+
+    target = payload["target"]
+    if payload.get("memory_bytes"):
+        _guard_memory(payload["memory_bytes"])
+    given = ModelConfig(**payload["given"]) if payload.get("given") else None
+    try:
+        load_callable(target, "--model")  # importable and callable: else a usage error, as for --backend
+        source = UserSource(target, given, head_path=payload.get("head"))
+    except (FactorySignatureError, ValueError) as exc:  # the first from _make, the second from the import
+        if not isinstance(exc, FactorySignatureError) and not str(exc).startswith(f"--model {target}"):
+            return {"ok": False, "message": f"--model {target}: the factory raised ValueError: {exc}"}
+        return {"ok": False, "message": str(exc).splitlines()[0], "bad_signature": True}
+    except SystemExit as exc:
+        return {"ok": False, "message": f"--model {target}: the factory called sys.exit({exc.code!r})"}
+    except MemoryError:
+        return {"ok": False, "message": f"--model {target}: the factory allocated more than the memory guard "
+                                        f"({payload['memory_bytes'] / 2**30:.1f} GiB) allows"}
+    except BaseException as exc:  # noqa: BLE001 - the user's code: any failure is one line
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        if "DefaultCPUAllocator" in first or "out of memory" in first.lower():
+            first = f"it allocated more than the memory guard ({payload['memory_bytes'] / 2**30:.1f} GiB) allows"
+        return {"ok": False, "message": f"--model {target}: the factory raised {type(exc).__name__}: {first}"}
+    return {"ok": True, "config": source.config.to_dict(), "parameters": source.parameters}
+
+
+def describe_factory(target: str, given: ModelConfig | None, head_path: str | None, *,
+                     timeout_s: float = FACTORY_TIMEOUT_S, memory_bytes: int | None = None,
+                     log_dir: Path | None = None) -> tuple[ModelConfig, int]:
+    """(shapes, parameter count) of the model ``target`` builds, the factory called in a worker
+    (see the module docstring); :class:`FactoryFailed` when it cannot give one. ``log_dir``: where
+    the worker's log goes (default: a temporary folder, removed after)."""
+    from fusedce_profiler.instrument.worker import JobFailed, Worker, WorkerDied
+
+    memory = default_memory_guard_bytes() if memory_bytes is None else memory_bytes
+    payload = {"target": target, "given": given.to_dict() if given else None, "head": head_path,
+               "memory_bytes": memory}
+    with tempfile.TemporaryDirectory(prefix="fusedce-factory-") as scratch:
+        worker = Worker(Path(log_dir) if log_dir is not None else Path(scratch))
+        try:
+            reply = worker.call("describe-model", payload, timeout_s)
+        except WorkerDied as died:
+            if died.timed_out:
+                raise FactoryFailed(f"--model {target}: the factory did not return within {timeout_s:g} s") from None
+            raise FactoryFailed(f"--model {target}: the worker building the model died ({died.reason})") from None
+        except JobFailed as failed:
+            raise FactoryFailed(f"--model {target}: {str(failed).splitlines()[0]}") from None
+        finally:
+            worker.close()
+    if not reply["ok"]:
+        raise FactoryFailed(reply["message"], bad_signature=reply.get("bad_signature", False))
+    return ModelConfig(**reply["config"]), int(reply["parameters"])

@@ -1,0 +1,93 @@
+"""The planner's time model and the two budgets it shapes: "min" within the default's time,
+"fast" below torch.compile's memory. Pure arithmetic on shapes (no GPU, no tensors)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fusedce.memory_model import predict_peak_bytes
+from fusedce.planner import ChunkPlan, MIN_PLANNED_TIME_FACTOR, gradient_floor_bytes, plan_chunks
+from fusedce.time_model import HOST_S_PER_BLOCK_PASS, step_seconds
+
+ANCHOR_ROWS = [(8192, 768, 32777), (8192, 2304, 256000), (8192, 4096, 128256), (32768, 4096, 128256)]
+MODES = {"amp": torch.float32, "bf16": torch.bfloat16}
+
+
+def _plan(n, h, v, weight_dtype, budget):
+    return plan_chunks(n, h, v, hidden_dtype=torch.bfloat16, weight_dtype=weight_dtype, compute_dtype=torch.bfloat16,
+                       memory_budget=budget, scalar_loss=True, needs_grad=True, cuda=True, sm_count=132)
+
+
+def _peak(n, h, v, weight_dtype, budget):
+    return predict_peak_bytes(n, h, v, hidden_dtype=torch.bfloat16, weight_dtype=weight_dtype,
+                              compute_dtype=torch.bfloat16, memory_budget=budget, sm_count=132).step
+
+
+def _seconds(n, h, v, weight_dtype, plan):
+    return step_seconds(n, h, v, plan, convert_weight=weight_dtype != torch.bfloat16)
+
+
+def test_many_small_blocks_cost_the_host_time_of_each():
+    """1024 blocks of 64 × 64 are bound by the host: at least 2 passes × the per-block cost each,
+    and slower than one block of the same logits."""
+    n, h, v = 2048, 768, 2048
+    small = ChunkPlan(rows=64, cols=64)
+    one = ChunkPlan(rows=n, cols=v)
+    assert step_seconds(n, h, v, small, convert_weight=False) >= 1024 * 2 * HOST_S_PER_BLOCK_PASS
+    assert step_seconds(n, h, v, small, convert_weight=False) > 10 * step_seconds(n, h, v, one, convert_weight=False)
+
+
+def test_ragged_chunks_are_counted_once_each():
+    """V = 1000 in chunks of 300: three full chunks and one of 100 — the same as listing them."""
+    plan = ChunkPlan(rows=7, cols=300)
+    listed = sum(1 for _ in plan.row_chunks(20)) * sum(1 for _ in plan.col_chunks(1000))
+    assert listed == 3 * 4
+    fewer = ChunkPlan(rows=20, cols=1000)
+    assert step_seconds(20, 8, 1000, plan, convert_weight=False) >= listed * 2 * HOST_S_PER_BLOCK_PASS
+    assert step_seconds(20, 8, 1000, fewer, convert_weight=False) < step_seconds(20, 8, 1000, plan,
+                                                                                 convert_weight=False)
+
+
+@pytest.mark.parametrize("mode", ["amp", "bf16"])
+def test_min_stays_within_the_default_time_at_the_users_head(mode):
+    """At 8192×768×32777, 5 % of the floor left 264 blocks of 1157 × 1024 in amp (86 ms on an
+    H200 against the default's 8.8 ms): "min" now takes the smallest budget whose plan models
+    within 1.2 × the default's time, and still holds less than the default."""
+    n, h, v = 8192, 768, 32777
+    weight_dtype = MODES[mode]
+    small, default = _plan(n, h, v, weight_dtype, "min"), _plan(n, h, v, weight_dtype, None)
+    assert _seconds(n, h, v, weight_dtype, small) <= MIN_PLANNED_TIME_FACTOR * _seconds(n, h, v, weight_dtype, default)
+    assert _peak(n, h, v, weight_dtype, "min") < _peak(n, h, v, weight_dtype, None)
+
+
+@pytest.mark.parametrize("n,h,v", [(8192, 4096, 128256), (8192, 2304, 256000), (32768, 4096, 128256)])
+def test_min_keeps_five_percent_of_the_floor_at_the_large_amp_heads(n, h, v):
+    """Where blocks of ≥ 1024 × 1024 are large enough for the GPU, the time cap changes nothing."""
+    floor = gradient_floor_bytes(n, h, v, torch.bfloat16, torch.float32)
+    assert _peak(n, h, v, torch.float32, "min") <= 1.05 * floor
+
+
+@pytest.mark.parametrize("n,h,v", ANCHOR_ROWS)
+@pytest.mark.parametrize("mode", ["amp", "bf16"])
+def test_fast_holds_less_than_torch_compile(n, h, v, mode):
+    """torch.compile keeps the N×V bf16 logits for its backward (measured on an H200: 1.957 GiB
+    over the floor at 8192×4096×128256 in both modes = N·V·2): "fast" must stay strictly below,
+    so that where it is slower it is still not dominated."""
+    weight_dtype = MODES[mode]
+    floor = gradient_floor_bytes(n, h, v, torch.bfloat16, weight_dtype)
+    assert _peak(n, h, v, weight_dtype, "fast") < floor + n * v * 2
+
+
+@pytest.mark.parametrize("mode", ["amp", "bf16"])
+def test_min_never_holds_more_than_the_default_and_keeps_the_time_cap_or_the_default_plan(mode):
+    """Over ragged and aligned shapes: "min"'s predicted peak ≤ the default's, and either its
+    modelled time is within the cap or its budget grew all the way to the default's."""
+    weight_dtype = MODES[mode]
+    for n in (1, 100, 4097, 8192, 32768):
+        for h in (64, 768, 4096):
+            for v in (1000, 32777, 128256):
+                small, default = _plan(n, h, v, weight_dtype, "min"), _plan(n, h, v, weight_dtype, None)
+                assert _peak(n, h, v, weight_dtype, "min") <= _peak(n, h, v, weight_dtype, None), (n, h, v)
+                within = _seconds(n, h, v, weight_dtype, small) <= (
+                    MIN_PLANNED_TIME_FACTOR * _seconds(n, h, v, weight_dtype, default))
+                assert within or small == default, (n, h, v, small, default)

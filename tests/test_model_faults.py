@@ -1,0 +1,210 @@
+"""``model`` and ``parity`` under faults: a hostile ``--model`` factory, a named back-end that fails
+every job, a signal mid-run, and ``--resume`` after one."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import textwrap
+
+import pytest
+from typer.testing import CliRunner
+
+from fusedce_cli.app import app
+from processes import cli_env, kill_group, start_cli, wait_for, workers_of
+
+runner = CliRunner()
+
+MODELS = textwrap.dedent('''
+    import os, sys, time
+    import torch
+    from torch import nn
+
+    class Wide(nn.Module):
+        """V=100, H=32, and a wide body: 1.99 M parameters, nearly all outside the head."""
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(100, 32)
+            self.up = nn.Linear(32, 30000)
+            self.down = nn.Linear(30000, 32)
+            self.lm_head = nn.Linear(32, 100, bias=False)
+
+        def forward(self, input_ids):
+            return self.lm_head(self.down(torch.relu(self.up(self.embed(input_ids)))))
+
+    def wide():
+        return Wide()
+
+    def raises():
+        raise RuntimeError("boom\\nsecond line")
+
+    def exit0():
+        sys.exit(0)
+
+    def exit7():
+        sys.exit(7)
+
+    def hang():
+        time.sleep(3600)
+
+    def allocate():
+        keep = []
+        while True:
+            keep.append(bytearray(64 << 20))
+
+    def two_arguments(a, b):
+        return Wide()
+
+    def not_a_module():
+        return 3
+
+    def ok(hidden, weight, target, bias=None, **options):
+        return torch.nn.functional.cross_entropy(torch.nn.functional.linear(hidden, weight, bias), target)
+
+    def boom(hidden, weight, target, bias=None, **options):
+        raise RuntimeError("boom")
+
+    def hang_loss(hidden, weight, target, bias=None, **options):
+        mark = os.environ.get("FX_HANG_MARK")
+        if mark:
+            open(mark, "w").close()
+        while True:
+            time.sleep(1)
+''')
+
+
+@pytest.fixture
+def fx(tmp_path, monkeypatch):
+    """A folder holding module ``fx_models`` (factories and back-ends), on this process's path too."""
+    folder = tmp_path / "fx"
+    folder.mkdir()
+    (folder / "fx_models.py").write_text(MODELS)
+    monkeypatch.syspath_prepend(str(folder))
+    return folder
+
+
+def _plain(text: str) -> str:
+    return " ".join(text.split())
+
+
+@pytest.mark.slow
+def test_the_parameter_count_is_the_factorys_modules_own(fx, tmp_path):
+    wide = sum(p.numel() for p in __import__("fx_models").wide().parameters())
+    result = runner.invoke(app, ["model", "--device", "cpu", "--model", "fx_models:wide", "--batch", "1", "--seq",
+                                 "8", "--backend", "torch", "--no-trace", "--out", str(tmp_path / "run")])
+    assert result.exit_code == 0, result.output
+    assert f"({wide / 1e6:.1f} M parameters)" in result.output  # 2.0 M; the formula over H=32, V=100 said 0.0 M
+
+
+@pytest.mark.parametrize("factory, code, line", [
+    ("raises", 1, "--model fx_models:raises: the factory raised RuntimeError: boom"),
+    ("exit0", 1, "--model fx_models:exit0: the factory called sys.exit(0)"),
+    ("exit7", 1, "--model fx_models:exit7: the factory called sys.exit(7)"),
+    ("two_arguments", 2, "--model fx_models:two_arguments: cannot be called as factory() or factory(config)"),
+    ("not_a_module", 2, "--model fx_models:not_a_module returned int, not an nn.Module"),
+    ("missing", 2, "--model fx_models:missing"),
+])
+def test_a_hostile_factory_is_one_line_and_its_exit_code(fx, tmp_path, factory, code, line):
+    out = tmp_path / "run"
+    result = runner.invoke(app, ["model", "--device", "cpu", "--model", f"fx_models:{factory}", "--out", str(out)])
+    assert result.exit_code == code, result.output
+    assert line in result.output
+    assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
+    assert not out.exists()  # refused before the run folder is made
+
+
+def test_a_hanging_factory_is_stopped_by_its_time_limit(fx, tmp_path):
+    result = runner.invoke(app, ["model", "--device", "cpu", "--model", "fx_models:hang", "--factory-timeout", "5",
+                                 "--out", str(tmp_path / "run")])
+    assert result.exit_code == 1, result.output
+    assert "--model fx_models:hang: the factory did not return within 5 s" in result.output
+
+
+def test_an_allocating_factory_is_stopped_by_the_memory_guard(fx, tmp_path):
+    from fusedce_profiler.instrument.models.factory import FactoryFailed, describe_factory
+
+    with pytest.raises(FactoryFailed) as failed:
+        describe_factory("fx_models:allocate", None, None, timeout_s=120, memory_bytes=256 << 20)
+    assert "allocated more than the memory guard (0.2 GiB)" in str(failed.value)
+    assert not failed.value.bad_signature
+
+
+def test_a_named_backend_that_fails_every_job_exits_1_and_keeps_the_others(fx, tmp_path):
+    out = tmp_path / "run"
+    result = runner.invoke(app, ["model", "--device", "cpu", "--preset", "tiny", "--batch", "1", "--seq", "8",
+                                 "--no-trace", "--backend", "torch", "--backend", "fx_models:boom", "--out", str(out)])
+    assert result.exit_code == 1, result.output
+    assert "fx_models:boom failed in every job" in _plain(result.output)
+    rows = [json.loads(line) for line in (out / "model_results.jsonl").read_text().splitlines()]
+    assert [(r["job"]["backend"], r["status"]) for r in rows] == [("torch", "ok"), ("fx_models:boom", "error")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum, code, name", [(signal.SIGTERM, 143, "SIGTERM"), (signal.SIGINT, 130, "Ctrl-C")])
+def test_a_signal_during_model_keeps_the_finished_jobs_and_marks_the_report(fx, tmp_path, signum, code, name):
+    out, mark = tmp_path / "run", tmp_path / "hung"
+    process = start_cli(["model", "--device", "cpu", "--preset", "tiny", "--batch", "1", "--seq", "8", "--no-trace",
+                         "--backend", "torch", "--backend", "fx_models:hang_loss", "--out", str(out)],
+                        cli_env(fx, FX_HANG_MARK=str(mark)))
+    try:
+        wait_for(mark.exists, 180, "the hung job to start", process)
+        os.killpg(process.pid, signum)
+        stdout, stderr = process.communicate(timeout=120)
+    finally:
+        kill_group(process)
+    assert process.returncode == code, stderr
+    said = _plain(stdout + stderr)
+    assert f"Interrupted after 1 of 2 jobs; report {out}/summary.md; continue with the same command and " \
+           f"--resume --out {out}" in said
+    assert workers_of(process.pid, wait_s=10) == []
+    summary = (out / "summary.md").read_text()
+    assert f"Interrupted by {name} after 1 of 2 jobs" in summary and "torch" in summary
+    assert len((out / "model_results.jsonl").read_text().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_model_resume_measures_only_the_missing_jobs_and_clears_the_mark(tmp_path):
+    from fusedce_profile import profile_model
+    from fusedce_profiler.instrument.interruption import Interruption, mark_interrupted
+
+    out = tmp_path / "run"
+    first = profile_model(preset="tiny", backend=["torch"], batch=1, seq=8, device="cpu", trace=False, out=out)
+    mark_interrupted(out, Interruption("Ctrl-C", "1 of 2 jobs", "--resume"))
+    rows = profile_model(preset="tiny", backend=["torch", "fusedce"], batch=1, seq=8, device="cpu", trace=False,
+                         out=out, resume=True)
+    assert [r.job.backend for r in rows] == ["torch", "fusedce"]
+    assert rows[0].to_dict() == first[0].to_dict()  # kept, not measured again
+    assert not (out / "interrupted.json").exists()
+    assert "Interrupted" not in (out / "summary.md").read_text()
+
+
+@pytest.mark.slow
+def test_a_signal_during_parity_keeps_the_trained_backends_and_marks_the_report(fx, tmp_path):
+    out, mark = tmp_path / "run", tmp_path / "hung"
+    process = start_cli(["parity", "--device", "cpu", "--preset", "tiny", "--steps", "10", "--batch", "2", "--seq",
+                         "8", "--backend", "fusedce", "--backend", "fx_models:hang_loss", "--out", str(out)],
+                        cli_env(fx, FX_HANG_MARK=str(mark)))
+    try:
+        wait_for(mark.exists, 180, "the hung back-end to start", process)
+        os.killpg(process.pid, signal.SIGTERM)
+        stdout, stderr = process.communicate(timeout=120)
+    finally:
+        kill_group(process)
+    assert process.returncode == 143, stderr
+    said = _plain(stdout + stderr)
+    assert f"Interrupted after 1 of 2 back-ends; report {out}/summary.md; continue with the same command and " \
+           f"--resume --out {out}" in said
+    summary = (out / "summary.md").read_text()
+    assert "Interrupted by SIGTERM after 1 of 2 back-ends" in summary and "fusedce" in summary
+
+
+def test_the_memory_check_counts_the_modules_parameters_not_a_formula(monkeypatch):
+    import fusedce_profile.checks as checks
+    from fusedce_profile.errors import UsageError
+    from fusedce_profiler.instrument.models.configs import get_preset
+
+    config = get_preset("tiny")
+    monkeypatch.setattr(checks, "device_memory_bytes", lambda device: 16 * 10**6 + 10**6)
+    checks.check_model_fits(config, "cpu", 1, 8, parameters=10**6)  # 16 MB of state fits in 17 MB
+    with pytest.raises(UsageError, match=r"\(0\.00 B parameters\) needs at least"):
+        checks.check_model_fits(config, "cpu", 1, 8, parameters=2 * 10**6)
