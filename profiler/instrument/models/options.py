@@ -53,12 +53,12 @@ def source_from_options(preset: str | None, config: str | Path | None, hf: str |
     passed to the factory), else the built-in GPT of ``preset``/``config``. A missing optional
     package is a ``ValueError`` saying what to install."""
     from fusedce_profiler.instrument.models.source import (BuiltinSource, HFSource, MissingDependency, UserSource,
-                                                           _require_transformers)
+                                                           require_transformers)
 
     check_model_options(preset, config, hf, user_model, head)
     try:
         if hf:
-            _require_transformers()
+            require_transformers()
             source = HFSource.from_reference(hf, head_path=head)
         elif user_model:
             given = model_config(preset, config, None, default) if (preset or config) else None
