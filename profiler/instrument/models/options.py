@@ -7,7 +7,8 @@ makes the same checks without building anything — a ``--model`` factory is use
 :class:`~fusedce_profiler.instrument.models.source.UserSource` calls it (to infer its config),
 so a process that must not run user code checks with it and leaves the building to a worker.
 
-Public API: :func:`default_preset`, :func:`model_config`, :func:`check_model_options`, :func:`source_from_options`.
+Public API: :func:`default_preset`, :func:`model_config`, :func:`check_model_choice`, :func:`check_model_options`,
+:func:`source_from_options`.
 """
 from __future__ import annotations
 
@@ -32,17 +33,23 @@ def model_config(preset: str | None, config: str | Path | None, tied: bool | Non
     return model if tied is None else dataclasses.replace(model, tie_word_embeddings=tied)
 
 
-def check_model_options(preset: str | None, config: str | Path | None, hf: str | None, user_model: str | None,
-                        head: str | None) -> None:
-    """``ValueError`` for a combination of options that names no model or two of them."""
+def check_model_choice(preset: str | None, config: str | Path | None, hf: str | None, user_model: str | None,
+                       head: str | None) -> None:
+    """``ValueError`` for options that name two models, or a head the built-in model does not take."""
     if hf and user_model:
         raise ValueError("--hf and --model both name a model: give one of them")
     if hf and (preset or config):
         raise ValueError("--hf names the model; --preset/--config are for the built-in model or a --model factory")
-    if preset and config:
-        raise ValueError("--preset and --config both name a model: give one of them")
     if head and not (hf or user_model):
         raise ValueError("--head applies to --hf and --model sources (the built-in model's head is lm_head)")
+
+
+def check_model_options(preset: str | None, config: str | Path | None, hf: str | None, user_model: str | None,
+                        head: str | None) -> None:
+    """``ValueError`` for a combination of options that names no model or two of them."""
+    check_model_choice(preset, config, hf, user_model, head)
+    if preset and config:
+        raise ValueError("--preset and --config both name a model: give one of them")
     if user_model and ":" not in user_model:
         raise ValueError(f"--model must be 'package.module:factory', got {user_model!r}")
 
