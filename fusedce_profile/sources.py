@@ -12,12 +12,8 @@ from pathlib import Path
 
 from fusedce_profile.errors import UsageError
 from fusedce_profiler.instrument.models.configs import ModelConfig, get_preset, load_config
-
-
-def default_preset(device: str) -> str:
-    """The built-in model that ``model``, ``doctor`` and ``explain`` use when none is named:
-    the seed's ``user-gpt`` on a GPU, ``tiny`` on the CPU."""
-    return "user-gpt" if device.startswith("cuda") else "tiny"
+from fusedce_profiler.instrument.models.options import check_model_choice
+from fusedce_profiler.instrument.models.options import default_preset  # noqa: F401 - the commands' default model
 
 
 def model_config(preset: str | None, config: str | Path | None, tied: bool | None, default: str) -> ModelConfig:
@@ -48,12 +44,10 @@ def model_source(preset: str | None, config: str | Path | None, hf: str | None, 
     from fusedce_profiler.instrument.models.source import (BuiltinSource, HFSource, MissingDependency, UserSource,
                                                            require_transformers)
 
-    if hf and user_model:
-        raise UsageError("--hf and --model both name a model: give one of them")
-    if hf and (preset or config):
-        raise UsageError("--hf names the model; --preset/--config are for the built-in model or a --model factory")
-    if head and not (hf or user_model):
-        raise UsageError("--head applies to --hf and --model sources (the built-in model's head is lm_head)")
+    try:
+        check_model_choice(preset, config, hf, user_model, head)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     try:
         if hf:
             require_transformers()

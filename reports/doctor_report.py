@@ -12,7 +12,8 @@ from pathlib import Path
 import pandas as pd
 
 from fusedce_profiler.instrument import store
-from fusedce_profiler.judgements.doctor.doctor import DoctorRun
+from fusedce_profiler.judgements.doctor.precision import SAFETY
+from fusedce_profiler.judgements.doctor.records import DoctorRun
 from fusedce_reports.environment import environment_lines, read_environment
 from fusedce_reports.escape import code_block, markdown_text
 from fusedce_reports.markdown import markdown_table
@@ -22,6 +23,16 @@ VERDICT_MEANING = (
     "says how); unclear: the evidence does not decide; not checked: the item depends on one that "
     "failed (named in its evidence); n/a: the model has nothing to check there."
 )
+
+
+def spread_sentence(spread: dict) -> str:
+    """What the run's precision policy does to the model's own loss, and the tolerances it gives."""
+    if spread.get("mode") == "fp32":
+        return f"fp32, the fp32 floor {spread.get('tolerance', 0):.1e} for the loss and every gradient"
+    groups = ", ".join(f"{k} {v:.1e}" for k, v in (spread.get("groups") or {}).items())
+    return (f"{spread.get('mode')} against fp32 on the model's own loss over {spread.get('samples')} batches moves "
+            f"the loss by {spread.get('loss', 0):.1e} and the gradients by {groups or '–'}; each tolerance is "
+            f"{SAFETY:g} × that spread, at least {spread.get('floor', 0):.0e}")
 
 
 def read_doctor(folder: Path) -> DoctorRun:
@@ -49,7 +60,10 @@ def _loss_text(value) -> str:
 def render_doctor_markdown(run: DoctorRun, environment: dict) -> str:
     """The whole ``summary.md`` of a doctor folder."""
     failed = [c.item for c in run.checks if c.verdict == "fail"]
-    lines = [f"# fusedce-profile doctor: {'PASS' if run.passed else 'FAIL'}", ""]
+    title = "INTERRUPTED" if run.interrupted else ("PASS" if run.passed else "FAIL")
+    lines = [f"# fusedce-profile doctor: {title}", ""]
+    if run.interrupted:
+        lines += ["The run was interrupted before the checks finished: no verdict. Run the same command again.", ""]
     wrapper = markdown_text(run.loss) if run.loss else "a loss wrapper (not recorded)"
     model = f" on the {markdown_text(run.config)} model" if run.config else ""
     where = f"{'GPU' if run.device.startswith('cuda') else 'CPU'}, {markdown_text(run.mode, line_start=False)}"
@@ -60,6 +74,8 @@ def render_doctor_markdown(run: DoctorRun, environment: dict) -> str:
     if failed:
         lines += [f"**Failed:** {markdown_text('; '.join(failed), line_start=False)}.", ""]
     lines += [markdown_table(doctor_table(run)), "", VERDICT_MEANING, ""]
+    if run.spread:
+        lines += [f"Tolerances: {markdown_text(spread_sentence(run.spread), line_start=False)}.", ""]
     if run.head:
         bias = "a bias" if run.head.get("bias") else "no bias"
         tie = "tied to the input embedding" if run.head.get("tied") else "untied"

@@ -77,3 +77,49 @@ def broken_tie():
 
 def spare_bias():
     return WrappedHeadLM(spare_bias=True)
+
+
+class _LossConfig:
+    """A config asking its loss for label smoothing and a z-loss (what a user's model config says)."""
+
+    label_smoothing = 0.1
+    z_loss = 1e-2
+
+
+def configured():
+    model = WrappedHeadLM()
+    model.config = _LossConfig()
+    return model
+
+
+def factory_raises():
+    raise RuntimeError("the factory's own bug")
+
+
+def factory_exits():
+    import sys
+
+    sys.exit(0)
+
+
+def fsdp_untied():
+    """The untied model with FSDP2 (``fully_shard``) on each block, the embedding, the final norm,
+    the head and the root, over the initialised process group (the CPU's gloo in the tests)."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    model = WrappedHeadLM()
+    if not dist.is_initialized() or next(model.parameters()).is_meta:
+        return model
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    for module in (*model.blocks, model.embed, model.final_norm, model.head):
+        fully_shard(module, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    return model
+
+
+def set_size(vocab: int, hidden: int, layers: int = 2) -> None:
+    """Make every factory above build ``vocab`` × ``hidden`` models with ``layers`` blocks (the
+    device suite's larger sizes)."""
+    WrappedHeadLM.__init__.__kwdefaults__.update(vocab=vocab, hidden=hidden, layers=layers)

@@ -81,7 +81,8 @@ def test_doctor_on_the_users_model_passes_a_correct_wiring_and_exits_0(tmp_path)
     assert "naive (reference)" in summary and "head.inner" in summary
 
 
-def test_doctor_on_the_users_model_shows_the_evidence_of_a_detached_body_and_exits_1():
+def test_doctor_on_the_users_model_shows_the_evidence_of_a_detached_body_and_exits_1(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # without --out, doctor writes a new folder here
     result = runner.invoke(app, ["doctor", "--model", "tests.doctor_models:untied", "--loss",
                                  "test_model_doctor:detached_hidden", "--device", "cpu"])
     assert result.exit_code == 1, result.output
@@ -92,7 +93,8 @@ def test_doctor_on_the_users_model_shows_the_evidence_of_a_detached_body_and_exi
     assert "not checked" in text and "depends on “gradient reaches the body”" in text
 
 
-def test_doctor_refuses_a_model_too_large_for_the_cpu_in_one_line_before_building_it():
+def test_doctor_refuses_a_model_too_large_for_the_cpu_in_one_line_before_building_it(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the default folder goes there
     result = runner.invoke(app, ["doctor", "--preset", "user-gpt", "--loss", "test_model_doctor:correct",
                                  "--device", "cpu"])
     assert result.exit_code == 2

@@ -82,7 +82,8 @@ def test_parity_exit_codes_and_report(tmp_path):
     assert "Noise floor: the control" in (tmp_path / "bad" / "summary.md").read_text()
 
 
-def test_doctor_exit_codes(tmp_path):
+def test_doctor_exit_codes(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # without --out, doctor writes a new folder here
     good = runner.invoke(app, ["doctor", "--loss", f"{__name__}:good_wrapper", "--out", str(tmp_path / "g")])
     assert good.exit_code == 0, good.output
     assert "| targets shifted" in (tmp_path / "g" / "summary.md").read_text()

@@ -13,9 +13,10 @@ killed it: :attr:`WorkerDied.at_start`.
 Job kinds (:data:`JOBS`): ``cell`` (a grid cell, :func:`fusedce_profiler.grid.cell.measure_cell`),
 ``training-step`` (a model-mode job, :func:`fusedce_profiler.instrument.step.jobs.run_job`),
 ``training-steps`` (several, one after another: :func:`fusedce_profiler.instrument.step.jobs.run_jobs`),
-``environment`` (:func:`fusedce_profiler.instrument.environment.collect_environment`) and
+``environment`` (:func:`fusedce_profiler.instrument.environment.collect_environment`),
 ``describe-model`` (a user's model factory, called in a box:
-:func:`fusedce_profiler.instrument.models.factory.describe_job`).
+:func:`fusedce_profiler.instrument.models.factory.describe_job`) and ``doctor`` (the user's model
+factory and loss wrapper checked: :func:`fusedce_profiler.judgements.doctor.job.run_doctor_job`).
 
 Lifetime: the child runs in its own session (Ctrl-C and SIGTERM at the terminal reach only
 the parent, which stops the child and keeps its results valid) and its whole process group
@@ -55,6 +56,7 @@ JOBS = {
     "training-steps": "fusedce_profiler.instrument.step.jobs:run_training_jobs",
     "environment": "fusedce_profiler.instrument.environment:environment_job",
     "describe-model": "fusedce_profiler.instrument.models.factory:describe_job",
+    "doctor": "fusedce_profiler.judgements.doctor.job:run_doctor_job",
 }
 
 _PR_SET_PDEATHSIG = 1
@@ -68,22 +70,25 @@ class WorkerDied(RuntimeError):
 
     ``summary`` is one line: the reason, the child's last words (the last line of its log,
     e.g. the exception that killed it) and where its log is; ``tail`` the log's last lines.
-    ``at_start``: it died before it was ready for a job.
+    ``at_start``: it died before it was ready for a job; ``over_memory``: it was killed for
+    growing past the memory limit of its job.
     """
 
     def __init__(self, reason: str, log_path: Path, tail: str, timed_out: bool = False,
-                 at_start: bool = False) -> None:
+                 at_start: bool = False, over_memory: bool = False) -> None:
         self.reason, self.log_path, self.tail, self.timed_out = reason, log_path, tail, timed_out
-        self.at_start = at_start
+        self.at_start, self.over_memory = at_start, over_memory
         self.summary = self.summary_in()
         super().__init__(self.summary + (f"\n{tail}" if tail else ""))
 
     def summary_in(self, folder: Path | None = None) -> str:
         """:attr:`summary`, naming the log relative to ``folder`` (a run folder: what it stores
-        holds no absolute path)."""
+        holds no absolute path). The log's last line is named as the cause unless the worker
+        was stopped for its time or memory limit (the last line is then no cause)."""
         last = self.tail.strip().splitlines()[-1].strip() if self.tail.strip() else ""
+        quiet = self.timed_out or self.over_memory
         log = os.path.relpath(self.log_path, folder) if folder is not None else self.log_path
-        return f"{self.reason}" + (f" ({last})" if last and not self.timed_out else "") + f"; log {log}"
+        return f"{self.reason}" + (f" ({last})" if last and not quiet else "") + f"; log {log}"
 
 
 class JobFailed(RuntimeError):
@@ -99,6 +104,15 @@ def _tail(path: Path) -> str:
     # job headers are the parent's own requests; "USDT:" lines are the CPU profiler's chatter
     lines = [line for line in text.strip().splitlines() if not line.startswith(("--- job ", "USDT:"))]
     return "\n".join(lines[-_LOG_TAIL_LINES:])
+
+
+def _rss_bytes(pid: int) -> int:
+    """Resident memory of process ``pid`` in bytes (0 when it cannot be read: gone, not Linux)."""
+    try:
+        with open(f"/proc/{pid}/statm") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def _describe_exit(code: int | None) -> str:
@@ -148,17 +162,22 @@ class Worker:
         self._replies = os.fdopen(read_end, "rb")
         self._buffer = b""
         self._ready = False
+        self._max_rss: int | None = None
+        self._over_memory = False
 
     @property
     def pid(self) -> int:
         return self._process.pid
 
-    def call(self, kind: str, payload: dict | None = None, timeout_s: float | None = None):
+    def call(self, kind: str, payload: dict | None = None, timeout_s: float | None = None,
+             max_rss_bytes: int | None = None):
         """Run job ``kind`` on ``payload`` in the child; its reply, or :class:`WorkerDied`.
 
         A job that raises in the child is re-raised here as :class:`JobFailed` with the
         child's traceback (jobs normally turn failures into results themselves).
         ``timeout_s`` bounds the job; the child's start-up has a bound of its own.
+        ``max_rss_bytes``: the child's resident memory is watched while the job runs, and the
+        child killed when it grows past this (:attr:`WorkerDied.over_memory`).
         """
         if kind not in JOBS:
             raise ValueError(f"unknown job kind {kind!r}; known: {', '.join(JOBS)}")
@@ -169,8 +188,16 @@ class Worker:
             self._process.stdin.flush()
         except (BrokenPipeError, OSError):
             raise self._died(timed_out=False) from None
-        line, timed_out = self._read_line(timeout_s)
+        self._max_rss = max_rss_bytes
+        try:
+            line, timed_out = self._read_line(timeout_s)
+        finally:
+            self._max_rss = None
         if line is None:
+            if self._over_memory:
+                self.close()
+                raise WorkerDied(f"the worker grew past the memory limit of {max_rss_bytes / 2**30:.3g} GiB and was "
+                                 "killed", self.log_path, _tail(self.log_path), over_memory=True)
             raise self._died(timed_out=timed_out)
         answer = json.loads(line)
         if not answer["ok"]:
@@ -192,8 +219,12 @@ class Worker:
         """(the next reply line, or ``None`` if the child ended or the time ran out; whether it ran out)."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         fd = self._replies.fileno()
+        poll = 0.5 if self._max_rss is None else 0.05
         while b"\n" not in self._buffer:
-            wait = 0.5 if deadline is None else max(0.0, min(0.5, deadline - time.monotonic()))
+            if self._max_rss is not None and _rss_bytes(self._process.pid) > self._max_rss:
+                self._over_memory = True
+                return None, False
+            wait = poll if deadline is None else max(0.0, min(poll, deadline - time.monotonic()))
             ready, _, _ = select.select([fd], [], [], wait)
             if ready:
                 chunk = os.read(fd, 1 << 16)

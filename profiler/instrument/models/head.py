@@ -229,6 +229,12 @@ def _used_parameters(module: nn.Module, params: dict[int, nn.Parameter], vocab: 
     dtype = next((p.dtype for p in module.parameters() if p.is_floating_point()), torch.float32)
     probe = torch.randn(2, hidden, device=device, dtype=dtype) if device.type != "meta" else \
         torch.empty(2, hidden, device="meta", dtype=dtype)
+    if any(type(p).__name__ == "DTensor" for p in module.parameters()):
+        # A sharded (FSDP2) head cannot be called outside its owner's forward: a Linear's own
+        # parameters are what it uses.
+        if not isinstance(module, nn.Linear):
+            return None, None, False, []
+        return module.weight, module.bias, True, ["sharded: the head's parameters are DTensors"]
     tracker = _ParameterUse(params)
     with tracker:
         out = module(probe)

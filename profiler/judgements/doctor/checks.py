@@ -5,39 +5,43 @@ observed of the user's loss and of the reference, plus the naive loss's values w
 mistake (:mod:`~fusedce_profiler.judgements.doctor.variants`) — and returns ``(verdict, evidence)``: one
 of :data:`~fusedce_profiler.judgements.doctor.doctor.VERDICTS` and the numbers it judged by.
 
-Public API: :class:`Context`, :func:`check_tie`, :data:`JUDGES` (key → judge of a :class:`Context`).
+Public API: :class:`Context`, :func:`check_tie`, :func:`body_names`, :func:`norm`, :func:`close`, :data:`JUDGES`
+(key → judge of a :class:`Context`).
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 
 from fusedce.options import IGNORE_INDEX
 from fusedce_profiler.instrument.models.head import input_embedding, stray_weight, stray_weight_finding
 from fusedce_profiler.instrument.models.source import BuiltModel, ModelSource
+from fusedce_profiler.judgements.doctor.loss_options import LossOptions
 from fusedce_profiler.judgements.doctor.observe import Landmarks, Observation
+from fusedce_profiler.judgements.doctor.precision import gradient_groups, relative_errors
 
 _ZERO = 1e-6  # a per-position gradient below this fraction of the largest one counts as none
 _STARVED = 1e-3  # a position gets no gradient from the loss when it gets below this fraction of the naive loss's
 
 
-def _norm(t: torch.Tensor | None) -> float:
+def norm(t: torch.Tensor | None) -> float:
     return 0.0 if t is None else float(t.double().norm())
 
 
 def _rel(a: torch.Tensor | None, b: torch.Tensor | None) -> float:
     if b is None:
-        return 0.0 if a is None or _norm(a) == 0 else math.inf
-    nb = _norm(b)
+        return 0.0 if a is None or norm(a) == 0 else math.inf
+    nb = norm(b)
     if a is None:
         return 1.0 if nb > 0 else 0.0
-    return float((a.double() - b.double()).norm() / nb) if nb > 0 else _norm(a)
+    return float((a.double() - b.double()).norm() / nb) if nb > 0 else norm(a)
 
 
 def _cos(a: torch.Tensor | None, b: torch.Tensor | None) -> float:
-    if a is None or b is None or _norm(a) == 0 or _norm(b) == 0:
+    if a is None or b is None or norm(a) == 0 or norm(b) == 0:
         return 0.0
     return float((a.double() * b.double()).sum() / (a.double().norm() * b.double().norm()))
 
@@ -58,7 +62,7 @@ class Context:
     ref: Observation
     user: Observation
     batch: dict
-    tolerance: float
+    tolerance: float  # for gradients (relative norm of the difference)
     names: dict[int, list[str]]
     weight_name: str
     bias_name: str | None
@@ -66,16 +70,27 @@ class Context:
     variants: dict[str, float]
     raised_on_padding: str | None = None
     uncapped: Observation | None = None  # the naive loss on the head's raw output, when the model transforms it
+    fn: Callable | None = None  # the user's loss, fn(model, batch, **keywords)
+    keywords: frozenset = frozenset()  # the optional keywords it takes (num_items_in_batch, reduction)
+    mode: str = "fp32"
+    options: LossOptions = field(default_factory=LossOptions)
+    store: dict = field(default_factory=dict)  # what the reference saw: logits, raw, head_input, prenorm
+    compile_backend: str | None = None
+    loss_tolerance: float = 0.0  # for loss values (relative difference); 0: the gradients' tolerance
+    group_tolerances: dict = field(default_factory=dict)  # gradient group → its own tolerance
+
+    def __post_init__(self) -> None:
+        self.loss_tolerance = self.loss_tolerance or self.tolerance
 
     def name_of(self, param) -> str:
         return self.names[id(param)][0]
 
 
-def _body_names(c: Context) -> list[str]:
+def body_names(c: Context) -> list[str]:
     skip = {c.weight_name, c.bias_name, c.embedding_name}
     if c.landmarks.is_norm:  # the final norm is judged by its own check
         skip |= {f"{c.landmarks.producer_name}.{n}" for n, _ in c.landmarks.producer.named_parameters(recurse=False)}
-    return [n for n, g in c.ref.grads.items() if n not in skip and g is not None and _norm(g) > 0]
+    return [n for n, g in c.ref.grads.items() if n not in skip and g is not None and norm(g) > 0]
 
 
 def check_tie(built: BuiltModel, source: ModelSource | None, names) -> tuple[str, str]:
@@ -101,15 +116,15 @@ def check_tie(built: BuiltModel, source: ModelSource | None, names) -> tuple[str
 
 def _check_weight(c: Context) -> tuple[str, str]:
     g_user, g_ref = c.user.grad(c.weight_name), c.ref.grad(c.weight_name)
-    ref_norm = _norm(g_ref)
-    if _norm(g_user) > 1e-3 * ref_norm:
-        return "pass", (f"your loss's gradient reaches {c.weight_name} (‖grad‖ {_norm(g_user):.3g}, the naive loss's "
+    ref_norm = norm(g_ref)
+    if norm(g_user) > 1e-3 * ref_norm:
+        return "pass", (f"your loss's gradient reaches {c.weight_name} (‖grad‖ {norm(g_user):.3g}, the naive loss's "
                         f"{ref_norm:.3g}, cosine {_cos(g_user, g_ref):.4f})")
     evidence = [f"{c.weight_name} — the (V, H) parameter the head's forward multiplies by, and the one the optimizer "
                 f"trains — gets no gradient from your loss (the naive loss gives it ‖grad‖ {ref_norm:.3g})"]
     v, h = c.built.head.weight.shape
-    extra = [n for n, g in c.user.grads.items() if g is not None and _norm(g) > 0 and g.dim() == 2
-             and tuple(g.shape) in ((v, h), (h, v)) and _norm(c.ref.grad(n)) == 0]
+    extra = [n for n, g in c.user.grads.items() if g is not None and norm(g) > 0 and g.dim() == 2
+             and tuple(g.shape) in ((v, h), (h, v)) and norm(c.ref.grad(n)) == 0]
     if extra:
         evidence.append(f"its gradient went to {', '.join(extra)} instead (a parameter the naive loss does not train "
                         "through the head)")
@@ -124,12 +139,12 @@ def _check_weight(c: Context) -> tuple[str, str]:
 
 
 def _check_body(c: Context) -> tuple[str, str]:
-    body = _body_names(c)
+    body = body_names(c)
     if not body:
         return "n/a", "the naive loss trains no parameter besides the head and the embedding"
-    reached = [n for n in body if _norm(c.user.grad(n)) > 0]
-    user_norm = math.sqrt(sum(_norm(c.user.grad(n)) ** 2 for n in body))
-    ref_norm = math.sqrt(sum(_norm(c.ref.grad(n)) ** 2 for n in body))
+    reached = [n for n in body if norm(c.user.grad(n)) > 0]
+    user_norm = math.sqrt(sum(norm(c.user.grad(n)) ** 2 for n in body))
+    ref_norm = math.sqrt(sum(norm(c.ref.grad(n)) ** 2 for n in body))
     if not reached:
         return "fail", (f"none of the {len(body)} body parameters the naive loss trains (e.g. {body[0]}) gets a "
                         f"gradient from your loss (‖grad‖ 0, the naive loss's {ref_norm:.3g}): the hidden states "
@@ -148,16 +163,16 @@ def _check_norm(c: Context) -> tuple[str, str]:
         what = f"{lm.producer_name} ({type(lm.producer).__name__})" if lm.producer is not None else "a function"
         return "n/a", f"no final norm between the body and the head (the head's input comes from {what})"
     params = [f"{lm.producer_name}.{n}" for n, _ in lm.producer.named_parameters(recurse=False)]
-    params = [p for p in params if _norm(c.ref.grad(p)) > 0]
+    params = [p for p in params if norm(c.ref.grad(p)) > 0]
     no_norm = c.variants.get("without the final norm")
     value = (f"; your loss {_fmt(c.user.loss)}, the naive loss {_fmt(c.ref.loss)}, without the norm {_fmt(no_norm)}"
              if no_norm is not None else "")
     if not params:
-        if no_norm is not None and c.user.loss is not None and _close(c.user.loss, no_norm, c.tolerance) \
-                and not _close(c.user.loss, c.ref.loss, c.tolerance):
+        if no_norm is not None and c.user.loss is not None and close(c.user.loss, no_norm, c.loss_tolerance) \
+                and not close(c.user.loss, c.ref.loss, c.loss_tolerance):
             return "fail", f"your loss equals the naive loss computed without {lm.producer_name}{value}"
         return "pass", f"{lm.producer_name} has no trainable parameters to check by gradient{value}"
-    missing = [p for p in params if _norm(c.user.grad(p)) == 0]
+    missing = [p for p in params if norm(c.user.grad(p)) == 0]
     if missing:
         return "fail", (f"{lm.producer_name} ({type(lm.producer).__name__}) gets no gradient from your loss "
                         f"({', '.join(missing)}): the loss reads the hidden states before the final norm{value}")
@@ -169,20 +184,20 @@ def _check_bias(c: Context) -> tuple[str, str]:
     if c.bias_name is not None:
         no_bias = c.variants.get("without the head's bias")
         g_user, g_ref = c.user.grad(c.bias_name), c.ref.grad(c.bias_name)
-        if _norm(g_user) == 0:
+        if norm(g_user) == 0:
             return "fail", (f"the head adds {c.bias_name}, but your loss does not: its gradient is zero (your loss "
                             f"{_fmt(c.user.loss)}, the naive loss {_fmt(c.ref.loss)}, the naive loss without the bias "
                             f"{_fmt(no_bias)})")
         return "pass", f"{c.bias_name} gets its gradient (cosine with the naive loss's {_cos(g_user, g_ref):.4f})"
     extra = [n for n, g in c.user.grads.items() if g is not None and g.dim() == 1 and g.shape[0] == v
-             and _norm(g) > 0 and _norm(c.ref.grad(n)) == 0]
+             and norm(g) > 0 and norm(c.ref.grad(n)) == 0]
     if extra:
         return "fail", (f"the head has no bias, but your loss adds {', '.join(extra)} ({v},): a parameter the model's "
                         "own forward never uses gets trained")
     return "pass", "the head has no bias and your loss adds none that is a parameter"
 
 
-def _close(a: float | None, b: float | None, tol: float) -> bool:
+def close(a: float | None, b: float | None, tol: float) -> bool:
     return a is not None and b is not None and abs(a - b) <= tol * max(abs(b), 1e-12)
 
 
@@ -200,7 +215,7 @@ def _check_transform(c: Context) -> tuple[str, str]:
             return "fail", ("your loss trains the head's raw output: its gradient is the one of the cross-entropy "
                             "without the model's logit transform (soft-cap), not the model's own — " + values + grads)
         return "pass", values + grads
-    if _close(c.user.loss, raw, c.tolerance / 4) and not _close(c.user.loss, c.ref.loss, c.tolerance / 4):
+    if close(c.user.loss, raw, c.loss_tolerance / 4) and not close(c.user.loss, c.ref.loss, c.loss_tolerance / 4):
         return "fail", (f"your loss {_fmt(c.user.loss)} equals the cross-entropy of the head's raw output ({_fmt(raw)}); "
                         f"the model's forward transforms it (soft-cap) before its loss ({_fmt(c.ref.loss)})")
     return "pass", values
@@ -227,7 +242,7 @@ def _check_shift(c: Context) -> tuple[str, str]:
     for name, what in (("targets not shifted", "the labels are not shifted (position t trained on labels[t])"),
                        ("targets shifted twice", "the targets are shifted twice (position t trained on labels[t+2])")):
         value = c.variants.get(name)
-        if _close(c.user.loss, value, c.tolerance / 4) and not _close(value, c.ref.loss, c.tolerance):
+        if close(c.user.loss, value, c.loss_tolerance / 4) and not close(value, c.ref.loss, c.loss_tolerance):
             return "fail", f"your loss equals the naive loss with {name}: {what}" + values
     if last >= _ZERO:
         return "fail", (f"the last position of full rows gets gradient {last:.2e} of the largest, where the naive loss "
@@ -282,10 +297,10 @@ _SCALES = (("a sum over the labelled tokens", "tokens"), ("the mean divided by k
 
 
 def _check_reduction(c: Context) -> tuple[str, str]:
-    tol = c.tolerance
+    tol = c.loss_tolerance
     g_user, g_ref = c.user.grad(c.weight_name), c.ref.grad(c.weight_name)
     ratio_loss = c.user.loss / c.ref.loss if c.ref.loss else math.nan
-    ratio_grad = _norm(g_user) / _norm(g_ref) if _norm(g_ref) else math.nan
+    ratio_grad = norm(g_user) / norm(g_ref) if norm(g_ref) else math.nan
     cos = _cos(g_user, g_ref)
     evidence = (f"your loss / naive = {ratio_loss:.4g}, ‖grad {c.weight_name}‖ / naive = {ratio_grad:.4g} "
                 f"(cosine {cos:.4f})")
@@ -303,46 +318,27 @@ def _check_reduction(c: Context) -> tuple[str, str]:
     for name, scale in candidates:
         if abs(ratio_loss / scale - 1) <= tol:
             return "fail", evidence + f": your loss is {name}"
-    if seq_mean is not None and _close(c.user.loss, seq_mean, tol):
+    if seq_mean is not None and close(c.user.loss, seq_mean, tol):
         return "fail", evidence + f": your loss equals the mean of per-sequence means ({seq_mean:.6g})"
     return "unclear", evidence + ": neither the mean nor a known reduction or scaling"
 
 
 def _check_loss(c: Context) -> tuple[str, str]:
     rel = abs(c.user.loss - c.ref.loss) / max(abs(c.ref.loss), 1e-12)
-    verdict = "pass" if rel <= c.tolerance else "fail"
-    match = [name for name, value in c.variants.items() if _close(c.user.loss, value, c.tolerance)
-             and not _close(value, c.ref.loss, c.tolerance)]
+    verdict = "pass" if rel <= c.loss_tolerance else "fail"
+    match = [name for name, value in c.variants.items() if close(c.user.loss, value, c.loss_tolerance)
+             and not close(value, c.ref.loss, c.loss_tolerance)]
     return verdict, (f"your loss {c.user.loss:.6g}, the naive loss {c.ref.loss:.6g}: relative difference {rel:.2e} "
-                     f"(tolerance {c.tolerance:.0e})" + (f"; it equals the naive loss {match[0]}" if match else ""))
+                     f"(tolerance {c.loss_tolerance:.0e})" + (f"; it equals the naive loss {match[0]}" if match else ""))
 
 
 def _check_gradient(c: Context) -> tuple[str, str]:
-    groups = {c.weight_name: [c.weight_name]}
-    if c.bias_name:
-        groups[c.bias_name] = [c.bias_name]
-    body = _body_names(c)
-    if body:
-        groups["the body"] = body
-    errors = {}
-    for label, names in groups.items():
-        diff = math.sqrt(sum(_norm(_sub(c.user.grad(n), c.ref.grad(n))) ** 2 for n in names))
-        ref = math.sqrt(sum(_norm(c.ref.grad(n)) ** 2 for n in names))
-        errors[label] = diff / ref if ref else 0.0
-    worst = max(errors, key=errors.get)
-    verdict = "pass" if errors[worst] <= c.tolerance else "fail"
-    listed = ", ".join(f"{k} {v:.2e}" for k, v in errors.items())
-    return verdict, f"relative error vs the naive loss's gradients: {listed} (tolerance {c.tolerance:.0e})"
-
-
-def _sub(a, b):
-    if a is None and b is None:
-        return None
-    if a is None:
-        return -b
-    if b is None:
-        return a
-    return a - b
+    errors = relative_errors(c.user.grads, c.ref.grads, gradient_groups(c.weight_name, c.bias_name, body_names(c)))
+    limits = {k: c.group_tolerances.get(k, c.tolerance) for k in errors}
+    failed = [k for k in errors if errors[k] > limits[k]]
+    listed = ", ".join(f"{k} {v:.2e} (tolerance {limits[k]:.1e})" for k, v in errors.items())
+    return ("fail" if failed else "pass"), (f"relative error vs the naive loss's gradients: {listed}; each tolerance "
+                                            f"from the spread {c.mode} puts on the model's own gradient there")
 
 
 #: key → judge: every check of :data:`~fusedce_profiler.judgements.doctor.doctor.CHECKS` but ``runs`` and ``tie``

@@ -19,7 +19,8 @@ precision, and returns an :class:`Observation`:
 :func:`find_landmarks` locates, once, the module producing the head's input (matched by data
 pointer and shape: Hugging Face heads read a view of the norm's output) and the input embedding.
 
-Public API: :class:`Landmarks`, :func:`find_landmarks`, :class:`Observation`, :func:`observe`.
+Public API: :class:`Landmarks`, :func:`find_landmarks`, :class:`CallSite`, :class:`Observation`, :func:`observe`,
+:func:`naive_loss`.
 """
 from __future__ import annotations
 
@@ -28,13 +29,13 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from fusedce_profiler.instrument.models.head import tensor_of
 from fusedce_profiler.instrument.models.source import BuiltModel
 from fusedce_profiler.instrument.precision import autocast
+from fusedce_profiler.judgements.doctor.loss_options import LossOptions, shifted_cross_entropy
 
 
 @dataclass
@@ -68,10 +69,12 @@ def find_landmarks(built: BuiltModel, input_ids: torch.Tensor, mode: str) -> Lan
     model, head = built.module, built.head.module
     names = {id(m): n for n, m in model.named_modules()}
     inside_head = {id(m) for m in head.modules()}
-    # key (data pointer, shape) -> (module, when its forward began). Freed blocks are reused
-    # under no_grad, so a later tensor may repeat an earlier key: a later output replaces the
-    # record, except that an enclosing module returning its child's output keeps the child.
+    # key (data pointer, shape) -> (module, when its forward began). Every output is kept alive
+    # until the forward ends, so no freed block is reused and a key names one tensor (or views
+    # of it, as a head reading a view of the norm's output): the match does not depend on the
+    # allocator. An enclosing module returning its child's output keeps the child.
     produced: dict[tuple, tuple[nn.Module, int]] = {}
+    alive: list[torch.Tensor] = []
     inputs: dict[int, tuple] = {}
     started: dict[int, int] = {}
     wanted: list[tuple] = []
@@ -89,6 +92,7 @@ def find_landmarks(built: BuiltModel, input_ids: torch.Tensor, mode: str) -> Lan
         out = tensor_of(output)
         if out is None or not out.is_floating_point() or _float_input(args, kwargs) is None:
             return
+        alive.append(out)
         key = _key(out)
         previous = produced.get(key)
         if previous is not None and previous[1] >= started[id(module)]:
@@ -107,6 +111,7 @@ def find_landmarks(built: BuiltModel, input_ids: torch.Tensor, mode: str) -> Lan
     finally:
         for h in handles:
             h.remove()
+    alive.clear()
     producer = produced[wanted[0]][0] if wanted and wanted[0] in produced else None
     embedding = None
     get = getattr(model, "get_input_embeddings", None)
@@ -123,7 +128,8 @@ def find_landmarks(built: BuiltModel, input_ids: torch.Tensor, mode: str) -> Lan
 
 @dataclass
 class SeenTensor:
-    """A tensor of the head's shape that the loss used, not a parameter and not in the graph."""
+    """A tensor of the head's shape that the loss used, a leaf that is not a parameter of the model
+    (detached, or a copy made to require grad on its own)."""
 
     shape: tuple
     dtype: str
@@ -131,29 +137,80 @@ class SeenTensor:
     max_abs_diff: float
 
 
+@dataclass
+class CallSite:
+    """What the loss passed to torch functions, whether or not the call then succeeded:
+    ``empty``: functions given an empty floating tensor (``numel() == 0``, e.g. a ZeRO-3 shard
+    read outside its gather); ``mixed``: functions given a DTensor beside plain tensors;
+    ``lce_without_options``: torch's ``linear_cross_entropy`` called with ``options=None`` (its
+    reference path, which materialises the N×V logits); ``dtensor_weight``: a head-shaped DTensor
+    reached a torch function after the body's output existed (a loss that then fails was given the
+    sharded parameter itself)."""
+
+    empty: list[str] = field(default_factory=list)
+    mixed: list[str] = field(default_factory=list)
+    lce_without_options: bool = False
+    dtensor_weight: bool = False  # a head-shaped DTensor reached a torch function after the body's output
+
+
+def _is_dtensor(value) -> bool:
+    return type(value).__name__ == "DTensor"
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    """This rank's shard of a DTensor (a sharded model's gradient); any other tensor as it is."""
+    return t.to_local() if _is_dtensor(t) else t
+
+
+def _func_name(func) -> str:
+    return getattr(func, "__qualname__", None) or getattr(func, "__name__", None) or str(func)
+
+
 class _HeadShapedUse(TorchFunctionMode):
-    """Records (V, H)/(H, V) leaf tensors that are not parameters, once the body's output exists."""
+    """Records (V, H)/(H, V) leaf tensors that are not parameters, once the body's output exists,
+    and the :class:`CallSite` facts of every call."""
 
     def __init__(self, weight: torch.Tensor, params: set[int]) -> None:
         super().__init__()
         self.weight, self.params = weight, params
         self.armed = False
         self.seen: dict[int, torch.Tensor] = {}
+        self.site = CallSite()
         v, h = weight.shape
         self.shapes = {(v, h), (h, v)}
 
+    def _note_site(self, func, values: list) -> None:
+        tensors = [v for v in values if isinstance(v, torch.Tensor)]
+        name = _func_name(func)
+        if any(t.is_floating_point() and t.numel() == 0 and t.dim() >= 1 for t in tensors) \
+                and name not in self.site.empty:
+            self.site.empty.append(name)
+        dtensors = [t for t in tensors if _is_dtensor(t)]
+        if dtensors and len(dtensors) < len(tensors) and name not in self.site.mixed:
+            self.site.mixed.append(name)
+        if self.armed and any(tuple(t.shape) in self.shapes for t in dtensors):
+            self.site.dtensor_weight = True
+
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if torch.compiler.is_compiling():  # dynamo's tracing (fake tensors): the eager call records
+            return func(*args, **kwargs)
+        if func is getattr(torch.nn.functional, "linear_cross_entropy", None) and kwargs.get("options") is None:
+            self.site.lce_without_options = True
+        self._note_site(func, list(args) + list(kwargs.values()))
         if self.armed:
             for value in list(args) + list(kwargs.values()):
                 if (isinstance(value, torch.Tensor) and tuple(value.shape) in self.shapes and id(value) not in self.params
-                        and value.grad_fn is None and not value.requires_grad and id(value) not in self.seen):
+                        and value.grad_fn is None and id(value) not in self.seen):  # a leaf outside the model
                     self.seen[id(value)] = value
         return func(*args, **kwargs)
 
     def describe(self) -> list[SeenTensor]:
         out = []
         w = self.weight.detach()
+        if _is_dtensor(w):
+            return [SeenTensor(tuple(t.shape), str(t.dtype).replace("torch.", ""), False, float("inf"))
+                    for t in self.seen.values()]
         for t in self.seen.values():
             t2 = t.detach()
             if tuple(t2.shape) != tuple(w.shape):
@@ -173,14 +230,18 @@ class Observation:
     body_grad: torch.Tensor | None = None
     seen: list[SeenTensor] = field(default_factory=list)
     requires_grad: bool = True
+    site: CallSite = field(default_factory=CallSite)
 
     def grad(self, name: str) -> torch.Tensor | None:
         return self.grads.get(name)
 
 
-def observe(built: BuiltModel, landmarks: Landmarks, loss_fn: Callable, batch: dict, mode: str) -> Observation:
+def observe(built: BuiltModel, landmarks: Landmarks, loss_fn: Callable, batch: dict, mode: str,
+            record_calls: bool = True) -> Observation:
     """Call ``loss_fn(model, batch)`` and backward; capture the evidence (never raises for the
-    loss's own failures: they are returned as ``error``)."""
+    loss's own failures: they are returned as ``error``). ``record_calls=False``: the calls the
+    loss makes are not watched (a ``TorchFunctionMode`` under ``torch.compile`` changes what
+    dynamo traces)."""
     model = built.module
     model.zero_grad(set_to_none=True)
     captured: dict[str, torch.Tensor] = {}
@@ -215,7 +276,7 @@ def observe(built: BuiltModel, landmarks: Landmarks, loss_fn: Callable, batch: d
 
         handles.append(landmarks.embedding.register_forward_hook(detach_lookup))
     try:
-        with autocast(mode, batch["input_ids"].device), use:
+        with autocast(mode, batch["input_ids"].device), (use if record_calls else contextlib.nullcontext()):
             loss = loss_fn(model, batch)
         if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
             raise TypeError(f"the loss must return a scalar tensor, got {type(loss).__name__} "
@@ -226,20 +287,23 @@ def observe(built: BuiltModel, landmarks: Landmarks, loss_fn: Callable, batch: d
             loss.backward()
     except Exception as exc:  # the loss's own failure is evidence, not a crash of the doctor
         model.zero_grad(set_to_none=True)
-        return Observation(None, f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}")
+        return Observation(None, f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}",
+                           site=use.site)
     finally:
         for h in handles:
             h.remove()
-    grads = {n: (p.grad.detach().float().clone() if p.grad is not None else None)
+    grads = {n: (_local(p.grad).detach().float().clone() if p.grad is not None else None)
              for n, p in model.named_parameters()}
     model.zero_grad(set_to_none=True)
-    return Observation(value, None, grads, captured.get("body"), use.describe(), requires_grad)
+    return Observation(value, None, grads, captured.get("body"), use.describe(), requires_grad, use.site)
 
 
-def naive_loss(built: BuiltModel, batch: dict, store: dict | None = None, ignore_index: int = -100) -> torch.Tensor:
+def naive_loss(built: BuiltModel, batch: dict, store: dict | None = None,
+               options: LossOptions = LossOptions()) -> torch.Tensor:
     """The reference: the model's own forward (its head, bias, tie and logit transform), then
-    the shifted cross-entropy averaged over the labels that are not ``ignore_index``, in fp32.
-    ``store`` receives the logits, the head's raw output and the head's input (detached)."""
+    the shifted cross-entropy with the config's ``options`` averaged over the labels that are
+    not -100, in fp32. ``store`` receives the logits, the head's raw output and the head's input
+    (detached)."""
     handles = []
     if store is not None:
         head = built.head.module
@@ -254,6 +318,4 @@ def naive_loss(built: BuiltModel, batch: dict, store: dict | None = None, ignore
             h.remove()
     if store is not None:
         store["logits"] = logits.detach()
-    labels = batch["labels"]
-    return F.cross_entropy(logits[:, :-1].float().reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1),
-                           ignore_index=ignore_index)
+    return shifted_cross_entropy(logits, batch["labels"], options)

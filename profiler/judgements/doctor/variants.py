@@ -11,16 +11,27 @@ Public API: :func:`reference`, :func:`loss_variants`, :func:`untransformed_loss`
 """
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 import torch.nn.functional as F
 
 from fusedce.options import IGNORE_INDEX
 from fusedce_profiler.instrument.models.source import BuiltModel
+from fusedce_profiler.judgements.doctor.loss_options import LossOptions, shifted_cross_entropy
 from fusedce_profiler.judgements.doctor.observe import Landmarks, Observation, naive_loss, observe
 
 
-def loss_variants(built: BuiltModel, batch: dict, store: dict, softcap: float | None) -> dict[str, float]:
-    """The naive loss with each known mistake, from the reference's logits (no gradient)."""
+def _full(t: torch.Tensor | None) -> torch.Tensor | None:
+    """The whole tensor of a sharded (DTensor) parameter (a collective: every rank calls it); any
+    other tensor as it is."""
+    return t.full_tensor() if type(t).__name__ == "DTensor" else t
+
+
+def loss_variants(built: BuiltModel, batch: dict, store: dict, softcap: float | None,
+                  options: LossOptions = LossOptions()) -> dict[str, float]:
+    """The naive loss with each known mistake, from the reference's logits (no gradient); with
+    config ``options``, the naive loss with each of them dropped."""
     labels = batch["labels"]
     logits = store["logits"].float()
     v = logits.shape[-1]
@@ -39,6 +50,13 @@ def loss_variants(built: BuiltModel, batch: dict, store: dict, softcap: float | 
                                 reduction="none")
     valid = (labels[:, 1:] != IGNORE_INDEX).sum(1).clamp(min=1)
     out["mean of per-sequence means"] = float((per_token.sum(1) / valid).mean())
+    if options.label_smoothing:
+        out["without label smoothing"] = float(shifted_cross_entropy(
+            logits, labels, dataclasses.replace(options, label_smoothing=0.0)))
+    if options.z_loss:
+        out["without z-loss"] = float(shifted_cross_entropy(logits, labels, dataclasses.replace(options, z_loss=0.0)))
+    if options.label_smoothing and options.z_loss:
+        out["without label smoothing and z-loss"] = float(shifted_cross_entropy(logits, labels))
     raw = store.get("raw")
     with torch.no_grad():
         if raw is not None:
@@ -47,12 +65,12 @@ def loss_variants(built: BuiltModel, batch: dict, store: dict, softcap: float | 
             if transformed:
                 out["on the head's raw output (no transform)"] = ce(raw[:, :-1], labels[:, 1:])
             consistent = torch.allclose(transform(raw), logits, rtol=1e-2, atol=1e-2)
-            bias = built.head.bias
+            bias = _full(built.head.bias)
             if bias is not None and consistent:
                 out["without the head's bias"] = ce(transform(raw - bias.float())[:, :-1], labels[:, 1:])
             prenorm = store.get("prenorm")
             if prenorm is not None and consistent and built.head.info.plain_linear:
-                no_norm = F.linear(prenorm.float(), built.head.weight.float(),
+                no_norm = F.linear(prenorm.float(), _full(built.head.weight).float(),
                                    bias.float() if bias is not None else None)
                 out["without the final norm"] = ce(transform(no_norm)[:, :-1], labels[:, 1:])
     return out
@@ -71,7 +89,9 @@ def untransformed_loss(built: BuiltModel, batch: dict) -> torch.Tensor:
                            ignore_index=IGNORE_INDEX)
 
 
-def reference(built: BuiltModel, landmarks: Landmarks, batch: dict, mode: str) -> tuple[Observation, dict]:
+def reference(built: BuiltModel, landmarks: Landmarks, batch: dict, mode: str,
+              options: LossOptions = LossOptions()) -> tuple[Observation, dict]:
+    """The naive loss observed under ``mode`` (see the module docstring), and what it stored."""
     store: dict = {}
     handles = []
     if landmarks.producer is not None:
@@ -81,7 +101,7 @@ def reference(built: BuiltModel, landmarks: Landmarks, batch: dict, mode: str) -
 
         handles.append(landmarks.producer.register_forward_pre_hook(on_producer))
     try:
-        ref = observe(built, landmarks, lambda m, b: naive_loss(built, b, store), batch, mode)
+        ref = observe(built, landmarks, lambda m, b: naive_loss(built, b, store, options), batch, mode)
     finally:
         for h in handles:
             h.remove()

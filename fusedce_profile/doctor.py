@@ -1,0 +1,175 @@
+"""``doctor`` from Python: your loss wrapper checked on your model, in a worker that your code cannot end.
+
+    from fusedce_profile.doctor import doctor
+
+    run = doctor("mypkg.losses:fused_loss", model="mypkg.models:make_model", mode="amp-bf16", out="doctor-run")
+    print(run.passed, [(c.key, c.verdict) for c in run.checks])
+
+The keyword arguments mirror ``fusedce-profile doctor``'s options; ``out`` is the run folder, written
+as the command writes it (``doctor.json``, ``environment.json``, ``summary.md``, the worker's log
+under ``logs/``); the function returns the stored
+:class:`~fusedce_profiler.judgements.doctor.records.DoctorRun`.
+
+The loss wrapper and the model factory run in a worker process
+(:func:`fusedce_profiler.judgements.doctor.job.run_doctor_job`) with a time limit (``timeout_s``) and
+a memory guard (``memory_limit_gb``: the worker is killed when its resident memory grows past it).
+An exception the checks do not take as evidence, ``sys.exit`` with any code, a hang or runaway
+memory raise :class:`UserCodeFailed`, one line naming the callable (the command exits 1); a spec
+that names nothing, or a callable that cannot be called as documented, raises
+:class:`~fusedce_profile.errors.UsageError` (exit 2) — both before any verdict, never a pass.
+Ctrl-C (``KeyboardInterrupt``) stops the worker, writes ``doctor.json`` marked ``interrupted`` and
+re-raises. Under ``torchrun`` every rank calls it with its own ``out`` (the command appends
+``-rankN`` to ranks above 0); the worker joins the process group and checks that rank.
+
+Public API: :func:`doctor`, :func:`check_arguments`, :class:`UserCodeFailed`, :data:`DEFAULT_TIMEOUT_S`, :func:`default_memory_limit_gb`,
+and :func:`~fusedce_profile.folders.default_out_dir` (re-exported).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from fusedce_profile.errors import UsageError
+from fusedce_profile.folders import default_out_dir
+
+#: How long the worker may take to build the model and run every check.
+DEFAULT_TIMEOUT_S = 600.0
+_MODES = ("amp-bf16", "fp32")
+_ARTEFACTS = ("doctor.json", "environment.json", "summary.md", "logs")
+
+
+class UserCodeFailed(RuntimeError):
+    """The user's loss wrapper or model factory ended the run (exit 1); ``callable`` names it."""
+
+    def __init__(self, callable_name: str, message: str) -> None:
+        super().__init__(f"{callable_name}: {message}")
+        self.callable = callable_name
+
+
+def default_memory_limit_gb() -> float:
+    """Three quarters of the machine's memory: the worker is stopped before the machine is."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 64.0
+    return 0.75 * total / 2**30
+
+
+def check_arguments(loss: str, *, device: str = "cpu", mode: str | None = None, batch: int = 4, seq: int = 32,
+                    timeout_s: float = DEFAULT_TIMEOUT_S, memory_limit_gb: float = 1.0,
+                    model_options: tuple = (None, None, None, None, None)) -> None:
+    """:class:`~fusedce_profile.errors.UsageError` for arguments :func:`doctor` cannot use (checked
+    without importing or running any user code). ``model_options``: (preset, config, hf, model, head)."""
+    from fusedce_profiler.instrument.models.options import check_model_options
+
+    if not isinstance(loss, str) or ":" not in loss:
+        raise UsageError(f"--loss must be 'package.module:callable', got {loss!r}")
+    if mode is not None and mode not in _MODES:
+        raise UsageError(f"--mode must be amp-bf16 or fp32 for doctor, got {mode!r}")
+    if not (device == "cpu" or device.startswith("cuda")):
+        raise UsageError(f"--device must be cpu, cuda or cuda:K, got {device!r}")
+    if batch < 2:
+        raise UsageError(f"--batch must be at least 2 (rows of the padded batch), got {batch}")
+    if seq < 8:
+        raise UsageError(f"--seq must be at least 8 tokens, got {seq}")
+    if not timeout_s > 0:
+        raise UsageError(f"--timeout must be a positive number of seconds, got {timeout_s}")
+    if not memory_limit_gb > 0:
+        raise UsageError(f"--memory-limit must be a positive number of GiB, got {memory_limit_gb}")
+    try:
+        check_model_options(*model_options)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _prepare(out: str | Path | None, force: bool) -> Path:
+    """The run folder: created; a folder holding an earlier run is refused unless ``force``."""
+    from fusedce_profiler.instrument import store
+
+    folder = Path(out) if out is not None else default_out_dir()
+    if folder.exists() and not folder.is_dir():
+        raise UsageError(f"--out {folder}: exists and is not a folder")
+    if folder.is_dir() and any(p.name != store.LOCK_FILE for p in folder.iterdir()):
+        if not force:
+            raise UsageError(f"--out {folder}: the folder is not empty; pass --force to replace its previous run")
+        for name in _ARTEFACTS:
+            path = folder / name
+            if path.is_symlink() or path.is_file():
+                path.unlink()
+            elif path.is_dir():
+                shutil.rmtree(path)
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def doctor(loss: str, *, preset: str | None = None, config: str | Path | None = None, hf: str | None = None,
+           model: str | None = None, head: str | None = None, tied: bool | None = None, device: str | None = None,
+           mode: str | None = None, batch: int = 4, seq: int = 32, seed: int = 0, compile_backend: str = "auto",
+           timeout_s: float = DEFAULT_TIMEOUT_S, memory_limit_gb: float | None = None,
+           out: str | Path | None = None, force: bool = False):
+    """Check the loss wrapper ``loss`` (``"package.module:callable"``) on the model the options
+    name (``model``: your factory ``"package.module:factory"``; ``hf``; else the built-in
+    ``preset``/``config``); write the run folder ``out`` and return its
+    :class:`~fusedce_profiler.judgements.doctor.records.DoctorRun`.
+
+    ``mode``: ``amp-bf16`` (bf16 autocast, on the CPU too) or ``fp32``; default ``amp-bf16`` on a
+    GPU, ``fp32`` on the CPU. ``compile_backend``: ``auto`` (``inductor`` on a GPU, ``eager`` — dynamo's
+    tracing alone — on the CPU), ``none`` (the compile check is skipped) or any ``torch.compile``
+    back-end. See the module docstring for what it raises. The returned run's ``folder`` attribute
+    (not stored) is the folder written — a new ``./fusedce-profile-…`` one when ``out`` is ``None``.
+    """
+    import torch
+
+    from fusedce_profiler.instrument import store
+    from fusedce_profiler.instrument.environment import collect_environment, save_environment
+    from fusedce_profiler.instrument.worker import Worker, WorkerDied
+    from fusedce_profiler.judgements.doctor.records import DoctorRun
+    from fusedce_reports.doctor_report import write_doctor_report
+
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    memory_limit_gb = default_memory_limit_gb() if memory_limit_gb is None else memory_limit_gb
+    check_arguments(loss, device=device, mode=mode, batch=batch, seq=seq, timeout_s=timeout_s,
+                    memory_limit_gb=memory_limit_gb, model_options=(preset, str(config) if config else None, hf, model,
+                                                                    head))
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise UsageError(f"--device {device}: no CUDA device is visible; use --device cpu")
+    backend = compile_backend
+    if backend == "auto":
+        backend = "inductor" if device.startswith("cuda") else "eager"
+    folder = _prepare(out, force)
+    save_environment(folder, collect_environment())
+    payload = {"loss": loss, "preset": preset, "config": str(config) if config else None, "hf": hf, "model": model,
+               "head": head, "tied": tied, "device": device, "mode": mode, "batch": batch, "seq": seq, "seed": seed,
+               "compile_backend": None if backend == "none" else backend}
+    worker = Worker(folder / store.LOGS_DIR)
+    try:
+        reply = worker.call("doctor", payload, timeout_s=timeout_s, max_rss_bytes=int(memory_limit_gb * 2**30))
+    except WorkerDied as exc:
+        culprit = f"--model {model}" if model else f"--loss {loss}"
+        what = f"--loss {loss} (or {culprit})" if model else culprit
+        if exc.timed_out:
+            raise UserCodeFailed(what, f"did not finish within {timeout_s:g} s (a hang?); the worker was stopped; "
+                                       f"log {exc.log_path}") from None
+        if exc.over_memory:
+            raise UserCodeFailed(what, f"grew past the memory limit of {memory_limit_gb:.3g} GiB; the worker was "
+                                       f"stopped; log {exc.log_path}") from None
+        raise UserCodeFailed(what, exc.summary) from None
+    except KeyboardInterrupt:
+        worker.close()
+        partial = DoctorRun(loss=loss, config=model or hf or str(config or preset or ""), checks=[], device=device,
+                            mode=mode or "", batch=batch, seq=seq, interrupted=True)
+        store.write_json(folder / store.DOCTOR_FILE, partial.to_dict())
+        write_doctor_report(folder)
+        raise
+    finally:
+        worker.close()
+    if reply["ok"] == "usage":
+        raise UsageError(reply["message"])
+    if reply["ok"] == "user":
+        raise UserCodeFailed(reply["callable"], reply["message"])
+    run = DoctorRun.from_dict(reply["run"])
+    store.write_json(folder / store.DOCTOR_FILE, run.to_dict())
+    write_doctor_report(folder)
+    run.folder = str(folder)
+    return run

@@ -1,0 +1,118 @@
+"""What ``doctor`` stores: the checks it makes (:data:`CHECKS`), one :class:`Check` per item and the
+:class:`DoctorRun` written as ``doctor.json``.
+
+Public API: :data:`VERDICTS`, :data:`CHECKS`, :data:`ITEMS`, :class:`Check`, :class:`DoctorRun`.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+VERDICTS = ("pass", "fail", "unclear", "not checked", "n/a")
+
+#: (key, item, depends on): every check, in the order they are reported.
+CHECKS = (
+    ("runs", "the loss runs on a padded batch", ()),
+    ("tie", "declared tie honoured by the head's forward", ()),
+    ("weight", "the loss multiplies by the parameter the head trains", ("runs",)),
+    ("body", "gradient reaches the body", ("runs",)),
+    ("norm", "final norm applied", ("runs", "body")),
+    ("bias", "bias as the head has it", ("runs",)),
+    ("transform", "the model's logit transform (soft-cap) applied", ("runs", "weight")),
+    ("shift", "targets shifted (position t predicts labels[t+1])", ("runs", "body")),
+    ("ignore", "padding (-100) ignored", ("runs", "weight", "body", "shift")),
+    ("options", "the config's loss options applied (z-loss, label smoothing)",
+     ("runs", "weight", "body", "norm", "bias", "transform", "shift", "ignore")),
+    ("reduction", "mean over the labelled tokens (no sum, no extra scaling)",
+     ("runs", "weight", "body", "norm", "bias", "transform", "shift", "ignore", "options")),
+    ("loss", "loss matches the naive loss", ("runs", "weight", "body", "norm", "bias", "transform", "shift",
+                                             "ignore", "options", "reduction")),
+    ("gradient", "gradients match the naive loss's", ("runs", "weight", "body", "norm", "bias", "transform",
+                                                      "shift", "ignore", "options", "reduction")),
+    ("call", "the weight at the call is usable (no empty shard, no DTensor mixed with plain tensors)", ()),
+    ("fresh", "the loss follows the head's weight after an in-place step (no copy made once)", ("runs", "body", "shift")),
+    ("accumulation", "gradient accumulation over uneven micro-batches matches the whole batch", ("runs", "reduction")),
+    ("all-ignored", "an all-ignored micro-batch gives finite, zero gradients", ("runs", "ignore")),
+    ("none", "reduction='none' keeps ignored rows at 0 and their gradients", ("runs", "ignore")),
+    ("compile", "torch.compile gives the eager loss and gradients with ignored targets", ("runs",)),
+    ("eval", "the same path in evaluation (no fallback to materialised logits)", ("runs",)),
+    ("precision", "grad_W accumulated at fp32 accuracy",
+     ("runs", "weight", "body", "norm", "bias", "transform", "shift", "ignore", "reduction", "loss")),
+)
+#: key → the item's sentence.
+ITEMS = {key: item for key, item, _ in CHECKS}
+
+
+@dataclass
+class Check:
+    """One doctor item: ``key`` (see :data:`CHECKS`), ``item`` (its sentence), ``verdict``
+    (one of :data:`VERDICTS`), ``evidence`` (the numbers), ``depends_on`` (keys)."""
+
+    item: str
+    verdict: str
+    evidence: str
+    key: str = ""
+    depends_on: list[str] = field(default_factory=list)
+
+    @classmethod
+    def from_dict(cls, raw: object, where: str = "check") -> "Check":
+        if not isinstance(raw, dict):
+            raise ValueError(f"{where} must be an object, got {type(raw).__name__}")
+        for name in ("item", "verdict", "evidence"):
+            if not isinstance(raw.get(name), str):
+                raise ValueError(f"{where}.{name} must be a string, got {raw.get(name)!r}")
+        if raw["verdict"] not in VERDICTS:
+            raise ValueError(f"{where}.verdict must be one of {', '.join(VERDICTS)}, got {raw['verdict']!r}")
+        return cls(raw["item"], raw["verdict"], raw["evidence"], str(raw.get("key", "")),
+                   [str(d) for d in raw.get("depends_on") or []])
+
+
+@dataclass
+class DoctorRun:
+    """What ``doctor`` stores as ``doctor.json``: the ``--loss`` checked, the model (``config``:
+    its name; ``model``: the source), where and how it ran, the located head, the loss values
+    (``losses``: yours, the reference and each known mistake's), and the checks in order."""
+
+    loss: str
+    config: str
+    checks: list[Check]
+    model: str = ""
+    device: str = "cpu"
+    mode: str = "fp32"
+    tolerance: float = 0.0
+    batch: int = 0
+    seq: int = 0
+    parameters: int = 0
+    head: dict | None = None
+    losses: dict = field(default_factory=dict)
+    spread: dict = field(default_factory=dict)  # :class:`~fusedce_profiler.judgements.doctor.precision.Spread`
+    options: dict = field(default_factory=dict)  # the config's loss options (name → value)
+    rank: int = 0
+    world_size: int = 1
+    interrupted: bool = False
+
+    @property
+    def passed(self) -> bool:
+        """Every item judged and none failed (``unclear``, ``not checked`` and ``n/a`` are not
+        failures); an interrupted run, or one without checks, has no verdict and did not pass."""
+        return bool(self.checks) and not self.interrupted and not any(c.verdict == "fail" for c in self.checks)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, raw: object) -> "DoctorRun":
+        """Validate a stored run; a bare list of checks is read as a run whose loss and config are unknown."""
+        if isinstance(raw, list):
+            raw = {"loss": "", "config": "", "checks": raw}
+        if not isinstance(raw, dict):
+            raise ValueError(f"doctor.json must hold an object, got {type(raw).__name__}")
+        checks = raw.get("checks")
+        if not isinstance(checks, list):
+            raise ValueError(f"checks must be a list, got {checks!r}")
+        fields = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in raw.items() if k in fields and k != "checks"}
+        for name in ("loss", "config", "model", "device", "mode"):
+            if not isinstance(values.get(name, ""), str):
+                raise ValueError(f"{name} must be a string, got {values.get(name)!r}")
+        return cls(checks=[Check.from_dict(c, f"checks[{i}]") for i, c in enumerate(checks)], **values)

@@ -1,0 +1,94 @@
+"""User code cannot end ``doctor``: the loss wrapper and the model factory run in a worker with a
+time limit and a memory guard. An exception that is no evidence, ``sys.exit`` with any code, a hang
+or runaway memory is one line naming the callable and exit 1 — never exit 0; a signature doctor
+cannot call is exit 2; SIGTERM leaves a report marked interrupted and exits 143. Without ``--out``
+the run folder is the default one ``--help`` names, and the same command gives the same record.
+"""
+from __future__ import annotations
+
+import json
+import signal
+
+import pytest
+
+from tests.processes import cli_env, kill_group, run_cli, start_cli, wait_for
+
+MODEL = ["--model", "tests.doctor_models:untied", "--device", "cpu", "--compile-backend", "none"]
+
+
+def _doctor(tmp_path, *args, timeout=240):
+    return run_cli(["doctor", *args], cli_env(), cwd=tmp_path, timeout=timeout)
+
+
+def _lines(result) -> list[str]:
+    return [line for line in (result.stdout + result.stderr).splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("loss, said", [
+    ("tests.doctor_wrappers:exits_zero", "called sys.exit(0)"),
+    ("tests.doctor_wrappers:exits_seven", "called sys.exit(7)"),
+])
+def test_a_loss_that_exits_gives_one_line_naming_it_and_exit_1(tmp_path, loss, said):
+    result = _doctor(tmp_path, *MODEL, "--loss", loss, "--out", str(tmp_path / "d"))
+    assert result.returncode == 1, result
+    last = _lines(result)[-1]
+    assert f"--loss {loss}" in last and said in last and "Traceback" not in result.stdout + result.stderr
+
+
+def test_a_loss_that_hangs_is_stopped_at_the_time_limit(tmp_path):
+    loss = "tests.doctor_wrappers:hangs"
+    result = _doctor(tmp_path, *MODEL, "--loss", loss, "--timeout", "20", "--out", str(tmp_path / "d"))
+    assert result.returncode == 1, result
+    assert f"--loss {loss}" in _lines(result)[-1] and "did not finish within 20 s" in _lines(result)[-1]
+
+
+def test_a_loss_that_allocates_without_end_is_stopped_by_the_memory_guard(tmp_path):
+    loss = "tests.doctor_wrappers:allocates"
+    result = _doctor(tmp_path, *MODEL, "--loss", loss, "--memory-limit", "2", "--out", str(tmp_path / "d"))
+    assert result.returncode == 1, result
+    assert f"--loss {loss}" in _lines(result)[-1] and "memory limit of 2 GiB" in _lines(result)[-1]
+
+
+@pytest.mark.parametrize("factory, said", [("tests.doctor_models:factory_raises", "RuntimeError: the factory's own bug"),
+                                           ("tests.doctor_models:factory_exits", "called sys.exit(0)")])
+def test_a_factory_that_fails_gives_one_line_naming_it_and_exit_1(tmp_path, factory, said):
+    result = _doctor(tmp_path, "--model", factory, "--loss", "tests.doctor_wrappers:correct", "--device", "cpu",
+                     "--out", str(tmp_path / "d"))
+    assert result.returncode == 1, result
+    assert f"--model {factory}" in _lines(result)[-1] and said in _lines(result)[-1]
+
+
+def test_a_loss_doctor_cannot_call_is_exit_2_in_one_line(tmp_path):
+    result = _doctor(tmp_path, *MODEL, "--loss", "tests.doctor_wrappers:four_required", "--out", str(tmp_path / "d"))
+    assert result.returncode == 2, result
+    assert len(_lines(result)) == 1 and "fn(model, batch) or fn(model, input_ids, labels)" in _lines(result)[0]
+
+
+def test_without_out_the_default_folder_is_written_and_the_same_command_gives_the_same_record(tmp_path):
+    args = [*MODEL, "--loss", "tests.doctor_wrappers:correct"]
+    first, second = _doctor(tmp_path, *args), _doctor(tmp_path, *args)
+    assert first.returncode == second.returncode == 0, first
+    folders = sorted(tmp_path.glob("fusedce-profile-*"))
+    assert len(folders) == 2 and all((f / "summary.md").is_file() for f in folders)
+    records = [json.loads((f / "doctor.json").read_text()) for f in folders]
+    assert records[0] == records[1] and records[0]["checks"]
+
+
+def test_sigterm_leaves_a_report_marked_interrupted_and_exits_143(tmp_path):
+    out = tmp_path / "d"
+    process = start_cli(["doctor", *MODEL, "--loss", "tests.doctor_wrappers:hangs", "--out", str(out)], cli_env(),
+                        cwd=tmp_path)
+    try:
+        wait_for(lambda: any((out / "logs").glob("worker-*.log")) and
+                 "--- job doctor" in next((out / "logs").glob("worker-*.log")).read_text(), 120,
+                 "the worker to start the job", process)
+        process.send_signal(signal.SIGTERM)
+        stdout, stderr = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            kill_group(process)
+    assert process.returncode == 143, stdout + stderr
+    assert "interrupted" in stdout + stderr
+    record = json.loads((out / "doctor.json").read_text())
+    assert record["interrupted"] is True and record["checks"] == []
+    assert (out / "summary.md").read_text().startswith("# fusedce-profile doctor: INTERRUPTED")
