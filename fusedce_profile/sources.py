@@ -11,23 +11,19 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from fusedce_profile.errors import UsageError
-from fusedce_profiler.instrument.models.configs import ModelConfig, get_preset, load_config
-from fusedce_profiler.instrument.models.options import check_model_choice
+from fusedce_profiler.instrument.models import options
+from fusedce_profiler.instrument.models.configs import ModelConfig
 from fusedce_profiler.instrument.models.options import default_preset  # noqa: F401 - the commands' default model
 
 
 def model_config(preset: str | None, config: str | Path | None, tied: bool | None, default: str) -> ModelConfig:
     """The built-in model of ``preset`` or ``config`` (``default`` when neither is given), its
-    tie_word_embeddings overridden by ``tied``."""
-    if preset and config:
-        raise UsageError("--preset and --config both name a model: give one of them")
+    tie_word_embeddings overridden by ``tied``
+    (:func:`~fusedce_profiler.instrument.models.options.model_config`, bad input as a UsageError)."""
     try:
-        model = load_config(Path(config)) if config else get_preset(preset or default)
-    except UsageError:
-        raise
+        return options.model_config(preset, Path(config) if config else None, tied, default)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    return model if tied is None else dataclasses.replace(model, tie_word_embeddings=tied)
 
 
 def model_source(preset: str | None, config: str | Path | None, hf: str | None, user_model: str | None,
@@ -40,36 +36,30 @@ def model_source(preset: str | None, config: str | Path | None, hf: str | None, 
     guard, for its shapes and real parameter count: a factory that fails raises
     :class:`~fusedce_profiler.instrument.models.factory.FactoryFailed` (one line naming it), one
     that cannot be called as documented :class:`~fusedce_profile.errors.UsageError`."""
+    if not user_model:  # a built-in or Hugging Face model: nothing of the user's runs to build it
+        try:
+            return options.source_from_options(preset, config, hf, None, head, tied, default)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
     from fusedce_profiler.instrument.models.factory import FACTORY_TIMEOUT_S, FactoryFailed, describe_factory
-    from fusedce_profiler.instrument.models.source import (BuiltinSource, HFSource, MissingDependency, UserSource,
-                                                           require_transformers)
+    from fusedce_profiler.instrument.models.source import UserSource
 
     try:
-        check_model_choice(preset, config, hf, user_model, head)
+        options.check_model_choice(preset, config, hf, user_model, head)
+        given = model_config(preset, config, None, default) if (preset or config) else None
+        UserSource.check_target(user_model)
+    except UsageError:
+        raise
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     try:
-        if hf:
-            require_transformers()
-            source = HFSource.from_reference(hf, head_path=head)
-        elif user_model:
-            given = model_config(preset, config, None, default) if (preset or config) else None
-            UserSource.check_target(user_model)
-            try:
-                shapes, parameters = describe_factory(user_model, given, head,
-                                                      timeout_s=factory_timeout or FACTORY_TIMEOUT_S)
-            except FactoryFailed as failed:
-                if failed.bad_signature:
-                    raise UsageError(str(failed)) from None
-                raise
-            source = UserSource(user_model, given, head_path=head, inferred=shapes, parameters=parameters)
-        else:
-            source = BuiltinSource(model_config(preset, config, None, default))
-        return source if tied is None else source.with_tie(tied)
-    except UsageError:
+        shapes, parameters = describe_factory(user_model, given, head, timeout_s=factory_timeout or FACTORY_TIMEOUT_S)
+    except FactoryFailed as failed:
+        if failed.bad_signature:
+            raise UsageError(str(failed)) from None
         raise
-    except (ValueError, MissingDependency) as exc:
-        raise UsageError(str(exc)) from None
+    source = UserSource(user_model, given, head_path=head, inferred=shapes, parameters=parameters)
+    return source if tied is None else source.with_tie(tied)
 
 
 def backend_names(values: Sequence[str] | None) -> list[str] | None:
