@@ -15,8 +15,6 @@ from processes import REPO
 
 DOCS = REPO / "docs"
 README = REPO / "README.md"
-#: docs/ pages written on other branches of the same change; links to them are checked once they exist.
-PAGES_OF_OTHER_BRANCHES = ("doctor.md", "explain.md", "run-folders.md", "api.md")
 
 _FENCE = re.compile(r"^```([\w-]*)\n(.*?)^```", re.S | re.M)
 _LINK = re.compile(r"\]\(([^)\s]+)\)")
@@ -34,12 +32,16 @@ def logical_lines(block: str) -> list[str]:
 
 
 def commands(text: str, program: str = "fusedce-profile") -> list[list[str]]:
-    """Every fenced command line that starts with ``program`` (or runs it after ``&&``), as argv
-    without the program; brackets of optional parts and elisions removed, comments dropped."""
+    """Every fenced command line that starts with ``program`` (after a ``$ `` prompt, or after
+    ``&&``), as argv without the program; brackets of optional parts and elisions removed,
+    comments dropped; other lines of a block (shown output) are passed over."""
     found = []
     for block in fenced_blocks(text):
         for line in logical_lines(block):
             for part in line.split("&&"):
+                part = part.strip().removeprefix("$ ")  # a shell prompt before a command
+                if not part.startswith(program):  # output shown beside the commands, not one of them
+                    continue
                 words = shlex.split(re.sub(r"\[([^\]]*)\]", r"\1", part), comments=True)
                 words = [w for w in words if w not in ("…", "...")]
                 if words and words[0] == program:

@@ -17,7 +17,7 @@ import fusedce
 from fusedce_profiler.instrument.precision import LIGHTNING_ALIASES
 from fusedce_profiler.instrument.tolerances import TOLERANCES
 from fusedce_profiler.instrument.tracing.attribution import KINDS
-from pages import DOCS, PAGES_OF_OTHER_BRANCHES, commands, fenced_blocks, parse_command, relative_links
+from pages import DOCS, commands, fenced_blocks, parse_command, relative_links
 from processes import REPO, cli_env, run_cli
 
 PAGES = sorted(DOCS.glob("*.md"))
@@ -52,8 +52,6 @@ def test_a_command_with_a_bad_option_does_not_parse():
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
 def test_every_relative_link_of_a_page_leads_to_a_file(page):
     for written, target in relative_links(page):
-        if target.parent == DOCS and target.name in PAGES_OF_OTHER_BRANCHES and not target.exists():
-            continue
         assert target.exists(), f"{page.name}: {written}"
 
 
