@@ -44,3 +44,28 @@ def test_the_worker_starts_without_a_warning_in_its_log(tmp_path):
         worker.call("environment", timeout_s=120)
         log = worker.log_path
     assert "Warning" not in log.read_text()
+
+
+def test_a_finished_workers_log_names_no_path_or_host_of_the_machine(tmp_path, monkeypatch):
+    """What the child printed (a traceback names the Python installation, the home and current
+    folders, the run folder) is kept, with those paths and the host name as placeholders."""
+    import socket
+    import sys
+
+    run = tmp_path / "run"
+    (tmp_path / "sitecustomize.py").write_text(textwrap.dedent(f'''
+        import os, socket, sys
+        if "fusedce_profiler.instrument.worker" in sys.orig_argv:
+            print("python", sys.prefix + "/lib/x.py", "home", os.path.expanduser("~") + "/.cache",
+                  "cwd", os.getcwd() + "/train.py", "run", {str(run)!r} + "/snapshots", "host",
+                  socket.gethostname(), file=sys.stderr, flush=True)
+    '''))
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    with Worker(run / "logs") as worker:
+        worker.call("environment", timeout_s=120)
+    log = worker.log_path.read_text()
+    assert "python <python>/lib/x.py home ~/.cache cwd <cwd>/train.py run <run folder>/snapshots" in log
+    for name in (sys.prefix, str(run), os.getcwd()):
+        assert name not in log, name
+    if len(socket.gethostname()) >= 4:
+        assert "host <host>" in log and socket.gethostname() not in log

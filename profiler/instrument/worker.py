@@ -278,6 +278,9 @@ class Worker:
         if self._life >= 0:
             os.close(self._life)  # the child's group is gone: its reaper has nothing left to wait for
             self._life = -1
+        from fusedce_profiler.instrument.scrub import scrub_file
+
+        scrub_file(self.log_path.parent.parent, self.log_path)  # a run folder names no machine path
 
     def __enter__(self) -> "Worker":
         return self
