@@ -413,3 +413,28 @@ def test_report_names_a_truncated_last_line(finished_run, tmp_path):
     result = CliRunner().invoke(app, ["report", str(out)])
     assert result.exit_code == 0, result.output
     assert f"{out.resolve() / RESULTS_FILE}:2: a last line cut short by an interrupted write" in _plain(result.stdout)
+
+
+def test_a_failed_cells_folder_names_no_path_or_host_of_the_machine(fx, tmp_path):
+    """A back-end that raises leaves its traceback in logs/ and its error in the results; neither
+    names the run folder, the installed code's folder (the current one here), the Python
+    installation, the home folder or the host by their own names."""
+    import re
+    import socket
+    import sys
+
+    out = tmp_path / "run"
+    result = run_cli([*TINY, "--tokens", "8", "--backend", "torch", "--backend", "fx_backends:boom",
+                      "--out", str(out)], cli_env(fx))
+    assert result.returncode == 1, result.stderr
+    assert any(row["status"] == "error" and "boom" in row["message"] for row in _rows(out))
+    from processes import REPO
+
+    leaks = {"run folder": re.escape(str(out)), "interpreter": re.escape(sys.prefix), "code's folder": re.escape(str(REPO)),
+             "home": re.escape(str(Path.home()) + "/"), "host name": rf"(?<![\w.-]){re.escape(socket.gethostname())}(?![\w-])"}
+    for path in out.rglob("*"):
+        if not path.is_file() or path.suffix == ".png" or path.name == "environment.json":
+            continue
+        text = re.sub(r"data:image/png;base64,[A-Za-z0-9+/=]+", "", path.read_text(errors="replace"))
+        for what, pattern in leaks.items():
+            assert not re.search(pattern, text), f"{path.relative_to(out)} holds the {what}"
