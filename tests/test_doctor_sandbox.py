@@ -37,9 +37,9 @@ def test_a_loss_that_exits_gives_one_line_naming_it_and_exit_1(tmp_path, loss, s
 
 def test_a_loss_that_hangs_is_stopped_at_the_time_limit(tmp_path):
     loss = "tests.doctor_wrappers:hangs"
-    result = _doctor(tmp_path, *MODEL, "--loss", loss, "--timeout", "20", "--out", str(tmp_path / "d"))
+    result = _doctor(tmp_path, *MODEL, "--loss", loss, "--timeout", "6", "--out", str(tmp_path / "d"))
     assert result.returncode == 1, result
-    assert f"--loss {loss}" in _lines(result)[-1] and "did not finish within 20 s" in _lines(result)[-1]
+    assert f"--loss {loss}" in _lines(result)[-1] and "did not finish within 6 s" in _lines(result)[-1]
 
 
 def test_a_loss_that_allocates_without_end_is_stopped_by_the_memory_guard(tmp_path):
