@@ -41,28 +41,32 @@ def _family_hypothesis(obs: Observation, naive: Calibration, fused: Calibration 
     card = obs.total_gib * GIB
     batches = [obs.batch] if obs.batch else range(1, MAX_BATCH + 1)
     scored, matching = [], []
+    extras = terms.extras(naive.family.seq)
     for b in batches:
-        rn = predict_reading(naive, b, terms, card)
-        if rn is None:
-            return None
-        rf = predict_reading(fused, b, terms, card) if active else rn
-        if rf is None:
-            return None
-        if not rn.fits and not obs.batch:
-            break  # larger B cannot fit either
-        en, es, tn, ts, score = _score(rn, rf, obs, terms)
-        scored.append((score, b, rn, rf, en, es, tn, ts))
-        if abs(en) <= tn.total:
-            matching.append((b, rn.value - rf.value))
+        fitting = False
+        for extra in extras:
+            rn = predict_reading(naive, b, terms, card, extra)
+            if rn is None:
+                return None
+            rf = predict_reading(fused, b, terms, card, extra) if active else rn
+            if rf is None:
+                return None
+            fitting = fitting or rn.fits
+            en, es, tn, ts, score = _score(rn, rf, obs, terms)
+            scored.append((score, b, rn, rf, en, es, tn, ts))
+            if abs(en) <= tn.total:
+                matching.append((b, rn.value - rf.value))
+        if not fitting and not obs.batch:
+            break  # larger B cannot fit either, whatever the extra activations
     if not scored:
         return None
-    reaching = {b for b, _ in matching}
-    # Among the batch sizes that reach the naive reading when there are any: B is pinned by it.
-    pool = [s for s in scored if s[1] in reaching] or scored
+    # Among the (B, scale) pairs that reach the naive reading when there are any: B is pinned by it.
+    pool = [s for s in scored if abs(s[4]) <= s[6].total] or scored
     score, b, rn, rf, en, es, tn, ts = min(pool, key=lambda s: s[0])
     fits = rn.fits and rf.fits
     consistent = score <= 1.0 and fits
     saving_seen = (obs.naive_mib - obs.fused_mib) * MIB
+    brange = (min(b for b, _ in matching), max(b for b, _ in matching)) if matching else None
     if consistent:
         why = (f"naive {_m(rn.value)} ({_m(en)} off, ±{_m(tn.total)}), saving "
                f"{_m(rn.value - rf.value)} vs {_m(saving_seen)} seen ({_m(es)} off, ±{_m(ts.total)})")
@@ -73,16 +77,16 @@ def _family_hypothesis(obs: Observation, naive: Calibration, fused: Calibration 
                f"({_m(en)} off, tolerance ±{_m(tn.total)})")
     else:
         lo, hi = min(s for _, s in matching), max(s for _, s in matching)
-        span = f"{matching[0][0]}–{matching[-1][0]}" if len(matching) > 1 else f"{matching[0][0]}"
+        span = f"{brange[0]}–{brange[1]}" if brange[1] > brange[0] else f"{brange[0]}"
         why = (f"at every B that reaches the naive reading (B={span}) it would save {_m(lo)}"
                + (f"–{_m(hi)}" if hi - lo >= MIB else "") + f", not the {_m(saving_seen)} seen "
                f"(tolerance ±{_m(ts.total)})")
-    brange = (matching[0][0], matching[-1][0]) if matching else None
     srange = (min(v for _, v in matching), max(v for _, v in matching)) if matching else None
     return Hypothesis(naive.family, b, active, rn.value, rf.value, en, es, tn, ts, consistent, why,
                       peak_phase_naive=rn.phase, peak_phase_fused=rf.phase, batch_range=brange, saving_range=srange,
                       capped=rn.capped or rf.capped, allocated_naive=rn.allocated,
-                      allocated_fused=rf.allocated)
+                      allocated_fused=rf.allocated,
+                      extra_activations=rn.extra / naive.family.seq)
 
 
 def build_hypotheses(obs: Observation, calibrations: list[Calibration], terms: DeviceTerms,
