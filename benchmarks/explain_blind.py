@@ -214,7 +214,9 @@ def judge(case: Case, e) -> dict:
     right = None
     if e.decided:
         right = all(h.fused_active == case.fused for h in e.consistent)
+    classes = {(h.family.attention, h.family.checkpointing, h.fused_active) for h in e.consistent}
     return {"truth_consistent": bool(matching),
+            "consistent_classes": len(classes),
             "truth_batch_in_range": any(h.batch_range and h.batch_range[0] <= case.batch <= h.batch_range[1]
                                         for h in matching),
             "consistent_families": e.consistent_families, "decided": e.decided, "decided_right": right,
@@ -259,20 +261,24 @@ def summarise(results: list[dict], title: str = "explain blind benchmark") -> st
     judged = [r for r in results if "truth_consistent" in r]
     consistent = sum(r["truth_consistent"] for r in judged)
     families = [r["consistent_families"] for r in judged]
+    classes = [r["consistent_classes"] for r in judged if "consistent_classes" in r]
     wrong = sum(1 for r in judged if r["decided"] and not r["decided_right"])
     decided = sum(1 for r in judged if r["decided"])
     lines = [f"# {title}", "",
              f"- truth consistent: {consistent} of {len(judged)} (goal ≥ 11 of 12)",
              f"- median consistent families: {statistics.median(families) if families else '–'} (goal ≤ 3)",
+             f"- median consistent classes (attention × checkpointing × fused path; T, the evaluation pass and "
+             f"B not counted): {statistics.median(classes) if classes else '–'}",
              f"- decided: {decided}, wrong decided: {wrong} (goal 0)", "",
-             "| case | naive MiB | fused MiB | truth consistent | B in range | families | decided | right | s |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| case | naive MiB | fused MiB | truth consistent | B in range | families | classes | decided | right | s |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         if "truth_consistent" not in r:
-            lines.append(f"| {r['case']} | – | – | {r.get('skipped') or r.get('error')} | | | | | |")
+            lines.append(f"| {r['case']} | – | – | {r.get('skipped') or r.get('error')} | | | | | | |")
             continue
         lines.append(f"| {r['case']} | {r['naive_mib']:,.0f} | {r['fused_mib']:,.0f} | {r['truth_consistent']} | "
-                     f"{r['truth_batch_in_range']} | {r['consistent_families']} | {r['decided']} | "
+                     f"{r['truth_batch_in_range']} | {r['consistent_families']} | {r.get('consistent_classes', '–')} | "
+                     f"{r['decided']} | "
                      f"{r['decided_right']} | {r['seconds']:.0f} |")
     return "\n".join(lines) + "\n"
 
