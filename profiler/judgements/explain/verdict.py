@@ -42,25 +42,36 @@ def _family_hypothesis(obs: Observation, naive: Calibration, fused: Calibration 
     batches = [obs.batch] if obs.batch else range(1, MAX_BATCH + 1)
     scored, matching = [], []
     extras = terms.extras(naive.family.seq)
+
+    def evaluate(b: int, extra: float):
+        rn = predict_reading(naive, b, terms, card, extra)
+        rf = predict_reading(fused, b, terms, card, extra) if active else rn
+        if rn is None or rf is None:
+            return None
+        en, es, tn, ts, score = _score(rn, rf, obs, terms)
+        return score, b, rn, rf, en, es, tn, ts
+
     for b in batches:
-        fitting = False
-        for extra in extras:
-            rn = predict_reading(naive, b, terms, card, extra)
-            if rn is None:
-                return None
-            rf = predict_reading(fused, b, terms, card, extra) if active else rn
-            if rf is None:
-                return None
-            fitting = fitting or rn.fits
-            en, es, tn, ts, score = _score(rn, rf, obs, terms)
-            scored.append((score, b, rn, rf, en, es, tn, ts))
-            if abs(en) <= tn.total:
-                matching.append((b, rn.value - rf.value))
-        if not fitting and not obs.batch:
-            break  # larger B cannot fit either, whatever the extra activations
+        # The naive reading grows with the extra activations: when even the largest reads below
+        # it (or even none reads above it), only that end is the closest; the rest need no sweep.
+        low, high = evaluate(b, extras[0]), evaluate(b, extras[-1])
+        if low is None or high is None:
+            return None
+        if high[4] < -high[6].total:
+            tried = [high]
+        elif low[4] > low[6].total:
+            tried = [low]
+        else:
+            tried = [low, *(evaluate(b, extra) for extra in extras[1:-1]), high][:len(extras)]
+        for entry in tried:
+            scored.append(entry)
+            if abs(entry[4]) <= entry[6].total:
+                matching.append((b, entry[2].value - entry[3].value))
+        if not obs.batch and (not low[2].fits or low[4] > low[6].total):
+            break  # a larger B reads higher still and cannot fit either, whatever the extra activations
     if not scored:
         return None
-    # Among the (B, scale) pairs that reach the naive reading when there are any: B is pinned by it.
+    # Among the (B, extra activations) pairs that reach the naive reading when there are any: B is pinned by it.
     pool = [s for s in scored if abs(s[4]) <= s[6].total] or scored
     score, b, rn, rf, en, es, tn, ts = min(pool, key=lambda s: s[0])
     fits = rn.fits and rf.fits
