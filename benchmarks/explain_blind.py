@@ -288,6 +288,13 @@ def summarise(results: list[dict], title: str = "explain blind benchmark") -> st
     return "\n".join(lines) + "\n"
 
 
+def summarise_halves(results: list[dict]) -> str:
+    """The whole summary, then the design and the held-out half (:data:`DESIGN_HALF`) apart."""
+    halves = [summarise([r for r in results if (r["case"] in DESIGN_HALF) == (half == "design")],
+                        title=f"{half} half") for half in ("design", "held-out")]
+    return summarise(results) + "\n" + "\n".join(halves)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True)
@@ -309,7 +316,7 @@ def main() -> None:
         subprocess.run(cmd, check=False)
     truths = [json.loads(line) for line in (out / "truth.jsonl").read_text().splitlines() if line.strip()]
     results = run_explains(args, truths)
-    text = summarise(results)
+    text = summarise_halves(results)
     (out / "summary.md").write_text(text)
     print(text)
 

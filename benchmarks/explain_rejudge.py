@@ -62,7 +62,7 @@ def rejudge(steps: Path, obs, out: Path, *, preset: str = "user-gpt", seqs=(512,
 
 def rejudge_blind(blind: Path, out: Path) -> None:
     """Every case of a stored blind run, judged again; results and summary as the benchmark writes them."""
-    from explain_blind import CARD_GIB, DESIGN_HALF, Case, judge, summarise
+    from explain_blind import CARD_GIB, DESIGN_HALF, Case, judge, summarise_halves
 
     from fusedce_profiler.judgements.explain.records import MIB, Observation
 
@@ -86,9 +86,7 @@ def rejudge_blind(blind: Path, out: Path) -> None:
         print(json.dumps({k: row.get(k) for k in ("case", "half", "truth_consistent", "consistent_families")}),
               flush=True)
     (out / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in results))
-    halves = [summarise([r for r in results if r.get("half", "design" if r["case"] in DESIGN_HALF else "held-out")
-                         == half], title=f"{half} half") for half in ("design", "held-out")]
-    (out / "summary.md").write_text(summarise(results) + "\n" + "\n".join(halves))
+    (out / "summary.md").write_text(summarise_halves(results))
     print((out / "summary.md").read_text())
 
 
