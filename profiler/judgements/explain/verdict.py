@@ -5,8 +5,10 @@ For a family and a fused-path state, every batch size B is predicted
 (:func:`~fusedce_profiler.judgements.explain.allocator.predict_reading`); the naive reading pins
 B (the batch sizes within its tolerance form ``batch_range``) and the saving decides: with the
 fused path active the fused step is the fused back-end's own calibration, without it the
-fused step is the naive one (saving 0). The hypothesis kept per family is the B with the
-smallest joint score — the larger of the two errors in units of their tolerances.
+fused step is the naive one (saving 0). With a stand-in model each B is also tried with the
+extra activations another implementation may keep (0 up to the measured spread, the same in both
+steps of the hypothesis). The hypothesis kept per family is the (B, extra activations) pair with
+the smallest joint score — the larger of the two errors in units of their tolerances.
 """
 from __future__ import annotations
 
@@ -80,7 +82,9 @@ def _family_hypothesis(obs: Observation, naive: Calibration, fused: Calibration 
     brange = (min(b for b, _ in matching), max(b for b, _ in matching)) if matching else None
     if consistent:
         why = (f"naive {_m(rn.value)} ({_m(en)} off, ±{_m(tn.total)}), saving "
-               f"{_m(rn.value - rf.value)} vs {_m(saving_seen)} seen ({_m(es)} off, ±{_m(ts.total)})")
+               f"{_m(rn.value - rf.value)} vs {_m(saving_seen)} seen ({_m(es)} off, ±{_m(ts.total)})"
+               + (f", with {rn.extra / naive.family.seq / 1024:,.0f} KiB of activations per token more than the "
+                  "model" if rn.extra > 0 else ""))
     elif not fits:
         why = f"needs {_m(max(rn.allocated, rf.allocated) + terms.context)}, more than the {obs.total_gib:g} GiB card"
     elif not matching:
