@@ -84,9 +84,10 @@ class ExplainRun:
     def _terms(self):
         from fusedce_profiler.judgements.explain.allocator import device_terms
 
-        vocab = self.source.config.vocab_size if self.source is not None else 0
+        config = self.source.config if self.source is not None else None
         return device_terms(self.obs, self.calibrations, cuda=self.on_gpu, noise=self.noise, stand_in=self.stand_in,
-                            vocab=vocab)
+                            vocab=config.vocab_size if config else 0,
+                            layers_hidden=config.num_hidden_layers * config.hidden_size if config else 0)
 
     def _judge(self):
         from fusedce_profiler.judgements.explain.verdict import build_hypotheses
@@ -122,7 +123,7 @@ class ExplainRun:
                      f"{'a stand-in preset' if self.stand_in else 'your own model'}); context "
                      f"{terms.context / (1 << 20):,.0f} ± {terms.context_spread / (1 << 20):,.0f} MiB "
                      f"({'stated' if self.obs.context_mib is not None else 'measured here; your GPU class may differ'})"
-                     f"; allocator slack scaled with each step's transient bytes, ±2% of the step plus half the slack.")
+                     f"; {_slack_note(terms)}; {_extra_note(terms)}.")
         vocab = self.source.config.vocab_size
         explanation = Explanation(
             observation=self.obs, model=self.source.describe(), source=self.source.to_dict(), device=self.base.device,
@@ -137,3 +138,22 @@ class ExplainRun:
         save_explanation(self.out, explanation)
         write_explain_report(self.out)
         return explanation
+
+
+def _slack_note(terms) -> str:
+    """The allocator's slack as the judging used it: the measured range per kind of step."""
+    if not terms.slack:
+        return "allocator slack scaled with each step's transient bytes, ±2% of the step plus half the slack"
+    ranges = ", ".join(f"{backend} {attention}{' ckpt' if ckpt else ''} {lo:.2f}–{hi:.2f}"
+                       for (backend, attention, ckpt), (lo, hi) in sorted(terms.slack.items()))
+    return ("allocator slack (reserved − allocated at the peak) in units of one bf16 logits copy B·T·V·2, the "
+            f"range measured over the calibration steps of each kind: {ranges}; predicted at its middle, ± half its "
+            "width and 2% of the step")
+
+
+def _extra_note(terms) -> str:
+    if terms.extra_per_token <= 0:
+        return "no extra activations allowed (your own model)"
+    return (f"another implementation of the stand-in may keep 0–{terms.extra_per_token / 1024:,.0f} KiB of activations "
+            "per token more (measured spread between two implementations), the same in both steps")
+

@@ -112,15 +112,21 @@ class Calibration:
     def fitted(self) -> bool:
         return bool(self.lines)
 
-    def predict_phases(self, batch: float) -> dict[str, float]:
-        """Each phase's predicted allocated peak (bytes) at ``batch``."""
-        return {name: a + b * batch for name, (a, b) in self.lines.items()}
+    def predict_phases(self, batch: float, extra_activations: float = 0.0) -> dict[str, float]:
+        """Each phase's predicted allocated peak (bytes) at ``batch``.
 
-    def predict(self, batch: float) -> tuple[float, str] | None:
+        ``extra_activations``: bytes per sample that another implementation of the same model
+        keeps beyond ours. They are alive through the forward, the loss and the start of the
+        backward phase, so those three lines move by ``extra_activations`` · B; the optimizer
+        step runs after they are freed."""
+        shift = extra_activations * batch
+        return {name: a + b * batch + (shift if name != "optimizer" else 0.0) for name, (a, b) in self.lines.items()}
+
+    def predict(self, batch: float, extra_activations: float = 0.0) -> tuple[float, str] | None:
         """(allocated peak in bytes, the phase holding it) at ``batch``: the maximum over phases."""
         if not self.lines:
             return None
-        phases = self.predict_phases(batch)
+        phases = self.predict_phases(batch, extra_activations)
         name = max(phases, key=phases.get)
         return phases[name], name
 
@@ -162,7 +168,9 @@ class Hypothesis:
     batch sizes whose naive prediction is within tolerance, ``saving_range`` the savings (bytes)
     predicted over them; ``capped``: the naive step's
     reserved bytes would pass the card, so the allocator frees its cache and retries;
-    ``allocated_naive`` / ``allocated_fused``: the steps' predicted allocated peaks (bytes).
+    ``allocated_naive`` / ``allocated_fused``: the steps' predicted allocated peaks (bytes);
+    ``extra_activations``: bytes per token the user's implementation keeps beyond the model's at
+    the best fit (0 for the user's own model).
     """
 
     family: Family
@@ -186,6 +194,7 @@ class Hypothesis:
     measured_naive: int | None = None
     measured_fused: int | None = None
     alloc_retries: int | None = None
+    extra_activations: float = 0.0
 
     @property
     def score(self) -> float:

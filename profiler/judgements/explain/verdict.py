@@ -5,8 +5,10 @@ For a family and a fused-path state, every batch size B is predicted
 (:func:`~fusedce_profiler.judgements.explain.allocator.predict_reading`); the naive reading pins
 B (the batch sizes within its tolerance form ``batch_range``) and the saving decides: with the
 fused path active the fused step is the fused back-end's own calibration, without it the
-fused step is the naive one (saving 0). The hypothesis kept per family is the B with the
-smallest joint score — the larger of the two errors in units of their tolerances.
+fused step is the naive one (saving 0). With a stand-in model each B is also tried with the
+extra activations another implementation may keep (0 up to the measured spread, the same in both
+steps of the hypothesis). The hypothesis kept per family is the (B, extra activations) pair with
+the smallest joint score — the larger of the two errors in units of their tolerances.
 """
 from __future__ import annotations
 
@@ -41,31 +43,48 @@ def _family_hypothesis(obs: Observation, naive: Calibration, fused: Calibration 
     card = obs.total_gib * GIB
     batches = [obs.batch] if obs.batch else range(1, MAX_BATCH + 1)
     scored, matching = [], []
-    for b in batches:
-        rn = predict_reading(naive, b, terms, card)
-        if rn is None:
+    extras = terms.extras(naive.family.seq)
+
+    def evaluate(b: int, extra: float):
+        rn = predict_reading(naive, b, terms, card, extra)
+        rf = predict_reading(fused, b, terms, card, extra) if active else rn
+        if rn is None or rf is None:
             return None
-        rf = predict_reading(fused, b, terms, card) if active else rn
-        if rf is None:
-            return None
-        if not rn.fits and not obs.batch:
-            break  # larger B cannot fit either
         en, es, tn, ts, score = _score(rn, rf, obs, terms)
-        scored.append((score, b, rn, rf, en, es, tn, ts))
-        if abs(en) <= tn.total:
-            matching.append((b, rn.value - rf.value))
+        return score, b, rn, rf, en, es, tn, ts
+
+    for b in batches:
+        # The naive reading grows with the extra activations: when even the largest reads below
+        # it (or even none reads above it), only that end is the closest; the rest need no sweep.
+        low, high = evaluate(b, extras[0]), evaluate(b, extras[-1])
+        if low is None or high is None:
+            return None
+        if high[4] < -high[6].total:
+            tried = [high]
+        elif low[4] > low[6].total:
+            tried = [low]
+        else:
+            tried = [low, *(evaluate(b, extra) for extra in extras[1:-1]), high][:len(extras)]
+        for entry in tried:
+            scored.append(entry)
+            if abs(entry[4]) <= entry[6].total:
+                matching.append((b, entry[2].value - entry[3].value))
+        if not obs.batch and (not low[2].fits or low[4] > low[6].total):
+            break  # a larger B reads higher still and cannot fit either, whatever the extra activations
     if not scored:
         return None
-    reaching = {b for b, _ in matching}
-    # Among the batch sizes that reach the naive reading when there are any: B is pinned by it.
-    pool = [s for s in scored if s[1] in reaching] or scored
+    # Among the (B, extra activations) pairs that reach the naive reading when there are any: B is pinned by it.
+    pool = [s for s in scored if abs(s[4]) <= s[6].total] or scored
     score, b, rn, rf, en, es, tn, ts = min(pool, key=lambda s: s[0])
     fits = rn.fits and rf.fits
     consistent = score <= 1.0 and fits
     saving_seen = (obs.naive_mib - obs.fused_mib) * MIB
+    brange = (min(b for b, _ in matching), max(b for b, _ in matching)) if matching else None
     if consistent:
         why = (f"naive {_m(rn.value)} ({_m(en)} off, ±{_m(tn.total)}), saving "
-               f"{_m(rn.value - rf.value)} vs {_m(saving_seen)} seen ({_m(es)} off, ±{_m(ts.total)})")
+               f"{_m(rn.value - rf.value)} vs {_m(saving_seen)} seen ({_m(es)} off, ±{_m(ts.total)})"
+               + (f", with {rn.extra / naive.family.seq / 1024:,.0f} KiB of activations per token more than the "
+                  "model" if rn.extra > 0 else ""))
     elif not fits:
         why = f"needs {_m(max(rn.allocated, rf.allocated) + terms.context)}, more than the {obs.total_gib:g} GiB card"
     elif not matching:
@@ -73,16 +92,16 @@ def _family_hypothesis(obs: Observation, naive: Calibration, fused: Calibration 
                f"({_m(en)} off, tolerance ±{_m(tn.total)})")
     else:
         lo, hi = min(s for _, s in matching), max(s for _, s in matching)
-        span = f"{matching[0][0]}–{matching[-1][0]}" if len(matching) > 1 else f"{matching[0][0]}"
+        span = f"{brange[0]}–{brange[1]}" if brange[1] > brange[0] else f"{brange[0]}"
         why = (f"at every B that reaches the naive reading (B={span}) it would save {_m(lo)}"
                + (f"–{_m(hi)}" if hi - lo >= MIB else "") + f", not the {_m(saving_seen)} seen "
                f"(tolerance ±{_m(ts.total)})")
-    brange = (matching[0][0], matching[-1][0]) if matching else None
     srange = (min(v for _, v in matching), max(v for _, v in matching)) if matching else None
     return Hypothesis(naive.family, b, active, rn.value, rf.value, en, es, tn, ts, consistent, why,
                       peak_phase_naive=rn.phase, peak_phase_fused=rf.phase, batch_range=brange, saving_range=srange,
                       capped=rn.capped or rf.capped, allocated_naive=rn.allocated,
-                      allocated_fused=rf.allocated)
+                      allocated_fused=rf.allocated,
+                      extra_activations=rn.extra / naive.family.seq)
 
 
 def build_hypotheses(obs: Observation, calibrations: list[Calibration], terms: DeviceTerms,
