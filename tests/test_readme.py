@@ -104,11 +104,19 @@ def test_the_h200_figures_of_the_readme_are_in_the_reports_it_links():
         assert figure in recorded, figure
     for figure in ("23.9 GiB", "12.3 GiB"):
         assert figure in model, figure
-    for figure in ("Not decided", "26 configurations fit", "would save ≥ 8.13 GiB, against 0.62 GiB seen",
-                   "a 512–2,593 MiB tensor", "±555 MiB", "±7,135 MiB"):
+    for figure in ("Not decided", "32 configurations fit", "would save ≥ 7.80 GiB, against 0.62 GiB seen",
+                   "a 512–2,689 MiB tensor", "naive 23,018 MiB", "saving 995 MiB vs 630 MiB seen",
+                   "0–204 KiB of activations per token more", "3.37", "0.05–"):
         assert figure in explained, figure
-    blind = (REPO / "benchmarks/results/explain-blind-h200-2026-12-03/run2/blind/summary.md").read_text()
-    assert "truth consistent: 7 of 11" in blind
+    stored = json.loads((REPO / "examples/explain/user-gpt-22785-22155/explain.json").read_text())
+    consistent = [h for h in stored["hypotheses"] if h["consistent"]]
+    naive = [sum(h["tolerance_naive"].values()) / 2 ** 30 for h in consistent]
+    saving = [sum(h["tolerance_saving"].values()) / 2 ** 30 for h in consistent]
+    assert len(consistent) == 32 and "(32 of 48)" in README
+    assert f"±{min(naive):.1f}–{max(naive):.1f} GiB on the naive reading" in README
+    assert f"±{min(saving):.1f}–{max(saving):.1f} GiB on the" in README
+    blind = (REPO / "benchmarks/results/explain-blind-h200-2026-12-03/rejudged-2026-12-03/blind/summary.md").read_text()
+    assert "truth consistent: 11 of 11" in blind and "11 of 11 blind H200 cases" in README
 
 
 def test_the_readmes_model_command_is_the_one_docs_model_md_runs_less_a_back_end():
