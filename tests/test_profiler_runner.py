@@ -37,6 +37,13 @@ BACKENDS = textwrap.dedent('''
         print("about to die", flush=True)
         os._exit(3)
 
+    def heap_reusing(hidden, weight, target, bias=None):
+        from fusedce_profiler.instrument.protocol import CPU_ALLOCATOR_ENV
+        for name, value in CPU_ALLOCATOR_ENV.items():
+            if os.environ.get(name) != value:
+                raise RuntimeError(f"{name}={os.environ.get(name)!r} in the worker, not {value!r}")
+        return ok(hidden, weight, target, bias)
+
     def parks_when_large(hidden, weight, target, bias=None):
         if hidden.shape[0] > 16 and os.environ.get("PROFILER_TEST_PARK"):  # wait for the kill, then exit
             parent = os.getppid()
@@ -144,3 +151,20 @@ def test_resume_after_a_killed_run_measures_only_the_missing_cells(tmp_path, tes
     lines = (out / RESULTS_FILE).read_text().splitlines()
     assert len(lines) == 2 and all(json.loads(line) for line in lines)  # the cut line is gone
     assert json.loads((out / ENVIRONMENT_FILE).read_text())["torch"]  # same environment: kept as is
+
+
+def test_a_cpu_grids_worker_reuses_freed_blocks_without_moving_a_reading(tmp_path, test_backends, monkeypatch):
+    for name in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"):
+        monkeypatch.delenv(name, raising=False)
+    # blocks of 256 × 4096 fp32 logits (4 MiB): above glibc's default mmap threshold, below the worker's
+    grid = GridSpec(tokens=(256,), vocab=(4096,), hidden=(64,), modes=("amp-bf16",), device="cpu", warmup=1,
+                    repeats=1, backends=("torch", "fusedce", f"{test_backends}:heap_reusing"))
+    reusing = run_grid(grid, tmp_path / "reusing").results
+    assert [r.status for r in reusing] == ["ok"] * 3, [r.message for r in reusing]
+    for name in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"):  # the caller's own settings win
+        monkeypatch.setenv(name, str(128 << 10))
+    mapping = run_grid(grid, tmp_path / "mapping").results
+    assert [r.status for r in mapping] == ["ok", "ok", "error"]
+    for a, b in zip(reusing[:2], mapping[:2]):
+        assert (a.peak_forward_bytes, a.peak_backward_bytes, a.peak_step_bytes) == (
+            b.peak_forward_bytes, b.peak_backward_bytes, b.peak_step_bytes), a.spec.backend

@@ -44,7 +44,8 @@ from fusedce_profiler.instrument.backends import get_backend, options_of
 from fusedce_profiler.grid.inputs import CellInputs, make_inputs
 from fusedce_profiler.grid.memory_model import floor_bytes, predict
 from fusedce_profiler.instrument.precision import autocast
-from fusedce_profiler.instrument.protocol import MemoryMeter, memory_source, settle, synchronize, time_calls
+from fusedce_profiler.instrument.protocol import (MemoryMeter, memory_source, release_freed_memory, settle, synchronize,
+                                                 time_calls)
 from fusedce_profiler.instrument.records import CellResult, CellSpec, Parity
 from fusedce_profiler.instrument.reference import Reference, parity, reference
 
@@ -184,6 +185,8 @@ def measure_cell(spec: CellSpec, settings: MeasureSettings = MeasureSettings(), 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("default")
         _measure(spec, settings, backend, result, inputs, reference)
+    if torch.device(spec.device).type == "cpu":  # the cell's own tensors are gone with _measure's frame
+        release_freed_memory()
     messages = list(dict.fromkeys(oom.first_line(str(w.message))[:300] for w in caught
                                   if not issubclass(w.category, (DeprecationWarning, FutureWarning))))
     if messages:  # e.g. a back-end falling back to another path for this cell
