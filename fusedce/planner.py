@@ -8,10 +8,10 @@ and O(N) per-token vectors. :func:`budget_bytes` reads it as:
   least 32 MiB (:func:`default_budget_bytes`): the step stays under 1.1 × floor + 128 MiB.
 - ``"min"``: 5 % of the floor (less the per-token bytes): the step at ≤ 1.05 × floor where
   the smallest blocks (1024 rows × 1024 columns) allow it — and where the blocks are not so
-  small that the step becomes host-bound: the budget grows (up to the default's) until the
-  plan's modelled time (:mod:`fusedce.time_model`) is within ``MIN_PLANNED_TIME_FACTOR`` of
-  the default plan's. At large heads 5 % of the floor already is; at H = 768, V ≈ 32k it is
-  not (5 % left 264 blocks, ten times the default's step time).
+  small that the step becomes host-bound: otherwise the block shape with the fewest bytes of
+  temporaries among those whose modelled time (:mod:`fusedce.time_model`) is within
+  ``MIN_PLANNED_TIME_FACTOR`` of the default plan's. At large heads 5 % of the floor already
+  is; at H = 768, V ≈ 32k it is not (5 % left 264 blocks, ten times the default's step time).
 - ``"fast"``: 7/8 of N·V·c bytes, c the compute dtype's size. torch.compile keeps the N×V
   logits in the compute dtype for its backward (its extra memory is N·V·c, measured); a
   point that spends all of that on speed and is still slower is dominated by it, so
@@ -65,7 +65,6 @@ from dataclasses import dataclass
 
 import torch
 
-from fusedce.time_model import step_seconds
 
 MiB = 1 << 20
 MIN_BUDGET = 32 * MiB
@@ -220,29 +219,11 @@ def plan_chunks(
 
     plan = plan_for(budget)
     if memory_budget == "min" and strategy != "precompute" and chunk_size is None and vocab_chunk_size is None:
-        default_budget = default_budget_bytes(floor, n)
-        plan = _within_time_of(plan_for(default_budget, explicit=False), n, h, v, plan, plan_for, budget,
-                               default_budget, convert_weight=weight_dtype != compute_dtype,
-                               compute_bytes=dtype_bytes(compute_dtype))
-    return plan
+        from fusedce.min_plan import within_time_of  # it builds on this module's plans
 
-
-def _within_time_of(default: ChunkPlan, n: int, h: int, v: int, plan: ChunkPlan, plan_for, budget: int,
-                    default_budget: int, *, convert_weight: bool, compute_bytes: int) -> ChunkPlan:
-    """``plan`` (made from ``budget`` by ``plan_for``), or the plan of the smallest budget
-    grown from it in steps of 5/4 whose modelled time (:mod:`fusedce.time_model`) is within
-    :data:`MIN_PLANNED_TIME_FACTOR` of the ``default`` plan's; never more than ``default_budget``.
-
-    "min" trades time for memory, but not without bound: where the floor is small (H = 768,
-    V ≈ 32k) 5 % of it leaves blocks so small that the host's per-block cost, not the GPU,
-    sets the time (264 blocks ran 10 × the default's 14)."""
-    def seconds(candidate: ChunkPlan) -> float:
-        return step_seconds(n, h, v, candidate, convert_weight=convert_weight, compute_bytes=compute_bytes)
-
-    limit = MIN_PLANNED_TIME_FACTOR * seconds(default)
-    while seconds(plan) > limit and budget < default_budget:
-        budget = min(default_budget, max(budget, MiB) * 5 // 4)
-        plan = plan_for(budget, explicit=False)  # grown as the default's are: recompute
+        plan = within_time_of(plan_for(default_budget_bytes(floor, n), explicit=False), n, h, v, plan,
+                               hidden_dtype=hidden_dtype, weight_dtype=weight_dtype, compute_dtype=compute_dtype,
+                               per_chunk=per_chunk)
     return plan
 
 

@@ -60,3 +60,9 @@ def test_real_defaults_cover_the_users_head_and_llama3_on_gpu_and_a_small_cpu_gr
     assert [(g.hidden[0], g.vocab[0]) for g in cpu.grids] == list(CPU_HEADS)
     assert "torch" in cpu.grids[0].backends and "fusedce" in cpu.grids[0].backends
     assert sum(len(g.cells()) for g in cpu.grids) <= 12
+
+
+def test_the_cpu_default_run_meters_the_eager_and_fused_losses_on_their_first_step(default_run_dir):
+    out, _ = default_run_dir
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert {(r["spec"]["backend"], r["extra"]["warmup_steps"]) for r in rows} == {("torch", 0), ("fusedce", 0)}

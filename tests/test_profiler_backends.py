@@ -134,3 +134,23 @@ def test_torch_backend_options_match_their_definitions():
                 + 0.01 * torch.logsumexp(logits, -1).square() * valid).sum() / valid.sum()
     got = fn(h, w, y, None, LossOptions(z_loss=0.01, softcap=3.0))
     torch.testing.assert_close(got, expected)
+
+
+@pytest.mark.parametrize("name", ["torch", "fusedce", "fusedce-min", "fusedce-fast"])
+def test_backends_without_a_warmup_on_the_cpu_measure_the_bytes_of_a_warm_step(name, monkeypatch):
+    backend = get_backend(name)
+    assert not backend.needs_warmup("cpu") and backend.needs_warmup("cuda")
+    spec = CellSpec(backend=name, tokens=192, vocab=3000, hidden=64, mode="amp-bf16", device="cpu")
+    first = measure_cell(spec, MeasureSettings(warmup=1, repeats=1))
+    monkeypatch.setattr(type(backend), "needs_warmup", lambda self, device: True)
+    warm = measure_cell(spec, MeasureSettings(warmup=1, repeats=1))
+    assert (first.extra["warmup_steps"], warm.extra["warmup_steps"]) == (0, 1)
+    assert first.status == warm.status == "ok"
+    assert (first.peak_forward_bytes, first.peak_backward_bytes, first.peak_step_bytes) == (
+        warm.peak_forward_bytes, warm.peak_backward_bytes, warm.peak_step_bytes)
+    assert first.parity == warm.parity
+
+
+def test_compiled_and_unproven_backends_keep_their_warmup_on_the_cpu():
+    assert get_backend("torch-compile").needs_warmup("cpu")
+    assert get_backend("torch-native").needs_warmup("cpu")

@@ -34,8 +34,29 @@ def test_relative_error_rejects_mismatched_shapes():
 def test_relative_error_accumulates_across_chunks(monkeypatch):
     import fusedce_profiler.instrument.reference as reference_module
 
-    monkeypatch.setattr(reference_module, "COMPARE_CHUNK", 3)
+    monkeypatch.setattr(reference_module, "COMPARE_CHUNK_CPU", 3)
     reference = torch.arange(1.0, 11.0)
     value = reference + torch.linspace(-1, 1, 10)
     expected = math.sqrt(float(((value - reference) ** 2).sum()) / float((reference ** 2).sum()))
     assert relative_error(value, reference) == pytest.approx(expected)
+
+
+def test_relative_error_on_the_cpu_equals_the_whole_tensor_fp64_formula():
+    generator = torch.Generator().manual_seed(0)
+    reference = torch.randn(3 * (1 << 15) + 17, generator=generator)
+    value = (reference + 1e-3 * torch.randn(reference.shape, generator=generator)).bfloat16()
+    difference = value.double() - reference.double()
+    expected = math.sqrt(float(difference.square().sum()) / float(reference.double().square().sum()))
+    assert relative_error(value, reference) == pytest.approx(expected, rel=1e-12)
+
+
+def test_relative_error_on_the_cpu_holds_two_small_fp64_buffers_whatever_the_size():
+    from fusedce_profiler.instrument.protocol import MemoryMeter
+    from fusedce_profiler.instrument.reference import COMPARE_CHUNK_CPU
+
+    reference = torch.randn(1 << 22)  # 4 M elements: 32 MiB as fp64
+    value = reference + 1.0
+    with MemoryMeter("cpu") as meter:
+        meter.mark("compare")
+        relative_error(value, reference)
+    assert meter.record.extra() <= 2 * 8 * COMPARE_CHUNK_CPU + 4096

@@ -17,6 +17,7 @@ import time
 import pytest
 
 from fusedce_profiler.grid.spec import GridSpec
+from fusedce_profiler.instrument.protocol import CPU_WORKER_ENV
 from fusedce_profiler.instrument.records import CellResult
 from fusedce_profiler.grid.runner import load_results, run_grid
 from fusedce_profiler.instrument.store import ENVIRONMENT_FILE, RESULTS_FILE
@@ -36,6 +37,13 @@ BACKENDS = textwrap.dedent('''
     def crash(hidden, weight, target, bias=None):
         print("about to die", flush=True)
         os._exit(3)
+
+    def in_worker_env(hidden, weight, target, bias=None):
+        from fusedce_profiler.instrument.protocol import CPU_WORKER_ENV
+        for name, value in CPU_WORKER_ENV.items():
+            if os.environ.get(name) != value:
+                raise RuntimeError(f"{name}={os.environ.get(name)!r} in the worker, not {value!r}")
+        return ok(hidden, weight, target, bias)
 
     def parks_when_large(hidden, weight, target, bias=None):
         if hidden.shape[0] > 16 and os.environ.get("PROFILER_TEST_PARK"):  # wait for the kill, then exit
@@ -144,3 +152,21 @@ def test_resume_after_a_killed_run_measures_only_the_missing_cells(tmp_path, tes
     lines = (out / RESULTS_FILE).read_text().splitlines()
     assert len(lines) == 2 and all(json.loads(line) for line in lines)  # the cut line is gone
     assert json.loads((out / ENVIRONMENT_FILE).read_text())["torch"]  # same environment: kept as is
+
+
+def test_a_cpu_grids_worker_runs_with_its_environment_without_moving_a_reading(tmp_path, test_backends, monkeypatch):
+    for name in CPU_WORKER_ENV:
+        monkeypatch.delenv(name, raising=False)
+    # blocks of 256 × 4096 fp32 logits (4 MiB): above glibc's default mmap threshold, below the worker's
+    grid = GridSpec(tokens=(256,), vocab=(4096,), hidden=(64,), modes=("amp-bf16",), device="cpu", warmup=1,
+                    repeats=1, backends=("torch", "fusedce", f"{test_backends}:in_worker_env"))
+    tuned = run_grid(grid, tmp_path / "tuned").results
+    assert [r.status for r in tuned] == ["ok"] * 3, [r.message for r in tuned]
+    for name in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"):  # the caller's own settings win
+        monkeypatch.setenv(name, str(128 << 10))
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    untuned = run_grid(grid, tmp_path / "untuned").results
+    assert [r.status for r in untuned] == ["ok", "ok", "error"]
+    for a, b in zip(tuned[:2], untuned[:2]):
+        assert (a.peak_forward_bytes, a.peak_backward_bytes, a.peak_step_bytes) == (
+            b.peak_forward_bytes, b.peak_backward_bytes, b.peak_step_bytes), a.spec.backend

@@ -3,7 +3,10 @@
 The protocol (:mod:`fusedce_profiler.instrument.protocol`), as applied to one loss call:
 
 1. Build the inputs (:func:`fusedce_profiler.grid.inputs.make_inputs`) and the loss; run ``warmup``
-   forward+backward steps (compilation, autotuning, cuBLAS workspace).
+   forward+backward steps (compilation, autotuning, cuBLAS workspace) — none for a back-end
+   whose first step on the cell's device does nothing once
+   (:meth:`~fusedce_profiler.instrument.backends.base.Backend.needs_warmup`: the eager and fused
+   losses on the CPU), whose metered step then is its first.
 2. Clear the gradients, :func:`~fusedce_profiler.instrument.protocol.settle`, and meter one forward (under the
    mode's autocast) and one backward (``loss.backward()``; a vector loss is back-propagated
    with a gradient of ones) as two phases over the baseline of the inputs alive. Peak extra
@@ -23,7 +26,8 @@ Keys this module adds to ``CellResult.extra``: ``baseline_reserved_bytes`` (CUDA
 ``predicted_forward_bytes`` / ``predicted_backward_bytes`` (the model's phase peaks),
 ``prediction_note`` (why there is no prediction), ``parity_note`` (why there is no
 parity), ``traceback``, ``warnings`` (the first distinct warnings raised while measuring,
-e.g. a back-end falling back to another code path), ``warmup_ms`` (the warm-up's wall time).
+e.g. a back-end falling back to another code path), ``warmup_ms`` (the warm-up's wall time),
+``warmup_steps`` (how many warm-up steps ran).
 
 Public API: :class:`MeasureSettings`, :func:`measure_cell`.
 """
@@ -44,7 +48,8 @@ from fusedce_profiler.instrument.backends import get_backend, options_of
 from fusedce_profiler.grid.inputs import CellInputs, make_inputs
 from fusedce_profiler.grid.memory_model import floor_bytes, predict
 from fusedce_profiler.instrument.precision import autocast
-from fusedce_profiler.instrument.protocol import MemoryMeter, memory_source, settle, synchronize, time_calls
+from fusedce_profiler.instrument.protocol import (MemoryMeter, memory_source, release_freed_memory, settle, synchronize,
+                                                 time_calls)
 from fusedce_profiler.instrument.records import CellResult, CellSpec, Parity
 from fusedce_profiler.instrument.reference import Reference, parity, reference
 
@@ -184,6 +189,8 @@ def measure_cell(spec: CellSpec, settings: MeasureSettings = MeasureSettings(), 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("default")
         _measure(spec, settings, backend, result, inputs, reference)
+    if torch.device(spec.device).type == "cpu":  # the cell's own tensors are gone with _measure's frame
+        release_freed_memory()
     messages = list(dict.fromkeys(oom.first_line(str(w.message))[:300] for w in caught
                                   if not issubclass(w.category, (DeprecationWarning, FutureWarning))))
     if messages:  # e.g. a back-end falling back to another path for this cell
@@ -199,10 +206,12 @@ def _measure(spec: CellSpec, settings: MeasureSettings, backend, result: CellRes
         result.backend_version = backend.version()
         inputs = inputs or make_inputs(spec)
         step = _Step(backend.make(), inputs, spec)
-        for _ in range(settings.warmup):
+        warmup = settings.warmup if backend.needs_warmup(spec.device) else 0
+        for _ in range(warmup):
             step()
         synchronize(spec.device)
         result.extra["warmup_ms"] = (time.perf_counter() - started) * 1e3
+        result.extra["warmup_steps"] = warmup
         loss = _measure_memory(step, result, settings.snapshot_dir)
         _measure_parity(step, loss, result, reference)
         del loss

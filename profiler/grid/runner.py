@@ -10,6 +10,10 @@ GPU); a resumed run in a different environment adds its own under ``"resumed"``.
 cells only; paths in the results are relative to the folder). ``logs/`` holds each
 worker's output, tracebacks included; an ``error`` or ``timeout`` row names its log.
 
+A CPU grid's worker runs with :data:`~fusedce_profiler.instrument.protocol.CPU_WORKER_ENV`
+(unless the caller's environment sets those variables): its repeated steps reuse freed blocks,
+and its OpenMP threads do not spin between ops.
+
 A worker serves cells until one fails (``oom``, ``error``, ``timeout``), then a fresh one
 takes over. A cell still running after ``cell_timeout_s`` is recorded as ``timeout``, its
 worker killed, and the run goes on. A worker that dies at start-up (before it could take
@@ -45,7 +49,7 @@ from fusedce_profiler.instrument.backends import get_backend
 from fusedce_profiler.instrument.environment import save_environment
 from fusedce_profiler.grid.spec import GridSpec
 from fusedce_profiler.grid.memory_model import floor_bytes, predict
-from fusedce_profiler.instrument.protocol import memory_source
+from fusedce_profiler.instrument.protocol import CPU_WORKER_ENV, memory_source
 from fusedce_profiler.instrument.records import CellResult, CellSpec
 from fusedce_profiler.grid.cell import MeasureSettings
 from fusedce_profiler.instrument.scrub import machine_names, scrub_text
@@ -360,7 +364,7 @@ def run_grid(grid: GridSpec, out_dir: str | Path, *, resume: bool = False, snaps
         return _Cells(out, settings, cell_timeout_s, fresh_worker_per_cell, environment, env)
 
     if devices is None:
-        runner = make_cells()
+        runner = make_cells({**CPU_WORKER_ENV, **os.environ} if grid.device == "cpu" else None)
         try:
             for spec in pending:
                 if on_start is not None:

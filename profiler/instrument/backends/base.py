@@ -109,6 +109,12 @@ class Backend:
         """Import lazily and return the loss function."""
         raise NotImplementedError
 
+    def needs_warmup(self, device: str) -> bool:
+        """Whether its first step on ``device`` (``cuda``, ``cuda:K``, ``cpu``) does work once —
+        compiling, autotuning, a library's workspace — that a warm-up step must take out of the
+        metered one. True unless a back-end shows otherwise."""
+        return True
+
     def info(self) -> BackendInfo:
         try:
             version, available, reason = self.version(), True, ""

@@ -34,6 +34,12 @@ class FusedceBackend(Backend):
 
         return dist_version("fusedce") or fusedce.__version__
 
+    def needs_warmup(self, device: str) -> bool:
+        """On the CPU the loss runs plain PyTorch ops and allocates nothing once (a first step
+        holds the bytes of any later one, ``tests/test_profiler_backends.py``); on a GPU its
+        Triton kernels compile and autotune on a first step."""
+        return not device.startswith("cpu")
+
     def make(self) -> LossFn:
         import fusedce
 
