@@ -116,8 +116,8 @@ def _speed_outcome(rows: pd.DataFrame) -> tuple:
 
 def _speed_phrase(sizes: list[int], outcome: tuple, first: bool) -> str:
     kind, at = outcome[0], f"{'At' if first else 'at'} {_sizes(sizes)} tokens"
-    if kind == "won":
-        return f"{names(outcome[1])} {_is(outcome[1])} the fastest {at}"
+    if kind == "won":  # the phrase begins with the names, so "at" is lower-case even when it leads
+        return f"{names(outcome[1])} {_is(outcome[1])} the fastest at {_sizes(sizes)} tokens"
     if kind == "noise":
         return (f"{at} the times of {names(outcome[1])} are within noise (their min–max ranges overlap), "
                 "so none is called the fastest")

@@ -184,3 +184,12 @@ def test_the_frontier_finding_uses_the_largest_size_two_back_ends_ran_and_names_
              cell("torch", 8192, None, status="oom"), cell("fusedce", 8192, 48, time_ms=8.0)]
     assert _topic(cells, "frontier") == ("On 64×1000 at 1k tokens fusedce (6.00 MiB, 1.00 ms) alone is on the "
                                          "time–memory frontier; torch is dominated by fusedce.")
+
+
+def test_a_sentence_that_begins_with_the_winner_names_the_sizes_in_lower_case():
+    cells = [cell(b, t, 10, time_ms=ms, spread=(lo, hi), cpu=True)
+             for t, timings in ((1024, (("torch", 5.0, 4.9, 5.1), ("fusedce", 9.0, 8.9, 9.1))),
+                                (4096, (("torch", 20.0, 18.0, 24.0), ("fusedce", 21.0, 19.0, 23.0))))
+             for b, ms, lo, hi in timings]
+    text = _topic(cells, "speed")
+    assert text.startswith("torch is the fastest at 1k tokens; at 4k tokens the times of"), text
