@@ -22,7 +22,7 @@ from fusedce_profiler.instrument.interruption import INTERRUPTED_FILE
 # What a run writes into its folder; ``--force`` removes these and nothing else.
 RUN_ARTEFACTS = (store.RESULTS_FILE, "results.csv", "summary.md", "report.html", store.ENVIRONMENT_FILE,
                  store.PLAN_FILE, store.MODEL_RESULTS_FILE, "explain_steps.jsonl", store.FIT_FILE, store.PARITY_FILE,
-                 store.DOCTOR_FILE, INTERRUPTED_FILE, "plots", store.SNAPSHOTS_DIR, store.LOGS_DIR)
+                 store.DOCTOR_FILE, INTERRUPTED_FILE, store.PLOTS_DIR, store.SNAPSHOTS_DIR, store.LOGS_DIR)
 
 
 class OutputDirError(UsageError):

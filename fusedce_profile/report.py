@@ -24,7 +24,9 @@ from fusedce_profile.outcome import CommandOutcome
 
 
 def _plots(run_dir: Path) -> list[str]:
-    return sorted(str(p) for p in (run_dir / "plots").glob("*.png"))
+    from fusedce_profiler.instrument import store
+
+    return sorted(str(p) for p in (run_dir / store.PLOTS_DIR).glob("*.png"))
 
 
 def _checked(kind: str, run_dir: Path, console: Console) -> CommandOutcome:

@@ -36,7 +36,6 @@ from fusedce_reports.timeline import plot_timeline, read_timeline, timeline_file
 
 log = logging.getLogger(__name__)
 
-PLOTS_DIR = "plots"
 TIMELINE_PREFIX = "timeline_"
 
 # (file stem, caption, drawing function); a function returning None draws nothing.
@@ -146,7 +145,7 @@ def build_report(run_dir: Path) -> Report:
     findings = compute_findings(frame)
     tables = cell_tables(frame)
 
-    plots_dir = run_dir / PLOTS_DIR
+    plots_dir = run_dir / store.PLOTS_DIR
     if plots_dir.is_symlink():
         raise OSError(f"{plots_dir} is a symbolic link; the report writes its plots only inside the run folder")
     plots_dir.mkdir(exist_ok=True)

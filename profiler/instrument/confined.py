@@ -93,6 +93,9 @@ def _relative_parts(folder: Path, path: Path) -> tuple[str, ...]:
     return parts
 
 
+WRITE_LINK_REFUSED = "a symbolic link; a run folder's files are written in place, never through links"
+"""Why the store refuses to write through a link (the text of its ``OSError``)."""
+
 def _refused_link(path: Path) -> FolderRefused:
     return FolderRefused(f"{path}: a symbolic link; a run folder's files are read only inside it, "
                          "never through links")
