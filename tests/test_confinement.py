@@ -65,17 +65,44 @@ def test_resume_never_truncates_a_results_file_linked_outside_the_folder(run):
     assert outside.read_bytes() == UNTOUCHED
 
 
-def test_appending_a_recording_never_truncates_a_linked_steps_file(tmp_path):
+HARD_LINKED = "not a regular file of the folder alone (a hard link or a device)"
+
+
+def test_resume_never_writes_into_a_hard_link_to_a_file_outside_the_folder(run):
+    """``O_NOFOLLOW`` stops a symbolic link, not a second name of an outside file: the partial-line
+    repair cut it and the appends landed in it."""
+    (run / store.RESULTS_FILE).unlink()
+    outside = link_out(run, store.RESULTS_FILE, hard=True)
+    result = CliRunner().invoke(app, [*TINY, "--tokens", "8", "--backend", "torch", "--out", str(run), "--resume"])
+    _one_line_exit_2(result, f"{run / store.RESULTS_FILE}: {HARD_LINKED}")
+    assert outside.read_bytes() == UNTOUCHED
+
+
+def test_a_hard_linked_lock_note_is_refused_not_truncated(tmp_path):
+    folder = tmp_path / "run"
+    outside = link_out(folder, store.LOCK_FILE, hard=True)
+    with pytest.raises(OSError, match=re.escape(HARD_LINKED)):
+        store.RunLock(folder).acquire()
+    assert outside.read_bytes() == UNTOUCHED
+    store.append_jsonl(folder / "fresh.jsonl", {"a": 1})  # the folder's own files are written as ever
+    with pytest.raises(OSError, match=re.escape(HARD_LINKED)):
+        store.append_jsonl(folder / store.LOCK_FILE, {"a": 1})
+    assert outside.read_bytes() == UNTOUCHED
+
+
+@pytest.mark.parametrize("hard", [False, True])
+def test_appending_a_recording_never_truncates_a_linked_steps_file(tmp_path, hard):
     import torch
 
     from fusedce_profile import StepRecorder
     from tests.doctor_models import WrappedHeadLM
 
     folder = tmp_path / "rec"
-    outside = link_out(folder, store.RECORDED_STEPS_FILE)
+    outside = link_out(folder, store.RECORDED_STEPS_FILE, hard=hard)
     model = WrappedHeadLM()
     recorder = StepRecorder(model, folder, steps=(0,), append=True, trace=False, report=False)
-    with pytest.warns(RuntimeWarning, match=f"{folder / store.RECORDED_STEPS_FILE}: a symbolic link"):
+    refusal = re.escape(HARD_LINKED) if hard else f"{re.escape(str(folder / store.RECORDED_STEPS_FILE))}: a symbolic link"
+    with pytest.warns(RuntimeWarning, match=refusal):
         with recorder.step():
             model(torch.zeros(1, 8, dtype=torch.long)).sum().backward()
         recorder.close()

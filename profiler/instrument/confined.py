@@ -96,6 +96,25 @@ def _relative_parts(folder: Path, path: Path) -> tuple[str, ...]:
 WRITE_LINK_REFUSED = "a symbolic link; a run folder's files are written in place, never through links"
 """Why the store refuses to write through a link (the text of its ``OSError``)."""
 
+WRITE_SHARED_REFUSED = ("not a regular file of the folder alone (a hard link or a device); a run folder's files "
+                        "are written in place, never through links")
+"""Why the store refuses to append to or truncate a file that has another name (a hard link to a
+file elsewhere would be written there), or is not a regular file (a pipe would block)."""
+
+_WRITING = os.O_WRONLY | os.O_RDWR
+
+
+def check_own_file(fd: int, path: str | Path) -> int:
+    """``fd`` when it is a regular file with one name; otherwise ``fd`` is closed and ``OSError``
+    (``EMLINK``) names ``path`` (:data:`WRITE_SHARED_REFUSED`). For every file opened to be written
+    in place (appended, truncated): ``O_NOFOLLOW`` stops a symbolic link, this a hard link."""
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+        os.close(fd)
+        raise OSError(errno.EMLINK, WRITE_SHARED_REFUSED, str(path))
+    return fd
+
+
 def _refused_link(path: Path) -> FolderRefused:
     return FolderRefused(f"{path}: a symbolic link; a run folder's files are read only inside it, "
                          "never through links")
@@ -106,7 +125,8 @@ def open_inside(folder: str | Path, path: str | Path, flags: int = _OPEN_READ, m
     at or below ``folder``; the caller closes it.
 
     ``flags`` default to reading; ``O_NOFOLLOW`` is always added. A link on the way is
-    :class:`FolderRefused` naming it; a missing file is ``FileNotFoundError``.
+    :class:`FolderRefused` naming it; a missing file is ``FileNotFoundError``; a file opened for
+    writing that has another name or is not a regular file is refused (:func:`check_own_file`).
     """
     folder, path = Path(folder), Path(path)
     parts = _relative_parts(folder, path)
@@ -124,7 +144,8 @@ def open_inside(folder: str | Path, path: str | Path, flags: int = _OPEN_READ, m
             os.close(fd)
             fd = inner
         try:
-            return os.open(parts[-1], flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=fd)
+            opened = os.open(parts[-1], flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=fd)
+            return check_own_file(opened, path) if flags & _WRITING else opened
         except OSError as exc:
             if exc.errno == errno.ELOOP:
                 raise _refused_link(path) from None

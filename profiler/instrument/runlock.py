@@ -61,8 +61,9 @@ class RunLock:
             os.close(fd)
             raise FolderInUse(self.folder, self._holder()) from None
         try:
-            note = os.open(LOCK_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666,
-                           dir_fd=fd)
+            note = confined.check_own_file(os.open(LOCK_FILE, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                                                   0o666, dir_fd=fd), self.path)
+            os.ftruncate(note, 0)  # only once it is known to be the folder's own file
             with os.fdopen(note, "w", encoding="utf-8") as fh:
                 fh.write(f"pid {os.getpid()} since {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
         except OSError as exc:

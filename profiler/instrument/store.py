@@ -183,7 +183,7 @@ def cut_partial_line(path: str | Path) -> bool:
     """Cut an unterminated last line (a write interrupted by a kill) before appending.
 
     Returns whether anything was cut, so the caller can say so. The file is opened without
-    following a link (a linked file is refused, never truncated) and only its tail is read.
+    following a link (a linked or hard-linked file is refused, never truncated) and only its tail is read.
     """
     path = Path(path)
     try:
@@ -233,6 +233,7 @@ def append_jsonl(path: str | Path, record: dict) -> None:
         if exc.errno == errno.ELOOP:
             raise OSError(errno.ELOOP, _LINK_REFUSED, str(path)) from None
         raise _naming(exc, path) from None
+    confined.check_own_file(fd, path)  # a hard link would append to a file elsewhere
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(line)
