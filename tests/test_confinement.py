@@ -24,6 +24,8 @@ from linked import UNTOUCHED, link_out
 from processes import cli_env, run_cli
 from test_cli_faults import TINY, finished_run  # noqa: F401 - a fixture, shared
 
+pytestmark = pytest.mark.faults  # the fault suite: pytest -m faults
+
 
 
 @pytest.fixture

@@ -13,6 +13,8 @@ from typer.testing import CliRunner
 from fusedce_cli.app import app
 from processes import cli_env, kill_group, start_cli, wait_for, workers_of
 
+pytestmark = pytest.mark.faults  # the fault suite: pytest -m faults
+
 runner = CliRunner()
 
 MODELS = textwrap.dedent('''

@@ -13,6 +13,8 @@ from linked import UNTOUCHED, link_out
 from processes import REPO
 from fusedce_profiler.instrument import confined, store
 
+pytestmark = pytest.mark.faults  # the fault suite: pytest -m faults
+
 
 def test_the_lock_is_reentrant_in_one_process_and_exclusive_across_processes(tmp_path):
     outer = store.RunLock(tmp_path).acquire()

@@ -46,6 +46,7 @@ def test_the_worker_starts_without_a_warning_in_its_log(tmp_path):
     assert "Warning" not in log.read_text()
 
 
+@pytest.mark.faults
 def test_a_finished_workers_log_names_no_path_or_host_of_the_machine(tmp_path, monkeypatch):
     """What the child printed (a traceback names the Python installation, the home and current
     folders, the run folder) is kept, with those paths and the host name as placeholders."""
