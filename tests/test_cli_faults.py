@@ -42,6 +42,9 @@ BACKENDS = textwrap.dedent('''
     def boom(hidden, weight, target, bias=None):
         raise RuntimeError("boom")
 
+    def escapes(hidden, weight, target, bias=None):  # a title, a cleared screen, red, a C1 sequence
+        raise RuntimeError("\x1b]0;pwned\x07\x1b[2J\x1b[31mred\x9b0m | pipe")
+
     def spawn(hidden, weight, target, bias=None):  # a back-end with a helper process of its own
         import subprocess, sys
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
@@ -414,3 +417,21 @@ def test_report_names_a_truncated_last_line(finished_run, tmp_path):
     result = CliRunner().invoke(app, ["report", str(out)])
     assert result.exit_code == 0, result.output
     assert f"{out.resolve() / RESULTS_FILE}:2: a last line cut short by an interrupted write" in _plain(result.stdout)
+
+
+def test_an_escape_sequence_in_a_message_is_shown_never_obeyed(fx, tmp_path):
+    """A back-end's message reaches the terminal, summary.md, report.html and results.csv (all read
+    in a terminal too) with its control characters spelled out, on the run and on ``report``."""
+    out = tmp_path / "run"
+    run = CliRunner().invoke(app, [*TINY, "--tokens", "8", "--backend", "torch", "--backend", "fx_backends:escapes",
+                                   "--out", str(out)])
+    assert run.exit_code == 1, run.output
+    rebuilt = CliRunner().invoke(app, ["report", str(out)])
+    assert rebuilt.exit_code in (0, 1), rebuilt.output
+    assert "RuntimeError: \\x1b]0;pwned\\x07\\x1b[2J\\x1b[31mred\\x9b0m" in run.output
+    stored = {name: (out / name).read_text() for name in ("summary.md", "report.html", "results.csv")}
+    for where, text in {"grid": run.output, "report": rebuilt.output, **stored}.items():
+        assert not set(text) & {"\x1b", "\x07", "\x9b"}, where
+        assert "pwned" in text or where == "report", where
+    assert "\\x1b" in stored["results.csv"]
+

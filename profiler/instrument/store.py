@@ -59,6 +59,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Callable, Generic, TextIO, TypeVar
 
 from fusedce_profiler.instrument import confined, scrub
+from fusedce_profiler.instrument.text import printable
 from fusedce_profiler.instrument.runlock import LOCK_FILE, FolderInUse, RunLock  # noqa: F401 - the folder's lock
 
 RESULTS_FILE = "results.jsonl"
@@ -270,11 +271,12 @@ def write_text(path: str | Path, text: str) -> Path:
 
 
 def _scrub_for(path: Path, text: str, names: scrub.Names) -> str:
-    """``text`` scrubbed; in an HTML page a placeholder is written as text (``&lt;cwd&gt;``), not
-    as a tag the browser would hide."""
+    """``text`` scrubbed, its control characters spelled out (a report is read in a terminal
+    too: :func:`~fusedce_profiler.instrument.text.printable`); in an HTML page a placeholder is
+    written as text (``&lt;cwd&gt;``), not as a tag the browser would hide."""
     if path.suffix in (".html", ".htm"):
         names = tuple((name, html.escape(placeholder)) for name, placeholder in names)
-    return scrub.scrub_text(text, names)
+    return scrub.scrub_text(printable(text), names)
 
 
 def write_bytes(path: str | Path, data: bytes) -> Path:
