@@ -22,7 +22,21 @@ from fusedce_profiler.instrument.interruption import INTERRUPTED_FILE
 # What a run writes into its folder; ``--force`` removes these and nothing else.
 RUN_ARTEFACTS = (store.RESULTS_FILE, "results.csv", "summary.md", "report.html", store.ENVIRONMENT_FILE,
                  store.PLAN_FILE, store.MODEL_RESULTS_FILE, "explain_steps.jsonl", store.FIT_FILE, store.PARITY_FILE,
-                 store.DOCTOR_FILE, INTERRUPTED_FILE, store.PLOTS_DIR, store.SNAPSHOTS_DIR, store.LOGS_DIR)
+                 store.DOCTOR_FILE, store.EXPLAIN_FILE, store.RECORDED_STEPS_FILE, INTERRUPTED_FILE, store.PLOTS_DIR,
+                 store.SNAPSHOTS_DIR, store.LOGS_DIR)
+
+
+# The files that make a folder a run's: one of them is written as soon as a run starts.
+RUN_RECORDS = tuple(name for name in RUN_ARTEFACTS if name not in (
+    "results.csv", "summary.md", "report.html", store.PLOTS_DIR, store.SNAPSHOTS_DIR, store.LOGS_DIR))
+
+
+def _not_a_run_folder(folder: Path) -> list[str]:
+    """What ``folder`` holds when it holds no run's record (:data:`RUN_RECORDS`), else ``[]``:
+    ``--force`` and ``--resume`` touch only a run's folder (``--out ~ --force`` would remove the
+    home folder's ``logs/`` and ``plots/``; your own files beside a run are kept)."""
+    names = sorted(p.name for p in folder.iterdir())
+    return [] if any(name in RUN_RECORDS for name in names) else names
 
 
 class OutputDirError(UsageError):
@@ -45,7 +59,8 @@ def prepare_out_dir(out: Path | None, *, force: bool, resume: bool,
 
     - ``out`` is ``None``: a new time-stamped folder (``--resume`` needs an explicit one).
     - an existing non-empty folder: ``--resume`` continues the run in it; ``--force``
-      removes the previous run's artefacts (:data:`RUN_ARTEFACTS`, nothing else);
+      removes the previous run's artefacts (:data:`RUN_ARTEFACTS`, nothing else); a folder
+      that holds no run's record (:data:`RUN_RECORDS`) is no run folder and is refused with either;
       otherwise :class:`OutputDirError` (which names ``--resume`` only when ``resume_option``: the
       command has it). A folder holding only a lock file counts as empty.
     - ``lock`` is called with the folder once it exists and before anything in it is
@@ -68,6 +83,12 @@ def prepare_out_dir(out: Path | None, *, force: bool, resume: bool,
         if not resume and not force:
             raise OutputDirError(f"--out {out}: the folder is not empty; pass --force to replace its "
                                  f"previous run{resume_hint}")
+        foreign = [name for name in _not_a_run_folder(out) if name != store.LOCK_FILE]
+        if foreign:
+            shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+            raise OutputDirError(f"--out {out}: not a run folder (it holds {shown}, and no run's record); "
+                                 f"{'--resume' if resume else '--force'} only touches a folder a run wrote: "
+                                 "choose a new or empty folder")
         if lock is not None:
             lock(out)
         if resume:

@@ -435,3 +435,18 @@ def test_an_escape_sequence_in_a_message_is_shown_never_obeyed(fx, tmp_path):
         assert "pwned" in text or where == "report", where
     assert "\\x1b" in stored["results.csv"]
 
+
+@pytest.mark.parametrize("flag", ["--force", "--resume"])
+def test_force_or_resume_never_touch_a_folder_no_run_wrote(tmp_path, flag):
+    """``--out ~ --force`` removed the home folder's ``logs/`` and ``plots/`` and wrote a run
+    beside its files (``--out / --force`` as root did so in /): a folder that holds no run's record
+    is refused, whatever the flag."""
+    home = tmp_path / "home"
+    (home / "logs").mkdir(parents=True)
+    (home / "logs" / "mine.txt").write_text("keep")
+    (home / "notes.txt").write_text("keep")
+    result = CliRunner().invoke(app, [*TINY, "--tokens", "8", "--backend", "torch", "--out", str(home), flag])
+    assert result.exit_code == 2, result.output
+    assert f"--out {home}: not a run folder (it holds logs, notes.txt, and no run's record)" in _plain(result.stderr)
+    assert sorted(p.name for p in home.rglob("*")) == ["logs", "mine.txt", "notes.txt"]
+
