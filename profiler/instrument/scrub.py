@@ -107,17 +107,37 @@ def scrub_value(value: Any, names: Names) -> Any:
     return walk(value)
 
 
+LOG_HEAD_BYTES = 1 << 20
+LOG_TAIL_BYTES = 3 << 20
+"""What :func:`scrub_file` keeps of a longer log: its start (the job's header, the first error)
+and its end (the traceback that ended it); user code that prints without end would otherwise
+fill the folder a user attaches to a bug report (and this rewrite's memory)."""
+
+
+def _bounded_text(fd: int) -> tuple[str, bool]:
+    """The file's text, or its first :data:`LOG_HEAD_BYTES` and last :data:`LOG_TAIL_BYTES` with a
+    line saying how much was cut between them; whether anything was cut."""
+    size = os.fstat(fd).st_size
+    if size <= LOG_HEAD_BYTES + LOG_TAIL_BYTES:
+        return os.pread(fd, size, 0).decode("utf-8", errors="replace"), False
+    head = os.pread(fd, LOG_HEAD_BYTES, 0).decode("utf-8", errors="replace")
+    tail = os.pread(fd, LOG_TAIL_BYTES, size - LOG_TAIL_BYTES).decode("utf-8", errors="replace")
+    cut = size - LOG_HEAD_BYTES - LOG_TAIL_BYTES
+    return f"{head}\n[... {cut} bytes of output cut: the log keeps its first and last lines ...]\n{tail}", True
+
+
 def scrub_file(folder: str | Path, path: str | Path) -> None:
     """Rewrite ``path``, a text file below ``folder`` (never through a link), with the machine's
-    names replaced (:func:`scrub_text`, the run folder being ``folder``). Best effort: a file
+    names replaced (:func:`scrub_text`, the run folder being ``folder``) and, when longer, only
+    its start and end kept (:data:`LOG_HEAD_BYTES`, :data:`LOG_TAIL_BYTES`). Best effort: a file
     that cannot be read or written is left as it was."""
     from fusedce_profiler.instrument.confined import open_inside
 
     try:
         with os.fdopen(open_inside(folder, path), "rb") as source:
-            text = source.read().decode("utf-8", errors="replace")
+            text, cut = _bounded_text(source.fileno())
         scrubbed = scrub_text(text, machine_names(folder))
-        if scrubbed != text:
+        if scrubbed != text or cut:
             with os.fdopen(open_inside(folder, path, os.O_WRONLY | os.O_TRUNC), "wb") as target:
                 target.write(scrubbed.encode("utf-8"))
     except Exception:  # noqa: BLE001 - a log that cannot be rewritten stays as the worker left it
