@@ -78,7 +78,7 @@ def explain(
             plan = validate(**kwargs)  # refuse impossible input before the folder is made
     except UsageError as exc:
         raise fail(str(exc)) from None
-    out_dir = prepare_out(out, force, resume)
+    out_dir = prepare_out(out, force, resume, kind="explain")
     console.print(f"fusedce-profile explain: writing to {out_dir}", markup=False)
     try:
         with stop_on_sigterm():

@@ -450,3 +450,24 @@ def test_force_or_resume_never_touch_a_folder_no_run_wrote(tmp_path, flag):
     assert f"--out {home}: not a run folder (it holds logs, notes.txt, and no run's record)" in _plain(result.stderr)
     assert sorted(p.name for p in home.rglob("*")) == ["logs", "mine.txt", "notes.txt"]
 
+
+@pytest.mark.parametrize("command, kind", [
+    (["explain", "--device", "cpu", "--preset", "tiny", "--seq", "32", "--naive", "3", "--fused", "2", "--card", "24"],
+     "an explain"),
+    (["model", "--device", "cpu", "--preset", "tiny", "--batch", "1", "--seq", "8", "--no-trace"], "a model"),
+    (["parity", "--device", "cpu", "--preset", "tiny", "--steps", "10"], "a parity"),
+])
+def test_resume_refuses_the_folder_of_another_kind_of_run(finished_run, tmp_path, command, kind):
+    """``explain --resume`` into a grid's folder wrote its steps beside the grid's results and
+    replaced its summary.md."""
+    import shutil
+
+    out = tmp_path / "grid"
+    shutil.copytree(finished_run, out)
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    result = CliRunner().invoke(app, [*command, "--resume", "--out", str(out)])
+    assert result.exit_code == 2, result.output
+    assert f"--out {out}: the folder of a grid run (results.jsonl); --resume continues {kind} run" in \
+        _plain(result.stderr)
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
+
