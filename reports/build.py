@@ -37,6 +37,9 @@ from fusedce_reports.timeline import plot_timeline, read_timeline, timeline_file
 log = logging.getLogger(__name__)
 
 TIMELINE_PREFIX = "timeline_"
+MAX_PLOTTED_TOKEN_COUNTS = 64
+"""Most distinct token counts the plots draw: a tick and a frontier point each; a folder of
+thousands (a real grid has a few dozen) took minutes per plot."""
 
 # (file stem, caption, drawing function); a function returning None draws nothing.
 PLOTS = (
@@ -151,7 +154,11 @@ def build_report(run_dir: Path) -> Report:
     plots_dir.mkdir(exist_ok=True)
     drawn: list[tuple[str, Path]] = []
     by_name: dict[str, Path] = {}
-    if not frame.empty:
+    token_counts = frame["tokens"].nunique() if not frame.empty else 0
+    if token_counts > MAX_PLOTTED_TOKEN_COUNTS:
+        notes.append(f"plots not drawn: {token_counts} token counts, more than the {MAX_PLOTTED_TOKEN_COUNTS} a "
+                     "plot can show apart (the tables and results.csv hold every cell)")
+    elif not frame.empty:
         for stem, caption, draw in PLOTS:
             path = draw(frame, plots_dir / f"{stem}.png")
             if path is not None:

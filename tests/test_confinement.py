@@ -262,3 +262,33 @@ def test_a_model_row_whose_fields_are_not_their_types_is_skipped_naming_the_fiel
     result = _report(run)
     assert result.exit_code == 0, result.output
     assert f"{store.MODEL_RESULTS_FILE}:1" in result.stdout and message in " ".join(result.stdout.split())
+
+
+def _rows_of_token_counts(folder: Path, counts: range) -> None:
+    row = _row(folder)
+    lines = []
+    for tokens in counts:
+        row["spec"]["tokens"] = tokens
+        lines.append(json.dumps(row))
+    (folder / store.RESULTS_FILE).write_text("\n".join(lines) + "\n")
+
+
+def test_a_results_file_of_too_many_lines_is_refused_in_one_line(run, monkeypatch):
+    """200,000 rows fit the size limit; their report ran past five minutes at 5.8 GB."""
+    monkeypatch.setattr(confined, "MAX_LINES", 5)
+    _rows_of_token_counts(run, range(8, 14))
+    _one_line_exit_2(_report(run), f"{run / store.RESULTS_FILE}: more than 5 lines")
+
+
+def test_a_grid_of_more_token_counts_than_a_plot_shows_is_reported_without_plots(run, monkeypatch):
+    """2,000 token counts drew a tick and a frontier point each: 90 s of plotting for one report."""
+    from fusedce_reports import build
+
+    monkeypatch.setattr(build, "MAX_PLOTTED_TOKEN_COUNTS", 3)
+    shutil.rmtree(run / "plots")
+    _rows_of_token_counts(run, range(8, 12))
+    result = _report(run)
+    assert result.exit_code == 0, result.output
+    assert "plots not drawn: 4 token counts, more than the 3 a plot can show apart" in " ".join(result.stdout.split())
+    assert not list((run / "plots").glob("*.png"))
+    assert (run / "summary.md").read_text().count("| torch |") == 4

@@ -57,6 +57,10 @@ DEFAULT_SIZE_LIMIT = 16 * MIB
 MAX_LINE_BYTES = 4 * MIB
 """Longest line of a JSON-lines file (one record)."""
 
+MAX_LINES = 20_000
+"""Most lines of a JSON-lines file: a grid of 20,000 cells takes days; a file of 200,000 small
+rows fits the size limit, yet its report would render for hours."""
+
 MAX_NESTING = 64
 """Deepest nesting of arrays and objects in any JSON the tool reads; its own files nest at most
 five levels, and the decoder recurses once per level."""
@@ -237,8 +241,8 @@ def check_nesting(text: str, path: str | Path) -> str:
 def jsonl_lines(path: str | Path, inside: str | Path | None = None) -> Iterator[tuple[int, bytes, bool]]:
     """(line number, raw line without its newline, whether it is an unterminated last line) of a
     JSON-lines file, streamed; blank lines included. ``FileNotFoundError`` when it is missing;
-    :class:`FolderRefused` for a link, a file over its size limit or a line over
-    :data:`MAX_LINE_BYTES`."""
+    :class:`FolderRefused` for a link, a file over its size limit, a line over
+    :data:`MAX_LINE_BYTES` or more than :data:`MAX_LINES` lines."""
     path = Path(path)
     fd = open_inside(Path(inside) if inside is not None else path.parent, path)
     with os.fdopen(fd, "rb") as fh:
@@ -252,6 +256,8 @@ def jsonl_lines(path: str | Path, inside: str | Path | None = None) -> Iterator[
         number = 0
         while raw := fh.readline(MAX_LINE_BYTES + 1):
             number += 1
+            if number > MAX_LINES:
+                raise FolderRefused(f"{path}: more than {MAX_LINES} lines, over the limit for this kind of file")
             terminated = raw.endswith(b"\n")
             if not terminated and len(raw) > MAX_LINE_BYTES:
                 raise FolderRefused(f"{path}:{number}: a line over the limit of {MAX_LINE_BYTES} bytes")
