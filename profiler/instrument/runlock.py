@@ -86,9 +86,10 @@ class RunLock:
         return shorten(note, 200) if note else "another process"
 
     def release(self) -> None:
-        if self._key is None:
+        entry = RunLock._held.get(self._key) if self._key is not None else None
+        if entry is None:  # not held, or held by the process this one was forked from
+            self._key = None
             return
-        entry = RunLock._held[self._key]
         entry[1] -= 1
         if entry[1] == 0:
             del RunLock._held[self._key]
@@ -104,3 +105,20 @@ class RunLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+def _forget_locks_in_child() -> None:
+    """In a process forked while locks were held (a DataLoader worker forked during a recorded
+    run): close its copies of the locked folders' descriptors. The lock lives as long as any copy
+    is open, so the worker kept the folder locked after the recorder released it; the holder
+    alone releases it now."""
+    for fd, _ in RunLock._held.values():
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    RunLock._held.clear()
+
+
+os.register_at_fork(after_in_child=_forget_locks_in_child)
+
