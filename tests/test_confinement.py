@@ -147,6 +147,7 @@ def test_a_linked_logs_folder_is_refused_and_nothing_is_written_through_it(tmp_p
     elsewhere.mkdir()
     out = tmp_path / "run"
     out.mkdir()
+    (out / store.PLAN_FILE).write_text('{"cells": []}\n')  # a run's folder, interrupted before its first cell
     (out / store.LOGS_DIR).symlink_to(elsewhere)
     result = CliRunner().invoke(app, [*TINY, "--tokens", "8", "--backend", "torch", "--out", str(out), "--resume"])
     _one_line_exit_2(result, f"{out / store.LOGS_DIR}: a symbolic link")
@@ -292,3 +293,14 @@ def test_a_grid_of_more_token_counts_than_a_plot_shows_is_reported_without_plots
     assert "plots not drawn: 4 token counts, more than the 3 a plot can show apart" in " ".join(result.stdout.split())
     assert not list((run / "plots").glob("*.png"))
     assert (run / "summary.md").read_text().count("| torch |") == 4
+
+
+@pytest.mark.parametrize("name", [store.RESULTS_FILE, store.DOCTOR_FILE])
+def test_a_pipe_in_place_of_a_record_is_named_not_waited_on(run, name):
+    """A named pipe where the record is: one line naming it (it was taken for a missing file, and
+    the folder for no run's at all), never a reader waiting on the pipe."""
+    import os
+
+    (run / store.RESULTS_FILE).unlink()
+    os.mkfifo(run / name)
+    _one_line_exit_2(_report(run), f"{run / name}: not a regular file")
