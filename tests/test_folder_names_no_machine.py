@@ -94,16 +94,12 @@ def assert_names_no_machine(folder: Path, home: Path) -> None:
             assert not re.search(pattern, text), f"{path.relative_to(folder)} names the {what}"
 
 
-def _stored(path: Path) -> str:
-    return path.read_text()
-
-
 def test_a_grid_folder_names_no_machine(machine, monkeypatch):
     out, _ = _run(machine, monkeypatch, "grid", ["grid", "--device", "cpu", "--hidden", "32", "--vocab", "256",
                                                   "--tokens", "8", "--repeats", "1", "--warmup", "0", "--backend",
                                                   "torch", "--backend", "fx_planted:boom"])
     assert "boom: <run folder>/snapshots/x.pickle in <cwd>/train.py with <python>/lib/site.py; home ~." in \
-        _stored(out / "results.jsonl")
+        (out / "results.jsonl").read_text()
     assert (out / "results.csv").is_file() and (out / "report.html").is_file()
     assert_names_no_machine(out, machine)
     monkeypatch.chdir(out)  # rebuilt from inside the folder: the current folder is the run folder
@@ -111,34 +107,18 @@ def test_a_grid_folder_names_no_machine(machine, monkeypatch):
     assert_names_no_machine(out, machine)
 
 
-def test_a_model_folder_names_no_machine(machine, monkeypatch):
-    out, _ = _run(machine, monkeypatch, "model", ["model", "--device", "cpu", "--preset", "tiny", "--batch", "1",
-                                                  "--seq", "8", "--no-trace", "--backend", "torch", "--backend",
-                                                  "fx_planted:boom"])
-    assert "boom: <run folder>/" in _stored(out / "model_results.jsonl")
-    assert_names_no_machine(out, machine)
-
-
-def test_a_parity_folder_names_no_machine(machine, monkeypatch):
-    out, _ = _run(machine, monkeypatch, "parity", ["parity", "--device", "cpu", "--preset", "tiny", "--steps", "10",
-                                                    "--batch", "2", "--seq", "8", "--no-control", "--backend",
-                                                    "fx_planted:boom"])
-    assert "boom: <run folder>/" in _stored(out / "parity.json")
-    assert_names_no_machine(out, machine)
-
-
-def test_a_doctor_folder_names_no_machine(machine, monkeypatch):
-    out, _ = _run(machine, monkeypatch, "doctor", ["doctor", "--loss", "fx_planted:boom_loss", "--device", "cpu"])
-    assert "boom: <run folder>/" in _stored(out / "doctor.json")
-    assert_names_no_machine(out, machine)
-
-
-def test_an_explain_folder_names_no_machine(machine, monkeypatch):
-    out, output = _run(machine, monkeypatch, "explain", ["explain", "--device", "cpu", "--model",
-                                                         "fx_planted:builds_once", "--seq", "8", "--naive", "3",
-                                                         "--fused", "2", "--card", "24", "--attention", "sdpa",
-                                                         "--no-checkpointing", "--no-eval-step"])
-    assert "boom: <run folder>/" in _stored(out / "explain_steps.jsonl"), output
+@pytest.mark.parametrize("command, record", [
+    (["model", "--device", "cpu", "--preset", "tiny", "--batch", "1", "--seq", "8", "--no-trace", "--backend", "torch",
+      "--backend", "fx_planted:boom"], "model_results.jsonl"),
+    (["parity", "--device", "cpu", "--preset", "tiny", "--steps", "10", "--batch", "2", "--seq", "8", "--no-control",
+      "--backend", "fx_planted:boom"], "parity.json"),
+    (["doctor", "--loss", "fx_planted:boom_loss", "--device", "cpu"], "doctor.json"),
+    (["explain", "--device", "cpu", "--model", "fx_planted:builds_once", "--seq", "8", "--naive", "3", "--fused", "2",
+      "--card", "24", "--attention", "sdpa", "--no-checkpointing", "--no-eval-step"], "explain_steps.jsonl"),
+])
+def test_a_command_folder_names_no_machine(machine, monkeypatch, command, record):
+    out, output = _run(machine, monkeypatch, command[0], command)
+    assert "boom: <run folder>/" in (out / record).read_text(), output
     assert_names_no_machine(out, machine)
 
 
