@@ -1,8 +1,9 @@
 """``explain``: which model configurations explain two nvidia-smi readings (naive vs fused loss).
 
 Parses the options, calls :func:`fusedce_profile.explain.explain` and prints its conclusion.
-Exit codes (:mod:`fusedce_cli.exit_codes`): 0 ok, 2 bad usage or input (one line, before any
-work), 130 / 143 interrupted (the finished steps are kept; ``--resume`` continues).
+Exit codes (:mod:`fusedce_cli.exit_codes`): 0 ok, 1 a ``--model`` factory that failed (one
+line), 2 bad usage or input (one line, before any work), 130 / 143 interrupted (the finished
+steps are kept; ``--resume`` continues).
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import typer
 
 from fusedce_cli.console import make_console
 from fusedce_cli.model_options import (ConfigOption, HFOption, HeadOption, ModeOption, PresetOption, TiedOption,
-                                       UserModelOption)
+                                       UserModelOption, factory_errors)
 from fusedce_cli.options import DeviceOption, ForceOption, JsonOption, OutOption, prepare_out
 from fusedce_cli.parsing import parse_counts
 from fusedce_cli.signals import interrupt_exit_code, stop_on_sigterm
@@ -61,8 +62,7 @@ def explain(
 ) -> None:
     """Which configurations explain two nvidia-smi readings (naive vs fused): consistent, ruled out, and the run that decides."""
     from fusedce_profile.errors import UsageError
-    from fusedce_profile.explain import explain as explain_readings
-    from fusedce_profile.explain import validate
+    from fusedce_profile.explain import explain_plan, validate
 
     console = make_console(to_stderr=as_json)
     with usage_errors():
@@ -74,15 +74,16 @@ def explain(
                   calibration_batches=batches, confirm=confirm_top, device=device, mode=mode,
                   context_mib=context_mib, fused_larger=fused_larger, cache=cache)
     try:
-        validate(**kwargs)  # refuse impossible input before the folder is made
+        with factory_errors():  # a --model factory that fails: one line, exit 1
+            plan = validate(**kwargs)  # refuse impossible input before the folder is made
     except UsageError as exc:
         raise fail(str(exc)) from None
-    out_dir = prepare_out(out, force, resume)
+    out_dir = prepare_out(out, force, resume, kind="explain")
     console.print(f"fusedce-profile explain: writing to {out_dir}", markup=False)
     try:
         with stop_on_sigterm():
-            e = explain_readings(**kwargs, out=out_dir, resume=resume,
-                                 progress=lambda line: console.print(f"  {line}", markup=False))
+            e = explain_plan(plan, out=out_dir, resume=resume,
+                             progress=lambda line: console.print(f"  {line}", markup=False))
     except UsageError as exc:
         raise fail(str(exc)) from None
     except KeyboardInterrupt as stopped:

@@ -43,14 +43,15 @@ def release_command_locks() -> None:
         _command_locks.pop().release()
 
 
-def prepare_out(out: Optional[Path], force: bool, resume: bool = False) -> Path:
+def prepare_out(out: Optional[Path], force: bool, resume: bool = False, kind: Optional[str] = None) -> Path:
     """The run folder of ``--out`` / ``--force`` / ``--resume``, locked for this command.
 
-    Bad combinations, a folder another run holds, and a folder that cannot be created or
-    written exit 2 in one line.
+    Bad combinations, a folder another run holds, a ``--resume`` of a ``kind`` of run into
+    another kind's folder, and a folder that cannot be created or written exit 2 in one line.
     """
     with usage_errors(), os_errors("--out"):  # OutputDirError is a ValueError
-        return folders.prepare_out_dir(out, force=force, resume=resume, lock=folders.locking_into(_command_locks))
+        return folders.prepare_out_dir(out, force=force, resume=resume, lock=folders.locking_into(_command_locks),
+                                       kind=kind)
 
 
 @contextmanager

@@ -21,7 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from fusedce_profiler.instrument.records import CellResult, CellSpec
-from fusedce_profiler.instrument.text import shorten
+from fusedce_profiler.instrument.text import printable, shorten
 from fusedce_reports.frame import BASELINE_BACKEND
 from fusedce_reports.tables import group_title
 from fusedce_reports.units import format_bytes, format_error, format_ms, format_percent, format_tokens, is_missing
@@ -30,17 +30,28 @@ from fusedce_reports.units import format_bytes, format_error, format_ms, format_
 PIPED_WIDTH = 120
 
 
+class _PrintableConsole(Console):
+    """A rich console that spells out the control characters of every string it renders (a
+    message, a table cell): an escape sequence from the user's code or a stranger's folder is
+    shown, not obeyed (:func:`~fusedce_profiler.instrument.text.printable`)."""
+
+    def render_str(self, text: str, **kwargs) -> Text:
+        return super().render_str(printable(text), **kwargs)
+
+
 def make_console(*, to_stderr: bool) -> Console:
-    """A rich console on stdout (or stderr), colours only when it is a terminal."""
+    """A rich console on stdout (or stderr), colours only when it is a terminal; control
+    characters of what it prints are spelled out."""
     stream = sys.stderr if to_stderr else sys.stdout
     # Piped output (a log file) gets a fixed width wide enough for the tables, unless
     # COLUMNS says otherwise.
     width = None if stream.isatty() or os.environ.get("COLUMNS") else PIPED_WIDTH
-    return Console(file=stream, highlight=False, soft_wrap=False, width=width)
+    return _PrintableConsole(file=stream, highlight=False, soft_wrap=False, width=width)
 
 
 def error(message: str) -> None:
     """Print an error message to stderr (red on a terminal; one unwrapped line otherwise)."""
+    message = printable(message)
     if not sys.stderr.isatty():
         sys.stderr.write(f"error: {message}\n")
         return
@@ -105,7 +116,7 @@ _STATUS_STYLE = {"ok": "", "oom": "yellow", "error": "red", "timeout": "red", "s
 
 def _table(title: str, group: pd.DataFrame) -> Table:
     # Cells and title are Text, never markup: a back-end named "evil:[bold]x" is shown as written.
-    table = Table(title=Text(title), title_justify="left", title_style="bold", header_style="bold",
+    table = Table(title=Text(printable(title)), title_justify="left", title_style="bold", header_style="bold",
                   pad_edge=False, box=box.SIMPLE_HEAD, collapse_padding=True)
     for column in ("back-end", "tokens", "peak extra", "× floor", "saving vs torch", "time", "parity"):
         # only the saving may wrap ("2.40 GiB" / "(94%)") in an 80-column terminal
@@ -130,7 +141,7 @@ def _table(title: str, group: pd.DataFrame) -> Table:
         style = "red" if row.parity_ok is False else _STATUS_STYLE.get(row.status, "")
         cells = (row.backend, format_tokens(row.tokens), peak,
                  "–" if is_missing(row.x_floor) else f"{row.x_floor:.2f}", saving, format_ms(row.time_ms), parity)
-        table.add_row(*(Text(cell) for cell in cells), style=style)
+        table.add_row(*(Text(printable(cell)) for cell in cells), style=style)
     return table
 
 

@@ -33,24 +33,15 @@ SEQ_CANDIDATES = (512, 1024, 2048)
 
 
 def _source(preset, config, hf, model, head, tied, device: str):
-    """The model source of the arguments (``UsageError`` for a bad combination)."""
-    from fusedce_profiler.instrument.models.configs import get_preset, load_config
-    from fusedce_profiler.instrument.models.source import BuiltinSource, HFSource, MissingDependency, UserSource
+    """The model source of the arguments (``UsageError`` for a bad combination). A ``model``
+    factory is called once, in a worker under a time limit and a memory guard
+    (:func:`fusedce_profile.sources.model_source`): one that fails raises
+    :class:`~fusedce_profiler.instrument.models.factory.FactoryFailed` in one line naming it."""
+    from fusedce_profile.sources import model_source
 
     if sum(x is not None for x in (hf, model)) > 1 or (hf and (preset or config)) or (preset and config):
         raise UsageError("give one model: preset, config, hf or model (a model factory may take a preset/config)")
-    try:
-        given = load_config(config) if config else get_preset(preset or
-                                                               ("user-gpt" if device.startswith("cuda") else "tiny"))
-        if hf:
-            source = HFSource.from_reference(hf, head_path=head)
-        elif model:
-            source = UserSource(model, given if (preset or config) else None, head_path=head)
-        else:
-            source = BuiltinSource(given)
-        return source if tied is None else source.with_tie(tied)
-    except (ValueError, MissingDependency) as exc:
-        raise UsageError(str(exc)) from None
+    return model_source(preset, config, hf, model, head, tied, "user-gpt" if device.startswith("cuda") else "tiny")
 
 
 def _device(device: str | None) -> str:
@@ -156,6 +147,8 @@ class Plan:
     batches: tuple[int, ...] | None
     on_gpu: bool
     stand_in: bool
+    confirm: int = 3
+    cache: Path | None = None
 
 
 def validate(*, naive: float, fused: float, card: float, preset: str | None = None, config: str | None = None,
@@ -200,7 +193,8 @@ def validate(*, naive: float, fused: float, card: float, preset: str | None = No
         raise UsageError(str(exc)) from None
     ties = (source.config.tie_word_embeddings,) if source.kind == "user" else (False, True)
     families = cal.enumerate_families(obs, attention_impls=("eager", "sdpa"), tie_choices=ties, seq_candidates=seqs)
-    return Plan(obs, source, base, families, batches, on_gpu, stand_in=source.kind == "builtin" and config is None)
+    return Plan(obs, source, base, families, batches, on_gpu, stand_in=source.kind == "builtin" and config is None,
+                confirm=confirm, cache=Path(cache) if cache else None)
 
 
 def explain(*, out: str | Path = "fusedce-explain", resume: bool = False,
@@ -209,15 +203,20 @@ def explain(*, out: str | Path = "fusedce-explain", resume: bool = False,
     :func:`validate`, mirroring the command's options) and return the stored
     :class:`~fusedce_profiler.judgements.explain.records.Explanation`. Bad input raises
     :class:`~fusedce_profile.errors.UsageError` before anything is measured."""
+    return explain_plan(validate(**arguments), out=out, resume=resume, progress=progress)
+
+
+def explain_plan(plan: Plan, *, out: str | Path = "fusedce-explain", resume: bool = False,
+                 progress: Callable[[str], None] = lambda line: None):
+    """:func:`explain` of what :func:`validate` settled (the command validates before it makes
+    the folder, and a ``model`` factory is called once)."""
     from fusedce_profile.explain_run import ExplainRun
 
-    plan = validate(**arguments)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    cache = arguments.get("cache")
     run = ExplainRun(plan.obs, plan.source, plan.base, plan.families, plan.batches, out, on_gpu=plan.on_gpu,
-                     confirm=arguments.get("confirm", 3), stand_in=plan.stand_in, progress=progress)
-    steps = StepStore(out / STEPS_FILE, Path(cache) if cache else None, resume)
+                     confirm=plan.confirm, stand_in=plan.stand_in, progress=progress)
+    steps = StepStore(out / STEPS_FILE, plan.cache, resume)
     runner = _Runner(steps, out / "logs")
     try:
         return run.execute(runner.run)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import os
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,7 +23,41 @@ from fusedce_profiler.instrument.interruption import INTERRUPTED_FILE
 # What a run writes into its folder; ``--force`` removes these and nothing else.
 RUN_ARTEFACTS = (store.RESULTS_FILE, "results.csv", "summary.md", "report.html", store.ENVIRONMENT_FILE,
                  store.PLAN_FILE, store.MODEL_RESULTS_FILE, "explain_steps.jsonl", store.FIT_FILE, store.PARITY_FILE,
-                 store.DOCTOR_FILE, INTERRUPTED_FILE, "plots", store.SNAPSHOTS_DIR, store.LOGS_DIR)
+                 store.DOCTOR_FILE, store.EXPLAIN_FILE, store.RECORDED_STEPS_FILE, INTERRUPTED_FILE, store.PLOTS_DIR,
+                 store.SNAPSHOTS_DIR, store.LOGS_DIR)
+
+
+# The files that make a folder a run's: one of them is written as soon as a run starts.
+RUN_RECORDS = tuple(name for name in RUN_ARTEFACTS if name not in (
+    "results.csv", "summary.md", "report.html", store.PLOTS_DIR, store.SNAPSHOTS_DIR, store.LOGS_DIR))
+
+
+# Each kind of run by the records only it writes (environment.json and the interruption mark are
+# every kind's).
+KIND_RECORDS = {"grid": (store.RESULTS_FILE, store.PLAN_FILE), "model": (store.MODEL_RESULTS_FILE, store.FIT_FILE),
+                "parity": (store.PARITY_FILE,), "doctor": (store.DOCTOR_FILE,),
+                "explain": (store.EXPLAIN_FILE, "explain_steps.jsonl"), "recorded": (store.RECORDED_STEPS_FILE,)}
+
+
+def _other_kind(folder: Path, kind: str) -> tuple[str, str] | None:
+    """``(kind, record)`` of a run of another kind than ``kind`` whose record ``folder`` holds."""
+    for other, records in KIND_RECORDS.items():
+        for record in records:
+            if other != kind and os.path.lexists(folder / record):
+                return other, record
+    return None
+
+
+def _a(kind: str) -> str:
+    return f"{'an' if kind[0] in 'aeiou' else 'a'} {kind}"
+
+
+def _not_a_run_folder(folder: Path) -> list[str]:
+    """What ``folder`` holds when it holds no run's record (:data:`RUN_RECORDS`), else ``[]``:
+    ``--force`` and ``--resume`` touch only a run's folder (``--out ~ --force`` would remove the
+    home folder's ``logs/`` and ``plots/``; your own files beside a run are kept)."""
+    names = sorted(p.name for p in folder.iterdir())
+    return [] if any(name in RUN_RECORDS for name in names) else names
 
 
 class OutputDirError(UsageError):
@@ -40,12 +75,15 @@ def default_out_dir(now: dt.datetime | None = None, parent: Path | None = None) 
 
 
 def prepare_out_dir(out: Path | None, *, force: bool, resume: bool,
-                    lock: Callable[[Path], None] | None = None, resume_option: bool = True) -> Path:
+                    lock: Callable[[Path], None] | None = None, resume_option: bool = True,
+                    kind: str | None = None) -> Path:
     """Create (or check) the folder a run writes into and return it.
 
     - ``out`` is ``None``: a new time-stamped folder (``--resume`` needs an explicit one).
     - an existing non-empty folder: ``--resume`` continues the run in it; ``--force``
-      removes the previous run's artefacts (:data:`RUN_ARTEFACTS`, nothing else);
+      removes the previous run's artefacts (:data:`RUN_ARTEFACTS`, nothing else); a folder
+      that holds no run's record (:data:`RUN_RECORDS`) is no run folder and is refused with either,
+      and ``--resume`` of a ``kind`` of run (:data:`KIND_RECORDS`) refuses another kind's folder;
       otherwise :class:`OutputDirError` (which names ``--resume`` only when ``resume_option``: the
       command has it). A folder holding only a lock file counts as empty.
     - ``lock`` is called with the folder once it exists and before anything in it is
@@ -68,6 +106,16 @@ def prepare_out_dir(out: Path | None, *, force: bool, resume: bool,
         if not resume and not force:
             raise OutputDirError(f"--out {out}: the folder is not empty; pass --force to replace its "
                                  f"previous run{resume_hint}")
+        foreign = [name for name in _not_a_run_folder(out) if name != store.LOCK_FILE]
+        if foreign:
+            shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+            raise OutputDirError(f"--out {out}: not a run folder (it holds {shown}, and no run's record); "
+                                 f"{'--resume' if resume else '--force'} only touches a folder a run wrote: "
+                                 "choose a new or empty folder")
+        other = _other_kind(out, kind) if resume and kind else None
+        if other:
+            raise OutputDirError(f"--out {out}: the folder of {_a(other[0])} run ({other[1]}); --resume continues "
+                                 f"{_a(kind)} run: give its folder, or a new one")
         if lock is not None:
             lock(out)
         if resume:
@@ -138,7 +186,7 @@ def held_for_report(run_dir: Path) -> Iterator[None]:
 
 @contextlib.contextmanager
 def run_folder(out: str | Path | None, *, force: bool = False, resume: bool = False,
-               resume_option: bool = True) -> Iterator[Path]:
+               resume_option: bool = True, kind: str | None = None) -> Iterator[Path]:
     """The folder of :func:`prepare_out_dir`, locked (:class:`~fusedce_profiler.instrument.store.RunLock`)
     for the ``with`` block; a folder another run holds, a bad combination and a folder that cannot be
     created raise :class:`~fusedce_profile.errors.UsageError`."""
@@ -146,7 +194,7 @@ def run_folder(out: str | Path | None, *, force: bool = False, resume: bool = Fa
     try:
         with os_errors("--out"):
             folder = prepare_out_dir(None if out is None else Path(out), force=force, resume=resume,
-                                     lock=locking_into(locks), resume_option=resume_option)
+                                     lock=locking_into(locks), resume_option=resume_option, kind=kind)
         yield folder
     finally:
         for held in locks:

@@ -128,7 +128,7 @@ def _run(grids, heading: str, *, out, force: bool, resume: bool, snapshot: bool,
     console = console or _silent()
     device = grids[0].device
     timeout_s = resolve_cell_timeout(cell_timeout, device)
-    with run_folder(out, force=force, resume=resume) as out_dir:
+    with run_folder(out, force=force, resume=resume, kind="grid") as out_dir:
         console.print(heading.replace("{out}", str(out_dir)), markup=False)
         if snapshot and device == "cpu":
             console.print("note: --snapshot records CUDA memory snapshots; the CPU run has none", markup=False)

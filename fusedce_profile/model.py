@@ -167,7 +167,7 @@ def model_command(*, out: str | Path | None = None, force: bool = False, resume:
 
     plan = plan_model(**arguments)
     base = plan.base
-    with run_folder(out, force=force, resume=resume) as out_dir:
+    with run_folder(out, force=force, resume=resume, kind="model") as out_dir:
         say(f"fusedce-profile model: {plan.source.describe()} ({plan.source.parameters / 1e6:.1f} M parameters), "
             f"B={base.batch} T={base.seq}, {base.mode}, {base.device}; writing to {out_dir}")
         clear_interruption(out_dir)

@@ -100,7 +100,7 @@ def parity_command(*, out: str | Path | None = None, force: bool = False, resume
         console.print(line, markup=False)
 
     settings = parity_settings(**arguments)
-    with run_folder(out, force=force, resume=resume) as out_dir:
+    with run_folder(out, force=force, resume=resume, kind="parity") as out_dir:
         finished = _finished(out_dir, settings) if resume else None
         say(f"fusedce-profile parity: {settings.config.name}, {settings.steps} steps, {settings.mode} on "
             f"{settings.device}, seed {settings.seed}; writing to {out_dir}")

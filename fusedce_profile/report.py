@@ -13,6 +13,7 @@ or a damaged stored file, raises :class:`~fusedce_profile.errors.UsageError`.
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from rich.console import Console
@@ -24,7 +25,9 @@ from fusedce_profile.outcome import CommandOutcome
 
 
 def _plots(run_dir: Path) -> list[str]:
-    return sorted(str(p) for p in (run_dir / "plots").glob("*.png"))
+    from fusedce_profiler.instrument import store
+
+    return sorted(str(p) for p in (run_dir / store.PLOTS_DIR).glob("*.png"))
 
 
 def _checked(kind: str, run_dir: Path, console: Console) -> CommandOutcome:
@@ -93,15 +96,18 @@ def report_command(run_dir: str | Path, *, console: Console | None = None) -> Co
         raise UsageError(f"{run_dir}: not a folder (give the folder a grid, model, parity or doctor run wrote)")
     with held_for_report(run_dir), os_errors():  # a write that fails leaves the old report as it was
         try:
-            if (run_dir / store.RESULTS_FILE).is_file():
+            def present(name: str) -> bool:  # a link or a pipe too: its reader refuses it in one line
+                return os.path.lexists(run_dir / name)
+
+            if present(store.RESULTS_FILE):
                 return finish(run_dir, console)
             for kind, name in (("model", store.MODEL_RESULTS_FILE), ("parity", store.PARITY_FILE),
                                ("doctor", store.DOCTOR_FILE)):
-                if (run_dir / name).is_file():
+                if present(name):
                     return _checked(kind, run_dir, console)
-            if (run_dir / store.RECORDED_STEPS_FILE).is_file():
+            if present(store.RECORDED_STEPS_FILE):
                 return _recorded(run_dir, console)
-            if (run_dir / store.EXPLAIN_FILE).is_file():
+            if present(store.EXPLAIN_FILE):
                 return _explained(run_dir, console)
         except UsageError:
             raise

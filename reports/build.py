@@ -36,8 +36,10 @@ from fusedce_reports.timeline import plot_timeline, read_timeline, timeline_file
 
 log = logging.getLogger(__name__)
 
-PLOTS_DIR = "plots"
 TIMELINE_PREFIX = "timeline_"
+MAX_PLOTTED_TOKEN_COUNTS = 64
+"""Most distinct token counts the plots draw: a tick and a frontier point each; a folder of
+thousands (a real grid has a few dozen) took minutes per plot."""
 
 # (file stem, caption, drawing function); a function returning None draws nothing.
 PLOTS = (
@@ -146,13 +148,17 @@ def build_report(run_dir: Path) -> Report:
     findings = compute_findings(frame)
     tables = cell_tables(frame)
 
-    plots_dir = run_dir / PLOTS_DIR
+    plots_dir = run_dir / store.PLOTS_DIR
     if plots_dir.is_symlink():
         raise OSError(f"{plots_dir} is a symbolic link; the report writes its plots only inside the run folder")
     plots_dir.mkdir(exist_ok=True)
     drawn: list[tuple[str, Path]] = []
     by_name: dict[str, Path] = {}
-    if not frame.empty:
+    token_counts = frame["tokens"].nunique() if not frame.empty else 0
+    if token_counts > MAX_PLOTTED_TOKEN_COUNTS:
+        notes.append(f"plots not drawn: {token_counts} token counts, more than the {MAX_PLOTTED_TOKEN_COUNTS} a "
+                     "plot can show apart (the tables and results.csv hold every cell)")
+    elif not frame.empty:
         for stem, caption, draw in PLOTS:
             path = draw(frame, plots_dir / f"{stem}.png")
             if path is not None:

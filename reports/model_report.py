@@ -353,9 +353,9 @@ def write_model_report(out_dir: Path) -> Path:
     out_dir = Path(out_dir)
     loaded = load_model_results(out_dir)
     results, fits, environment = loaded.records, load_fits(out_dir), read_environment(out_dir)
-    plots = [p for p in (plot_breakdown(results, out_dir / "plots" / "breakdown.png"),
-                         plot_attribution(results, out_dir / "plots" / "attribution.png"),
-                         plot_reserved(results, out_dir / "plots" / "reserved.png")) if p]
+    plots = [p for p in (plot_breakdown(results, out_dir / store.PLOTS_DIR / "breakdown.png"),
+                         plot_attribution(results, out_dir / store.PLOTS_DIR / "attribution.png"),
+                         plot_reserved(results, out_dir / store.PLOTS_DIR / "reserved.png")) if p]
     text = render_model_markdown(results, fits, environment, plots, problems=loaded.problems,
                                  interruption=read_interruption(out_dir))
     return store.write_text(out_dir / "summary.md", text)

@@ -205,6 +205,6 @@ def write_parity_report(out_dir: Path) -> tuple[Path, ParityReport]:
     the exit code)."""
     out_dir = Path(out_dir)
     report = load_parity_report(out_dir)
-    png = plot_parity(report, out_dir / "plots" / PLOT_FILE)
+    png = plot_parity(report, out_dir / store.PLOTS_DIR / PLOT_FILE)
     text = render_parity_markdown(report, read_environment(out_dir), png, read_interruption(out_dir))
     return store.write_text(out_dir / "summary.md", text), report

@@ -260,7 +260,7 @@ def _timeline_plots(folder: Path, records: list[RecordedStep], notes: list[str])
             notes.append(f"{path}: not a timeline ({exc})")
             continue
         stem = path.name[: -len(store.TIMELINE_SUFFIX)]
-        drawn.append(plot_timeline(timeline, folder / "plots" / f"timeline_{stem}.png",
+        drawn.append(plot_timeline(timeline, folder / store.PLOTS_DIR / f"timeline_{stem}.png",
                                    title=f"Memory timeline of {step_name(r)} (allocator snapshot)"))
     return drawn
 
@@ -317,8 +317,8 @@ def write_recorded_report(folder: str | Path) -> Path:
         raise FileNotFoundError(f"{folder}: no {store.RECORDED_STEPS_FILE}")
     records = loaded.records
     notes = [f"a line was not read: {p}" for p in loaded.problems]
-    plots = [p for p in (plot_phases(records, folder / "plots" / "phases.png"),
-                         plot_attribution(_as_traced(records), folder / "plots" / "attribution.png")) if p]
+    plots = [p for p in (plot_phases(records, folder / store.PLOTS_DIR / "phases.png"),
+                         plot_attribution(_as_traced(records), folder / store.PLOTS_DIR / "attribution.png")) if p]
     plots += _timeline_plots(folder, records, notes)
     text = render_recorded_markdown(records, read_environment(folder), plots, notes)
     return store.write_text(folder / "summary.md", text)

@@ -110,21 +110,13 @@ def cell_tables(frame: pd.DataFrame) -> list[CellTable]:
 def write_csv(frame: pd.DataFrame, path: Path) -> Path:
     """Write the numeric results (columns :data:`CSV_COLUMNS`, raw units) to ``path``, streamed;
     a text cell a spreadsheet would evaluate is neutralised (:func:`spreadsheet_safe`)."""
-    import io
-
     from fusedce_profiler.instrument import store
 
     table = frame.reindex(columns=list(CSV_COLUMNS))
     table = table.apply(lambda column: column if pd.api.types.is_numeric_dtype(column)
                         else column.map(spreadsheet_safe))
 
-    def write(fh) -> None:
-        text = io.TextIOWrapper(fh, encoding="utf-8", newline="")
-        table.to_csv(text, index=False)
-        text.flush()
-        text.detach()  # the store flushes, syncs and closes the file itself
-
-    return store.write_stream(path, write)
+    return store.write_text_stream(path, lambda text: table.to_csv(text, index=False))
 
 
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")

@@ -1,6 +1,7 @@
 """A run folder whose file is a symbolic link to a file outside it, for the confinement tests."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 UNTOUCHED = b"line one\nunterminated"
@@ -8,11 +9,15 @@ UNTOUCHED = b"line one\nunterminated"
 followed the link would cut it."""
 
 
-def link_out(folder: Path, name: str) -> Path:
-    """Create ``folder`` with ``name`` linked to a file beside the folder holding :data:`UNTOUCHED`;
-    returns that outside file (the test checks it still holds :data:`UNTOUCHED`)."""
+def link_out(folder: Path, name: str, *, hard: bool = False) -> Path:
+    """Create ``folder`` with ``name`` linked (symbolically, or with ``hard`` a second name of the
+    same file) to a file beside the folder holding :data:`UNTOUCHED`; returns that outside file
+    (the test checks it still holds :data:`UNTOUCHED`)."""
     outside = folder.parent / f"outside-{Path(name).name}"
     outside.write_bytes(UNTOUCHED)
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / name).symlink_to(outside)
+    if hard:
+        os.link(outside, folder / name)
+    else:
+        (folder / name).symlink_to(outside)
     return outside

@@ -24,6 +24,8 @@ from linked import UNTOUCHED, link_out
 from processes import cli_env, run_cli
 from test_cli_faults import TINY, finished_run  # noqa: F401 - a fixture, shared
 
+pytestmark = pytest.mark.faults  # the fault suite: pytest -m faults
+
 
 
 @pytest.fixture
@@ -65,17 +67,44 @@ def test_resume_never_truncates_a_results_file_linked_outside_the_folder(run):
     assert outside.read_bytes() == UNTOUCHED
 
 
-def test_appending_a_recording_never_truncates_a_linked_steps_file(tmp_path):
+HARD_LINKED = "not a regular file of the folder alone (a hard link or a device)"
+
+
+def test_resume_never_writes_into_a_hard_link_to_a_file_outside_the_folder(run):
+    """``O_NOFOLLOW`` stops a symbolic link, not a second name of an outside file: the partial-line
+    repair cut it and the appends landed in it."""
+    (run / store.RESULTS_FILE).unlink()
+    outside = link_out(run, store.RESULTS_FILE, hard=True)
+    result = CliRunner().invoke(app, [*TINY, "--tokens", "8", "--backend", "torch", "--out", str(run), "--resume"])
+    _one_line_exit_2(result, f"{run / store.RESULTS_FILE}: {HARD_LINKED}")
+    assert outside.read_bytes() == UNTOUCHED
+
+
+def test_a_hard_linked_lock_note_is_refused_not_truncated(tmp_path):
+    folder = tmp_path / "run"
+    outside = link_out(folder, store.LOCK_FILE, hard=True)
+    with pytest.raises(OSError, match=re.escape(HARD_LINKED)):
+        store.RunLock(folder).acquire()
+    assert outside.read_bytes() == UNTOUCHED
+    store.append_jsonl(folder / "fresh.jsonl", {"a": 1})  # the folder's own files are written as ever
+    with pytest.raises(OSError, match=re.escape(HARD_LINKED)):
+        store.append_jsonl(folder / store.LOCK_FILE, {"a": 1})
+    assert outside.read_bytes() == UNTOUCHED
+
+
+@pytest.mark.parametrize("hard", [False, True])
+def test_appending_a_recording_never_truncates_a_linked_steps_file(tmp_path, hard):
     import torch
 
     from fusedce_profile import StepRecorder
     from tests.doctor_models import WrappedHeadLM
 
     folder = tmp_path / "rec"
-    outside = link_out(folder, store.RECORDED_STEPS_FILE)
+    outside = link_out(folder, store.RECORDED_STEPS_FILE, hard=hard)
     model = WrappedHeadLM()
     recorder = StepRecorder(model, folder, steps=(0,), append=True, trace=False, report=False)
-    with pytest.warns(RuntimeWarning, match=f"{folder / store.RECORDED_STEPS_FILE}: a symbolic link"):
+    refusal = re.escape(HARD_LINKED) if hard else f"{re.escape(str(folder / store.RECORDED_STEPS_FILE))}: a symbolic link"
+    with pytest.warns(RuntimeWarning, match=refusal):
         with recorder.step():
             model(torch.zeros(1, 8, dtype=torch.long)).sum().backward()
         recorder.close()
@@ -118,6 +147,7 @@ def test_a_linked_logs_folder_is_refused_and_nothing_is_written_through_it(tmp_p
     elsewhere.mkdir()
     out = tmp_path / "run"
     out.mkdir()
+    (out / store.PLAN_FILE).write_text('{"cells": []}\n')  # a run's folder, interrupted before its first cell
     (out / store.LOGS_DIR).symlink_to(elsewhere)
     result = CliRunner().invoke(app, [*TINY, "--tokens", "8", "--backend", "torch", "--out", str(out), "--resume"])
     _one_line_exit_2(result, f"{out / store.LOGS_DIR}: a symbolic link")
@@ -233,3 +263,44 @@ def test_a_model_row_whose_fields_are_not_their_types_is_skipped_naming_the_fiel
     result = _report(run)
     assert result.exit_code == 0, result.output
     assert f"{store.MODEL_RESULTS_FILE}:1" in result.stdout and message in " ".join(result.stdout.split())
+
+
+def _rows_of_token_counts(folder: Path, counts: range) -> None:
+    row = _row(folder)
+    lines = []
+    for tokens in counts:
+        row["spec"]["tokens"] = tokens
+        lines.append(json.dumps(row))
+    (folder / store.RESULTS_FILE).write_text("\n".join(lines) + "\n")
+
+
+def test_a_results_file_of_too_many_lines_is_refused_in_one_line(run, monkeypatch):
+    """200,000 rows fit the size limit; their report ran past five minutes at 5.8 GB."""
+    monkeypatch.setattr(confined, "MAX_LINES", 5)
+    _rows_of_token_counts(run, range(8, 14))
+    _one_line_exit_2(_report(run), f"{run / store.RESULTS_FILE}: more than 5 lines")
+
+
+def test_a_grid_of_more_token_counts_than_a_plot_shows_is_reported_without_plots(run, monkeypatch):
+    """2,000 token counts drew a tick and a frontier point each: 90 s of plotting for one report."""
+    from fusedce_reports import build
+
+    monkeypatch.setattr(build, "MAX_PLOTTED_TOKEN_COUNTS", 3)
+    shutil.rmtree(run / "plots")
+    _rows_of_token_counts(run, range(8, 12))
+    result = _report(run)
+    assert result.exit_code == 0, result.output
+    assert "plots not drawn: 4 token counts, more than the 3 a plot can show apart" in " ".join(result.stdout.split())
+    assert not list((run / "plots").glob("*.png"))
+    assert (run / "summary.md").read_text().count("| torch |") == 4
+
+
+@pytest.mark.parametrize("name", [store.RESULTS_FILE, store.DOCTOR_FILE])
+def test_a_pipe_in_place_of_a_record_is_named_not_waited_on(run, name):
+    """A named pipe where the record is: one line naming it (it was taken for a missing file, and
+    the folder for no run's at all), never a reader waiting on the pipe."""
+    import os
+
+    (run / store.RESULTS_FILE).unlink()
+    os.mkfifo(run / name)
+    _one_line_exit_2(_report(run), f"{run / name}: not a regular file")

@@ -8,16 +8,33 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
 
 import pytest
 
-from tests.processes import cli_env, kill_group, run_cli, start_cli, wait_for
+from tests.processes import cli_env, kill_group, start_cli, wait_for
+
+pytestmark = pytest.mark.faults  # the fault suite: pytest -m faults
 
 MODEL = ["--model", "tests.doctor_models:untied", "--device", "cpu", "--compile-backend", "none"]
 
 
-def _doctor(tmp_path, *args, timeout=240):
-    return run_cli(["doctor", *args], cli_env(), cwd=tmp_path, timeout=timeout)
+@pytest.fixture
+def doctor(tmp_path, monkeypatch):
+    """``fusedce-profile doctor ARGS`` run from ``tmp_path`` in this process (the loss and the factory
+    run in doctor's worker either way; a second interpreter would only add its start-up)."""
+    from typer.testing import CliRunner
+
+    from fusedce_cli.app import app
+
+    monkeypatch.chdir(tmp_path)
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        result = CliRunner().invoke(app, ["doctor", *args])
+        assert result.exception is None or isinstance(result.exception, SystemExit), result.output
+        return subprocess.CompletedProcess(["doctor", *args], result.exit_code, result.stdout, result.stderr)
+
+    return run
 
 
 def _lines(result) -> list[str]:
@@ -28,45 +45,45 @@ def _lines(result) -> list[str]:
     ("tests.doctor_wrappers:exits_zero", "called sys.exit(0)"),
     ("tests.doctor_wrappers:exits_seven", "called sys.exit(7)"),
 ])
-def test_a_loss_that_exits_gives_one_line_naming_it_and_exit_1(tmp_path, loss, said):
-    result = _doctor(tmp_path, *MODEL, "--loss", loss, "--out", str(tmp_path / "d"))
+def test_a_loss_that_exits_gives_one_line_naming_it_and_exit_1(doctor, tmp_path, loss, said):
+    result = doctor(*MODEL, "--loss", loss, "--out", str(tmp_path / "d"))
     assert result.returncode == 1, result
     last = _lines(result)[-1]
     assert f"--loss {loss}" in last and said in last and "Traceback" not in result.stdout + result.stderr
 
 
-def test_a_loss_that_hangs_is_stopped_at_the_time_limit(tmp_path):
+def test_a_loss_that_hangs_is_stopped_at_the_time_limit(doctor, tmp_path):
     loss = "tests.doctor_wrappers:hangs"
-    result = _doctor(tmp_path, *MODEL, "--loss", loss, "--timeout", "6", "--out", str(tmp_path / "d"))
+    result = doctor(*MODEL, "--loss", loss, "--timeout", "3", "--out", str(tmp_path / "d"))
     assert result.returncode == 1, result
-    assert f"--loss {loss}" in _lines(result)[-1] and "did not finish within 6 s" in _lines(result)[-1]
+    assert f"--loss {loss}" in _lines(result)[-1] and "did not finish within 3 s" in _lines(result)[-1]
 
 
-def test_a_loss_that_allocates_without_end_is_stopped_by_the_memory_guard(tmp_path):
+def test_a_loss_that_allocates_without_end_is_stopped_by_the_memory_guard(doctor, tmp_path):
     loss = "tests.doctor_wrappers:allocates"
-    result = _doctor(tmp_path, *MODEL, "--loss", loss, "--memory-limit", "2", "--out", str(tmp_path / "d"))
+    result = doctor(*MODEL, "--loss", loss, "--memory-limit", "2", "--out", str(tmp_path / "d"))
     assert result.returncode == 1, result
     assert f"--loss {loss}" in _lines(result)[-1] and "memory limit of 2 GiB" in _lines(result)[-1]
 
 
 @pytest.mark.parametrize("factory, said", [("tests.doctor_models:factory_raises", "RuntimeError: the factory's own bug"),
                                            ("tests.doctor_models:factory_exits", "called sys.exit(0)")])
-def test_a_factory_that_fails_gives_one_line_naming_it_and_exit_1(tmp_path, factory, said):
-    result = _doctor(tmp_path, "--model", factory, "--loss", "tests.doctor_wrappers:correct", "--device", "cpu",
+def test_a_factory_that_fails_gives_one_line_naming_it_and_exit_1(doctor, tmp_path, factory, said):
+    result = doctor("--model", factory, "--loss", "tests.doctor_wrappers:correct", "--device", "cpu",
                      "--out", str(tmp_path / "d"))
     assert result.returncode == 1, result
     assert f"--model {factory}" in _lines(result)[-1] and said in _lines(result)[-1]
 
 
-def test_a_loss_doctor_cannot_call_is_exit_2_in_one_line(tmp_path):
-    result = _doctor(tmp_path, *MODEL, "--loss", "tests.doctor_wrappers:four_required", "--out", str(tmp_path / "d"))
+def test_a_loss_doctor_cannot_call_is_exit_2_in_one_line(doctor, tmp_path):
+    result = doctor(*MODEL, "--loss", "tests.doctor_wrappers:four_required", "--out", str(tmp_path / "d"))
     assert result.returncode == 2, result
     assert len(_lines(result)) == 1 and "fn(model, batch) or fn(model, input_ids, labels)" in _lines(result)[0]
 
 
-def test_without_out_the_default_folder_is_written_and_the_same_command_gives_the_same_record(tmp_path):
+def test_without_out_the_default_folder_is_written_and_the_same_command_gives_the_same_record(doctor, tmp_path):
     args = [*MODEL, "--loss", "tests.doctor_wrappers:correct"]
-    first, second = _doctor(tmp_path, *args), _doctor(tmp_path, *args)
+    first, second = doctor(*args), doctor(*args)
     assert first.returncode == second.returncode == 0, first
     folders = sorted(tmp_path.glob("fusedce-profile-*"))
     assert len(folders) == 2 and all((f / "summary.md").is_file() for f in folders)

@@ -202,6 +202,7 @@ def test_explanation_round_trips_through_its_json(tmp_path):
     assert ex.load_explanation(tmp_path) == e
 
 
+@pytest.mark.faults
 @pytest.mark.parametrize("signum, code", [(15, 143)])
 def test_a_signal_keeps_the_finished_steps_and_marks_the_report_interrupted(tmp_path, signum, code):
     import os

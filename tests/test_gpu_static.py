@@ -3,7 +3,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from gpu_static import check_gpu_tests
+
+pytestmark = pytest.mark.faults  # the fault suite: pytest -m faults
 
 TESTS = Path(__file__).resolve().parent
 

@@ -13,6 +13,8 @@ from typer.testing import CliRunner
 from fusedce_cli.app import app
 from processes import cli_env, kill_group, start_cli, wait_for, workers_of
 
+pytestmark = pytest.mark.faults  # the fault suite: pytest -m faults
+
 runner = CliRunner()
 
 MODELS = textwrap.dedent('''
@@ -111,6 +113,22 @@ def test_a_hostile_factory_is_one_line_and_its_exit_code(fx, tmp_path, factory, 
     assert line in result.output
     assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
     assert not out.exists()  # refused before the run folder is made
+
+
+@pytest.mark.parametrize("factory, line", [
+    ("raises", "--model fx_models:raises: the factory raised RuntimeError: boom"),
+    ("exit7", "--model fx_models:exit7: the factory called sys.exit(7)"),
+])
+def test_explain_calls_a_hostile_factory_in_its_box(fx, tmp_path, factory, line):
+    """``explain`` builds the user's model as ``model`` does: in a worker, one line, exit 1 (it
+    called the factory in its own process: a traceback, or a silent exit 7)."""
+    out = tmp_path / "run"
+    result = runner.invoke(app, ["explain", "--device", "cpu", "--model", f"fx_models:{factory}", "--seq", "8",
+                                 "--naive", "3", "--fused", "2", "--card", "24", "--out", str(out)])
+    assert result.exit_code == 1, result.output
+    assert line in result.output
+    assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
+    assert not out.exists()
 
 
 def test_a_hanging_factory_is_stopped_by_its_time_limit(fx, tmp_path):

@@ -5,6 +5,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 from pathlib import Path
@@ -12,6 +13,8 @@ from pathlib import Path
 from linked import UNTOUCHED, link_out
 from processes import REPO
 from fusedce_profiler.instrument import confined, store
+
+pytestmark = pytest.mark.faults  # the fault suite: pytest -m faults
 
 
 def test_the_lock_is_reentrant_in_one_process_and_exclusive_across_processes(tmp_path):
@@ -161,3 +164,26 @@ def test_writing_into_a_linked_subfolder_is_refused(tmp_path):
     with pytest.raises(OSError, match="symbolic link"):
         store.write_text(folder / "plots" / "x.png", "x")
     assert not list(elsewhere.iterdir())
+
+
+def test_a_process_forked_while_the_lock_is_held_does_not_keep_it(tmp_path):
+    """A DataLoader worker forked during a recorded run kept the folder locked after the recorder
+    released it: ``report`` of the folder said another process held it while training went on."""
+    import signal
+
+    lock = store.RunLock(tmp_path).acquire()
+    child = os.fork()
+    if child == 0:  # the worker: alive, doing nothing with the folder
+        try:
+            time.sleep(60)
+        finally:
+            os._exit(0)
+    try:
+        lock.release()
+        other = subprocess.run([sys.executable, "-c", "from fusedce_profiler.instrument import store; "
+                                f"store.RunLock({str(tmp_path)!r}).acquire()"], capture_output=True, text=True,
+                               timeout=120)
+        assert other.returncode == 0, other.stderr
+    finally:
+        os.kill(child, signal.SIGKILL)
+        os.waitpid(child, 0)

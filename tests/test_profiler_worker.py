@@ -46,6 +46,7 @@ def test_the_worker_starts_without_a_warning_in_its_log(tmp_path):
     assert "Warning" not in log.read_text()
 
 
+@pytest.mark.faults
 def test_a_finished_workers_log_names_no_path_or_host_of_the_machine(tmp_path, monkeypatch):
     """What the child printed (a traceback names the Python installation, the home and current
     folders, the run folder) is kept, with those paths and the host name as placeholders."""
@@ -69,3 +70,28 @@ def test_a_finished_workers_log_names_no_path_or_host_of_the_machine(tmp_path, m
         assert name not in log, name
     if len(socket.gethostname()) >= 4:
         assert "host <host>" in log and socket.gethostname() not in log
+
+
+@pytest.mark.faults
+def test_a_worker_that_prints_without_end_leaves_a_log_of_its_start_and_end(tmp_path, monkeypatch):
+    """Output beyond the kept start and end is cut when the worker ends (a back-end printing 200 MB
+    left a 200 MB log in the folder meant for a bug report, read whole into memory to be scrubbed)."""
+    from fusedce_profiler.instrument import scrub
+
+    monkeypatch.setattr(scrub, "LOG_HEAD_BYTES", 4000)
+    monkeypatch.setattr(scrub, "LOG_TAIL_BYTES", 4000)
+    (tmp_path / "sitecustomize.py").write_text(textwrap.dedent('''
+        import sys
+        if "fusedce_profiler.instrument.worker" in sys.orig_argv:
+            print("FIRST LINE", file=sys.stderr)
+            for i in range(20000):
+                print(f"chatter {i:05d}", file=sys.stderr)
+            print("LAST LINE", file=sys.stderr, flush=True)
+    '''))
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    with Worker(tmp_path / "run" / "logs") as worker:
+        worker.call("environment", timeout_s=120)
+    log = worker.log_path.read_text()
+    assert log.startswith("FIRST LINE") and "LAST LINE" in log and "chatter 00000" in log
+    assert "bytes of output cut: the log keeps its first and last lines" in log
+    assert len(log) < 9000 and "chatter 10000" not in log

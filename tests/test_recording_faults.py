@@ -16,6 +16,8 @@ from fusedce_profiler.instrument import store
 from test_recording import _Trainer, _batch, _lightning_fit, _loss, hf_callback, lightning_callback  # noqa: F401
 from tests.doctor_models import WrappedHeadLM
 
+pytestmark = pytest.mark.faults  # the fault suite: pytest -m faults
+
 
 @pytest.fixture
 def unwritable(tmp_path):

@@ -52,7 +52,6 @@ from fusedce_profiler.grid.memory_model import floor_bytes, predict
 from fusedce_profiler.instrument.protocol import CPU_WORKER_ENV, memory_source
 from fusedce_profiler.instrument.records import CellResult, CellSpec
 from fusedce_profiler.grid.cell import MeasureSettings
-from fusedce_profiler.instrument.scrub import machine_names, scrub_text
 from fusedce_profiler.instrument.worker import JobFailed, Worker, WorkerDied
 
 
@@ -108,17 +107,6 @@ def _unmeasured(spec: CellSpec, status: str, message: str) -> CellResult:
     result.floor_bytes = floor_bytes(spec)
     result.predicted_bytes = predict(spec).peak_bytes
     return result
-
-
-def _scrub(result: CellResult, out: Path) -> None:
-    """The cell's message and the text of its ``extra`` (a traceback) with the machine's paths
-    and host name as placeholders (:mod:`~fusedce_profiler.instrument.scrub`): a run folder is
-    made to be attached to a bug report."""
-    names = machine_names(out)
-    if result.message:
-        result.message = scrub_text(result.message, names)
-    result.extra = {key: scrub_text(value, names) if isinstance(value, str) else value
-                    for key, value in (result.extra or {}).items()}
 
 
 def _relative_paths(result: CellResult, out: Path) -> None:
@@ -213,7 +201,6 @@ class _Cells:
             result.log_path = str(self.worker.log_path)
         if result.status not in ("ok", "skipped") or self.fresh_per_cell:
             self.close()
-        _scrub(result, self.out)
         return result
 
     def result(self, spec: CellSpec) -> CellResult:

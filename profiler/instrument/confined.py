@@ -57,6 +57,10 @@ DEFAULT_SIZE_LIMIT = 16 * MIB
 MAX_LINE_BYTES = 4 * MIB
 """Longest line of a JSON-lines file (one record)."""
 
+MAX_LINES = 20_000
+"""Most lines of a JSON-lines file: a grid of 20,000 cells takes days; a file of 200,000 small
+rows fits the size limit, yet its report would render for hours."""
+
 MAX_NESTING = 64
 """Deepest nesting of arrays and objects in any JSON the tool reads; its own files nest at most
 five levels, and the decoder recurses once per level."""
@@ -93,6 +97,28 @@ def _relative_parts(folder: Path, path: Path) -> tuple[str, ...]:
     return parts
 
 
+WRITE_LINK_REFUSED = "a symbolic link; a run folder's files are written in place, never through links"
+"""Why the store refuses to write through a link (the text of its ``OSError``)."""
+
+WRITE_SHARED_REFUSED = ("not a regular file of the folder alone (a hard link or a device); a run folder's files "
+                        "are written in place, never through links")
+"""Why the store refuses to append to or truncate a file that has another name (a hard link to a
+file elsewhere would be written there), or is not a regular file (a pipe would block)."""
+
+_WRITING = os.O_WRONLY | os.O_RDWR
+
+
+def check_own_file(fd: int, path: str | Path) -> int:
+    """``fd`` when it is a regular file with one name; otherwise ``fd`` is closed and ``OSError``
+    (``EMLINK``) names ``path`` (:data:`WRITE_SHARED_REFUSED`). For every file opened to be written
+    in place (appended, truncated): ``O_NOFOLLOW`` stops a symbolic link, this a hard link."""
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+        os.close(fd)
+        raise OSError(errno.EMLINK, WRITE_SHARED_REFUSED, str(path))
+    return fd
+
+
 def _refused_link(path: Path) -> FolderRefused:
     return FolderRefused(f"{path}: a symbolic link; a run folder's files are read only inside it, "
                          "never through links")
@@ -103,7 +129,8 @@ def open_inside(folder: str | Path, path: str | Path, flags: int = _OPEN_READ, m
     at or below ``folder``; the caller closes it.
 
     ``flags`` default to reading; ``O_NOFOLLOW`` is always added. A link on the way is
-    :class:`FolderRefused` naming it; a missing file is ``FileNotFoundError``.
+    :class:`FolderRefused` naming it; a missing file is ``FileNotFoundError``; a file opened for
+    writing that has another name or is not a regular file is refused (:func:`check_own_file`).
     """
     folder, path = Path(folder), Path(path)
     parts = _relative_parts(folder, path)
@@ -121,7 +148,8 @@ def open_inside(folder: str | Path, path: str | Path, flags: int = _OPEN_READ, m
             os.close(fd)
             fd = inner
         try:
-            return os.open(parts[-1], flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=fd)
+            opened = os.open(parts[-1], flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=fd)
+            return check_own_file(opened, path) if flags & _WRITING else opened
         except OSError as exc:
             if exc.errno == errno.ELOOP:
                 raise _refused_link(path) from None
@@ -213,8 +241,8 @@ def check_nesting(text: str, path: str | Path) -> str:
 def jsonl_lines(path: str | Path, inside: str | Path | None = None) -> Iterator[tuple[int, bytes, bool]]:
     """(line number, raw line without its newline, whether it is an unterminated last line) of a
     JSON-lines file, streamed; blank lines included. ``FileNotFoundError`` when it is missing;
-    :class:`FolderRefused` for a link, a file over its size limit or a line over
-    :data:`MAX_LINE_BYTES`."""
+    :class:`FolderRefused` for a link, a file over its size limit, a line over
+    :data:`MAX_LINE_BYTES` or more than :data:`MAX_LINES` lines."""
     path = Path(path)
     fd = open_inside(Path(inside) if inside is not None else path.parent, path)
     with os.fdopen(fd, "rb") as fh:
@@ -228,6 +256,8 @@ def jsonl_lines(path: str | Path, inside: str | Path | None = None) -> Iterator[
         number = 0
         while raw := fh.readline(MAX_LINE_BYTES + 1):
             number += 1
+            if number > MAX_LINES:
+                raise FolderRefused(f"{path}: more than {MAX_LINES} lines, over the limit for this kind of file")
             terminated = raw.endswith(b"\n")
             if not terminated and len(raw) > MAX_LINE_BYTES:
                 raise FolderRefused(f"{path}:{number}: a line over the limit of {MAX_LINE_BYTES} bytes")

@@ -1,10 +1,12 @@
-"""What a finished run folder must not carry about the machine it ran on: its paths and its name.
+"""What a run folder must not carry about the machine it ran on: its paths and its name.
 
-A worker's log holds what its child printed — tracebacks, warnings, a job's header — and those
-name the Python installation, the home folder, the current folder and the run folder by their
-absolute paths. A run folder is made to be attached to a bug report, so when a worker ends its
-log is rewritten with each of those replaced by a placeholder (the environment block is the one
-place that says what the machine was):
+A run folder is made to be attached to a bug report, yet what a run stores names the machine:
+a failed cell's message and traceback, a hostile factory's error, a worker's log, the frames of
+an allocator snapshot name the Python installation, the home folder, the current folder and the
+run folder by their absolute paths. Everything the store writes passes through here first
+(:mod:`fusedce_profiler.instrument.store`), and a worker's log is rewritten when the worker
+ends, with each of those replaced by a placeholder (the environment block is the one place that
+says what the machine was, and it holds versions only):
 
 ==========================  ===============
 absolute path or name        placeholder
@@ -17,18 +19,24 @@ the host name                ``<host>``
 ==========================  ===============
 
 Longer paths are replaced first, so a run folder inside the home folder becomes
-``<run folder>``, not ``~/…``. Public API: :func:`machine_names`, :func:`scrub_text`, :func:`scrub_file`.
+``<run folder>``, not ``~/…``. Public API: :func:`machine_names`, :func:`scrub_text`,
+:func:`scrub_value`, :func:`scrub_file`.
 """
 from __future__ import annotations
 
+import functools
 import os
 import re
 import socket
 import sys
 from pathlib import Path
+from typing import Any
+
+Names = tuple[tuple[str, str], ...]
+"""``(text, placeholder)`` pairs, longest text first (what :func:`machine_names` returns)."""
 
 
-def machine_names(run_folder: str | Path | None = None) -> list[tuple[str, str]]:
+def machine_names(run_folder: str | Path | None = None) -> Names:
     """``(text, placeholder)`` pairs to replace, longest text first. Paths shorter than five
     characters (``/``, ``/tmp``) and host names shorter than four are left alone: replacing them
     would rewrite ordinary words."""
@@ -49,33 +57,87 @@ def machine_names(run_folder: str | Path | None = None) -> list[tuple[str, str]]
     found = sorted(pairs.items(), key=lambda pair: -len(pair[0]))
     if len(host) >= 4:
         found.append((host, "<host>"))
-    return found
+    return tuple(found)
 
 
-def scrub_text(text: str, names: list[tuple[str, str]]) -> str:
-    """``text`` with every name of ``names`` replaced; a path is replaced only where it ends at
-    a path boundary (``/home/ann`` in ``/home/ann/x`` but not in ``/home/anna``), the host name
-    only as a whole word."""
+@functools.lru_cache(maxsize=32)
+def _pattern(names: Names) -> tuple[re.Pattern, dict[str, str]]:
+    """One alternation of every name, longest first (at one position the longest path wins).
+    A path matches only where it ends at a path boundary — not continued by a letter, digit,
+    ``_``, ``-`` or a ``.`` that starts a suffix — so ``/home/ann`` matches in ``/home/ann/x``
+    and at the end of a sentence, not in ``/home/anna`` or ``/home/ann.bak``; the host name
+    matches only as a whole word."""
+    branches = []
     for name, placeholder in names:
         if placeholder == "<host>":
-            text = re.sub(rf"(?<![\w.-]){re.escape(name)}(?![\w-])", placeholder, text)
+            branches.append(rf"(?<![\w.-]){re.escape(name)}(?![\w-])")
         else:
-            text = re.sub(rf"{re.escape(name)}(?=$|[{re.escape(os.sep)}\s'\":,)\]])", placeholder, text,
-                          flags=re.MULTILINE)
-    return text
+            branches.append(rf"{re.escape(name)}(?![\w-]|\.[\w-])")
+    return re.compile("|".join(branches)), dict(names)
+
+
+def scrub_text(text: str, names: Names) -> str:
+    """``text`` with every name of ``names`` replaced by its placeholder (see :func:`_pattern`)."""
+    if not names or not text:
+        return text
+    pattern, placeholders = _pattern(tuple(names))
+    return pattern.sub(lambda match: placeholders[match.group(0)], text)
+
+
+def scrub_value(value: Any, names: Names) -> Any:
+    """A copy of ``value`` (JSON-like: dicts, lists, tuples, strings, numbers; an allocator
+    snapshot) with every string, keys included, scrubbed by :func:`scrub_text`. A string met
+    twice is scrubbed once (a snapshot repeats each frame's file name thousands of times)."""
+    seen: dict[str, str] = {}
+
+    def text(item: str) -> str:
+        if item not in seen:
+            seen[item] = scrub_text(item, names)
+        return seen[item]
+
+    def walk(item: Any) -> Any:
+        if isinstance(item, str):
+            return text(item)
+        if isinstance(item, dict):
+            return {walk(key): walk(inner) for key, inner in item.items()}
+        if isinstance(item, (list, tuple)):
+            return type(item)(walk(inner) for inner in item) if type(item) in (list, tuple) else item
+        return item
+
+    return walk(value)
+
+
+LOG_HEAD_BYTES = 1 << 20
+LOG_TAIL_BYTES = 3 << 20
+"""What :func:`scrub_file` keeps of a longer log: its start (the job's header, the first error)
+and its end (the traceback that ended it); user code that prints without end would otherwise
+fill the folder a user attaches to a bug report (and this rewrite's memory)."""
+
+
+def _bounded_text(fd: int) -> tuple[str, bool]:
+    """The file's text, or its first :data:`LOG_HEAD_BYTES` and last :data:`LOG_TAIL_BYTES` with a
+    line saying how much was cut between them; whether anything was cut."""
+    size = os.fstat(fd).st_size
+    if size <= LOG_HEAD_BYTES + LOG_TAIL_BYTES:
+        return os.pread(fd, size, 0).decode("utf-8", errors="replace"), False
+    head = os.pread(fd, LOG_HEAD_BYTES, 0).decode("utf-8", errors="replace")
+    tail = os.pread(fd, LOG_TAIL_BYTES, size - LOG_TAIL_BYTES).decode("utf-8", errors="replace")
+    cut = size - LOG_HEAD_BYTES - LOG_TAIL_BYTES
+    return f"{head}\n[... {cut} bytes of output cut: the log keeps its first and last lines ...]\n{tail}", True
 
 
 def scrub_file(folder: str | Path, path: str | Path) -> None:
     """Rewrite ``path``, a text file below ``folder`` (never through a link), with the machine's
-    names replaced (:func:`scrub_text`, the run folder being ``folder``). Best effort: a file
+    names replaced (:func:`scrub_text`, the run folder being ``folder``) and, when longer, only
+    its start and end kept (:data:`LOG_HEAD_BYTES`, :data:`LOG_TAIL_BYTES`). Best effort: a file
     that cannot be read or written is left as it was."""
     from fusedce_profiler.instrument.confined import open_inside
 
     try:
         with os.fdopen(open_inside(folder, path), "rb") as source:
-            text = source.read().decode("utf-8", errors="replace")
+            text, cut = _bounded_text(source.fileno())
         scrubbed = scrub_text(text, machine_names(folder))
-        if scrubbed != text:
+        if scrubbed != text or cut:
             with os.fdopen(open_inside(folder, path, os.O_WRONLY | os.O_TRUNC), "wb") as target:
                 target.write(scrubbed.encode("utf-8"))
     except Exception:  # noqa: BLE001 - a log that cannot be rewritten stays as the worker left it

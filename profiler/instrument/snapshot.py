@@ -27,7 +27,6 @@ Public API: :class:`SnapshotRecorder`, :func:`parse_timeline`, :class:`Timeline`
 from __future__ import annotations
 
 import dataclasses
-import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -133,7 +132,7 @@ class SnapshotRecorder:
         torch.cuda.memory._record_memory_history(enabled=None)
         pickle_path = stem.with_name(stem.name + store.SNAPSHOT_SUFFIX)
         timeline_path = stem.with_name(stem.name + store.TIMELINE_SUFFIX)
-        store.write_bytes(pickle_path, pickle.dumps(snapshot))
+        store.write_pickle(pickle_path, snapshot)
         store.write_json(timeline_path, parse_timeline(snapshot).to_dict())
         return pickle_path, timeline_path
 

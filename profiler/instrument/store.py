@@ -26,7 +26,11 @@ fields do not validate, is skipped and reported with its number and the reason â
 line without its newline is named as an interrupted write. Nothing is skipped silently:
 callers show :attr:`Loaded.problems`.
 
-**Writing**: a result line is appended, flushed and fsync'ed (:func:`append_jsonl`), so a
+**Writing** names nothing of the machine: every record, text and report passes through
+:mod:`~fusedce_profiler.instrument.scrub` on its way to disk, so the run folder, the current
+folder, the Python installation, the home folder and the host name are stored as placeholders
+(the run folder of a file being its folder, or the folder above ``snapshots/``, ``logs/`` and
+``plots/``). A result line is appended, flushed and fsync'ed (:func:`append_jsonl`), so a
 killed run loses at most the line in flight; every other file is written to a temporary
 name and renamed over the old one (:func:`write_text`, :func:`write_stream`), so a failed
 write never leaves a truncated file, and a symbolic link in the folder is replaced, never
@@ -38,22 +42,25 @@ Nothing here unpickles: the raw snapshot is written for the user's viewer and ne
 
 Public API: the file names, :func:`read_jsonl`, :class:`Loaded`, :func:`append_jsonl`,
 :func:`cut_partial_line`, :func:`write_text`, :func:`write_bytes`, :func:`write_stream`,
-:func:`write_json`, :func:`read_json`,
+:func:`write_text_stream`, :func:`write_json`, :func:`write_pickle`, :func:`read_json`, :func:`run_folder_of`,
 :func:`strict_json`, :func:`float_field`, :class:`RunLock`, :class:`FolderInUse`.
 """
 from __future__ import annotations
 
 import errno
+import html
+import io
 import json
 import math
 import os
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Generic, TypeVar
+from typing import Any, BinaryIO, Callable, Generic, TextIO, TypeVar
 
-from fusedce_profiler.instrument import confined
+from fusedce_profiler.instrument import confined, scrub
+from fusedce_profiler.instrument.text import printable
+from fusedce_profiler.instrument.runlock import LOCK_FILE, FolderInUse, RunLock  # noqa: F401 - the folder's lock
 
 RESULTS_FILE = "results.jsonl"
 MODEL_RESULTS_FILE = "model_results.jsonl"
@@ -65,7 +72,7 @@ ENVIRONMENT_FILE = "environment.json"
 PLAN_FILE = "plan.json"
 SNAPSHOTS_DIR = "snapshots"
 LOGS_DIR = "logs"
-LOCK_FILE = ".lock"
+PLOTS_DIR = "plots"
 TIMELINE_SUFFIX = ".timeline.json"
 SNAPSHOT_SUFFIX = ".pickle"
 RECORDED_STEPS_FILE = "recorded_steps.jsonl"
@@ -177,7 +184,7 @@ def cut_partial_line(path: str | Path) -> bool:
     """Cut an unterminated last line (a write interrupted by a kill) before appending.
 
     Returns whether anything was cut, so the caller can say so. The file is opened without
-    following a link (a linked file is refused, never truncated) and only its tail is read.
+    following a link (a linked or hard-linked file is refused, never truncated) and only its tail is read.
     """
     path = Path(path)
     try:
@@ -202,19 +209,32 @@ def cut_partial_line(path: str | Path) -> bool:
         os.close(fd)
 
 
+def run_folder_of(path: str | Path) -> Path:
+    """The run folder a file of it belongs to: its own folder, or the one above when that is the
+    run's ``snapshots/``, ``logs/`` or ``plots/``."""
+    folder = Path(path).parent
+    return folder.parent if folder.name in (SNAPSHOTS_DIR, LOGS_DIR, PLOTS_DIR) else folder
+
+
+def _names(path: Path) -> scrub.Names:
+    return scrub.machine_names(run_folder_of(path))
+
+
 def append_jsonl(path: str | Path, record: dict) -> None:
     """Append one record as a line, flushed and fsync'ed (a kill loses at most this line).
 
-    The file is opened without following a link: a link is refused (``OSError`` ``ELOOP``
-    naming it); a new file follows the umask."""
+    The record's strings are scrubbed of the machine's names. The file is opened without
+    following a link: a link is refused (``OSError`` ``ELOOP`` naming it); a new file follows
+    the umask."""
     path = Path(path)
-    line = dumps(record, sort_keys=True) + "\n"
+    line = dumps(scrub.scrub_value(record, _names(path)), sort_keys=True) + "\n"
     try:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise OSError(errno.ELOOP, _LINK_REFUSED, str(path)) from None
         raise _naming(exc, path) from None
+    confined.check_own_file(fd, path)  # a hard link would append to a file elsewhere
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(line)
@@ -224,7 +244,7 @@ def append_jsonl(path: str | Path, record: dict) -> None:
         raise _naming(exc, path) from None
 
 
-_LINK_REFUSED = "a symbolic link; a run folder's files are written in place, never through links"
+_LINK_REFUSED = confined.WRITE_LINK_REFUSED
 
 
 def _refuse_link(path: Path) -> None:
@@ -240,16 +260,27 @@ def _naming(exc: OSError, path: Path) -> OSError:
 
 
 def write_text(path: str | Path, text: str) -> Path:
-    """Write ``text`` to ``path`` atomically: a temporary file in the same folder, then a rename.
+    """Write ``text``, scrubbed of the machine's names, to ``path`` atomically: a temporary file
+    in the same folder, then a rename.
 
     A failed write leaves the old file as it was; a symbolic link at ``path`` is replaced by
     the new file (the file it pointed to is untouched).
     """
-    return write_bytes(path, text.encode("utf-8"))
+    path = Path(path)
+    return write_bytes(path, _scrub_for(path, text, _names(path)).encode("utf-8"))
+
+
+def _scrub_for(path: Path, text: str, names: scrub.Names) -> str:
+    """``text`` scrubbed, its control characters spelled out (a report is read in a terminal
+    too: :func:`~fusedce_profiler.instrument.text.printable`); in an HTML page a placeholder is
+    written as text (``&lt;cwd&gt;``), not as a tag the browser would hide."""
+    if path.suffix in (".html", ".htm"):
+        names = tuple((name, html.escape(placeholder)) for name, placeholder in names)
+    return scrub.scrub_text(printable(text), names)
 
 
 def write_bytes(path: str | Path, data: bytes) -> Path:
-    """Binary form of :func:`write_text`."""
+    """Binary form of :func:`write_text`, for images: written as given, not scrubbed."""
     return write_stream(path, lambda fh: fh.write(data))
 
 
@@ -279,9 +310,60 @@ def write_stream(path: str | Path, write: Callable[[BinaryIO], object]) -> Path:
     return path
 
 
+def write_text_stream(path: str | Path, write: Callable[[TextIO], object]) -> Path:
+    """:func:`write_stream` of text: ``write`` writes into a UTF-8 text file whose every complete
+    line is scrubbed of the machine's names on its way to disk (a large table is streamed)."""
+    path = Path(path)
+    names = _names(path)
+
+    def binary(fh: BinaryIO) -> None:
+        lines = _ScrubbedLines(fh, lambda text: _scrub_for(path, text, names))
+        write(lines)
+        lines.close()
+
+    return write_stream(path, binary)
+
+
+class _ScrubbedLines(io.TextIOBase):
+    """A text file writing into ``raw`` whole lines at a time, each through ``scrub`` (a name
+    never spans a newline, so none is split between two writes)."""
+
+    def __init__(self, raw: BinaryIO, scrub_text: Callable[[str], str]) -> None:
+        self._raw, self._scrub, self._pending = raw, scrub_text, ""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        self._pending += text
+        cut = self._pending.rfind("\n") + 1
+        if cut:
+            self._raw.write(self._scrub(self._pending[:cut]).encode("utf-8"))
+            self._pending = self._pending[cut:]
+        return len(text)
+
+    def close(self) -> None:
+        if self._pending:
+            self._raw.write(self._scrub(self._pending).encode("utf-8"))
+            self._pending = ""
+        super().close()
+
+
 def write_json(path: str | Path, value: Any) -> Path:
-    """Strict JSON, indented, written atomically."""
-    return write_text(path, dumps(value, indent=1, sort_keys=True) + "\n")
+    """Strict JSON, indented, its strings scrubbed of the machine's names, written atomically."""
+    path = Path(path)
+    text = dumps(scrub.scrub_value(value, _names(path)), indent=1, sort_keys=True) + "\n"
+    return write_bytes(path, text.encode("utf-8"))
+
+
+def write_pickle(path: str | Path, value: Any) -> Path:
+    """``value`` (an allocator snapshot: dicts, lists, strings, numbers) pickled, its strings
+    scrubbed of the machine's names (a frame's file name), written atomically. The tool writes
+    pickles for PyTorch's memory viewer and never reads one."""
+    import pickle
+
+    path = Path(path)
+    return write_bytes(path, pickle.dumps(scrub.scrub_value(value, _names(path))))
 
 
 def read_json(path: str | Path, inside: str | Path | None = None) -> Any:
@@ -304,93 +386,3 @@ def _umask() -> int:
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
-
-
-class FolderInUse(RuntimeError):
-    """Another run holds the folder's lock: ``folder`` and ``holder`` (e.g. ``pid 12 since â€¦``)."""
-
-    def __init__(self, folder: Path, holder: str) -> None:
-        super().__init__(f"{folder} is in use by {holder}; wait for it to finish or choose another --out")
-        self.folder, self.holder = folder, holder
-
-
-class RunLock:
-    """An exclusive lock on a run folder while a run writes into it (``fcntl.flock`` on the folder).
-
-    The lock is taken on the folder itself, so it needs no file and cannot be redirected by a
-    link. While it is held, ``.lock`` says who holds it (the pid and since when: nothing about
-    the host, the user or the command line, since a folder goes into bug reports), so a second
-    run can name the holder; the holder removes it on release. The operating system releases
-    the lock when the holder exits, however it exits, so a killed run never leaves the folder
-    locked (its stale ``.lock`` note is rewritten by the next holder). Within one process the
-    lock is re-entrant: a command that locks its folder first (before ``--force`` removes
-    anything) and the run it then starts share one lock, released when both released it.
-    """
-
-    _held: dict[Path, list] = {}  # resolved folder -> [folder fd, count], this process's locks
-
-    def __init__(self, folder: str | Path) -> None:
-        self.folder = Path(folder)
-        self.path = self.folder / LOCK_FILE
-        self._key: Path | None = None
-
-    def acquire(self) -> "RunLock":
-        import fcntl
-
-        if self._key is not None:
-            return self
-        self.folder.mkdir(parents=True, exist_ok=True)
-        key = self.folder.resolve()
-        if key in RunLock._held:
-            RunLock._held[key][1] += 1
-            self._key = key
-            return self
-        fd = os.open(self.folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise FolderInUse(self.folder, self._holder()) from None
-        try:
-            note = os.open(LOCK_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666,
-                           dir_fd=fd)
-            with os.fdopen(note, "w", encoding="utf-8") as fh:
-                fh.write(f"pid {os.getpid()} since {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
-        except OSError as exc:
-            os.close(fd)  # closing the folder releases the lock
-            if exc.errno == errno.ELOOP:
-                raise OSError(errno.ELOOP, _LINK_REFUSED, str(self.path)) from None
-            exc.filename = str(self.path)  # opened relative to the folder: name the whole path
-            raise
-        RunLock._held[key] = [fd, 1]
-        self._key = key
-        return self
-
-    def _holder(self) -> str:
-        from fusedce_profiler.instrument.text import shorten
-
-        try:
-            note = confined.read_bytes(self.path, limit=4096).decode("utf-8", "replace").strip()
-        except (OSError, confined.FolderRefused):
-            note = ""
-        return shorten(note, 200) if note else "another process"
-
-    def release(self) -> None:
-        if self._key is None:
-            return
-        entry = RunLock._held[self._key]
-        entry[1] -= 1
-        if entry[1] == 0:
-            del RunLock._held[self._key]
-            try:
-                os.unlink(LOCK_FILE, dir_fd=entry[0])  # while still held: no one else wrote it
-            except OSError:
-                pass
-            os.close(entry[0])  # releases the lock
-        self._key = None
-
-    def __enter__(self) -> "RunLock":
-        return self.acquire()
-
-    def __exit__(self, *exc) -> None:
-        self.release()

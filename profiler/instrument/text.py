@@ -1,13 +1,28 @@
-"""Shortening a message for a one-line terminal display, never mid-word.
+"""Text for people: a message shortened for a one-line terminal display, never mid-word, and
+control characters made visible.
 
 Stored messages (results, logs, reports) are kept whole; only a line printed on the
 terminal is shortened, at a word boundary, with "…" where something was left out.
+A message comes from the user's code or from a folder someone sent: an escape sequence in it
+would set the terminal's title, clear the screen or hide text when printed or when a report
+is shown with ``cat``; :func:`printable` spells every control character out instead.
 
-Public API: :func:`shorten`, :func:`count`.
+Public API: :func:`shorten`, :func:`count`, :func:`printable`.
 """
 from __future__ import annotations
 
+import re
+
 ELLIPSIS = "…"
+
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+"""C0 controls but the newline and the tab, DEL, and C1 controls (``\x9b`` starts a sequence too)."""
+
+
+def printable(text: str) -> str:
+    """``text`` with every control character but the newline and the tab written as ``\\xNN``
+    (``"\x1b[2J"`` → ``"\\x1b[2J"``), so a terminal or a viewer shows it instead of obeying it."""
+    return _CONTROL.sub(lambda match: f"\\x{ord(match.group()):02x}", text)
 
 
 def shorten(text: str, width: int = 120) -> str:

@@ -1,0 +1,124 @@
+"""The lock a run holds on its folder while it writes into it (``.lock`` says who holds it).
+
+Public API: :data:`LOCK_FILE`, :class:`RunLock`, :class:`FolderInUse` (re-exported by
+:mod:`fusedce_profiler.instrument.store`, which describes the whole folder).
+"""
+from __future__ import annotations
+
+import errno
+import os
+import time
+from pathlib import Path
+
+from fusedce_profiler.instrument import confined
+
+LOCK_FILE = ".lock"
+
+
+class FolderInUse(RuntimeError):
+    """Another run holds the folder's lock: ``folder`` and ``holder`` (e.g. ``pid 12 since …``)."""
+
+    def __init__(self, folder: Path, holder: str) -> None:
+        super().__init__(f"{folder} is in use by {holder}; wait for it to finish or choose another --out")
+        self.folder, self.holder = folder, holder
+
+
+class RunLock:
+    """An exclusive lock on a run folder while a run writes into it (``fcntl.flock`` on the folder).
+
+    The lock is taken on the folder itself, so it needs no file and cannot be redirected by a
+    link. While it is held, ``.lock`` says who holds it (the pid and since when: nothing about
+    the host, the user or the command line, since a folder goes into bug reports), so a second
+    run can name the holder; the holder removes it on release. The operating system releases
+    the lock when the holder exits, however it exits, so a killed run never leaves the folder
+    locked (its stale ``.lock`` note is rewritten by the next holder). Within one process the
+    lock is re-entrant: a command that locks its folder first (before ``--force`` removes
+    anything) and the run it then starts share one lock, released when both released it.
+    """
+
+    _held: dict[Path, list] = {}  # resolved folder -> [folder fd, count], this process's locks
+
+    def __init__(self, folder: str | Path) -> None:
+        self.folder = Path(folder)
+        self.path = self.folder / LOCK_FILE
+        self._key: Path | None = None
+
+    def acquire(self) -> "RunLock":
+        import fcntl
+
+        if self._key is not None:
+            return self
+        self.folder.mkdir(parents=True, exist_ok=True)
+        key = self.folder.resolve()
+        if key in RunLock._held:
+            RunLock._held[key][1] += 1
+            self._key = key
+            return self
+        fd = os.open(self.folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise FolderInUse(self.folder, self._holder()) from None
+        try:
+            note = confined.check_own_file(os.open(LOCK_FILE, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                                                   0o666, dir_fd=fd), self.path)
+            os.ftruncate(note, 0)  # only once it is known to be the folder's own file
+            with os.fdopen(note, "w", encoding="utf-8") as fh:
+                fh.write(f"pid {os.getpid()} since {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+        except OSError as exc:
+            os.close(fd)  # closing the folder releases the lock
+            if exc.errno == errno.ELOOP:
+                raise OSError(errno.ELOOP, confined.WRITE_LINK_REFUSED, str(self.path)) from None
+            exc.filename = str(self.path)  # opened relative to the folder: name the whole path
+            raise
+        RunLock._held[key] = [fd, 1]
+        self._key = key
+        return self
+
+    def _holder(self) -> str:
+        from fusedce_profiler.instrument.text import shorten
+
+        try:
+            note = confined.read_bytes(self.path, limit=4096).decode("utf-8", "replace").strip()
+        except (OSError, confined.FolderRefused):
+            note = ""
+        return shorten(note, 200) if note else "another process"
+
+    def release(self) -> None:
+        entry = RunLock._held.get(self._key) if self._key is not None else None
+        if entry is None:  # not held, or held by the process this one was forked from
+            self._key = None
+            return
+        entry[1] -= 1
+        if entry[1] == 0:
+            del RunLock._held[self._key]
+            try:
+                os.unlink(LOCK_FILE, dir_fd=entry[0])  # while still held: no one else wrote it
+            except OSError:
+                pass
+            os.close(entry[0])  # releases the lock
+        self._key = None
+
+    def __enter__(self) -> "RunLock":
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def _forget_locks_in_child() -> None:
+    """In a process forked while locks were held (a DataLoader worker forked during a recorded
+    run): close its copies of the locked folders' descriptors. The lock lives as long as any copy
+    is open, so the worker kept the folder locked after the recorder released it; the holder
+    alone releases it now."""
+    for fd, _ in RunLock._held.values():
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    RunLock._held.clear()
+
+
+os.register_at_fork(after_in_child=_forget_locks_in_child)
+
