@@ -53,6 +53,20 @@ BACKENDS = textwrap.dedent('''
         while True:
             time.sleep(1)
 
+    def daemon(hidden, weight, target, bias=None):  # starts a daemon (fork, setsid, fork) once, then trains
+        path = os.environ["FX_DAEMON_PID"]
+        if not os.path.exists(path) and os.fork() == 0:
+            os.setsid()
+            if os.fork() == 0:
+                with open(path + ".tmp", "w") as fh:
+                    fh.write(str(os.getpid()))
+                os.rename(path + ".tmp", path)
+                time.sleep(300)
+            os._exit(0)
+        while not os.path.exists(path):
+            time.sleep(0.05)
+        return ok(hidden, weight, target, bias)
+
     def hang(hidden, weight, target, bias=None):
         mark = os.environ.get("FX_HANG_MARK")
         if mark:
@@ -200,6 +214,28 @@ def test_kill_9_of_the_cli_takes_the_processes_a_backend_started_with_it(fx, tmp
         kill_group(process)
         if child_pid.exists() and _alive(child_pid.read_text()):
             os.kill(int(child_pid.read_text()), signal.SIGKILL)
+
+
+@pytest.mark.parametrize("backend", ["daemon", "hang"])
+def test_a_daemon_a_backend_starts_outside_its_group_ends_with_the_run(fx, tmp_path, backend):
+    """A back-end that leaves the worker's process group (fork, setsid, fork) is adopted by the
+    worker and killed when the worker ends: after a finished run, and after a timed-out cell."""
+    from processes import _alive
+
+    pid_file = tmp_path / "daemon.pid"
+    env = cli_env(fx, FX_DAEMON_PID=str(pid_file), FX_HANG_MARK=str(tmp_path / "hang.mark"))
+    if backend == "hang":  # the daemon starts in a finished cell; the next cell hangs and times out
+        args = ["--backend", "fx_backends:daemon", "--backend", "fx_backends:hang", "--cell-timeout", "3"]
+    else:
+        args = ["--backend", "fx_backends:daemon"]
+    result = run_cli([*TINY, "--tokens", "16", *args, "--out", str(tmp_path / "run")], env, timeout=180)
+    assert pid_file.exists(), result
+    daemon = pid_file.read_text()
+    try:
+        wait_for(lambda: not _alive(daemon), 10, "the back-end's daemon to end with its worker")
+    finally:
+        if _alive(daemon):
+            os.kill(int(daemon), signal.SIGKILL)
 
 
 def test_a_fresh_worker_has_imported_its_jobs_before_the_job_clock_starts(tmp_path):

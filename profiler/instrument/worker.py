@@ -28,7 +28,12 @@ every process a back-end started under it (a compile helper, a data loader), whi
 signal to the worker alone would leave running with parent 1. The worker itself also gets
 SIGKILL from the kernel when the parent exits (``PR_SET_PDEATHSIG``, checked once more right
 after it is set; elsewhere a watchdog thread polls the parent's pid). :meth:`Worker.close`
-(or a timeout) kills the child's whole process group, reaper included.
+(or a timeout) kills the child's whole process group, reaper included. A process that leaves
+the group (a back-end's daemon: fork, ``setsid``, fork again) is caught another way: the worker
+is a *child subreaper* (``PR_SET_CHILD_SUBREAPER``), so such orphans become its children, and
+when its input ends or it is sent SIGTERM (:meth:`Worker.close` sends it before the group's
+SIGKILL) it kills every child that has left its group before it exits. Only a worker killed outright
+(``kill -9`` of the whole tree) leaves such a daemon running.
 
 Start-up: ``preload`` job kinds have their modules imported before the child says it is
 ready, so a job's time limit (``--cell-timeout``) never counts a fresh worker's imports.
@@ -37,17 +42,17 @@ Public API: :class:`Worker`, :class:`WorkerDied`, :class:`JobFailed`, :data:`JOB
 """
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import select
 import signal
 import subprocess
 import sys
-import threading
 import time
 import traceback
 from pathlib import Path
+
+from fusedce_profiler.instrument.lifetime import adopt_orphans, die_with_parent, end_children, start_reaper
 
 #: kind → "module:function" taking the payload dict and returning a JSON-serialisable value.
 JOBS = {
@@ -59,7 +64,6 @@ JOBS = {
     "doctor": "fusedce_profiler.judgements.doctor.job:run_doctor_job",
 }
 
-_PR_SET_PDEATHSIG = 1
 _LOG_TAIL_LINES = 15
 _START_TIMEOUT_S = 300.0
 """How long a child may take to start (import Python's standard library and this module)."""
@@ -260,6 +264,12 @@ class Worker:
                 self._process.wait(timeout=2)
             except subprocess.TimeoutExpired:
                 pass
+        if self._process.poll() is None:  # busy in a job: SIGTERM lets it end the daemons it adopted
+            try:
+                self._process.send_signal(signal.SIGTERM)
+                self._process.wait(timeout=1)
+            except (subprocess.TimeoutExpired, OSError):
+                pass
         if self._process.poll() is None:
             try:
                 os.killpg(self._process.pid, signal.SIGKILL)
@@ -291,41 +301,6 @@ class Worker:
 
 # --- the child -----------------------------------------------------------------------------
 
-def _die_with_parent(parent_pid: int) -> None:
-    """Make sure this process does not outlive ``parent_pid`` (see the module docstring)."""
-    if sys.platform.startswith("linux"):
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        except (OSError, AttributeError):
-            pass
-    if os.getppid() != parent_pid:  # the parent died before the death signal was armed
-        os._exit(1)
-
-    def watch() -> None:
-        while True:
-            time.sleep(1.0)
-            if os.getppid() != parent_pid:
-                os._exit(1)
-
-    threading.Thread(target=watch, name="parent-watchdog", daemon=True).start()
-
-
-def _start_reaper(life_fd: int) -> None:
-    """Fork the reaper: it waits for the parent's end of the life pipe to close, then kills this
-    process group (see the module docstring). Forked before anything is imported or threaded."""
-    if os.fork() == 0:
-        try:
-            os.closerange(0, life_fd)
-            os.closerange(life_fd + 1, 1 << 16)
-            while os.read(life_fd, 1):
-                pass
-        finally:
-            os.killpg(0, signal.SIGKILL)
-            os._exit(0)
-    os.close(life_fd)
-
-
 def _load(target: str):
     import importlib
 
@@ -334,8 +309,15 @@ def _load(target: str):
 
 
 def _serve(parent_pid: int, reply_fd: int, life_fd: int, preload: list[str]) -> int:
-    _start_reaper(life_fd)
-    _die_with_parent(parent_pid)
+    reaper = start_reaper(life_fd)
+    die_with_parent(parent_pid)
+    adopt_orphans()
+
+    def on_sigterm(signum, frame) -> None:
+        end_children(spare=reaper)
+        os._exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, on_sigterm)
     for kind in preload:
         _load(JOBS[kind])
     replies = os.fdopen(reply_fd, "wb")
@@ -354,6 +336,7 @@ def _serve(parent_pid: int, reply_fd: int, life_fd: int, preload: list[str]) -> 
 
         replies.write((dumps(answer) + "\n").encode())
         replies.flush()
+    end_children(spare=reaper)
     return 0
 
 
