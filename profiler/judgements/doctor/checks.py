@@ -252,9 +252,11 @@ def _check_shift(c: Context) -> tuple[str, str]:
         return "fail", (f"the first position gets no gradient ({first:.1e} of the largest; the naive loss gives it "
                         f"{min(float(ref_rows[b, 0]) for b in range(rows.shape[0])):.1e}): the targets are shifted the wrong way "
                         "(hidden[:, 1:] against labels[:, :-1])" + values)
-    # Full rows: the naive loss trains positions 0 .. T-2; a shift by k leaves the last k untrained.
+    # Full rows: the naive loss trains positions 0 .. T-2; a shift by k leaves the last k untrained,
+    # T-2 among them in every full row. Untrained positions elsewhere are ignored labels ("ignore").
     untrained = sorted({t for b in full for t in range(seq - 1) if bool(starved[b, t]) and float(ref_rows[b, t]) >= _ZERO})
-    if untrained:
+    tail_untrained = bool(full) and all(bool(starved[b, seq - 2]) for b in full)
+    if untrained and tail_untrained:
         twice = c.variants.get("targets shifted twice")
         return "fail", (f"positions {', '.join(map(str, untrained[:4]))}{' …' if len(untrained) > 4 else ''} of full "
                         f"rows get no gradient, where the naive loss trains every position but the last: the targets "
@@ -287,8 +289,10 @@ def _check_ignore(c: Context) -> tuple[str, str]:
     real[:, -1] = False
     dropped = real & (rows < _STARVED * ref_rows) & (ref_rows >= _ZERO)
     if bool(dropped.any()):
+        ids = sorted({int(i) for i in labels[:, 1:][dropped[:, :-1]]})
         return "fail", (f"{int(dropped.sum())} labelled positions get no gradient, where the naive loss trains them: "
-                        "real tokens are ignored (an ignore_index equal to a real token id?)")
+                        f"real tokens are ignored (their labels: token ids {', '.join(map(str, ids[:6]))}; an "
+                        "ignore_index equal to a real token id?)")
     return "pass", f"positions whose label is -100 get no gradient ({worst:.1e}); every labelled one does"
 
 
