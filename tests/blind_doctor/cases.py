@@ -30,6 +30,13 @@ class Case:
     def loss_spec(self) -> str:
         return f"{PACKAGE}.wrappers:{self.wrapper}"
 
+    def judged_right(self, exit_code: int, failed: list[str]) -> bool:
+        """Whether doctor's answer (exit code, failed items) is this case's truth: exit 0 for a correct
+        wrapper; exit 1 with one of the expected items failed for a buggy one."""
+        if not self.expect:
+            return exit_code == 0
+        return exit_code == 1 and any(item in failed for item in self.expect)
+
     @property
     def truth(self) -> str:
         return "correct" if not self.expect else "bug: " + " or ".join(self.expect)
@@ -64,6 +71,11 @@ _BUGGY = {  # wrapper: (models, items of which one must fail)
     "buggy_ignores_num_items": (("plain_gpt", "hf_llama_untied"), ("accumulation",)),
     "buggy_bf16_grad_sum": (("plain_gpt", "hf_llama_untied"), ("precision",)),
 }
+
+def case(name: str) -> Case:
+    """The case called ``model/wrapper``."""
+    return next(c for c in CASES if c.name == name)
+
 
 CASES: tuple[Case, ...] = (
     tuple(Case(m, w) for w, models in _CORRECT.items() for m in models)

@@ -34,10 +34,7 @@ def judge(case: Case, mode: str) -> dict:
         code, message = 2, str(exc)
     except UserCodeFailed as exc:
         code, message = 1, str(exc)
-    if not case.expect:
-        right = code == 0
-    else:
-        right = code == 1 and any(item in failed for item in case.expect)
+    right = case.judged_right(code, failed)
     return {"case": case.name, "mode": mode, "truth": case.truth, "exit": code, "failed": failed,
             "unclear": unclear, "right": right, "message": message,
             "seconds": round(time.perf_counter() - started, 1)}
