@@ -1,6 +1,7 @@
 """Run ``doctor`` (the public Python API, one worker per run) on every blind case in both modes.
 
     python -m tests.blind_doctor.run_table OUT.json [--jobs 2] [--only SUBSTRING]
+    python -m tests.blind_doctor.run_table --markdown BEFORE.json AFTER.json   # the before/after table
 
 Writes one row per (case, mode): truth, exit code, failed items, and whether doctor was right
 (correct → exit 0; bug → exit 1 with one of the expected items failed).
@@ -40,12 +41,35 @@ def judge(case: Case, mode: str) -> dict:
             "seconds": round(time.perf_counter() - started, 1)}
 
 
+def _answer(row: dict) -> str:
+    failed = ", ".join(row["failed"]) or "—"
+    return f"exit {row['exit']}, failed {failed} {'✓' if row['right'] else '✗'}"
+
+
+def markdown(before: list[dict], after: list[dict]) -> str:
+    """One line per (case, mode): truth, doctor's answer before and after, right (✓) or wrong (✗)."""
+    earlier = {(r["case"], r["mode"]): r for r in before}
+    lines = ["| case (model/wrapper) | mode | truth | before | after |", "| --- | --- | --- | --- | --- |"]
+    for r in after:
+        old = earlier.get((r["case"], r["mode"]))
+        lines.append(f"| {r['case']} | {r['mode']} | {r['truth']} | {_answer(old) if old else '—'} | {_answer(r)} |")
+    lines.append("")
+    lines.append(f"Right: {sum(r['right'] for r in before)} of {len(before)} before, "
+                 f"{sum(r['right'] for r in after)} of {len(after)} after.")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("out")
+    parser.add_argument("out", nargs="?")
+    parser.add_argument("--markdown", nargs=2, metavar=("BEFORE", "AFTER"))
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--only", default="")
     args = parser.parse_args()
+    if args.markdown:
+        before, after = (json.load(open(path)) for path in args.markdown)
+        print(markdown(before, after))
+        return
     todo = [(c, m) for c in CASES for m in BOTH if m in c.modes and args.only in c.name]
     with ProcessPoolExecutor(args.jobs) as pool:
         rows = list(pool.map(judge, *zip(*todo)))
