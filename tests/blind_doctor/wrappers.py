@@ -121,10 +121,13 @@ class _StaleClone:
     def __init__(self) -> None:
         self.weight = None
 
+    def copy(self, p):
+        return p.weight.detach().clone()
+
     def __call__(self, model, batch):
         p = parts(model)
         if self.weight is None:
-            self.weight = p.weight.detach().clone()
+            self.weight = self.copy(p)
         p.weight = self.weight
         return _fused(p, p.hidden(batch["input_ids"])[:, :-1], batch["labels"][:, 1:])
 
@@ -132,30 +135,19 @@ class _StaleClone:
 class _StaleData(_StaleClone):
     """The head's ``.data`` captured once: same storage, so optimizer steps show, but no gradient."""
 
-    def __call__(self, model, batch):
-        if self.weight is None:
-            self.weight = parts(model).weight.data
-        return super().__call__(model, batch)
+    def copy(self, p):
+        return p.weight.data
+
+
+class _UntiedCopy(_StaleClone):
+    """Tie broken: the loss multiplies by its own Parameter, copied once from the embedding."""
+
+    def copy(self, p):
+        return torch.nn.Parameter(p.embedding.detach().clone())
 
 
 buggy_stale_clone = _StaleClone()
 buggy_stale_data = _StaleData()
-
-
-class _UntiedCopy:
-    """Tie broken: the loss multiplies by its own Parameter, copied once from the embedding."""
-
-    def __init__(self) -> None:
-        self.weight = None
-
-    def __call__(self, model, batch):
-        p = parts(model)
-        if self.weight is None:
-            self.weight = torch.nn.Parameter(p.embedding.detach().clone())
-        p.weight = self.weight
-        return _fused(p, p.hidden(batch["input_ids"])[:, :-1], batch["labels"][:, 1:])
-
-
 buggy_untied_copy = _UntiedCopy()
 
 
