@@ -10,9 +10,9 @@ each the regression test of a verdict it once got wrong:
 - label smoothing asked by the config and left out: invisible in the value at a uniform
   prediction, and a mean over padding on that model blamed on the options instead of the reduction.
 
-Every other blind case runs too, in one of its modes. Each (but the compiled one: one observed call, where the whole job recompiles for a minute) runs
-the doctor job in this process (the worker's code path without the worker) on CPU.
-Both modes of every case are tabulated by
+Every other blind case runs too, in one of its modes. Each (but the compiled one: one observed
+call, where the whole job recompiles for a minute) runs the doctor job in this process (the
+worker's code path without the worker) on the CPU. Both modes of every case are tabulated by
 ``python -m tests.blind_doctor.run_table`` (benchmarks/results/doctor-blind-cpu-2026-12-03/).
 """
 from __future__ import annotations
