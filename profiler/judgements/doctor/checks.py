@@ -239,10 +239,18 @@ def _check_shift(c: Context) -> tuple[str, str]:
     first = min(float(rows[b, 0]) for b in range(rows.shape[0]))
     unshifted = c.variants.get("targets not shifted")
     values = f" (your loss {_fmt(c.user.loss)}; naive {_fmt(c.ref.loss)}; with unshifted targets {_fmt(unshifted)})"
+    # Full rows: the naive loss trains positions 0 .. T-2; a shift by k leaves the last k untrained,
+    # T-2 among them in every full row. Untrained positions elsewhere are ignored labels ("ignore").
+    untrained = sorted({t for b in full for t in range(seq - 1) if bool(starved[b, t]) and float(ref_rows[b, t]) >= _ZERO})
+    tail_untrained = bool(full) and all(bool(starved[b, seq - 2]) for b in full)
+    # A value equal to a variant's names it only when no other known mistake's value is closer: near
+    # a uniform prediction every variant's value is ≈ ln V, and one can sit near another by chance.
+    closest = min(c.variants, key=lambda n: abs(c.variants[n] - c.user.loss), default=None)
     for name, what in (("targets not shifted", "the labels are not shifted (position t trained on labels[t])"),
                        ("targets shifted twice", "the targets are shifted twice (position t trained on labels[t+2])")):
         value = c.variants.get(name)
-        if close(c.user.loss, value, c.loss_tolerance / 4) and not close(value, c.ref.loss, c.loss_tolerance):
+        if name == closest and close(c.user.loss, value, c.loss_tolerance / 4) \
+                and not close(value, c.ref.loss, c.loss_tolerance):
             return "fail", f"your loss equals the naive loss with {name}: {what}" + values
     if last >= _ZERO:
         return "fail", (f"the last position of full rows gets gradient {last:.2e} of the largest, where the naive loss "
@@ -252,9 +260,7 @@ def _check_shift(c: Context) -> tuple[str, str]:
         return "fail", (f"the first position gets no gradient ({first:.1e} of the largest; the naive loss gives it "
                         f"{min(float(ref_rows[b, 0]) for b in range(rows.shape[0])):.1e}): the targets are shifted the wrong way "
                         "(hidden[:, 1:] against labels[:, :-1])" + values)
-    # Full rows: the naive loss trains positions 0 .. T-2; a shift by k leaves the last k untrained.
-    untrained = sorted({t for b in full for t in range(seq - 1) if bool(starved[b, t]) and float(ref_rows[b, t]) >= _ZERO})
-    if untrained:
+    if untrained and tail_untrained:
         twice = c.variants.get("targets shifted twice")
         return "fail", (f"positions {', '.join(map(str, untrained[:4]))}{' …' if len(untrained) > 4 else ''} of full "
                         f"rows get no gradient, where the naive loss trains every position but the last: the targets "
@@ -287,8 +293,10 @@ def _check_ignore(c: Context) -> tuple[str, str]:
     real[:, -1] = False
     dropped = real & (rows < _STARVED * ref_rows) & (ref_rows >= _ZERO)
     if bool(dropped.any()):
+        ids = sorted({int(i) for i in labels[:, 1:][dropped[:, :-1]]})
         return "fail", (f"{int(dropped.sum())} labelled positions get no gradient, where the naive loss trains them: "
-                        "real tokens are ignored (an ignore_index equal to a real token id?)")
+                        f"real tokens are ignored (their labels: token ids {', '.join(map(str, ids[:6]))}; an "
+                        "ignore_index equal to a real token id?)")
     return "pass", f"positions whose label is -100 get no gradient ({worst:.1e}); every labelled one does"
 
 

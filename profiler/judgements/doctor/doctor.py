@@ -126,9 +126,16 @@ def cpu_size_guard(parameters: int, name: str) -> str | None:
 
 def make_batch(vocab: int, batch: int = 4, seq: int = 32, seed: int = 0, device="cpu", padded: bool = True) -> dict:
     """``{"input_ids", "labels", "attention_mask"}``; with ``padded`` rows 1 and 3 are
-    right-padded (token id 0, label -100) from 5/8 and 7/8 of the sequence."""
+    right-padded (token id 0, label -100) from 5/8 and 7/8 of the sequence.
+
+    Every row also holds the first and the last token ids (0 and V − 1, often a tokenizer's pad
+    or special id) as real, labelled tokens at 1/4 and 3/8 of the sequence: a loss whose
+    ``ignore_index`` equals one of them drops real tokens, which shows only when they are labelled.
+    """
     gen = torch.Generator().manual_seed(seed)
     input_ids = torch.randint(1, vocab, (batch, seq), generator=gen)
+    input_ids[:, seq // 4] = 0
+    input_ids[:, seq * 3 // 8] = vocab - 1
     labels = input_ids.clone()
     mask = torch.ones_like(input_ids)
     if padded:

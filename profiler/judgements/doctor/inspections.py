@@ -11,7 +11,10 @@ materialises in evaluation, which config options it applies, and how precisely i
   evaluation falls back there; torch's ``linear_cross_entropy`` with ``options=None`` is its
   reference path, which materialises the logits in both.
 - ``options``: the loss against the reference built from the config's options (z-loss, label
-  smoothing): matching the reference with one of them dropped names it.
+  smoothing): matching the reference with one of them dropped names it — by value, or by the
+  direction of the head weight's gradient (an option changes where each logit is pushed, a
+  reduction or scaling only how far: at a near-uniform initialisation label smoothing barely
+  moves the loss's value but turns its gradient).
 - ``precision``: the dtype the user's grad_W was summed in, and its error against a float64
   reference from the same head input beside the naive loss's. For an fp32 weight, a gradient summed
   in bf16 (or fp16) and cast up has every entry exactly representable in bf16, which an fp32 sum
@@ -23,6 +26,9 @@ Public API: :data:`JUDGES`.
 """
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+
 import torch
 import torch.nn.functional as F
 
@@ -30,6 +36,7 @@ from fusedce_profiler.instrument.models.head import tensor_of
 from fusedce_profiler.instrument.precision import autocast
 from fusedce_profiler.judgements.doctor.checks import Context, close, norm
 from fusedce_profiler.judgements.doctor.loss_options import shifted_cross_entropy
+from fusedce_profiler.judgements.doctor.observe import naive_loss, observe
 
 _LOW_PRECISION_FACTOR = 4.0  # grad_W error this many times one rounding (and the naive loss's) is low precision
 _CHUNKED_FACTOR = 1.6  # measured: one rounding 1.0×, a bf16 sum over 31 chunks 2.3× the naive loss's error
@@ -114,6 +121,80 @@ def _check_eval(c: Context) -> tuple[str, str]:
     return "pass", "the same path in training and in evaluation, the head's forward never called — " + numbers
 
 
+def _unit(t: torch.Tensor | None) -> torch.Tensor | None:
+    """``t / ‖t‖`` in float64 (``None`` for a missing or zero gradient)."""
+    return None if t is None or norm(t) == 0 else t.double() / norm(t)
+
+
+def _options_dropped(options) -> list[tuple[str, object]]:
+    """(name, options) for the config's options with each one, and all of them, left out."""
+    out = []
+    if options.label_smoothing:
+        out.append(("without label smoothing", dataclasses.replace(options, label_smoothing=0.0)))
+    if options.z_loss:
+        out.append(("without z-loss", dataclasses.replace(options, z_loss=0.0)))
+    if options.label_smoothing and options.z_loss:
+        out.append(("without label smoothing and z-loss", dataclasses.replace(options, label_smoothing=0.0, z_loss=0.0)))
+    return out
+
+
+#: The logits' spread (standard deviation) the options are judged at: near a uniform prediction
+#: label smoothing only scales the gradient (p − q ≈ (1 − ε)(p − onehot) when p ≈ 1/V), so a model at
+#: its initialisation (logits' spread ≈ 0.1) cannot show it.
+_SHARP_LOGITS = 2.0
+
+
+@contextlib.contextmanager
+def _sharpened_head(c: Context):
+    """The head's weight scaled in place, for the body of the ``with``, so the reference's logits
+    spread about :data:`_SHARP_LOGITS` (never scaled down); restored afterwards. Yields the factor."""
+    spread = float(c.store["logits"].float().std()) if c.store and "logits" in c.store else 0.0
+    factor = _SHARP_LOGITS / spread if 0 < spread < _SHARP_LOGITS else 1.0
+    weight = c.built.head.weight
+    saved = weight.detach().clone()
+    with torch.no_grad():
+        weight.mul_(factor)
+    try:
+        yield factor
+    finally:
+        with torch.no_grad():
+            weight.copy_(saved)
+
+
+def _direction_left_out(c: Context) -> tuple[str | None, bool, str]:
+    """Which option the user's loss leaves out, judged by the direction of the head weight's gradient.
+
+    A reduction or a scaling multiplies every gradient by one number (judged by ``reduction``);
+    label smoothing and a z-loss change what each logit is pushed towards, so the direction
+    ``g / ‖g‖`` tells them apart whatever the scale — on logits spread enough to show it
+    (:func:`_sharpened_head`). The user's loss, the reference and the reference with each option left
+    out are observed there. Returns (the option's name or ``None``, whether the direction is the
+    reference's, the evidence); distances are
+    ‖ĝ_yours − ĝ‖ between unit vectors.
+    """
+    tol = c.group_tolerances.get(c.weight_name, c.tolerance)
+    observed = lambda fn: _unit(observe(c.built, c.landmarks, fn, c.batch, c.mode,  # noqa: E731
+                                        record_calls=False).grad(c.weight_name))
+    with _sharpened_head(c) as factor:
+        mine = observed(c.fn)
+        ref = observed(lambda m, b: naive_loss(c.built, b, None, c.options))
+        others = {name: observed(lambda m, b, o=without: naive_loss(c.built, b, None, o))
+                  for name, without in _options_dropped(c.options)}
+    if mine is None or ref is None:
+        return None, False, ""
+    to_ref = float((mine - ref).norm())
+    evidence = [f"with the head's weight ×{factor:.3g} (logits' spread ≈ {_SHARP_LOGITS:g}), the direction of grad "
+                f"{c.weight_name} is {to_ref:.2e} from the reference's"]
+    for name, other in others.items():
+        if other is None:
+            continue
+        to_other, apart = float((mine - other).norm()), float((ref - other).norm())
+        evidence.append(f"{to_other:.2e} from the reference's {name}")
+        if to_other <= tol < to_ref and apart > tol:
+            return name, False, "; ".join(evidence) + f" (tolerance {tol:.1e})"
+    return None, to_ref <= tol, "; ".join(evidence) + f" (tolerance {tol:.1e})"
+
+
 def _check_options(c: Context) -> tuple[str, str]:
     active = c.options.active()
     if not active:
@@ -127,9 +208,17 @@ def _check_options(c: Context) -> tuple[str, str]:
     if dropped:
         return "fail", (f"{values}: yours equals the reference {dropped[0]} ({c.variants[dropped[0]]:.6g}) — the "
                         "model's config asks for it; pass it to the loss")
+    left_out, same_direction, directions = _direction_left_out(c)
+    if left_out is not None:
+        return "fail", (f"{values}; {directions}: your gradient points where the reference's {left_out} does — the "
+                        "model's config asks for it; pass it to the loss")
     if close(c.user.loss, c.ref.loss, c.loss_tolerance):
-        return "pass", values
-    return "fail", values + ": neither the config's options nor any of them dropped"
+        return "pass", values + (f"; {directions}" if directions else "")
+    if same_direction:
+        return "pass", (f"{values}; {directions}: the gradient points where the reference's does — the options are "
+                        "applied; the value's scale is judged by the reduction check")
+    return "unclear", (values + (f"; {directions}" if directions else "")
+                       + ": the value differs, and not as with an option dropped (see the reduction and value checks)")
 
 
 def _representable_share(g: torch.Tensor, dtype: torch.dtype) -> float:

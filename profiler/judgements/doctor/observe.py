@@ -12,6 +12,8 @@ precision, and returns an :class:`Observation`:
   produces the LM head's input (the final norm), captured with a tensor hook. Norm and head
   act on each position alone, so a position gets zero gradient there exactly when the loss
   ignores it;
+- every call starts from the same random state (:func:`same_random_draws`), so a model's dropout
+  masks are the same in the reference's forward and in the loss's;
 - the tensors of the head's shape, (V, H) or its transpose, that the loss passed to any torch
   function after the body's output was produced and that are not parameters and not in the
   graph (a detached or stale copy of the weight), seen through a ``TorchFunctionMode``.
@@ -20,7 +22,7 @@ precision, and returns an :class:`Observation`:
 pointer and shape: Hugging Face heads read a view of the norm's output) and the input embedding.
 
 Public API: :class:`Landmarks`, :func:`find_landmarks`, :class:`CallSite`, :class:`Observation`, :func:`observe`,
-:func:`naive_loss`.
+:func:`naive_loss`, :func:`same_random_draws`.
 """
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ from typing import Callable
 
 import torch
 from torch import nn
+from torch._subclasses.fake_tensor import is_fake
 from torch.overrides import TorchFunctionMode
 
 from fusedce_profiler.instrument.models.head import tensor_of
@@ -193,13 +196,14 @@ class _HeadShapedUse(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if torch.compiler.is_compiling():  # dynamo's tracing (fake tensors): the eager call records
-            return func(*args, **kwargs)
+        values = list(args) + list(kwargs.values())
+        if torch.compiler.is_compiling() or any(isinstance(v, torch.Tensor) and is_fake(v) for v in values):
+            return func(*args, **kwargs)  # dynamo's or AOT autograd's tracing (fake tensors): the eager call records
         if func is getattr(torch.nn.functional, "linear_cross_entropy", None) and kwargs.get("options") is None:
             self.site.lce_without_options = True
-        self._note_site(func, list(args) + list(kwargs.values()))
+        self._note_site(func, values)
         if self.armed:
-            for value in list(args) + list(kwargs.values()):
+            for value in values:
                 if (isinstance(value, torch.Tensor) and tuple(value.shape) in self.shapes and id(value) not in self.params
                         and value.grad_fn is None and id(value) not in self.seen):  # a leaf outside the model
                     self.seen[id(value)] = value
@@ -234,6 +238,25 @@ class Observation:
 
     def grad(self, name: str) -> torch.Tensor | None:
         return self.grads.get(name)
+
+
+#: The seed every observed call starts from: the model's dropout draws the same masks in each.
+OBSERVE_SEED = 0
+
+
+@contextlib.contextmanager
+def same_random_draws(device: torch.device):
+    """Run the body from the same random state, and restore the caller's afterwards.
+
+    A model in training mode draws dropout masks; two calls of its forward (the reference and the
+    user's loss, or the same loss in two precisions) compare only when they draw the same ones. Both
+    run the model's modules in the same order, so seeding before each call gives each the same masks.
+    """
+    devices = [device.index if device.index is not None else torch.cuda.current_device()] \
+        if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(OBSERVE_SEED)
+        yield
 
 
 def observe(built: BuiltModel, landmarks: Landmarks, loss_fn: Callable, batch: dict, mode: str,
@@ -276,7 +299,8 @@ def observe(built: BuiltModel, landmarks: Landmarks, loss_fn: Callable, batch: d
 
         handles.append(landmarks.embedding.register_forward_hook(detach_lookup))
     try:
-        with autocast(mode, batch["input_ids"].device), (use if record_calls else contextlib.nullcontext()):
+        with same_random_draws(batch["input_ids"].device), autocast(mode, batch["input_ids"].device), \
+                (use if record_calls else contextlib.nullcontext()):
             loss = loss_fn(model, batch)
         if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
             raise TypeError(f"the loss must return a scalar tensor, got {type(loss).__name__} "

@@ -31,7 +31,7 @@ from fusedce.options import IGNORE_INDEX
 from fusedce_profiler.instrument.precision import autocast
 from fusedce_profiler.judgements.doctor.checks import Context, body_names, close, norm
 from fusedce_profiler.judgements.doctor.loss_options import shifted_cross_entropy
-from fusedce_profiler.judgements.doctor.observe import naive_loss, observe
+from fusedce_profiler.judgements.doctor.observe import naive_loss, observe, same_random_draws
 from fusedce_profiler.judgements.doctor.precision import gradient_groups, relative_errors
 
 _STEP = 0.2  # the in-place step lowers the model's own loss by about this fraction (to first order)
@@ -40,7 +40,8 @@ _FOLLOWS = 0.25  # a loss this close (in units of the gap) to the copy's move di
 
 def _value(c: Context, loss_fn) -> float:
     """``loss_fn(model, batch)`` without backward, under the doctor's precision, in train mode."""
-    with autocast(c.mode, c.batch["input_ids"].device):
+    device = c.batch["input_ids"].device
+    with same_random_draws(device), autocast(c.mode, device):
         loss = loss_fn(c.built.module, c.batch)
     return float(loss.detach().float())
 
