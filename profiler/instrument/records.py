@@ -192,9 +192,11 @@ class CellResult:
             raise ValueError(f"status must be one of {', '.join(STATUSES)}, got {status!r}")
         for name in ("baseline_bytes", "peak_forward_bytes", "peak_backward_bytes", "peak_step_bytes",
                      "peak_reserved_bytes", "floor_bytes", "predicted_bytes", "oom_requested_bytes"):
-            values[name] = int_field(raw.get(name), name)
+            values[name] = int_field(raw.get(name), name, minimum=0)
         for name in ("time_ms", "time_ms_min", "time_ms_max"):
             values[name] = float_field(raw.get(name), name)
+            if values[name] is not None and values[name] < 0:
+                raise ValueError(f"{name} must be at least 0, got {values[name]!r}")
         times = raw.get("times_ms") or []
         if not isinstance(times, list):
             raise ValueError(f"times_ms must be a list, got {times!r}")

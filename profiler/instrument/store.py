@@ -141,6 +141,8 @@ def int_field(value: Any, name: str, *, optional: bool = True, minimum: int | No
         return None
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"{name} must be an integer, got {value!r}")
+    if not -2 ** 63 <= value < 2 ** 63:  # what a tensor's size, a byte count or a seed can be
+        raise ValueError(f"{name} must fit in 64 bits, got an integer of {len(str(abs(value)))} digits")
     if minimum is not None and value < minimum:
         raise ValueError(f"{name} must be at least {minimum}, got {value!r}")
     return value
