@@ -23,14 +23,18 @@ _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
 
 
-def die_with_parent(parent_pid: int) -> None:
-    """Make sure this process does not outlive ``parent_pid`` (see the module docstring)."""
+def _prctl(option: int, value: int) -> None:
+    """``prctl(option, value)`` on Linux; elsewhere (or without a C library that has it) nothing."""
     if sys.platform.startswith("linux"):
         try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
         except (OSError, AttributeError):
             pass
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Make sure this process does not outlive ``parent_pid`` (see the module docstring)."""
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != parent_pid:  # the parent died before the death signal was armed
         os._exit(1)
 
@@ -46,11 +50,7 @@ def die_with_parent(parent_pid: int) -> None:
 def adopt_orphans() -> None:
     """Become a child subreaper: a process a job started that leaves this process group and loses
     its parent becomes this worker's child instead of init's (Linux; elsewhere nothing)."""
-    if sys.platform.startswith("linux"):
-        try:
-            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-        except (OSError, AttributeError):
-            pass
+    _prctl(_PR_SET_CHILD_SUBREAPER, 1)
 
 
 def _children() -> set[int]:
