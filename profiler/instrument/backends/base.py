@@ -100,6 +100,10 @@ class Backend:
     description: str = ""
     devices: tuple[str, ...] = ("cuda", "cpu")
     options: tuple[str, ...] = ALL_OPTIONS
+    cpu_first_step_is_warm: bool = False
+    """Its first step on the CPU allocates and does nothing once (plain eager ops): a first step
+    holds the bytes of any later one (``tests/test_profiler_backends.py``), so it needs no warm-up
+    there. On a GPU every back-end warms up (cuBLAS's workspace, compiling, autotuning)."""
 
     def version(self) -> str:
         """The installed version; raises ``ImportError`` when the back-end is missing."""
@@ -112,8 +116,8 @@ class Backend:
     def needs_warmup(self, device: str) -> bool:
         """Whether its first step on ``device`` (``cuda``, ``cuda:K``, ``cpu``) does work once —
         compiling, autotuning, a library's workspace — that a warm-up step must take out of the
-        metered one. True unless a back-end shows otherwise."""
-        return True
+        metered one: everywhere but on the CPU for a back-end whose :attr:`cpu_first_step_is_warm`."""
+        return not (self.cpu_first_step_is_warm and device.startswith("cpu"))
 
     def info(self) -> BackendInfo:
         try:

@@ -20,6 +20,7 @@ class FusedceBackend(Backend):
     name = "fusedce"
     description = "fusedce.linear_cross_entropy (this project)"
     knobs: dict = {}
+    cpu_first_step_is_warm = True  # plain PyTorch ops on the CPU; on a GPU its Triton kernels compile and autotune
 
     def __init__(self, name: str | None = None, **knobs) -> None:
         if name is not None:
@@ -33,12 +34,6 @@ class FusedceBackend(Backend):
         import fusedce
 
         return dist_version("fusedce") or fusedce.__version__
-
-    def needs_warmup(self, device: str) -> bool:
-        """On the CPU the loss runs plain PyTorch ops and allocates nothing once (a first step
-        holds the bytes of any later one, ``tests/test_profiler_backends.py``); on a GPU its
-        Triton kernels compile and autotune on a first step."""
-        return not device.startswith("cpu")
 
     def make(self) -> LossFn:
         import fusedce

@@ -37,14 +37,10 @@ def torch_loss(hidden, weight, target, bias, options: LossOptions) -> torch.Tens
 class TorchBackend(Backend):
     name = "torch"
     description = "eager F.cross_entropy(F.linear(h, W, b), y), as users write it"
+    cpu_first_step_is_warm = True  # eager ops
 
     def make(self) -> LossFn:
         return torch_loss
-
-    def needs_warmup(self, device: str) -> bool:
-        """Eager ops on the CPU allocate nothing once: a first step holds the bytes of any later
-        one (``tests/test_profiler_backends.py``). cuBLAS takes its workspace on a first step."""
-        return not device.startswith("cpu")
 
 
 class TorchCompileBackend(Backend):
