@@ -27,8 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from fusedce_profile.errors import UsageError
-
-STEPS_FILE = "explain_steps.jsonl"
+from fusedce_profiler.instrument.store import EXPLAIN_STEPS_FILE as STEPS_FILE
 SEQ_CANDIDATES = (512, 1024, 2048)
 
 

@@ -22,7 +22,7 @@ from fusedce_profiler.instrument.interruption import INTERRUPTED_FILE
 
 # What a run writes into its folder; ``--force`` removes these and nothing else.
 RUN_ARTEFACTS = (store.RESULTS_FILE, "results.csv", "summary.md", "report.html", store.ENVIRONMENT_FILE,
-                 store.PLAN_FILE, store.MODEL_RESULTS_FILE, "explain_steps.jsonl", store.FIT_FILE, store.PARITY_FILE,
+                 store.PLAN_FILE, store.MODEL_RESULTS_FILE, store.EXPLAIN_STEPS_FILE, store.FIT_FILE, store.PARITY_FILE,
                  store.DOCTOR_FILE, store.EXPLAIN_FILE, store.RECORDED_STEPS_FILE, INTERRUPTED_FILE, store.PLOTS_DIR,
                  store.SNAPSHOTS_DIR, store.LOGS_DIR)
 
@@ -36,7 +36,7 @@ RUN_RECORDS = tuple(name for name in RUN_ARTEFACTS if name not in (
 # every kind's).
 KIND_RECORDS = {"grid": (store.RESULTS_FILE, store.PLAN_FILE), "model": (store.MODEL_RESULTS_FILE, store.FIT_FILE),
                 "parity": (store.PARITY_FILE,), "doctor": (store.DOCTOR_FILE,),
-                "explain": (store.EXPLAIN_FILE, "explain_steps.jsonl"), "recorded": (store.RECORDED_STEPS_FILE,)}
+                "explain": (store.EXPLAIN_FILE, store.EXPLAIN_STEPS_FILE), "recorded": (store.RECORDED_STEPS_FILE,)}
 
 
 def _other_kind(folder: Path, kind: str) -> tuple[str, str] | None:

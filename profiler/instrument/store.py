@@ -7,6 +7,8 @@ Layout of a run folder (each name defined here once)::
     fit.json             model mode --fit: the searches
     parity.json          parity: the whole ParityReport
     doctor.json          doctor: the checks
+    explain.json         explain: the hypotheses and their verdicts
+    explain_steps.jsonl  explain: every calibration and confirmation step, appended as it finishes
     recorded_steps.jsonl a training step recorded inside the user's own loop
                          (fusedce_profiler.instrument.recording): one RecordedStep per line
     environment.json     what ran it
@@ -68,6 +70,7 @@ FIT_FILE = "fit.json"
 PARITY_FILE = "parity.json"
 DOCTOR_FILE = "doctor.json"
 EXPLAIN_FILE = "explain.json"
+EXPLAIN_STEPS_FILE = "explain_steps.jsonl"
 ENVIRONMENT_FILE = "environment.json"
 PLAN_FILE = "plan.json"
 SNAPSHOTS_DIR = "snapshots"
