@@ -27,7 +27,6 @@ Public API: :data:`JUDGES`.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 
 import torch
 import torch.nn.functional as F
@@ -35,7 +34,7 @@ import torch.nn.functional as F
 from fusedce_profiler.instrument.models.head import tensor_of
 from fusedce_profiler.instrument.precision import autocast
 from fusedce_profiler.judgements.doctor.checks import Context, close, norm
-from fusedce_profiler.judgements.doctor.loss_options import shifted_cross_entropy
+from fusedce_profiler.judgements.doctor.loss_options import left_out, shifted_cross_entropy
 from fusedce_profiler.judgements.doctor.observe import naive_loss, observe
 
 _LOW_PRECISION_FACTOR = 4.0  # grad_W error this many times one rounding (and the naive loss's) is low precision
@@ -126,18 +125,6 @@ def _unit(t: torch.Tensor | None) -> torch.Tensor | None:
     return None if t is None or norm(t) == 0 else t.double() / norm(t)
 
 
-def _options_dropped(options) -> list[tuple[str, object]]:
-    """(name, options) for the config's options with each one, and all of them, left out."""
-    out = []
-    if options.label_smoothing:
-        out.append(("without label smoothing", dataclasses.replace(options, label_smoothing=0.0)))
-    if options.z_loss:
-        out.append(("without z-loss", dataclasses.replace(options, z_loss=0.0)))
-    if options.label_smoothing and options.z_loss:
-        out.append(("without label smoothing and z-loss", dataclasses.replace(options, label_smoothing=0.0, z_loss=0.0)))
-    return out
-
-
 #: The logits' spread (standard deviation) the options are judged at: near a uniform prediction
 #: label smoothing only scales the gradient (p − q ≈ (1 − ε)(p − onehot) when p ≈ 1/V), so a model at
 #: its initialisation (logits' spread ≈ 0.1) cannot show it.
@@ -179,7 +166,7 @@ def _direction_left_out(c: Context) -> tuple[str | None, bool, str]:
         mine = observed(c.fn)
         ref = observed(lambda m, b: naive_loss(c.built, b, None, c.options))
         others = {name: observed(lambda m, b, o=without: naive_loss(c.built, b, None, o))
-                  for name, without in _options_dropped(c.options)}
+                  for name, without in left_out(c.options)}
     if mine is None or ref is None:
         return None, False, ""
     to_ref = float((mine - ref).norm())

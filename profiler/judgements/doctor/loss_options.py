@@ -12,7 +12,7 @@ from ``model.config``; :func:`shifted_cross_entropy` is the loss the doctor's re
 
 where ``CE_ε`` is ``F.cross_entropy(..., label_smoothing=ε)``.
 
-Public API: :class:`LossOptions`, :func:`options_of`, :func:`shifted_cross_entropy`.
+Public API: :class:`LossOptions`, :func:`options_of`, :func:`left_out`, :func:`shifted_cross_entropy`.
 """
 from __future__ import annotations
 
@@ -42,6 +42,19 @@ class LossOptions:
         parts = [f"label smoothing {self.label_smoothing:g}" if self.label_smoothing else "",
                  f"z-loss {self.z_loss:g}" if self.z_loss else ""]
         return ", ".join(p for p in parts if p) or "none"
+
+
+def left_out(options: LossOptions) -> list[tuple[str, LossOptions]]:
+    """``(name, options)`` with each active option left out, then both when both are active:
+    the reference a wrapper that forgot them would match (``"without label smoothing"``, …)."""
+    out = []
+    if options.label_smoothing:
+        out.append(("without label smoothing", dataclasses.replace(options, label_smoothing=0.0)))
+    if options.z_loss:
+        out.append(("without z-loss", dataclasses.replace(options, z_loss=0.0)))
+    if options.label_smoothing and options.z_loss:
+        out.append(("without label smoothing and z-loss", LossOptions()))
+    return out
 
 
 def _first(config, names) -> float:

@@ -11,14 +11,12 @@ Public API: :func:`reference`, :func:`loss_variants`, :func:`untransformed_loss`
 """
 from __future__ import annotations
 
-import dataclasses
-
 import torch
 import torch.nn.functional as F
 
 from fusedce.options import IGNORE_INDEX
 from fusedce_profiler.instrument.models.source import BuiltModel
-from fusedce_profiler.judgements.doctor.loss_options import LossOptions, shifted_cross_entropy
+from fusedce_profiler.judgements.doctor.loss_options import LossOptions, left_out, shifted_cross_entropy
 from fusedce_profiler.judgements.doctor.observe import Landmarks, Observation, naive_loss, observe
 
 
@@ -50,13 +48,8 @@ def loss_variants(built: BuiltModel, batch: dict, store: dict, softcap: float | 
                                 reduction="none")
     valid = (labels[:, 1:] != IGNORE_INDEX).sum(1).clamp(min=1)
     out["mean of per-sequence means"] = float((per_token.sum(1) / valid).mean())
-    if options.label_smoothing:
-        out["without label smoothing"] = float(shifted_cross_entropy(
-            logits, labels, dataclasses.replace(options, label_smoothing=0.0)))
-    if options.z_loss:
-        out["without z-loss"] = float(shifted_cross_entropy(logits, labels, dataclasses.replace(options, z_loss=0.0)))
-    if options.label_smoothing and options.z_loss:
-        out["without label smoothing and z-loss"] = float(shifted_cross_entropy(logits, labels))
+    for name, without in left_out(options):
+        out[name] = float(shifted_cross_entropy(logits, labels, without))
     raw = store.get("raw")
     with torch.no_grad():
         if raw is not None:
