@@ -56,15 +56,16 @@ def _family_hypothesis(obs: Observation, naive: Calibration, fused: Calibration 
     for b in batches:
         # The naive reading grows with the extra activations: when even the largest reads below
         # it (or even none reads above it), only that end is the closest; the rest need no sweep.
-        low, high = evaluate(b, extras[0]), evaluate(b, extras[-1])
+        low = evaluate(b, extras[0])
+        high = evaluate(b, extras[-1]) if len(extras) > 1 else low  # the user's own model: one point
         if low is None or high is None:
             return None
         if high[4] < -high[6].total:
             tried = [high]
-        elif low[4] > low[6].total:
+        elif low[4] > low[6].total or high is low:
             tried = [low]
         else:
-            tried = [low, *(evaluate(b, extra) for extra in extras[1:-1]), high][:len(extras)]
+            tried = [low, *(evaluate(b, extra) for extra in extras[1:-1]), high]
         for entry in tried:
             scored.append(entry)
             if abs(entry[4]) <= entry[6].total:
