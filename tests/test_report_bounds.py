@@ -198,3 +198,22 @@ def test_a_signal_as_the_report_is_put_in_place_is_taken_after_it(run, monkeypat
     assert result.exit_code == 130, result.output
     assert "nothing replaced" not in result.output
     assert (run / "summary.md").read_text() != "old" and "torch" in (run / "report.html").read_text()
+
+
+def test_an_integer_past_a_floats_range_is_a_note_not_a_traceback(run):
+    """JSON reads ``1`` followed by 400 zeros as an integer no float holds: a row or a timeline
+    holding one in a number field is named, never a traceback."""
+    row = _first_row(run)
+    row["timeline_path"] = "snapshots/planted.timeline.json"
+    huge = "1" + "0" * 400
+    (run / store.RESULTS_FILE).write_text(json.dumps(row) + "\n" + json.dumps(row).replace(
+        '"time_ms": ', f'"time_ms": {huge}, "was": ', 1) + "\n")
+    (run / store.SNAPSHOTS_DIR).mkdir(exist_ok=True)
+    (run / store.SNAPSHOTS_DIR / "planted.timeline.json").write_text(
+        f'{{"times_ms": [{huge}], "allocated_bytes": [1]}}')
+    result = _report(run)
+    assert result.exit_code == 0, result.output
+    said = _plain(result.stdout)
+    assert "results.jsonl:2: not a valid row (time_ms must be a number a float holds, got an integer of 401 digits)" \
+        in said
+    assert "planted.timeline.json: not a timeline (times_ms must be a number a float holds" in said

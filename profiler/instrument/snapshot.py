@@ -111,9 +111,9 @@ class Timeline:
         seconds = _series(times, "times_ms", np.float64)
         values = _series(allocated, "allocated_bytes", np.int64)
         keep = thinned_indices(values, MAX_TIMELINE_POINTS)
-        thinned_from = store.int_field(raw.get("thinned_from", 0), "thinned_from", optional=False, minimum=0)
-        if len(keep) < len(values):
-            thinned_from = max(thinned_from, len(values))
+        stored_from = store.int_field(raw.get("thinned_from", 0), "thinned_from", optional=False, minimum=0)
+        thinned_from = max(stored_from, len(values)) if len(keep) < len(values) else \
+            (stored_from if stored_from > len(values) else 0)  # a count below the points it has says nothing
         return cls(seconds[keep].tolist(), values[keep].tolist(),
                    store.float_field(raw.get("backward_ms"), "backward_ms"),
                    store.int_field(raw.get("peak_bytes", 0), "peak_bytes", optional=False),

@@ -136,7 +136,11 @@ def float_field(value: Any, name: str, *, optional: bool = True) -> float | None
         return _NON_FINITE[value]
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"{name} must be a number, got {value!r}")
-    return float(value)
+    try:
+        return float(value)
+    except OverflowError:  # an integer past a float's range
+        raise ValueError(f"{name} must be a number a float holds, got an integer of {len(str(abs(value)))} digits") \
+            from None
 
 
 def int_field(value: Any, name: str, *, optional: bool = True, minimum: int | None = None) -> int | None:
