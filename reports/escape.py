@@ -44,9 +44,10 @@ def markdown_text(value: object, *, line_start: bool = True) -> str:
     ``\\ ` * [ ] | ~ $ #`` are backslash-escaped, ``_`` too unless it is inside a word
     (``scaled_loss`` cannot start emphasis and stays readable), ``& < >`` become entities.
     Newlines become spaces; a text longer than
-    :data:`~fusedce_profiler.instrument.text.MAX_SHOWN_CHARS` is cut there (:func:`capped`). With ``line_start`` (prose that may begin a line: a list item,
-    a heading) a leading ``-``, ``+``, ``=`` or ``1.`` is escaped as well; table cells do
-    not need it. A :class:`Markdown` value is returned unchanged.
+    :data:`~fusedce_profiler.instrument.text.MAX_SHOWN_CHARS` is cut there (:func:`capped`).
+    With ``line_start`` (prose that may begin a line: a list item, a heading) a leading ``-``,
+    ``+``, ``=`` or ``1.`` is escaped as well; table cells do not need it. A :class:`Markdown`
+    value is returned unchanged.
     """
     if isinstance(value, Markdown):
         return value
