@@ -217,3 +217,21 @@ def test_an_integer_past_a_floats_range_is_a_note_not_a_traceback(run):
     assert "results.jsonl:2: not a valid row (time_ms must be a number a float holds, got an integer of 401 digits)" \
         in said
     assert "planted.timeline.json: not a timeline (times_ms must be a number a float holds" in said
+
+
+def test_a_recorded_steps_folder_shows_its_stored_strings_cut_and_spelled_out(tmp_path):
+    """The report of steps recorded in the user's own run writes their notes and labels too."""
+    import dataclasses
+
+    from fusedce_profiler.instrument.recording.records import EvalPass, append_recorded_step
+    from test_recorded_report import _record
+
+    record = dataclasses.replace(_record([EvalPass("validation", 0)], device="cpu"), label="run\u202e1",
+                                 notes=["y" * 1_000_000])
+    append_recorded_step(tmp_path, record)
+    result = _report(tmp_path)
+    assert result.exit_code == 0, result.output
+    page = (tmp_path / "summary.md").read_text()
+    assert len(page) < 100_000 and "y" * (MAX_SHOWN_CHARS + 1) not in page
+    assert "more characters in the stored record)" in page
+    assert "\u202e" not in page and "run\\u202e1" in page
