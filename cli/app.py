@@ -157,7 +157,7 @@ def report(
     """
     from fusedce_profile.report import report_command
 
-    with usage_errors():
+    with usage_errors(), stop_on_sigterm():
         outcome = report_command(run_dir, console=make_console(to_stderr=as_json))
     raise _exit_with(outcome, as_json)
 

@@ -21,7 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from fusedce_profiler.instrument.records import CellResult, CellSpec
-from fusedce_profiler.instrument.text import printable, shorten
+from fusedce_profiler.instrument.text import capped, printable, shorten
 from fusedce_reports.frame import BASELINE_BACKEND
 from fusedce_reports.tables import group_title
 from fusedce_reports.units import format_bytes, format_error, format_ms, format_percent, format_tokens, is_missing
@@ -30,13 +30,20 @@ from fusedce_reports.units import format_bytes, format_error, format_ms, format_
 PIPED_WIDTH = 120
 
 
+def shown(text: str) -> str:
+    """``text`` as the terminal shows it: an escape sequence or a bidirectional override from the
+    user's code or a stranger's folder spelled out, not obeyed
+    (:func:`~fusedce_profiler.instrument.text.printable`), and no line longer than
+    :data:`~fusedce_profiler.instrument.text.MAX_SHOWN_CHARS` (:func:`~fusedce_profiler.instrument.text.capped`)."""
+    return printable(capped(text))
+
+
 class _PrintableConsole(Console):
-    """A rich console that spells out the control characters of every string it renders (a
-    message, a table cell): an escape sequence from the user's code or a stranger's folder is
-    shown, not obeyed (:func:`~fusedce_profiler.instrument.text.printable`)."""
+    """A rich console that passes every string it renders (a message, a table cell) through
+    :func:`shown`."""
 
     def render_str(self, text: str, **kwargs) -> Text:
-        return super().render_str(printable(text), **kwargs)
+        return super().render_str(shown(text), **kwargs)
 
 
 def make_console(*, to_stderr: bool) -> Console:
@@ -51,7 +58,7 @@ def make_console(*, to_stderr: bool) -> Console:
 
 def error(message: str) -> None:
     """Print an error message to stderr (red on a terminal; one unwrapped line otherwise)."""
-    message = printable(message)
+    message = shown(message)
     if not sys.stderr.isatty():
         sys.stderr.write(f"error: {message}\n")
         return
@@ -116,7 +123,7 @@ _STATUS_STYLE = {"ok": "", "oom": "yellow", "error": "red", "timeout": "red", "s
 
 def _table(title: str, group: pd.DataFrame) -> Table:
     # Cells and title are Text, never markup: a back-end named "evil:[bold]x" is shown as written.
-    table = Table(title=Text(printable(title)), title_justify="left", title_style="bold", header_style="bold",
+    table = Table(title=Text(shown(title)), title_justify="left", title_style="bold", header_style="bold",
                   pad_edge=False, box=box.SIMPLE_HEAD, collapse_padding=True)
     for column in ("back-end", "tokens", "peak extra", "× floor", "saving vs torch", "time", "parity"):
         # only the saving may wrap ("2.40 GiB" / "(94%)") in an 80-column terminal
@@ -141,7 +148,7 @@ def _table(title: str, group: pd.DataFrame) -> Table:
         style = "red" if row.parity_ok is False else _STATUS_STYLE.get(row.status, "")
         cells = (row.backend, format_tokens(row.tokens), peak,
                  "–" if is_missing(row.x_floor) else f"{row.x_floor:.2f}", saving, format_ms(row.time_ms), parity)
-        table.add_row(*(Text(printable(cell)) for cell in cells), style=style)
+        table.add_row(*(Text(shown(cell)) for cell in cells), style=style)
     return table
 
 

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from fusedce_profile.outcome import CommandOutcome
-from fusedce_profile.signals import Terminated, interrupt_exit_code
+from fusedce_profile.signals import interrupt_exit_code, signal_name
 from fusedce_profiler.instrument.interruption import Interruption, mark_interrupted
 
 
@@ -16,7 +16,7 @@ def interrupted_outcome(out_dir: Path, stopped: KeyboardInterrupt, records: list
     """Mark ``out_dir`` interrupted, rebuild its report with ``write_report`` (which reads the mark),
     print where it is and ``continue with …``; the outcome carries ``stopped`` and its exit code.
     ``finished``: how much had finished (``"3 of 5 jobs"``); ``continue_with``: what continues it."""
-    signal = "SIGTERM" if isinstance(stopped, Terminated) else "Ctrl-C"
+    signal = signal_name(stopped)
     mark_interrupted(out_dir, Interruption(signal, finished, continue_with))
     written = write_report(out_dir)
     report = written[0] if isinstance(written, tuple) else written

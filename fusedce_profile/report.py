@@ -22,6 +22,7 @@ from fusedce_profile import exit_codes
 from fusedce_profile.errors import UsageError
 from fusedce_profile.folders import held_for_report, os_errors
 from fusedce_profile.outcome import CommandOutcome
+from fusedce_profile.signals import interrupt_exit_code, signal_name
 
 
 def _plots(run_dir: Path) -> list[str]:
@@ -57,7 +58,7 @@ def _checked(kind: str, run_dir: Path, console: Console) -> CommandOutcome:
     console.print(f"report: {summary}", markup=False)
     code = exit_codes.CHECK_FAILED if passed is False else exit_codes.OK
     return CommandOutcome(records, code, {
-        "summary": str(summary), "plots": _plots(run_dir), "incomplete": notes,
+        "summary": str(summary), "incomplete": notes,
         "parity_passed": passed if kind == "parity" else None,
         "doctor_passed": passed if kind == "doctor" else None, "exit_code": code})
 
@@ -73,7 +74,7 @@ def _recorded(run_dir: Path, console: Console) -> CommandOutcome:
         console.print(f"incomplete run: {problem}", markup=False)
     console.print(f"report: {summary} ({len(loaded.records)} recorded step(s))", markup=False)
     return CommandOutcome(list(loaded.records), exit_codes.OK, {
-        "summary": str(summary), "plots": _plots(run_dir), "steps": len(loaded.records),
+        "summary": str(summary), "steps": len(loaded.records),
         "incomplete": loaded.problems, "exit_code": exit_codes.OK})
 
 
@@ -85,40 +86,70 @@ def _explained(run_dir: Path, console: Console) -> CommandOutcome:
     return CommandOutcome([load_explanation(run_dir)], exit_codes.OK)
 
 
-def report_command(run_dir: str | Path, *, console: Console | None = None) -> CommandOutcome:
-    """:func:`build_report` with the exit code and ``--json`` summary the command line needs."""
+def _rebuilt(run_dir: Path, console: Console) -> tuple[str, CommandOutcome] | None:
+    """The kind of folder ``run_dir`` is and its report rebuilt; ``None`` when it is none."""
     from fusedce_profile.grid_run import finish
     from fusedce_profiler.instrument import store
+
+    def present(name: str) -> bool:  # a link or a pipe too: its reader refuses it in one line
+        return os.path.lexists(run_dir / name)
+
+    if present(store.RESULTS_FILE):
+        return "grid", finish(run_dir, console)
+    for kind, name in (("model", store.MODEL_RESULTS_FILE), ("parity", store.PARITY_FILE),
+                       ("doctor", store.DOCTOR_FILE)):
+        if present(name):
+            return kind, _checked(kind, run_dir, console)
+    if present(store.RECORDED_STEPS_FILE):
+        return "recorded", _recorded(run_dir, console)
+    if present(store.EXPLAIN_FILE):
+        return "explain", _explained(run_dir, console)
+    return None
+
+
+def report_command(run_dir: str | Path, *, console: Console | None = None) -> CommandOutcome:
+    """:func:`build_report` with the exit code and ``--json`` summary the command line needs.
+
+    The report's files (pages, table, plots) are replaced all together when it is done, or not at
+    all (:func:`~fusedce_profiler.instrument.staging.all_or_nothing`): Ctrl-C or SIGTERM before
+    then leaves the folder as it was, says so in one line, and ends with 130 or 143
+    (:attr:`CommandOutcome.stopped`)."""
+    from fusedce_profiler.instrument import staging, store
 
     console = console or Console(quiet=True)
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise UsageError(f"{run_dir}: not a folder (give the folder a grid, model, parity or doctor run wrote)")
-    with held_for_report(run_dir), os_errors():  # a write that fails leaves the old report as it was
-        try:
-            def present(name: str) -> bool:  # a link or a pipe too: its reader refuses it in one line
-                return os.path.lexists(run_dir / name)
-
-            if present(store.RESULTS_FILE):
-                return finish(run_dir, console)
-            for kind, name in (("model", store.MODEL_RESULTS_FILE), ("parity", store.PARITY_FILE),
-                               ("doctor", store.DOCTOR_FILE)):
-                if present(name):
-                    return _checked(kind, run_dir, console)
-            if present(store.RECORDED_STEPS_FILE):
-                return _recorded(run_dir, console)
-            if present(store.EXPLAIN_FILE):
-                return _explained(run_dir, console)
-        except UsageError:
-            raise
-        except ValueError as exc:  # a damaged stored file, named by its reader
-            raise UsageError(str(exc)) from None
-    raise UsageError(f"{run_dir}: no {store.RESULTS_FILE}, {store.MODEL_RESULTS_FILE}, {store.PARITY_FILE}, "
-                     f"{store.DOCTOR_FILE} or {store.RECORDED_STEPS_FILE} here "
-                     "(give the folder a grid, model, parity, doctor or recorded run wrote)")
+    rebuilt, placed = None, None
+    try:
+        with held_for_report(run_dir), os_errors():  # a write that fails leaves the old report as it was
+            try:
+                with staging.all_or_nothing() as placed:
+                    rebuilt = _rebuilt(run_dir, console)
+            except UsageError:
+                raise
+            except ValueError as exc:  # a damaged stored file, named by its reader
+                raise UsageError(str(exc)) from None
+    except KeyboardInterrupt as stopped:
+        code = interrupt_exit_code(stopped)
+        if placed is not None and placed.done and rebuilt is not None:  # it came as the report was put in place
+            return CommandOutcome(rebuilt[1].records, code, {**rebuilt[1].summary, "exit_code": code}, stopped)
+        console.print(f"report interrupted; nothing replaced — run `fusedce-profile report {run_dir}` again",
+                      markup=False)
+        return CommandOutcome([], code, {"interrupted": signal_name(stopped), "exit_code": code}, stopped)
+    if rebuilt is None:
+        raise UsageError(f"{run_dir}: no {store.RESULTS_FILE}, {store.MODEL_RESULTS_FILE}, {store.PARITY_FILE}, "
+                         f"{store.DOCTOR_FILE} or {store.RECORDED_STEPS_FILE} here "
+                         "(give the folder a grid, model, parity, doctor or recorded run wrote)")
+    kind, outcome = rebuilt
+    if kind in ("model", "parity", "doctor", "recorded"):  # their plots, listed once the new ones are in place
+        outcome.summary["plots"] = _plots(run_dir)
+    return outcome
 
 
 def build_report(run_dir: str | Path, *, console: Console | None = None) -> list:
     """Rebuild every table and plot of ``run_dir`` from its stored results; returns the records it
-    holds (see the module docstring). ``console``: where the summary lines go (default: nowhere)."""
-    return report_command(run_dir, console=console).records
+    holds (see the module docstring). ``console``: where the summary lines go (default: nowhere).
+    Ctrl-C (or SIGTERM, as :class:`~fusedce_profile.signals.Terminated`) leaves the old report in
+    place and is raised again."""
+    return report_command(run_dir, console=console).records_or_raise()

@@ -36,6 +36,11 @@ def stop_on_sigterm() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+def signal_name(exc: KeyboardInterrupt) -> str:
+    """``"SIGTERM"`` or ``"Ctrl-C"``: what stopped the command, as the reports and the terminal say it."""
+    return "SIGTERM" if isinstance(exc, Terminated) else "Ctrl-C"
+
+
 def interrupt_exit_code(exc: KeyboardInterrupt) -> int:
     """143 for SIGTERM, 130 for Ctrl-C."""
     return exit_codes.TERMINATED if isinstance(exc, Terminated) else exit_codes.INTERRUPTED

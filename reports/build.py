@@ -4,7 +4,8 @@
 calls when it finishes; it needs no GPU and may be run again at any time: what it writes is
 a pure function of the folder's ``results.jsonl``, ``environment.json`` and
 ``snapshots/*.timeline.json``. It reads JSON only — never a pickle — so a folder received
-from someone else cannot run code through it. Each file is written atomically; plots it
+from someone else cannot run code through it. Each file is written atomically (and, inside
+:func:`~fusedce_profiler.instrument.staging.all_or_nothing`, the whole set at once); plots it
 drew before and no longer draws are removed, and nothing else in the folder is touched.
 
 Written here::
@@ -23,7 +24,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from fusedce_profiler.instrument import store
+from fusedce_profiler.instrument import staging, store
 from fusedce_profiler.grid.runner import load_results, planned_cells
 from fusedce_reports import plots as plotting
 from fusedce_reports.environment import read_environment
@@ -32,7 +33,7 @@ from fusedce_reports.frame import results_frame
 from fusedce_reports.html import render_html
 from fusedce_reports.markdown import render_markdown
 from fusedce_reports.tables import CellTable, cell_tables, write_csv
-from fusedce_reports.timeline import plot_timeline, read_timeline, timeline_file
+from fusedce_reports.timeline import plot_timeline, read_timeline, thinning_note, timeline_file
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +120,8 @@ def _timelines(run_dir: Path, frame: pd.DataFrame, plots_dir: Path, notes: list[
             continue
         stem = _stem(path.name)
         caption = f"Memory timeline: {row.backend}, {row.tokens} tokens, H={row.hidden} V={row.vocab}, {row.mode}"
-        drawn.append((caption, plot_timeline(timeline, plots_dir / f"{TIMELINE_PREFIX}{stem}.png", title=caption)))
+        path = plot_timeline(timeline, plots_dir / f"{TIMELINE_PREFIX}{stem}.png", title=caption)
+        drawn.append((f"{caption}; {thinning_note(timeline)}" if timeline.thinned_from else caption, path))
     return drawn
 
 
@@ -130,7 +132,7 @@ def _remove_stale_plots(plots_dir: Path, keep: set[Path]) -> None:
         if path.is_symlink() or not path.is_file() or path in keep:
             continue
         if path.name in own or path.name.startswith(TIMELINE_PREFIX):
-            path.unlink()
+            staging.remove(path)
 
 
 def build_report(run_dir: Path) -> Report:

@@ -3,7 +3,9 @@
 A run folder is something users receive from others, and its strings are the user's:
 back-end names (``module:callable``), config names, paths, error messages. Every one of
 them goes through a function of this module before it enters a Markdown page or a plot;
-the HTML page escapes with :func:`html.escape` (:mod:`fusedce_reports.html`).
+the HTML page escapes with :func:`html.escape` (:mod:`fusedce_reports.html`). A page shows at
+most :data:`~fusedce_profiler.instrument.text.MAX_SHOWN_CHARS` characters of a line of a stored
+string (:func:`~fusedce_profiler.instrument.text.capped`); the record keeps it whole.
 
 - :func:`markdown_text`: plain text shown as itself in Markdown prose, headings, captions
   and table cells: metacharacters backslash-escaped, ``&``, ``<`` and ``>`` as entities
@@ -19,6 +21,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from urllib.parse import quote
+
+from fusedce_profiler.instrument.text import capped
 
 _ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
 _ALWAYS = set("\\`*[]|~$#")
@@ -39,13 +43,15 @@ def markdown_text(value: object, *, line_start: bool = True) -> str:
 
     ``\\ ` * [ ] | ~ $ #`` are backslash-escaped, ``_`` too unless it is inside a word
     (``scaled_loss`` cannot start emphasis and stays readable), ``& < >`` become entities.
-    Newlines become spaces. With ``line_start`` (prose that may begin a line: a list item,
-    a heading) a leading ``-``, ``+``, ``=`` or ``1.`` is escaped as well; table cells do
-    not need it. A :class:`Markdown` value is returned unchanged.
+    Newlines become spaces; a text longer than
+    :data:`~fusedce_profiler.instrument.text.MAX_SHOWN_CHARS` is cut there (:func:`capped`).
+    With ``line_start`` (prose that may begin a line: a list item, a heading) a leading ``-``,
+    ``+``, ``=`` or ``1.`` is escaped as well; table cells do not need it. A :class:`Markdown`
+    value is returned unchanged.
     """
     if isinstance(value, Markdown):
         return value
-    text = _NEWLINES.sub(" ", str(value)).strip()
+    text = capped(_NEWLINES.sub(" ", str(value)).strip())
     out = []
     for i, char in enumerate(text):
         if char in _ENTITIES:
@@ -70,8 +76,9 @@ def link_target(path: str) -> str:
 
 def code_block(lines: Iterable[str], info: str = "text") -> list[str]:
     """``lines`` fenced as a code block (shown verbatim): the fence is one backtick longer
-    than the longest run of backticks in the lines, so no stored line can close it."""
-    body = [str(line) for line in lines]
+    than the longest run of backticks in the lines, so no stored line can close it; a line too
+    long to show is cut (:func:`capped`)."""
+    body = [capped(str(line)) for line in lines]
     longest = max((len(run) for line in body for run in re.findall(r"`+", line)), default=0)
     fence = "`" * max(3, longest + 1)
     return [f"{fence}{info}", *body, fence]

@@ -12,6 +12,8 @@ from typing import Any
 
 import pandas as pd
 
+from fusedce_profiler.instrument import staging
+from fusedce_profiler.instrument.text import capped
 from fusedce_reports.environment import environment_lines
 from fusedce_reports.findings import Finding
 from fusedce_reports.markdown import headline, tolerance_sentence
@@ -36,7 +38,9 @@ code { background: #f6f8fa; padding: 0 .25em; }
 
 
 def _esc(value: Any) -> str:
-    return html.escape(str(value))
+    """``value`` as HTML text, each line at most :data:`~fusedce_profiler.instrument.text.MAX_SHOWN_CHARS`
+    characters (:func:`~fusedce_profiler.instrument.text.capped`)."""
+    return html.escape(capped(str(value)))
 
 
 def _inline(text: str) -> str:
@@ -59,8 +63,9 @@ def html_table(rows: pd.DataFrame) -> str:
 
 
 def embedded_png(path: Path) -> str:
-    """``data:`` URI of a PNG file."""
-    return "data:image/png;base64," + base64.b64encode(Path(path).read_bytes()).decode("ascii")
+    """``data:`` URI of a PNG file (its newest content: a plot this report drew may not be in
+    place yet, :func:`~fusedce_profiler.instrument.staging.newest`)."""
+    return "data:image/png;base64," + base64.b64encode(staging.newest(path).read_bytes()).decode("ascii")
 
 
 def render_html(

@@ -23,7 +23,9 @@ from fusedce_profiler.instrument import store
 from fusedce_profiler.instrument.recording.records import RecordedStep, load_recorded_steps
 from fusedce_profiler.instrument.tracing.attribution import Attribution, logits_verdict
 from fusedce_reports.attribution_tables import attribution_table, detector_table, largest_term
+from fusedce_profiler.instrument.text import capped
 from fusedce_reports.environment import environment_lines, read_environment
+from fusedce_reports.escape import code_block, markdown_text
 from fusedce_reports.figures import new_figure, save_figure
 from fusedce_reports.markdown import markdown_table
 from fusedce_reports.plots.model import plot_attribution
@@ -268,10 +270,10 @@ def _timeline_plots(folder: Path, records: list[RecordedStep], notes: list[str])
 def render_recorded_markdown(records: list[RecordedStep], environment: dict, plots: list[Path],
                              notes: list[str]) -> str:
     lines = ["# fusedce-profile: training steps recorded in your own run", ""]
-    lines += [f"**Note.** {n}" for n in notes] + ([""] if notes else [])
+    lines += [f"**Note.** {markdown_text(n)}" for n in notes] + ([""] if notes else [])
     if not records:
         return "\n".join(lines + ["No step was recorded.", ""])
-    lines += [f"- {s}" for s in findings(records)] + [""]
+    lines += [f"- {capped(s)}" for s in findings(records)] + [""]  # Markdown already: code spans kept
     lines += ["## Recorded steps", "", markdown_table(steps_table(records)), ""]
     lines += ["## Phases", "",
               "forward: from the step's start; loss: from the final norm's output or the LM head's input; backward: "
@@ -304,8 +306,8 @@ def render_recorded_markdown(records: list[RecordedStep], environment: dict, plo
                  "nvidia-smi = reserved + the CUDA context (`cudaMemGetInfo` − reserved after the step)."
                  if cuda else "Memory: the CPU allocator's events recorded by the PyTorch profiler (tensor bytes; no "
                               "reserved or nvidia-smi figures on the CPU)."), ""]
-    lines += ["<details><summary>Environment</summary>", "", "```"] + environment_lines(environment or {}) + [
-        "```", "</details>", ""]
+    lines += ["<details><summary>Environment</summary>", ""] + code_block(environment_lines(environment or {}), "") + [
+        "</details>", ""]
     return "\n".join(lines)
 
 

@@ -2,10 +2,14 @@
 
 Allocated MiB over time as a step line, the forward/backward boundary as a vertical
 line, the peak marked, and the largest tensors alive at the peak listed beside it with
-their sizes and where they were allocated. Needs only matplotlib (no browser, no CDN).
+their sizes and where they were allocated (the smaller ones counted on one line). Needs only
+matplotlib (no browser, no CDN). A timeline is bounded when it is read
+(:meth:`~fusedce_profiler.instrument.snapshot.Timeline.from_dict`), so drawing one costs the
+same whatever its file holds; what thinning left out is said on the plot (:func:`thinning_note`).
 
 Public API: :func:`draw_timeline` (the ``Figure``; artists' ``gid``: ``allocated``,
-``backward``, ``peak``, ``live-at-peak``) and :func:`plot_timeline` (the PNG).
+``backward``, ``peak``, ``live-at-peak``), :func:`plot_timeline` (the PNG), :func:`thinning_note`,
+:func:`timeline_file`, :func:`read_timeline`.
 """
 from __future__ import annotations
 
@@ -16,9 +20,22 @@ from matplotlib.figure import Figure
 
 from fusedce_profiler.instrument import store
 from fusedce_profiler.instrument.snapshot import Timeline
+from fusedce_profiler.instrument.text import capped
 from fusedce_reports.escape import plot_text
 from fusedce_reports.figures import new_figure, save_figure
 from fusedce_reports.units import MIB, format_bytes
+
+
+FRAME_CHARS = 100
+"""The most characters of a block's frame the side panel shows."""
+
+
+def thinning_note(timeline: Timeline) -> str:
+    """``"drawn from 15,000,000 points as 20,000 (…)"`` when the series was thinned, else ``""``."""
+    if not timeline.thinned_from:
+        return ""
+    return (f"drawn from {timeline.thinned_from:,} points as {len(timeline.times_ms):,} (of each stretch its "
+            "lowest and highest point; the peak and its neighbours exactly)")
 
 
 def draw_timeline(timeline: Timeline, *, title: str = "") -> Figure:
@@ -38,14 +55,20 @@ def draw_timeline(timeline: Timeline, *, title: str = "") -> Figure:
                 textcoords="offset points", xytext=(8, -12), color="tab:red", fontsize=9)
     ax.set_xlabel("time since start of step (ms)")
     ax.set_ylabel("allocated over baseline (MiB)")
-    ax.set_title(plot_text(title or "memory timeline"), fontsize=10)
+    heading = title or "memory timeline"
+    if timeline.thinned_from:
+        heading += f"\n{thinning_note(timeline)}"
+    ax.set_title(plot_text(heading), fontsize=10 if not timeline.thinned_from else 8)
     ax.grid(alpha=0.3)
 
     side.axis("off")
     lines = ["largest tensors alive at the peak:"]
     for block in timeline.live_at_peak:
         op = f" [{block.op}]" if block.op else ""
-        lines.append(f"{format_bytes(block.size):>11}  {block.frame}{op}")
+        lines.append(f"{format_bytes(block.size):>11}  {capped(block.frame + op, FRAME_CHARS)}")
+    if timeline.unlisted_blocks:
+        lines.append(f"{format_bytes(timeline.unlisted_bytes):>11}  in {timeline.unlisted_blocks:,} smaller "
+                     f"block{'s' if timeline.unlisted_blocks > 1 else ''}")
     side.text(0.0, 1.0, plot_text("\n".join(lines)), va="top", ha="left", family="monospace", fontsize=7.5,
               transform=side.transAxes, gid="live-at-peak")
     fig.tight_layout()

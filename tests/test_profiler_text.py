@@ -1,5 +1,5 @@
 """profiler/text.py: a terminal one-liner is shortened at a word boundary, never mid-word."""
-from fusedce_profiler.instrument.text import count, shorten
+from fusedce_profiler.instrument.text import capped, count, shorten
 
 
 def test_a_short_first_line_is_kept_whole_and_dropped_lines_are_marked():
@@ -22,3 +22,9 @@ def test_one_word_longer_than_the_width_is_not_cut_inside():
 
 def test_counts_agree_with_their_noun():
     assert [count(n, "cell") for n in (0, 1, 2)] == ["0 cells", "1 cell", "2 cells"]
+
+
+def test_capped_cuts_every_line_past_the_limit_and_counts_what_it_left_out():
+    assert capped("short\nlines", 5) == "short\nlines"
+    assert capped("abcdefgh\nok\n" + "y" * 12, 5) == ("abcde… (3 more characters in the stored record)\nok\n"
+                                                      "yyyyy… (7 more characters in the stored record)")

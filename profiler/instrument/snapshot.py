@@ -21,20 +21,35 @@ The snapshot format is the one ``torch.cuda.memory._snapshot()`` documents:
 "oom", "snapshot"), ``addr``, ``size`` (bytes), ``frames`` (``[{"filename", "line", "name"}]``,
 innermost first) and ``time_us``.
 
+A stored timeline is bounded twice: when it is written and again when it is read
+(:meth:`Timeline.from_dict`), since a folder may come from someone else. The series keeps at most
+:data:`MAX_TIMELINE_POINTS` points (:func:`thinned_indices`) and the blocks alive at the peak at
+most :data:`LISTED_BLOCKS` (:func:`largest_first`); what was left out is counted in the timeline.
+
 Public API: :class:`SnapshotRecorder`, :func:`parse_timeline`, :class:`Timeline`,
-:class:`LiveBlock`, :data:`MARKER_FUNCTION`.
+:class:`LiveBlock`, :func:`thinned_indices`, :func:`largest_first`, :data:`MARKER_FUNCTION`,
+:data:`MAX_TIMELINE_POINTS`, :data:`LISTED_BLOCKS`.
 """
 from __future__ import annotations
 
 import dataclasses
+import heapq
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import numpy as np
 
 from fusedce_profiler.instrument import store
 
 MARKER_FUNCTION = "fusedce_profile_phase_marker"
 _MAX_ENTRIES = 1_000_000
 MAX_TIMELINE_POINTS = 20_000
+"""The most points of a timeline's series, written or read (a plot is ~1,000 pixels wide)."""
+PEAK_NEIGHBOURS = 100
+"""Points on each side of the peak that thinning keeps exactly (at most an eighth of the limit)."""
+LISTED_BLOCKS = 8
+"""The most blocks alive at the peak a timeline lists; the others are counted, not listed."""
 STACK_DEPTH = 16
 
 
@@ -57,9 +72,11 @@ class Timeline:
 
     ``times_ms[i]`` / ``allocated_bytes[i]``: after trace entry i (time since the first entry;
     entry index when the trace has no ``time_us``), at most :data:`MAX_TIMELINE_POINTS`
-    points (longer traces keep each bucket's highest point). ``backward_ms``: where backward
-    started (``None`` if unmarked). ``peak_bytes`` at ``peak_ms``; ``live_at_peak``: the
-    largest allocations alive then, largest first.
+    points (a longer series is thinned: :func:`thinned_indices`); ``thinned_from``: how many
+    points it had then (0: none left out). ``backward_ms``: where backward started (``None`` if
+    unmarked). ``peak_bytes`` at ``peak_ms``; ``live_at_peak``: the largest allocations alive
+    then, largest first, at most :data:`LISTED_BLOCKS`; ``unlisted_blocks`` more were alive,
+    holding ``unlisted_bytes``.
     """
 
     times_ms: list[float] = field(default_factory=list)
@@ -68,34 +85,93 @@ class Timeline:
     peak_bytes: int = 0
     peak_ms: float = 0.0
     live_at_peak: list[LiveBlock] = field(default_factory=list)
+    thinned_from: int = 0
+    unlisted_blocks: int = 0
+    unlisted_bytes: int = 0
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, raw: dict) -> "Timeline":
-        """Validate a stored timeline (``ValueError`` naming the bad field)."""
+        """Validate a stored timeline (``ValueError`` naming the bad field), thinned to
+        :data:`MAX_TIMELINE_POINTS` points and :data:`LISTED_BLOCKS` listed blocks whatever the
+        file holds: its cost grows linearly with the file, which its size limit bounds."""
         if not isinstance(raw, dict):
             raise ValueError(f"expected a JSON object, got {type(raw).__name__}")
         times, allocated = raw.get("times_ms", []), raw.get("allocated_bytes", [])
         if not (isinstance(times, list) and isinstance(allocated, list) and len(times) == len(allocated)):
             raise ValueError("times_ms and allocated_bytes must be lists of equal length")
-        blocks = []
         live = raw.get("live_at_peak", [])
         if not isinstance(live, list) or not all(isinstance(block, dict) for block in live):
             raise ValueError("live_at_peak must be a list of objects")
-        for block in live:
-            stack = block.get("stack", ())
-            if not isinstance(stack, list | tuple):
-                raise ValueError("live_at_peak.stack must be a list")
-            blocks.append(LiveBlock(store.int_field(block.get("size"), "live_at_peak.size", optional=False),
-                                    str(block.get("frame", "?")), str(block.get("op", "")),
-                                    tuple(str(f) for f in stack)))
-        return cls([store.float_field(t, "times_ms", optional=False) for t in times],
-                   [store.int_field(b, "allocated_bytes", optional=False) for b in allocated],
+        sizes = [store.int_field(block.get("size"), "live_at_peak.size", optional=False) for block in live]
+        listed, unlisted, unlisted_bytes = largest_first(sizes, LISTED_BLOCKS)
+        blocks = [_stored_block(live[i], sizes[i]) for i in listed]
+        seconds = _series(times, "times_ms", np.float64)
+        values = _series(allocated, "allocated_bytes", np.int64)
+        keep = thinned_indices(values, MAX_TIMELINE_POINTS)
+        stored_from = store.int_field(raw.get("thinned_from", 0), "thinned_from", optional=False, minimum=0)
+        thinned_from = max(stored_from, len(values)) if len(keep) < len(values) else \
+            (stored_from if stored_from > len(values) else 0)  # a count below the points it has says nothing
+        return cls(seconds[keep].tolist(), values[keep].tolist(),
                    store.float_field(raw.get("backward_ms"), "backward_ms"),
                    store.int_field(raw.get("peak_bytes", 0), "peak_bytes", optional=False),
-                   store.float_field(raw.get("peak_ms", 0.0), "peak_ms", optional=False), blocks)
+                   store.float_field(raw.get("peak_ms", 0.0), "peak_ms", optional=False), blocks, thinned_from,
+                   unlisted + store.int_field(raw.get("unlisted_blocks", 0), "unlisted_blocks", optional=False,
+                                              minimum=0),
+                   unlisted_bytes + store.int_field(raw.get("unlisted_bytes", 0), "unlisted_bytes",
+                                                    optional=False, minimum=0))
+
+
+def _stored_block(block: dict, size: int) -> LiveBlock:
+    """A stored live block, its stack cut to :data:`STACK_DEPTH` frames."""
+    stack = block.get("stack", ())
+    if not isinstance(stack, list | tuple):
+        raise ValueError("live_at_peak.stack must be a list")
+    return LiveBlock(size, str(block.get("frame", "?")), str(block.get("op", "")),
+                     tuple(str(frame) for frame in stack[:STACK_DEPTH]))
+
+
+def _series(values: list, name: str, dtype: type) -> np.ndarray:
+    """A stored series as an array, every element checked as :func:`store.float_field` (``dtype``
+    float64) or :func:`store.int_field` (int64) checks it; plain numbers are checked at once."""
+    plain = {int} if dtype is np.int64 else {int, float}
+    if set(map(type, values)) <= plain:
+        try:
+            return np.asarray(values, dtype=dtype)
+        except OverflowError:  # an integer past 64 bits: named below
+            pass
+    check = store.int_field if dtype is np.int64 else store.float_field
+    return np.asarray([check(value, name, optional=False) for value in values], dtype=dtype)
+
+
+def thinned_indices(values: np.ndarray, limit: int) -> np.ndarray:
+    """Sorted indices of at most ``limit`` points of the series ``values`` (1-D) that draw it
+    faithfully: all of them when there are no more; else the peak (the first highest point) and
+    up to :data:`PEAK_NEIGHBOURS` points on each side of it exactly, and of every stretch of
+    consecutive points its lowest and highest (a step line drawn through them reaches every
+    high and low the series reaches, at a resolution of one stretch). O(n) in time and memory."""
+    n = len(values)
+    if n <= limit:
+        return np.arange(n)
+    peak = int(np.argmax(values))
+    reach = min(PEAK_NEIGHBOURS, limit // 8)
+    window = np.arange(max(0, peak - reach), min(n, peak + reach + 1))
+    stretches = max(1, (limit - len(window)) // 2)
+    width = -(-n // stretches)
+    padded = np.pad(values, (0, stretches * width - n), mode="edge").reshape(stretches, width)
+    starts = np.arange(stretches) * width
+    lows = np.minimum(starts + padded.argmin(axis=1), n - 1)  # a padded point is the last one again
+    highs = np.minimum(starts + padded.argmax(axis=1), n - 1)
+    return np.unique(np.concatenate([window, lows, highs]))
+
+
+def largest_first(sizes: Sequence[int], listed: int) -> tuple[list[int], int, int]:
+    """(indices of the ``listed`` largest of ``sizes``, largest first, ties in their order; how
+    many others there are; their sum). O(n log listed), never a sort of all of them."""
+    top = heapq.nlargest(listed, range(len(sizes)), key=sizes.__getitem__)
+    return top, len(sizes) - len(top), sum(sizes) - sum(sizes[i] for i in top)
 
 
 def fusedce_profile_phase_marker(device) -> None:
@@ -162,21 +238,7 @@ def _pick_device(snapshot: dict) -> int:
     return max(range(len(traces)), key=lambda i: len(traces[i]))
 
 
-def _thin(times: list[float], values: list[int], limit: int) -> tuple[list[float], list[int]]:
-    """At most ``limit`` points: each bucket of consecutive points keeps its highest one."""
-    if len(times) <= limit:
-        return times, values
-    step = -(-len(times) // limit)
-    kept_t, kept_v = [], []
-    for start in range(0, len(times), step):
-        bucket = range(start, min(start + step, len(times)))
-        best = max(bucket, key=lambda i: values[i])
-        kept_t.append(times[best])
-        kept_v.append(values[best])
-    return kept_t, kept_v
-
-
-def parse_timeline(snapshot: dict, *, device: int | None = None, top: int = 8) -> Timeline:
+def parse_timeline(snapshot: dict, *, device: int | None = None, top: int = LISTED_BLOCKS) -> Timeline:
     """Allocated bytes over time, backward boundary, and the peak's largest live blocks.
 
     A pure function of ``snapshot`` (a ``torch.cuda.memory._snapshot()`` dict). Frees are
@@ -212,7 +274,11 @@ def parse_timeline(snapshot: dict, *, device: int | None = None, top: int = 8) -
         if current > timeline.peak_bytes:
             timeline.peak_bytes, timeline.peak_ms = current, when
             live_at_peak = dict(live)
-    timeline.times_ms, timeline.allocated_bytes = _thin(times, allocated, MAX_TIMELINE_POINTS)
-    largest = sorted(live_at_peak.values(), key=lambda e: e["size"], reverse=True)[:top]
-    timeline.live_at_peak = [LiveBlock(e["size"], *_describe(e.get("frames", []))) for e in largest]
+    keep = thinned_indices(np.asarray(allocated, dtype=np.int64), MAX_TIMELINE_POINTS)
+    timeline.times_ms = [times[i] for i in keep]
+    timeline.allocated_bytes = [allocated[i] for i in keep]
+    timeline.thinned_from = len(times) if len(keep) < len(times) else 0
+    alive = list(live_at_peak.values())
+    listed, timeline.unlisted_blocks, timeline.unlisted_bytes = largest_first([e["size"] for e in alive], top)
+    timeline.live_at_peak = [LiveBlock(alive[i]["size"], *_describe(alive[i].get("frames", []))) for i in listed]
     return timeline

@@ -35,10 +35,11 @@ folder, the Python installation, the home folder and the host name are stored as
 ``plots/``). A result line is appended, flushed and fsync'ed (:func:`append_jsonl`), so a
 killed run loses at most the line in flight; every other file is written to a temporary
 name and renamed over the old one (:func:`write_text`, :func:`write_stream`), so a failed
-write never leaves a truncated file, and a symbolic link in the folder is replaced, never
-followed; a linked parent folder is refused. Files follow the umask. JSON is
-strict: a non-finite float is stored as the string ``"NaN"``, ``"Infinity"`` or
-``"-Infinity"`` (:func:`strict_json`) and read back by :func:`float_field`.
+write never leaves a truncated file (inside :func:`~fusedce_profiler.instrument.staging.all_or_nothing`
+the renames of a whole report wait for its end), and a symbolic link in the folder is replaced,
+never followed; a linked parent folder is refused. Files follow the umask. JSON is strict: a
+non-finite float is stored as the string ``"NaN"``, ``"Infinity"`` or ``"-Infinity"``
+(:func:`strict_json`) and read back by :func:`float_field`.
 
 Nothing here unpickles: the raw snapshot is written for the user's viewer and never read.
 
@@ -60,7 +61,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Generic, TextIO, TypeVar
 
-from fusedce_profiler.instrument import confined, scrub
+from fusedce_profiler.instrument import confined, scrub, staging
 from fusedce_profiler.instrument.text import printable
 from fusedce_profiler.instrument.runlock import LOCK_FILE, FolderInUse, RunLock  # noqa: F401 - the folder's lock
 
@@ -135,7 +136,11 @@ def float_field(value: Any, name: str, *, optional: bool = True) -> float | None
         return _NON_FINITE[value]
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"{name} must be a number, got {value!r}")
-    return float(value)
+    try:
+        return float(value)
+    except OverflowError:  # an integer past a float's range
+        raise ValueError(f"{name} must be a number a float holds, got an integer of {len(str(abs(value)))} digits") \
+            from None
 
 
 def int_field(value: Any, name: str, *, optional: bool = True, minimum: int | None = None) -> int | None:
@@ -303,7 +308,7 @@ def write_stream(path: str | Path, write: Callable[[BinaryIO], object]) -> Path:
             write(fh)
             fh.flush()
             os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        staging.place(tmp, path)
     except BaseException as exc:
         try:
             os.unlink(tmp)

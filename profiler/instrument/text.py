@@ -1,13 +1,17 @@
 """Text for people: a message shortened for a one-line terminal display, never mid-word, and
 control characters made visible.
 
-Stored messages (results, logs, reports) are kept whole; only a line printed on the
-terminal is shortened, at a word boundary, with "…" where something was left out.
+Stored messages (results, logs) are kept whole; a line printed on the terminal is shortened, at
+a word boundary, with "…" where something was left out, and no line of a stored string that a
+report or the terminal shows is longer than :data:`MAX_SHOWN_CHARS` (:func:`capped`): a folder
+someone sent may hold messages of megabytes, and a report copies each string it shows.
 A message comes from the user's code or from a folder someone sent: an escape sequence in it
 would set the terminal's title, clear the screen or hide text when printed or when a report
-is shown with ``cat``; :func:`printable` spells every control character out instead.
+is shown with ``cat``, and a bidirectional override or an invisible character would make text
+read differently from what it holds (a name shown reversed, two names that look alike);
+:func:`printable` spells every such character out instead.
 
-Public API: :func:`shorten`, :func:`count`, :func:`printable`.
+Public API: :func:`shorten`, :func:`count`, :func:`printable`, :func:`capped`, :data:`MAX_SHOWN_CHARS`.
 """
 from __future__ import annotations
 
@@ -15,14 +19,40 @@ import re
 
 ELLIPSIS = "…"
 
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-"""C0 controls but the newline and the tab, DEL, and C1 controls (``\x9b`` starts a sequence too)."""
+MAX_SHOWN_CHARS = 2_000
+"""The most characters of one line of a stored string that a report page or the terminal shows;
+a real message (a traceback's last line, a back-end's error) is far shorter."""
+
+_UNSEEN = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u2064"
+                     "\u2066-\u206f\ufeff]")
+"""What a terminal or a viewer obeys instead of showing: C0 controls but the newline and the tab,
+DEL, C1 controls (U+009B starts a sequence too); and what reorders or hides text: the
+bidirectional marks, embeddings, overrides and isolates (U+061C, U+200E–U+200F, U+202A–U+202E,
+U+2066–U+2069), the zero-width and invisible characters (U+180E, U+200B–U+200D, U+2060–U+2064,
+U+206A–U+206F, U+FEFF) and the line and paragraph separators (U+2028, U+2029)."""
+
+
+def _spelled(match: re.Match) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
 
 
 def printable(text: str) -> str:
-    """``text`` with every control character but the newline and the tab written as ``\\xNN``
-    (``"\x1b[2J"`` → ``"\\x1b[2J"``), so a terminal or a viewer shows it instead of obeying it."""
-    return _CONTROL.sub(lambda match: f"\\x{ord(match.group()):02x}", text)
+    r"""``text`` with every character of :data:`_UNSEEN` written out as Python writes it (ESC as
+    ``\x1b``, U+202E as ``\u202e``), so a terminal or a viewer shows it instead of obeying it;
+    the newline and the tab are kept."""
+    return _UNSEEN.sub(_spelled, text)
+
+
+def capped(text: str, limit: int = MAX_SHOWN_CHARS) -> str:
+    """``text`` with every line longer than ``limit`` characters cut after ``limit`` of them and
+    ``"… (N more characters in the stored record)"`` in place of the rest; shorter text as it is."""
+    if len(text) <= limit:
+        return text
+    lines = text.split("\n")
+    return "\n".join(line if len(line) <= limit else
+                     f"{line[:limit]}{ELLIPSIS} ({len(line) - limit:,} more characters in the stored record)"
+                     for line in lines)
 
 
 def shorten(text: str, width: int = 120) -> str:

@@ -1,0 +1,130 @@
+"""Files written as one set: a folder's report is replaced whole, or not at all.
+
+Every file :mod:`~fusedce_profiler.instrument.store` writes goes to a temporary name first and is
+then renamed into place (:func:`place`). Inside :func:`all_or_nothing` the renames wait for the end
+of the block: when it ends normally they are all done together, shielded from Ctrl-C and SIGTERM
+(a signal arriving meanwhile is taken right after them); when it ends by an exception — a signal,
+a full disk — every temporary is removed instead, and the folder holds exactly what it held. A
+file the block removes (:func:`remove`) goes with the renames. Reading back a file written in the
+block (the HTML page embeds the plots) finds its new content at :func:`newest`.
+
+Public API: :func:`all_or_nothing`, :class:`Placed`, :func:`place`, :func:`remove`, :func:`newest`.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from collections.abc import Iterator
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from pathlib import Path
+
+_HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@dataclass
+class Placed:
+    """What an :func:`all_or_nothing` block wrote: ``written`` maps each file's path to the
+    temporary holding its new content, ``removed`` holds the files to remove; ``done`` turns true
+    once all of them are in place."""
+
+    written: dict[Path, str] = field(default_factory=dict)
+    removed: set[Path] = field(default_factory=set)
+    done: bool = False
+
+
+_open_set: ContextVar[Placed | None] = ContextVar("fusedce_staged_files", default=None)
+
+
+def _unlink(path: str | Path) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def place(temporary: str, path: str | Path) -> None:
+    """Rename ``temporary`` to ``path``: now, or at the end of the enclosing :func:`all_or_nothing`
+    block (a second write of the same path in the block replaces the first)."""
+    placed, path = _open_set.get(), Path(path)
+    if placed is None:
+        os.replace(temporary, path)
+        return
+    earlier = placed.written.pop(path, None)
+    if earlier is not None:
+        _unlink(earlier)
+    placed.removed.discard(path)
+    placed.written[path] = temporary
+
+
+def remove(path: str | Path) -> None:
+    """Remove the file ``path``: now, or at the end of the enclosing :func:`all_or_nothing` block."""
+    placed, path = _open_set.get(), Path(path)
+    if placed is None:
+        _unlink(path)
+        return
+    earlier = placed.written.pop(path, None)
+    if earlier is not None:
+        _unlink(earlier)
+    placed.removed.add(path)
+
+
+def newest(path: str | Path) -> Path:
+    """Where ``path``'s newest content is: the temporary it was written to in the enclosing
+    :func:`all_or_nothing` block, else ``path`` itself."""
+    placed, path = _open_set.get(), Path(path)
+    if placed is not None and path in placed.written:
+        return Path(placed.written[path])
+    return path
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """Ctrl-C and SIGTERM received inside the block are taken when it ends, by the handlers that
+    were in place before it (outside the main thread, where Python cannot set handlers, nothing
+    is held: signals reach only the main thread's handlers anyway)."""
+    received: list[int] = []
+    try:
+        previous = {signum: signal.signal(signum, lambda signum, frame: received.append(signum))
+                    for signum in _HELD_SIGNALS}
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        for signum in dict.fromkeys(received):
+            signal.raise_signal(signum)
+
+
+@contextlib.contextmanager
+def all_or_nothing() -> Iterator[Placed]:
+    """Within the block, files written through the store and removed through :func:`remove` take
+    their place only when the block ends without an exception, all together; see the module."""
+    placed = Placed()
+    token = _open_set.set(placed)
+    try:
+        yield placed
+    except BaseException:
+        for temporary in placed.written.values():
+            _unlink(temporary)
+        raise
+    finally:
+        _open_set.reset(token)
+    with _signals_held():
+        pending = list(placed.written.items())
+        try:
+            while pending:
+                path, temporary = pending[0]
+                os.replace(temporary, path)
+                pending.pop(0)
+        except OSError:
+            for _, temporary in pending:
+                _unlink(temporary)
+            raise
+        for path in placed.removed:
+            _unlink(path)
+        placed.done = True

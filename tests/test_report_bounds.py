@@ -1,0 +1,237 @@
+"""What a folder's contents can make ``report`` cost or show: bounded, whatever the files hold.
+
+Each test plants one thing in a copy of a finished grid folder — a timeline of more points than a
+plot can show, one listing a crowd of live blocks, a message of megabytes, characters that reorder
+or hide text — or stops ``report`` with a signal, and checks what the report writes and prints.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from fusedce_cli.app import app
+from fusedce_profiler.instrument import snapshot, store
+from fusedce_profiler.instrument.text import MAX_SHOWN_CHARS, printable
+from fusedce_reports.timeline import draw_timeline, read_timeline
+from processes import cli_env, kill_group, start_cli, wait_for
+from test_cli_faults import finished_run  # noqa: F401 - a fixture, shared
+
+pytestmark = pytest.mark.faults  # the fault suite: pytest -m faults
+
+REPORT_FILES = ("summary.md", "report.html", "results.csv")
+
+
+@pytest.fixture
+def run(finished_run, tmp_path):
+    copy = tmp_path / "run"
+    shutil.copytree(finished_run, copy, symlinks=True)
+    return copy
+
+
+def _plain(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _first_row(folder: Path) -> dict:
+    return json.loads((folder / store.RESULTS_FILE).read_text().splitlines()[0])
+
+
+def _plant_timeline(folder: Path, timeline: dict) -> Path:
+    """``timeline`` stored as the first row's timeline; returns its path."""
+    row = _first_row(folder)
+    row["timeline_path"] = "snapshots/planted.timeline.json"
+    (folder / store.RESULTS_FILE).write_text(json.dumps(row) + "\n")
+    (folder / store.SNAPSHOTS_DIR).mkdir(exist_ok=True)
+    path = folder / store.SNAPSHOTS_DIR / "planted.timeline.json"
+    path.write_text(json.dumps(timeline))
+    return path
+
+
+def _report(folder: Path):
+    return CliRunner().invoke(app, ["report", str(folder)])
+
+
+def test_a_timeline_of_more_points_than_a_plot_shows_is_thinned_on_read_keeping_its_peak(run):
+    """15 million points fit a timeline's size limit; drawn whole they took the report to 5.8 GB."""
+    points = 20 * snapshot.MAX_TIMELINE_POINTS
+    rng = random.Random(0)
+    allocated = [rng.randrange(1 << 20) for _ in range(points)]
+    peak = points // 3
+    allocated[peak] = 1 << 30
+    times = [i * 0.001 for i in range(points)]
+    path = _plant_timeline(run, {"times_ms": times, "allocated_bytes": allocated, "peak_bytes": 1 << 30,
+                                 "peak_ms": times[peak], "live_at_peak": []})
+
+    timeline = read_timeline(path, run)
+    assert len(timeline.times_ms) <= snapshot.MAX_TIMELINE_POINTS and timeline.thinned_from == points
+    kept = dict(zip(timeline.times_ms, timeline.allocated_bytes))
+    around = range(peak - snapshot.PEAK_NEIGHBOURS, peak + snapshot.PEAK_NEIGHBOURS + 1)
+    assert all(kept[times[i]] == allocated[i] for i in around)  # the peak and its neighbours, exactly
+    assert min(timeline.allocated_bytes) == min(allocated)  # the lows are drawn too
+    assert all(kept[t] == allocated[round(t * 1000)] for t in kept)  # every point is one of the file's
+
+    result = _report(run)
+    assert result.exit_code == 0, result.output
+    said = f"drawn from {points:,} points as {len(timeline.times_ms):,}"
+    assert said in (run / "summary.md").read_text() and said in (run / "report.html").read_text()
+
+
+def test_a_timeline_listing_a_crowd_of_live_blocks_lists_the_largest_and_counts_the_others(run):
+    """A million blocks alive at the peak, each a line of the plot's side panel: over 300 s."""
+    blocks = 50_000
+    rng = random.Random(1)
+    sizes = [rng.randrange(1, 1 << 30) for _ in range(blocks)]
+    live = [{"size": size, "frame": f"train.py:{i}:step", "stack": ["x"] * 20} for i, size in enumerate(sizes)]
+    path = _plant_timeline(run, {"times_ms": [0.0, 1.0], "allocated_bytes": [0, sum(sizes)],
+                                 "peak_bytes": sum(sizes), "peak_ms": 1.0, "live_at_peak": live})
+
+    timeline = read_timeline(path, run)
+    largest = sorted(sizes, reverse=True)[:snapshot.LISTED_BLOCKS]
+    assert [block.size for block in timeline.live_at_peak] == largest
+    assert all(len(block.stack) == snapshot.STACK_DEPTH for block in timeline.live_at_peak)
+    others = blocks - snapshot.LISTED_BLOCKS
+    assert (timeline.unlisted_blocks, timeline.unlisted_bytes) == (others, sum(sizes) - sum(largest))
+    [panel] = draw_timeline(timeline).findobj(lambda artist: artist.get_gid() == "live-at-peak")
+    panel = panel.get_text().splitlines()
+    assert len(panel) == 1 + snapshot.LISTED_BLOCKS + 1 and panel[-1].endswith(f"in {others:,} smaller blocks")
+
+    assert _report(run).exit_code == 0
+
+
+def test_a_message_of_megabytes_is_cut_in_every_page_and_on_the_terminal(run):
+    """A results.jsonl of 248 MB of messages gave a report.html of 230 MB: each copied whole."""
+    row = _first_row(run)
+    huge = "x" * 3_000_000  # one word: the terminal's shortening keeps a word whole
+    failed = {**row, "spec": {**row["spec"], "tokens": 16}, "status": "error", "message": huge}
+    ill_typed = {**row, "spec": {**row["spec"], "tokens": huge}}
+    lines = [json.dumps(row), json.dumps(failed), json.dumps(ill_typed)]
+    (run / store.RESULTS_FILE).write_text("\n".join(lines) + "\n")
+
+    result = _report(run)
+    assert result.exit_code == 0, result.output
+    for where, text in {"summary.md": (run / "summary.md").read_text(), "report.html": (run / "report.html").read_text(),
+                        "terminal": result.output}.items():
+        assert len(text) < 300_000, where
+        assert "x" * (MAX_SHOWN_CHARS + 1) not in " ".join(text.split()), where  # the terminal wraps lines
+        assert "more characters in the stored record)" in text, where
+    assert (run / store.RESULTS_FILE).read_text().count(huge) == 2  # the record keeps it whole
+
+
+UNSEEN = "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200b\u200c\u200d\u200e\u200f\ufeff\u061c\u2028"
+
+
+def test_bidirectional_and_invisible_characters_are_spelled_out_in_every_report(run):
+    """A message that reads differently from what it holds (Trojan-source style) reaches no page
+    and no terminal as it is."""
+    row = _first_row(run)
+    message = "access granted\u202e\u2066 if admin\u2069\u2066 \u200bsure\ufeff"
+    failed = {**row, "spec": {**row["spec"], "tokens": 16}, "status": "error", "message": message}
+    (run / store.RESULTS_FILE).write_text(json.dumps(row) + "\n" + json.dumps(failed) + "\n")
+
+    result = _report(run)
+    assert result.exit_code == 0, result.output
+    shown = {name: (run / name).read_text() for name in REPORT_FILES} | {"terminal": result.output}
+    for where, text in shown.items():
+        assert not set(text) & set(UNSEEN), where
+        assert "\\u202e\\u2066 if admin\\u2069" in text, where
+    assert printable(UNSEEN) == "".join(f"\\u{ord(c):04x}" for c in UNSEEN)
+
+
+def _report_files(folder: Path) -> dict[str, tuple[int, bytes]]:
+    """Every file a report writes: (inode, content) by name."""
+    paths = [folder / name for name in REPORT_FILES] + sorted((folder / store.PLOTS_DIR).iterdir())
+    return {str(p.relative_to(folder)): (p.stat().st_ino, p.read_bytes()) for p in paths}
+
+
+def _rebuild_started(folder: Path, before: dict[str, tuple[int, bytes]]):
+    """True once the report has written its first plot (under a temporary name or in place)."""
+    def started() -> bool:
+        plots = folder / store.PLOTS_DIR
+        return any(p.name.endswith(".tmp") for p in plots.iterdir()) or \
+            (plots / "peak_memory.png").stat().st_ino != before["plots/peak_memory.png"][0]
+    return started
+
+
+@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_during_report_replaces_nothing_and_says_so_in_one_line(run, signum, code):
+    """Ctrl-C during a slow report left new plots beside the old summary.md, with exit 130 and
+    no word."""
+    _plant_timeline(run, {"times_ms": [0] * 4_000_000, "allocated_bytes": [1] * 4_000_000})  # a second to read
+    before = _report_files(run)
+    process = start_cli(["report", str(run)], cli_env())
+    try:
+        wait_for(_rebuild_started(run, before), 60, "the report to draw its first plot", process)
+        os.killpg(process.pid, signum)
+        stdout, stderr = process.communicate(timeout=60)
+    finally:
+        kill_group(process)
+    assert process.returncode == code, stderr
+    assert f"report interrupted; nothing replaced — run `fusedce-profile report {run}` again" in _plain(stdout)
+    assert "Traceback" not in stderr
+    assert _report_files(run) == before
+    assert not [p for p in run.rglob("*") if p.name.endswith(".tmp")]
+
+
+def test_a_signal_as_the_report_is_put_in_place_is_taken_after_it(run, monkeypatch):
+    """The renames that put a finished report in place are not cut by Ctrl-C: it is taken after them."""
+    from fusedce_profiler.instrument import staging
+
+    replace = os.replace
+
+    def interrupted_replace(source, target):
+        replace(source, target)
+        if str(target).endswith("summary.md"):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.1)  # a handler that raised would have raised by now
+
+    monkeypatch.setattr(staging.os, "replace", interrupted_replace)
+    (run / "summary.md").write_text("old")
+    result = _report(run)
+    assert result.exit_code == 130, result.output
+    assert "nothing replaced" not in result.output
+    assert (run / "summary.md").read_text() != "old" and "torch" in (run / "report.html").read_text()
+
+
+def test_an_integer_past_a_floats_range_is_a_note_not_a_traceback(run):
+    """JSON reads ``1`` followed by 400 zeros as an integer no float holds: a row or a timeline
+    holding one in a number field is named, never a traceback."""
+    row = _first_row(run)
+    row["timeline_path"] = "snapshots/planted.timeline.json"
+    huge = "1" + "0" * 400
+    (run / store.RESULTS_FILE).write_text(json.dumps(row) + "\n" + json.dumps(row).replace(
+        '"time_ms": ', f'"time_ms": {huge}, "was": ', 1) + "\n")
+    (run / store.SNAPSHOTS_DIR).mkdir(exist_ok=True)
+    (run / store.SNAPSHOTS_DIR / "planted.timeline.json").write_text(
+        f'{{"times_ms": [{huge}], "allocated_bytes": [1]}}')
+    result = _report(run)
+    assert result.exit_code == 0, result.output
+    said = _plain(result.stdout)
+    assert "results.jsonl:2: not a valid row (time_ms must be a number a float holds, got an integer of 401 digits)" \
+        in said
+    assert "planted.timeline.json: not a timeline (times_ms must be a number a float holds" in said
+
+
+def test_a_recorded_steps_folder_shows_its_stored_strings_cut_and_spelled_out(tmp_path):
+    """The report of steps recorded in the user's own run writes their notes and labels too."""
+    import dataclasses
+
+    from fusedce_profiler.instrument.recording.records import EvalPass, append_recorded_step
+    from test_recorded_report import _record
+
+    record = dataclasses.replace(_record([EvalPass("validation", 0)], device="cpu"), label="run\u202e1",
+                                 notes=["y" * 1_000_000])
+    append_recorded_step(tmp_path, record)
+    result = _report(tmp_path)
+    assert result.exit_code == 0, result.output
+    page = (tmp_path / "summary.md").read_text()
+    assert len(page) < 100_000 and "y" * (MAX_SHOWN_CHARS + 1) not in page
+    assert "more characters in the stored record)" in page
+    assert "\u202e" not in page and "run\\u202e1" in page
