@@ -33,7 +33,8 @@ def model(
     head: HeadOption = None,
     trace: TraceOption = True,
     batch: Annotated[Optional[int], typer.Option(help="Batch size B (default 8 on a GPU, 4 on the CPU).")] = None,
-    seq: Annotated[Optional[int], typer.Option(help="Sequence length T (default 1024 on a GPU, 64 on the CPU).")] = None,
+    seq: Annotated[Optional[int], typer.Option(
+        help="Sequence length T (default 1024 on a GPU, 64 on the CPU).")] = None,
     backend: BackendOption = None,
     attention: Annotated[str, typer.Option(help="sdpa, or eager (B×heads×T×T scores materialised); Hugging Face "
                                                 "models also take what transformers supports (flex_attention, "

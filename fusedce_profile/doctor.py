@@ -136,7 +136,7 @@ def doctor(loss: str, *, preset: str | None = None, config: str | Path | None = 
     payload = {"loss": loss, "preset": preset, "config": str(config) if config else None, "hf": hf, "model": model,
                "head": head, "tied": tied, "device": device, "mode": mode, "batch": batch, "seq": seq, "seed": seed,
                "compile_backend": None if backend == "none" else backend}
-    worker = Worker(folder / store.LOGS_DIR)
+    worker = Worker(folder / store.LOGS_DIR, preload=("doctor",))  # its imports before the time limit starts
     try:
         reply = worker.call("doctor", payload, timeout_s=timeout_s, max_rss_bytes=int(memory_limit_gb * 2**30))
     except WorkerDied as exc:

@@ -123,8 +123,9 @@ def grid_spec(*, tokens=None, batch=None, seq=None, vocab=None, hidden=None, bac
         spec.validate()
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    check_grid_fits(spec, {"hidden": "--hidden" if hidden is not None else _head_entry(head, preset, config, "hidden_size"),
-                           "vocab": "--vocab" if vocab is not None else _head_entry(head, preset, config, "vocab_size")})
+    check_grid_fits(spec, {
+        "hidden": "--hidden" if hidden is not None else _head_entry(head, preset, config, "hidden_size"),
+        "vocab": "--vocab" if vocab is not None else _head_entry(head, preset, config, "vocab_size")})
     return spec, device_ids
 
 

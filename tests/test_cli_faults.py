@@ -98,8 +98,9 @@ def _rows(out: Path) -> list[dict]:
 
 # --- 1. a hung back-end is a timeout, and the run goes on -------------------------------------
 
-CELL_TIMEOUT_S = 8
-"""Long enough for a tiny cell's first call (profiler set-up included) on a loaded CI machine."""
+CELL_TIMEOUT_S = 4
+"""Long enough for a tiny cell on a loaded CI machine: a fresh worker's imports and the CPU meter's
+set-up come before its clock starts."""
 
 
 def test_a_hanging_backend_is_recorded_as_timeout_and_the_run_goes_on(fx, tmp_path):
@@ -144,26 +145,36 @@ def _start_hung_run(fx: Path, tmp_path: Path, out: Path):
     return process, env
 
 
-@pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
-def test_a_signal_to_the_cli_writes_a_partial_report_and_leaves_no_worker(fx, tmp_path, signum, code):
-    out = tmp_path / "run"
-    process, _ = _start_hung_run(fx, tmp_path, out)
+def test_a_signal_to_the_cli_writes_a_partial_report_and_leaves_no_worker(fx, tmp_path):
+    """SIGTERM (exit 143) and Ctrl-C (exit 130), each to a run of its own; the two runs go side by side."""
+    runs = {}
     try:
-        assert workers_of(process.pid), "the hung cell's worker should be running"
-        os.killpg(process.pid, signum)  # the whole group, as a terminal or a CI runner does
-        stdout, stderr = process.communicate(timeout=120)
+        for signum, code in ((signal.SIGTERM, 143), (signal.SIGINT, 130)):
+            out = tmp_path / signum.name / "run"
+            out.parent.mkdir()
+            runs[signum] = (code, out, start_cli([*TINY, "--tokens", "16", "--backend", "torch", "--backend",
+                                                  "fx_backends:hang", "--backend", "fusedce", "--out", str(out),
+                                                  "--json"], cli_env(fx, FX_HANG_MARK=str(out.parent / "hung"))))
+        for signum, (code, out, process) in runs.items():
+            wait_for((out.parent / "hung").exists, 120, "the hung cell to start", process)
+            assert workers_of(process.pid), "the hung cell's worker should be running"
+            os.killpg(process.pid, signum)  # the whole group, as a terminal or a CI runner does
+        said = {signum: process.communicate(timeout=120) for signum, (_, _, process) in runs.items()}
     finally:
-        kill_group(process)
-    assert process.returncode == code, stderr
-    assert "Interrupted after 1 of 3 new cells; continue with --resume --out" in _plain(stderr)
-    assert workers_of(process.pid, wait_s=10) == []
-    note = "1 of 3 cells — interrupted; continue with `--resume --out {}`"
-    stored = note.format("<run folder>")  # a stored file names no path of the machine
-    assert stored in (out / "summary.md").read_text().replace("\\`", "`")  # Markdown-escaped as every stored string
-    assert html.escape(stored, quote=False) in (out / "report.html").read_text()
-    summary = json.loads(stdout)
-    assert note.format(out.resolve()) in summary["notes"] and summary["exit_code"] == code
-    assert len(json.loads((out / PLAN_FILE).read_text())["cells"]) == 3
+        for _, _, process in runs.values():
+            kill_group(process)
+    for signum, (code, out, process) in runs.items():
+        stdout, stderr = said[signum]
+        assert process.returncode == code, stderr
+        assert "Interrupted after 1 of 3 new cells; continue with --resume --out" in _plain(stderr)
+        assert workers_of(process.pid, wait_s=10) == []
+        note = "1 of 3 cells — interrupted; continue with `--resume --out {}`"
+        stored = note.format("<run folder>")  # a stored file names no path of the machine
+        assert stored in (out / "summary.md").read_text().replace("\\`", "`")  # Markdown-escaped
+        assert html.escape(stored, quote=False) in (out / "report.html").read_text()
+        summary = json.loads(stdout)
+        assert note.format(out.resolve()) in summary["notes"] and summary["exit_code"] == code
+        assert len(json.loads((out / PLAN_FILE).read_text())["cells"]) == 3
 
 
 def test_a_second_run_into_a_held_folder_says_who_holds_it_and_changes_nothing(fx, tmp_path):
@@ -244,6 +255,40 @@ def test_a_fresh_worker_has_imported_its_jobs_before_the_job_clock_starts(tmp_pa
     with Worker(tmp_path / "logs", preload=("cell",)) as worker:
         worker.wait_ready()  # what a job's time limit does not count
         assert "libtorch" in Path(f"/proc/{worker.pid}/maps").read_text()
+
+
+def test_a_cpu_worker_sets_up_the_meter_before_the_job_clock_starts(tmp_path):
+    """The CPU meter's first start imported torch's compiler stack (``torch.profiler`` looks up
+    ``torch._inductor``: about a second), inside a fresh worker's first cell and its time limit."""
+    import subprocess
+    import sys
+
+    probe = textwrap.dedent('''
+        import sys
+        from fusedce_profiler.instrument.protocol import MemoryMeter, warm_up_cpu_meter
+        warm_up_cpu_meter()
+        before = set(sys.modules)
+        with MemoryMeter("cpu") as meter:
+            meter.mark("step")
+        print(sorted(set(sys.modules) - before))
+    ''')
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"  # the meter's start imports nothing the warm-up did not
+
+
+def test_a_worker_runs_its_warm_up_before_it_is_ready(tmp_path, monkeypatch):
+    from fusedce_profiler.instrument.protocol import CPU_WORKER_WARM_UP
+    from fusedce_profiler.instrument.worker import Worker
+
+    (tmp_path / "fx_warm.py").write_text(textwrap.dedent(f'''
+        def up():
+            open({str(tmp_path / "warm")!r}, "w").close()
+    '''))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with Worker(tmp_path / "logs", warm_up=("fx_warm:up", *CPU_WORKER_WARM_UP)) as worker:
+        worker.wait_ready()
+        assert (tmp_path / "warm").exists()  # before any job was sent
 
 
 # --- 4. NaN ------------------------------------------------------------------------------------
