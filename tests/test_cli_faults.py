@@ -12,6 +12,7 @@ import json
 import os
 import resource
 import signal
+import sys
 import textwrap
 from pathlib import Path
 
@@ -293,12 +294,30 @@ def test_a_worker_runs_its_warm_up_before_it_is_ready(tmp_path, monkeypatch):
 
 # --- 4. NaN ------------------------------------------------------------------------------------
 
-def test_a_nan_loss_is_a_parity_failure_stored_as_strict_json(fx, tmp_path):
-    out = tmp_path / "run"
-    result = CliRunner().invoke(app, [*TINY, "--tokens", "16", "--backend", "torch", "--backend", "fx_backends:nan",
-                                      "--out", str(out), "--json"])
+@pytest.fixture(scope="module")
+def parity_failures(tmp_path_factory):
+    """One grid of torch beside a NaN loss and a finite loss with infinite gradients (two parity
+    probes, one run: the torch cell they are judged against is measured once)."""
+    folder = tmp_path_factory.mktemp("backends")
+    (folder / "fx_backends.py").write_text(BACKENDS)
+    sys.path.insert(0, str(folder))
+    try:
+        out = tmp_path_factory.mktemp("parity") / "run"
+        result = CliRunner().invoke(app, [*TINY, "--tokens", "16", "--backend", "torch", "--backend", "fx_backends:nan",
+                                          "--backend", "fx_backends:nan_grad", "--out", str(out), "--json"])
+    finally:
+        sys.path.remove(str(folder))
     assert result.exit_code == 1, result.output
-    line = next(line for line in (out / RESULTS_FILE).read_text().splitlines() if "fx_backends:nan" in line)
+    return out, result
+
+
+def _stored_line(out: Path, backend: str) -> str:
+    return next(line for line in (out / RESULTS_FILE).read_text().splitlines() if f'"backend": "{backend}"' in line)
+
+
+def test_a_nan_loss_is_a_parity_failure_stored_as_strict_json(parity_failures):
+    out, result = parity_failures
+    line = _stored_line(out, "fx_backends:nan")
     assert '"loss": "NaN"' in line and "NaN," not in line.replace('"NaN",', "")  # strict JSON
     json.loads(line)
     row = next(r for r in json.loads(result.stdout)["rows"] if r["backend"] == "fx_backends:nan")
@@ -311,13 +330,10 @@ def test_a_nan_loss_is_a_parity_failure_stored_as_strict_json(fx, tmp_path):
     assert "NaN ✗" in result.stderr  # the terminal table
 
 
-def test_a_finite_loss_with_infinite_gradients_is_a_parity_failure_stored_as_strict_json(fx, tmp_path):
-    out = tmp_path / "run"
-    result = CliRunner().invoke(app, [*TINY, "--tokens", "16", "--backend", "torch", "--backend",
-                                      "fx_backends:nan_grad", "--out", str(out), "--json"])
-    assert result.exit_code == 1, result.output
-    line = next(line for line in (out / RESULTS_FILE).read_text().splitlines() if "fx_backends:nan_grad" in line)
-    stored = json.loads(line, parse_constant=lambda name: pytest.fail(f"{name} is not JSON"))
+def test_a_finite_loss_with_infinite_gradients_is_a_parity_failure_stored_as_strict_json(parity_failures):
+    out, result = parity_failures
+    stored = json.loads(_stored_line(out, "fx_backends:nan_grad"),
+                        parse_constant=lambda name: pytest.fail(f"{name} is not JSON"))
     assert stored["parity"]["loss"] < 1e-3  # the loss itself is right
     row = next(r for r in json.loads(result.stdout)["rows"] if r["backend"] == "fx_backends:nan_grad")
     assert row["parity_ok"] is False
@@ -390,10 +406,15 @@ def test_a_file_size_limit_while_storing_results_exits_2_and_resume_measures_the
     assert [r["spec"]["tokens"] for r in _rows(out)] == [8, 16]
 
 
+FINISHED = [*TINY, "--tokens", "8,16", "--backend", "torch"]
+"""The grid of :func:`finished_run`."""
+
+
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory):
+    """A finished grid of two cells; a test that changes it works on a copy, or puts it back."""
     out = tmp_path_factory.mktemp("finished") / "run"
-    result = CliRunner().invoke(app, [*TINY, "--tokens", "8", "--backend", "torch", "--out", str(out)])
+    result = CliRunner().invoke(app, [*FINISHED, "--out", str(out)])
     assert result.exit_code == 0, result.output
     return out
 
@@ -468,10 +489,12 @@ def test_report_refuses_a_plots_folder_that_is_a_link(finished_run, tmp_path):
 
 # --- 8-9. damaged result lines: --resume re-measures, report names the line ----------------------
 
-def test_resume_notes_and_remeasures_an_ill_typed_row_and_report_names_the_line(tmp_path):
+def test_resume_notes_and_remeasures_an_ill_typed_row_and_report_names_the_line(finished_run, tmp_path):
+    import shutil
+
     out = tmp_path / "run"
-    args = [*TINY, "--tokens", "8,16", "--backend", "torch", "--out", str(out)]
-    assert CliRunner().invoke(app, args).exit_code == 0
+    shutil.copytree(finished_run, out)
+    args = [*FINISHED, "--out", str(out)]
     lines = (out / RESULTS_FILE).read_text().splitlines()
     bad = json.loads(lines[1])
     bad["spec"]["tokens"] = "sixteen"  # ill-typed
@@ -493,8 +516,8 @@ def test_resume_notes_and_remeasures_an_ill_typed_row_and_report_names_the_line(
 def test_report_names_a_truncated_last_line(finished_run, tmp_path):
     out = tmp_path / "copy"
     out.mkdir()
-    text = (finished_run / RESULTS_FILE).read_text()
-    (out / RESULTS_FILE).write_text(text + text[: len(text) // 2])  # a second line cut short
+    first = (finished_run / RESULTS_FILE).read_text().splitlines(keepends=True)[0]
+    (out / RESULTS_FILE).write_text(first + first[: len(first) // 2])  # a second line cut short
     result = CliRunner().invoke(app, ["report", str(out)])
     assert result.exit_code == 0, result.output
     assert f"{out.resolve() / RESULTS_FILE}:2: a last line cut short by an interrupted write" in _plain(result.stdout)

@@ -91,11 +91,12 @@ def _plain(text: str) -> str:
 
 @pytest.mark.slow
 def test_the_parameter_count_is_the_factorys_modules_own(fx, tmp_path):
+    from fusedce_profile.model import plan_model
+
     wide = sum(p.numel() for p in __import__("fx_models").wide().parameters())
-    result = runner.invoke(app, ["model", "--device", "cpu", "--model", "fx_models:wide", "--batch", "1", "--seq",
-                                 "8", "--backend", "torch", "--no-trace", "--out", str(tmp_path / "run")])
-    assert result.exit_code == 0, result.output
-    assert f"({wide / 1e6:.1f} M parameters)" in result.output  # 2.0 M; the formula over H=32, V=100 said 0.0 M
+    plan = plan_model(model="fx_models:wide", device="cpu", batch=1, seq=8, backend=["torch"], trace=False)
+    # what the run's first line and its memory check use: 2.0 M; the formula over H=32, V=100 said 0.0 M
+    assert plan.source.parameters == wide
 
 
 @pytest.mark.parametrize("factory, code, line", [

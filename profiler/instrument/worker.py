@@ -172,6 +172,7 @@ class Worker:
         self._replies = os.fdopen(read_end, "rb")
         self._buffer = b""
         self._ready = False
+        self._in_job = False  # a job was sent and its reply not read
         self._max_rss: int | None = None
         self._over_memory = False
 
@@ -193,6 +194,7 @@ class Worker:
             raise ValueError(f"unknown job kind {kind!r}; known: {', '.join(JOBS)}")
         self.wait_ready()
         message = json.dumps({"kind": kind, "payload": payload or {}}) + "\n"
+        self._in_job = True
         try:
             self._process.stdin.write(message.encode())
             self._process.stdin.flush()
@@ -203,6 +205,7 @@ class Worker:
             line, timed_out = self._read_line(timeout_s)
         finally:
             self._max_rss = None
+        self._in_job = line is None
         if line is None:
             if self._over_memory:
                 self.close()
@@ -260,14 +263,17 @@ class Worker:
         return WorkerDied(reason, self.log_path, _tail(self.log_path), timed_out=timed_out, at_start=at_start)
 
     def close(self) -> None:
-        """Stop the child: end its input, then kill its process group if it lingers."""
+        """Stop the child: end its input, then kill its process group if it lingers. A child still
+        in a job (out of time or memory, or the parent interrupted) would not read the end of its
+        input: it is sent SIGTERM at once."""
+        busy = self._in_job
         if self._process.poll() is None:
             try:
                 self._process.stdin.close()
             except OSError:
                 pass
             try:
-                self._process.wait(timeout=2)
+                self._process.wait(timeout=0 if busy else 2)
             except subprocess.TimeoutExpired:
                 pass
         if self._process.poll() is None:  # busy in a job: SIGTERM lets it end the daemons it adopted
