@@ -57,7 +57,7 @@ class Range:
             return False
         if self.integer and not isinstance(value, int):
             return False
-        if not math.isfinite(value):
+        if isinstance(value, float) and not math.isfinite(value):  # an int is finite, however long
             return False
         above = value > self.low if self.above_low else value >= self.low
         below = value < self.high if self.below_high else value <= self.high

@@ -125,6 +125,16 @@ def test_a_range_holds_only_finite_numbers_of_its_kind():
         check_ranges("model", seed=1.5)
     with pytest.raises(UsageError, match=r"^--tokens '8': expected an integer from 1 to 2147483647$"):
         check_ranges("grid", tokens=["8"])
+    with pytest.raises(UsageError, match=r"^--vocab 1{37}\.\.\.: expected an integer from 1 to 2147483647$"):
+        check_ranges("grid", vocab=[int("1" * 400)])  # past what a float holds, shown cut
     check_ranges("grid", tokens=[1, 2**31 - 1], softcap=[None, 30.0], ignore_frac=0.0, cell_timeout=0)
     assert option_range("--seq", "doctor").describe() == "an integer from 8 to 2147483647"
     assert option_range("--seq", "model").describe() == "an integer from 1 to 2147483647"
+
+
+@pytest.mark.parametrize("command", [["grid", "--tokens"], ["explain", *EXPLAIN[1:], "--seq-candidates"]])
+def test_a_count_past_the_digits_python_converts_is_one_line_and_exit_2(command, tmp_path):
+    result = CliRunner().invoke(app, [*command, "9" * 5000, "--out", str(tmp_path / "never")])
+    assert result.exit_code == 2, result.output
+    assert "has 5000 digits: not a count" in result.output and "Traceback" not in result.output
+    assert len(result.output) < 500  # the number is not repeated whole
