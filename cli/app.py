@@ -267,11 +267,29 @@ _whole_short_help()
 
 def main() -> None:
     """Console-script entry point (``fusedce-profile``). A run-folder file the tool refuses that
-    a command did not report itself is still one line and exit 2, never a traceback."""
+    a command did not report itself is still one line and exit 2, never a traceback.
+
+    Once the command has ended — its files closed, its workers stopped, its lock released — the
+    process exits without the interpreter's teardown (``os._exit`` after flushing its output):
+    with torch and the plotting modules loaded that teardown takes most of a second, at the end
+    of every command, and changes nothing the command wrote."""
+    import os
+
     from fusedce_cli.usage import fail
     from fusedce_profiler.instrument.confined import FolderRefused
 
     try:
         app()
+        code = 0
     except FolderRefused as exc:
-        sys.exit(fail(str(exc)).exit_code)
+        code = fail(str(exc)).exit_code
+    except SystemExit as exc:
+        if exc.code is not None and not isinstance(exc.code, int):
+            raise  # a message to print: left to the interpreter
+        code = exc.code or 0
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe (| head): nothing more to say there
+            pass
+    os._exit(code)

@@ -38,8 +38,8 @@ def doctor(
         "--mode", help="amp-bf16 (bf16 autocast, fp32 weights; on a GPU or the CPU; default on a GPU; Lightning's "
                        "bf16-mixed) or fp32 (default on the CPU; Lightning's 32-true). Tolerances are measured for "
                        "it on the model's own loss.")] = None,
-    batch: Annotated[int, typer.Option(help="Rows of the padded test batch.", min=2)] = 4,
-    seq: Annotated[int, typer.Option(help="Tokens per row of the test batch.", min=8)] = 32,
+    batch: Annotated[int, typer.Option(help="Rows of the padded test batch.")] = 4,
+    seq: Annotated[int, typer.Option(help="Tokens per row of the test batch.")] = 32,
     seed: SeedOption = 0,
     compile_backend: Annotated[str, typer.Option(
         "--compile-backend", help="torch.compile back-end of the compile check: auto (inductor on a GPU, eager "
@@ -62,8 +62,8 @@ def doctor(
     device = resolve_device(device)
     mode = parse_mode(mode, ("amp-bf16", "fp32"))
     try:
-        check_arguments(loss, device=device, mode=mode, batch=batch, seq=seq, timeout_s=timeout,
-                        memory_limit_gb=memory_limit or 1.0,
+        check_arguments(loss, device=device, mode=mode, batch=batch, seq=seq, seed=seed, timeout_s=timeout,
+                        memory_limit_gb=1.0 if memory_limit is None else memory_limit,
                         model_options=(preset, str(config) if config else None, hf, user_model, head))
     except UsageError as exc:
         raise fail(str(exc)) from None

@@ -50,7 +50,7 @@ def explain(
     calibration_batches: Annotated[Optional[str], typer.Option(
         help="Batch sizes of the calibration steps (default: 8192 and 16384 tokens per T on a GPU, 2,4 on the CPU).")] = None,
     confirm_top: Annotated[int, typer.Option("--confirm", help="On a GPU, measure the N best consistent hypotheses "
-                                                               "at full size under the card's cap.", min=0)] = 3,
+                                                               "at full size under the card's cap.")] = 3,
     cache: Annotated[Optional[Path], typer.Option(
         "--cache", help="A steps file shared between explanations of the same model (read and appended).")] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue an interrupted explanation in --out.")] = False,

@@ -32,9 +32,9 @@ def model(
     user_model: UserModelOption = None,
     head: HeadOption = None,
     trace: TraceOption = True,
-    batch: Annotated[Optional[int], typer.Option(help="Batch size B (default 8 on a GPU, 4 on the CPU).", min=1)] = None,
-    seq: Annotated[Optional[int], typer.Option(help="Sequence length T (default 1024 on a GPU, 64 on the CPU).",
-                                               min=1)] = None,
+    batch: Annotated[Optional[int], typer.Option(help="Batch size B (default 8 on a GPU, 4 on the CPU).")] = None,
+    seq: Annotated[Optional[int], typer.Option(
+        help="Sequence length T (default 1024 on a GPU, 64 on the CPU).")] = None,
     backend: BackendOption = None,
     attention: Annotated[str, typer.Option(help="sdpa, or eager (B×heads×T×T scores materialised); Hugging Face "
                                                 "models also take what transformers supports (flex_attention, "
@@ -48,7 +48,7 @@ def model(
     fit: Annotated[Optional[float], typer.Option(
         help="GiB: find the largest size that trains under this limit (context included) per back-end.")] = None,
     fit_axis: Annotated[str, typer.Option(help="What --fit grows: batch or seq.")] = "batch",
-    fit_max: Annotated[int, typer.Option(help="Largest value --fit tries.", min=1)] = 1024,
+    fit_max: Annotated[int, typer.Option(help="Largest value --fit tries.")] = 1024,
     seed: SeedOption = 0,
     device: DeviceOption = None,
     mode: ModeOption = None,

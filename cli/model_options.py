@@ -35,7 +35,7 @@ ModeOption = Annotated[Optional[str], typer.Option(
          "fp32; Lightning's names bf16-mixed, bf16-true, 32-true are the same. Default amp-bf16 (parity on CPU: fp32).")]
 SeedOption = Annotated[int, typer.Option(
     help="Seed of the model's initialisation and of the data (a second seed repeats a comparison on "
-         "another trajectory).", min=0)]
+         "another trajectory).")]
 HFOption = Annotated[Optional[str], typer.Option(
     "--hf", help="A Hugging Face model built with AutoModelForCausalLM.from_config (random weights, no download): "
                  "a config.json, a folder holding one, or a preset name (needs pip install \"fusedce[hf]\").")]
@@ -46,7 +46,7 @@ HeadOption = Annotated[Optional[str], typer.Option(
     "--head", help="Attribute path of the LM head module (default: get_output_embeddings(), else the last "
                    "nn.Linear with out_features = vocabulary).")]
 FactoryTimeoutOption = Annotated[Optional[float], typer.Option(
-    "--factory-timeout", metavar="SECONDS", min=1,
+    "--factory-timeout", metavar="SECONDS",
     help="Time limit of one call of the --model factory (default 300).")]
 BackendOption = Annotated[Optional[list[str]], typer.Option(
     "--backend", metavar="NAME", help="Loss back-end (repeatable): torch, torch-compile, torch-native, fusedce, "

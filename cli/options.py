@@ -18,7 +18,7 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Print a machine-readab
 DeviceOption = Annotated[Optional[str], typer.Option(
     "--device", help="cuda, cuda:K or cpu (default: cuda when a GPU is visible).")]
 CellTimeoutOption = Annotated[Optional[float], typer.Option(
-    "--cell-timeout", metavar="SECONDS", min=0,
+    "--cell-timeout", metavar="SECONDS",
     help="Record a cell still running after this long as 'timeout' and go on (default 900 on CUDA, "
          "600 on the CPU; 0: no limit).")]
 

@@ -16,10 +16,15 @@ _SUFFIX = {"k": 1024, "m": 1024 * 1024}
 
 def parse_count(text: str, option: str) -> int:
     """A positive integer; ``8k`` means 8192 and ``1m`` 1048576 (binary, like token counts)."""
+    shown = repr(text) if len(text) <= 40 else repr(text[:37] + "...")
     match = re.fullmatch(r"\s*(\d+)\s*([kKmM]?)\s*", text)
     if not match:
-        raise typer.BadParameter(f"{text!r} is not a positive integer (e.g. 8192 or 8k)", param_hint=option)
-    value = int(match.group(1)) * _SUFFIX.get(match.group(2).lower(), 1)
+        raise typer.BadParameter(f"{shown} is not a positive integer (e.g. 8192 or 8k)", param_hint=option)
+    try:
+        value = int(match.group(1)) * _SUFFIX.get(match.group(2).lower(), 1)
+    except ValueError:  # past the digits Python converts (4300): no count is that long
+        raise typer.BadParameter(f"{shown} has {len(match.group(1))} digits: not a count", param_hint=option) \
+            from None
     if value <= 0:
         raise typer.BadParameter(f"{text!r} must be positive", param_hint=option)
     return value

@@ -10,6 +10,8 @@
   the module has.
 - :func:`check_model_fits`: a model's parameters, gradients and AdamW state (and a lower
   bound of its activations) fit the device's memory.
+- :func:`check_grid_fits`: every grid cell's inputs and gradients fit what its device has.
+- Numeric options are checked against their ranges in :mod:`fusedce_profile.ranges`.
 
 Each raises :class:`~fusedce_profile.errors.UsageError` with the message (exit code 2 on the
 command line). :func:`nothing_measured` is the after-the-fact check of a
@@ -78,6 +80,62 @@ def device_memory_bytes(device: str) -> int:
 
         return torch.cuda.get_device_properties(torch.device(device)).total_memory
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def available_memory_bytes(device: str) -> int:
+    """The memory a grid cell on ``device`` can have now: a GPU's total memory (a cell runs alone
+    on it), or for ``cpu`` what the machine has available (``MemAvailable`` of ``/proc/meminfo``:
+    free memory and the caches it can drop; its free pages where that cannot be read)."""
+    if device.startswith("cuda"):
+        return device_memory_bytes(device)
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+
+
+def check_grid_fits(spec, named: dict[str, str]) -> None:
+    """``UsageError`` naming the first cell of ``spec`` (a :class:`~fusedce_profiler.grid.spec.GridSpec`)
+    whose inputs and gradients alone (:func:`~fusedce_profiler.grid.memory_model.least_bytes`) exceed
+    what its device has (:func:`available_memory_bytes`): it would fail with every back-end, and on
+    the CPU take the machine's memory first. ``named``: ``hidden`` / ``vocab`` → where the value
+    came from (``--hidden``, ``--config big.json: hidden_size``), for the message."""
+    from fusedce_profiler.grid.memory_model import least_bytes
+    from fusedce_reports.units import format_bytes
+
+    cells = spec.cells()
+    needs = [least_bytes(cell) for cell in cells]
+    if not needs:
+        return
+    memory = available_memory_bytes(spec.device)
+    too_large = next((i for i, need in enumerate(needs) if need > memory), None)
+    if too_large is None:
+        return
+    cell, need = cells[too_large], needs[too_large]
+    shape = _named_values((named["hidden"], cell.hidden), (named["vocab"], cell.vocab))
+    where = "this machine's available memory" if spec.device == "cpu" else f"{spec.device}'s total memory"
+    raise UsageError(
+        f"{shape} at {cell.tokens} tokens ({cell.mode}{', bias' if cell.bias else ''}): the loss's inputs, weight "
+        f"and gradients alone need {format_bytes(need)}, more than {where}, {format_bytes(memory)}; no back-end "
+        "can run it: use a smaller head or fewer tokens")
+
+
+def _named_values(*pairs: tuple[str, int]) -> str:
+    """``--hidden 64, --vocab 256`` or ``--config big.json: hidden_size 10, vocab_size 20``: each value
+    after its name, a shared ``source: `` prefix said once."""
+    words, said = [], None
+    for name, value in pairs:
+        source, colon, entry = name.rpartition(": ")
+        if colon and source == said:
+            words.append(f"{entry} {value}")
+        else:
+            words.append(f"{name} {value}")
+        said = source if colon else None
+    return ", ".join(words)
 
 
 # --- back-ends -----------------------------------------------------------------------------

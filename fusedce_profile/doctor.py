@@ -57,10 +57,11 @@ def default_memory_limit_gb() -> float:
 
 
 def check_arguments(loss: str, *, device: str = "cpu", mode: str | None = None, batch: int = 4, seq: int = 32,
-                    timeout_s: float = DEFAULT_TIMEOUT_S, memory_limit_gb: float = 1.0,
+                    seed: int = 0, timeout_s: float = DEFAULT_TIMEOUT_S, memory_limit_gb: float = 1.0,
                     model_options: tuple = (None, None, None, None, None)) -> None:
     """:class:`~fusedce_profile.errors.UsageError` for arguments :func:`doctor` cannot use (checked
     without importing or running any user code). ``model_options``: (preset, config, hf, model, head)."""
+    from fusedce_profile.ranges import check_ranges
     from fusedce_profiler.instrument.models.options import check_model_options
 
     if not isinstance(loss, str) or ":" not in loss:
@@ -69,14 +70,7 @@ def check_arguments(loss: str, *, device: str = "cpu", mode: str | None = None, 
         raise UsageError(f"--mode must be amp-bf16 or fp32 for doctor, got {mode!r}")
     if not (device == "cpu" or device.startswith("cuda")):
         raise UsageError(f"--device must be cpu, cuda or cuda:K, got {device!r}")
-    if batch < 2:
-        raise UsageError(f"--batch must be at least 2 (rows of the padded batch), got {batch}")
-    if seq < 8:
-        raise UsageError(f"--seq must be at least 8 tokens, got {seq}")
-    if not timeout_s > 0:
-        raise UsageError(f"--timeout must be a positive number of seconds, got {timeout_s}")
-    if not memory_limit_gb > 0:
-        raise UsageError(f"--memory-limit must be a positive number of GiB, got {memory_limit_gb}")
+    check_ranges("doctor", batch=batch, seq=seq, seed=seed, timeout=timeout_s, memory_limit=memory_limit_gb)
     try:
         check_model_options(*model_options)
     except ValueError as exc:
@@ -129,7 +123,7 @@ def doctor(loss: str, *, preset: str | None = None, config: str | Path | None = 
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     memory_limit_gb = default_memory_limit_gb() if memory_limit_gb is None else memory_limit_gb
-    check_arguments(loss, device=device, mode=mode, batch=batch, seq=seq, timeout_s=timeout_s,
+    check_arguments(loss, device=device, mode=mode, batch=batch, seq=seq, seed=seed, timeout_s=timeout_s,
                     memory_limit_gb=memory_limit_gb, model_options=(preset, str(config) if config else None, hf, model,
                                                                     head))
     if device.startswith("cuda") and not torch.cuda.is_available():
@@ -142,7 +136,7 @@ def doctor(loss: str, *, preset: str | None = None, config: str | Path | None = 
     payload = {"loss": loss, "preset": preset, "config": str(config) if config else None, "hf": hf, "model": model,
                "head": head, "tied": tied, "device": device, "mode": mode, "batch": batch, "seq": seq, "seed": seed,
                "compile_backend": None if backend == "none" else backend}
-    worker = Worker(folder / store.LOGS_DIR)
+    worker = Worker(folder / store.LOGS_DIR, preload=("doctor",))  # its imports before the time limit starts
     try:
         reply = worker.call("doctor", payload, timeout_s=timeout_s, max_rss_bytes=int(memory_limit_gb * 2**30))
     except WorkerDied as exc:

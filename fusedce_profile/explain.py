@@ -159,28 +159,26 @@ def validate(*, naive: float, fused: float, card: float, preset: str | None = No
              fused_larger: bool = False, cache: str | Path | None = None) -> Plan:
     """Check the arguments of :func:`explain` and settle what it will measure; bad input raises
     :class:`~fusedce_profile.errors.UsageError` in one line (nothing is measured or written)."""
+    from fusedce_profile.ranges import check_ranges
     from fusedce_profiler.instrument.step.jobs import ModelJob
     from fusedce_profiler.judgements.explain import calibration as cal
     from fusedce_profiler.judgements.explain.readings import check_observation, runnable_sequences
     from fusedce_profiler.judgements.explain.records import Observation
 
+    check_ranges("explain", naive=naive, fused=fused, card=card, batch=batch, seq=seq, seq_candidates=seq_candidates,
+                 calibration_batches=calibration_batches, confirm=confirm, context_mib=context_mib)
     try:
         obs = Observation(naive, fused, card, batch=batch, seq=seq, attention=attention, tied=tied,
                           checkpointing=checkpointing, eval_step=eval_step, mode=mode or "amp-bf16",
                           fused_backend=fused_backend, context_mib=context_mib, fused_larger=fused_larger)
         check_observation(obs)
-        for name, value in (("--batch", batch), ("--seq", seq)):
-            if value is not None and value < 1:
-                raise ValueError(f"{name} must be ≥ 1, got {value}")
-        if confirm < 0:
-            raise ValueError(f"--confirm must be ≥ 0, got {confirm}")
         run_device = _device(device)
         source = _source(preset, config, hf, model, head, tied, run_device)
         seqs = runnable_sequences(tuple(seq_candidates), seq, source.config.max_position_embeddings)
         on_gpu = run_device.startswith("cuda")
         # default: 2 and 4 on the CPU (tests, small models); on a GPU 8192 and 16384 tokens per family
         batches = tuple(calibration_batches) if calibration_batches else (None if on_gpu else (2, 4))
-        if batches is not None and (len(set(batches)) < 2 or min(batches) < 1):
+        if batches is not None and len(set(batches)) < 2:
             raise ValueError("--calibration-batches needs at least two different positive batch sizes")
         if attention and attention not in source.attention_impls:
             raise ValueError(f"--attention must be one of {', '.join(source.attention_impls)}, got {attention!r}")

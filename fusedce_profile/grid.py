@@ -35,23 +35,15 @@ def _silent() -> Console:
     return Console(quiet=True)
 
 
-def _positive_ints(values: Sequence[int] | None, option: str) -> tuple[int, ...] | None:
+def _listed(values, option: str) -> list | None:
+    """An option that takes several values, as a list (one value is a list of one); ``None`` when
+    not given; an empty list is refused."""
     if values is None:
         return None
-    values = [values] if isinstance(values, int) else list(values)
-    if not values or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in values):
-        raise UsageError(f"{option}: expected positive integers, got {values!r}")
-    return tuple(sorted(set(values)))
-
-
-def _numbers(values, option: str, *, allow_none: bool = False) -> tuple | None:
-    if values is None:
-        return None
-    values = [values] if isinstance(values, (int, float)) or values is None else list(values)
-    if not values or any(not (isinstance(v, (int, float)) and not isinstance(v, bool)) and
-                         not (allow_none and v is None) for v in values):
-        raise UsageError(f"{option}: expected numbers{' or None' if allow_none else ''}, got {values!r}")
-    return tuple(dict.fromkeys(None if v is None else float(v) for v in values))
+    values = list(values) if isinstance(values, (list, tuple, set, frozenset, range)) else [values]
+    if not values:
+        raise UsageError(f"{option}: give at least one value")
+    return values
 
 
 def _names(values, option: str) -> tuple[str, ...] | None:
@@ -70,12 +62,19 @@ def grid_spec(*, tokens=None, batch=None, seq=None, vocab=None, hidden=None, bac
               config: str | Path | None = None, devices: Sequence[str] | None = None):
     """The validated :class:`~fusedce_profiler.grid.spec.GridSpec` of :func:`run_grid`'s arguments and the
     GPUs to spread it over; :class:`~fusedce_profile.errors.UsageError` for bad input (nothing runs)."""
-    from fusedce_profile.checks import check_backends, resolve_device
+    from fusedce_profile.checks import check_backends, check_grid_fits, resolve_device
     from fusedce_profile.defaults import installed_backends
     from fusedce_profile.heads import head_from
+    from fusedce_profile.ranges import check_ranges
     from fusedce_profile.sources import backend_names
     from fusedce_profiler.grid.spec import GridSpec
 
+    sizes = {name: _listed(value, f"--{name}") for name, value in
+             (("tokens", tokens), ("batch", batch), ("seq", seq), ("vocab", vocab), ("hidden", hidden))}
+    options = {name: _listed(value, "--" + name.replace("_", "-")) for name, value in
+               (("ignore_frac", ignore_frac), ("label_smoothing", label_smoothing), ("z_loss", z_loss),
+                ("softcap", softcap))}
+    check_ranges("grid", **sizes, **options, repeats=repeats, warmup=warmup)
     if tokens is not None and (batch is not None or seq is not None):
         raise UsageError("give --tokens, or --batch with --seq, not both")
     if (batch is None) != (seq is None):
@@ -93,30 +92,48 @@ def grid_spec(*, tokens=None, batch=None, seq=None, vocab=None, hidden=None, bac
                          "(drop --devices or use --device cuda)")
     named = backend_names(backend)
     check_backends(named or ())  # installed, importable: before any cell runs
+
+    def ints(name: str) -> tuple[int, ...] | None:  # sorted, without repeats
+        return None if sizes[name] is None else tuple(sorted(set(sizes[name])))
+
+    def numbers(name: str, default: tuple) -> tuple:  # in the order given, without repeats
+        given = options[name]
+        return default if given is None else tuple(dict.fromkeys(None if v is None else float(v) for v in given))
+
     fields = dict(
-        tokens=_positive_ints(tokens, "--tokens") or DEFAULT_TOKENS,
-        vocab=_positive_ints(vocab, "--vocab") or ((head.vocab,) if head else (DEFAULT_HEAD[1],)),
-        hidden=_positive_ints(hidden, "--hidden") or ((head.hidden,) if head else (DEFAULT_HEAD[0],)),
+        tokens=ints("tokens") or DEFAULT_TOKENS,
+        vocab=ints("vocab") or ((head.vocab,) if head else (DEFAULT_HEAD[1],)),
+        hidden=ints("hidden") or ((head.hidden,) if head else (DEFAULT_HEAD[0],)),
         backends=tuple(named or installed_backends(run_device)),
         modes=_names(mode, "--mode") or ("amp-bf16",),
         device=run_device,
         bias=(bool(bias),),
-        ignore_frac=_numbers(ignore_frac, "--ignore-frac") or (0.0,),
-        label_smoothing=_numbers(label_smoothing, "--label-smoothing") or (0.0,),
-        z_loss=_numbers(z_loss, "--z-loss") or (0.0,),
-        softcap=_numbers(softcap, "--softcap", allow_none=True) or ((head.softcap,) if head else (None,)),
+        ignore_frac=numbers("ignore_frac", (0.0,)),
+        label_smoothing=numbers("label_smoothing", (0.0,)),
+        z_loss=numbers("z_loss", (0.0,)),
+        softcap=numbers("softcap", (head.softcap,) if head else (None,)),
         reduction=reduction,
         repeats=repeats,
         warmup=warmup,
     )
     if batch is not None:
-        fields.update(batch=_positive_ints(batch, "--batch"), seq=_positive_ints(seq, "--seq"))
+        fields.update(batch=ints("batch"), seq=ints("seq"))
     try:
         spec = GridSpec(**fields)
         spec.validate()
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    check_grid_fits(spec, {
+        "hidden": "--hidden" if hidden is not None else _head_entry(head, preset, config, "hidden_size"),
+        "vocab": "--vocab" if vocab is not None else _head_entry(head, preset, config, "vocab_size")})
     return spec, device_ids
+
+
+def _head_entry(head, preset: str | None, config, entry: str) -> str:
+    """Where a grid's H or V came from when no option gave it: the model's ``entry``, or the default."""
+    if head is None:
+        return "the default " + {"hidden_size": "H", "vocab_size": "V"}[entry]
+    return f"--preset {preset}: {entry}" if preset else f"--config {config}: {entry}"
 
 
 def _run(grids, heading: str, *, out, force: bool, resume: bool, snapshot: bool, cell_timeout: float | None,
@@ -124,7 +141,9 @@ def _run(grids, heading: str, *, out, force: bool, resume: bool, snapshot: bool,
     from fusedce_profile.defaults import resolve_cell_timeout
     from fusedce_profile.folders import run_folder
     from fusedce_profile.grid_run import run_grids
+    from fusedce_profile.ranges import check_ranges
 
+    check_ranges("grid", cell_timeout=cell_timeout)
     console = console or _silent()
     device = grids[0].device
     timeout_s = resolve_cell_timeout(cell_timeout, device)
@@ -154,7 +173,7 @@ def default_command(*, device: str | None = None, preset: str | None = None, con
                     snapshot: bool = False, cell_timeout: float | None = None,
                     console: Console | None = None) -> CommandOutcome:
     """``fusedce-profile`` with no command: :func:`run_default` with the exit code and ``--json`` summary."""
-    from fusedce_profile.checks import resolve_device
+    from fusedce_profile.checks import check_grid_fits, resolve_device
     from fusedce_profile.defaults import default_run
     from fusedce_profile.heads import head_from
 
@@ -164,6 +183,8 @@ def default_command(*, device: str | None = None, preset: str | None = None, con
                           softcap=head.softcap if head else None)
         for spec in run.grids:
             spec.validate()
+            check_grid_fits(spec, {"hidden": _head_entry(head, preset, config, "hidden_size"),
+                                   "vocab": _head_entry(head, preset, config, "vocab_size")})
     except UsageError:
         raise
     except ValueError as exc:

@@ -53,21 +53,18 @@ def plan_model(*, preset=None, config=None, tied=None, hf=None, model=None, head
     :class:`~fusedce_profile.errors.UsageError` (nothing is measured or written)."""
     from fusedce_profile.checks import check_backends, check_model_fits, resolve_device
     from fusedce_profile.defaults import installed_backends
+    from fusedce_profile.ranges import check_ranges
     from fusedce_profile.sources import backend_names, default_preset, loss_backends, model_source
     from fusedce_profiler.instrument.step.jobs import ModelJob
     from fusedce_profiler.judgements.fit import FIT_AXES
 
+    check_ranges("model", batch=batch, seq=seq, fit=fit, fit_max=fit_max, seed=seed, factory_timeout=factory_timeout)
     run_device = resolve_device(device)
     on_gpu = run_device.startswith("cuda")
     source = model_source(preset, config, hf, model, head, tied, default_preset(run_device),
                           factory_timeout=factory_timeout)
     if fit_axis not in FIT_AXES:
         raise UsageError(f"--fit-axis must be one of {', '.join(FIT_AXES)}, got {fit_axis!r}")
-    if fit is not None and fit <= 0:
-        raise UsageError(f"--fit must be a positive number of GiB, got {fit}")
-    for name, value in (("--batch", batch), ("--seq", seq), ("--fit-max", fit_max)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise UsageError(f"{name} must be a positive integer, got {value!r}")
     named = backend_names(backend)
     names = loss_backends(named, installed_backends(run_device))
     try:

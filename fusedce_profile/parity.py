@@ -31,17 +31,17 @@ def parity_settings(*, preset=None, config=None, tied=None, backend: Sequence[st
     """The checked :class:`~fusedce_profiler.judgements.parity.ParitySettings` of :func:`parity`'s
     arguments; bad input raises :class:`~fusedce_profile.errors.UsageError` (nothing runs)."""
     from fusedce_profile.checks import check_backends, check_model_fits, resolve_device
+    from fusedce_profile.ranges import check_ranges
     from fusedce_profile.sources import loss_backends, model_config
     from fusedce_profiler.judgements.parity import ParitySettings
 
+    check_ranges("parity", steps=steps, batch=batch, seq=seq, lr=lr, ignore_frac=ignore_frac, loss_tol=loss_tol,
+                 seed=seed)
     run_device = resolve_device(device)
     cfg = model_config(preset, config, tied, "tiny")
     compared = loss_backends(backend, ["fusedce"])[1:]
     if not compared:
         raise UsageError("parity compares back-ends with torch: give at least one --backend other than torch")
-    for name, value, least in (("--steps", steps, 10), ("--batch", batch, 1), ("--seq", seq, 2)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            raise UsageError(f"{name} must be an integer ≥ {least}, got {value!r}")
     check_backends(compared)
     check_model_fits(cfg, run_device, batch, seq)
     try:

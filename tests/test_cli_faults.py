@@ -12,6 +12,7 @@ import json
 import os
 import resource
 import signal
+import sys
 import textwrap
 from pathlib import Path
 
@@ -98,8 +99,9 @@ def _rows(out: Path) -> list[dict]:
 
 # --- 1. a hung back-end is a timeout, and the run goes on -------------------------------------
 
-CELL_TIMEOUT_S = 8
-"""Long enough for a tiny cell's first call (profiler set-up included) on a loaded CI machine."""
+CELL_TIMEOUT_S = 4
+"""Long enough for a tiny cell on a loaded CI machine: a fresh worker's imports and the CPU meter's
+set-up come before its clock starts."""
 
 
 def test_a_hanging_backend_is_recorded_as_timeout_and_the_run_goes_on(fx, tmp_path):
@@ -144,26 +146,36 @@ def _start_hung_run(fx: Path, tmp_path: Path, out: Path):
     return process, env
 
 
-@pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
-def test_a_signal_to_the_cli_writes_a_partial_report_and_leaves_no_worker(fx, tmp_path, signum, code):
-    out = tmp_path / "run"
-    process, _ = _start_hung_run(fx, tmp_path, out)
+def test_a_signal_to_the_cli_writes_a_partial_report_and_leaves_no_worker(fx, tmp_path):
+    """SIGTERM (exit 143) and Ctrl-C (exit 130), each to a run of its own; the two runs go side by side."""
+    runs = {}
     try:
-        assert workers_of(process.pid), "the hung cell's worker should be running"
-        os.killpg(process.pid, signum)  # the whole group, as a terminal or a CI runner does
-        stdout, stderr = process.communicate(timeout=120)
+        for signum, code in ((signal.SIGTERM, 143), (signal.SIGINT, 130)):
+            out = tmp_path / signum.name / "run"
+            out.parent.mkdir()
+            runs[signum] = (code, out, start_cli([*TINY, "--tokens", "16", "--backend", "torch", "--backend",
+                                                  "fx_backends:hang", "--backend", "fusedce", "--out", str(out),
+                                                  "--json"], cli_env(fx, FX_HANG_MARK=str(out.parent / "hung"))))
+        for signum, (code, out, process) in runs.items():
+            wait_for((out.parent / "hung").exists, 120, "the hung cell to start", process)
+            assert workers_of(process.pid), "the hung cell's worker should be running"
+            os.killpg(process.pid, signum)  # the whole group, as a terminal or a CI runner does
+        said = {signum: process.communicate(timeout=120) for signum, (_, _, process) in runs.items()}
     finally:
-        kill_group(process)
-    assert process.returncode == code, stderr
-    assert "Interrupted after 1 of 3 new cells; continue with --resume --out" in _plain(stderr)
-    assert workers_of(process.pid, wait_s=10) == []
-    note = "1 of 3 cells — interrupted; continue with `--resume --out {}`"
-    stored = note.format("<run folder>")  # a stored file names no path of the machine
-    assert stored in (out / "summary.md").read_text().replace("\\`", "`")  # Markdown-escaped as every stored string
-    assert html.escape(stored, quote=False) in (out / "report.html").read_text()
-    summary = json.loads(stdout)
-    assert note.format(out.resolve()) in summary["notes"] and summary["exit_code"] == code
-    assert len(json.loads((out / PLAN_FILE).read_text())["cells"]) == 3
+        for _, _, process in runs.values():
+            kill_group(process)
+    for signum, (code, out, process) in runs.items():
+        stdout, stderr = said[signum]
+        assert process.returncode == code, stderr
+        assert "Interrupted after 1 of 3 new cells; continue with --resume --out" in _plain(stderr)
+        assert workers_of(process.pid, wait_s=10) == []
+        note = "1 of 3 cells — interrupted; continue with `--resume --out {}`"
+        stored = note.format("<run folder>")  # a stored file names no path of the machine
+        assert stored in (out / "summary.md").read_text().replace("\\`", "`")  # Markdown-escaped
+        assert html.escape(stored, quote=False) in (out / "report.html").read_text()
+        summary = json.loads(stdout)
+        assert note.format(out.resolve()) in summary["notes"] and summary["exit_code"] == code
+        assert len(json.loads((out / PLAN_FILE).read_text())["cells"]) == 3
 
 
 def test_a_second_run_into_a_held_folder_says_who_holds_it_and_changes_nothing(fx, tmp_path):
@@ -246,14 +258,66 @@ def test_a_fresh_worker_has_imported_its_jobs_before_the_job_clock_starts(tmp_pa
         assert "libtorch" in Path(f"/proc/{worker.pid}/maps").read_text()
 
 
+def test_a_cpu_worker_sets_up_the_meter_before_the_job_clock_starts(tmp_path):
+    """The CPU meter's first start imported torch's compiler stack (``torch.profiler`` looks up
+    ``torch._inductor``: about a second), inside a fresh worker's first cell and its time limit."""
+    import subprocess
+    import sys
+
+    probe = textwrap.dedent('''
+        import sys
+        from fusedce_profiler.instrument.protocol import MemoryMeter, warm_up_cpu_meter
+        warm_up_cpu_meter()
+        before = set(sys.modules)
+        with MemoryMeter("cpu") as meter:
+            meter.mark("step")
+        print(sorted(set(sys.modules) - before))
+    ''')
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"  # the meter's start imports nothing the warm-up did not
+
+
+def test_a_worker_runs_its_warm_up_before_it_is_ready(tmp_path, monkeypatch):
+    from fusedce_profiler.instrument.protocol import CPU_WORKER_WARM_UP
+    from fusedce_profiler.instrument.worker import Worker
+
+    (tmp_path / "fx_warm.py").write_text(textwrap.dedent(f'''
+        def up():
+            open({str(tmp_path / "warm")!r}, "w").close()
+    '''))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with Worker(tmp_path / "logs", warm_up=("fx_warm:up", *CPU_WORKER_WARM_UP)) as worker:
+        worker.wait_ready()
+        assert (tmp_path / "warm").exists()  # before any job was sent
+
+
 # --- 4. NaN ------------------------------------------------------------------------------------
 
-def test_a_nan_loss_is_a_parity_failure_stored_as_strict_json(fx, tmp_path):
-    out = tmp_path / "run"
-    result = CliRunner().invoke(app, [*TINY, "--tokens", "16", "--backend", "torch", "--backend", "fx_backends:nan",
-                                      "--out", str(out), "--json"])
+@pytest.fixture(scope="module")
+def parity_failures(tmp_path_factory):
+    """One grid of torch beside a NaN loss and a finite loss with infinite gradients (two parity
+    probes, one run: the torch cell they are judged against is measured once)."""
+    folder = tmp_path_factory.mktemp("backends")
+    (folder / "fx_backends.py").write_text(BACKENDS)
+    sys.path.insert(0, str(folder))
+    try:
+        out = tmp_path_factory.mktemp("parity") / "run"
+        result = CliRunner().invoke(app, [*TINY, "--tokens", "16", "--backend", "torch", "--backend", "fx_backends:nan",
+                                          "--backend", "fx_backends:nan_grad", "--out", str(out), "--json"])
+    finally:
+        sys.path.remove(str(folder))
     assert result.exit_code == 1, result.output
-    line = next(line for line in (out / RESULTS_FILE).read_text().splitlines() if "fx_backends:nan" in line)
+    return out, result
+
+
+def _stored_line(out: Path, backend: str) -> str:
+    return next(line for line in (out / RESULTS_FILE).read_text().splitlines() if f'"backend": "{backend}"' in line)
+
+
+def test_a_nan_loss_is_a_parity_failure_stored_as_strict_json(parity_failures):
+    out, result = parity_failures
+    line = _stored_line(out, "fx_backends:nan")
     assert '"loss": "NaN"' in line and "NaN," not in line.replace('"NaN",', "")  # strict JSON
     json.loads(line)
     row = next(r for r in json.loads(result.stdout)["rows"] if r["backend"] == "fx_backends:nan")
@@ -266,13 +330,10 @@ def test_a_nan_loss_is_a_parity_failure_stored_as_strict_json(fx, tmp_path):
     assert "NaN ✗" in result.stderr  # the terminal table
 
 
-def test_a_finite_loss_with_infinite_gradients_is_a_parity_failure_stored_as_strict_json(fx, tmp_path):
-    out = tmp_path / "run"
-    result = CliRunner().invoke(app, [*TINY, "--tokens", "16", "--backend", "torch", "--backend",
-                                      "fx_backends:nan_grad", "--out", str(out), "--json"])
-    assert result.exit_code == 1, result.output
-    line = next(line for line in (out / RESULTS_FILE).read_text().splitlines() if "fx_backends:nan_grad" in line)
-    stored = json.loads(line, parse_constant=lambda name: pytest.fail(f"{name} is not JSON"))
+def test_a_finite_loss_with_infinite_gradients_is_a_parity_failure_stored_as_strict_json(parity_failures):
+    out, result = parity_failures
+    stored = json.loads(_stored_line(out, "fx_backends:nan_grad"),
+                        parse_constant=lambda name: pytest.fail(f"{name} is not JSON"))
     assert stored["parity"]["loss"] < 1e-3  # the loss itself is right
     row = next(r for r in json.loads(result.stdout)["rows"] if r["backend"] == "fx_backends:nan_grad")
     assert row["parity_ok"] is False
@@ -345,10 +406,15 @@ def test_a_file_size_limit_while_storing_results_exits_2_and_resume_measures_the
     assert [r["spec"]["tokens"] for r in _rows(out)] == [8, 16]
 
 
+FINISHED = [*TINY, "--tokens", "8,16", "--backend", "torch"]
+"""The grid of :func:`finished_run`."""
+
+
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory):
+    """A finished grid of two cells; a test that changes it works on a copy, or puts it back."""
     out = tmp_path_factory.mktemp("finished") / "run"
-    result = CliRunner().invoke(app, [*TINY, "--tokens", "8", "--backend", "torch", "--out", str(out)])
+    result = CliRunner().invoke(app, [*FINISHED, "--out", str(out)])
     assert result.exit_code == 0, result.output
     return out
 
@@ -423,10 +489,12 @@ def test_report_refuses_a_plots_folder_that_is_a_link(finished_run, tmp_path):
 
 # --- 8-9. damaged result lines: --resume re-measures, report names the line ----------------------
 
-def test_resume_notes_and_remeasures_an_ill_typed_row_and_report_names_the_line(tmp_path):
+def test_resume_notes_and_remeasures_an_ill_typed_row_and_report_names_the_line(finished_run, tmp_path):
+    import shutil
+
     out = tmp_path / "run"
-    args = [*TINY, "--tokens", "8,16", "--backend", "torch", "--out", str(out)]
-    assert CliRunner().invoke(app, args).exit_code == 0
+    shutil.copytree(finished_run, out)
+    args = [*FINISHED, "--out", str(out)]
     lines = (out / RESULTS_FILE).read_text().splitlines()
     bad = json.loads(lines[1])
     bad["spec"]["tokens"] = "sixteen"  # ill-typed
@@ -448,8 +516,8 @@ def test_resume_notes_and_remeasures_an_ill_typed_row_and_report_names_the_line(
 def test_report_names_a_truncated_last_line(finished_run, tmp_path):
     out = tmp_path / "copy"
     out.mkdir()
-    text = (finished_run / RESULTS_FILE).read_text()
-    (out / RESULTS_FILE).write_text(text + text[: len(text) // 2])  # a second line cut short
+    first = (finished_run / RESULTS_FILE).read_text().splitlines(keepends=True)[0]
+    (out / RESULTS_FILE).write_text(first + first[: len(first) // 2])  # a second line cut short
     result = CliRunner().invoke(app, ["report", str(out)])
     assert result.exit_code == 0, result.output
     assert f"{out.resolve() / RESULTS_FILE}:2: a last line cut short by an interrupted write" in _plain(result.stdout)

@@ -233,7 +233,7 @@ def test_backends_table_keeps_its_options_column_on_a_narrow_terminal(columns):
     (["--seq-candidates", "32,x"], "Invalid value for --seq-candidates: 'x' is not a positive integer"),
     (["--calibration-batches", "1,a"], "Invalid value for --calibration-batches: 'a' is not a positive integer"),
     (["--calibration-batches", "2,2"], "error: --calibration-batches needs at least two different positive batch sizes"),
-    (["--naive", "-3"], "error: --naive must be a positive number"),
+    (["--naive", "-3"], "error: --naive -3.0: expected a finite number > 0"),
     (["--context-mib", "5"], "error: --context-mib must be positive and below both readings"),
 ])
 def test_explain_names_the_option_of_a_bad_value(extra, fragment, tmp_path):

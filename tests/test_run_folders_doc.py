@@ -53,3 +53,19 @@ def test_the_limits_the_page_states_are_the_readers():
     assert f"deeper than {confined.MAX_NESTING} levels" in text
     for name in ("plan.json", "parity.json", "doctor.json", "explain.json", "fit.json"):
         assert confined.SIZE_LIMITS[name] == 16 << 20 and f"`{name}`" in text
+
+
+def test_the_number_ranges_the_page_states_are_the_checks():
+    from fusedce_profile import ranges
+
+    text = " ".join(PAGE.split())
+    assert ranges.MAX_SIZE == 2**31 - 1 and "a size past 2³¹ − 1" in text
+    assert ranges.MAX_SECONDS == 7 * 24 * 3600 and "a time limit past a week" in text
+
+
+def test_the_fault_suite_the_page_lists_is_the_one_pytest_marks():
+    section = PAGE.split("## The fault suite")[1].split("\n### ")[0]
+    listed = set(re.findall(r"`(?:tests/)?(test_\w+\.py)`", section))
+    mark = re.compile(r"^(pytestmark = pytest\.mark\.faults|@pytest\.mark\.faults)\b", re.M)
+    marked = {path.name for path in (REPO / "tests").glob("test_*.py") if mark.search(path.read_text())}
+    assert listed == marked

@@ -37,7 +37,8 @@ backward): the gradients plus, under amp, a compute-dtype copy of W. Other back-
 and label smoothing / z-loss / soft-cap (whose extra elementwise ops depend on the
 caller's formula), get no prediction (``None``) and say why.
 
-Public API: :func:`predict`, :class:`Prediction`, :func:`floor_bytes`, :class:`Tape`.
+Public API: :func:`predict`, :class:`Prediction`, :func:`floor_bytes`, :func:`inputs_bytes`,
+:func:`least_bytes`, :class:`Tape`.
 """
 from __future__ import annotations
 
@@ -96,6 +97,23 @@ def floor_bytes(spec: CellSpec) -> int:
 
     prec = precision(spec.mode)
     return gradient_floor_bytes(spec.tokens, spec.hidden, spec.vocab, prec.hidden, prec.weight, has_bias=spec.bias)
+
+
+def inputs_bytes(spec: CellSpec) -> int:
+    """Bytes of a cell's inputs (:func:`fusedce_profiler.grid.inputs.make_inputs`), alive before its
+    step starts: hidden (N, H) in the mode's hidden dtype, weight (V, H) and bias (V,) in its weight
+    dtype, targets (N,) int64."""
+    prec = precision(spec.mode)
+    n, h, v = spec.tokens, spec.hidden, spec.vocab
+    bias = v * dtype_bytes(prec.weight) if spec.bias else 0
+    return n * h * dtype_bytes(prec.hidden) + v * h * dtype_bytes(prec.weight) + bias + n * 8
+
+
+def least_bytes(spec: CellSpec) -> int:
+    """What every back-end must hold at once to run ``spec``: its inputs (:func:`inputs_bytes`) and,
+    at the end of the step, their gradients (:func:`floor_bytes`). A cell needing more than its
+    device's memory fails with every back-end."""
+    return inputs_bytes(spec) + floor_bytes(spec)
 
 
 def _torch_eager(spec: CellSpec) -> Prediction:

@@ -12,7 +12,9 @@ worker's output, tracebacks included; an ``error`` or ``timeout`` row names its 
 
 A CPU grid's worker runs with :data:`~fusedce_profiler.instrument.protocol.CPU_WORKER_ENV`
 (unless the caller's environment sets those variables): its repeated steps reuse freed blocks,
-and its OpenMP threads do not spin between ops.
+and its OpenMP threads do not spin between ops; it warms up the CPU meter before its first cell
+(:data:`~fusedce_profiler.instrument.protocol.CPU_WORKER_WARM_UP`), so a fresh worker's first
+cell is timed as any other.
 
 A worker serves cells until one fails (``oom``, ``error``, ``timeout``), then a fresh one
 takes over. A cell still running after ``cell_timeout_s`` is recorded as ``timeout``, its
@@ -49,7 +51,7 @@ from fusedce_profiler.instrument.backends import get_backend
 from fusedce_profiler.instrument.environment import save_environment
 from fusedce_profiler.grid.spec import GridSpec
 from fusedce_profiler.grid.memory_model import floor_bytes, predict
-from fusedce_profiler.instrument.protocol import CPU_WORKER_ENV, memory_source
+from fusedce_profiler.instrument.protocol import CPU_WORKER_ENV, CPU_WORKER_WARM_UP, memory_source
 from fusedce_profiler.instrument.records import CellResult, CellSpec
 from fusedce_profiler.grid.cell import MeasureSettings
 from fusedce_profiler.instrument.worker import JobFailed, Worker, WorkerDied
@@ -158,15 +160,18 @@ class _Cells:
     parent's), replacing it after a failure."""
 
     def __init__(self, out: Path, settings: MeasureSettings, timeout_s: float | None, fresh_per_cell: bool,
-                 environment: _Environment, env: dict | None = None) -> None:
+                 environment: _Environment, env: dict | None = None, warm_up: tuple[str, ...] = ()) -> None:
         self.out, self.settings, self.timeout_s = out, settings, timeout_s
-        self.fresh_per_cell, self.environment, self.env = fresh_per_cell, environment, env
+        self.fresh_per_cell, self.environment, self.env, self.warm_up = fresh_per_cell, environment, env, warm_up
         self.worker: Worker | None = None
+
+    def _start_worker(self) -> Worker:
+        return Worker(self.out / store.LOGS_DIR, env=self.env, preload=("environment", "cell"), warm_up=self.warm_up)
 
     def start(self) -> None:
         """Start the worker and take its environment: ``WorkerDied`` if it cannot."""
         if self.worker is None:
-            self.worker = Worker(self.out / store.LOGS_DIR, env=self.env, preload=("environment", "cell"))
+            self.worker = self._start_worker()
         try:
             self.environment.take(self.worker, always=True)
         except WorkerDied:
@@ -175,7 +180,7 @@ class _Cells:
 
     def _worker(self) -> Worker:
         if self.worker is None:
-            self.worker = Worker(self.out / store.LOGS_DIR, env=self.env, preload=("environment", "cell"))
+            self.worker = self._start_worker()
         self.environment.take(self.worker)
         return self.worker
 
@@ -347,11 +352,12 @@ def run_grid(grid: GridSpec, out_dir: str | Path, *, resume: bool = False, snaps
         if on_cell is not None:
             on_cell(result)
 
-    def make_cells(env: dict | None = None) -> _Cells:
-        return _Cells(out, settings, cell_timeout_s, fresh_worker_per_cell, environment, env)
+    def make_cells(env: dict | None = None, warm_up: tuple[str, ...] = ()) -> _Cells:
+        return _Cells(out, settings, cell_timeout_s, fresh_worker_per_cell, environment, env, warm_up)
 
     if devices is None:
-        runner = make_cells({**CPU_WORKER_ENV, **os.environ} if grid.device == "cpu" else None)
+        on_cpu = grid.device == "cpu"
+        runner = make_cells({**CPU_WORKER_ENV, **os.environ} if on_cpu else None, CPU_WORKER_WARM_UP if on_cpu else ())
         try:
             for spec in pending:
                 if on_start is not None:

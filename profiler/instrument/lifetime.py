@@ -73,7 +73,8 @@ def end_children(spare: int) -> None:
     """SIGKILL every child that has left this process group (a daemon a job started, adopted
     here) and reap it; its own children are adopted in turn, so this repeats until none is left
     (at most 50 rounds). Children still in the group (a compiler's worker pool, ``spare``: the
-    reaper) are left to the group's end, so their owners' exit handlers still find them."""
+    reaper) are left to the group's end (:meth:`~fusedce_profiler.instrument.worker.Worker.close`
+    kills the group once the worker has exited)."""
     group = os.getpgrp()
     for _ in range(50):
         strays = set()

@@ -31,7 +31,8 @@ pages) and takes the kernel's page faults and the spinning out of the repeated s
 Peak extra over a baseline — what the grid reports — is ``phase.peak_bytes - baseline``.
 
 Public API: :func:`settle`, :class:`MemoryMeter`, :class:`MemoryRecord`, :class:`Phase`,
-:func:`time_calls`, :func:`synchronize`, :data:`CPU_WORKER_ENV`, :func:`release_freed_memory`.
+:func:`time_calls`, :func:`synchronize`, :data:`CPU_WORKER_ENV`, :data:`CPU_WORKER_WARM_UP`,
+:func:`warm_up_cpu_meter`, :func:`release_freed_memory`.
 """
 from __future__ import annotations
 
@@ -81,6 +82,21 @@ CPU_WORKER_ENV = {"MALLOC_MMAP_THRESHOLD_": str(1 << 32), "MALLOC_TRIM_THRESHOLD
   sleeps until the next one instead of spinning. On a two-core machine that other processes
   share, a spinning thread holds the core its partner needs to finish: an elementwise op over
   1 M elements took ~200 ms instead of ~12 ms, and a step twice its time."""
+
+
+def warm_up_cpu_meter() -> None:
+    """Start and stop a :class:`MemoryMeter` on the CPU once, untimed: its first start imports
+    torch's compiler stack (``torch.profiler`` asks ``hasattr(torch, "_inductor")``, which imports
+    ``torch._inductor`` and ``torch._dynamo``: about a second) and sets up the profiler. A CPU
+    worker calls this before it says it is ready (:data:`CPU_WORKER_WARM_UP`), so its first
+    cell's time limit counts none of it."""
+    with MemoryMeter("cpu") as meter:
+        meter.mark("warm-up")
+
+
+CPU_WORKER_WARM_UP = ("fusedce_profiler.instrument.protocol:warm_up_cpu_meter",)
+"""What a process that measures CPU cells runs before its first job (see
+:class:`~fusedce_profiler.instrument.worker.Worker`'s ``warm_up``)."""
 
 
 @functools.lru_cache(maxsize=None)

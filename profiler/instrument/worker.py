@@ -35,8 +35,13 @@ when its input ends or it is sent SIGTERM (:meth:`Worker.close` sends it before 
 SIGKILL) it kills every child that has left its group before it exits. Only a worker killed outright
 (``kill -9`` of the whole tree) leaves such a daemon running.
 
-Start-up: ``preload`` job kinds have their modules imported before the child says it is
-ready, so a job's time limit (``--cell-timeout``) never counts a fresh worker's imports.
+Start-up: ``preload`` job kinds have their modules imported, and the ``warm_up`` callables run
+(what a job's first call would otherwise import lazily, such as the CPU profiler's start), before
+the child says it is ready, so a job's time limit (``--cell-timeout``) never counts a fresh
+worker's imports. The child ends without the interpreter's teardown (``os._exit`` once its
+output is flushed, as :mod:`multiprocessing`'s children do): with torch loaded that teardown
+takes most of a second, which the parent would wait for at every worker's end; what the child
+started in its process group goes with the group (:meth:`Worker.close`).
 
 Public API: :class:`Worker`, :class:`WorkerDied`, :class:`JobFailed`, :data:`JOBS`.
 """
@@ -133,7 +138,8 @@ def _describe_exit(code: int | None) -> str:
 class Worker:
     """One child process; :meth:`call` runs a job in it and returns the job's reply."""
 
-    def __init__(self, log_dir: Path, env: dict | None = None, preload: tuple[str, ...] = ()) -> None:
+    def __init__(self, log_dir: Path, env: dict | None = None, preload: tuple[str, ...] = (),
+                 warm_up: tuple[str, ...] = ()) -> None:
         from fusedce_profiler.instrument.confined import open_inside
 
         log_dir = Path(log_dir)
@@ -156,7 +162,7 @@ class Worker:
         try:
             self._process = subprocess.Popen(
                 [sys.executable, "-m", "fusedce_profiler.instrument.worker", str(os.getpid()), str(write_end),
-                 str(life_read), ",".join(preload)],
+                 str(life_read), ",".join(preload), ",".join(warm_up)],
                 stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, pass_fds=(write_end, life_read),
                 start_new_session=True, env=child_env)
         finally:
@@ -166,6 +172,7 @@ class Worker:
         self._replies = os.fdopen(read_end, "rb")
         self._buffer = b""
         self._ready = False
+        self._in_job = False  # a job was sent and its reply not read
         self._max_rss: int | None = None
         self._over_memory = False
 
@@ -187,6 +194,7 @@ class Worker:
             raise ValueError(f"unknown job kind {kind!r}; known: {', '.join(JOBS)}")
         self.wait_ready()
         message = json.dumps({"kind": kind, "payload": payload or {}}) + "\n"
+        self._in_job = True
         try:
             self._process.stdin.write(message.encode())
             self._process.stdin.flush()
@@ -197,6 +205,7 @@ class Worker:
             line, timed_out = self._read_line(timeout_s)
         finally:
             self._max_rss = None
+        self._in_job = line is None
         if line is None:
             if self._over_memory:
                 self.close()
@@ -254,14 +263,17 @@ class Worker:
         return WorkerDied(reason, self.log_path, _tail(self.log_path), timed_out=timed_out, at_start=at_start)
 
     def close(self) -> None:
-        """Stop the child: end its input, then kill its process group if it lingers."""
+        """Stop the child: end its input, then kill its process group if it lingers. A child still
+        in a job (out of time or memory, or the parent interrupted) would not read the end of its
+        input: it is sent SIGTERM at once."""
+        busy = self._in_job
         if self._process.poll() is None:
             try:
                 self._process.stdin.close()
             except OSError:
                 pass
             try:
-                self._process.wait(timeout=2)
+                self._process.wait(timeout=0 if busy else 2)
             except subprocess.TimeoutExpired:
                 pass
         if self._process.poll() is None:  # busy in a job: SIGTERM lets it end the daemons it adopted
@@ -308,7 +320,7 @@ def _load(target: str):
     return getattr(importlib.import_module(module), name)
 
 
-def _serve(parent_pid: int, reply_fd: int, life_fd: int, preload: list[str]) -> int:
+def _serve(parent_pid: int, reply_fd: int, life_fd: int, preload: list[str], warm_up: list[str]) -> int:
     reaper = start_reaper(life_fd)
     die_with_parent(parent_pid)
     adopt_orphans()
@@ -320,6 +332,8 @@ def _serve(parent_pid: int, reply_fd: int, life_fd: int, preload: list[str]) -> 
     signal.signal(signal.SIGTERM, on_sigterm)
     for kind in preload:
         _load(JOBS[kind])
+    for target in warm_up:
+        _load(target)()
     replies = os.fdopen(reply_fd, "wb")
     replies.write(b'{"ready": true}\n')
     replies.flush()
@@ -341,4 +355,8 @@ def _serve(parent_pid: int, reply_fd: int, life_fd: int, preload: list[str]) -> 
 
 
 if __name__ == "__main__":
-    sys.exit(_serve(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), [k for k in sys.argv[4].split(",") if k]))
+    code = _serve(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), [k for k in sys.argv[4].split(",") if k],
+                  [t for t in sys.argv[5].split(",") if t])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # no interpreter teardown (see the module docstring)

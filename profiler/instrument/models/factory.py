@@ -110,7 +110,8 @@ def describe_factory(target: str, given: ModelConfig | None, head_path: str | No
     payload = {"target": target, "given": given.to_dict() if given else None, "head": head_path,
                "memory_bytes": memory}
     with tempfile.TemporaryDirectory(prefix="fusedce-factory-") as scratch:
-        worker = Worker(Path(log_dir) if log_dir is not None else Path(scratch))
+        # its imports (torch) before the clock starts: the time limit is the factory's own
+        worker = Worker(Path(log_dir) if log_dir is not None else Path(scratch), preload=("describe-model",))
         try:
             reply = worker.call("describe-model", payload, timeout_s)
         except WorkerDied as died:
