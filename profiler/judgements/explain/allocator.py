@@ -13,8 +13,8 @@ many steps ran and what ran before them (an evaluation pass, Lightning's sanity 
 reading within it.
 
 The model itself is a second source of spread: another implementation of the same
-architecture keeps more activations per token (Hugging Face's GPT-2 keeps up to 22.7 bytes per
-layer and hidden unit more than the built-in model, :data:`IMPLEMENTATION_SPREAD`: its tanh
+architecture keeps more activations per token (Hugging Face's GPT-2 keeps up to 34.5 bytes per
+token, layer and hidden unit more than the built-in model on an H200, :data:`IMPLEMENTATION_SPREAD`: its tanh
 GELU's and its attention's intermediates), while the attention's T² scores and the head's bytes
 do not depend on it. So a stand-in's prediction is a range over these *extra activations*
 (:meth:`~fusedce_profiler.judgements.explain.records.Calibration.predict_phases`), shared by the
@@ -46,16 +46,17 @@ STAND_IN_MISMATCH = 0.04
 """Model-mismatch allowance (fraction of the predicted step) when the model is a stand-in
 preset for the user's own implementation (same shapes, different code), beside the activation
 scale's range: parameters, optimizer state and the loss's own code."""
-IMPLEMENTATION_SPREAD = 22.7
+IMPLEMENTATION_SPREAD = 34.5
 """Activations a second implementation of the stand-in's architecture keeps beyond the built-in
 model's, in bytes per token, layer and hidden unit: Hugging Face ``GPT2LMHeadModel`` at the
 ``user-gpt`` preset's shapes (12 layers, H=768, FFN 2304, V=32777) against the built-in model,
-slope in B of the forward phase's allocated peak at B=1 and 2, T=128, amp-bf16, measured on the
-CPU (``benchmarks/explain_implementation_spread.py``, results in
-``benchmarks/results/explain-implementation-spread-cpu-2026-12-03/``): eager 70.96 vs 45.44
-MiB/sample (22.7), sdpa 57.47 vs 41.01 (14.6); the larger is kept. A stand-in's extra
-activations range over [0, spread · layers · H] per token: an implementation outside the
-measured spread is not covered, and naming it (``--model``/``--hf``) measures it."""
+slope in B of each phase's allocated peak (B=2 and 4, amp-bf16), the largest over the forward, loss
+and backward phases (``benchmarks/explain_implementation_spread.py``). Measured on an H200 at T=512,
+1024 and 2048: eager 30.3–31.6, SDPA 32.7–34.5 (``benchmarks/results/explain-implementation-spread-h200-2026-12-04/``);
+on the CPU at T=128 the same pair differs by only 22.7 (eager) and 14.6 (SDPA), so the GPU's largest
+is kept for both. A stand-in's extra activations range over [0, spread · layers · H] per token: an
+implementation outside the measured spread is not covered, and naming it (``--model``/``--hf``)
+measures it."""
 EXTRA_ACTIVATION_POINTS = 9
 """Points of the extra-activation range tried per batch size (evenly spaced, both ends included)."""
 OWN_MODEL_MISMATCH = 0.01
