@@ -40,7 +40,8 @@ class ExplainRun:
                 self.progress(f"confirming up to {self.confirm_top} consistent hypotheses at full size under the "
                               f"{self.obs.total_gib:g} GiB cap ...")
                 self.confirmations = confirm(self.hypotheses, self.base, self.obs, terms,
-                                             lambda jobs: [run_job(j, "confirm") for j in jobs], self.confirm_top)
+                                             lambda jobs: [run_job(j, "confirm") for j in jobs], self.confirm_top,
+                                             self.calibrations)
                 self.confirmed = bool(self.confirmations)
         except KeyboardInterrupt:
             self._store(interrupted=True)

@@ -310,7 +310,8 @@ def test_confirmation_searches_b_on_the_measured_naive_reading_and_reports_the_p
     assert predicted == 20 and runs[0] == [("torch", 20, 24 * GIB), ("fusedce", 20, 24 * GIB)]
     assert len(runs) == 2 and runs[1][0][1] < runs[0][0][1]  # one more B, smaller
     assert truth.batch == runs[1][0][1] and truth.measured_naive is not None
-    assert f"at the predicted B={runs[0][0][1]} predicted" in sentences[0] and "B searched" in sentences[0]
+    assert f"at the predicted B={runs[0][0][1]} the model's step was predicted" in sentences[0]
+    assert "B searched" in sentences[0]
 
 
 def test_a_calibration_step_too_large_for_the_gpu_is_measured_again_at_half_the_batch(tmp_path):
@@ -350,3 +351,54 @@ def test_a_fallback_that_reads_one_bf16_logits_copy_above_the_naive_step_stays_c
     with_vocab = DeviceTerms(500 * MIB, 250 * MIB, 2 * MIB, 0.04, True, vocab=32777)
     assert inactive(with_vocab).consistent
     assert not inactive(TERMS).consistent  # without the fallback's allowance the truth would be ruled out
+
+
+def _measured_as_predicted(job, reading, context=500 * MIB):
+    """A full-size step of the stand-in that reads exactly ``reading`` (its allocated peak and
+    reserved bytes as predicted)."""
+    from fusedce_profiler.instrument.step.jobs import ModelResult
+    from fusedce_profiler.instrument.step.step import StepMemory
+
+    memory = StepMemory("cuda-allocator", 0, 0, 0, 0, 2 * GIB, 0, 0, 0, 0, int(reading.allocated), "loss", [], [],
+                        peak_reserved=int(reading.value - context), context=context)
+    return ModelResult(job=job, memory=memory, extra={"num_alloc_retries": 0})
+
+
+def test_a_confirmation_of_a_stand_in_judges_its_step_with_the_hypothesis_extra_activations():
+    # The readings come from an implementation keeping 90 MiB more activations per sample than the
+    # stand-in. The full-size step measures the stand-in, which keeps none of them: measured exactly
+    # as the stand-in's own prediction, the prediction error is 0 % and the hypothesis stays
+    # consistent once the modelled shift is added (without it, B would be searched upwards to make
+    # up for activations the stand-in does not have).
+    import dataclasses
+
+    cals = _world()
+    by = {(c.family.attention, c.backend): c for c in cals}
+    card, batch, extra = 24 * GIB, 18, 90 * MIB
+    naive = predict_reading(by[("sdpa", "torch")], batch, TERMS, card, extra)
+    fused = predict_reading(by[("sdpa", "fusedce")], batch, TERMS, card, extra)
+    obs = ex.Observation(naive.value / MIB, fused.value / MIB, 24)
+    terms = dataclasses.replace(TERMS, extra_per_token=2 * extra / 1024)
+    ranked = ex_ver.build_hypotheses(obs, cals, terms)
+    truth = next(h for h in ranked if h.family.attention == "sdpa" and h.fused_active)
+    assert truth.consistent and truth.extra_activations > 0
+    runs = []
+
+    def runner(jobs):
+        runs.append([j.batch for j in jobs])
+        return [_measured_as_predicted(j, predict_reading(by[("sdpa", j.backend)], j.batch, terms, card))
+                for j in jobs]
+
+    base = ModelJob(get_preset("tiny"), "torch", 1, 1024, device="cuda", trace=False)
+    chosen = truth.batch
+    sentences = ex_ver.confirm([truth], base, obs, terms, runner, top=1, calibrations=cals)
+    assert len(runs) == 1 and truth.batch == chosen  # no B search: the shift accounts for the gap
+    assert truth.consistent, truth.why
+    assert "(+0.0%), allocated peak off by +0.0%" in sentences[0], sentences[0]
+    assert "more for the extra activations" in sentences[0] and "modelled for the extra activations" in truth.why
+    # without the calibrations the same step is judged bare: below the reading, so B is searched upwards
+    truth2 = next(h for h in ex_ver.build_hypotheses(obs, cals, terms)
+                  if h.family.attention == "sdpa" and h.fused_active)
+    runs.clear()
+    ex_ver.confirm([truth2], base, obs, terms, runner, top=1)
+    assert len(runs) == 2 and runs[1][0] > runs[0][0]

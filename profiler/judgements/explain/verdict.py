@@ -153,28 +153,63 @@ def next_batch(batch: int, result: ModelResult, measured: int, seen: float) -> i
     return max(1, round(batch + (seen - measured) / per_sample))
 
 
+def _model_shift(cal: Calibration | None, batch: int, extra_per_token: float, terms: DeviceTerms,
+                 card: float) -> tuple[float, Reading | None]:
+    """What a hypothesis's extra activations add to the reading of the stand-in's step at ``batch``
+    (bytes; the model's own prediction with and without them), and the stand-in's own prediction.
+
+    A full-size confirmation measures the stand-in model, which keeps none of the extra
+    activations another implementation may keep (:data:`~fusedce_profiler.judgements.explain.
+    allocator.IMPLEMENTATION_SPREAD`): its reading is compared with the prediction *without* them
+    (the prediction's measured error), and judged for the hypothesis *with* the modelled shift added."""
+    if cal is None:
+        return 0.0, None
+    bare = predict_reading(cal, batch, terms, card, 0.0)
+    extra = extra_per_token * cal.family.seq
+    if bare is None or extra <= 0:
+        return 0.0, bare
+    shifted = predict_reading(cal, batch, terms, card, extra)
+    return (shifted.value - bare.value if shifted is not None else 0.0), bare
+
+
 def confirm(hypotheses: list[Hypothesis], base: ModelJob, obs: Observation, terms: DeviceTerms,
-            runner: Callable[[list[ModelJob]], list[ModelResult]], top: int = 3) -> list[str]:
+            runner: Callable[[list[ModelJob]], list[ModelResult]], top: int = 3,
+            calibrations: list[Calibration] = (), naive_backend: str = "torch") -> list[str]:
     """Measure the ``top`` best consistent hypotheses at full size under the card's cap and
     re-judge them on the measured readings. B is searched on the naive reading: when the step at
     the predicted B misses it by more than its tolerance, one more B (:func:`next_batch`) is
-    measured and the closer of the two kept. Returns one sentence per hypothesis with the
-    prediction's measured error (reading and allocated peak)."""
+    measured and the closer of the two kept. With a stand-in model (``calibrations`` given and a
+    hypothesis with extra activations) the measured readings are the stand-in's: each is judged with
+    the modelled shift of the hypothesis's extra activations added (:func:`_model_shift`), and its
+    prediction error is against the stand-in's own prediction. Returns one sentence per hypothesis
+    with the prediction's measured error (reading and allocated peak)."""
     card = int(obs.total_gib * GIB)
     seen_naive, seen_saving = obs.naive_mib * MIB, (obs.naive_mib - obs.fused_mib) * MIB
+    by_key = {(c.family, c.backend): c for c in calibrations}
     sentences = []
     for h in [h for h in hypotheses if h.consistent][:top]:
+        naive_cal, fused_cal = by_key.get((h.family, naive_backend)), by_key.get((h.family, obs.fused_backend))
+
+        def shifts(batch: int) -> tuple[float, float, Reading | None]:
+            shift_naive, bare = _model_shift(naive_cal, batch, h.extra_activations, terms, card)
+            shift_fused = _model_shift(fused_cal, batch, h.extra_activations, terms, card)[0] if h.fused_active \
+                else shift_naive
+            return shift_naive, shift_fused, bare
+
         predicted_batch = h.batch
+        shift_naive, shift_fused, bare = shifts(h.batch)
         results = runner(confirmation_jobs(h, base, obs.fused_backend, card))
         mn = measured_reading(results[0], terms)
-        first, first_mn = results[0], mn
-        if mn is not None and abs(mn - seen_naive) > h.tolerance_naive.total:
-            batch = next_batch(h.batch, results[0], mn, seen_naive)
+        first, first_mn, first_bare = results[0], mn, bare
+        if mn is not None and abs(mn + shift_naive - seen_naive) > h.tolerance_naive.total:
+            batch = next_batch(h.batch, results[0], mn, seen_naive - shift_naive)
             if batch != h.batch:
                 retry = runner(confirmation_jobs(h, base, obs.fused_backend, card, batch))
                 again = measured_reading(retry[0], terms)
-                if again is not None and abs(again - seen_naive) < abs(mn - seen_naive):
+                retry_shift_naive, retry_shift_fused, _ = shifts(batch)
+                if again is not None and abs(again + retry_shift_naive - seen_naive) < abs(mn + shift_naive - seen_naive):
                     results, mn, h.batch = retry, again, batch
+                    shift_naive, shift_fused = retry_shift_naive, retry_shift_fused
         naive = results[0]
         fused = results[1] if h.fused_active else naive
         h.alloc_retries = naive.extra.get("num_alloc_retries")
@@ -186,20 +221,27 @@ def confirm(hypotheses: list[Hypothesis], base: ModelJob, obs: Observation, term
                 f" ({bad.message.splitlines()[0][:80]})" if bad.message else "")
             sentences.append(f"{h.label()}: {bad.status} at full size under the {obs.total_gib:g} GiB cap")
             continue
+        mn, mf = int(mn + shift_naive), int(mf + shift_fused)
         h.measured_naive, h.measured_fused = mn, mf
         en, es = mn - seen_naive, (mn - mf) - seen_saving
         h.error_naive, h.error_saving = en, es
         h.consistent = abs(en) <= h.tolerance_naive.total and abs(es) <= h.tolerance_saving.total
-        h.why = (f"measured at full size: naive {_m(mn)} ({_m(en)} off), saving {_m(mn - mf)} ({_m(es)} off)"
+        shifted = f" with {_m(shift_naive)} modelled for the extra activations" if shift_naive else ""
+        h.why = (f"measured at full size{shifted}: naive {_m(mn)} ({_m(en)} off), saving {_m(mn - mf)} ({_m(es)} off)"
                  + ("" if h.fused_active else " (fused path not active: torch's step)"))
         sentence = f"{h.label()}: "
         if first_mn is not None:
-            gap = (first_mn - h.predicted_naive) / h.predicted_naive
-            alloc_gap = (first.memory.peak - h.allocated_naive) / max(h.allocated_naive, 1.0)
-            sentence += (f"at the predicted B={predicted_batch} predicted {_m(h.predicted_naive)}, measured "
-                         f"{_m(first_mn)} ({gap:+.1%}), allocated peak off by {alloc_gap:+.1%}")
+            # the prediction of the model that ran: the stand-in's own (no extra activations) when known
+            predicted, allocated = ((first_bare.value, first_bare.allocated) if first_bare is not None
+                                    else (h.predicted_naive, h.allocated_naive))
+            gap = (first_mn - predicted) / predicted
+            alloc_gap = (first.memory.peak - allocated) / max(allocated, 1.0)
+            sentence += (f"at the predicted B={predicted_batch} the model's step was predicted at {_m(predicted)}, "
+                         f"measured {_m(first_mn)} ({gap:+.1%}), allocated peak off by {alloc_gap:+.1%}")
         if h.batch != predicted_batch:
             sentence += f"; B searched on the naive reading: B={h.batch} measures {_m(mn)}"
+        if shift_naive:
+            sentence += f"; judged with {_m(shift_naive)} more for the extra activations"
         sentences.append(sentence + f"; allocator retries {h.alloc_retries}")
     hypotheses.sort(key=lambda h: (not h.consistent, h.score))
     return sentences
