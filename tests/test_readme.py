@@ -107,9 +107,9 @@ def test_the_h200_figures_of_the_readme_are_in_the_reports_it_links():
         assert figure in recorded, figure
     for figure in ("23.9 GiB", "12.3 GiB"):
         assert figure in model, figure
-    for figure in ("Not decided", "32 configurations fit", "would save ≥ 7.80 GiB, against 0.62 GiB seen",
-                   "a 512–2,689 MiB tensor", "naive 23,018 MiB", "saving 995 MiB vs 630 MiB seen",
-                   "0–204 KiB of activations per token more", "3.37", "0.05–"):
+    for figure in ("Not decided", "32 configurations fit", "would save ≥ 6.99 GiB, against 0.62 GiB seen",
+                   "a 512–2,689 MiB tensor", "naive 23,621 MiB (836 MiB off)", "saving -172 MiB (-802 MiB off)",
+                   "0–310 KiB of activations per token more", "3.37", "0.05–"):
         assert figure in explained, figure
     stored = json.loads((REPO / "examples/explain/user-gpt-22785-22155/explain.json").read_text())
     consistent = [h for h in stored["hypotheses"] if h["consistent"]]
@@ -118,8 +118,11 @@ def test_the_h200_figures_of_the_readme_are_in_the_reports_it_links():
     assert len(consistent) == 32 and "(32 of 48)" in README
     assert f"±{min(naive):.1f}–{max(naive):.1f} GiB on the naive reading" in README
     assert f"±{min(saving):.1f}–{max(saving):.1f} GiB on the" in README
-    blind = (REPO / "benchmarks/results/explain-blind-h200-2026-12-03/rejudged-2026-12-03/blind/summary.md").read_text()
-    assert "truth consistent: 11 of 11" in blind and "11 of 11 blind H200 cases" in README
+    blind = (REPO / "benchmarks/results/explain-blind-h200-2026-12-04b/README.md").read_text()
+    assert "Truth consistent: **12 of 12**" in blind and "12 of 12 blind H200 cases" in README
+    for figure in ("≥ 6.99 GiB", "0.62 GiB seen", "within 836 MiB of the naive reading", "saves −172 MiB against 630",
+                   "310 KiB"):
+        assert figure in README, figure
 
 
 def test_the_readmes_model_command_is_the_one_docs_model_md_runs_less_a_back_end():
