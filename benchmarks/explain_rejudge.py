@@ -13,7 +13,8 @@ default, 8192 and 16384 tokens per family).
 The whole blind benchmark: ``python benchmarks/explain_rejudge.py --blind RUN/blind --out DIR``
 re-judges every case of ``RUN/blind/truth.jsonl`` from its stored steps (``cases/<name>/``) and
 writes ``DIR/results.jsonl`` and ``DIR/summary.md`` as :mod:`explain_blind` does, with the design
-and the held-out half of the cases reported separately.
+and the held-out half of the cases reported separately; ``--seq-stated`` judges each case as if its
+user had stated T.
 """
 from __future__ import annotations
 
@@ -60,8 +61,9 @@ def rejudge(steps: Path, obs, out: Path, *, preset: str = "user-gpt", seqs=(512,
     return run.execute(run_job)
 
 
-def rejudge_blind(blind: Path, out: Path) -> None:
-    """Every case of a stored blind run, judged again; results and summary as the benchmark writes them."""
+def rejudge_blind(blind: Path, out: Path, seq_stated: bool = False) -> None:
+    """Every case of a stored blind run, judged again; results and summary as the benchmark writes them.
+    ``seq_stated``: each case judged as if its user had stated T (``--seq``)."""
     from explain_blind import CARD_GIB, DESIGN_HALF, Case, judge, summarise_halves
 
     from fusedce_profiler.judgements.explain.records import MIB, Observation
@@ -77,7 +79,8 @@ def rejudge_blind(blind: Path, out: Path) -> None:
         naive, fused = t["naive"]["reading"] / MIB, t["fused"]["reading"] / MIB
         obs = Observation(naive, fused, CARD_GIB, tied=False, fused_larger=fused > naive)
         start = time.perf_counter()
-        e = rejudge(blind / "cases" / case.name / "explain_steps.jsonl", obs, out / "cases" / case.name)
+        e = rejudge(blind / "cases" / case.name / "explain_steps.jsonl", obs, out / "cases" / case.name,
+                    **({"seqs": (case.seq,)} if seq_stated else {}))
         row = {"case": case.name, "truth": asdict(case), "naive_mib": naive, "fused_mib": fused, "confirm": 0,
                "half": "design" if case.name in DESIGN_HALF else "held-out"}
         row.update(judge(case, e))
@@ -96,6 +99,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("steps", type=Path, nargs="?")
     parser.add_argument("--blind", type=Path, help="a stored blind run's folder (truth.jsonl, cases/)")
+    parser.add_argument("--seq-stated", action="store_true", help="with --blind: judge each case with its T stated")
     parser.add_argument("--naive", type=float)
     parser.add_argument("--fused", type=float)
     parser.add_argument("--card", type=float)
@@ -106,7 +110,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     if args.blind is not None:
-        return rejudge_blind(args.blind, args.out)
+        return rejudge_blind(args.blind, args.out, args.seq_stated)
     if args.steps is None or None in (args.naive, args.fused, args.card):
         parser.error("STEPS, --naive, --fused and --card are needed without --blind")
     obs = Observation(args.naive, args.fused, args.card, tied=args.tied)
