@@ -115,3 +115,19 @@ def test_measured_h200_steps_rejudged_keep_the_truth_of_a_gpt2_trained_by_lightn
     assert not e.decided  # nothing was confirmed at full size
     if known["fused"]:  # a 7.4 GiB saving: the fused path NOT active is ruled out in every family
         assert not any(h.consistent for h in e.hypotheses if not h.fused_active)
+
+
+def test_the_stand_in_allowance_is_the_largest_spread_measured_on_the_gpu():
+    import json
+    from pathlib import Path
+
+    from fusedce_profiler.judgements.explain.allocator import IMPLEMENTATION_SPREAD
+
+    measured = json.loads((Path(__file__).resolve().parents[1] / "benchmarks" / "results" /
+                           "explain-implementation-spread-h200-2026-12-04" / "spread.json").read_text())
+    rows = measured["rows"]
+    assert {r["device"] for r in rows} == {"cuda"} and {r["seq"] for r in rows} == {512, 1024, 2048}
+    largest = max(r["extra_bytes_per_token_layer_hidden_any_phase"] for r in rows)
+    assert IMPLEMENTATION_SPREAD == round(largest, 1)
+    assert all(r["extra_bytes_per_token_layer_hidden_any_phase"] >= r["extra_bytes_per_token_layer_hidden"]
+               for r in rows)
