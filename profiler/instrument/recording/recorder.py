@@ -28,7 +28,9 @@ and is a plain counter check otherwise: no hook, no profiler, nothing allocated
 
 A failure of the recorder itself never stops the user's training: it is reported with
 :func:`warnings.warn` and the step runs unrecorded; so is a folder that cannot be written, that
-another run holds, or that fills up (the recorder then records nothing more). On a distributed run only rank 0 records.
+another run holds, or that fills up (the recorder then records nothing more). One step is recorded
+at a time in a process: a step another recorder (another thread's) would record meanwhile runs
+unrecorded, with a warning. On a distributed run only rank 0 records.
 
 Public API: :class:`StepRecorder`, :data:`NOOP` (the public face, which also renders the
 report, is :mod:`fusedce_profile`).
@@ -37,6 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -47,7 +50,8 @@ import torch
 from torch import nn
 
 from fusedce_profiler.instrument import store
-from fusedce_profiler.instrument.confined import FolderRefused
+from fusedce_profiler.instrument.confined import FolderRefused, refuse_linked_folder
+from fusedce_profiler.instrument.kinds import a_kind, other_kind
 from fusedce_profiler.instrument.protocol import MemoryMeter
 from fusedce_profiler.instrument.recording.assemble import RecordedSubject, build_record
 from fusedce_profiler.instrument.recording.landmarks import batch_shape, find_embedding, find_final_norm, find_head
@@ -57,6 +61,11 @@ from fusedce_profiler.instrument.recording.records import EvalPass, RecordedStep
 
 #: What :meth:`StepRecorder.step` returns on a step that is not recorded (reusable, stateless).
 NOOP = contextlib.nullcontext()
+
+_ONE_RECORDING = threading.Lock()
+"""Held while a step is recorded, by whichever recorder of this process records it: a recorded
+step wraps ``Tensor.backward`` and runs the process's one profiler, so a second recorder (another
+thread's) that would record at the same time leaves its step unrecorded, with a warning."""
 
 
 def _is_rank_zero() -> bool:
@@ -110,30 +119,44 @@ class StepRecorder:
         self._located = False
         self._head = self._norm = self._embedding = None
         self._lock = None
+        self._holds_recording = False  # this recorder holds _ONE_RECORDING
         if self.enabled:
             try:
                 self._prepare_folder(force, append)
             except FileExistsError:  # a recording is there: the caller must say replace or add
                 raise
             except (OSError, store.FolderInUse, FolderRefused) as exc:
+                if self._lock is not None:
+                    self._lock.release()
+                    self._lock = None
                 warnings.warn(f"fusedce-profile: not recording into {self.out}: {exc}; training goes on "
                               "unrecorded", RuntimeWarning, stacklevel=2)
                 self.enabled = False
 
     # -- folder -------------------------------------------------------------------------
     def _prepare_folder(self, force: bool, append: bool) -> None:
+        """Lock the folder; with ``force``, remove the recording it holds (its steps and their
+        snapshots). A linked folder or ``snapshots/`` is refused before anything is removed."""
+        refuse_linked_folder(self.out)
+        other = other_kind(self.out, "recorded")
+        if other is not None:  # its summary and environment would be replaced
+            raise FolderRefused(f"{self.out}: the folder of {a_kind(other[0])} run ({other[1]}); a recording "
+                                "goes into a folder of its own")
         existing = self.out / store.RECORDED_STEPS_FILE
-        if existing.exists() and append:
+        if os.path.lexists(existing) and append:
             self._lock = store.RunLock(self.out).acquire()
             return
-        if existing.exists() and not force:
+        if os.path.lexists(existing) and not force:
             raise FileExistsError(f"{self.out} already holds a recording ({store.RECORDED_STEPS_FILE}); "
                                   "pass force=True to replace it, append=True to add to it, or another folder")
+        snapshots = self.out / store.SNAPSHOTS_DIR
+        refuse_linked_folder(snapshots)
         self._lock = store.RunLock(self.out).acquire()
-        if existing.exists():
+        if os.path.lexists(existing):
             existing.unlink()
-            for old in (self.out / store.SNAPSHOTS_DIR).glob("step-*"):
-                old.unlink()
+            for old in snapshots.glob("step-*"):
+                if old.is_symlink() or old.is_file():  # a link is removed, never followed
+                    old.unlink()
 
     def close(self) -> None:
         """End an open recording and release the folder (also done when the process exits)."""
@@ -268,10 +291,22 @@ class StepRecorder:
         self._embedding = find_embedding(self.model, vocab)
 
     def _begin(self, rec: StepRecording) -> None:
+        if not _ONE_RECORDING.acquire(blocking=False):
+            warnings.warn(f"fusedce-profile: step {rec.index} is not recorded: another StepRecorder is recording a "
+                          "step in this process (one step is recorded at a time)", RuntimeWarning, stacklevel=3)
+            self._done.add(rec.index)
+            return
+        self._holds_recording = True
         try:
             self._start(rec)
         except Exception as exc:  # noqa: BLE001 - the user's step must run whatever happens here
             self._abandon(rec, exc)
+
+    def _release_recording(self) -> None:
+        """Let another recorder of this process record (the step this one recorded has ended)."""
+        if self._holds_recording:
+            self._holds_recording = False
+            _ONE_RECORDING.release()
 
     def _start(self, rec: StepRecording) -> None:
         from fusedce_profiler.instrument.snapshot import SnapshotRecorder
@@ -314,6 +349,7 @@ class StepRecorder:
             with contextlib.suppress(Exception):
                 torch.cuda.memory._record_memory_history(enabled=None)
         self._active = None
+        self._release_recording()
         self._done.add(rec.index)
 
     def _end(self, rec: StepRecording, ok: bool) -> RecordedStep | None:
@@ -333,6 +369,7 @@ class StepRecorder:
             if shared:
                 rec.meter.__exit__(None, None, None)
             self._active = None
+            self._release_recording()
             self._done.add(rec.index)
             if not ok:
                 if rec.snapshot is not None:
