@@ -272,3 +272,29 @@ def test_the_recorder_refuses_the_folder_of_another_kind_of_run(tmp_path):
         _loss(model, _batch(0)).backward()
     recorder.close()
     assert _contents(tmp_path / "grid") == before
+
+
+# --- SIGHUP -----------------------------------------------------------------------------------
+
+class _OtherHandler(Exception):
+    """Raised by the handler a test installs before: the signal did not reach the tool's handler."""
+
+
+def test_sighup_stops_a_command_as_sigterm_does_with_exit_129(monkeypatch):
+    """SIGHUP (the terminal closed) ended a run at once, exit 129, with no word and a stale ``.lock``."""
+    import signal
+
+    from fusedce_profile.signals import interrupt_exit_code, signal_name, stop_on_sigterm
+
+    def other(signum, frame):
+        raise _OtherHandler()
+
+    previous = signal.signal(signal.SIGHUP, other)
+    try:
+        with pytest.raises(KeyboardInterrupt) as stopped:
+            with stop_on_sigterm():
+                os.kill(os.getpid(), signal.SIGHUP)
+        assert (interrupt_exit_code(stopped.value), signal_name(stopped.value)) == (129, "SIGHUP")
+        assert signal.getsignal(signal.SIGHUP) is other  # restored after the block
+    finally:
+        signal.signal(signal.SIGHUP, previous)
