@@ -298,3 +298,12 @@ def test_sighup_stops_a_command_as_sigterm_does_with_exit_129(monkeypatch):
         assert signal.getsignal(signal.SIGHUP) is other  # restored after the block
     finally:
         signal.signal(signal.SIGHUP, previous)
+
+
+def test_a_pipe_given_as_config_is_named_for_what_it_is(tmp_path):
+    """``--config FIFO`` was refused as a file that "does not exist"."""
+    os.mkfifo(tmp_path / "config.json")
+    result = CliRunner().invoke(app, [*TINY, "--tokens", "8", "--config", str(tmp_path / "config.json"),
+                                      "--out", str(tmp_path / "run")])
+    _one_line_exit_2(result, f"{tmp_path / 'config.json'}: not a regular file (a named pipe)")
+    assert not (tmp_path / "run").exists()

@@ -259,13 +259,24 @@ def loads(data: bytes, path: str | Path) -> Any:
         raise FolderRefused(f"{path}: JSON nested too deeply to read") from None
 
 
+def _file_kind(mode: int) -> str:
+    """What a file that is not a regular one is: ``"a named pipe"``, ``"a folder"`` …"""
+    kinds = ((stat.S_ISFIFO, "a named pipe"), (stat.S_ISDIR, "a folder"), (stat.S_ISSOCK, "a socket"),
+             (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"))
+    return next((name for test, name in kinds if test(mode)), "not a file")
+
+
 def user_text(path: str | Path) -> str:
     """The UTF-8 text of a file the user named on the command line (a ``--config``, an ``--hf``
-    config.json; a link is fine there: the user chose it), refused over
-    :data:`DEFAULT_SIZE_LIMIT` before it is read: ``ValueError`` naming the file. ``OSError`` and
+    config.json; a link is fine there: the user chose it), refused when it is not a regular file (a
+    named pipe would block the read) or over :data:`DEFAULT_SIZE_LIMIT`, before it is read:
+    ``ValueError`` naming the file. ``OSError`` and
     ``UnicodeDecodeError`` propagate for the caller to word."""
     path = Path(path)
-    size = path.stat().st_size
+    info = path.stat()
+    if not stat.S_ISREG(info.st_mode):  # a pipe would block the read, a device never end it
+        raise ValueError(f"{path}: not a regular file ({_file_kind(info.st_mode)}); give a JSON or TOML file")
+    size = info.st_size
     if size > DEFAULT_SIZE_LIMIT:
         raise ValueError(f"{path}: {size} bytes, over the limit of {DEFAULT_SIZE_LIMIT} bytes for a config file")
     return path.read_text(encoding="utf-8")
