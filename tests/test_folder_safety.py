@@ -307,3 +307,20 @@ def test_a_pipe_given_as_config_is_named_for_what_it_is(tmp_path):
                                       "--out", str(tmp_path / "run")])
     _one_line_exit_2(result, f"{tmp_path / 'config.json'}: not a regular file (a named pipe)")
     assert not (tmp_path / "run").exists()
+
+
+def test_a_relative_recorder_folder_stays_where_it_was_made(tmp_path, monkeypatch):
+    """A relative ``out`` and a change of the current folder between steps wrote to two folders,
+    the second without a lock."""
+    (tmp_path / "first").mkdir()
+    (tmp_path / "second").mkdir()
+    monkeypatch.chdir(tmp_path / "first")
+    recorder = StepRecorder(WrappedHeadLM(), "runs/mine", steps=(0, 1), trace=False, report=False)
+    model = recorder.model
+    for index in range(2):
+        with recorder.step():
+            _loss(model, _batch(index)).backward()
+        monkeypatch.chdir(tmp_path / "second")
+    recorder.close()
+    assert len((tmp_path / "first" / "runs/mine" / store.RECORDED_STEPS_FILE).read_text().splitlines()) == 2
+    assert not (tmp_path / "second" / "runs").exists()

@@ -91,7 +91,7 @@ class StepRecorder:
     ``append``: add to it instead (another run of the same model, e.g. with the fused loss: the
     report compares runs by ``label``).
     ``on_record(folder)``: called after each record is written (the public API renders the
-    report there).
+    report there). A relative ``out`` is taken from the current folder once, here.
     """
 
     def __init__(self, model: nn.Module, out: str | Path, *, steps: Iterable[int] = (2,), label: str = "",
@@ -99,7 +99,8 @@ class StepRecorder:
                  batch: int | None = None, seq: int | None = None, trace: bool = True, snapshot: bool = True,
                  force: bool = False, append: bool = False,
                  on_record: Callable[[Path], None] | None = None) -> None:
-        self.model, self.out = model, Path(out)
+        self.model = model
+        self.out = Path(os.path.abspath(out))  # once: a later change of the current folder moves nothing
         listed = [steps] if isinstance(steps, (str, bytes)) else list(steps) if isinstance(steps, Iterable) else None
         if listed is None or not all(isinstance(s, Integral) and not isinstance(s, bool) for s in listed):
             raise ValueError(f"steps must be 0-based step indices (integers ≥ 0), got {steps!r}")
