@@ -21,7 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from fusedce_profiler.instrument.records import CellResult, CellSpec
-from fusedce_profiler.instrument.text import capped, printable, shorten
+from fusedce_profiler.instrument.text import capped, one_line, printable, shorten
 from fusedce_reports.frame import BASELINE_BACKEND
 from fusedce_reports.tables import group_title
 from fusedce_reports.units import format_bytes, format_error, format_ms, format_percent, format_tokens, is_missing
@@ -91,8 +91,9 @@ def make_console(*, to_stderr: bool) -> Console:
 
 
 def error(message: str) -> None:
-    """Print an error message to stderr (red on a terminal; one unwrapped line otherwise)."""
-    message = shown(message)
+    """Print an error message to stderr (red on a terminal; one unwrapped line otherwise): one line,
+    its newlines spelled out (:func:`~fusedce_profiler.instrument.text.one_line`)."""
+    message = one_line(capped(message))
     if not sys.stderr.isatty():
         sys.stderr.write(f"error: {message}\n")
         return

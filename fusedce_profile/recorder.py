@@ -14,6 +14,7 @@ import warnings
 from pathlib import Path
 
 from fusedce_profiler.instrument.recording.recorder import StepRecorder as _ProfilerStepRecorder
+from fusedce_profiler.instrument.text import one_line
 
 
 def write_report(folder: str | Path) -> Path:
@@ -35,7 +36,7 @@ def _render(folder: Path) -> bool:
 
 def say(line: str) -> None:
     """One line of the recorder to the user's standard error (their training output)."""
-    print(f"fusedce-profile: {line}", file=sys.stderr, flush=True)
+    print(f"fusedce-profile: {one_line(line)}", file=sys.stderr, flush=True)
 
 
 class StepRecorder(_ProfilerStepRecorder):

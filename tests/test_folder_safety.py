@@ -341,3 +341,12 @@ def test_a_closed_stdout_stops_the_printing_not_the_run(tmp_path):
         kill_group(process)
     assert len((out / store.RESULTS_FILE).read_text().splitlines()) == 3 and (out / "summary.md").is_file()
     assert not (out / store.LOCK_FILE).exists()
+
+
+# --- a newline in a folder's name -------------------------------------------------------------
+
+def test_a_newline_in_the_folder_name_never_splits_the_error_line(tmp_path):
+    out = tmp_path / "two\nlines"
+    _finished_run(out)
+    result = CliRunner().invoke(app, [*TINY, "--tokens", "8", "--backend", "torch", "--out", str(out)])
+    _one_line_exit_2(result, f"--out {tmp_path}/two\\nlines: the folder is not empty")

@@ -57,6 +57,7 @@ from fusedce_profiler.instrument.recording.assemble import RecordedSubject, buil
 from fusedce_profiler.instrument.recording.landmarks import batch_shape, find_embedding, find_final_norm, find_head
 from fusedce_profiler.instrument.recording.phases import CudaPhaseMeter, SharedProfilerMeter, StepRecording
 from fusedce_profiler.instrument.tensors import tensor_bytes
+from fusedce_profiler.instrument.text import one_line
 from fusedce_profiler.instrument.recording.records import EvalPass, RecordedStep, append_recorded_step
 
 #: What :meth:`StepRecorder.step` returns on a step that is not recorded (reusable, stateless).
@@ -130,7 +131,7 @@ class StepRecorder:
                 if self._lock is not None:
                     self._lock.release()
                     self._lock = None
-                warnings.warn(f"fusedce-profile: not recording into {self.out}: {exc}; training goes on "
+                warnings.warn(f"fusedce-profile: not recording into {one_line(self.out)}: {one_line(exc)}; training goes on "
                               "unrecorded", RuntimeWarning, stacklevel=2)
                 self.enabled = False
 
