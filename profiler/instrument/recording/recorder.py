@@ -50,10 +50,10 @@ import torch
 from torch import nn
 
 from fusedce_profiler.instrument import store
-from fusedce_profiler.instrument.confined import FolderRefused, refuse_linked_folder
-from fusedce_profiler.instrument.kinds import a_kind, other_kind
+from fusedce_profiler.instrument.confined import FolderRefused
 from fusedce_profiler.instrument.protocol import MemoryMeter
 from fusedce_profiler.instrument.recording.assemble import RecordedSubject, build_record
+from fusedce_profiler.instrument.recording.folder import take_folder
 from fusedce_profiler.instrument.recording.landmarks import batch_shape, find_embedding, find_final_norm, find_head
 from fusedce_profiler.instrument.recording.phases import CudaPhaseMeter, SharedProfilerMeter, StepRecording
 from fusedce_profiler.instrument.tensors import tensor_bytes
@@ -124,41 +124,13 @@ class StepRecorder:
         self._holds_recording = False  # this recorder holds _ONE_RECORDING
         if self.enabled:
             try:
-                self._prepare_folder(force, append)
+                self._lock = take_folder(self.out, force=force, append=append)
             except FileExistsError:  # a recording is there: the caller must say replace or add
                 raise
             except (OSError, store.FolderInUse, FolderRefused) as exc:
-                if self._lock is not None:
-                    self._lock.release()
-                    self._lock = None
                 warnings.warn(f"fusedce-profile: not recording into {one_line(self.out)}: {one_line(exc)}; training goes on "
                               "unrecorded", RuntimeWarning, stacklevel=2)
                 self.enabled = False
-
-    # -- folder -------------------------------------------------------------------------
-    def _prepare_folder(self, force: bool, append: bool) -> None:
-        """Lock the folder; with ``force``, remove the recording it holds (its steps and their
-        snapshots). A linked folder or ``snapshots/`` is refused before anything is removed."""
-        refuse_linked_folder(self.out)
-        other = other_kind(self.out, "recorded")
-        if other is not None:  # its summary and environment would be replaced
-            raise FolderRefused(f"{self.out}: the folder of {a_kind(other[0])} run ({other[1]}); a recording "
-                                "goes into a folder of its own")
-        existing = self.out / store.RECORDED_STEPS_FILE
-        if os.path.lexists(existing) and append:
-            self._lock = store.RunLock(self.out).acquire()
-            return
-        if os.path.lexists(existing) and not force:
-            raise FileExistsError(f"{self.out} already holds a recording ({store.RECORDED_STEPS_FILE}); "
-                                  "pass force=True to replace it, append=True to add to it, or another folder")
-        snapshots = self.out / store.SNAPSHOTS_DIR
-        refuse_linked_folder(snapshots)
-        self._lock = store.RunLock(self.out).acquire()
-        if os.path.lexists(existing):
-            existing.unlink()
-            for old in snapshots.glob("step-*"):
-                if old.is_symlink() or old.is_file():  # a link is removed, never followed
-                    old.unlink()
 
     def close(self) -> None:
         """End an open recording and release the folder (also done when the process exits)."""
