@@ -20,7 +20,6 @@ from fusedce_profile.errors import UsageError
 from fusedce_profiler.instrument import store
 from fusedce_profiler.instrument.confined import FOLDER_LINK_REFUSED, FolderRefused
 from fusedce_profiler.instrument.runlock import live_holder
-from fusedce_profiler.instrument.text import printable
 from fusedce_profiler.instrument.interruption import INTERRUPTED_FILE
 from fusedce_profiler.instrument.kinds import a_kind, other_kind
 
@@ -64,7 +63,7 @@ def _refuse_live_runs_below(out: Path) -> None:
         for folder, _, files in os.walk(top):  # links are not followed
             holder = live_holder(folder) if store.LOCK_FILE in files else None
             if holder is not None:
-                raise OutputDirError(f"--out {printable(str(out))}: --force would remove {printable(folder)}, "
+                raise OutputDirError(f"--out {out}: --force would remove {folder}, "
                                      f"the folder of a run still live ({holder}); nothing removed")
 
 
@@ -76,7 +75,7 @@ def refuse_linked_out(out: Path) -> None:
     """:class:`OutputDirError` when ``out`` is a symbolic link: a run writes into (and ``--force``
     empties) the folder named, never a link's target; checked before anything is locked or removed."""
     if os.path.islink(out):
-        raise OutputDirError(f"--out {printable(str(out))}: {FOLDER_LINK_REFUSED}")
+        raise OutputDirError(f"--out {out}: {FOLDER_LINK_REFUSED}")
 
 
 def default_out_dir(now: dt.datetime | None = None, parent: Path | None = None) -> Path:
@@ -98,7 +97,8 @@ def prepare_out_dir(out: Path | None, *, force: bool, resume: bool,
     - an existing non-empty folder: ``--resume`` continues the run in it; ``--force``
       removes the previous run's artefacts (:data:`RUN_ARTEFACTS`, nothing else); a folder
       that holds no run's record (:data:`RUN_RECORDS`) is no run folder and is refused with either,
-      and ``--resume`` of a ``kind`` of run (:data:`~fusedce_profiler.instrument.kinds.KIND_RECORDS`) refuses another kind's folder;
+      and ``--resume`` of a ``kind`` of run (:data:`~fusedce_profiler.instrument.kinds.KIND_RECORDS`)
+      refuses another kind's folder;
       otherwise :class:`OutputDirError` (which names ``--resume`` only when ``resume_option``: the
       command has it). A folder holding only a lock file counts as empty.
     - ``lock`` is called with the folder once it exists and before anything in it is
@@ -115,12 +115,12 @@ def prepare_out_dir(out: Path | None, *, force: bool, resume: bool,
             raise OutputDirError("--resume needs --out DIR: the folder of the run to continue")
         out = default_out_dir()
     out = Path(out)
-    refuse_linked_out(out)
+    refuse_linked_out(out)  # before anything is locked or removed: --force would empty its target
     if out.exists() and not out.is_dir():
         raise OutputDirError(f"--out {out}: exists and is not a folder")
     outer = _enclosing_run(out)
     if outer is not None:
-        raise OutputDirError(f"--out {printable(str(out))}: inside the folder of another run ({printable(str(outer[0]))}, "
+        raise OutputDirError(f"--out {out}: inside the folder of another run ({outer[0]}, "
                              f"which holds {outer[1]}); a run folder holds one run: choose a folder outside it")
     if out.is_dir() and any(p.name != store.LOCK_FILE for p in out.iterdir()):
         if not resume and not force:

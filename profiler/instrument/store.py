@@ -63,7 +63,7 @@ from typing import Any, BinaryIO, Callable, Generic, TextIO, TypeVar
 
 from fusedce_profiler.instrument import confined, scrub, staging
 from fusedce_profiler.instrument.text import printable
-from fusedce_profiler.instrument.runlock import LOCK_FILE, FolderInUse, RunLock, live_holder  # noqa: F401 - the folder's lock
+from fusedce_profiler.instrument.runlock import LOCK_FILE, FolderInUse, RunLock, live_holder  # noqa: F401 - the lock
 
 RESULTS_FILE = "results.jsonl"
 MODEL_RESULTS_FILE = "model_results.jsonl"

@@ -128,8 +128,8 @@ class StepRecorder:
             except FileExistsError:  # a recording is there: the caller must say replace or add
                 raise
             except (OSError, store.FolderInUse, FolderRefused) as exc:
-                warnings.warn(f"fusedce-profile: not recording into {one_line(self.out)}: {one_line(exc)}; training goes on "
-                              "unrecorded", RuntimeWarning, stacklevel=2)
+                warnings.warn(f"fusedce-profile: not recording into {one_line(self.out)}: {one_line(exc)}; "
+                              "training goes on unrecorded", RuntimeWarning, stacklevel=2)
                 self.enabled = False
 
     def close(self) -> None:
