@@ -1,11 +1,12 @@
-"""The folder a run writes into: never a link's target, never inside another run, never a pipe.
+"""The folder a run writes into, and what a run does when its surroundings are hostile.
 
 ``--out`` (and a recorder's ``out``) that is a symbolic link, a folder inside another run's, a
-``--force`` that would remove a live run's folder, a named pipe where the lock note or a record
-is written, a second run of a training callback into the same folder and two recorders in two
-threads: each is refused or degraded in one line, and nothing outside the folder named is
-removed. Every test runs in this process (the CLI through ``CliRunner``) unless it needs one of
-its own.
+``--force`` that would remove a live run's folder, a named pipe where the lock note, a record or
+a ``--config`` is, a second run of a training callback into the same folder, two recorders in
+two threads, a relative recorder folder and a change of the current folder, SIGHUP, a standard
+output its reader closed, a newline in a folder's name: each is refused or degraded in one line,
+and nothing outside the folder named is removed. Every test runs in this process (the CLI
+through ``CliRunner``) unless it needs a process of its own.
 """
 from __future__ import annotations
 
