@@ -16,11 +16,10 @@ import sys
 import textwrap
 import threading
 import types
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import pytest
-import torch
 from typer.testing import CliRunner
 
 from fusedce_cli.app import app
@@ -209,15 +208,10 @@ def test_a_second_lightning_fit_into_a_fixed_out_is_recorded_beside_the_first(tm
     for run in range(2):
         trainer = _Trainer(tmp_path / "logs")
         callback = lightning_callback(steps=(1,), out=out, trace=False, report=False)
-        with pytest.warns(RuntimeWarning, match="this run is recorded in") if run else _no_warning():
+        with pytest.warns(RuntimeWarning, match="this run is recorded in") if run else nullcontext():
             _lightning_fit(callback, WrappedHeadLM(), trainer, steps=2, validate_after=set())
         assert trainer.global_step == 2 and len(callback.recorder.records) == 1
     assert callback.folder == tmp_path / "profile-2"
-
-
-@contextmanager
-def _no_warning():
-    yield
 
 
 # --- two recorders at once --------------------------------------------------------------------
