@@ -130,6 +130,19 @@ def test_the_recorder_refuses_a_linked_folder(tmp_path):
     assert not recorder.enabled and not list((tmp_path / "real").iterdir())
 
 
+def test_the_recorder_refuses_the_folder_of_another_kind_of_run(tmp_path):
+    """A recorder pointed at a grid's folder replaced its summary and environment."""
+    before = _finished_run(tmp_path / "grid")
+    with pytest.warns(RuntimeWarning, match=r"the folder of a grid run \(results.jsonl\); a recording goes into a "
+                                            "folder of its own"):
+        recorder = StepRecorder(WrappedHeadLM(), tmp_path / "grid", steps=(0,), trace=False)
+    model = recorder.model
+    with recorder.step():
+        _loss(model, _batch(0)).backward()
+    recorder.close()
+    assert _contents(tmp_path / "grid") == before
+
+
 # --- a run inside another run's folder --------------------------------------------------------
 
 def test_out_inside_another_runs_folder_is_refused(tmp_path):
@@ -162,20 +175,6 @@ def test_a_pipe_as_the_lock_note_is_refused_not_waited_on(tmp_path):
     with _unblocked(tmp_path / "run" / store.LOCK_FILE):
         with pytest.raises(UsageError, match=f"{tmp_path / 'run' / store.LOCK_FILE}: not a regular file"):
             report_command(tmp_path / "run")
-
-
-def test_a_pipe_as_the_recorded_steps_file_is_a_warning_not_a_hang(tmp_path):
-    """``append=True`` into a folder whose ``recorded_steps.jsonl`` is a FIFO: a warning, the step runs."""
-    run = tmp_path / "run"
-    run.mkdir()
-    os.mkfifo(run / store.RECORDED_STEPS_FILE)
-    recorder = StepRecorder(WrappedHeadLM(), run, steps=(0,), trace=False, append=True, report=False)
-    model = recorder.model
-    with _unblocked(run / store.RECORDED_STEPS_FILE), \
-            pytest.warns(RuntimeWarning, match="writing step 0 .* failed: .*not a regular file"):
-        with recorder.step():
-            _loss(model, _batch(0)).backward()
-        recorder.close()
 
 
 # --- a second run of a callback into the same folder ------------------------------------------
@@ -256,19 +255,6 @@ def test_two_recorders_in_two_threads_record_one_step_at_a_time(tmp_path):
     assert "another StepRecorder is recording a step in this process" in done.stdout, done.stdout
 
 
-def test_the_recorder_refuses_the_folder_of_another_kind_of_run(tmp_path):
-    """A recorder pointed at a grid's folder replaced its summary and environment."""
-    before = _finished_run(tmp_path / "grid")
-    with pytest.warns(RuntimeWarning, match=r"the folder of a grid run \(results.jsonl\); a recording goes into a "
-                                            "folder of its own"):
-        recorder = StepRecorder(WrappedHeadLM(), tmp_path / "grid", steps=(0,), trace=False)
-    model = recorder.model
-    with recorder.step():
-        _loss(model, _batch(0)).backward()
-    recorder.close()
-    assert _contents(tmp_path / "grid") == before
-
-
 # --- SIGHUP -----------------------------------------------------------------------------------
 
 class _OtherHandler(Exception):
@@ -295,6 +281,8 @@ def test_sighup_stops_a_command_as_sigterm_does_with_exit_129(monkeypatch):
         signal.signal(signal.SIGHUP, previous)
 
 
+# --- a named pipe as --config -----------------------------------------------------------------
+
 def test_a_pipe_given_as_config_is_named_for_what_it_is(tmp_path):
     """``--config FIFO`` was refused as a file that "does not exist"."""
     os.mkfifo(tmp_path / "config.json")
@@ -303,6 +291,8 @@ def test_a_pipe_given_as_config_is_named_for_what_it_is(tmp_path):
     _one_line_exit_2(result, f"{tmp_path / 'config.json'}: not a regular file (a named pipe)")
     assert not (tmp_path / "run").exists()
 
+
+# --- a relative recorder folder ---------------------------------------------------------------
 
 def test_a_relative_recorder_folder_stays_where_it_was_made(tmp_path, monkeypatch):
     """A relative ``out`` and a change of the current folder between steps wrote to two folders,
