@@ -27,7 +27,7 @@ HELP = """Profile the memory, time and parity of LM-head losses (linear + cross-
 
 Run without a command for the built-in default: the user's head (H=768, V=32777) and the Llama-3 head (H=4096, V=128256) from 1k tokens up, every installed back-end, amp-bf16. On a CPU-only machine: a small grid that takes about a minute.
 
-Exit codes: 0 ok; 1 a check failed (parity or doctor, a back-end that failed in every cell, a model run where every job failed), or a --model factory failed (raised, exited, hung or ran out of its memory guard); 2 bad usage or input (one line naming the argument, before anything is measured), or a run folder that cannot be written; 3 the run could not go on (a worker process died at start-up); 130 interrupted by Ctrl-C, 143 by SIGTERM (the cells or jobs finished so far are kept and reported).
+Exit codes: 0 ok; 1 a check failed (parity or doctor, a back-end that failed in every cell, a model run where every job failed), or a --model factory failed (raised, exited, hung or ran out of its memory guard); 2 bad usage or input (one line naming the argument, before anything is measured), or a run folder that cannot be written; 3 the run could not go on (a worker process died at start-up); 130 interrupted by Ctrl-C, 143 by SIGTERM, 129 by SIGHUP (the cells or jobs finished so far are kept and reported).
 
 A --backend module:callable is imported from Python's path, with the current folder first (as python -m does).
 """

@@ -20,6 +20,7 @@ from fusedce_cli.options import DeviceOption, ForceOption, JsonOption, OutOption
 from fusedce_cli.parsing import parse_counts
 from fusedce_cli.signals import interrupt_exit_code, stop_on_sigterm
 from fusedce_cli.usage import fail, usage_errors
+from fusedce_profiler.instrument.text import one_line
 
 
 def explain(
@@ -79,7 +80,7 @@ def explain(
     except UsageError as exc:
         raise fail(str(exc)) from None
     out_dir = prepare_out(out, force, resume, kind="explain")
-    console.print(f"fusedce-profile explain: writing to {out_dir}", markup=False)
+    console.print(f"fusedce-profile explain: writing to {one_line(out_dir)}", markup=False)
     try:
         with stop_on_sigterm():
             e = explain_plan(plan, out=out_dir, resume=resume,

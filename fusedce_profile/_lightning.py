@@ -2,7 +2,8 @@
 ``pytorch_lightning`` (a Trainer accepts only its own package's callbacks).
 
 Hooks used: ``setup`` (the folder: ``out``, else ``<trainer.log_dir or default_root_dir>/
-fusedce-profile``; rank 0 only), ``on_validation_start``/``on_validation_end`` (every pass,
+fusedce-profile``; ``<folder>-2`` when a run recorded there already:
+:func:`~fusedce_profile.recorder.callback_recorder`; rank 0 only), ``on_validation_start``/``on_validation_end`` (every pass,
 the sanity check included, with the allocator's reserved bytes around it),
 ``on_train_batch_start`` (begins recording when ``trainer.global_step`` is a named step),
 ``on_before_backward`` (the loss value; the backward mark), ``on_before_optimizer_step`` (the
@@ -17,7 +18,7 @@ import importlib
 from pathlib import Path
 from typing import Iterable
 
-from fusedce_profile.recorder import StepRecorder
+from fusedce_profile.recorder import StepRecorder, callback_recorder
 
 FOLDER = "fusedce-profile"
 
@@ -54,8 +55,8 @@ def make_callback_class(package: str):
             if stage != "fit" or self.recorder is not None or not trainer.is_global_zero:
                 return
             root = Path(self.out) if self.out is not None else Path(trainer.log_dir or trainer.default_root_dir) / FOLDER
-            self.folder = root
-            self.recorder = StepRecorder(pl_module, root, steps=self.steps, **self.options)
+            self.recorder = callback_recorder(pl_module, root, self.steps, self.options)
+            self.folder = self.recorder.out
 
         def on_validation_start(self, trainer, pl_module) -> None:
             if self.recorder is not None:

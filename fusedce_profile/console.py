@@ -21,7 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from fusedce_profiler.instrument.records import CellResult, CellSpec
-from fusedce_profiler.instrument.text import capped, printable, shorten
+from fusedce_profiler.instrument.text import capped, one_line, printable, shorten
 from fusedce_reports.frame import BASELINE_BACKEND
 from fusedce_reports.tables import group_title
 from fusedce_reports.units import format_bytes, format_error, format_ms, format_percent, format_tokens, is_missing
@@ -46,10 +46,44 @@ class _PrintableConsole(Console):
         return super().render_str(shown(text), **kwargs)
 
 
+class _UntilReaderLeaves:
+    """A text stream that writes into ``stream`` until its reader goes away (``| head -1`` exits):
+    from then on the stream's descriptor points at the null device and what is printed is dropped,
+    so a closed pipe stops the printing, never the run (which goes on writing its folder)."""
+
+    def __init__(self, stream) -> None:
+        self._stream = stream
+
+    def _reader_left(self) -> None:
+        try:
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, self._stream.fileno())  # every later write, the interpreter's too, goes nowhere
+            os.close(null)
+        except (OSError, ValueError):
+            pass
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._reader_left()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._reader_left()
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
 def make_console(*, to_stderr: bool) -> Console:
     """A rich console on stdout (or stderr), colours only when it is a terminal; control
-    characters of what it prints are spelled out."""
-    stream = sys.stderr if to_stderr else sys.stdout
+    characters of what it prints are spelled out, and a reader that goes away stops the printing
+    only (:class:`_UntilReaderLeaves`)."""
+    stream = _UntilReaderLeaves(sys.stderr if to_stderr else sys.stdout)
     # Piped output (a log file) gets a fixed width wide enough for the tables, unless
     # COLUMNS says otherwise.
     width = None if stream.isatty() or os.environ.get("COLUMNS") else PIPED_WIDTH
@@ -57,8 +91,9 @@ def make_console(*, to_stderr: bool) -> Console:
 
 
 def error(message: str) -> None:
-    """Print an error message to stderr (red on a terminal; one unwrapped line otherwise)."""
-    message = shown(message)
+    """Print an error message to stderr (red on a terminal; one unwrapped line otherwise): one line,
+    its newlines spelled out (:func:`~fusedce_profiler.instrument.text.one_line`)."""
+    message = one_line(capped(message))
     if not sys.stderr.isatty():
         sys.stderr.write(f"error: {message}\n")
         return

@@ -31,7 +31,7 @@ import shutil
 from pathlib import Path
 
 from fusedce_profile.errors import UsageError
-from fusedce_profile.folders import default_out_dir
+from fusedce_profile.folders import default_out_dir, refuse_linked_out
 
 #: How long the worker may take to build the model and run every check.
 DEFAULT_TIMEOUT_S = 600.0
@@ -82,6 +82,7 @@ def _prepare(out: str | Path | None, force: bool) -> Path:
     from fusedce_profiler.instrument import store
 
     folder = Path(out) if out is not None else default_out_dir()
+    refuse_linked_out(folder)
     if folder.exists() and not folder.is_dir():
         raise UsageError(f"--out {folder}: exists and is not a folder")
     if folder.is_dir() and any(p.name != store.LOCK_FILE for p in folder.iterdir()):

@@ -29,3 +29,6 @@ convention, 128 + SIGINT)."""
 TERMINATED = 143
 """SIGTERM stopped the run (128 + SIGTERM); handled like Ctrl-C: the finished cells are kept
 and reported."""
+
+HUNG_UP = 129
+"""SIGHUP stopped the run (128 + SIGHUP: the terminal it ran in was closed); handled like SIGTERM."""

@@ -1,7 +1,8 @@
 """The run folder: a new time-stamped one by default, never overwritten silently, locked while a
 command writes into it.
 
-- :func:`prepare_out_dir`: create or check the folder of ``out`` / ``force`` / ``resume``;
+- :func:`prepare_out_dir`: create or check the folder of ``out`` / ``force`` / ``resume`` (never a
+  link, never inside another run's folder);
 - :func:`run_folder`: the same, locked for the ``with`` block (a second run into it is refused);
 - :func:`held_for_report`: a finished folder locked while its report is rebuilt (a live run's is refused);
 - :func:`os_errors`: an OS error or a refused file of the folder as one line (``UsageError``).
@@ -17,8 +18,10 @@ from pathlib import Path
 
 from fusedce_profile.errors import UsageError
 from fusedce_profiler.instrument import store
-from fusedce_profiler.instrument.confined import FolderRefused
+from fusedce_profiler.instrument.confined import FOLDER_LINK_REFUSED, FolderRefused
+from fusedce_profiler.instrument.runlock import live_holder
 from fusedce_profiler.instrument.interruption import INTERRUPTED_FILE
+from fusedce_profiler.instrument.kinds import a_kind, other_kind
 
 # What a run writes into its folder; ``--force`` removes these and nothing else.
 RUN_ARTEFACTS = (store.RESULTS_FILE, "results.csv", "summary.md", "report.html", store.ENVIRONMENT_FILE,
@@ -32,26 +35,6 @@ RUN_RECORDS = tuple(name for name in RUN_ARTEFACTS if name not in (
     "results.csv", "summary.md", "report.html", store.PLOTS_DIR, store.SNAPSHOTS_DIR, store.LOGS_DIR))
 
 
-# Each kind of run by the records only it writes (environment.json and the interruption mark are
-# every kind's).
-KIND_RECORDS = {"grid": (store.RESULTS_FILE, store.PLAN_FILE), "model": (store.MODEL_RESULTS_FILE, store.FIT_FILE),
-                "parity": (store.PARITY_FILE,), "doctor": (store.DOCTOR_FILE,),
-                "explain": (store.EXPLAIN_FILE, store.EXPLAIN_STEPS_FILE), "recorded": (store.RECORDED_STEPS_FILE,)}
-
-
-def _other_kind(folder: Path, kind: str) -> tuple[str, str] | None:
-    """``(kind, record)`` of a run of another kind than ``kind`` whose record ``folder`` holds."""
-    for other, records in KIND_RECORDS.items():
-        for record in records:
-            if other != kind and os.path.lexists(folder / record):
-                return other, record
-    return None
-
-
-def _a(kind: str) -> str:
-    return f"{'an' if kind[0] in 'aeiou' else 'a'} {kind}"
-
-
 def _not_a_run_folder(folder: Path) -> list[str]:
     """What ``folder`` holds when it holds no run's record (:data:`RUN_RECORDS`), else ``[]``:
     ``--force`` and ``--resume`` touch only a run's folder (``--out ~ --force`` would remove the
@@ -60,8 +43,39 @@ def _not_a_run_folder(folder: Path) -> list[str]:
     return [] if any(name in RUN_RECORDS for name in names) else names
 
 
+def _enclosing_run(out: Path) -> tuple[Path, str] | None:
+    """``(folder, record)`` of the nearest folder above ``out`` (its links resolved) that holds a
+    run's record (:data:`RUN_RECORDS`): a run inside it would be removed by its ``--force``."""
+    for folder in Path(os.path.realpath(out)).parents:
+        for record in RUN_RECORDS:
+            if os.path.lexists(folder / record):
+                return folder, record
+    return None
+
+
+def _refuse_live_runs_below(out: Path) -> None:
+    """:class:`OutputDirError` when a folder among ``out``'s artefacts that ``--force`` would remove
+    (``plots/``, ``logs/``, ``snapshots/``) holds a run's lock that a live run holds."""
+    for name in RUN_ARTEFACTS:
+        top = out / name
+        if top.is_symlink() or not top.is_dir():
+            continue
+        for folder, _, files in os.walk(top):  # links are not followed
+            holder = live_holder(folder) if store.LOCK_FILE in files else None
+            if holder is not None:
+                raise OutputDirError(f"--out {out}: --force would remove {folder}, "
+                                     f"the folder of a run still live ({holder}); nothing removed")
+
+
 class OutputDirError(UsageError):
     """The output folder cannot be used as asked (exit code 2)."""
+
+
+def refuse_linked_out(out: Path) -> None:
+    """:class:`OutputDirError` when ``out`` is a symbolic link: a run writes into (and ``--force``
+    empties) the folder named, never a link's target; checked before anything is locked or removed."""
+    if os.path.islink(out):
+        raise OutputDirError(f"--out {out}: {FOLDER_LINK_REFUSED}")
 
 
 def default_out_dir(now: dt.datetime | None = None, parent: Path | None = None) -> Path:
@@ -83,7 +97,8 @@ def prepare_out_dir(out: Path | None, *, force: bool, resume: bool,
     - an existing non-empty folder: ``--resume`` continues the run in it; ``--force``
       removes the previous run's artefacts (:data:`RUN_ARTEFACTS`, nothing else); a folder
       that holds no run's record (:data:`RUN_RECORDS`) is no run folder and is refused with either,
-      and ``--resume`` of a ``kind`` of run (:data:`KIND_RECORDS`) refuses another kind's folder;
+      and ``--resume`` of a ``kind`` of run (:data:`~fusedce_profiler.instrument.kinds.KIND_RECORDS`)
+      refuses another kind's folder;
       otherwise :class:`OutputDirError` (which names ``--resume`` only when ``resume_option``: the
       command has it). A folder holding only a lock file counts as empty.
     - ``lock`` is called with the folder once it exists and before anything in it is
@@ -100,8 +115,13 @@ def prepare_out_dir(out: Path | None, *, force: bool, resume: bool,
             raise OutputDirError("--resume needs --out DIR: the folder of the run to continue")
         out = default_out_dir()
     out = Path(out)
+    refuse_linked_out(out)  # before anything is locked or removed: --force would empty its target
     if out.exists() and not out.is_dir():
         raise OutputDirError(f"--out {out}: exists and is not a folder")
+    outer = _enclosing_run(out)
+    if outer is not None:
+        raise OutputDirError(f"--out {out}: inside the folder of another run ({outer[0]}, "
+                             f"which holds {outer[1]}); a run folder holds one run: choose a folder outside it")
     if out.is_dir() and any(p.name != store.LOCK_FILE for p in out.iterdir()):
         if not resume and not force:
             raise OutputDirError(f"--out {out}: the folder is not empty; pass --force to replace its "
@@ -112,14 +132,15 @@ def prepare_out_dir(out: Path | None, *, force: bool, resume: bool,
             raise OutputDirError(f"--out {out}: not a run folder (it holds {shown}, and no run's record); "
                                  f"{'--resume' if resume else '--force'} only touches a folder a run wrote: "
                                  "choose a new or empty folder")
-        other = _other_kind(out, kind) if resume and kind else None
+        other = other_kind(out, kind) if resume and kind else None
         if other:
-            raise OutputDirError(f"--out {out}: the folder of {_a(other[0])} run ({other[1]}); --resume continues "
-                                 f"{_a(kind)} run: give its folder, or a new one")
+            raise OutputDirError(f"--out {out}: the folder of {a_kind(other[0])} run ({other[1]}); --resume continues "
+                                 f"{a_kind(kind)} run: give its folder, or a new one")
         if lock is not None:
             lock(out)
         if resume:
             return out
+        _refuse_live_runs_below(out)
         for name in RUN_ARTEFACTS:
             path = out / name
             if path.is_symlink() or path.is_file():

@@ -25,6 +25,7 @@ from rich.console import Console
 
 from fusedce_profile.errors import UsageError
 from fusedce_profile.outcome import CommandOutcome
+from fusedce_profiler.instrument.text import one_line
 
 DEFAULT_TOKENS = (1024, 4096, 16384)
 DEFAULT_HEAD = (768, 32777)
@@ -148,7 +149,7 @@ def _run(grids, heading: str, *, out, force: bool, resume: bool, snapshot: bool,
     device = grids[0].device
     timeout_s = resolve_cell_timeout(cell_timeout, device)
     with run_folder(out, force=force, resume=resume, kind="grid") as out_dir:
-        console.print(heading.replace("{out}", str(out_dir)), markup=False)
+        console.print(heading.replace("{out}", one_line(out_dir)), markup=False)
         if snapshot and device == "cpu":
             console.print("note: --snapshot records CUDA memory snapshots; the CPU run has none", markup=False)
         return run_grids(grids, out_dir, console, resume=resume, snapshot=snapshot, cell_timeout_s=timeout_s,

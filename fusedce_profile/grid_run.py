@@ -23,7 +23,7 @@ from fusedce_profiler.instrument import store
 from fusedce_profiler.instrument.confined import FolderRefused
 from fusedce_profiler.grid.spec import GridSpec
 from fusedce_profiler.instrument.records import CellSpec
-from fusedce_profiler.instrument.text import count
+from fusedce_profiler.instrument.text import count, one_line
 from fusedce_profiler.grid.runner import ResultNotStored, load_results, run_grid, save_plan
 from fusedce_profiler.instrument.records import CellResult
 from fusedce_profiler.instrument.worker import WorkerDied
@@ -42,8 +42,9 @@ def print_report(report: Report, console: Console) -> None:
     for finding in report.findings:  # stored strings are escaped: only our own markup is markup
         scope = f"[bold]{escape(finding.scope)}[/]: " if finding.scope else ""
         console.print(f"• {scope}{escape(finding.text)}", markup=True, highlight=False)
-    console.print(f"\nReport: [bold]{escape(str(report.summary))}[/] (Markdown), "
-                  + escape(f"{report.html} (HTML), {report.csv} (CSV), plots in {report.run_dir / 'plots'}"),
+    console.print(f"\nReport: [bold]{escape(one_line(report.summary))}[/] (Markdown), "
+                  + escape(f"{one_line(report.html)} (HTML), {one_line(report.csv)} (CSV), "
+                           f"plots in {one_line(report.run_dir / 'plots')}"),
                   markup=True)
 
 
@@ -155,7 +156,7 @@ def run_grids(grids: Sequence[GridSpec], out_dir: Path, console: Console, *, res
         except KeyboardInterrupt as exc:
             stopped = exc
             console.print(f"\nInterrupted after {progress.done} of {count(total, 'new cell')}; continue with "
-                          f"--resume --out {out_dir}", markup=False)
+                          f"--resume --out {one_line(out_dir)}", markup=False)
         except ResultNotStored as exc:
             raise UsageError(f"{describe_os_error(exc)}: the result of {_cell_name(exc.spec)} was not stored; "
                        f"free space (or raise the limit) and run with --resume --out {out_dir}: it measures "

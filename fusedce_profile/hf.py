@@ -1,6 +1,7 @@
 """``StepRecorderCallback`` for ``transformers.Trainer`` (``pip install "fusedce[hf]"``).
 
 Hooks used: ``on_train_begin`` (the folder: ``out``, else ``<args.output_dir>/fusedce-profile``;
+``<folder>-2`` when a run recorded there already: :func:`~fusedce_profile.recorder.callback_recorder`;
 the main process only), ``on_step_begin`` (begins recording when ``state.global_step`` is a
 named step; a step spans its gradient-accumulation micro-batches), ``on_pre_optimizer_step``
 (the optimizer mark), ``on_step_end`` (ends it; also notes the reserved bytes an evaluation
@@ -15,7 +16,7 @@ from typing import Iterable
 
 from transformers import TrainerCallback
 
-from fusedce_profile.recorder import StepRecorder
+from fusedce_profile.recorder import StepRecorder, callback_recorder
 
 FOLDER = "fusedce-profile"
 
@@ -44,8 +45,9 @@ class StepRecorderCallback(TrainerCallback):
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         if self.recorder is None and state.is_world_process_zero and model is not None:
-            self.folder = Path(self.out) if self.out is not None else Path(args.output_dir) / FOLDER
-            self.recorder = StepRecorder(model, self.folder, steps=self.steps, **self.options)
+            folder = Path(self.out) if self.out is not None else Path(args.output_dir) / FOLDER
+            self.recorder = callback_recorder(model, folder, self.steps, self.options)
+            self.folder = self.recorder.out
             self._note_reserved()
 
     def on_step_begin(self, args, state, control, **kwargs):

@@ -28,6 +28,7 @@ from rich.console import Console
 from fusedce_profile import exit_codes
 from fusedce_profile.errors import UsageError
 from fusedce_profile.outcome import CommandOutcome
+from fusedce_profiler.instrument.text import one_line
 
 
 @dataclasses.dataclass(frozen=True)
@@ -166,7 +167,7 @@ def model_command(*, out: str | Path | None = None, force: bool = False, resume:
     base = plan.base
     with run_folder(out, force=force, resume=resume, kind="model") as out_dir:
         say(f"fusedce-profile model: {plan.source.describe()} ({plan.source.parameters / 1e6:.1f} M parameters), "
-            f"B={base.batch} T={base.seq}, {base.mode}, {base.device}; writing to {out_dir}")
+            f"B={base.batch} T={base.seq}, {base.mode}, {base.device}; writing to {one_line(out_dir)}")
         clear_interruption(out_dir)
         done = {_key(r.job): r for r in load_model_results(out_dir).records} if resume else {}
         if not done or not (out_dir / store.ENVIRONMENT_FILE).is_file():

@@ -23,6 +23,7 @@ from rich.console import Console
 from fusedce_profile import exit_codes
 from fusedce_profile.errors import UsageError
 from fusedce_profile.outcome import CommandOutcome
+from fusedce_profiler.instrument.text import one_line
 
 
 def parity_settings(*, preset=None, config=None, tied=None, backend: Sequence[str] | None = None, steps=300,
@@ -103,7 +104,7 @@ def parity_command(*, out: str | Path | None = None, force: bool = False, resume
     with run_folder(out, force=force, resume=resume, kind="parity") as out_dir:
         finished = _finished(out_dir, settings) if resume else None
         say(f"fusedce-profile parity: {settings.config.name}, {settings.steps} steps, {settings.mode} on "
-            f"{settings.device}, seed {settings.seed}; writing to {out_dir}")
+            f"{settings.device}, seed {settings.seed}; writing to {one_line(out_dir)}")
         clear_interruption(out_dir)
         if finished is None or not (out_dir / store.ENVIRONMENT_FILE).is_file():
             save_environment(out_dir, collect_environment())

@@ -8,11 +8,13 @@ itself (it never imports the renderers): after each recorded step the folder's
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import warnings
 from pathlib import Path
 
 from fusedce_profiler.instrument.recording.recorder import StepRecorder as _ProfilerStepRecorder
+from fusedce_profiler.instrument.text import one_line
 
 
 def write_report(folder: str | Path) -> Path:
@@ -34,7 +36,7 @@ def _render(folder: Path) -> bool:
 
 def say(line: str) -> None:
     """One line of the recorder to the user's standard error (their training output)."""
-    print(f"fusedce-profile: {line}", file=sys.stderr, flush=True)
+    print(f"fusedce-profile: {one_line(line)}", file=sys.stderr, flush=True)
 
 
 class StepRecorder(_ProfilerStepRecorder):
@@ -75,6 +77,28 @@ class StepRecorder(_ProfilerStepRecorder):
         ran = f"the run ended after step {self.count - 1}" if self.count else "no step ran"
         for step in self.unreached():
             say(f"step {step} was never reached ({ran}); nothing was recorded for it")
+
+
+def _free_sibling(folder: Path) -> Path:
+    """``<folder>-2`` (``-3`` … if that exists already)."""
+    n = 2
+    while os.path.lexists(candidate := folder.with_name(f"{folder.name}-{n}")):
+        n += 1
+    return candidate
+
+
+def callback_recorder(model, folder: Path, steps, options: dict) -> StepRecorder:
+    """The recorder of a training callback (Lightning, Hugging Face): into ``folder``, or — when
+    ``folder`` already holds a recording and the options say neither ``force`` nor ``append`` (a
+    second run with the same settings) — into a fresh folder beside it, ``<folder>-2`` (``-3`` …),
+    said in one warning. A callback never stops the training it profiles."""
+    try:
+        return StepRecorder(model, folder, steps=steps, **options)
+    except FileExistsError:
+        fresh = _free_sibling(folder)
+        warnings.warn(f"fusedce-profile: {folder} already holds a recording; this run is recorded in {fresh} "
+                      "(pass force=True to replace it, or append=True to add to it)", RuntimeWarning, stacklevel=3)
+        return StepRecorder(model, fresh, steps=steps, **options)
 
 
 @contextlib.contextmanager

@@ -1,9 +1,9 @@
-"""SIGTERM behaves like Ctrl-C: the run stops, its finished results are kept and reported.
+"""SIGTERM and SIGHUP behave like Ctrl-C: the run stops, its finished results are kept and reported.
 
 :func:`stop_on_sigterm` installs a handler that raises :class:`Terminated` (a
-``KeyboardInterrupt``) in the main thread, so every ``except KeyboardInterrupt`` path that
-keeps results valid serves both signals; :func:`interrupt_exit_code` says which code to
-exit with.
+``KeyboardInterrupt``; :class:`HungUp` for SIGHUP, the terminal closed) in the main thread, so
+every ``except KeyboardInterrupt`` path that keeps results valid serves every stop;
+:func:`interrupt_exit_code` says which code to exit with.
 """
 from __future__ import annotations
 
@@ -17,30 +17,47 @@ from fusedce_profile import exit_codes
 class Terminated(KeyboardInterrupt):
     """The process received SIGTERM."""
 
+    signal_name = "SIGTERM"
+    exit_code = exit_codes.TERMINATED
+
+
+class HungUp(Terminated):
+    """The process received SIGHUP (its terminal was closed): handled as SIGTERM, exit 129."""
+
+    signal_name = "SIGHUP"
+    exit_code = exit_codes.HUNG_UP
+
 
 def _raise_terminated(signum, frame) -> None:
-    raise Terminated()
+    raise HungUp() if signum == signal.SIGHUP else Terminated()
+
+
+STOPPING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+"""The signals :func:`stop_on_sigterm` turns into :class:`Terminated` (Ctrl-C is Python's own)."""
 
 
 @contextlib.contextmanager
 def stop_on_sigterm() -> Iterator[None]:
-    """Within the block, SIGTERM raises :class:`Terminated`; the old handler is restored after."""
+    """Within the block, SIGTERM and SIGHUP raise :class:`Terminated` / :class:`HungUp`; the old
+    handlers are restored after."""
     try:
-        previous = signal.signal(signal.SIGTERM, _raise_terminated)
+        previous = {signum: signal.signal(signum, _raise_terminated) for signum in STOPPING_SIGNALS}
     except ValueError:  # not the main thread: leave signals alone
         yield
         return
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def signal_name(exc: KeyboardInterrupt) -> str:
-    """``"SIGTERM"`` or ``"Ctrl-C"``: what stopped the command, as the reports and the terminal say it."""
-    return "SIGTERM" if isinstance(exc, Terminated) else "Ctrl-C"
+    """``"SIGTERM"``, ``"SIGHUP"`` or ``"Ctrl-C"``: what stopped the command, as the reports and the
+    terminal say it."""
+    return exc.signal_name if isinstance(exc, Terminated) else "Ctrl-C"
 
 
 def interrupt_exit_code(exc: KeyboardInterrupt) -> int:
-    """143 for SIGTERM, 130 for Ctrl-C."""
-    return exit_codes.TERMINATED if isinstance(exc, Terminated) else exit_codes.INTERRUPTED
+    """143 for SIGTERM, 129 for SIGHUP, 130 for Ctrl-C."""
+    return exc.exit_code if isinstance(exc, Terminated) else exit_codes.INTERRUPTED

@@ -115,7 +115,7 @@ def test_the_recording_pages_loop_prints_where_each_step_went_and_nothing_else(t
     assert done.returncode == 0, done.stderr
     stated = [line for block in fenced_blocks(_text("recording.md"), "") for line in block.splitlines()
               if line.startswith("fusedce-profile: step")]
-    assert stated[0] == "fusedce-profile: step 2 recorded in runs/mine/summary.md"
+    assert stated[0] == "fusedce-profile: step 2 recorded in /home/me/project/runs/mine/summary.md"
     assert done.stderr.splitlines() == [f"fusedce-profile: step {s} recorded in {out / 'summary.md'}"
                                         for s in (2, 5, 2, 5)]
     report = run_cli(["report", str(out)], cli_env(), timeout=300)

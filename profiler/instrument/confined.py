@@ -19,7 +19,8 @@ readers turn those into "this row or file is damaged" notes, and a refused file 
 command instead.
 
 Public API: :class:`FolderRefused`, :func:`open_inside`, :func:`read_bytes`, :func:`loads`,
-:func:`jsonl_lines`, :func:`user_text`, :func:`check_nesting`, :func:`size_limit`, :data:`SIZE_LIMITS`, :data:`MAX_NESTING`,
+:func:`jsonl_lines`, :func:`user_text`, :func:`check_nesting`, :func:`size_limit`, :func:`open_own_file`,
+:func:`refuse_linked_folder`, :data:`SIZE_LIMITS`, :data:`MAX_NESTING`,
 :data:`MAX_LINE_BYTES`.
 """
 from __future__ import annotations
@@ -105,6 +106,11 @@ WRITE_SHARED_REFUSED = ("not a regular file of the folder alone (a hard link or 
 """Why the store refuses to append to or truncate a file that has another name (a hard link to a
 file elsewhere would be written there), or is not a regular file (a pipe would block)."""
 
+FOLDER_LINK_REFUSED = ("a symbolic link; a run writes only into the folder it names, never through a link: "
+                       "name the folder itself")
+"""Why a run refuses an output folder that is a link (the folder it writes into, and removes a
+previous run's files from with ``force``, must be the one named)."""
+
 _WRITING = os.O_WRONLY | os.O_RDWR
 
 
@@ -117,6 +123,35 @@ def check_own_file(fd: int, path: str | Path) -> int:
         os.close(fd)
         raise OSError(errno.EMLINK, WRITE_SHARED_REFUSED, str(path))
     return fd
+
+
+def open_own_file(name: str | Path, flags: int, path: str | Path, mode: int = 0o666, dir_fd: int | None = None) -> int:
+    """A descriptor of the file ``name`` (relative to ``dir_fd`` when given) opened with ``flags``
+    to be written in place, when it is the folder's own regular file (:func:`check_own_file`).
+
+    Opened without following a link and without blocking: a named pipe in place of the file would
+    block the open (until a reader comes) or every write, so it is refused, like a link, with an
+    ``OSError`` naming ``path`` (a link: ``ELOOP``, :data:`WRITE_LINK_REFUSED`); the descriptor
+    returned blocks as usual."""
+    try:
+        fd = os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, mode, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise OSError(errno.ELOOP, WRITE_LINK_REFUSED, str(path)) from None
+        if exc.errno == errno.ENXIO:  # a pipe no one reads
+            raise OSError(errno.ENXIO, WRITE_SHARED_REFUSED, str(path)) from None
+        exc.filename = str(path)
+        raise
+    check_own_file(fd, path)
+    os.set_blocking(fd, True)
+    return fd
+
+
+def refuse_linked_folder(folder: str | Path) -> None:
+    """:class:`FolderRefused` when ``folder``, the folder a run is to write into, is a symbolic link
+    (:data:`FOLDER_LINK_REFUSED`): checked before the run locks, writes or removes anything."""
+    if os.path.islink(folder):
+        raise FolderRefused(f"{folder}: {FOLDER_LINK_REFUSED}")
 
 
 def _refused_link(path: Path) -> FolderRefused:
@@ -147,9 +182,15 @@ def open_inside(folder: str | Path, path: str | Path, flags: int = _OPEN_READ, m
                 raise
             os.close(fd)
             fd = inner
+        if flags & _WRITING:
+            try:
+                return open_own_file(parts[-1], flags, path, mode, dir_fd=fd)
+            except OSError as exc:
+                if exc.errno == errno.ELOOP:
+                    raise _refused_link(path) from None
+                raise
         try:
-            opened = os.open(parts[-1], flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=fd)
-            return check_own_file(opened, path) if flags & _WRITING else opened
+            return os.open(parts[-1], flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=fd)
         except OSError as exc:
             if exc.errno == errno.ELOOP:
                 raise _refused_link(path) from None
@@ -218,13 +259,24 @@ def loads(data: bytes, path: str | Path) -> Any:
         raise FolderRefused(f"{path}: JSON nested too deeply to read") from None
 
 
+def _file_kind(mode: int) -> str:
+    """What a file that is not a regular one is: ``"a named pipe"``, ``"a folder"`` …"""
+    kinds = ((stat.S_ISFIFO, "a named pipe"), (stat.S_ISDIR, "a folder"), (stat.S_ISSOCK, "a socket"),
+             (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"))
+    return next((name for test, name in kinds if test(mode)), "not a file")
+
+
 def user_text(path: str | Path) -> str:
     """The UTF-8 text of a file the user named on the command line (a ``--config``, an ``--hf``
-    config.json; a link is fine there: the user chose it), refused over
-    :data:`DEFAULT_SIZE_LIMIT` before it is read: ``ValueError`` naming the file. ``OSError`` and
+    config.json; a link is fine there: the user chose it), refused when it is not a regular file (a
+    named pipe would block the read) or over :data:`DEFAULT_SIZE_LIMIT`, before it is read:
+    ``ValueError`` naming the file. ``OSError`` and
     ``UnicodeDecodeError`` propagate for the caller to word."""
     path = Path(path)
-    size = path.stat().st_size
+    info = path.stat()
+    if not stat.S_ISREG(info.st_mode):  # a pipe would block the read, a device never end it
+        raise ValueError(f"{path}: not a regular file ({_file_kind(info.st_mode)}); give a JSON or TOML file")
+    size = info.st_size
     if size > DEFAULT_SIZE_LIMIT:
         raise ValueError(f"{path}: {size} bytes, over the limit of {DEFAULT_SIZE_LIMIT} bytes for a config file")
     return path.read_text(encoding="utf-8")

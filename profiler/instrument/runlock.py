@@ -1,11 +1,10 @@
 """The lock a run holds on its folder while it writes into it (``.lock`` says who holds it).
 
-Public API: :data:`LOCK_FILE`, :class:`RunLock`, :class:`FolderInUse` (re-exported by
+Public API: :data:`LOCK_FILE`, :class:`RunLock`, :class:`FolderInUse`, :func:`live_holder` (re-exported by
 :mod:`fusedce_profiler.instrument.store`, which describes the whole folder).
 """
 from __future__ import annotations
 
-import errno
 import os
 import time
 from pathlib import Path
@@ -60,16 +59,13 @@ class RunLock:
         except BlockingIOError:
             os.close(fd)
             raise FolderInUse(self.folder, self._holder()) from None
-        try:
-            note = confined.check_own_file(os.open(LOCK_FILE, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
-                                                   0o666, dir_fd=fd), self.path)
+        try:  # a linked, hard-linked or piped note is refused, never written through or waited on
+            note = confined.open_own_file(LOCK_FILE, os.O_WRONLY | os.O_CREAT, self.path, dir_fd=fd)
             os.ftruncate(note, 0)  # only once it is known to be the folder's own file
             with os.fdopen(note, "w", encoding="utf-8") as fh:
                 fh.write(f"pid {os.getpid()} since {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
         except OSError as exc:
             os.close(fd)  # closing the folder releases the lock
-            if exc.errno == errno.ELOOP:
-                raise OSError(errno.ELOOP, confined.WRITE_LINK_REFUSED, str(self.path)) from None
             exc.filename = str(self.path)  # opened relative to the folder: name the whole path
             raise
         RunLock._held[key] = [fd, 1]
@@ -105,6 +101,24 @@ class RunLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+def live_holder(folder: str | Path) -> str | None:
+    """Who holds ``folder``'s run lock now (its ``.lock`` note, or ``"another process"``); ``None``
+    when no run does. A lock this process holds counts. ``folder`` is not followed when it is a link."""
+    import fcntl
+
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return RunLock(folder)._holder()
+    finally:
+        os.close(fd)  # also ends this probe's own lock
+    return None
 
 
 def _forget_locks_in_child() -> None:

@@ -46,7 +46,7 @@ Nothing here unpickles: the raw snapshot is written for the user's viewer and ne
 Public API: the file names, :func:`read_jsonl`, :class:`Loaded`, :func:`append_jsonl`,
 :func:`cut_partial_line`, :func:`write_text`, :func:`write_bytes`, :func:`write_stream`,
 :func:`write_text_stream`, :func:`write_json`, :func:`write_pickle`, :func:`read_json`, :func:`run_folder_of`,
-:func:`strict_json`, :func:`float_field`, :class:`RunLock`, :class:`FolderInUse`.
+:func:`strict_json`, :func:`float_field`, :class:`RunLock`, :class:`FolderInUse`, :func:`live_holder`.
 """
 from __future__ import annotations
 
@@ -63,7 +63,7 @@ from typing import Any, BinaryIO, Callable, Generic, TextIO, TypeVar
 
 from fusedce_profiler.instrument import confined, scrub, staging
 from fusedce_profiler.instrument.text import printable
-from fusedce_profiler.instrument.runlock import LOCK_FILE, FolderInUse, RunLock  # noqa: F401 - the folder's lock
+from fusedce_profiler.instrument.runlock import LOCK_FILE, FolderInUse, RunLock, live_holder  # noqa: F401 - the lock
 
 RESULTS_FILE = "results.jsonl"
 MODEL_RESULTS_FILE = "model_results.jsonl"
@@ -238,13 +238,7 @@ def append_jsonl(path: str | Path, record: dict) -> None:
     the umask."""
     path = Path(path)
     line = dumps(scrub.scrub_value(record, _names(path)), sort_keys=True) + "\n"
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise OSError(errno.ELOOP, _LINK_REFUSED, str(path)) from None
-        raise _naming(exc, path) from None
-    confined.check_own_file(fd, path)  # a hard link would append to a file elsewhere
+    fd = confined.open_own_file(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, path)  # nor through a hard link or pipe
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(line)

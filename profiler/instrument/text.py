@@ -11,7 +11,8 @@ is shown with ``cat``, and a bidirectional override or an invisible character wo
 read differently from what it holds (a name shown reversed, two names that look alike);
 :func:`printable` spells every such character out instead.
 
-Public API: :func:`shorten`, :func:`count`, :func:`printable`, :func:`capped`, :data:`MAX_SHOWN_CHARS`.
+Public API: :func:`shorten`, :func:`count`, :func:`printable`, :func:`one_line`, :func:`capped`,
+:data:`MAX_SHOWN_CHARS`.
 """
 from __future__ import annotations
 
@@ -42,6 +43,12 @@ def printable(text: str) -> str:
     ``\x1b``, U+202E as ``\u202e``), so a terminal or a viewer shows it instead of obeying it;
     the newline and the tab are kept."""
     return _UNSEEN.sub(_spelled, text)
+
+
+def one_line(text: str | object) -> str:
+    r"""``text`` (a path, or a message meant as one line) as :func:`printable` shows it, its
+    newlines spelled out too (``\n``): a folder named with a newline never splits a message in two."""
+    return printable(str(text)).replace("\n", "\\n")
 
 
 def capped(text: str, limit: int = MAX_SHOWN_CHARS) -> str:

@@ -211,11 +211,11 @@ def load_config(path: str | Path) -> ModelConfig:
     """
     path = Path(path)
     if path.is_dir():
-        if not (path / "config.json").is_file():
+        if not (path / "config.json").exists():
             raise ValueError(f"config folder {str(path)!r} has no config.json (give the file, or a model "
                              "folder that holds one)")
         path = path / "config.json"
-    if not path.is_file():
+    if not path.exists():  # what exists but is not a regular file is named by user_text
         raise ValueError(f"config file {str(path)!r} does not exist")
     try:
         text = confined.user_text(path)

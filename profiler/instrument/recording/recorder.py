@@ -28,7 +28,9 @@ and is a plain counter check otherwise: no hook, no profiler, nothing allocated
 
 A failure of the recorder itself never stops the user's training: it is reported with
 :func:`warnings.warn` and the step runs unrecorded; so is a folder that cannot be written, that
-another run holds, or that fills up (the recorder then records nothing more). On a distributed run only rank 0 records.
+another run holds, or that fills up (the recorder then records nothing more). One step is recorded
+at a time in a process: a step another recorder (another thread's) would record meanwhile runs
+unrecorded, with a warning. On a distributed run only rank 0 records.
 
 Public API: :class:`StepRecorder`, :data:`NOOP` (the public face, which also renders the
 report, is :mod:`fusedce_profile`).
@@ -37,6 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -50,13 +53,20 @@ from fusedce_profiler.instrument import store
 from fusedce_profiler.instrument.confined import FolderRefused
 from fusedce_profiler.instrument.protocol import MemoryMeter
 from fusedce_profiler.instrument.recording.assemble import RecordedSubject, build_record
+from fusedce_profiler.instrument.recording.folder import take_folder
 from fusedce_profiler.instrument.recording.landmarks import batch_shape, find_embedding, find_final_norm, find_head
 from fusedce_profiler.instrument.recording.phases import CudaPhaseMeter, SharedProfilerMeter, StepRecording
 from fusedce_profiler.instrument.tensors import tensor_bytes
+from fusedce_profiler.instrument.text import one_line
 from fusedce_profiler.instrument.recording.records import EvalPass, RecordedStep, append_recorded_step
 
 #: What :meth:`StepRecorder.step` returns on a step that is not recorded (reusable, stateless).
 NOOP = contextlib.nullcontext()
+
+_ONE_RECORDING = threading.Lock()
+"""Held while a step is recorded, by whichever recorder of this process records it: a recorded
+step wraps ``Tensor.backward`` and runs the process's one profiler, so a second recorder (another
+thread's) that would record at the same time leaves its step unrecorded, with a warning."""
 
 
 def _is_rank_zero() -> bool:
@@ -82,7 +92,7 @@ class StepRecorder:
     ``append``: add to it instead (another run of the same model, e.g. with the fused loss: the
     report compares runs by ``label``).
     ``on_record(folder)``: called after each record is written (the public API renders the
-    report there).
+    report there). A relative ``out`` is taken from the current folder once, here.
     """
 
     def __init__(self, model: nn.Module, out: str | Path, *, steps: Iterable[int] = (2,), label: str = "",
@@ -90,7 +100,8 @@ class StepRecorder:
                  batch: int | None = None, seq: int | None = None, trace: bool = True, snapshot: bool = True,
                  force: bool = False, append: bool = False,
                  on_record: Callable[[Path], None] | None = None) -> None:
-        self.model, self.out = model, Path(out)
+        self.model = model
+        self.out = Path(os.path.abspath(out))  # once: a later change of the current folder moves nothing
         listed = [steps] if isinstance(steps, (str, bytes)) else list(steps) if isinstance(steps, Iterable) else None
         if listed is None or not all(isinstance(s, Integral) and not isinstance(s, bool) for s in listed):
             raise ValueError(f"steps must be 0-based step indices (integers ≥ 0), got {steps!r}")
@@ -110,30 +121,16 @@ class StepRecorder:
         self._located = False
         self._head = self._norm = self._embedding = None
         self._lock = None
+        self._holds_recording = False  # this recorder holds _ONE_RECORDING
         if self.enabled:
             try:
-                self._prepare_folder(force, append)
+                self._lock = take_folder(self.out, force=force, append=append)
             except FileExistsError:  # a recording is there: the caller must say replace or add
                 raise
             except (OSError, store.FolderInUse, FolderRefused) as exc:
-                warnings.warn(f"fusedce-profile: not recording into {self.out}: {exc}; training goes on "
-                              "unrecorded", RuntimeWarning, stacklevel=2)
+                warnings.warn(f"fusedce-profile: not recording into {one_line(self.out)}: {one_line(exc)}; "
+                              "training goes on unrecorded", RuntimeWarning, stacklevel=2)
                 self.enabled = False
-
-    # -- folder -------------------------------------------------------------------------
-    def _prepare_folder(self, force: bool, append: bool) -> None:
-        existing = self.out / store.RECORDED_STEPS_FILE
-        if existing.exists() and append:
-            self._lock = store.RunLock(self.out).acquire()
-            return
-        if existing.exists() and not force:
-            raise FileExistsError(f"{self.out} already holds a recording ({store.RECORDED_STEPS_FILE}); "
-                                  "pass force=True to replace it, append=True to add to it, or another folder")
-        self._lock = store.RunLock(self.out).acquire()
-        if existing.exists():
-            existing.unlink()
-            for old in (self.out / store.SNAPSHOTS_DIR).glob("step-*"):
-                old.unlink()
 
     def close(self) -> None:
         """End an open recording and release the folder (also done when the process exits)."""
@@ -268,10 +265,22 @@ class StepRecorder:
         self._embedding = find_embedding(self.model, vocab)
 
     def _begin(self, rec: StepRecording) -> None:
+        if not _ONE_RECORDING.acquire(blocking=False):
+            warnings.warn(f"fusedce-profile: step {rec.index} is not recorded: another StepRecorder is recording a "
+                          "step in this process (one step is recorded at a time)", RuntimeWarning, stacklevel=3)
+            self._done.add(rec.index)
+            return
+        self._holds_recording = True
         try:
             self._start(rec)
         except Exception as exc:  # noqa: BLE001 - the user's step must run whatever happens here
             self._abandon(rec, exc)
+
+    def _release_recording(self) -> None:
+        """Let another recorder of this process record (the step this one recorded has ended)."""
+        if self._holds_recording:
+            self._holds_recording = False
+            _ONE_RECORDING.release()
 
     def _start(self, rec: StepRecording) -> None:
         from fusedce_profiler.instrument.snapshot import SnapshotRecorder
@@ -314,6 +323,7 @@ class StepRecorder:
             with contextlib.suppress(Exception):
                 torch.cuda.memory._record_memory_history(enabled=None)
         self._active = None
+        self._release_recording()
         self._done.add(rec.index)
 
     def _end(self, rec: StepRecording, ok: bool) -> RecordedStep | None:
@@ -333,6 +343,7 @@ class StepRecorder:
             if shared:
                 rec.meter.__exit__(None, None, None)
             self._active = None
+            self._release_recording()
             self._done.add(rec.index)
             if not ok:
                 if rec.snapshot is not None:

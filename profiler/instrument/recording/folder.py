@@ -1,0 +1,48 @@
+"""The folder a :class:`~fusedce_profiler.instrument.recording.recorder.StepRecorder` records into.
+
+:func:`take_folder` checks and locks it before the first step: never a symbolic link (nor its
+``snapshots/``, which replacing a recording empties), never another kind of run's folder (whose
+summary and environment a recording would replace), a recording already there replaced only
+with ``force`` and added to only with ``append``.
+
+Public API: :func:`take_folder`.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from fusedce_profiler.instrument import store
+from fusedce_profiler.instrument.confined import FolderRefused, refuse_linked_folder
+from fusedce_profiler.instrument.kinds import a_kind, other_kind
+
+
+def take_folder(out: Path, *, force: bool, append: bool) -> store.RunLock:
+    """Lock ``out`` for a recording and return its lock; with ``force``, remove the recording it
+    holds (its steps and their snapshots) once locked.
+
+    ``FileExistsError``: ``out`` holds a recording and neither ``force`` nor ``append`` is given;
+    :class:`~fusedce_profiler.instrument.confined.FolderRefused`: a linked folder or ``snapshots/``,
+    or another kind of run's folder (refused before anything is locked or removed);
+    :class:`~fusedce_profiler.instrument.store.FolderInUse` or ``OSError``: the lock cannot be taken.
+    """
+    refuse_linked_folder(out)
+    other = other_kind(out, "recorded")
+    if other is not None:
+        raise FolderRefused(f"{out}: the folder of {a_kind(other[0])} run ({other[1]}); a recording "
+                            "goes into a folder of its own")
+    existing = out / store.RECORDED_STEPS_FILE
+    if os.path.lexists(existing) and append:
+        return store.RunLock(out).acquire()
+    if os.path.lexists(existing) and not force:
+        raise FileExistsError(f"{out} already holds a recording ({store.RECORDED_STEPS_FILE}); "
+                              "pass force=True to replace it, append=True to add to it, or another folder")
+    snapshots = out / store.SNAPSHOTS_DIR
+    refuse_linked_folder(snapshots)
+    lock = store.RunLock(out).acquire()
+    if os.path.lexists(existing):
+        existing.unlink()
+        for old in snapshots.glob("step-*"):
+            if old.is_symlink() or old.is_file():  # a link is removed, never followed
+                old.unlink()
+    return lock

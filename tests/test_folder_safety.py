@@ -1,0 +1,341 @@
+"""The folder a run writes into, and what a run does when its surroundings are hostile.
+
+``--out`` (and a recorder's ``out``) that is a symbolic link, a folder inside another run's, a
+``--force`` that would remove a live run's folder, a named pipe where the lock note, a record or
+a ``--config`` is, a second run of a training callback into the same folder, two recorders in
+two threads, a relative recorder folder and a change of the current folder, SIGHUP, a standard
+output its reader closed, a newline in a folder's name: each is refused or degraded in one line,
+and nothing outside the folder named is removed. Every test runs in this process (the CLI
+through ``CliRunner``) unless it needs a process of its own.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import types
+from contextlib import contextmanager, nullcontext
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from fusedce_cli.app import app
+from fusedce_profile import StepRecorder
+from fusedce_profile.folders import OutputDirError, prepare_out_dir
+from fusedce_profile.report import report_command
+from fusedce_profile.errors import UsageError
+from fusedce_profiler.instrument import store
+from processes import REPO, cli_env
+from test_cli_faults import TINY
+from test_recording import _Trainer, _batch, _lightning_fit, _loss, hf_callback, lightning_callback  # noqa: F401
+from tests.doctor_models import WrappedHeadLM
+
+pytestmark = pytest.mark.faults  # the fault suite: pytest -m faults
+
+RUN_FILES = {store.RESULTS_FILE: "{}\n", store.PLAN_FILE: "{}\n", "summary.md": "# the run\n",
+             store.ENVIRONMENT_FILE: "{}\n"}
+
+
+def _finished_run(folder: Path) -> dict[str, str]:
+    """``folder`` holding a finished grid run's files; returns them (name → text) to compare after."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in RUN_FILES.items():
+        (folder / name).write_text(text)
+    return _contents(folder)
+
+
+def _contents(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): p.read_text() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _one_line_exit_2(result, *needles: str) -> None:
+    text = " ".join(result.stderr.split())
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    for needle in needles:
+        assert needle in text, text
+
+
+@contextmanager
+def _unblocked(fifo: Path, seconds: float = 20):
+    """Fail (instead of hanging the suite) when the block is still waiting on ``fifo`` after
+    ``seconds``: the pipe is then opened from the other end, which lets the waiting open go on."""
+    def release() -> None:
+        fd = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)
+        os.close(fd)
+
+    timer = threading.Timer(seconds, release)
+    timer.start()
+    try:
+        yield
+    finally:
+        hung = not timer.is_alive()
+        timer.cancel()
+    assert not hung, f"waited on the named pipe {fifo}"
+
+
+# --- a linked --out ---------------------------------------------------------------------------
+
+def test_force_into_a_linked_out_removes_nothing_and_is_one_line(tmp_path):
+    """``grid --force --out LINK`` (LINK a link to a finished run) deleted the run's files in the
+    link's target before the link was refused."""
+    before = _finished_run(tmp_path / "run")
+    (tmp_path / "link").symlink_to(tmp_path / "run")
+    result = CliRunner().invoke(app, [*TINY, "--tokens", "8", "--backend", "torch", "--out", str(tmp_path / "link"),
+                                      "--force"])
+    _one_line_exit_2(result, f"--out {tmp_path / 'link'}: a symbolic link; a run writes only into the folder it names")
+    assert _contents(tmp_path / "run") == before
+
+
+@pytest.mark.parametrize("command", [
+    [*TINY, "--tokens", "8", "--backend", "torch"],
+    ["model", "--device", "cpu", "--preset", "tiny", "--batch", "1", "--seq", "8", "--no-trace"],
+    ["parity", "--device", "cpu", "--preset", "tiny", "--steps", "10"],
+    ["doctor", "--device", "cpu", "--preset", "tiny", "--loss", "test_model_cli:unshifted_wrapper"],
+    ["explain", "--device", "cpu", "--preset", "tiny", "--seq", "32", "--naive", "3", "--fused", "2", "--card", "24"],
+], ids=lambda command: command[0])
+def test_every_command_refuses_a_linked_out_in_one_line(tmp_path, command):
+    """``model``, ``parity``, ``doctor`` and ``explain`` printed a traceback of ~50 lines and exited 1."""
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "empty")
+    result = CliRunner().invoke(app, [*command, "--out", str(tmp_path / "link")])
+    _one_line_exit_2(result, f"--out {tmp_path / 'link'}: a symbolic link")
+    assert not list((tmp_path / "empty").iterdir())
+
+
+def test_the_recorder_refuses_a_linked_snapshots_folder_and_removes_nothing_outside(tmp_path):
+    """``StepRecorder(force=True)`` followed a linked ``snapshots/`` and removed ``step-*`` files outside."""
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "step-2.pickle").write_text("keep")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / store.RECORDED_STEPS_FILE).write_text("{}\n")
+    (run / store.SNAPSHOTS_DIR).symlink_to(outside)
+    with pytest.warns(RuntimeWarning, match=f"not recording into {run}: {run / store.SNAPSHOTS_DIR}: a symbolic link"):
+        recorder = StepRecorder(WrappedHeadLM(), run, steps=(0,), trace=False, force=True)
+    assert not recorder.enabled and (outside / "step-2.pickle").read_text() == "keep"
+    assert (run / store.RECORDED_STEPS_FILE).read_text() == "{}\n"
+    assert not (run / store.LOCK_FILE).exists()
+
+
+def test_the_recorder_refuses_a_linked_folder(tmp_path):
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    with pytest.warns(RuntimeWarning, match="a symbolic link; a run writes only into the folder it names"):
+        recorder = StepRecorder(WrappedHeadLM(), tmp_path / "link", steps=(0,), trace=False)
+    assert not recorder.enabled and not list((tmp_path / "real").iterdir())
+
+
+def test_the_recorder_refuses_the_folder_of_another_kind_of_run(tmp_path):
+    """A recorder pointed at a grid's folder replaced its summary and environment."""
+    before = _finished_run(tmp_path / "grid")
+    with pytest.warns(RuntimeWarning, match=r"the folder of a grid run \(results.jsonl\); a recording goes into a "
+                                            "folder of its own"):
+        recorder = StepRecorder(WrappedHeadLM(), tmp_path / "grid", steps=(0,), trace=False)
+    model = recorder.model
+    with recorder.step():
+        _loss(model, _batch(0)).backward()
+    recorder.close()
+    assert _contents(tmp_path / "grid") == before
+
+
+# --- a run inside another run's folder --------------------------------------------------------
+
+def test_out_inside_another_runs_folder_is_refused(tmp_path):
+    """``--out RUN/plots/inner`` was accepted; ``--force`` of RUN then removed the inner run."""
+    _finished_run(tmp_path / "run")
+    with pytest.raises(OutputDirError, match=r"inside the folder of another run \(.*run, which holds results.jsonl\)"):
+        prepare_out_dir(tmp_path / "run" / "plots" / "inner", force=False, resume=False)
+    assert not (tmp_path / "run" / "plots").exists()
+
+
+def test_force_never_removes_a_folder_a_live_run_holds(tmp_path):
+    before = _finished_run(tmp_path / "run")
+    inner = tmp_path / "run" / store.LOGS_DIR / "inner"
+    lock = store.RunLock(inner).acquire()  # a live run, made before nesting was refused
+    try:
+        with pytest.raises(OutputDirError, match=f"--force would remove {inner}, the folder of a run still live"):
+            prepare_out_dir(tmp_path / "run", force=True, resume=False)
+        assert _contents(tmp_path / "run") == {**before, f"{store.LOGS_DIR}/inner/{store.LOCK_FILE}":
+                                               (inner / store.LOCK_FILE).read_text()}
+    finally:
+        lock.release()
+
+
+# --- named pipes where the tool writes -------------------------------------------------------
+
+def test_a_pipe_as_the_lock_note_is_refused_not_waited_on(tmp_path):
+    """A FIFO named ``.lock`` made ``report DIR`` hang for ever (the note was opened to be written)."""
+    _finished_run(tmp_path / "run")
+    os.mkfifo(tmp_path / "run" / store.LOCK_FILE)
+    with _unblocked(tmp_path / "run" / store.LOCK_FILE):
+        with pytest.raises(UsageError, match=f"{tmp_path / 'run' / store.LOCK_FILE}: not a regular file"):
+            report_command(tmp_path / "run")
+
+
+# --- a second run of a callback into the same folder ------------------------------------------
+
+def _hf_train(callback, tmp_path, steps: int = 2) -> None:
+    model = WrappedHeadLM()
+    args = types.SimpleNamespace(output_dir=str(tmp_path / "hf-out"))
+    state = types.SimpleNamespace(global_step=0, is_world_process_zero=True)
+    callback.on_train_begin(args, state, None, model=model)
+    for i in range(steps):
+        callback.on_step_begin(args, state, None)
+        _loss(model, _batch(i)).backward()
+        state.global_step += 1
+        callback.on_step_end(args, state, None)
+    callback.on_train_end(args, state, None)
+
+
+def test_a_second_hf_run_with_default_options_is_recorded_beside_the_first(tmp_path, hf_callback):
+    """The second ``Trainer.train()`` into the same default folder stopped with FileExistsError."""
+    _hf_train(hf_callback(steps=(0,), trace=False, report=False), tmp_path)
+    second = hf_callback(steps=(0,), trace=False, report=False)
+    first = tmp_path / "hf-out" / "fusedce-profile"
+    with pytest.warns(RuntimeWarning, match=f"{first} already holds a recording; this run is recorded in {first}-2"):
+        _hf_train(second, tmp_path)
+    assert second.folder == Path(f"{first}-2") and len(second.recorder.records) == 1
+
+
+def test_a_second_lightning_fit_into_a_fixed_out_is_recorded_beside_the_first(tmp_path, lightning_callback):
+    out = tmp_path / "profile"
+    for run in range(2):
+        trainer = _Trainer(tmp_path / "logs")
+        callback = lightning_callback(steps=(1,), out=out, trace=False, report=False)
+        with pytest.warns(RuntimeWarning, match="this run is recorded in") if run else nullcontext():
+            _lightning_fit(callback, WrappedHeadLM(), trainer, steps=2, validate_after=set())
+        assert trainer.global_step == 2 and len(callback.recorder.records) == 1
+    assert callback.folder == tmp_path / "profile-2"
+
+
+# --- two recorders at once --------------------------------------------------------------------
+
+TWO_THREADS = textwrap.dedent('''
+    import sys, threading, warnings, torch
+    from fusedce_profile import StepRecorder
+    from test_recording import _batch, _loss
+    from tests.doctor_models import WrappedHeadLM
+
+    original = torch.Tensor.backward, torch.autograd.backward
+    start = threading.Barrier(2)
+
+    def train(name):
+        model = WrappedHeadLM()
+        recorder = StepRecorder(model, f"{sys.argv[1]}/{name}", steps=(0, 1, 2), report=False)
+        start.wait()
+        for i in range(3):
+            with recorder.step():
+                _loss(model, _batch(i)).backward()
+        recorder.close()
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        threads = [threading.Thread(target=train, args=(name,)) for name in "ab"]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    print("restored", (torch.Tensor.backward, torch.autograd.backward) == original)
+    for warning in caught:
+        print("warning:", warning.message)
+''')
+
+
+def test_two_recorders_in_two_threads_record_one_step_at_a_time(tmp_path):
+    """Two recorders in two threads hung (or crashed) with ``Tensor.backward`` left wrapped."""
+    done = subprocess.run([sys.executable, "-c", TWO_THREADS, str(tmp_path)], cwd=REPO, capture_output=True,
+                          text=True, timeout=60, env=cli_env(REPO / "tests"))
+    assert done.returncode == 0, done.stderr
+    assert "restored True" in done.stdout, done.stdout
+    assert "another StepRecorder is recording a step in this process" in done.stdout, done.stdout
+
+
+# --- SIGHUP -----------------------------------------------------------------------------------
+
+class _OtherHandler(Exception):
+    """Raised by the handler a test installs before: the signal did not reach the tool's handler."""
+
+
+def test_sighup_stops_a_command_as_sigterm_does_with_exit_129(monkeypatch):
+    """SIGHUP (the terminal closed) ended a run at once, exit 129, with no word and a stale ``.lock``."""
+    import signal
+
+    from fusedce_profile.signals import interrupt_exit_code, signal_name, stop_on_sigterm
+
+    def other(signum, frame):
+        raise _OtherHandler()
+
+    previous = signal.signal(signal.SIGHUP, other)
+    try:
+        with pytest.raises(KeyboardInterrupt) as stopped:
+            with stop_on_sigterm():
+                os.kill(os.getpid(), signal.SIGHUP)
+        assert (interrupt_exit_code(stopped.value), signal_name(stopped.value)) == (129, "SIGHUP")
+        assert signal.getsignal(signal.SIGHUP) is other  # restored after the block
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+
+
+# --- a named pipe as --config -----------------------------------------------------------------
+
+def test_a_pipe_given_as_config_is_named_for_what_it_is(tmp_path):
+    """``--config FIFO`` was refused as a file that "does not exist"."""
+    os.mkfifo(tmp_path / "config.json")
+    result = CliRunner().invoke(app, [*TINY, "--tokens", "8", "--config", str(tmp_path / "config.json"),
+                                      "--out", str(tmp_path / "run")])
+    _one_line_exit_2(result, f"{tmp_path / 'config.json'}: not a regular file (a named pipe)")
+    assert not (tmp_path / "run").exists()
+
+
+# --- a relative recorder folder ---------------------------------------------------------------
+
+def test_a_relative_recorder_folder_stays_where_it_was_made(tmp_path, monkeypatch):
+    """A relative ``out`` and a change of the current folder between steps wrote to two folders,
+    the second without a lock."""
+    (tmp_path / "first").mkdir()
+    (tmp_path / "second").mkdir()
+    monkeypatch.chdir(tmp_path / "first")
+    recorder = StepRecorder(WrappedHeadLM(), "runs/mine", steps=(0, 1), trace=False, report=False)
+    model = recorder.model
+    for index in range(2):
+        with recorder.step():
+            _loss(model, _batch(index)).backward()
+        monkeypatch.chdir(tmp_path / "second")
+    recorder.close()
+    assert len((tmp_path / "first" / "runs/mine" / store.RECORDED_STEPS_FILE).read_text().splitlines()) == 2
+    assert not (tmp_path / "second" / "runs").exists()
+
+
+# --- a reader that goes away -----------------------------------------------------------------
+
+def test_a_closed_stdout_stops_the_printing_not_the_run(tmp_path, monkeypatch):
+    """``grid ... | head -1``: the run stopped at the next line printed, exit 1, without a word,
+    its cells and report lost."""
+    from fusedce_profile.console import make_console
+    from fusedce_profile.grid import grid_command
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader has gone, as head -1 does after its line
+    with os.fdopen(write_end, "w") as closed:
+        monkeypatch.setattr(sys, "stdout", closed)
+        outcome = grid_command(tokens=[8, 16], hidden=[32], vocab=[256], backend=["torch"], device="cpu",
+                               repeats=1, warmup=0, out=tmp_path / "run", console=make_console(to_stderr=False))
+        monkeypatch.undo()
+    assert outcome.exit_code == 0
+    out = tmp_path / "run"
+    assert len((out / store.RESULTS_FILE).read_text().splitlines()) == 2 and (out / "summary.md").is_file()
+    assert not (out / store.LOCK_FILE).exists()
+
+
+# --- a newline in a folder's name -------------------------------------------------------------
+
+def test_a_newline_in_the_folder_name_never_splits_the_error_line(tmp_path):
+    out = tmp_path / "two\nlines"
+    _finished_run(out)
+    result = CliRunner().invoke(app, [*TINY, "--tokens", "8", "--backend", "torch", "--out", str(out)])
+    _one_line_exit_2(result, f"--out {tmp_path}/two\\nlines: the folder is not empty")
