@@ -180,8 +180,10 @@ def test_a_signal_during_report_replaces_nothing_and_says_so_in_one_line(run, si
     assert not [p for p in run.rglob("*") if p.name.endswith(".tmp")]
 
 
-def test_a_signal_as_the_report_is_put_in_place_is_taken_after_it(run, monkeypatch):
-    """The renames that put a finished report in place are not cut by Ctrl-C: it is taken after them."""
+@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGHUP, 129)])
+def test_a_signal_as_the_report_is_put_in_place_is_taken_after_it(run, monkeypatch, signum, code):
+    """The renames that put a finished report in place are not cut by Ctrl-C or a closed terminal:
+    the signal is taken after them."""
     from fusedce_profiler.instrument import staging
 
     replace = os.replace
@@ -189,13 +191,13 @@ def test_a_signal_as_the_report_is_put_in_place_is_taken_after_it(run, monkeypat
     def interrupted_replace(source, target):
         replace(source, target)
         if str(target).endswith("summary.md"):
-            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signum)
             time.sleep(0.1)  # a handler that raised would have raised by now
 
     monkeypatch.setattr(staging.os, "replace", interrupted_replace)
     (run / "summary.md").write_text("old")
     result = _report(run)
-    assert result.exit_code == 130, result.output
+    assert result.exit_code == code, result.output
     assert "nothing replaced" not in result.output
     assert (run / "summary.md").read_text() != "old" and "torch" in (run / "report.html").read_text()
 

@@ -2,7 +2,7 @@
 
 Every file :mod:`~fusedce_profiler.instrument.store` writes goes to a temporary name first and is
 then renamed into place (:func:`place`). Inside :func:`all_or_nothing` the renames wait for the end
-of the block: when it ends normally they are all done together, shielded from Ctrl-C and SIGTERM
+of the block: when it ends normally they are all done together, shielded from Ctrl-C, SIGTERM and SIGHUP
 (a signal arriving meanwhile is taken right after them); when it ends by an exception — a signal,
 a full disk — every temporary is removed instead, and the folder holds exactly what it held. A
 file the block removes (:func:`remove`) goes with the renames. Reading back a file written in the
@@ -20,7 +20,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 
-_HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+"""Ctrl-C, SIGTERM and SIGHUP (the terminal closed): the signals a command stops on."""
 
 
 @dataclass
@@ -81,7 +82,7 @@ def newest(path: str | Path) -> Path:
 
 @contextlib.contextmanager
 def _signals_held() -> Iterator[None]:
-    """Ctrl-C and SIGTERM received inside the block are taken when it ends, by the handlers that
+    """Ctrl-C, SIGTERM and SIGHUP received inside the block are taken when it ends, by the handlers that
     were in place before it (outside the main thread, where Python cannot set handlers, nothing
     is held: signals reach only the main thread's handlers anyway)."""
     received: list[int] = []
