@@ -27,16 +27,14 @@ and :func:`~fusedce_profile.folders.default_out_dir` (re-exported).
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
 from fusedce_profile.errors import UsageError
-from fusedce_profile.folders import default_out_dir, refuse_linked_out
+from fusedce_profile.folders import default_out_dir, prepare_out_dir
 
 #: How long the worker may take to build the model and run every check.
 DEFAULT_TIMEOUT_S = 600.0
 _MODES = ("amp-bf16", "fp32")
-_ARTEFACTS = ("doctor.json", "environment.json", "summary.md", "logs")
 
 
 class UserCodeFailed(RuntimeError):
@@ -78,24 +76,11 @@ def check_arguments(loss: str, *, device: str = "cpu", mode: str | None = None, 
 
 
 def _prepare(out: str | Path | None, force: bool) -> Path:
-    """The run folder: created; a folder holding an earlier run is refused unless ``force``."""
-    from fusedce_profiler.instrument import store
-
-    folder = Path(out) if out is not None else default_out_dir()
-    refuse_linked_out(folder)
-    if folder.exists() and not folder.is_dir():
-        raise UsageError(f"--out {folder}: exists and is not a folder")
-    if folder.is_dir() and any(p.name != store.LOCK_FILE for p in folder.iterdir()):
-        if not force:
-            raise UsageError(f"--out {folder}: the folder is not empty; pass --force to replace its previous run")
-        for name in _ARTEFACTS:
-            path = folder / name
-            if path.is_symlink() or path.is_file():
-                path.unlink()
-            elif path.is_dir():
-                shutil.rmtree(path)
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder
+    """The run folder, as every command prepares it (:func:`~fusedce_profile.folders.prepare_out_dir`):
+    created; never a link nor inside another run's folder; a folder holding an earlier run refused
+    unless ``force``, which removes that run's files only (and none a live run holds)."""
+    return prepare_out_dir(None if out is None else Path(out), force=force, resume=False, resume_option=False,
+                           kind="doctor")
 
 
 def doctor(loss: str, *, preset: str | None = None, config: str | Path | None = None, hf: str | None = None,

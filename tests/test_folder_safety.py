@@ -153,6 +153,20 @@ def test_out_inside_another_runs_folder_is_refused(tmp_path):
     assert not (tmp_path / "run" / "plots").exists()
 
 
+def test_the_python_doctor_prepares_its_folder_as_every_command_does(tmp_path):
+    """``fusedce_profile.doctor(out=RUN/logs/inner)`` was accepted (its own folder code knew links only)."""
+    from fusedce_profile import doctor
+
+    before = _finished_run(tmp_path / "run")
+    with pytest.raises(UsageError, match="inside the folder of another run"):
+        doctor("tests.doctor_wrappers:correct", preset="tiny", device="cpu", out=tmp_path / "run" / "logs" / "inner")
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("mine")
+    with pytest.raises(UsageError, match="not a run folder"):
+        doctor("tests.doctor_wrappers:correct", preset="tiny", device="cpu", out=tmp_path / "mine", force=True)
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "mine" and _contents(tmp_path / "run") == before
+
+
 def test_force_never_removes_a_folder_a_live_run_holds(tmp_path):
     before = _finished_run(tmp_path / "run")
     inner = tmp_path / "run" / store.LOGS_DIR / "inner"
