@@ -1,6 +1,8 @@
 """The activations a second implementation of ``explain``'s stand-in model keeps beyond the built-in
-one: Hugging Face ``GPT2LMHeadModel`` built at the ``user-gpt`` preset's shapes (12 layers, H=768,
-FFN 2304, V=32777, learned positions, untied head, no dropout) against the built-in model.
+one: Hugging Face ``GPT2LMHeadModel`` (``--implementation hf-gpt2``) or the GPT written for the blind
+benchmarks (``blind-gpt``, :mod:`benchmarks.blind_models`), built at the ``user-gpt`` preset's shapes
+(12 layers, H=768, FFN 2304, V=32777, learned positions, untied head, no dropout), against the
+built-in model.
 
 For each attention implementation and sequence length, one training step per model at two batch
 sizes (amp-bf16, the naive loss); the slope in B of each phase's allocated peak is what that
@@ -10,7 +12,8 @@ the largest over the forward, loss and backward phases (what moves the step's pe
 must be measured on the device the readings come from: kernels differ (CUDA's SDPA keeps other
 intermediates than the CPU's), and so does the difference.
 
-``python benchmarks/explain_implementation_spread.py [--device cpu] [--seqs 128] [--batches 1,2] [--out FILE.json]``
+``python benchmarks/explain_implementation_spread.py [--implementation hf-gpt2] [--device cpu] [--seqs 128]
+[--batches 1,2] [--out FILE.json]``
 """
 from __future__ import annotations
 
@@ -47,6 +50,8 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--implementation", choices=("hf-gpt2", "blind-gpt"), default="hf-gpt2",
+                        help="the second implementation: Hugging Face's GPT-2, or benchmarks/blind_models.py")
     parser.add_argument("--seqs", default="128", help="sequence lengths, comma-separated")
     parser.add_argument("--batches", default="1,2", help="the two batch sizes of the slope")
     parser.add_argument("--out", type=Path)
@@ -56,18 +61,27 @@ def main() -> None:
           "n_embd": config.hidden_size, "n_layer": config.num_hidden_layers, "n_head": config.num_attention_heads,
           "n_inner": config.intermediate_size, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0,
           "tie_word_embeddings": False, "use_cache": False}
-    source = {"kind": "hf", "hf_config": hf, "name": "gpt2-at-user-gpt-shapes", "head": None}
+    hf_source = {"kind": "hf", "hf_config": hf, "name": "gpt2-at-user-gpt-shapes", "head": None}
+
+    def source_of(attention: str) -> dict:
+        """The other implementation's model source for ``attention``."""
+        if args.implementation == "hf-gpt2":
+            return hf_source
+        from fusedce_profiler.instrument.models.source import UserSource
+
+        return UserSource(f"benchmarks.blind_models:{attention}_gpt", config).to_dict()
     batches = tuple(int(b) for b in args.batches.split(","))
     units = config.num_hidden_layers * config.hidden_size
     rows = []
     for seq in (int(t) for t in args.seqs.split(",")):
         for attention in ("eager", "sdpa"):
             builtin = phase_slopes(config, None, attention, seq, args.device, batches)
-            other = phase_slopes(config, source, attention, seq, args.device, batches)
+            other = phase_slopes(config, source_of(attention), attention, seq, args.device, batches)
             extra = {name: (other[name] - builtin[name]) / seq / units for name in builtin if name in other}
-            rows.append({"device": args.device, "attention": attention, "seq": seq, "batches": batches,
+            rows.append({"device": args.device, "implementation": args.implementation, "attention": attention,
+                         "seq": seq, "batches": batches,
                          "builtin_mib_per_sample": {k: v / 2 ** 20 for k, v in builtin.items()},
-                         "hf_gpt2_mib_per_sample": {k: v / 2 ** 20 for k, v in other.items()},
+                         "other_mib_per_sample": {k: v / 2 ** 20 for k, v in other.items()},
                          "extra_bytes_per_token_layer_hidden": extra["forward"],
                          "extra_bytes_per_token_layer_hidden_any_phase": max(extra.values())})
             print(json.dumps(rows[-1]), flush=True)
