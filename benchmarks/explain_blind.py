@@ -4,7 +4,8 @@ configuration, judged against the known truth.
 Ground truth (``truth``, its own process, so that ``explain``'s workers later see an idle GPU):
 a Hugging Face GPT-2-style model built from a config (12 layers, H=768, FFN 2304, V=32777,
 learned positions, untied head, no dropout — the shapes of ``explain``'s ``user-gpt`` preset,
-another implementation), trained 3 steps by Lightning ``Trainer.fit`` in ``bf16-mixed`` under a
+another implementation; ``--implementation blind-gpt``: the GPT of :mod:`benchmarks.blind_models`,
+written for these benchmarks, at the same shapes), trained 3 steps by Lightning ``Trainer.fit`` in ``bf16-mixed`` under a
 24 GiB cap (``set_per_process_memory_fraction``), at each configuration of :data:`CASES`, with
 the naive loss and with a user-style fused-loss wrapper. The wrapper calls
 ``fusedce.linear_cross_entropy`` on the final norm's output — unless its guard wants bf16 hidden
@@ -92,6 +93,56 @@ def _gpt2(shape: dict, attention: str, checkpointing: bool):
     return model
 
 
+class _HFAccess:
+    """Logits, the final norm's output and the head's weight of a Hugging Face GPT-2."""
+
+    @staticmethod
+    def logits(model, ids):
+        return model(input_ids=ids).logits
+
+    @staticmethod
+    def hidden(model, ids):
+        return model.transformer(input_ids=ids).last_hidden_state
+
+    @staticmethod
+    def head_weight(model):
+        return model.lm_head.weight
+
+
+class _BlindAccess:
+    """The same of :class:`benchmarks.blind_models.BlindGPT`."""
+
+    @staticmethod
+    def logits(model, ids):
+        return model(ids)
+
+    @staticmethod
+    def hidden(model, ids):
+        return model.hidden_states(ids)
+
+    @staticmethod
+    def head_weight(model):
+        return model.lm_head.weight
+
+
+IMPLEMENTATIONS = ("hf-gpt2", "blind-gpt")
+"""The ground truth's model: Hugging Face's GPT-2, or the GPT of :mod:`benchmarks.blind_models`."""
+
+
+def build_truth_model(implementation: str, shape: dict, attention: str, checkpointing: bool):
+    """``(model, access)`` of the ground truth's ``implementation`` at ``shape``."""
+    if implementation == "hf-gpt2":
+        return _gpt2(shape, attention, checkpointing), _HFAccess
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from blind_models import BlindGPT
+
+    model = BlindGPT(shape["vocab"], shape["hidden"], shape["layers"], shape["heads"], shape["ffn"],
+                     shape["positions"], spelled_out=attention == "eager")
+    if checkpointing:
+        model.gradient_checkpointing_enable()
+    return model, _BlindAccess
+
+
 def _reading(device) -> int:
     import torch
 
@@ -101,7 +152,7 @@ def _reading(device) -> int:
     return int(total - free)
 
 
-def train_once(case: Case, shape: dict, loss: str, device_name: str) -> dict:
+def train_once(case: Case, shape: dict, loss: str, device_name: str, implementation: str = "hf-gpt2") -> dict:
     """One ``Trainer.fit`` of 3 steps; ``loss``: naive, fused (the wrapper) — the wrapper's fused
     path active when ``case.fused``. Returns the reading (bytes) and what else was seen."""
     import gc
@@ -128,23 +179,24 @@ def train_once(case: Case, shape: dict, loss: str, device_name: str) -> dict:
     class Module(L.LightningModule):
         def __init__(self):
             super().__init__()
-            self.model = _gpt2(shape, case.attention, case.checkpointing)
+            self.model, self.access = build_truth_model(implementation, shape, case.attention, case.checkpointing)
             self.readings: list[int] = []
 
         def training_step(self, batch, batch_idx):
             ids, targets = batch
             if loss == "naive":
-                logits = self.model(input_ids=ids).logits
+                logits = self.access.logits(self.model, ids)
                 return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
-            hidden = self.model.transformer(input_ids=ids).last_hidden_state
-            return user_loss(hidden.reshape(-1, hidden.shape[-1]), self.model.lm_head.weight, targets.reshape(-1))
+            hidden = self.access.hidden(self.model, ids)
+            return user_loss(hidden.reshape(-1, hidden.shape[-1]), self.access.head_weight(self.model),
+                             targets.reshape(-1))
 
         def on_train_batch_end(self, outputs, batch, batch_idx):
             self.readings.append(_reading(device))
 
         def validation_step(self, batch, batch_idx):
             ids, targets = batch
-            logits = self.model(input_ids=ids).logits  # full logits, as an accuracy metric would
+            logits = self.access.logits(self.model, ids)  # full logits, as an accuracy metric would
             self.log("val_loss", F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1)))
 
         def configure_optimizers(self):
@@ -197,8 +249,9 @@ def truth(args) -> None:
     for case in CASES[:args.cases]:
         case = tiny_case(case) if args.tiny else case
         start = time.perf_counter()
-        rows = {loss: train_once(case, shape, loss, str(device)) for loss in ("naive", "fused")}
-        record = {"case": asdict(case), "naive": rows["naive"], "fused": rows["fused"],
+        rows = {loss: train_once(case, shape, loss, str(device), args.implementation) for loss in ("naive", "fused")}
+        record = {"case": asdict(case), "implementation": args.implementation, "naive": rows["naive"],
+                  "fused": rows["fused"],
                   "seconds": time.perf_counter() - start}
         with out.open("a") as f:
             f.write(json.dumps(record) + "\n")
@@ -302,6 +355,8 @@ def main() -> None:
                                                                       "stop when under a minute is left)")
     parser.add_argument("--confirm", type=int, default=2)
     parser.add_argument("--tiny", action="store_true")
+    parser.add_argument("--implementation", choices=IMPLEMENTATIONS, default="hf-gpt2",
+                        help="the ground truth's model (the readings' source; explain never sees it)")
     parser.add_argument("--truth-only", action="store_true")
     parser.add_argument("--skip-truth", action="store_true")
     parser.add_argument("--cases", type=int, default=len(CASES), help="only the first N cases")
@@ -311,12 +366,14 @@ def main() -> None:
     if args.truth_only:
         return truth(args)
     if not args.skip_truth:
-        cmd = [sys.executable, __file__, "--out", str(out), "--truth-only", "--cases", str(args.cases)] + \
-            (["--tiny"] if args.tiny else [])
+        cmd = [sys.executable, __file__, "--out", str(out), "--truth-only", "--cases", str(args.cases),
+               "--implementation", args.implementation] + (["--tiny"] if args.tiny else [])
         subprocess.run(cmd, check=False)
     truths = [json.loads(line) for line in (out / "truth.jsonl").read_text().splitlines() if line.strip()]
     results = run_explains(args, truths)
-    text = summarise_halves(results)
+    made_by = sorted({t.get("implementation", "hf-gpt2") for t in truths})
+    text = (f"Ground truth: {', '.join(made_by)} trained by Lightning bf16-mixed (`truth.jsonl`).\n\n"
+            + summarise_halves(results))
     (out / "summary.md").write_text(text)
     print(text)
 
