@@ -34,6 +34,7 @@ def parity_settings(*, preset=None, config=None, tied=None, backend: Sequence[st
     from fusedce_profile.checks import check_backends, check_model_fits, resolve_device
     from fusedce_profile.ranges import check_ranges
     from fusedce_profile.sources import loss_backends, model_config
+    from fusedce_profiler.instrument import capacity
     from fusedce_profiler.judgements.parity import ParitySettings
 
     check_ranges("parity", steps=steps, batch=batch, seq=seq, lr=lr, ignore_frac=ignore_frac, loss_tol=loss_tol,
@@ -44,6 +45,9 @@ def parity_settings(*, preset=None, config=None, tied=None, backend: Sequence[st
     if not compared:
         raise UsageError("parity compares back-ends with torch: give at least one --backend other than torch")
     check_backends(compared)
+    too_much = capacity.parity_problem(len(compared) + 1 + bool(control), steps)  # torch and the control too
+    if too_much:
+        raise UsageError(too_much)
     check_model_fits(cfg, run_device, batch, seq)
     try:
         return ParitySettings(

@@ -5,10 +5,12 @@ Public API: :class:`GridSpec` (``validate()``, ``cells()``), :func:`default_devi
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass, field
 
 import torch
 
+from fusedce_profiler.instrument import capacity
 from fusedce_profiler.instrument.backends import get_backend
 from fusedce_profiler.instrument.precision import LIGHTNING_ALIASES, canonical_mode
 from fusedce_profiler.instrument.records import REDUCTIONS, CellSpec
@@ -93,6 +95,16 @@ class GridSpec:
             raise ValueError(f"reduction: {self.reduction!r} is not one of {', '.join(REDUCTIONS)}")
         if self.warmup < 0 or self.repeats < 1:
             raise ValueError(f"warmup must be >= 0 and repeats >= 1 (got {self.warmup}, {self.repeats})")
+        too_much = capacity.grid_problem(self.cell_count(), self.repeats)
+        if too_much:
+            raise ValueError(too_much)
+
+    def cell_count(self) -> int:
+        """How many cells the grid has (the product of its lists' lengths; none is built)."""
+        rows = len(self.tokens) if self.batch is None else len(self.batch) * len(self.seq)
+        return math.prod(len(values) for values in (
+            self.hidden, self.vocab, self.modes, self.bias, self.ignore_frac, self.label_smoothing, self.z_loss,
+            self.softcap, self.backends)) * rows
 
     def _rows(self) -> list[tuple[int, int | None, int | None]]:
         if self.batch is None:

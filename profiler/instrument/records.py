@@ -16,6 +16,7 @@ from typing import Any
 
 from fusedce.options import IGNORE_INDEX
 from fusedce_profiler.instrument.precision import MODES
+from fusedce_profiler.instrument.schema import build
 from fusedce_profiler.instrument.store import float_field, int_field
 
 _NAME = r"[A-Za-z][A-Za-z0-9_.\-]*"
@@ -131,8 +132,7 @@ class Parity:
 
     @classmethod
     def from_dict(cls, raw: dict | None) -> "Parity":
-        raw = raw or {}
-        return cls(**{f.name: float_field(raw.get(f.name), f"parity.{f.name}") for f in dataclasses.fields(cls)})
+        return build(cls, raw or {}, "parity")
 
 
 @dataclass

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from fusedce_profiler.instrument import store
+from fusedce_profiler.instrument.schema import checked_fields
 from fusedce_profiler.instrument.step.jobs import ModelJob, ModelResult
 
 FIT_AXES = ("batch", "seq")
@@ -167,19 +168,30 @@ def save_fits(folder: Path, fits: list[FitResult]) -> None:
     store.write_json(Path(folder) / store.FIT_FILE, [dataclasses.asdict(f) for f in fits])
 
 
+def _best(raw: object, where: str) -> ModelResult | None:
+    """A search's best row, read as a row of ``model_results.jsonl`` (``ValueError`` naming ``where``)."""
+    if raw is None:
+        return None
+    try:
+        return ModelResult.from_dict(raw)
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from None
+
+
 def load_fits(folder: Path) -> list[FitResult]:
     """The ``--fit`` searches of a folder (``[]`` when it has none); ``ValueError`` naming the file."""
     path = Path(folder) / store.FIT_FILE
     if not path.is_file():
         return []
+    raw = store.read_json(path)
     fits = []
     try:
-        for raw in store.read_json(path):
-            search = raw["search"]
-            fits.append(FitResult(
-                backend=raw["backend"], axis=raw["axis"], limit_bytes=raw["limit_bytes"],
-                search=FitSearch(search["largest"], [(n, ok) for n, ok in search["probes"]], search["hit_maximum"]),
-                best=ModelResult.from_dict(raw["best"]) if raw.get("best") is not None else None))
-    except (KeyError, TypeError) as exc:
+        if not isinstance(raw, list):
+            raise ValueError(f"expected a list, got {type(raw).__name__}")
+        for index, stored in enumerate(raw):
+            values = checked_fields(FitResult, stored, f"[{index}]", nested=("best",))
+            values["best"] = _best(values.get("best"), f"[{index}].best")
+            fits.append(FitResult(**values))
+    except ValueError as exc:
         raise ValueError(f"{path}: not a list of fit searches ({exc})") from None
     return fits

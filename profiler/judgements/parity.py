@@ -35,6 +35,7 @@ import torch
 
 from fusedce.options import LossOptions
 from fusedce_profiler.instrument import store
+from fusedce_profiler.instrument.schema import build
 from fusedce_profiler.instrument.backends import torch_loss
 from fusedce_profiler.instrument.models.configs import ModelConfig
 from fusedce_profiler.instrument.step.data import MarkovChain
@@ -385,14 +386,9 @@ def load_parity_report(folder: Path) -> ParityReport:
     path = Path(folder) / store.PARITY_FILE
     raw = store.read_json(path)
     try:
-        settings = dict(raw["settings"])
-        settings["config"] = ModelConfig(**settings["config"])
-        settings.setdefault("control", False)  # runs recorded before the control existed had none
-        curves = [ParityCurve(**{**c, "losses": [store.float_field(x, "losses", optional=False) for x in c["losses"]],
-                                 "grad_checks": [GradCheck(**g) for g in c["grad_checks"]]})
-                  for c in raw["curves"]]
-        return ParityReport(settings=ParitySettings(**settings), curves=curves,
-                            verdicts=[ParityVerdict(**v) for v in raw["verdicts"]],
-                            entropy_rate=raw["entropy_rate"], reference_learned=raw["reference_learned"])
-    except (ValueError, KeyError, TypeError) as exc:
+        if isinstance(raw, dict) and isinstance(raw.get("settings"), dict):
+            # runs recorded before the control existed had none
+            raw = {**raw, "settings": {"control": False, **raw["settings"]}}
+        return build(ParityReport, raw)
+    except ValueError as exc:
         raise ValueError(f"{path}: not a parity report ({exc})") from None

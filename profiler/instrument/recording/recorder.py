@@ -49,7 +49,7 @@ from typing import Callable, Iterable
 import torch
 from torch import nn
 
-from fusedce_profiler.instrument import store
+from fusedce_profiler.instrument import capacity, store
 from fusedce_profiler.instrument.confined import FolderRefused
 from fusedce_profiler.instrument.protocol import MemoryMeter
 from fusedce_profiler.instrument.recording.assemble import RecordedSubject, build_record
@@ -108,6 +108,9 @@ class StepRecorder:
         self.steps = frozenset(int(s) for s in listed)
         if any(s < 0 for s in self.steps):
             raise ValueError(f"steps must be 0-based step indices (≥ 0), got {sorted(self.steps)}")
+        if len(self.steps) > capacity.MAX_RECORDED_STEPS:
+            raise ValueError(f"steps: {len(self.steps):,} steps, more than the {capacity.MAX_RECORDED_STEPS:,} a folder "
+                             f"holds (one line each of {store.RECORDED_STEPS_FILE})")
         self.label, self.fused, self.head_path = label, fused, head
         self.vocab, self.batch, self.seq = vocab, batch, seq
         self.trace, self.snapshot, self.on_record = trace, snapshot, on_record

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fusedce_profiler.instrument import store
-from fusedce_profiler.instrument.schema import checked_fields
+from fusedce_profiler.instrument.models.head import HeadInfo
+from fusedce_profiler.instrument.schema import build, checked_fields
 from fusedce_profiler.instrument.tracing.attribution import Attribution
 
 #: The phases a recorded step is split into, in order (any may be missing: see RecordedStep).
@@ -131,7 +132,7 @@ class RecordedStep:
     device_used: int | None = None
     context: int | None = None
     smi_peak: int | None = None
-    head: dict | None = None
+    head: dict | None = None  # a :class:`~fusedce_profiler.instrument.models.head.HeadInfo`
     head_called: bool = False
     attribution: Attribution | None = None
     snapshot: str | None = None
@@ -149,22 +150,16 @@ class RecordedStep:
     @classmethod
     def from_dict(cls, raw: dict) -> "RecordedStep":
         """Validate a stored line (``ValueError`` naming what is wrong; every field checked
-        against its type by :func:`fusedce_profiler.instrument.schema.checked_fields`)."""
+        against its type by :func:`fusedce_profiler.instrument.schema.build`; ``head`` as a
+        :class:`~fusedce_profiler.instrument.models.head.HeadInfo`)."""
         if isinstance(raw, dict):
             unknown = sorted(set(raw) - {f.name for f in dataclasses.fields(cls)})
             if unknown:
                 raise ValueError(f"unknown fields {unknown}")
-        raw = checked_fields(cls, raw, nested=("phases", "passes_before", "attribution"))
-        if not isinstance(raw["phases"], list):
-            raise ValueError("phases must be a list")
-        raw["phases"] = [PhaseMemory(**checked_fields(PhaseMemory, p, "phases")) for p in raw["phases"]]
-        passes = raw.get("passes_before") or []
-        if not isinstance(passes, list):
-            raise ValueError("passes_before must be a list")
-        raw["passes_before"] = [EvalPass(**checked_fields(EvalPass, p, "passes_before")) for p in passes]
-        if raw.get("attribution") is not None:
-            raw["attribution"] = Attribution.from_dict(raw["attribution"])
-        return cls(**raw)
+        step = build(cls, raw)
+        if step.head is not None:
+            step.head = checked_fields(HeadInfo, step.head, "head")
+        return step
 
 
 def append_recorded_step(folder: str | Path, record: RecordedStep) -> Path:

@@ -24,13 +24,12 @@ from fusedce_profiler.instrument.models.configs import ModelConfig
 from fusedce_profiler.instrument.models.head import HeadInfo
 from fusedce_profiler.instrument.models.source import BuiltinSource, MissingDependency, ModelSource, source_from_dict
 from fusedce_profiler.instrument.step.losses import BackendUnavailable, loss_options, resolve_step_loss
-from fusedce_profiler.instrument.protocol import Phase
 from fusedce_profiler.instrument.records import STATUSES, is_backend_name
 from fusedce_profiler.instrument.schema import checked_fields
 from fusedce_profiler.instrument.precision import TRAINING_MODES, canonical_mode
 from fusedce_profiler.instrument.tracing.attribution import Attribution
 from fusedce_profiler.instrument.step.data import random_batch
-from fusedce_profiler.instrument.step.memory import Part, StepMemory
+from fusedce_profiler.instrument.step.memory import StepMemory
 from fusedce_profiler.instrument.step.step import measure_step
 
 
@@ -83,12 +82,9 @@ class ModelJob:
     @classmethod
     def from_dict(cls, raw: dict) -> "ModelJob":
         """A job stored by ``dataclasses.asdict`` (its config validated again)."""
-        values = checked_fields(cls, raw, "job", nested=("config", "source"))
+        values = checked_fields(cls, raw, "job")  # the config built and validated again
         if not is_backend_name(values["backend"]):
             raise ValueError(f"job.backend must be a back-end name or 'module:callable', got {values['backend']!r}")
-        if not isinstance(values["config"], dict):
-            raise ValueError(f"job.config must be an object, got {values['config']!r}")
-        values["config"] = ModelConfig(**values["config"])
         return cls(**values)
 
     @property
@@ -125,30 +121,11 @@ class ModelResult:
     @classmethod
     def from_dict(cls, raw: dict) -> "ModelResult":
         """Validate a stored row (:mod:`fusedce_profiler.instrument.schema`); ``ValueError`` naming the field."""
-        raw = checked_fields(cls, raw, nested=("job", "memory", "attribution", "head", "replaced"))
+        raw = checked_fields(cls, raw, nested=("job",))  # memory, attribution, head, replaced: built by their types
         raw["job"] = ModelJob.from_dict(raw["job"])
         if raw.get("status", "ok") not in STATUSES:
             raise ValueError(f"status must be one of {', '.join(STATUSES)}, got {raw['status']!r}")
-        if raw.get("memory") is not None:
-            mem = checked_fields(StepMemory, raw["memory"], "memory", nested=("composition", "phases"))
-            mem["composition"] = [Part(**checked_fields(Part, p, "memory.composition"))
-                                  for p in _listed(mem["composition"], "memory.composition")]
-            mem["phases"] = [Phase(**checked_fields(Phase, p, "memory.phases"))
-                             for p in _listed(mem["phases"], "memory.phases")]
-            raw["memory"] = StepMemory(**mem)
-        if raw.get("attribution") is not None:
-            raw["attribution"] = Attribution.from_dict(raw["attribution"])
-        if raw.get("head") is not None:
-            raw["head"] = HeadInfo(**checked_fields(HeadInfo, raw["head"], "head"))
-        raw["replaced"] = [Replacement(**checked_fields(Replacement, r, "replaced"))
-                           for r in _listed(raw.get("replaced") or [], "replaced")]
         return cls(**raw)
-
-
-def _listed(value, name: str) -> list:
-    if not isinstance(value, list):
-        raise ValueError(f"{name} must be a list, got {value!r}")
-    return value
 
 
 def _device_name(device: torch.device) -> str:

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from fusedce_profiler.instrument.schema import build
+
 STATIC_KINDS = ("parameters", "optimizer state", "batch and other static")
 ACTIVATION_KINDS = ("embedding", "attention scores/probabilities", "attention (other)", "MLP", "norms",
                     "LM-head input/logits", "loss internals", "backward temporaries", "other activations")
@@ -117,12 +119,9 @@ class Attribution:
         return sum(self.kind_bytes(k) for k in GROUPS[group])
 
     @classmethod
-    def from_dict(cls, raw: dict) -> "Attribution":
-        raw = dict(raw)
-        raw["kinds"] = [KindBytes(**k) for k in raw["kinds"]]
-        raw["modules"] = [ModuleBytes(**m) for m in raw["modules"]]
-        raw["large_tensors"] = [LargeTensor(**t) for t in raw["large_tensors"]]
-        return cls(**raw)
+    def from_dict(cls, raw: dict, where: str = "attribution") -> "Attribution":
+        """A stored attribution, every field checked (``ValueError`` naming it: :func:`~fusedce_profiler.instrument.schema.build`)."""
+        return build(cls, raw, where)
 
 
 def logits_verdict(attribution: Attribution, *, naive: bool, fused: bool = True) -> tuple[str, str]:

@@ -8,6 +8,10 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+from fusedce_profiler.instrument.models.head import HeadInfo
+from fusedce_profiler.instrument.schema import build, checked_fields
+from fusedce_profiler.judgements.doctor.precision import Spread
+
 VERDICTS = ("pass", "fail", "unclear", "not checked", "n/a")
 
 #: (key, item, depends on): every check, in the order they are reported.
@@ -54,17 +58,9 @@ class Check:
     key: str = ""
     depends_on: list[str] = field(default_factory=list)
 
-    @classmethod
-    def from_dict(cls, raw: object, where: str = "check") -> "Check":
-        if not isinstance(raw, dict):
-            raise ValueError(f"{where} must be an object, got {type(raw).__name__}")
-        for name in ("item", "verdict", "evidence"):
-            if not isinstance(raw.get(name), str):
-                raise ValueError(f"{where}.{name} must be a string, got {raw.get(name)!r}")
-        if raw["verdict"] not in VERDICTS:
-            raise ValueError(f"{where}.verdict must be one of {', '.join(VERDICTS)}, got {raw['verdict']!r}")
-        return cls(raw["item"], raw["verdict"], raw["evidence"], str(raw.get("key", "")),
-                   [str(d) for d in raw.get("depends_on") or []])
+    def __post_init__(self) -> None:
+        if self.verdict not in VERDICTS:
+            raise ValueError(f"verdict must be one of {', '.join(VERDICTS)}, got {self.verdict!r}")
 
 
 @dataclass
@@ -83,8 +79,8 @@ class DoctorRun:
     batch: int = 0
     seq: int = 0
     parameters: int = 0
-    head: dict | None = None
-    losses: dict = field(default_factory=dict)
+    head: dict | None = None  # a :class:`~fusedce_profiler.instrument.models.head.HeadInfo`
+    losses: dict[str, float | None] = field(default_factory=dict)
     spread: dict = field(default_factory=dict)  # :class:`~fusedce_profiler.judgements.doctor.precision.Spread`
     options: dict = field(default_factory=dict)  # the config's loss options (name → value)
     rank: int = 0
@@ -102,17 +98,16 @@ class DoctorRun:
 
     @classmethod
     def from_dict(cls, raw: object) -> "DoctorRun":
-        """Validate a stored run; a bare list of checks is read as a run whose loss and config are unknown."""
+        """Validate a stored run, every field checked (:func:`~fusedce_profiler.instrument.schema.build`;
+        ``head`` and ``spread`` against the records they were stored from); a bare list of checks is
+        read as a run whose loss and config are unknown."""
         if isinstance(raw, list):
             raw = {"loss": "", "config": "", "checks": raw}
         if not isinstance(raw, dict):
             raise ValueError(f"doctor.json must hold an object, got {type(raw).__name__}")
-        checks = raw.get("checks")
-        if not isinstance(checks, list):
-            raise ValueError(f"checks must be a list, got {checks!r}")
-        fields = {f.name for f in dataclasses.fields(cls)}
-        values = {k: v for k, v in raw.items() if k in fields and k != "checks"}
-        for name in ("loss", "config", "model", "device", "mode"):
-            if not isinstance(values.get(name, ""), str):
-                raise ValueError(f"{name} must be a string, got {values.get(name)!r}")
-        return cls(checks=[Check.from_dict(c, f"checks[{i}]") for i, c in enumerate(checks)], **values)
+        run = build(cls, raw)
+        if run.head:
+            run.head = checked_fields(HeadInfo, run.head, "head")
+        if run.spread:
+            run.spread = checked_fields(Spread, run.spread, "spread")
+        return run

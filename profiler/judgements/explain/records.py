@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fusedce_profiler.instrument import store
+from fusedce_profiler.instrument.schema import build
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -286,30 +287,12 @@ def load_explanation(folder: Path) -> Explanation:
     raw = store.read_json(Path(folder) / store.EXPLAIN_FILE)
     try:
         return explanation_from_dict(raw)
-    except (TypeError, KeyError, AttributeError) as exc:
+    except ValueError as exc:
         raise ValueError(f"{Path(folder) / store.EXPLAIN_FILE}: not an explanation this version can read ({exc}); "
                          "run explain again") from None
 
 
 def explanation_from_dict(raw: dict) -> Explanation:
-    raw = dict(raw)
-    raw["observation"] = Observation(**raw["observation"])
-    fam = lambda f: Family(**f)  # noqa: E731
-    raw["calibrations"] = [Calibration(**{**c, "family": fam(c["family"]),
-                                          "lines": {k: tuple(v) for k, v in c["lines"].items()}})
-                           for c in raw["calibrations"]]
-    hypotheses = []
-    for h in raw["hypotheses"]:
-        h = {**h, "family": fam(h["family"]), "tolerance_naive": Tolerance(**h["tolerance_naive"]),
-             "tolerance_saving": Tolerance(**h["tolerance_saving"])}
-        for name in ("batch_range", "saving_range"):
-            if h.get(name) is not None:
-                h[name] = tuple(h[name])
-        hypotheses.append(Hypothesis(**h))
-    raw["hypotheses"] = hypotheses
-    if raw.get("separation") is not None:
-        sep = dict(raw["separation"])
-        sep["predictions"] = [tuple(p) for p in sep["predictions"]]
-        raw["separation"] = Separation(**sep)
-    raw["others"] = [OtherHypothesis(**o) for o in raw.get("others") or []]
-    return Explanation(**raw)
+    """A stored explanation, every field checked against its dataclass
+    (:func:`~fusedce_profiler.instrument.schema.build`: ``ValueError`` naming the field)."""
+    return build(Explanation, raw)
