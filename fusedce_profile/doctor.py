@@ -30,6 +30,7 @@ import os
 import shutil
 from pathlib import Path
 
+from fusedce_profile import arguments
 from fusedce_profile.errors import UsageError
 from fusedce_profile.folders import default_out_dir
 
@@ -68,7 +69,8 @@ def check_arguments(loss: str, *, device: str = "cpu", mode: str | None = None, 
         raise UsageError(f"--loss must be 'package.module:callable', got {loss!r}")
     if mode is not None and mode not in _MODES:
         raise UsageError(f"--mode must be amp-bf16 or fp32 for doctor, got {mode!r}")
-    if not (device == "cpu" or device.startswith("cuda")):
+    arguments.model_options(*model_options)
+    if not (arguments.text(device, "--device") == "cpu" or device.startswith("cuda")):
         raise UsageError(f"--device must be cpu, cuda or cuda:K, got {device!r}")
     check_ranges("doctor", batch=batch, seq=seq, seed=seed, timeout=timeout_s, memory_limit=memory_limit_gb)
     try:
@@ -81,7 +83,7 @@ def _prepare(out: str | Path | None, force: bool) -> Path:
     """The run folder: created; a folder holding an earlier run is refused unless ``force``."""
     from fusedce_profiler.instrument import store
 
-    folder = Path(out) if out is not None else default_out_dir()
+    folder = arguments.path(out, "--out") or default_out_dir()
     if folder.exists() and not folder.is_dir():
         raise UsageError(f"--out {folder}: exists and is not a folder")
     if folder.is_dir() and any(p.name != store.LOCK_FILE for p in folder.iterdir()):
