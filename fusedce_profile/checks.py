@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Sequence
 
+from fusedce_profile import arguments
 from fusedce_profile.errors import UsageError
 from fusedce_profiler.instrument.callables import callable_problem
 
@@ -69,7 +70,7 @@ def resolve_device(device: str | None) -> str:
     """``device`` checked (:func:`check_device`), or the default: cuda when a GPU is visible, else cpu."""
     from fusedce_profiler.grid.spec import default_device
 
-    return check_device(device or default_device())
+    return check_device(arguments.text(device, "--device") or default_device())
 
 
 def device_memory_bytes(device: str) -> int:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from fusedce_profile import arguments
 from fusedce_profile.errors import UsageError
 from fusedce_profile.folders import default_out_dir, prepare_out_dir
 
@@ -66,7 +67,8 @@ def check_arguments(loss: str, *, device: str = "cpu", mode: str | None = None, 
         raise UsageError(f"--loss must be 'package.module:callable', got {loss!r}")
     if mode is not None and mode not in _MODES:
         raise UsageError(f"--mode must be amp-bf16 or fp32 for doctor, got {mode!r}")
-    if not (device == "cpu" or device.startswith("cuda")):
+    arguments.model_options(*model_options)
+    if not (arguments.text(device, "--device") == "cpu" or device.startswith("cuda")):
         raise UsageError(f"--device must be cpu, cuda or cuda:K, got {device!r}")
     check_ranges("doctor", batch=batch, seq=seq, seed=seed, timeout=timeout_s, memory_limit=memory_limit_gb)
     try:
@@ -79,7 +81,7 @@ def _prepare(out: str | Path | None, force: bool) -> Path:
     """The run folder, as every command prepares it (:func:`~fusedce_profile.folders.prepare_out_dir`):
     created; never a link nor inside another run's folder; a folder holding an earlier run refused
     unless ``force``, which removes that run's files only (and none a live run holds)."""
-    return prepare_out_dir(None if out is None else Path(out), force=force, resume=False, resume_option=False,
+    return prepare_out_dir(arguments.path(out, "--out"), force=force, resume=False, resume_option=False,
                            kind="doctor")
 
 

@@ -26,6 +26,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+from fusedce_profile import arguments
 from fusedce_profile.errors import UsageError
 from fusedce_profiler.instrument.store import EXPLAIN_STEPS_FILE as STEPS_FILE
 SEQ_CANDIDATES = (512, 1024, 2048)
@@ -174,10 +175,12 @@ def validate(*, naive: float, fused: float, card: float, preset: str | None = No
         check_observation(obs)
         run_device = _device(device)
         source = _source(preset, config, hf, model, head, tied, run_device)
-        seqs = runnable_sequences(tuple(seq_candidates), seq, source.config.max_position_embeddings)
+        seqs = runnable_sequences(tuple(arguments.listed(seq_candidates, "--seq-candidates")), seq,
+                                  source.config.max_position_embeddings)
         on_gpu = run_device.startswith("cuda")
         # default: 2 and 4 on the CPU (tests, small models); on a GPU 8192 and 16384 tokens per family
-        batches = tuple(calibration_batches) if calibration_batches else (None if on_gpu else (2, 4))
+        batches = (tuple(arguments.listed(calibration_batches, "--calibration-batches")) if calibration_batches
+                   else (None if on_gpu else (2, 4)))
         if batches is not None and len(set(batches)) < 2:
             raise ValueError("--calibration-batches needs at least two different positive batch sizes")
         if attention and attention not in source.attention_impls:
@@ -195,12 +198,13 @@ def validate(*, naive: float, fused: float, card: float, preset: str | None = No
 
 
 def explain(*, out: str | Path = "fusedce-explain", resume: bool = False,
-            progress: Callable[[str], None] = lambda line: None, **arguments):
+            progress: Callable[[str], None] = lambda line: None, **options):
     """Explain the readings ``naive`` / ``fused`` (MiB) on a ``card`` GiB GPU (the arguments of
     :func:`validate`, mirroring the command's options) and return the stored
     :class:`~fusedce_profiler.judgements.explain.records.Explanation`. Bad input raises
     :class:`~fusedce_profile.errors.UsageError` before anything is measured."""
-    return explain_plan(validate(**arguments), out=out, resume=resume, progress=progress)
+    out = arguments.path(out, "--out")  # before anything is measured
+    return explain_plan(validate(**options), out=out, resume=resume, progress=progress)
 
 
 def explain_plan(plan: Plan, *, out: str | Path = "fusedce-explain", resume: bool = False,
@@ -209,7 +213,7 @@ def explain_plan(plan: Plan, *, out: str | Path = "fusedce-explain", resume: boo
     the folder, and a ``model`` factory is called once)."""
     from fusedce_profile.explain_run import ExplainRun
 
-    out = Path(out)
+    out = arguments.path(out, "--out")
     out.mkdir(parents=True, exist_ok=True)
     run = ExplainRun(plan.obs, plan.source, plan.base, plan.families, plan.batches, out, on_gpu=plan.on_gpu,
                      confirm=plan.confirm, stand_in=plan.stand_in, progress=progress)

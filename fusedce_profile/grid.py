@@ -23,6 +23,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from fusedce_profile import arguments
 from fusedce_profile.errors import UsageError
 from fusedce_profile.outcome import CommandOutcome
 from fusedce_profiler.instrument.text import one_line
@@ -36,22 +37,12 @@ def _silent() -> Console:
     return Console(quiet=True)
 
 
-def _listed(values, option: str) -> list | None:
-    """An option that takes several values, as a list (one value is a list of one); ``None`` when
-    not given; an empty list is refused."""
-    if values is None:
-        return None
-    values = list(values) if isinstance(values, (list, tuple, set, frozenset, range)) else [values]
-    if not values:
-        raise UsageError(f"{option}: give at least one value")
-    return values
-
-
 def _names(values, option: str) -> tuple[str, ...] | None:
+    """Names given as a list or one string, each may hold several, comma-separated; duplicates removed."""
+    values = arguments.names(values, option)
     if values is None:
         return None
-    values = [values] if isinstance(values, str) else list(values)
-    names = [n.strip() for value in values for n in str(value).split(",") if n.strip()]
+    names = [n.strip() for value in values for n in value.split(",") if n.strip()]
     if not names:
         raise UsageError(f"{option}: give at least one value")
     return tuple(dict.fromkeys(names))
@@ -70,9 +61,9 @@ def grid_spec(*, tokens=None, batch=None, seq=None, vocab=None, hidden=None, bac
     from fusedce_profile.sources import backend_names
     from fusedce_profiler.grid.spec import GridSpec
 
-    sizes = {name: _listed(value, f"--{name}") for name, value in
+    sizes = {name: arguments.listed(value, f"--{name}") for name, value in
              (("tokens", tokens), ("batch", batch), ("seq", seq), ("vocab", vocab), ("hidden", hidden))}
-    options = {name: _listed(value, "--" + name.replace("_", "-")) for name, value in
+    options = {name: arguments.listed(value, "--" + name.replace("_", "-")) for name, value in
                (("ignore_frac", ignore_frac), ("label_smoothing", label_smoothing), ("z_loss", z_loss),
                 ("softcap", softcap))}
     check_ranges("grid", **sizes, **options, repeats=repeats, warmup=warmup)
@@ -80,6 +71,7 @@ def grid_spec(*, tokens=None, batch=None, seq=None, vocab=None, hidden=None, bac
         raise UsageError("give --tokens, or --batch with --seq, not both")
     if (batch is None) != (seq is None):
         raise UsageError("--batch and --seq go together")
+    arguments.model_options(preset, config)
     try:
         head = head_from(preset, None if config is None else Path(config))
     except UsageError:
@@ -148,7 +140,7 @@ def _run(grids, heading: str, *, out, force: bool, resume: bool, snapshot: bool,
     console = console or _silent()
     device = grids[0].device
     timeout_s = resolve_cell_timeout(cell_timeout, device)
-    with run_folder(out, force=force, resume=resume, kind="grid") as out_dir:
+    with run_folder(arguments.path(out, "--out"), force=force, resume=resume, kind="grid") as out_dir:
         console.print(heading.replace("{out}", one_line(out_dir)), markup=False)
         if snapshot and device == "cpu":
             console.print("note: --snapshot records CUDA memory snapshots; the CPU run has none", markup=False)
@@ -178,6 +170,7 @@ def default_command(*, device: str | None = None, preset: str | None = None, con
     from fusedce_profile.defaults import default_run
     from fusedce_profile.heads import head_from
 
+    arguments.model_options(preset, config)
     try:
         head = head_from(preset, None if config is None else Path(config))
         run = default_run(resolve_device(device), heads=((head.hidden, head.vocab),) if head else None,

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from fusedce_profile import exit_codes
+from fusedce_profile import arguments, exit_codes
 from fusedce_profile.errors import UsageError
 from fusedce_profile.outcome import CommandOutcome
 from fusedce_profiler.instrument.text import one_line
@@ -165,7 +165,7 @@ def model_command(*, out: str | Path | None = None, force: bool = False, resume:
 
     plan = plan_model(**arguments)
     base = plan.base
-    with run_folder(out, force=force, resume=resume, kind="model") as out_dir:
+    with run_folder(arguments.path(out, "--out"), force=force, resume=resume, kind="model") as out_dir:
         say(f"fusedce-profile model: {plan.source.describe()} ({plan.source.parameters / 1e6:.1f} M parameters), "
             f"B={base.batch} T={base.seq}, {base.mode}, {base.device}; writing to {one_line(out_dir)}")
         clear_interruption(out_dir)

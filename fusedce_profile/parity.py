@@ -20,7 +20,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from fusedce_profile import exit_codes
+from fusedce_profile import arguments, exit_codes
 from fusedce_profile.errors import UsageError
 from fusedce_profile.outcome import CommandOutcome
 from fusedce_profiler.instrument.text import one_line
@@ -105,7 +105,7 @@ def parity_command(*, out: str | Path | None = None, force: bool = False, resume
         console.print(line, markup=False)
 
     settings = parity_settings(**arguments)
-    with run_folder(out, force=force, resume=resume, kind="parity") as out_dir:
+    with run_folder(arguments.path(out, "--out"), force=force, resume=resume, kind="parity") as out_dir:
         finished = _finished(out_dir, settings) if resume else None
         say(f"fusedce-profile parity: {settings.config.name}, {settings.steps} steps, {settings.mode} on "
             f"{settings.device}, seed {settings.seed}; writing to {one_line(out_dir)}")

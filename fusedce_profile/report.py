@@ -18,7 +18,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from fusedce_profile import exit_codes
+from fusedce_profile import arguments, exit_codes
 from fusedce_profile.errors import UsageError
 from fusedce_profile.folders import held_for_report, os_errors
 from fusedce_profile.outcome import CommandOutcome
@@ -117,7 +117,7 @@ def report_command(run_dir: str | Path, *, console: Console | None = None) -> Co
     from fusedce_profiler.instrument import staging, store
 
     console = console or Console(quiet=True)
-    run_dir = Path(run_dir)
+    run_dir = arguments.path(run_dir, "DIR")
     if not run_dir.is_dir():
         raise UsageError(f"{run_dir}: not a folder (give the folder a grid, model, parity or doctor run wrote)")
     rebuilt, placed = None, None

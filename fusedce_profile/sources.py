@@ -10,6 +10,7 @@ import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 
+from fusedce_profile import arguments
 from fusedce_profile.errors import UsageError
 from fusedce_profiler.instrument.models import options
 from fusedce_profiler.instrument.models.configs import ModelConfig
@@ -20,6 +21,7 @@ def model_config(preset: str | None, config: str | Path | None, tied: bool | Non
     """The built-in model of ``preset`` or ``config`` (``default`` when neither is given), its
     tie_word_embeddings overridden by ``tied``
     (:func:`~fusedce_profiler.instrument.models.options.model_config`, bad input as a UsageError)."""
+    arguments.model_options(preset, config)
     try:
         return options.model_config(preset, Path(config) if config else None, tied, default)
     except ValueError as exc:
@@ -36,6 +38,7 @@ def model_source(preset: str | None, config: str | Path | None, hf: str | None, 
     guard, for its shapes and real parameter count: a factory that fails raises
     :class:`~fusedce_profiler.instrument.models.factory.FactoryFailed` (one line naming it), one
     that cannot be called as documented :class:`~fusedce_profile.errors.UsageError`."""
+    arguments.model_options(preset, config, hf, user_model, head)
     if not user_model:  # a built-in or Hugging Face model: nothing of the user's runs to build it
         try:
             return options.source_from_options(preset, config, hf, None, head, tied, default)
@@ -67,10 +70,9 @@ def backend_names(values: Sequence[str] | None) -> list[str] | None:
     removed; each a built-in back-end or ``package.module:callable``. ``None`` when none is given."""
     from fusedce_profiler.instrument.backends import BUILTIN_BACKENDS, MODEL_BACKENDS
 
+    values = arguments.names(values, "--backend")
     if not values:
         return None
-    if isinstance(values, str):
-        values = [values]
     available = list(BUILTIN_BACKENDS) + [b for b in MODEL_BACKENDS if b not in BUILTIN_BACKENDS]
     names = [b.strip() for value in values for b in value.split(",") if b.strip()]
     for name in names:

@@ -89,6 +89,15 @@ def _unfinished_plan(run_dir: Path, records) -> list[str]:
     return [f"{finished} of {len(planned)} cells — interrupted; continue with `--resume --out {run_dir}`"]
 
 
+def _repeated_cells(loaded) -> list[str]:
+    """A note for each cell that more than one line of ``results.jsonl`` holds (the last is reported)."""
+    lines: dict[str, list[int]] = {}
+    for record, number in zip(loaded.records, loaded.lines):
+        lines.setdefault(record.spec.key(), []).append(number)
+    return [f"{loaded.path}: lines {', '.join(map(str, numbers))} hold the same cell; the last, line {numbers[-1]}, "
+            "is reported" for numbers in lines.values() if len(numbers) > 1]
+
+
 def _stem(recorded: str) -> str:
     """``snapshots/<stem>.pickle`` or ``<stem>.timeline.json`` (or an older ``.pickle.gz``) → ``<stem>``."""
     name = Path(recorded).name
@@ -144,7 +153,7 @@ def build_report(run_dir: Path) -> Report:
     loaded = load_results(run_dir)
     if loaded.missing:
         raise FileNotFoundError(f"{run_dir}: no {store.RESULTS_FILE} (expected the folder a grid run writes)")
-    notes = list(loaded.problems) + _unfinished_plan(run_dir, loaded.records)
+    notes = list(loaded.problems) + _repeated_cells(loaded) + _unfinished_plan(run_dir, loaded.records)
     frame = results_frame(loaded.records)
     environment = read_environment(run_dir)
     findings = compute_findings(frame)

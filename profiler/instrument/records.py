@@ -11,12 +11,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+from pathlib import PurePosixPath
 from dataclasses import dataclass, field
 from typing import Any
 
 from fusedce.options import IGNORE_INDEX
 from fusedce_profiler.instrument.precision import MODES
 from fusedce_profiler.instrument.schema import build
+from fusedce_profiler.instrument import store
 from fusedce_profiler.instrument.store import float_field, int_field
 
 _NAME = r"[A-Za-z][A-Za-z0-9_.\-]*"
@@ -31,13 +33,19 @@ def is_backend_name(name: str) -> bool:
     return bool(_BACKEND_NAME.fullmatch(name))
 
 
-def _stored_path(value: Any, name: str) -> str | None:
+def _stored_path(value: Any, name: str, under: str | None = None) -> str | None:
     """A stored path (``None`` when absent). Only its place inside the run folder is ever opened
-    (:func:`fusedce_reports.timeline.timeline_file`): a path leading elsewhere is looked up by name."""
+    (:func:`fusedce_reports.timeline.timeline_file`): a path leading elsewhere is looked up by name.
+    With ``under`` (a folder of the run, ``logs``), the path must be a file of that folder, as the
+    writer stores it: it is shown in the report, so a path elsewhere is an invalid row."""
     if value is None or value == "":
         return None
     if not isinstance(value, str):
         raise ValueError(f"{name} must be a path, got {value!r}")
+    if under is not None:
+        parts = PurePosixPath(value).parts
+        if len(parts) != 2 or parts[0] != under or parts[1] in ("..", ".") or "\\" in value:
+            raise ValueError(f"{name} must be a file of the run's {under}/ folder, got {value[:200]!r}")
     return value
 
 
@@ -110,6 +118,13 @@ class CellSpec:
         for name in ("ignore_frac", "label_smoothing", "z_loss"):
             values[name] = float_field(raw.get(name, 0.0), f"spec.{name}", optional=False)
         values["softcap"] = float_field(raw.get("softcap"), "spec.softcap")
+        for name in ("ignore_frac", "label_smoothing"):
+            if not 0.0 <= values[name] < 1.0:
+                raise ValueError(f"spec.{name} must be in [0, 1), got {values[name]!r}")
+        if not values["z_loss"] >= 0.0:
+            raise ValueError(f"spec.z_loss must be at least 0, got {values['z_loss']!r}")
+        if values["softcap"] is not None and not values["softcap"] > 0.0:
+            raise ValueError(f"spec.softcap must be positive, got {values['softcap']!r}")
         for name, allowed in (("mode", MODES), ("reduction", REDUCTIONS)):
             if name in raw and raw[name] not in allowed:
                 raise ValueError(f"spec.{name} must be one of {', '.join(allowed)}, got {raw[name]!r}")
@@ -132,7 +147,11 @@ class Parity:
 
     @classmethod
     def from_dict(cls, raw: dict | None) -> "Parity":
-        return build(cls, raw or {}, "parity")
+        parity = build(cls, raw or {}, "parity")
+        for f in dataclasses.fields(cls):
+            if (value := getattr(parity, f.name)) is not None and value < 0:  # a NaN stays: a non-finite value
+                raise ValueError(f"parity.{f.name} must be at least 0 (a relative error), got {value!r}")
+        return parity
 
 
 @dataclass
@@ -201,11 +220,16 @@ class CellResult:
         if not isinstance(times, list):
             raise ValueError(f"times_ms must be a list, got {times!r}")
         values["times_ms"] = [float_field(t, "times_ms", optional=False) for t in times]
-        for name in ("snapshot_path", "timeline_path", "log_path"):
+        for name in ("snapshot_path", "timeline_path"):
             values[name] = _stored_path(raw.get(name), name)
+        values["log_path"] = _stored_path(raw.get("log_path"), "log_path", under=store.LOGS_DIR)
         for name in ("message", "backend_version", "memory_source"):
             if name in raw and not isinstance(raw[name], str):
                 raise ValueError(f"{name} must be a string, got {raw[name]!r}")
         if not isinstance(raw.get("extra", {}), dict):
             raise ValueError(f"extra must be an object, got {raw.get('extra')!r}")
+        if status == "ok":  # the writer stores a finished cell's measurements with it
+            missing = [name for name in ("peak_step_bytes", "time_ms") if values[name] is None]
+            if missing:
+                raise ValueError(f"status 'ok' without its measurements ({', '.join(missing)} empty)")
         return cls(**values)

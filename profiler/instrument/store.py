@@ -103,6 +103,7 @@ class Loaded(Generic[T]):
 
     path: Path
     records: list[T] = field(default_factory=list)
+    lines: list[int] = field(default_factory=list)  # the line number of each record
     skipped: list[LineProblem] = field(default_factory=list)
     missing: bool = False
 
@@ -176,6 +177,7 @@ def read_jsonl(path: str | Path, parse: Callable[[dict], T], inside: str | Path 
                 if not isinstance(obj, dict):
                     raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
                 loaded.records.append(parse(obj))
+                loaded.lines.append(number)
             except (ValueError, TypeError, KeyError) as exc:
                 reason = f"not a valid row ({_without_path(exc, path, number)})"
                 if unterminated:

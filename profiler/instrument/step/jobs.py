@@ -125,6 +125,8 @@ class ModelResult:
         raw["job"] = ModelJob.from_dict(raw["job"])
         if raw.get("status", "ok") not in STATUSES:
             raise ValueError(f"status must be one of {', '.join(STATUSES)}, got {raw['status']!r}")
+        if raw.get("status", "ok") == "ok" and raw.get("memory") is None:  # the writer stores a finished step's
+            raise ValueError("status 'ok' without its measurements (memory empty)")
         return cls(**raw)
 
 

@@ -1,0 +1,98 @@
+"""Rows of valid JSON and valid types whose content the writer never stores: the same cell twice,
+a finished cell without its measurements, values outside what the writer guarantees, a log path
+leading out of the folder. Each is named in the report by its line, never taken silently."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from fusedce_profiler.grid.runner import load_results
+from fusedce_profiler.instrument import store
+from fusedce_reports import build_report
+from processes import cli_env, run_cli
+
+pytestmark = pytest.mark.faults  # the fault suite: pytest -m faults
+
+GRID = Path(__file__).resolve().parents[1] / "examples" / "default-report-cpu"
+
+
+@pytest.fixture
+def run(tmp_path):
+    copy = tmp_path / "run"
+    shutil.copytree(GRID, copy)
+    return copy
+
+
+def _rows(folder: Path) -> list[dict]:
+    return [json.loads(line) for line in (folder / store.RESULTS_FILE).read_text().splitlines()]
+
+
+def _store(folder: Path, rows: list[dict]) -> None:
+    (folder / store.RESULTS_FILE).write_text("".join(json.dumps(row) + "\n" for row in rows))
+
+
+def _tampered(folder: Path, change) -> str:
+    """The reason ``results.jsonl`` gives for its second row once ``change`` altered it."""
+    rows = _rows(folder)
+    change(rows[1])
+    _store(folder, rows)
+    loaded = load_results(folder)
+    assert [p.line for p in loaded.skipped] == [2] and len(loaded.records) == len(rows) - 1
+    return loaded.skipped[0].reason
+
+
+def _set(path: str, value):
+    def change(row):
+        *parents, last = path.split(".")
+        for key in parents:
+            row = row[key]
+        row[last] = value
+    return change
+
+
+@pytest.mark.parametrize("path, value, reason", [
+    ("peak_step_bytes", None, "status 'ok' without its measurements (peak_step_bytes empty)"),
+    ("time_ms", None, "status 'ok' without its measurements (time_ms empty)"),
+    ("peak_forward_bytes", -5, "peak_forward_bytes must be at least 0"),
+    ("spec.ignore_frac", 1.5, "spec.ignore_frac must be in [0, 1)"),
+    ("spec.label_smoothing", -0.1, "spec.label_smoothing must be in [0, 1)"),
+    ("spec.z_loss", -1.0, "spec.z_loss must be at least 0"),
+    ("spec.softcap", 0.0, "spec.softcap must be positive"),
+    ("spec.mode", "fp64", "spec.mode must be one of"),
+    ("parity.grad_weight", -0.5, "parity.grad_weight must be at least 0"),
+    ("log_path", "../../../etc/passwd", "log_path must be a file of the run's logs/ folder"),
+    ("log_path", "/etc/passwd", "log_path must be a file of the run's logs/ folder"),
+    ("log_path", "logs/../../x.log", "log_path must be a file of the run's logs/ folder"),
+])
+def test_a_row_the_writer_never_stores_is_invalid_naming_its_line(run, path, value, reason):
+    assert reason in _tampered(run, _set(path, value))
+
+
+def test_a_log_path_of_the_runs_logs_folder_is_kept(run):
+    rows = _rows(run)
+    rows[1].update(status="error", message="RuntimeError: boom", log_path="logs/worker-1-2.log")
+    _store(run, rows)
+    assert load_results(run).records[1].log_path == "logs/worker-1-2.log"
+
+
+def test_the_same_cell_twice_is_named_with_both_lines_and_the_last_reported(run):
+    rows = _rows(run)
+    later = dict(rows[0], time_ms=rows[0]["time_ms"] * 2)
+    _store(run, [*rows, later])
+    report = build_report(run)
+    note = f"{run / store.RESULTS_FILE}: lines 1, {len(rows) + 1} hold the same cell; the last, line {len(rows) + 1}, is reported"
+    assert note in report.notes
+    shown = f"lines 1, {len(rows) + 1} hold the same cell; the last, line {len(rows) + 1}, is reported"
+    assert shown in " ".join(report.summary.read_text().split())
+
+
+def test_report_of_a_tampered_row_names_it_and_keeps_the_others(run):
+    rows = _rows(run)
+    rows[1]["peak_step_bytes"] = None
+    _store(run, rows)
+    result = run_cli(["report", str(run)], cli_env())
+    assert result.returncode == 0 and "Traceback" not in result.stderr
+    assert f"{store.RESULTS_FILE}:2: not a valid row (status 'ok' without its measurements" in result.stdout
