@@ -144,7 +144,7 @@ def _run_jobs(plan: ModelPlan, out_dir: Path, done: dict, say) -> dict:
 
 
 def model_command(*, out: str | Path | None = None, force: bool = False, resume: bool = False,
-                  console: Console | None = None, **arguments) -> CommandOutcome:
+                  console: Console | None = None, **options) -> CommandOutcome:
     """``fusedce-profile model``: :func:`profile_model` with the exit code and ``--json`` summary the
     command line needs (a signal ends it with :attr:`CommandOutcome.stopped` set, not raised)."""
     from fusedce_profile.checks import nothing_measured
@@ -163,7 +163,7 @@ def model_command(*, out: str | Path | None = None, force: bool = False, resume:
     def say(line: str) -> None:
         console.print(line, markup=False)
 
-    plan = plan_model(**arguments)
+    plan = plan_model(**options)
     base = plan.base
     with run_folder(arguments.path(out, "--out"), force=force, resume=resume, kind="model") as out_dir:
         say(f"fusedce-profile model: {plan.source.describe()} ({plan.source.parameters / 1e6:.1f} M parameters), "

@@ -87,7 +87,7 @@ def _finished(out_dir: Path, settings):
 
 
 def parity_command(*, out: str | Path | None = None, force: bool = False, resume: bool = False,
-                   console: Console | None = None, **arguments) -> CommandOutcome:
+                   console: Console | None = None, **options) -> CommandOutcome:
     """``fusedce-profile parity``: :func:`parity` with the exit code and ``--json`` summary the command
     line needs (a signal ends it with :attr:`CommandOutcome.stopped` set, not raised)."""
     from fusedce_profile.folders import run_folder
@@ -104,7 +104,7 @@ def parity_command(*, out: str | Path | None = None, force: bool = False, resume
     def say(line: str) -> None:
         console.print(line, markup=False)
 
-    settings = parity_settings(**arguments)
+    settings = parity_settings(**options)
     with run_folder(arguments.path(out, "--out"), force=force, resume=resume, kind="parity") as out_dir:
         finished = _finished(out_dir, settings) if resume else None
         say(f"fusedce-profile parity: {settings.config.name}, {settings.steps} steps, {settings.mode} on "
