@@ -7,6 +7,8 @@ A pure function of the stored :class:`fusedce_profiler.judgements.doctor.doctor.
 """
 from __future__ import annotations
 
+import math
+
 from pathlib import Path
 
 import pandas as pd
@@ -51,9 +53,11 @@ def doctor_table(run: DoctorRun) -> pd.DataFrame:
 
 
 def _loss_text(value) -> str:
-    """A stored loss: a number, None, or a non-finite value stored as its name ("NaN")."""
+    """A stored loss: a number (a non-finite one named as JSON stores it: ``NaN``, ``Infinity``), or None."""
     if value is None:
         return "–"
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
     return f"{value:.6g}" if isinstance(value, (int, float)) else str(value)
 
 

@@ -53,8 +53,11 @@ def _fake_runner(budget_tokens, status_when_over="oom"):
 
     def run(job: ModelJob) -> ModelResult:
         seen.append(job)
-        fits = job.batch * job.seq <= budget_tokens
-        return ModelResult(job=job, status="ok" if fits else status_when_over)
+        if job.batch * job.seq > budget_tokens:
+            return ModelResult(job=job, status=status_when_over)
+        tokens = job.batch * job.seq  # a finished step always carries its measurements
+        return _measured(job.batch, static=1 << 20, context=0, peak=(1 << 20) + 1024 * tokens,
+                         reserved=(1 << 20) + 1024 * tokens, job=job)
 
     return run, seen
 
@@ -111,14 +114,14 @@ def test_a_wrapped_out_of_memory_error_is_oom_not_an_error_that_stops_the_search
     assert not is_out_of_memory(RuntimeError("CUBLAS_STATUS_NOT_SUPPORTED"))
 
 
-def _measured(batch, static, context, peak, reserved):
+def _measured(batch, static, context, peak, reserved, job=None):
     from fusedce_profiler.instrument.step.memory import StepMemory
 
     memory = StepMemory(source="cuda-allocator", parameters=0, gradients=0, optimizer_state=0, batch=0,
                         static=static, activations=0, saved_tensors=0, weight_copies=0, loss_extra=0,
                         peak=peak, peak_phase="loss", composition=[], phases=[],
                         peak_reserved=reserved, context=context, smi_peak=context + reserved)
-    return ModelResult(job=ModelJob(get_preset("tiny"), "torch", batch, 64, device="cuda"), memory=memory)
+    return ModelResult(job=job or ModelJob(get_preset("tiny"), "torch", batch, 64, device="cuda"), memory=memory)
 
 
 def test_predicted_start_extrapolates_the_part_that_grows_with_the_batch():
