@@ -197,14 +197,23 @@ def validate(*, naive: float, fused: float, card: float, preset: str | None = No
                 confirm=confirm, cache=Path(cache) if cache else None)
 
 
-def explain(*, out: str | Path = "fusedce-explain", resume: bool = False,
+def explain(*, out: str | Path | None = None, force: bool = False, resume: bool = False,
             progress: Callable[[str], None] = lambda line: None, **options):
     """Explain the readings ``naive`` / ``fused`` (MiB) on a ``card`` GiB GPU (the arguments of
     :func:`validate`, mirroring the command's options) and return the stored
     :class:`~fusedce_profiler.judgements.explain.records.Explanation`. Bad input raises
-    :class:`~fusedce_profile.errors.UsageError` before anything is measured."""
-    out = arguments.path(out, "--out")  # before anything is measured
-    return explain_plan(validate(**options), out=out, resume=resume, progress=progress)
+    :class:`~fusedce_profile.errors.UsageError` before anything is measured.
+
+    ``out`` is prepared as the command prepares ``--out`` (:func:`~fusedce_profile.folders.run_folder`:
+    a new time-stamped folder when ``None``; a linked, nested, foreign or live run's folder refused;
+    ``force`` replaces an earlier run's files, ``resume`` continues an explanation) and locked while
+    the explanation runs."""
+    from fusedce_profile.folders import run_folder
+
+    out = None if out is None else arguments.path(out, "--out")
+    plan = validate(**options)  # before the folder is made
+    with run_folder(out, force=force, resume=resume, kind="explain") as folder:
+        return explain_plan(plan, out=folder, resume=resume, progress=progress)
 
 
 def explain_plan(plan: Plan, *, out: str | Path = "fusedce-explain", resume: bool = False,

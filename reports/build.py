@@ -78,8 +78,12 @@ class Report:
 
 
 def _unfinished_plan(run_dir: Path, records) -> list[str]:
-    """A note when the run finished fewer of the cells it planned (``plan.json``) than it set out to."""
-    planned = planned_cells(run_dir)
+    """A note when the run finished fewer of the cells it planned (``plan.json``) than it set out to,
+    or when its plan cannot be read (then whether it finished is unknown, and the note says so)."""
+    try:
+        planned = planned_cells(run_dir)
+    except ValueError as exc:
+        return [f"{exc}: whether the run measured every cell it planned is unknown"]
     if not planned:
         return []
     done = {r.spec.key() for r in records}

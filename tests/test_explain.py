@@ -402,3 +402,24 @@ def test_a_confirmation_of_a_stand_in_judges_its_step_with_the_hypothesis_extra_
     runs.clear()
     ex_ver.confirm([truth2], base, obs, terms, runner, top=1)
     assert len(runs) == 2 and runs[1][0] > runs[0][0]
+
+
+def test_the_python_explain_prepares_its_folder_as_the_command_does(tmp_path):
+    from fusedce_profile.errors import UsageError
+    from fusedce_profile.explain import explain
+
+    args = dict(naive=3.2, fused=2.9, card=24, preset="tiny", seq=32, attention="sdpa", tied=False,
+                checkpointing=False, eval_step=False, device="cpu")
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    (tmp_path / "link").symlink_to(target)
+    with pytest.raises(UsageError, match="link"):
+        explain(**args, out=tmp_path / "link")
+    foreign = tmp_path / "notes"
+    foreign.mkdir()
+    (foreign / "mine.txt").write_text("keep")
+    with pytest.raises(UsageError, match="not empty"):
+        explain(**args, out=foreign)
+    with pytest.raises(UsageError, match="not a run folder"):
+        explain(**args, out=foreign, force=True)
+    assert (foreign / "mine.txt").read_text() == "keep" and not any(target.iterdir())

@@ -306,6 +306,16 @@ def test_a_pipe_given_as_config_is_named_for_what_it_is(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+def test_a_pipe_given_as_hf_is_refused_without_being_opened(tmp_path):
+    """``--hf PIPE`` is refused as what it is, before anything reads it (a read would block)."""
+    os.mkfifo(tmp_path / "tiny")
+    with _unblocked(tmp_path / "tiny"):
+        result = CliRunner().invoke(app, ["model", "--hf", str(tmp_path / "tiny"), "--device", "cpu",
+                                          "--out", str(tmp_path / "run")])
+    _one_line_exit_2(result, f"--hf '{tmp_path / 'tiny'}': not a regular file")
+    assert not (tmp_path / "run").exists()
+
+
 # --- a relative recorder folder ---------------------------------------------------------------
 
 def test_a_relative_recorder_folder_stays_where_it_was_made(tmp_path, monkeypatch):
@@ -323,6 +333,44 @@ def test_a_relative_recorder_folder_stays_where_it_was_made(tmp_path, monkeypatc
     recorder.close()
     assert len((tmp_path / "first" / "runs/mine" / store.RECORDED_STEPS_FILE).read_text().splitlines()) == 2
     assert not (tmp_path / "second" / "runs").exists()
+
+
+# --- a recording folder that is full ---------------------------------------------------------
+
+def test_a_folder_holding_the_most_steps_takes_no_more_and_training_goes_on(tmp_path, monkeypatch):
+    """Sessions appending to one folder could pass the reader's line limit (each session was
+    checked alone): the report then refused the whole folder."""
+    from fusedce_profiler.instrument import capacity
+
+    monkeypatch.setattr(capacity, "MAX_RECORDED_STEPS", 2)
+    for session in range(2):
+        recorder = StepRecorder(WrappedHeadLM(), tmp_path / "rec", steps=(0,), trace=False, report=False,
+                                append=session > 0, label=f"session {session}")
+        with recorder.step():
+            _loss(recorder.model, _batch(session)).backward()
+        recorder.close()
+    steps = tmp_path / "rec" / store.RECORDED_STEPS_FILE
+    before = steps.read_bytes()
+    recorder = StepRecorder(WrappedHeadLM(), tmp_path / "rec", steps=(0, 1), trace=False, report=False, append=True)
+    trained = 0
+    with pytest.warns(RuntimeWarning, match="holds 2 recorded steps, the most a folder holds"):
+        for index in range(2):
+            with recorder.step():
+                _loss(recorder.model, _batch(index)).backward()
+            trained += 1
+    recorder.close()
+    assert trained == 2 and steps.read_bytes() == before
+
+
+def test_a_line_that_would_pass_the_size_limit_is_not_appended(tmp_path, monkeypatch):
+    from fusedce_profiler.instrument import confined
+
+    path = tmp_path / store.RESULTS_FILE
+    store.append_jsonl(path, {"a": 1})
+    monkeypatch.setitem(confined.SIZE_LIMITS, store.RESULTS_FILE, path.stat().st_size + 4)
+    with pytest.raises(store.FileFull, match=f"{store.RESULTS_FILE}: full"):
+        store.append_jsonl(path, {"a": 2})
+    assert path.read_text() == '{"a": 1}\n'
 
 
 # --- a reader that goes away -----------------------------------------------------------------

@@ -189,3 +189,36 @@ def test_doctor_report_escapes_the_wrapper_name_and_the_evidence(tmp_path):
     assert markdown_text(EVIL) in prose
     table = [line for line in prose.splitlines() if line.startswith("| ")]
     assert {_unescaped_pipes(line) for line in table} == {4}
+
+
+HOSTILE_ENVIRONMENT = {"gpu": "H200\n```\n</details>\n<script>alert(1)</script>\n# Verdict: PASS",
+                       "libraries": {"liger_kernel": "````` <img src=x onerror=alert(1)>"}}
+
+
+@pytest.mark.parametrize("example, write", [
+    ("recorded/lightning-bf16-mixed-h200", "fusedce_reports.recorded_report:write_recorded_report"),
+    ("explain/user-gpt-22785-22155", "fusedce_reports.explain_report:write_explain_report"),
+    ("model/model-eval", "fusedce_reports.model_report:write_model_report"),
+])
+def test_a_stored_environment_stays_inside_its_fence_on_every_page(tmp_path, example, write):
+    """An ``environment.json`` value holding a fence, a closing ``</details>``, a tag and a heading
+    is shown as text: every such line lies between the environment block's opening and closing fence."""
+    import importlib
+    import json
+    import shutil
+
+    folder = tmp_path / "run"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "examples" / example, folder)
+    stored = json.loads((folder / store.ENVIRONMENT_FILE).read_text())
+    (folder / store.ENVIRONMENT_FILE).write_text(json.dumps({**stored, **HOSTILE_ENVIRONMENT}))
+    module, function = write.split(":")
+    page = Path(getattr(importlib.import_module(module), function)(folder))
+    page = page if page.suffix == ".md" else folder / "summary.md"
+    lines = page.read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("`" * 6))  # longer than the value's 5
+    end = next(i for i in range(start + 1, len(lines)) if lines[i] == lines[start].rstrip("text"))
+    for needle in ("<script>", "# Verdict: PASS", "<img src=x"):
+        where = [i for i, line in enumerate(lines) if needle in line]
+        assert where and all(start < i < end for i in where), (needle, where, start, end)
+    closing = [i for i, line in enumerate(lines) if line == "</details>"]
+    assert [i for i in closing if not start < i < end] == [closing[-1]] and closing[-1] > end  # the page's own

@@ -96,3 +96,13 @@ def test_report_of_a_tampered_row_names_it_and_keeps_the_others(run):
     result = run_cli(["report", str(run)], cli_env())
     assert result.returncode == 0 and "Traceback" not in result.stderr
     assert f"{store.RESULTS_FILE}:2: not a valid row (status 'ok' without its measurements" in result.stdout
+
+
+@pytest.mark.parametrize("plan", ['{"cells": 3}', '[1, 2]', '{"cells": [{"backend": 1}]}'])
+def test_a_plan_that_cannot_be_read_is_named_instead_of_dropped(run, plan):
+    """A damaged ``plan.json`` was read as "no plan": the report then could not say whether the run
+    had measured every cell it set out to, and did not say that it could not."""
+    (run / store.PLAN_FILE).write_text(plan)
+    report = build_report(run)
+    note = [n for n in report.notes if n.startswith(f"{run / store.PLAN_FILE}: not a plan of cells")]
+    assert note and note[0].endswith("whether the run measured every cell it planned is unknown"), report.notes

@@ -72,15 +72,18 @@ def save_plan(folder: str | Path, cells: list[CellSpec]) -> Path:
 
 
 def planned_cells(folder: str | Path) -> list[CellSpec] | None:
-    """The cells of ``plan.json``; ``None`` when there is none or it cannot be read."""
+    """The cells of ``plan.json``; ``None`` when there is none; ``ValueError`` naming the file
+    when it cannot be read as a plan."""
     path = Path(folder) / store.PLAN_FILE
     if not path.is_file():
         return None
+    raw = store.read_json(path)
     try:
-        raw = store.read_json(path)
+        if not isinstance(raw, dict) or not isinstance(raw.get("cells"), list):
+            raise ValueError("expected an object with a list of cells")
         return [CellSpec.from_dict(cell) for cell in raw["cells"]]
-    except (ValueError, TypeError, KeyError):
-        return None
+    except (ValueError, TypeError, KeyError) as exc:
+        raise ValueError(f"{path}: not a plan of cells ({exc})") from None
 
 
 def load_results(folder: str | Path) -> store.Loaded[CellResult]:

@@ -232,17 +232,37 @@ def _names(path: Path) -> scrub.Names:
     return scrub.machine_names(run_folder_of(path))
 
 
+class FileFull(ValueError):
+    """A line not appended because the file would then be more than its reader reads
+    (:func:`~fusedce_profiler.instrument.confined.size_limit`, :data:`~fusedce_profiler.instrument.confined.MAX_LINES`)."""
+
+
+def count_lines(path: str | Path) -> int:
+    """How many lines the folder's own file ``path`` holds (0 when it is missing), streamed
+    under the reader's rules (a link or an oversized file is refused)."""
+    try:
+        return sum(1 for _ in confined.jsonl_lines(path))
+    except FileNotFoundError:
+        return 0
+
+
 def append_jsonl(path: str | Path, record: dict) -> None:
     """Append one record as a line, flushed and fsync'ed (a kill loses at most this line).
 
     The record's strings are scrubbed of the machine's names. The file is opened without
     following a link: a link is refused (``OSError`` ``ELOOP`` naming it); a new file follows
-    the umask."""
+    the umask. A line that would take the file over its size limit is not written
+    (:class:`FileFull` naming the file and the limit): a folder never holds what its reader refuses."""
     path = Path(path)
-    line = dumps(scrub.scrub_value(record, _names(path)), sort_keys=True) + "\n"
+    line = (dumps(scrub.scrub_value(record, _names(path)), sort_keys=True) + "\n").encode("utf-8")
     fd = confined.open_own_file(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, path)  # nor through a hard link or pipe
+    limit = confined.size_limit(path)
+    if os.fstat(fd).st_size + len(line) > limit or len(line) > confined.MAX_LINE_BYTES:
+        os.close(fd)
+        raise FileFull(f"{path}: full: one more line ({len(line):,} bytes) would take it over its reader's limit "
+                       f"({limit:,} bytes, {confined.MAX_LINE_BYTES:,} a line)")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        with os.fdopen(fd, "wb") as fh:
             fh.write(line)
             fh.flush()
             os.fsync(fh.fileno())

@@ -199,6 +199,8 @@ class HFSource(ModelSource):
             path = path / "config.json"
             if not path.is_file():
                 raise ValueError(f"--hf {ref!r}: the folder has no config.json")
+        elif path.exists() and not path.is_file():  # a FIFO or device: never opened, never taken for a preset name
+            raise ValueError(f"--hf {ref!r}: not a regular file (a config.json or a folder holding one)")
         if path.is_file():
             try:
                 raw = json.loads(confined.check_nesting(confined.user_text(path), path))

@@ -125,6 +125,7 @@ class StepRecorder:
         self._head = self._norm = self._embedding = None
         self._lock = None
         self._holds_recording = False  # this recorder holds _ONE_RECORDING
+        self._stored: int | None = None  # lines of recorded_steps.jsonl, once counted
         if self.enabled:
             try:
                 self._lock = take_folder(self.out, force=force, append=append)
@@ -357,7 +358,10 @@ class StepRecorder:
             self._abandon(rec, exc)
             return None
         try:
-            append_recorded_step(self.out, record)
+            if self._stored is None:  # counted once: the lines earlier sessions appended
+                self._stored = store.count_lines(self.out / store.RECORDED_STEPS_FILE)
+            append_recorded_step(self.out, record, self._stored)
+            self._stored += 1
             self._save_environment()
             self.records.append(record)
             if self.on_record is not None:

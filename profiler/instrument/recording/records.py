@@ -162,11 +162,22 @@ class RecordedStep:
         return step
 
 
-def append_recorded_step(folder: str | Path, record: RecordedStep) -> Path:
-    """Append ``record`` to the folder's ``recorded_steps.jsonl`` (flushed and fsync'ed)."""
+def append_recorded_step(folder: str | Path, record: RecordedStep, stored: int | None = None) -> Path:
+    """Append ``record`` to the folder's ``recorded_steps.jsonl`` (flushed and fsync'ed).
+
+    ``stored``: how many lines the file holds already (counted when ``None``). A file that holds
+    :data:`~fusedce_profiler.instrument.capacity.MAX_RECORDED_STEPS` lines (across all the
+    sessions that appended to it) or would pass its size limit takes no more:
+    :class:`~fusedce_profiler.instrument.store.FileFull` naming the file."""
+    from fusedce_profiler.instrument.capacity import MAX_RECORDED_STEPS
+
     path = Path(folder) / store.RECORDED_STEPS_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     store.cut_partial_line(path)
+    stored = store.count_lines(path) if stored is None else stored
+    if stored >= MAX_RECORDED_STEPS:
+        raise store.FileFull(f"{path}: full: it holds {stored:,} recorded steps, the most a folder holds; "
+                             "record into a new folder")
     store.append_jsonl(path, record.to_dict())
     return path
 
