@@ -25,14 +25,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from fusedce_profile.errors import UsageError
+from fusedce_profiler.instrument.store import MAX_DIMENSION, MAX_TIME_MS
 
-MAX_SIZE = 2**31 - 1
-"""The largest tensor dimension an option may ask for (see the module docstring)."""
+MAX_SIZE = MAX_DIMENSION
+"""The largest tensor dimension an option may ask for (see the module docstring); stored rows are held to it too."""
 
 MAX_SEED = 2**63 - 1
 """The largest seed: seeds are stored as 64-bit integers."""
 
-MAX_SECONDS = 7 * 24 * 3600.0
+MAX_SECONDS = MAX_TIME_MS / 1000
 """The longest time limit, one week."""
 
 MAX_STEPS = 1_000_000

@@ -129,7 +129,7 @@ def _timelines(run_dir: Path, frame: pd.DataFrame, plots_dir: Path, notes: list[
         try:
             timeline = read_timeline(path, run_dir)
         except ValueError as exc:
-            notes.append(f"{path}: not a timeline ({exc})")
+            notes.append(f"{path}: not a timeline ({str(exc).removeprefix(f'{path}: ')})")
             continue
         stem = _stem(path.name)
         caption = f"Memory timeline: {row.backend}, {row.tokens} tokens, H={row.hidden} V={row.vocab}, {row.mode}"

@@ -259,7 +259,7 @@ def _timeline_plots(folder: Path, records: list[RecordedStep], notes: list[str])
         try:
             timeline = read_timeline(path, folder)
         except ValueError as exc:
-            notes.append(f"{path}: not a timeline ({exc})")
+            notes.append(f"{path}: not a timeline ({str(exc).removeprefix(f'{path}: ')})")
             continue
         stem = path.name[: -len(store.TIMELINE_SUFFIX)]
         drawn.append(plot_timeline(timeline, folder / store.PLOTS_DIR / f"timeline_{stem}.png",

@@ -70,6 +70,14 @@ def machine(tmp_path, monkeypatch):
     return home
 
 
+def _stored_text(path: Path) -> str:
+    """The strings of a stored JSON or JSON-lines file as text (the store writes JSON with
+    non-ASCII characters escaped, the placeholders' ``‹ ›`` among them)."""
+    values = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] \
+        if path.suffix == ".jsonl" else [json.loads(path.read_text())]
+    return json.dumps(values, ensure_ascii=False)
+
+
 def _run(machine: Path, monkeypatch, name: str, args: list[str]) -> tuple[Path, str]:
     out = machine / "runs" / name
     monkeypatch.setenv("FX_RUN", str(out))
@@ -81,8 +89,12 @@ def _run(machine: Path, monkeypatch, name: str, args: list[str]) -> tuple[Path, 
 def assert_names_no_machine(folder: Path, home: Path) -> None:
     """No file below ``folder`` names the home folder (which holds the run folder and the current
     folder), the Python installation or the host."""
+    import fusedce_profiler
+
+    source = Path(fusedce_profiler.__file__).resolve().parents[1]  # a checkout, when installed editable
     leaks = {"home folder": re.escape(str(home)), "real home folder": re.escape(os.path.realpath(home)),
-             "Python installation": re.escape(sys.prefix)}
+             "Python installation": re.escape(sys.prefix), "tool's source folder": re.escape(f"{source}{os.sep}"),
+             "placeholder a page would read as a tag": "<(run folder|cwd|python|host|fusedce)>"}
     host = socket.gethostname()
     if len(host) >= 4:
         leaks["host name"] = rf"(?<![\w.-]){re.escape(host)}(?![\w-])"
@@ -98,8 +110,8 @@ def test_a_grid_folder_names_no_machine(machine, monkeypatch):
     out, _ = _run(machine, monkeypatch, "grid", ["grid", "--device", "cpu", "--hidden", "32", "--vocab", "256",
                                                   "--tokens", "8", "--repeats", "1", "--warmup", "0", "--backend",
                                                   "torch", "--backend", "fx_planted:boom"])
-    assert "boom: <run folder>/snapshots/x.pickle in <cwd>/train.py with <python>/lib/site.py; home ~." in \
-        (out / "results.jsonl").read_text()
+    assert "boom: ‹run folder›/snapshots/x.pickle in ‹cwd›/train.py with ‹python›/lib/site.py; home ~." in \
+        _stored_text(out / "results.jsonl")
     assert (out / "results.csv").is_file() and (out / "report.html").is_file()
     assert_names_no_machine(out, machine)
     monkeypatch.chdir(out)  # rebuilt from inside the folder: the current folder is the run folder
@@ -118,7 +130,7 @@ def test_a_grid_folder_names_no_machine(machine, monkeypatch):
 ])
 def test_a_command_folder_names_no_machine(machine, monkeypatch, command, record):
     out, output = _run(machine, monkeypatch, command[0], command)
-    assert "boom: <run folder>/" in (out / record).read_text(), output
+    assert "boom: ‹run folder›/" in _stored_text(out / record), output
     assert_names_no_machine(out, machine)
 
 
@@ -137,6 +149,6 @@ def test_a_recorded_folder_names_no_machine(machine, monkeypatch):
     recorder.close()
     write_report(out)
     stored = [json.loads(line) for line in (out / "recorded_steps.jsonl").read_text().splitlines()]
-    assert stored[0]["label"] == "<run folder> in <cwd> with <python>; home ~. host " + (
-        "<host>" if len(socket.gethostname()) >= 4 else socket.gethostname())
+    assert stored[0]["label"] == "‹run folder› in ‹cwd› with ‹python›; home ~. host " + (
+        "‹host›" if len(socket.gethostname()) >= 4 else socket.gethostname())
     assert_names_no_machine(out, machine)

@@ -65,11 +65,11 @@ def test_a_finished_workers_log_names_no_path_or_host_of_the_machine(tmp_path, m
     with Worker(run / "logs") as worker:
         worker.call("environment", timeout_s=120)
     log = worker.log_path.read_text()
-    assert "python <python>/lib/x.py home ~/.cache cwd <cwd>/train.py run <run folder>/snapshots" in log
+    assert "python ‹python›/lib/x.py home ~/.cache cwd ‹cwd›/train.py run ‹run folder›/snapshots" in log
     for name in (sys.prefix, str(run), os.getcwd()):
         assert name not in log, name
     if len(socket.gethostname()) >= 4:
-        assert "host <host>" in log and socket.gethostname() not in log
+        assert "host ‹host›" in log and socket.gethostname() not in log
 
 
 @pytest.mark.faults

@@ -66,6 +66,13 @@ def _set(path: str, value):
     ("log_path", "../../../etc/passwd", "log_path must be a file of the run's logs/ folder"),
     ("log_path", "/etc/passwd", "log_path must be a file of the run's logs/ folder"),
     ("log_path", "logs/../../x.log", "log_path must be a file of the run's logs/ folder"),
+    ("time_ms", "Infinity", "time_ms must be a time from 0 to 604800000 ms, got inf"),
+    ("time_ms", "NaN", "time_ms must be a time from 0 to 604800000 ms, got nan"),
+    ("time_ms", 1e308, "time_ms must be a time from 0 to 604800000 ms"),
+    ("time_ms_min", "Infinity", "time_ms_min must be a time"),
+    ("times_ms", [1.0, "Infinity"], "times_ms must be a time"),
+    ("spec.tokens", 2**63 - 1, "spec.tokens must be at most 2,147,483,647"),
+    ("spec.vocab", 2**31, "spec.vocab must be at most 2,147,483,647"),
 ])
 def test_a_row_the_writer_never_stores_is_invalid_naming_its_line(run, path, value, reason):
     assert reason in _tampered(run, _set(path, value))

@@ -244,17 +244,35 @@ def nesting_depth(data: bytes) -> int:
     return int(np.cumsum(steps).max())
 
 
+MAX_INT_DIGITS = 40
+"""The most digits of an integer in a stored file: more than any byte count or size the tool
+writes (2⁶⁴ has 20), far below the point where converting it costs time (Python refuses 4,300)."""
+
+
+class _TooManyDigits(ValueError):
+    pass
+
+
+def _stored_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        raise _TooManyDigits(f"an integer of {len(text.lstrip('-')):,} digits, more than the {MAX_INT_DIGITS} "
+                             "any stored value has")
+    return int(text)
+
+
 def loads(data: bytes, path: str | Path) -> Any:
     """Decode the JSON text ``data`` read from ``path``: ``ValueError`` naming the file when it is
     not UTF-8 JSON, :class:`FolderRefused` when it nests deeper than :data:`MAX_NESTING`."""
     if nesting_depth(data) > MAX_NESTING:
         raise FolderRefused(f"{path}: JSON nested deeper than the limit of {MAX_NESTING} levels")
     try:
-        return json.loads(data.decode("utf-8"))
+        return json.loads(data.decode("utf-8"), parse_int=_stored_int)
     except UnicodeDecodeError:
         raise ValueError(f"{path}: not UTF-8 text") from None
     except json.JSONDecodeError as exc:
         raise ValueError(f"{path}: not valid JSON ({exc})") from None
+    except _TooManyDigits as exc:
+        raise ValueError(f"{path}: {exc}") from None
     except RecursionError:  # a smaller stack than the nesting limit assumes
         raise FolderRefused(f"{path}: JSON nested too deeply to read") from None
 

@@ -19,7 +19,7 @@ from fusedce.options import IGNORE_INDEX
 from fusedce_profiler.instrument.precision import MODES
 from fusedce_profiler.instrument.schema import build
 from fusedce_profiler.instrument import store
-from fusedce_profiler.instrument.store import float_field, int_field
+from fusedce_profiler.instrument.store import MAX_DIMENSION, float_field, int_field, time_field
 
 _NAME = r"[A-Za-z][A-Za-z0-9_.\-]*"
 _DOTTED = r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*"
@@ -111,9 +111,9 @@ class CellSpec:
             raise ValueError(f"spec.backend must be a back-end name or 'module:callable', got {raw.get('backend')!r}")
         values = dict(raw)
         for name in ("tokens", "vocab", "hidden"):
-            values[name] = int_field(raw.get(name), f"spec.{name}", optional=False, minimum=1)
+            values[name] = int_field(raw.get(name), f"spec.{name}", optional=False, minimum=1, maximum=MAX_DIMENSION)
         for name in ("batch", "seq"):
-            values[name] = int_field(raw.get(name), f"spec.{name}", minimum=1)
+            values[name] = int_field(raw.get(name), f"spec.{name}", minimum=1, maximum=MAX_DIMENSION)
         values["seed"] = int_field(raw.get("seed", 0), "spec.seed", optional=False)
         for name in ("ignore_frac", "label_smoothing", "z_loss"):
             values[name] = float_field(raw.get(name, 0.0), f"spec.{name}", optional=False)
@@ -213,13 +213,11 @@ class CellResult:
                      "peak_reserved_bytes", "floor_bytes", "predicted_bytes", "oom_requested_bytes"):
             values[name] = int_field(raw.get(name), name, minimum=0)
         for name in ("time_ms", "time_ms_min", "time_ms_max"):
-            values[name] = float_field(raw.get(name), name)
-            if values[name] is not None and values[name] < 0:
-                raise ValueError(f"{name} must be at least 0, got {values[name]!r}")
+            values[name] = time_field(raw.get(name), name)
         times = raw.get("times_ms") or []
         if not isinstance(times, list):
             raise ValueError(f"times_ms must be a list, got {times!r}")
-        values["times_ms"] = [float_field(t, "times_ms", optional=False) for t in times]
+        values["times_ms"] = [time_field(t, "times_ms", optional=False) for t in times]
         for name in ("snapshot_path", "timeline_path"):
             values[name] = _stored_path(raw.get(name), name)
         values["log_path"] = _stored_path(raw.get("log_path"), "log_path", under=store.LOGS_DIR)

@@ -11,15 +11,19 @@ says what the machine was, and it holds versions only):
 ==========================  ===============
 absolute path or name        placeholder
 ==========================  ===============
-the run folder               ``<run folder>``
-the current folder           ``<cwd>``
-the Python installation      ``<python>`` (``sys.prefix``, ``sys.base_prefix``, ``sys.exec_prefix``)
+the run folder               ``‹run folder›``
+the current folder           ``‹cwd›``
+the Python installation      ``‹python›`` (``sys.prefix``, ``sys.base_prefix``, ``sys.exec_prefix``)
+the tool's own source        ``‹fusedce›`` (the folder holding its packages: a checkout when installed
+                             editable; inside ``‹python›`` otherwise)
 the home folder              ``~``
-the host name                ``<host>``
+the host name                ``‹host›``
 ==========================  ===============
 
+The placeholders are bracketed with ``‹ ›`` (U+2039, U+203A), which neither Markdown nor HTML
+reads as markup: a page is scrubbed after it is rendered, so ``<…>`` would become a tag there.
 Longer paths are replaced first, so a run folder inside the home folder becomes
-``<run folder>``, not ``~/…``. Public API: :func:`machine_names`, :func:`scrub_text`,
+``‹run folder›``, not ``~/…``. Public API: :func:`machine_names`, :func:`scrub_text`,
 :func:`scrub_value`, :func:`scrub_file`.
 """
 from __future__ import annotations
@@ -42,21 +46,23 @@ def machine_names(run_folder: str | Path | None = None) -> Names:
     would rewrite ordinary words."""
     pairs: dict[str, str] = {}
     for path in (sys.prefix, sys.base_prefix, sys.exec_prefix):
-        pairs[os.path.realpath(path)] = "<python>"
-        pairs[path] = "<python>"
+        pairs[os.path.realpath(path)] = "‹python›"
+        pairs[path] = "‹python›"
+    source = str(Path(__file__).resolve().parents[2])  # profiler/instrument/scrub.py → the tool's root
+    pairs[source] = "‹fusedce›"
     home = os.path.expanduser("~")
     pairs[home] = "~"
     pairs[os.path.realpath(home)] = "~"
     cwd = os.getcwd()
-    pairs[cwd], pairs[os.path.realpath(cwd)] = "<cwd>", "<cwd>"
+    pairs[cwd], pairs[os.path.realpath(cwd)] = "‹cwd›", "‹cwd›"
     if run_folder is not None:
         folder = os.path.abspath(run_folder)
-        pairs[folder], pairs[os.path.realpath(folder)] = "<run folder>", "<run folder>"
+        pairs[folder], pairs[os.path.realpath(folder)] = "‹run folder›", "‹run folder›"
     pairs = {text: name for text, name in pairs.items() if len(text) >= 5 and text != os.sep}
     host = socket.gethostname()
     found = sorted(pairs.items(), key=lambda pair: -len(pair[0]))
     if len(host) >= 4:
-        found.append((host, "<host>"))
+        found.append((host, "‹host›"))
     return tuple(found)
 
 
@@ -69,7 +75,7 @@ def _pattern(names: Names) -> tuple[re.Pattern, dict[str, str]]:
     matches only as a whole word."""
     branches = []
     for name, placeholder in names:
-        if placeholder == "<host>":
+        if placeholder == "‹host›":
             branches.append(rf"(?<![\w.-]){re.escape(name)}(?![\w-])")
         else:
             branches.append(rf"{re.escape(name)}(?![\w-]|\.[\w-])")
