@@ -81,7 +81,10 @@ def parse_backends(values: list[str] | None, available: list[str]) -> list[str] 
     """
     if not values:
         return None
-    names = [b.strip() for value in values for b in value.split(",") if b.strip()]
+    names = [b.strip() for value in values for b in value.split(",")]
+    if not all(names):  # "" or "a,,b": never read as "no --backend" (which runs the default set)
+        raise typer.BadParameter(f"an empty back-end name in {', '.join(repr(v) for v in values)}; available: "
+                                 f"{', '.join(available)} (or 'package.module:callable')", param_hint="--backend")
     for name in names:
         if name not in available and ":" not in name:
             raise typer.BadParameter(

@@ -23,11 +23,14 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
+import stat
 from collections.abc import Callable
 from pathlib import Path
 
 from fusedce_profile import arguments
 from fusedce_profile.errors import UsageError
+from fusedce_profile.folders import os_errors
 from fusedce_profiler.instrument.store import EXPLAIN_STEPS_FILE as STEPS_FILE
 SEQ_CANDIDATES = (512, 1024, 2048)
 
@@ -194,7 +197,25 @@ def validate(*, naive: float, fused: float, card: float, preset: str | None = No
     ties = (source.config.tie_word_embeddings,) if source.kind == "user" else (False, True)
     families = cal.enumerate_families(obs, attention_impls=("eager", "sdpa"), tie_choices=ties, seq_candidates=seqs)
     return Plan(obs, source, base, families, batches, on_gpu, stand_in=source.kind == "builtin" and config is None,
-                confirm=confirm, cache=Path(cache) if cache else None)
+                confirm=confirm, cache=_cache_file(cache))
+
+
+def _cache_file(cache: str | Path | None) -> Path | None:
+    """``--cache``: a steps file to read and append, or one to create in an existing folder. A link,
+    a pipe or a device is refused before anything is measured (appending to it would fail, or block,
+    after the calibration steps ran)."""
+    if cache is None or cache == "":
+        return None
+    path = arguments.path(cache, "--cache")
+    if os.path.islink(path):
+        raise UsageError(f"--cache {path}: a symbolic link; give the steps file itself")
+    if path.exists():
+        if not stat.S_ISREG(path.stat().st_mode):
+            raise UsageError(f"--cache {path}: not a regular file; give a steps file an earlier explanation wrote, "
+                             "or a new file's name")
+    elif not path.parent.is_dir():
+        raise UsageError(f"--cache {path}: its folder {path.parent} does not exist")
+    return path
 
 
 def explain(*, out: str | Path | None = None, force: bool = False, resume: bool = False,
@@ -229,6 +250,7 @@ def explain_plan(plan: Plan, *, out: str | Path = "fusedce-explain", resume: boo
     steps = StepStore(out / STEPS_FILE, plan.cache, resume)
     runner = _Runner(steps, out / "logs")
     try:
-        return run.execute(runner.run)
+        with os_errors():  # a step that cannot be stored (a full disk): one line naming the file
+            return run.execute(runner.run)
     finally:
         runner.close()

@@ -74,7 +74,10 @@ def backend_names(values: Sequence[str] | None) -> list[str] | None:
     if not values:
         return None
     available = list(BUILTIN_BACKENDS) + [b for b in MODEL_BACKENDS if b not in BUILTIN_BACKENDS]
-    names = [b.strip() for value in values for b in value.split(",") if b.strip()]
+    names = [b.strip() for value in values for b in value.split(",")]
+    if not all(names):  # "" or "a,,b": never read as "no --backend" (which runs the default set)
+        raise UsageError(f"--backend: an empty back-end name in {', '.join(repr(v) for v in values)}; "
+                         f"available: {', '.join(available)} (or 'package.module:callable')")
     for name in names:
         if name not in available and ":" not in name:
             raise UsageError(f"--backend: unknown back-end {name!r}; available: {', '.join(available)} "

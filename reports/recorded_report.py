@@ -23,7 +23,6 @@ from fusedce_profiler.instrument import store
 from fusedce_profiler.instrument.recording.records import RecordedStep, load_recorded_steps
 from fusedce_profiler.instrument.tracing.attribution import Attribution, logits_verdict
 from fusedce_reports.attribution_tables import attribution_table, detector_table, largest_term
-from fusedce_profiler.instrument.text import capped
 from fusedce_reports.environment import environment_lines, read_environment
 from fusedce_reports.escape import code_block, markdown_text
 from fusedce_reports.figures import new_figure, save_figure
@@ -171,7 +170,7 @@ def findings(records: list[RecordedStep]) -> list[str]:
                        f"{format_bytes(a.group_bytes('LM-head/loss'))} ({format_percent(share)}) of the traced peak.")
         if r.head is not None:
             h = r.head
-            line = (f"{step_name(r)}: LM head `{h['path']}` ({h['found_by']}) multiplies by `{h['weight']}` "
+            line = (f"{step_name(r)}: LM head {h['path']} ({h['found_by']}) multiplies by {h['weight']} "
                     f"({h['vocab']} × {h['hidden']})" + (", tied to the input embedding" if h.get("tied") else ", untied")
                     + ("; its forward ran in this step" if r.head_called else
                        "; its forward did not run in this step (the loss computed from the head's weight itself, as a "
@@ -273,7 +272,7 @@ def render_recorded_markdown(records: list[RecordedStep], environment: dict, plo
     lines += [f"**Note.** {markdown_text(n)}" for n in notes] + ([""] if notes else [])
     if not records:
         return "\n".join(lines + ["No step was recorded.", ""])
-    lines += [f"- {capped(s)}" for s in findings(records)] + [""]  # Markdown already: code spans kept
+    lines += [f"- {markdown_text(s)}" for s in findings(records)] + [""]  # stored strings in them: shown as text
     lines += ["## Recorded steps", "", markdown_table(steps_table(records)), ""]
     lines += ["## Phases", "",
               "forward: from the step's start; loss: from the final norm's output or the LM head's input; backward: "

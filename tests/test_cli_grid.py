@@ -69,6 +69,8 @@ def test_config_file_in_our_format_sets_h_and_v(tmp_path):
 
 @pytest.mark.parametrize("args, message", [
     (["--backend", "nope"], "unknown back-end 'nope'; available: torch, torch-compile"),
+    (["--backend", ""], "an empty back-end name in ''"),
+    (["--backend", "torch,,fusedce"], "an empty back-end name in 'torch,,fusedce'"),
     (["--tokens", "12x"], "'12x' is not a positive integer"),
     (["--tokens", "8", "--batch", "2", "--seq", "4"], "give --tokens, or --batch with --seq"),
     (["--batch", "2"], "--batch and --seq go together"),

@@ -1,5 +1,6 @@
 """explain: per-phase predictions from measured steps, joint scoring, refusals, separation, resume (CPU)."""
 import json
+from pathlib import Path
 
 import pytest
 
@@ -139,6 +140,26 @@ def test_impossible_input_is_refused_in_one_line_before_any_work(args, message, 
     result = _cli([*args, "--out", str(out)])
     assert result.exit_code == 2, result.output
     assert message in result.output and len(result.output.strip().splitlines()) == 1
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("kind", ["device", "pipe", "link", "no folder"])
+def test_a_cache_that_cannot_be_appended_is_refused_before_any_step(kind, tmp_path):
+    """``--cache /dev/zero`` ran every calibration step, then failed with a traceback on the first append."""
+    import os
+
+    cache = {"device": Path("/dev/zero"), "pipe": tmp_path / "pipe", "link": tmp_path / "link",
+             "no folder": tmp_path / "missing" / "steps.jsonl"}[kind]
+    if kind == "pipe":
+        os.mkfifo(cache)
+    if kind == "link":
+        (tmp_path / "steps.jsonl").write_text("")
+        cache.symlink_to(tmp_path / "steps.jsonl")
+    out = tmp_path / "never"
+    result = _cli(["--naive", "3.2", "--fused", "2.9", "--card", "24", "--device", "cpu", "--preset", "tiny",
+                   "--seq", "32", "--cache", str(cache), "--out", str(out)])
+    assert result.exit_code == 2, result.output
+    assert f"--cache {cache}: " in result.output and len(result.output.strip().splitlines()) == 1
     assert not out.exists()
 
 

@@ -222,3 +222,26 @@ def test_a_stored_environment_stays_inside_its_fence_on_every_page(tmp_path, exa
         assert where and all(start < i < end for i in where), (needle, where, start, end)
     closing = [i for i, line in enumerate(lines) if line == "</details>"]
     assert [i for i in closing if not start < i < end] == [closing[-1]] and closing[-1] > end  # the page's own
+
+
+def test_a_recorded_steps_stored_strings_are_text_on_its_page(tmp_path):
+    """A received ``recorded_steps.jsonl`` put its label, model name, notes and head fields into the
+    page's findings as Markdown: a remote image, a raw ``<img onerror>`` and a ``javascript:`` link."""
+    import json
+    import shutil
+
+    from fusedce_reports.recorded_report import write_recorded_report
+
+    folder = tmp_path / "run"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "examples" / "recorded" / "lightning-bf16-mixed-h200", folder)
+    payload = "![px](https://attacker.example/{0}.png)<img src=x onerror=alert(1)>[c](javascript:alert(1))"
+    rows = [json.loads(line) for line in (folder / store.RECORDED_STEPS_FILE).read_text().splitlines()]
+    for row in rows:
+        row.update(label=payload.format("label"), model=payload.format("model"), notes=[payload.format("notes")])
+        row["head"].update(path=payload.format("path"), found_by=payload.format("found_by"),
+                           weight=payload.format("weight"), notes=[payload.format("head-notes")])
+    (folder / store.RECORDED_STEPS_FILE).write_text("".join(json.dumps(row) + "\n" for row in rows))
+    page = Path(write_recorded_report(folder)).read_text()
+    for field in ("label", "model", "notes", "path", "found_by", "weight", "head-notes"):
+        assert f"attacker.example/{field}" in page.replace("\\", ""), field  # shown …
+    assert not re.search(r"(?<!\\)\]\((https|javascript)", page) and "<img" not in page  # … as text
