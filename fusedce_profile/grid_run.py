@@ -18,8 +18,8 @@ from fusedce_profile.console import CellProgress, error, summary_tables
 from fusedce_profile.errors import UsageError
 from fusedce_profile.folders import describe_os_error, os_errors
 from fusedce_profile.outcome import CommandOutcome
-from fusedce_profile.signals import interrupt_exit_code
-from fusedce_profiler.instrument import store
+from fusedce_profile.signals import interrupt_exit_code, signal_name
+from fusedce_profiler.instrument import staging, store
 from fusedce_profiler.instrument.confined import FolderRefused
 from fusedce_profiler.grid.spec import GridSpec
 from fusedce_profiler.instrument.records import CellSpec
@@ -93,8 +93,19 @@ def finish(out_dir: Path, console: Console, *, stopped: KeyboardInterrupt | None
     exit code (1 when a parity check failed or a back-end failed in every one of its cells; 130/143
     when the run was ``stopped`` by a signal, whatever else) and the ``--json`` summary.
     """
-    with os_errors():
-        report = build_report(out_dir)
+    placed = None
+    try:
+        with os_errors(), staging.all_or_nothing() as placed:  # the report's files all, or none
+            report = build_report(out_dir)
+    except KeyboardInterrupt as again:  # a (second) signal while the report was being written
+        if placed is None or not placed.done:
+            stopped = stopped or again
+            code = interrupt_exit_code(stopped)
+            console.print(f"report interrupted; its files were not replaced (the finished cells are kept): run "
+                          f"`fusedce-profile report {one_line(out_dir)}` to write it", markup=False)
+            return CommandOutcome(stored_cells(out_dir), code, {"interrupted": signal_name(stopped), "exit_code": code},
+                                  stopped)
+        stopped = stopped or again  # it came as the files were put in place: the report is whole
     broken = failed_backends(report)
     code = exit_codes.CHECK_FAILED if report.parity_failed or broken else exit_codes.OK
     if stopped is not None:

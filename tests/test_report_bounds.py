@@ -237,3 +237,32 @@ def test_a_recorded_steps_folder_shows_its_stored_strings_cut_and_spelled_out(tm
     assert len(page) < 100_000 and "y" * (MAX_SHOWN_CHARS + 1) not in page
     assert "more characters in the stored record)" in page
     assert "\u202e" not in page and "run\\u202e1" in page
+
+
+def test_a_second_signal_while_a_stopped_run_writes_its_report_replaces_nothing(run, monkeypatch):
+    """A second SIGTERM while an interrupted grid wrote its report left half its plots and no
+    summary.md, with Ctrl-C's exit code and no word."""
+    from rich.console import Console
+
+    from fusedce_profile import grid_run
+    from fusedce_profile.signals import Terminated
+    from fusedce_reports import build_report
+
+    before = _report_files(run)
+
+    def cut_short(folder):
+        build_report(folder)  # every file written, under temporary names, then the second signal
+        raise Terminated()
+
+    monkeypatch.setattr(grid_run, "build_report", cut_short)
+    console = Console(record=True, width=400)
+    outcome = grid_run.finish(run, console, stopped=Terminated())
+    assert outcome.exit_code == 143 and outcome.summary["interrupted"] == "SIGTERM"
+    assert f"report interrupted; its files were not replaced (the finished cells are kept): run " \
+           f"`fusedce-profile report {run}` to write it" in console.export_text()
+    assert _report_files(run) == before and len(outcome.records) == len(_rows_of(run))
+    assert not [p for p in run.rglob("*") if p.name.endswith(".tmp")]
+
+
+def _rows_of(folder: Path) -> list[str]:
+    return (folder / store.RESULTS_FILE).read_text().splitlines()
