@@ -265,6 +265,17 @@ def _whole_short_help() -> None:
 _whole_short_help()
 
 
+def _one_line_usage(error, file=None) -> None:
+    """Click's refusal of the command line (an unknown option, a value its type refuses) as the tool
+    words every refusal: one line on stderr, ``error: …``, naming the command's ``--help``."""
+    names, ctx = [], error.ctx
+    while ctx is not None and ctx.parent is not None:  # the sub-command's name(s), not how Python was started
+        names.insert(0, ctx.info_name)
+        ctx = ctx.parent
+    where = " ".join(["fusedce-profile", *names])
+    sys.stderr.write(f"error: {error.format_message()} (see {where} --help)\n")
+
+
 def main() -> None:
     """Console-script entry point (``fusedce-profile``). A run-folder file the tool refuses that
     a command did not report itself is still one line and exit 2, never a traceback.
@@ -278,6 +289,11 @@ def main() -> None:
     from fusedce_cli.usage import fail
     from fusedce_profiler.instrument.confined import FolderRefused
 
+    import click
+    from typer import core as typer_core
+
+    for module in {click, getattr(typer_core, "_click", click)}:  # typer ≥ 0.20 carries its own copy of click
+        module.exceptions.UsageError.show = _one_line_usage  # this process's command line only
     try:
         app()
         code = 0

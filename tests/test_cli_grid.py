@@ -126,3 +126,19 @@ def test_grid_exits_1_when_a_back_end_fails_parity(tmp_path):
     assert result.exit_code == 1, result.output
     assert f"PARITY FAILURE: {__name__}:overscaled_loss" in _plain(result.stdout)
     assert "A parity check failed its tolerance: exit code 1." in _plain(result.stdout)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["grid", "--tokens", "0", "--device", "cpu"], "error: Invalid value for --tokens: '0' must be positive "
+                                                   "(see fusedce-profile grid --help)"),
+    (["explain", "--bogus"], "error: No such option: --bogus"),
+    (["nosuch"], "error: No such command 'nosuch'. (see fusedce-profile --help)"),
+])
+def test_a_refusal_of_the_command_line_itself_is_one_line_too(args, message):
+    """Values the option's type refuses, unknown options and commands were Click's four lines
+    ("Usage: …", "Try …", a blank, "Error: …") where the tool's own checks print one."""
+    from processes import cli_env, run_cli
+
+    result = run_cli(args, cli_env())
+    assert result.returncode == 2 and result.stdout == "", result.stderr
+    assert result.stderr.startswith(message) and len(result.stderr.strip().splitlines()) == 1, result.stderr
