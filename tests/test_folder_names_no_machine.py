@@ -152,3 +152,17 @@ def test_a_recorded_folder_names_no_machine(machine, monkeypatch):
     assert stored[0]["label"] == "‹run folder› in ‹cwd› with ‹python›; home ~. host " + (
         "‹host›" if len(socket.gethostname()) >= 4 else socket.gethostname())
     assert_names_no_machine(out, machine)
+
+
+def test_a_pythonpath_folder_and_the_tools_own_source_are_placeholders(tmp_path, monkeypatch):
+    """A user's module imported from a PYTHONPATH folder, and fusedce itself run from a checkout,
+    put both folders into every traceback a failed cell stores."""
+    import fusedce_profiler
+    from fusedce_profiler.instrument.scrub import machine_names, scrub_text
+
+    lib = tmp_path / "alice_lib"
+    monkeypatch.setenv("PYTHONPATH", f"{lib}{os.pathsep}relative{os.pathsep}")
+    source = Path(fusedce_profiler.__file__).resolve().parents[1]
+    text = f'File "{lib}/umod.py", line 3, in boom; File "{source}/profiler/grid/cell.py", line 9; relative/x.py'
+    assert scrub_text(text, machine_names()) == \
+        'File "‹pythonpath›/umod.py", line 3, in boom; File "‹fusedce›/profiler/grid/cell.py", line 9; relative/x.py'

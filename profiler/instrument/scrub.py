@@ -16,6 +16,7 @@ the current folder           ``‹cwd›``
 the Python installation      ``‹python›`` (``sys.prefix``, ``sys.base_prefix``, ``sys.exec_prefix``)
 the tool's own source        ``‹fusedce›`` (the folder holding its packages: a checkout when installed
                              editable; inside ``‹python›`` otherwise)
+each ``PYTHONPATH`` folder   ``‹pythonpath›`` (where a user's factory or loss module is imported from)
 the home folder              ``~``
 the host name                ``‹host›``
 ==========================  ===============
@@ -48,6 +49,9 @@ def machine_names(run_folder: str | Path | None = None) -> Names:
     for path in (sys.prefix, sys.base_prefix, sys.exec_prefix):
         pairs[os.path.realpath(path)] = "‹python›"
         pairs[path] = "‹python›"
+    for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep):  # a more particular name below wins
+        if os.path.isabs(entry):
+            pairs[os.path.normpath(entry)] = pairs[os.path.realpath(entry)] = "‹pythonpath›"
     source = str(Path(__file__).resolve().parents[2])  # profiler/instrument/scrub.py → the tool's root
     pairs[source] = "‹fusedce›"
     home = os.path.expanduser("~")
