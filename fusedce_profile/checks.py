@@ -146,7 +146,9 @@ def backend_problem(name: str, option: str = "--backend") -> str | None:
     from fusedce_profiler.instrument.backends import BUILTIN_BACKENDS, MODEL_BACKENDS, get_model_backend
 
     if name not in BUILTIN_BACKENDS and name not in MODEL_BACKENDS:
-        return callable_problem(name, option)
+        from fusedce_profiler.instrument.backends.user import UserBackend
+
+        return callable_problem(name, option) or UserBackend(name).signature_problem(option)
     try:
         get_model_backend(name).version()
     except ImportError as exc:

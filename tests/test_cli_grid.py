@@ -142,3 +142,19 @@ def test_a_refusal_of_the_command_line_itself_is_one_line_too(args, message):
     result = run_cli(args, cli_env())
     assert result.returncode == 2 and result.stdout == "", result.stderr
     assert result.stderr.startswith(message) and len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def test_a_back_end_that_cannot_take_the_four_arguments_is_refused_before_any_cell(tmp_path, monkeypatch):
+    """``def loss(x)`` as a --backend ran, failed in every cell and exited 1, after the measuring."""
+    (tmp_path / "wrongsig.py").write_text("def loss(x):\n    return x.sum()\n\n"
+                                          "def fine(hidden, weight, target, bias=None, **options):\n"
+                                          "    return (hidden @ weight.T).logsumexp(-1).mean()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = tmp_path / "never"
+    result = _run([*TINY, "--tokens", "8", "--backend", "wrongsig:loss", "--out", str(out)])
+    assert result.exit_code == 2, result.output
+    assert "--backend wrongsig:loss: cannot be called as loss(hidden, weight, target, bias)" in _plain(result.output)
+    assert not out.exists()
+    from fusedce_profiler.instrument.backends.user import UserBackend
+
+    assert UserBackend("wrongsig:fine").signature_problem() is None

@@ -34,6 +34,22 @@ class UserBackend(Backend):
         obj = load_callable(self.name, "--backend")
         return obj() if inspect.isclass(obj) else obj
 
+    def signature_problem(self, option: str = "--backend") -> str | None:
+        """Why the callable cannot be called ``fn(hidden, weight, target, bias)`` (``None`` when it
+        can, or when that shows only once a class is instantiated): read from its signature, without
+        calling it."""
+        obj = load_callable(self.name, option)
+        if inspect.isclass(obj):
+            return None  # its __call__ is known once an instance exists: the cell says
+        try:
+            inspect.signature(obj).bind(*_POSITIONALS)
+        except (TypeError, ValueError) as exc:
+            if isinstance(exc, ValueError):  # no signature to read (a builtin): let the cell say
+                return None
+            return (f"{option} {self.name}: cannot be called as {self.attr}(hidden, weight, target, bias) "
+                    f"({exc}); a loss back-end takes those four and the options as keywords")
+        return None
+
     def version(self) -> str:
         module = importlib.import_module(self.module)
         top = self.module.split(".")[0]
@@ -68,6 +84,10 @@ class UserBackend(Backend):
             return fn(hidden, weight, target, bias, **_changed_options(options))
 
         return loss
+
+
+_POSITIONALS = ("hidden", "weight", "target", "bias")
+"""Stand-ins for the four positional arguments every loss back-end is called with."""
 
 
 def _changed_options(options: LossOptions) -> dict:
