@@ -166,7 +166,7 @@ def validate(*, naive: float, fused: float, card: float, preset: str | None = No
     from fusedce_profile.ranges import check_ranges
     from fusedce_profiler.instrument.step.jobs import ModelJob
     from fusedce_profiler.judgements.explain import calibration as cal
-    from fusedce_profiler.judgements.explain.readings import check_observation, runnable_sequences
+    from fusedce_profiler.judgements.explain.readings import check_observation, check_readings_are_mib, runnable_sequences
     from fusedce_profiler.judgements.explain.records import Observation
 
     check_ranges("explain", naive=naive, fused=fused, card=card, batch=batch, seq=seq, seq_candidates=seq_candidates,
@@ -181,6 +181,8 @@ def validate(*, naive: float, fused: float, card: float, preset: str | None = No
         seqs = runnable_sequences(tuple(arguments.listed(seq_candidates, "--seq-candidates")), seq,
                                   source.config.max_position_embeddings)
         on_gpu = run_device.startswith("cuda")
+        if on_gpu:
+            check_readings_are_mib(obs)
         # default: 2 and 4 on the CPU (tests, small models); on a GPU 8192 and 16384 tokens per family
         batches = (tuple(arguments.listed(calibration_batches, "--calibration-batches")) if calibration_batches
                    else (None if on_gpu else (2, 4)))

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from fusedce_profile.errors import UsageError
 from fusedce_profiler.instrument.store import MAX_DIMENSION, MAX_TIME_MS
+from fusedce_profiler.judgements.explain.readings import LARGEST_CARD_GIB
 
 MAX_SIZE = MAX_DIMENSION
 """The largest tensor dimension an option may ask for (see the module docstring); stored rows are held to it too."""
@@ -35,6 +36,9 @@ MAX_SEED = 2**63 - 1
 
 MAX_SECONDS = MAX_TIME_MS / 1000
 """The longest time limit, one week."""
+
+MAX_MEMORY_LIMIT_GIB = 1024.0
+"""The largest worker memory limit in GiB (``doctor --memory-limit``): 4096 is 4 GiB typed in MiB."""
 
 MAX_STEPS = 1_000_000
 """The most steps (timed repeats, warm-up steps, training steps) one option may ask for."""
@@ -92,10 +96,14 @@ RANGES: dict[str, Range] = {
     "--seed": Range(0, MAX_SEED, integer=True),
     # loss options
     "--ignore-frac": _FRACTION, "--label-smoothing": _FRACTION, "--z-loss": Range(0.0, math.inf),
-    "--softcap": _POSITIVE, "--lr": _POSITIVE, "--loss-tol": _POSITIVE,
+    "--softcap": _POSITIVE, "--lr": _POSITIVE,
+    "--loss-tol": Range(0.0, 1.0, above_low=True, below_high=True),  # relative: 1 would pass any two finite losses
     # time and memory
     "--cell-timeout": Range(0.0, MAX_SECONDS), "--factory-timeout": Range(0.0, MAX_SECONDS, above_low=True),
-    "--timeout": Range(0.0, MAX_SECONDS, above_low=True), "--memory-limit": _POSITIVE, "--fit": _POSITIVE,
+    "--timeout": Range(0.0, MAX_SECONDS, above_low=True),
+    # GiB: a larger figure is MiB typed for GiB (no GPU holds more than LARGEST_CARD_GIB; a worker
+    # limit above MAX_MEMORY_LIMIT_GIB is no limit on any machine this runs on)
+    "--memory-limit": Range(0.0, MAX_MEMORY_LIMIT_GIB, above_low=True), "--fit": Range(0.0, LARGEST_CARD_GIB, above_low=True),
     # explain's readings: MiB, GiB
     "--naive": _POSITIVE, "--fused": _POSITIVE, "--card": _POSITIVE, "--context-mib": _POSITIVE,
 }

@@ -50,7 +50,11 @@ def _checked(kind: str, run_dir: Path, console: Console) -> CommandOutcome:
     else:
         summary = write_doctor_report(run_dir)
         doctor_run = read_doctor(run_dir)
-        passed, records = doctor_run.passed, [doctor_run]
+        records = [doctor_run]
+        if doctor_run.interrupted:  # stopped before its verdict: neither a pass nor a failure, as its page says
+            notes = ["the doctor run was interrupted before its verdict (no verdict): run doctor again"]
+        else:
+            passed = doctor_run.passed
     for note in notes:
         console.print(f"incomplete run: {note}", markup=False)
     if passed is not None:

@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from tests.processes import cli_env, kill_group, start_cli, wait_for
+from tests.processes import cli_env, kill_group, run_cli, start_cli, wait_for
 
 pytestmark = pytest.mark.faults  # the fault suite: pytest -m faults
 
@@ -109,3 +109,6 @@ def test_sigterm_leaves_a_report_marked_interrupted_and_exits_143(tmp_path):
     record = json.loads((out / "doctor.json").read_text())
     assert record["interrupted"] is True and record["checks"] == []
     assert (out / "summary.md").read_text().startswith("# fusedce-profile doctor: INTERRUPTED")
+    rebuilt = run_cli(["report", str(out)], cli_env())  # said "doctor: FAIL" and exited 1 where the page says no verdict
+    assert rebuilt.returncode == 0 and "doctor: FAIL" not in rebuilt.stdout, rebuilt.stdout + rebuilt.stderr
+    assert "interrupted before its verdict (no verdict)" in rebuilt.stdout

@@ -444,3 +444,14 @@ def test_the_python_explain_prepares_its_folder_as_the_command_does(tmp_path):
     with pytest.raises(UsageError, match="not a run folder"):
         explain(**args, out=foreign, force=True)
     assert (foreign / "mine.txt").read_text() == "keep" and not any(target.iterdir())
+
+
+def test_gpu_readings_typed_in_gib_are_refused_naming_the_mib_figure():
+    """``--naive 22.2 --fused 21.6`` (GiB typed for MiB) was explained as readings of 22 MiB."""
+    from fusedce_profiler.judgements.explain.readings import check_readings_are_mib
+
+    with pytest.raises(ValueError, match=r"--naive takes MiB, as nvidia-smi shows them: 22.2 is below .* 22,733 MiB"):
+        check_readings_are_mib(ex.Observation(22.2, 21.6, 24))
+    with pytest.raises(ValueError, match="--fused takes MiB"):
+        check_readings_are_mib(ex.Observation(22785, 21.6, 24))
+    check_readings_are_mib(ex.Observation(22785, 22155, 24))

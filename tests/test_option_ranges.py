@@ -39,6 +39,7 @@ CASES = [
     (["model", "--device", "cpu", "--batch", HUGE], "--batch"),
     (["model", "--device", "cpu", "--seq", "0"], "--seq"),
     (["model", "--device", "cpu", "--fit", "inf"], "--fit"),
+    (["model", "--device", "cpu", "--fit", "12000"], "--fit"),  # MiB typed for GiB
     (["model", "--device", "cpu", "--fit-max", HUGE], "--fit-max"),
     (["model", "--device", "cpu", "--seed", HUGE], "--seed"),
     (["model", "--device", "cpu", "--factory-timeout", "inf"], "--factory-timeout"),
@@ -48,6 +49,7 @@ CASES = [
     (["parity", "--device", "cpu", "--lr", "nan"], "--lr"),
     (["parity", "--device", "cpu", "--ignore-frac", "inf"], "--ignore-frac"),
     (["parity", "--device", "cpu", "--loss-tol", "-inf"], "--loss-tol"),
+    (["parity", "--device", "cpu", "--loss-tol", "1e9"], "--loss-tol"),  # passes any two finite losses
     (["parity", "--device", "cpu", "--seed", "-1"], "--seed"),
     ([*DOCTOR, "--batch", HUGE], "--batch"),
     ([*DOCTOR, "--seq", "4"], "--seq"),
@@ -55,6 +57,7 @@ CASES = [
     ([*DOCTOR, "--timeout", "inf"], "--timeout"),
     ([*DOCTOR, "--memory-limit", "inf"], "--memory-limit"),
     ([*DOCTOR, "--memory-limit", "0"], "--memory-limit"),
+    ([*DOCTOR, "--memory-limit", "4096"], "--memory-limit"),  # MiB typed for GiB
     ([*EXPLAIN, "--naive", "nan"], "--naive"),
     ([*EXPLAIN, "--fused", "inf"], "--fused"),
     ([*EXPLAIN, "--card", "nan"], "--card"),

@@ -13,6 +13,20 @@ LARGEST_CARD_GIB = 512
 is a size typed in MiB."""
 
 
+SMALLEST_CONTEXT_MIB = 256
+"""Less than the CUDA context of any GPU (≈ 300–600 MiB): no training process reads below it in nvidia-smi."""
+
+
+def check_readings_are_mib(obs: Observation) -> None:
+    """Refuse GPU readings below :data:`SMALLEST_CONTEXT_MIB`: GiB typed where MiB are asked for
+    (explanations on the CPU, of a small model's predicted bytes, are not held to it)."""
+    for name, option in (("naive_mib", "--naive"), ("fused_mib", "--fused")):
+        value = getattr(obs, name)
+        if value < SMALLEST_CONTEXT_MIB:
+            raise ValueError(f"{option} takes MiB, as nvidia-smi shows them: {value:g} is below the CUDA context of "
+                             f"any GPU ({SMALLEST_CONTEXT_MIB} MiB); {value:g} GiB would be {value * 1024:,.0f} MiB")
+
+
 def check_observation(obs: Observation) -> None:
     """Refuse readings no run can produce: non-positive numbers, a card size typed in MiB, a
     reading above the card, a fused reading above the naive one that the user did not confirm
