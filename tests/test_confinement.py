@@ -237,6 +237,19 @@ def test_the_known_environment_keys_are_those_collected():
     assert tuple(collect_environment()) == ENVIRONMENT_KEYS
 
 
+def test_a_stored_environment_keeps_only_values_of_the_type_collected():
+    """``"gpu_count": "x"`` was rendered into the report's environment block as written."""
+    from fusedce_profiler.instrument.environment import known_environment
+
+    collected = collect_environment()
+    assert known_environment(collected) == collected  # what the tool writes, it keeps
+    stored = {**collected, "gpu_count": "x", "cpu_count": [1], "gpu_memory_bytes": True, "cudnn": -1,
+              "torch": {"a": 1}, "python": 3.11, "date": None}
+    kept = known_environment(stored)
+    assert not {"gpu_count", "cpu_count", "gpu_memory_bytes", "cudnn", "torch", "python"} & set(kept)
+    assert kept["date"] is None and kept["platform"] == collected["platform"]
+
+
 def test_files_of_a_finished_folder_follow_the_umask(finished_run):
     modes = {path.name: path.stat().st_mode & 0o777 for path in finished_run.rglob("*") if path.is_file()}
     assert set(modes.values()) <= {0o644, 0o664}, modes

@@ -153,3 +153,26 @@ def test_report_of_a_record_of_a_wrong_type_is_one_line(example, name, path, new
         assert result.returncode == 2, result.stdout
         (line,) = result.stderr.strip().splitlines()
         assert str(run / name) in line and "verdicts[0].passed must be true or false" in line
+
+
+@pytest.mark.parametrize("example, name, path, new, message", [
+    (EXAMPLES / "model" / "parity-cpu-tiny-fp32", store.PARITY_FILE, ("entropy_rate",), "NaN",
+     "entropy_rate must be a finite number ≥ 0, got nan"),
+    (EXAMPLES / "recorded" / "lightning-bf16-mixed-h200", store.RECORDED_STEPS_FILE, ("step",), -1,
+     "step must be at least 0, got -1"),
+])
+def test_a_value_the_writer_never_stores_is_refused_naming_it(example, name, path, new, message, tmp_path):
+    """``entropy_rate: NaN`` was shown as "nan nats"; ``step: -1`` as "step -1" in the findings."""
+    from fusedce_profiler.instrument.recording.records import load_recorded_steps
+    from fusedce_profiler.judgements.parity import load_parity_report
+
+    run = tmp_path / "run"
+    shutil.copytree(example, run)
+    lines = (run / name).read_text().splitlines() if name.endswith(".jsonl") else [(run / name).read_text()]
+    lines[0] = json.dumps(_replaced(json.loads(lines[0]), path, new))
+    (run / name).write_text("\n".join(lines) + "\n")
+    if name == store.PARITY_FILE:
+        with pytest.raises(ValueError, match=message):
+            load_parity_report(run)
+    else:
+        assert message in load_recorded_steps(run).skipped[0].reason

@@ -103,18 +103,31 @@ names to versions. A stored environment may add ``resumed``: the environments of
 _VERSION_MAPS = ("backends", "libraries")
 
 
+_COUNTS = ("cudnn", "gpu_count", "gpu_memory_bytes", "cpu_count")
+"""The keys :func:`collect_environment` writes as integers (≥ 0, or ``None``); every other scalar key is a string or ``None``."""
+
+
+def _stored_as_written(key: str, value) -> bool:
+    """Whether ``value`` is of the type :func:`collect_environment` writes under ``key``."""
+    if value is None:
+        return True
+    if key in _COUNTS:
+        return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    return isinstance(value, str)
+
+
 def known_environment(raw: dict, *, nested: bool = True) -> dict:
-    """Only what an environment holds: the keys of :data:`ENVIRONMENT_KEYS` with scalar values (a
-    string, a number, a boolean or ``None``), the version maps as ``{name: version string}``, and
-    ``resumed`` as a list of such environments. Anything else in a stored file is dropped, so a
-    report renders no key the tool did not write."""
+    """Only what an environment holds: the keys of :data:`ENVIRONMENT_KEYS` with values of the type
+    the tool writes there (counts as integers, everything else as strings, or ``None``), the version
+    maps as ``{name: version string}``, and ``resumed`` as a list of such environments. Anything
+    else in a stored file is dropped, so a report renders no key, and no value, the tool did not write."""
     out: dict = {}
     for key, value in raw.items():  # in the stored order: a rebuilt report reads as it did
         if key in _VERSION_MAPS:
             if isinstance(value, dict):
                 out[key] = {str(k): v for k, v in value.items() if isinstance(v, str)}
         elif key in ENVIRONMENT_KEYS:
-            if value is None or isinstance(value, (str, int, float, bool)):
+            if _stored_as_written(key, value):
                 out[key] = value
         elif key == "resumed" and nested and isinstance(value, list):
             out[key] = [known_environment(item, nested=False) for item in value if isinstance(item, dict)]

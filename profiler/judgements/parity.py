@@ -389,6 +389,9 @@ def load_parity_report(folder: Path) -> ParityReport:
         if isinstance(raw, dict) and isinstance(raw.get("settings"), dict):
             # runs recorded before the control existed had none
             raw = {**raw, "settings": {"control": False, **raw["settings"]}}
-        return build(ParityReport, raw)
+        report = build(ParityReport, raw)
+        if not (math.isfinite(report.entropy_rate) and report.entropy_rate >= 0):  # the writer computes it from V
+            raise ValueError(f"entropy_rate must be a finite number ≥ 0, got {report.entropy_rate!r}")
+        return report
     except ValueError as exc:
         raise ValueError(f"{path}: not a parity report ({exc})") from None

@@ -157,6 +157,8 @@ class RecordedStep:
             if unknown:
                 raise ValueError(f"unknown fields {unknown}")
         step = build(cls, raw)
+        if step.step < 0:  # a 0-based index of the training loop
+            raise ValueError(f"step must be at least 0, got {step.step}")
         if step.head is not None:
             step.head = checked_fields(HeadInfo, step.head, "head")
         return step
