@@ -97,15 +97,16 @@ def finish(out_dir: Path, console: Console, *, stopped: KeyboardInterrupt | None
     try:
         with os_errors(), staging.all_or_nothing() as placed:  # the report's files all, or none
             report = build_report(out_dir)
-    except KeyboardInterrupt as again:  # a (second) signal while the report was being written
+    except KeyboardInterrupt:  # a second signal while a stopped run's report was being written
+        if stopped is None:
+            raise  # the first: the caller's (the run's, or report's) to handle
         if placed is None or not placed.done:
-            stopped = stopped or again
             code = interrupt_exit_code(stopped)
             console.print(f"report interrupted; its files were not replaced (the finished cells are kept): run "
                           f"`fusedce-profile report {one_line(out_dir)}` to write it", markup=False)
             return CommandOutcome(stored_cells(out_dir), code, {"interrupted": signal_name(stopped), "exit_code": code},
                                   stopped)
-        stopped = stopped or again  # it came as the files were put in place: the report is whole
+        # it came as the files were put in place: the report is whole, the first signal's code stands
     broken = failed_backends(report)
     code = exit_codes.CHECK_FAILED if report.parity_failed or broken else exit_codes.OK
     if stopped is not None:

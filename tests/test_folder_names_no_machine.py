@@ -161,6 +161,7 @@ def test_a_pythonpath_folder_and_the_tools_own_source_are_placeholders(tmp_path,
     from fusedce_profiler.instrument.scrub import machine_names, scrub_text
 
     lib = tmp_path / "alice_lib"
+    monkeypatch.chdir(tmp_path)  # not the checkout: the current folder is a placeholder of its own
     monkeypatch.setenv("PYTHONPATH", f"{lib}{os.pathsep}relative{os.pathsep}")
     source = Path(fusedce_profiler.__file__).resolve().parents[1]
     text = f'File "{lib}/umod.py", line 3, in boom; File "{source}/profiler/grid/cell.py", line 9; relative/x.py'

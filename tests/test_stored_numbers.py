@@ -23,7 +23,7 @@ def _row(**fields) -> dict:
 @pytest.mark.parametrize("field, value, said", [("peak_step_bytes", 10 ** 400, "must fit in 64 bits"),
                                                 ("peak_step_bytes", -5, "must be at least 0"),
                                                 ("floor_bytes", 2 ** 63, "must fit in 64 bits"),
-                                                ("time_ms", -1.0, "must be at least 0")])
+                                                ("time_ms", -1.0, "must be a time from 0 to")])
 def test_an_impossible_number_makes_the_row_invalid(field, value, said):
     assert CellResult.from_dict(_row()).peak_step_bytes == 4096
     with pytest.raises(ValueError, match=f"{field} {said}"):
@@ -37,4 +37,4 @@ def test_report_skips_the_row_and_names_its_line(tmp_path):
     (out / RESULTS_FILE).write_text("".join(json.dumps(r) + "\n" for r in rows))
     cells = build_report(str(out))
     assert [c.spec.tokens for c in cells] == [16]
-    assert "must fit in 64 bits" in (out / "summary.md").read_text()
+    assert "an integer of 401 digits, more than the 40 any stored value has" in (out / "summary.md").read_text()

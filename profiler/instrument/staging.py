@@ -104,7 +104,12 @@ def _signals_held() -> Iterator[None]:
 @contextlib.contextmanager
 def all_or_nothing() -> Iterator[Placed]:
     """Within the block, files written through the store and removed through :func:`remove` take
-    their place only when the block ends without an exception, all together; see the module."""
+    their place only when the block ends without an exception, all together; see the module. A block
+    inside another joins it: its files take their place with the outer block's."""
+    outer = _open_set.get()
+    if outer is not None:
+        yield outer
+        return
     placed = Placed()
     token = _open_set.set(placed)
     try:
