@@ -289,10 +289,16 @@ def main() -> None:
     from fusedce_cli.usage import fail
     from fusedce_profiler.instrument.confined import FolderRefused
 
-    import click
     from typer import core as typer_core
 
-    for module in {click, getattr(typer_core, "_click", click)}:  # typer ≥ 0.20 carries its own copy of click
+    clicks = [getattr(typer_core, "_click", None)]  # typer carries its own copy of click (0.2x)…
+    try:
+        import click  # … or uses the package (older typer); which one is installed varies
+
+        clicks.append(click)
+    except ImportError:
+        pass
+    for module in filter(None, clicks):
         module.exceptions.UsageError.show = _one_line_usage  # this process's command line only
     try:
         app()

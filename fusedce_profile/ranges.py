@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from fusedce_profile.errors import UsageError
-from fusedce_profiler.instrument.store import MAX_DIMENSION, MAX_TIME_MS
+from fusedce_profiler.instrument.fields import MAX_DIMENSION, MAX_TIME_MS
 from fusedce_profiler.judgements.explain.readings import LARGEST_CARD_GIB
 
 MAX_SIZE = MAX_DIMENSION

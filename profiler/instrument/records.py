@@ -19,7 +19,7 @@ from fusedce.options import IGNORE_INDEX
 from fusedce_profiler.instrument.precision import MODES
 from fusedce_profiler.instrument.schema import build
 from fusedce_profiler.instrument import store
-from fusedce_profiler.instrument.store import MAX_DIMENSION, float_field, int_field, time_field
+from fusedce_profiler.instrument.fields import MAX_DIMENSION, float_field, int_field, time_field
 
 _NAME = r"[A-Za-z][A-Za-z0-9_.\-]*"
 _DOTTED = r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*"

@@ -3,7 +3,7 @@
 A stored record may come from another version of the tool or from someone else, so every field
 is checked against its annotation, all the way down, before the record is built: an ``int``
 field holds an integer (not a boolean) that fits in 64 bits, a ``float`` field a number or one
-of the non-finite spellings of :func:`fusedce_profiler.instrument.store.float_field`, a ``str``
+of the non-finite spellings of :func:`fusedce_profiler.instrument.fields.float_field`, a ``str``
 field a string, a ``bool`` field ``true``/``false``, an optional field may be ``null``; a
 ``list[T]`` is a list of ``T``, a ``tuple[A, B]`` a list of that length, a ``dict[str, T]`` an
 object of ``T``; a nested dataclass is built the same way. A bare ``dict``/``list``/``Any`` is
@@ -20,7 +20,7 @@ import types
 import typing
 from typing import Any, TypeVar
 
-from fusedce_profiler.instrument.store import float_field, int_field
+from fusedce_profiler.instrument.fields import float_field, int_field
 
 T = TypeVar("T")
 _SHOWN = 60  # characters of a wrong value quoted in the message

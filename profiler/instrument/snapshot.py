@@ -40,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fusedce_profiler.instrument import store
+from fusedce_profiler.instrument import fields, store
 
 MARKER_FUNCTION = "fusedce_profile_phase_marker"
 _MAX_ENTRIES = 1_000_000
@@ -105,22 +105,22 @@ class Timeline:
         live = raw.get("live_at_peak", [])
         if not isinstance(live, list) or not all(isinstance(block, dict) for block in live):
             raise ValueError("live_at_peak must be a list of objects")
-        sizes = [store.int_field(block.get("size"), "live_at_peak.size", optional=False) for block in live]
+        sizes = [fields.int_field(block.get("size"), "live_at_peak.size", optional=False) for block in live]
         listed, unlisted, unlisted_bytes = largest_first(sizes, LISTED_BLOCKS)
         blocks = [_stored_block(live[i], sizes[i]) for i in listed]
         seconds = _series(times, "times_ms", np.float64)
         values = _series(allocated, "allocated_bytes", np.int64)
         keep = thinned_indices(values, MAX_TIMELINE_POINTS)
-        stored_from = store.int_field(raw.get("thinned_from", 0), "thinned_from", optional=False, minimum=0)
+        stored_from = fields.int_field(raw.get("thinned_from", 0), "thinned_from", optional=False, minimum=0)
         thinned_from = max(stored_from, len(values)) if len(keep) < len(values) else \
             (stored_from if stored_from > len(values) else 0)  # a count below the points it has says nothing
         return cls(seconds[keep].tolist(), values[keep].tolist(),
-                   store.float_field(raw.get("backward_ms"), "backward_ms"),
-                   store.int_field(raw.get("peak_bytes", 0), "peak_bytes", optional=False),
-                   store.float_field(raw.get("peak_ms", 0.0), "peak_ms", optional=False), blocks, thinned_from,
-                   unlisted + store.int_field(raw.get("unlisted_blocks", 0), "unlisted_blocks", optional=False,
+                   fields.float_field(raw.get("backward_ms"), "backward_ms"),
+                   fields.int_field(raw.get("peak_bytes", 0), "peak_bytes", optional=False),
+                   fields.float_field(raw.get("peak_ms", 0.0), "peak_ms", optional=False), blocks, thinned_from,
+                   unlisted + fields.int_field(raw.get("unlisted_blocks", 0), "unlisted_blocks", optional=False,
                                               minimum=0),
-                   unlisted_bytes + store.int_field(raw.get("unlisted_bytes", 0), "unlisted_bytes",
+                   unlisted_bytes + fields.int_field(raw.get("unlisted_bytes", 0), "unlisted_bytes",
                                                     optional=False, minimum=0))
 
 
@@ -134,15 +134,15 @@ def _stored_block(block: dict, size: int) -> LiveBlock:
 
 
 def _series(values: list, name: str, dtype: type) -> np.ndarray:
-    """A stored series as an array, every element checked as :func:`store.float_field` (``dtype``
-    float64) or :func:`store.int_field` (int64) checks it; plain numbers are checked at once."""
+    """A stored series as an array, every element checked as :func:`fields.float_field` (``dtype``
+    float64) or :func:`fields.int_field` (int64) checks it; plain numbers are checked at once."""
     plain = {int} if dtype is np.int64 else {int, float}
     if set(map(type, values)) <= plain:
         try:
             return np.asarray(values, dtype=dtype)
         except OverflowError:  # an integer past 64 bits: named below
             pass
-    check = store.int_field if dtype is np.int64 else store.float_field
+    check = fields.int_field if dtype is np.int64 else fields.float_field
     return np.asarray([check(value, name, optional=False) for value in values], dtype=dtype)
 
 

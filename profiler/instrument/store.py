@@ -83,9 +83,6 @@ RECORDED_STEPS_FILE = "recorded_steps.jsonl"
 
 T = TypeVar("T")
 
-_NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
-
-
 @dataclass(frozen=True)
 class LineProblem:
     """A line of a JSON-lines file that was not read: its number and why."""
@@ -127,54 +124,6 @@ def strict_json(value: Any) -> Any:
 def dumps(value: Any, **kwargs) -> str:
     """Strict JSON text of ``value`` (see :func:`strict_json`)."""
     return json.dumps(strict_json(value), allow_nan=False, **kwargs)
-
-
-def float_field(value: Any, name: str, *, optional: bool = True) -> float | None:
-    """A stored float: a number, one of the non-finite spellings, or ``None`` when optional."""
-    if value is None and optional:
-        return None
-    if isinstance(value, str) and value in _NON_FINITE:
-        return _NON_FINITE[value]
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{name} must be a number, got {value!r}")
-    try:
-        return float(value)
-    except OverflowError:  # an integer past a float's range
-        raise ValueError(f"{name} must be a number a float holds, got an integer of {len(str(abs(value)))} digits") \
-            from None
-
-
-MAX_DIMENSION = 2**31 - 1
-"""The largest tensor dimension (tokens, batch, sequence, vocabulary, hidden) a run asks for or stores:
-the product of two stays inside a tensor's 64-bit size (:mod:`fusedce_profile.ranges` says why)."""
-
-MAX_TIME_MS = 7 * 24 * 3600 * 1000.0
-"""The longest time a stored measurement may hold (one week: the longest time limit a run accepts)."""
-
-
-def int_field(value: Any, name: str, *, optional: bool = True, minimum: int | None = None,
-              maximum: int | None = None) -> int | None:
-    """A stored integer (``None`` when optional); ``ValueError`` naming the field otherwise."""
-    if value is None and optional:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{name} must be an integer, got {value!r}")
-    if not -2 ** 63 <= value < 2 ** 63:  # what a tensor's size, a byte count or a seed can be
-        raise ValueError(f"{name} must fit in 64 bits, got an integer of {len(str(abs(value)))} digits")
-    if minimum is not None and value < minimum:
-        raise ValueError(f"{name} must be at least {minimum}, got {value!r}")
-    if maximum is not None and value > maximum:
-        raise ValueError(f"{name} must be at most {maximum:,}, got {value!r}")
-    return value
-
-
-def time_field(value: Any, name: str, *, optional: bool = True) -> float | None:
-    """A stored time in milliseconds: a finite number from 0 to :data:`MAX_TIME_MS` (``None`` when
-    optional); ``ValueError`` naming the field otherwise (a writer never stores NaN or ∞ as a time)."""
-    number = float_field(value, name, optional=optional)
-    if number is not None and not 0 <= number <= MAX_TIME_MS:
-        raise ValueError(f"{name} must be a time from 0 to {MAX_TIME_MS:.0f} ms, got {number!r}")
-    return number
 
 
 def read_jsonl(path: str | Path, parse: Callable[[dict], T], inside: str | Path | None = None) -> Loaded[T]:
