@@ -6,7 +6,8 @@ in steps of 4×, every installed back-end, ``amp-bf16`` (fp32 weight under bf16 
 Lightning's ``bf16-mixed`` runs). A few minutes on one H200.
 
 On the CPU: the user's head at 512 to 2048 tokens with the back-ends that
-run on the CPU, in about a minute on a laptop.
+run on the CPU, in about a minute on a laptop; in fp32 instead of amp-bf16 on a CPU without a
+native bf16 matrix product (:func:`cpu_bf16_slowdown`), where bf16 runs two orders of magnitude slower.
 
 Each head is its own :class:`GridSpec` (a single grid would pair every H with every V).
 """
@@ -36,6 +37,37 @@ SMOKE_ENV = "FUSEDCE_PROFILE_SMOKE"
 SMOKE_HEADS = ((64, 512),)
 SMOKE_TOKENS = (32, 64)
 SMOKE_BACKENDS = ("torch", "fusedce")
+
+
+SLOW_BF16_RATIO = 8.0
+"""A CPU whose bf16 matrix product takes this many times its fp32 one has no native bf16 path
+(an AVX2-only CPU: measured 105× at 512 × 32777 × 768, 89 s against 0.84 s); the default CPU run
+then measures fp32, where amp-bf16 would take minutes a step."""
+
+
+def cpu_bf16_slowdown(shape: tuple[int, int, int] = (64, 768, 2048), repeats: int = 1) -> float:
+    """How many times slower this CPU computes an (M, K) @ (K, N) product of ``shape`` in bf16 than
+    in fp32 (the fastest of ``repeats`` each, after one warm-up): about 1 with a native bf16 path
+    (AMX, AVX-512 BF16), far above :data:`SLOW_BF16_RATIO` without one. The default shape is a
+    slice of the loss's own product (H = 768): on an AVX2-only CPU square 256 × 256 products showed
+    1.5×, 64 × 768 × 1024 9×, this shape 45× (0.75 s there, a few ms elsewhere)."""
+    import time
+
+    import torch
+
+    m, k, n = shape
+
+    def fastest(dtype) -> float:
+        a, b = torch.randn(m, k, dtype=dtype), torch.randn(k, n, dtype=dtype)
+        a @ b
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            a @ b
+            times.append(time.perf_counter() - start)
+        return min(times)
+
+    return fastest(torch.bfloat16) / max(fastest(torch.float32), 1e-9)
 
 
 @dataclass(frozen=True)
@@ -76,15 +108,21 @@ def default_run(device: str, heads: tuple[tuple[int, int], ...] | None = None,
     else:
         backends = tuple(b for b in CPU_BACKENDS if b in installed)
         built_in, tokens, repeats = CPU_HEADS, CPU_TOKENS, CPU_REPEATS
+    mode, why = "amp-bf16", ""
+    if not on_gpu and not smoke:
+        slowdown = cpu_bf16_slowdown()
+        if slowdown > SLOW_BF16_RATIO:
+            mode, why = "fp32", (f" (this CPU multiplies bf16 {slowdown:.0f}× slower than fp32: no native bf16 path, "
+                                 "so amp-bf16 would take minutes a step; `fusedce-profile grid --mode amp-bf16` measures it)")
     heads = heads or built_in
     grids = tuple(
-        GridSpec(tokens=tokens, vocab=(vocab,), hidden=(hidden,), backends=backends, modes=("amp-bf16",),
+        GridSpec(tokens=tokens, vocab=(vocab,), hidden=(hidden,), backends=backends, modes=(mode,),
                  device=device, softcap=(softcap,), repeats=repeats)
         for hidden, vocab in heads
     )
     head_text = ", ".join(f"H={h} V={v}" for h, v in heads)
     description = (f"{'smoke test' if smoke else 'default run'} on {device}: {head_text}; tokens "
-                   f"{', '.join(str(t) for t in tokens)}; amp-bf16; back-ends {', '.join(backends)}")
+                   f"{', '.join(str(t) for t in tokens)}; {mode}{why}; back-ends {', '.join(backends)}")
     return DefaultRun(grids, description)
 
 

@@ -62,6 +62,28 @@ def test_real_defaults_cover_the_users_head_and_llama3_on_gpu_and_a_small_cpu_gr
     assert sum(len(g.cells()) for g in cpu.grids) <= 12
 
 
+def test_a_cpu_without_a_native_bf16_product_gets_an_fp32_default_run_and_is_told_why(monkeypatch):
+    """On an AVX2-only CPU, bf16 products ran ~100× slower than fp32: the amp-bf16 default run took
+    91 s a step and never finished."""
+    from fusedce_profile import defaults
+
+    monkeypatch.delenv(SMOKE_ENV, raising=False)
+    monkeypatch.setattr(defaults, "cpu_bf16_slowdown", lambda: 45.0)
+    slow = default_run("cpu")
+    assert all(g.modes == ("fp32",) for g in slow.grids)
+    assert "fp32 (this CPU multiplies bf16 45× slower than fp32" in slow.description
+    monkeypatch.setattr(defaults, "cpu_bf16_slowdown", lambda: 1.2)
+    assert all(g.modes == ("amp-bf16",) for g in default_run("cpu").grids)
+    monkeypatch.setattr(defaults, "cpu_bf16_slowdown", lambda: pytest.fail("a GPU run never probes the CPU"))
+    assert all(g.modes == ("amp-bf16",) for g in default_run("cuda").grids)
+
+
+def test_the_bf16_probe_is_a_ratio_of_two_timed_products():
+    from fusedce_profile.defaults import cpu_bf16_slowdown
+
+    assert cpu_bf16_slowdown((8, 16, 32)) > 0
+
+
 def test_the_cpu_default_run_meters_the_eager_and_fused_losses_on_their_first_step(default_run_dir):
     out, _ = default_run_dir
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
