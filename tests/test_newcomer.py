@@ -57,7 +57,9 @@ def test_a_newcomer_who_follows_the_readme_gets_the_report_it_promises(tmp_path)
 
     # What the README says the main command prints: one line per cell, a summary, where the report is.
     out = " ".join(run.stdout.split())
-    assert "default run on cpu: H=768 V=32777; tokens 512, 1024, 2048; amp-bf16" in out
+    # amp-bf16, or fp32 where the CPU has no native bf16 product (the heading says which, and why)
+    fp32 = "default run on cpu: H=768 V=32777; tokens 512, 1024, 2048; fp32 (this CPU multiplies bf16" in out
+    assert fp32 or "default run on cpu: H=768 V=32777; tokens 512, 1024, 2048; amp-bf16;" in out
     assert "back-ends torch, torch-compile, fusedce" in out
     assert all(f"[{k}/9]" in out for k in range(1, 10))
     assert not re.search(r"USDT|Traceback", run.stdout + run.stderr)
@@ -73,7 +75,8 @@ def test_a_newcomer_who_follows_the_readme_gets_the_report_it_promises(tmp_path)
     for line in (folder / "results.jsonl").read_text().splitlines():
         row = json.loads(line)
         cells[(row["spec"]["backend"], row["spec"]["tokens"])] = row["peak_step_bytes"]
-    assert cells[("fusedce", 512)] > cells[("torch", 512)]
+    assert (cells[("fusedce", 512)] < cells[("torch", 512)]) if fp32 else (cells[("fusedce", 512)] > cells[("torch", 512)])
     saving = 1 - cells[("fusedce", 2048)] / cells[("torch", 2048)]
-    assert f"{saving:.0%} less at 2048" in " ".join(README.read_text().split())
+    said = " ".join(README.read_text().split())
+    assert (f"{saving:.0%} less at 2048 ([" in said) if fp32 else (f"{saving:.0%} less at 2048 in amp-bf16" in said)
     assert not session_processes(os.environ[SESSION_VARIABLE], wait_s=5.0)
