@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from fusedce_profiler.instrument.backends import list_backends
+from fusedce_profiler.instrument.backends import BUILTIN_BACKENDS, installed_versions
 from fusedce_profiler.grid.spec import GridSpec
 
 USER_HEAD = (768, 32777)
@@ -87,8 +87,8 @@ def installed_backends(device: str) -> list[str]:
     """Names of the built-in back-ends that are installed and run on ``device``, without the
     opt-in ones (:data:`OPT_IN_BACKENDS`)."""
     kind = device.split(":")[0]
-    return [info.name for info in list_backends()
-            if info.available and kind in info.devices and info.name not in OPT_IN_BACKENDS]
+    return [name for name, version in installed_versions().items()
+            if version is not None and kind in BUILTIN_BACKENDS[name].devices and name not in OPT_IN_BACKENDS]
 
 
 def default_run(device: str, heads: tuple[tuple[int, int], ...] | None = None,

@@ -129,7 +129,7 @@ def stored_cells(out_dir: Path) -> list[CellResult]:
 
 def run_grids(grids: Sequence[GridSpec], out_dir: Path, console: Console, *, resume: bool, snapshot: bool,
               cell_timeout_s: float | None = None, devices: Sequence[str] | None = None) -> CommandOutcome:
-    """Run ``grids`` one after the other into ``out_dir`` (one results file), then report.
+    """Run ``grids`` one after the other, in one worker, into ``out_dir`` (one results file), then report.
 
     The folder is locked for the run (a second run into it is refused naming the holder), and
     the cells it plans are stored first (``plan.json``: the report of a cut run says how many
@@ -158,13 +158,11 @@ def run_grids(grids: Sequence[GridSpec], out_dir: Path, console: Console, *, res
         progress = CellProgress(console, total, out_dir)
         try:
             with progress.running():
-                for index, grid in enumerate(grids):
-                    # Later grids append to the same results file: they resume it.
-                    run = run_grid(grid, out_dir, resume=resume or index > 0, snapshot=snapshot,
-                                   on_start=progress.start, on_cell=progress, cell_timeout_s=cell_timeout_s,
-                                   devices=devices)
-                    for note in run.notes:
-                        console.print(f"note: {note}", markup=False)
+                # One call: the grids share a worker (one start-up, one CUDA context, warm caches).
+                run = run_grid(grids, out_dir, resume=resume, snapshot=snapshot, on_start=progress.start,
+                               on_cell=progress, cell_timeout_s=cell_timeout_s, devices=devices)
+                for note in run.notes:
+                    console.print(f"note: {note}", markup=False)
         except KeyboardInterrupt as exc:
             stopped = exc
             console.print(f"\nInterrupted after {progress.done} of {count(total, 'new cell')}; continue with "

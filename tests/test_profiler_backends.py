@@ -19,6 +19,26 @@ def test_builtin_backends_are_the_documented_eight():
     assert [info.name for info in list_backends()] == list(BUILTIN_BACKENDS)
 
 
+def test_choosing_back_ends_and_recording_the_environment_import_no_optional_package(monkeypatch):
+    """A third-party back-end's options import its package (seconds: liger loads dozens of Triton
+    kernels); the default run's choice of back-ends and the environment record need versions only."""
+    from fusedce_profile.defaults import installed_backends
+    from fusedce_profiler.instrument.backends import installed_versions
+    from fusedce_profiler.instrument.backends.third_party import CceBackend, LigerBackend
+    from fusedce_profiler.instrument.environment import collect_environment
+
+    def imports_the_package(self):
+        raise AssertionError(f"{self.name}'s options were read")
+
+    for cls in (LigerBackend, CceBackend):
+        monkeypatch.setattr(cls, "options", property(imports_the_package))
+    versions = installed_versions()
+    assert list(versions) == list(BUILTIN_BACKENDS) and versions["torch"] == torch.__version__
+    assert {"torch", "fusedce"} <= set(installed_backends("cuda"))
+    assert "liger" not in installed_backends("cpu")
+    assert collect_environment()["backends"]["torch"] == torch.__version__
+
+
 def test_unknown_backend_name_is_a_value_error_listing_the_known_ones():
     with pytest.raises(ValueError, match="torch-compile"):
         get_backend("tourch")
@@ -59,6 +79,13 @@ def test_cuda_only_backends_skip_cpu_cells_with_a_reason(monkeypatch):
     assert result.status == "skipped" and "cuda" in result.message
 
 
+def _needs_installed(backend: str) -> None:
+    """Skip where this torch lacks the back-end (torch-native: F.linear_cross_entropy, torch ≥ 2.13)."""
+    info = get_backend(backend).info()
+    if not info.available:
+        pytest.skip(info.reason)
+
+
 @pytest.mark.parametrize("backend, option, fragment", [
     ("torch-native", {"z_loss": 1e-4}, "z_loss"),
     ("torch-native", {"softcap": 30.0}, "softcap"),
@@ -68,6 +95,7 @@ def test_cuda_only_backends_skip_cpu_cells_with_a_reason(monkeypatch):
     ("fusedce", {"label_smoothing": 0.1, "bias": True}, None),
 ])
 def test_option_support_is_checked_per_cell(backend, option, fragment):
+    _needs_installed(backend)
     reason = get_backend(backend).unsupported(CellSpec(backend, 8, 16, 4, device="cpu", **option))
     if fragment is None:
         assert reason is None
@@ -106,6 +134,7 @@ _FAST = MeasureSettings(warmup=1, repeats=1)
 
 @pytest.mark.parametrize("backend", ["torch", "torch-native", "fusedce", "torch-compile"])
 def test_cpu_backends_agree_with_the_fp32_reference(backend):
+    _needs_installed(backend)
     tol = {"fp32": 1e-4, "amp-bf16": 2e-2}
     modes = ["fp32"] if backend == "torch-compile" else ["fp32", "amp-bf16"]  # compiling twice is slow
     for mode in modes:
@@ -154,3 +183,26 @@ def test_backends_without_a_warmup_on_the_cpu_measure_the_bytes_of_a_warm_step(n
 def test_compiled_and_unproven_backends_keep_their_warmup_on_the_cpu():
     assert get_backend("torch-compile").needs_warmup("cpu")
     assert get_backend("torch-native").needs_warmup("cpu")
+
+
+def test_a_cell_stores_its_seconds_by_phase_and_they_add_up_to_its_wall_time():
+    result = measure_cell(CellSpec("torch", 16, 64, 8, mode="fp32", device="cpu"), MeasureSettings(warmup=1, repeats=2))
+    phases = result.extra["phase_s"]
+    assert list(phases) == ["inputs", "warmup", "metered", "parity", "timed", "settle"]
+    assert all(seconds >= 0 for seconds in phases.values())
+    assert sum(phases.values()) == pytest.approx(result.extra["wall_s"], abs=0.01)
+
+
+def test_a_worker_cell_job_sets_its_survivors_aside_from_the_cyclic_collector():
+    import gc
+
+    from fusedce_profiler.grid.cell import run_cell_job
+
+    frozen = gc.get_freeze_count()
+    try:
+        row = run_cell_job({"spec": CellSpec("torch", 16, 64, 8, mode="fp32", device="cpu").__dict__,
+                            "settings": {"warmup": 0, "repeats": 1}})
+        assert row["status"] == "ok"
+        assert gc.get_freeze_count() > frozen  # later settles walk only what later cells make
+    finally:
+        gc.unfreeze()

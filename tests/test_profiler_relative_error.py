@@ -60,3 +60,42 @@ def test_relative_error_on_the_cpu_holds_two_small_fp64_buffers_whatever_the_siz
         meter.mark("compare")
         relative_error(value, reference)
     assert meter.record.extra() <= 2 * 8 * COMPARE_CHUNK_CPU + 4096
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_reference_on_the_cpu_gives_the_same_error_without_fp64_host_temporaries(monkeypatch):
+    """The grid keeps its fp32 reference on the CPU; a GPU value against it is compared a chunk at
+    a time through a device staging buffer, never through a converting host-to-device copy."""
+    import fusedce_profiler.instrument.reference as reference_module
+
+    monkeypatch.setattr(reference_module, "COMPARE_CHUNK", 1 << 12)
+    generator = torch.Generator().manual_seed(1)
+    reference = torch.randn(5 * (1 << 12) + 3, generator=generator)
+    value = (reference + 1e-3 * torch.randn(reference.shape, generator=generator)).bfloat16().cuda()
+    same_device = relative_error(value, reference.cuda())
+    converted = []
+    original_copy = torch.Tensor.copy_
+
+    def watching_copy(self, source, *args, **kwargs):
+        if self.device != source.device and self.dtype != source.dtype:
+            converted.append((source.device, self.dtype))
+        return original_copy(self, source, *args, **kwargs)
+
+    monkeypatch.setattr(torch.Tensor, "copy_", watching_copy)
+    assert relative_error(value, reference) == pytest.approx(same_device, rel=1e-12)
+    assert converted == []
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_reference_moved_to_the_host_is_page_locked_and_equal():
+    from fusedce_profiler.instrument.reference import Reference
+
+    on_gpu = Reference(torch.tensor(2.5, device="cuda"), torch.randn(64, 8, device="cuda"),
+                       torch.randn(32, 8, device="cuda"), None)
+    host = on_gpu.to_host()
+    for got, want in ((host.loss, on_gpu.loss), (host.grad_hidden, on_gpu.grad_hidden),
+                      (host.grad_weight, on_gpu.grad_weight)):
+        assert got.device.type == "cpu" and got.is_pinned() and torch.equal(got, want.cpu())
+    assert host.grad_bias is None

@@ -170,3 +170,18 @@ def test_a_cpu_grids_worker_runs_with_its_environment_without_moving_a_reading(t
     for a, b in zip(tuned[:2], untuned[:2]):
         assert (a.peak_forward_bytes, a.peak_backward_bytes, a.peak_step_bytes) == (
             b.peak_forward_bytes, b.peak_backward_bytes, b.peak_step_bytes), a.spec.backend
+
+
+def test_grids_of_several_heads_run_in_one_worker_in_order(tmp_path):
+    heads = [GridSpec(tokens=(8, 16), vocab=(vocab,), hidden=(hidden,), backends=("torch",), modes=("fp32",),
+                      device="cpu", warmup=0, repeats=1) for hidden, vocab in ((4, 32), (8, 48))]
+    run = run_grid(heads, tmp_path / "out")
+    assert [(r.spec.hidden, r.spec.tokens, r.status) for r in run.results] == [
+        (4, 8, "ok"), (4, 16, "ok"), (8, 8, "ok"), (8, 16, "ok")]
+    assert len(list((tmp_path / "out" / "logs").iterdir())) == 1  # one worker served both heads
+
+
+def test_grids_run_together_must_share_their_settings(tmp_path):
+    one = _grid("torch")
+    with pytest.raises(ValueError, match="share device, warmup and repeats"):
+        run_grid([one, GridSpec(**{**one.__dict__, "repeats": 2})], tmp_path / "out")

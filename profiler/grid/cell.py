@@ -27,12 +27,15 @@ Keys this module adds to ``CellResult.extra``: ``baseline_reserved_bytes`` (CUDA
 ``prediction_note`` (why there is no prediction), ``parity_note`` (why there is no
 parity), ``traceback``, ``warnings`` (the first distinct warnings raised while measuring,
 e.g. a back-end falling back to another code path), ``warmup_ms`` (the warm-up's wall time),
-``warmup_steps`` (how many warm-up steps ran).
+``warmup_steps`` (how many warm-up steps ran), ``wall_s`` (the cell's wall time) and ``phase_s``
+(its seconds by phase: ``inputs`` — the back-end made and the inputs drawn —, ``warmup``, ``metered``,
+``parity`` — the fp32 reference included where this cell computed it —, ``timed``, ``settle``).
 
 Public API: :class:`MeasureSettings`, :func:`measure_cell`.
 """
 from __future__ import annotations
 
+import gc
 import statistics
 import sys
 import time
@@ -64,21 +67,34 @@ class MeasureSettings:
     snapshot_dir: str | None = None
 
 
-#: The last fp32 reference (on the CPU) and the group key of the inputs it belongs to:
+#: The last fp32 reference (in host memory) and the group key of the inputs it belongs to:
 #: back-ends of the same cell run side by side in one worker and share it.
 _last_reference: tuple[str, Reference] | None = None
 
 
 def _reference_for(spec: CellSpec, inputs: CellInputs) -> Reference:
     """The chunked fp32 reference of this cell's inputs (which depend on the spec, not on
-    the back-end), computed once per group and kept on the CPU between back-ends."""
+    the back-end), computed once per group and kept in host memory (page-locked from a GPU) between back-ends."""
     global _last_reference
     key = spec.group_key()
     if _last_reference is None or _last_reference[0] != key:
         _last_reference = None  # free the old one before computing the new one
         ref = reference(inputs.hidden, inputs.weight, inputs.target, inputs.bias, options_of(spec))
-        _last_reference = (key, ref.to("cpu"))
+        _last_reference = (key, ref.to_host())
     return _last_reference[1]
+
+
+def _set_aside_survivors() -> None:
+    """Collect the cell's garbage, then put what survives out of the cyclic collector's reach.
+
+    Each cell settles twice (:func:`settle`: a full collection, so that no garbage cycle holds
+    tensors into the meter's baseline). With a back-end's package and torch.compile's artefacts
+    loaded that walks ~10⁶ objects, 0.2 s each time on the H200's host. What is still alive once
+    a cell's frame is gone is module state and caches (compiled graphs, kernels, imported
+    packages): frozen (``gc.freeze``), later collections walk only what later cells make. Reference
+    counting still frees a frozen object; only a cycle among frozen objects would stay."""
+    gc.collect()
+    gc.freeze()
 
 
 class _Step:
@@ -202,23 +218,36 @@ def _measure(spec: CellSpec, settings: MeasureSettings, backend, result: CellRes
              inputs: CellInputs | None, reference: Reference | None) -> None:
     """Steps 1-4 of the protocol, filling ``result``; failures become its status."""
     started = time.perf_counter()
+    phases: dict[str, float] = {}
+    last = [started]
+
+    def lap(phase: str) -> None:  # seconds since the previous lap, under ``phase``
+        now = time.perf_counter()
+        phases[phase] = round(now - last[0], 4)
+        last[0] = now
+
     try:
         result.backend_version = backend.version()
         inputs = inputs or make_inputs(spec)
         step = _Step(backend.make(), inputs, spec)
+        lap("inputs")
         warmup = settings.warmup if backend.needs_warmup(spec.device) else 0
         for _ in range(warmup):
             step()
         synchronize(spec.device)
         result.extra["warmup_ms"] = (time.perf_counter() - started) * 1e3
         result.extra["warmup_steps"] = warmup
+        lap("warmup")
         loss = _measure_memory(step, result, settings.snapshot_dir)
+        lap("metered")
         _measure_parity(step, loss, result, reference)
         del loss
+        lap("parity")
         times = time_calls(step, settings.repeats, device=spec.device, before=inputs.clear_grads)
         result.times_ms = times
         result.time_ms = statistics.median(times)
         result.time_ms_min, result.time_ms_max = min(times), max(times)
+        lap("timed")
     except Exception as exc:  # a back-end's failure is a result, not a crash of the grid
         if oom.is_out_of_memory(exc):
             result.status, result.message = "oom", oom.first_line(str(exc))
@@ -234,10 +263,14 @@ def _measure(spec: CellSpec, settings: MeasureSettings, backend, result: CellRes
         if inputs is not None:
             inputs.clear_grads()
         settle(spec.device)
+        lap("settle")
     result.extra["wall_s"] = time.perf_counter() - started
+    result.extra["phase_s"] = phases
 
 
 def run_cell_job(payload: dict) -> dict:
     """The worker's ``cell`` job: ``{"spec": CellSpec dict, "settings": MeasureSettings dict}``."""
     spec = CellSpec.from_dict(payload["spec"])
-    return measure_cell(spec, MeasureSettings(**payload.get("settings", {}))).to_dict()
+    result = measure_cell(spec, MeasureSettings(**payload.get("settings", {}))).to_dict()
+    _set_aside_survivors()  # a worker's state only: a process that measures in-process keeps its collector
+    return result

@@ -301,11 +301,14 @@ def _on_devices(pending: list[CellSpec], devices: Sequence[str], make_cells: Cal
         record(_unmeasured(spec, "error", "no device could start a worker: " + "; ".join(notes)))
 
 
-def run_grid(grid: GridSpec, out_dir: str | Path, *, resume: bool = False, snapshot: bool = False,
+def run_grid(grid: GridSpec | Sequence[GridSpec], out_dir: str | Path, *, resume: bool = False, snapshot: bool = False,
              on_cell: Callable[[CellResult], None] | None = None, on_start: Callable[[CellSpec], None] | None = None,
              cell_timeout_s: float | None = None, fresh_worker_per_cell: bool = False,
              devices: Sequence[str] | None = None) -> GridRun:
     """Measure every cell of ``grid`` into ``out_dir``; return all results in grid order.
+
+    ``grid`` may be several grids (e.g. one per head) of the same device, warm-up and repeats:
+    their cells run in that order, by the same worker, as one grid (a cell in two of them once).
 
     ``on_start`` / ``on_cell`` are called before each newly measured cell and with its
     result (not for resumed ones), e.g. for a progress display. ``cell_timeout_s``: a cell
@@ -322,7 +325,13 @@ def run_grid(grid: GridSpec, out_dir: str | Path, *, resume: bool = False, snaps
     :class:`~fusedce_profiler.instrument.worker.WorkerDied` (``at_start``) when a worker cannot start, stop the
     run the same way. The caller holds the folder's :class:`~fusedce_profiler.instrument.store.RunLock`.
     """
-    cells = grid.cells()
+    grids = (grid,) if isinstance(grid, GridSpec) else tuple(grid)
+    if not grids:
+        raise ValueError("no grid to run")
+    first = grids[0]
+    if any((g.device, g.warmup, g.repeats) != (first.device, first.warmup, first.repeats) for g in grids):
+        raise ValueError("grids run together must share device, warmup and repeats")
+    cells = list({spec.key(): spec for g in grids for spec in g.cells()}.values())
     out = Path(out_dir)
     results_path = out / store.RESULTS_FILE
     if not resume and results_path.exists() and results_path.stat().st_size:
@@ -337,8 +346,8 @@ def run_grid(grid: GridSpec, out_dir: str | Path, *, resume: bool = False, snaps
         loaded = load_results(results_path)
         run.notes += [f"{p}; that cell is measured again" for p in loaded.problems]
         done = {r.spec.key(): r for r in loaded.records}
-    snapshot_dir = str(out / store.SNAPSHOTS_DIR) if snapshot and grid.device != "cpu" else None
-    settings = MeasureSettings(warmup=grid.warmup, repeats=grid.repeats, snapshot_dir=snapshot_dir)
+    snapshot_dir = str(out / store.SNAPSHOTS_DIR) if snapshot and first.device != "cpu" else None
+    settings = MeasureSettings(warmup=first.warmup, repeats=first.repeats, snapshot_dir=snapshot_dir)
     if devices is not None and not devices:
         raise ValueError("devices must name at least one device (or be None)")
     environment = _Environment(out, resumed=bool(done))
@@ -359,7 +368,7 @@ def run_grid(grid: GridSpec, out_dir: str | Path, *, resume: bool = False, snaps
         return _Cells(out, settings, cell_timeout_s, fresh_worker_per_cell, environment, env, warm_up)
 
     if devices is None:
-        on_cpu = grid.device == "cpu"
+        on_cpu = first.device == "cpu"
         runner = make_cells({**CPU_WORKER_ENV, **os.environ} if on_cpu else None, CPU_WORKER_WARM_UP if on_cpu else ())
         try:
             for spec in pending:

@@ -22,7 +22,7 @@ import sys
 
 import torch
 
-from fusedce_profiler.instrument.backends import list_backends
+from fusedce_profiler.instrument.backends import installed_versions
 
 
 def _triton_version() -> str | None:
@@ -78,7 +78,7 @@ def collect_environment() -> dict:
         "driver": _driver_version() if cuda else None,
         "pytorch_cuda_alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or os.environ.get("PYTORCH_ALLOC_CONF"),
         "cpu_count": os.cpu_count(),
-        "backends": {info.name: info.version if info.available else "not installed" for info in list_backends()},
+        "backends": {name: version or "not installed" for name, version in installed_versions().items()},
         "libraries": _library_versions(),
     }
 

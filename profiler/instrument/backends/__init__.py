@@ -27,10 +27,11 @@ and the cell is recorded as ``skipped``.
 from fusedce_profiler.instrument.backends.base import Backend, BackendInfo, LossFn, active_options, options_of
 from fusedce_profiler.instrument.backends.patched import Replacement
 from fusedce_profiler.instrument.backends.registry import (BUILTIN_BACKENDS, MODEL_BACKENDS, get_backend, get_model_backend,
-                                        list_backends)
+                                        installed_versions, list_backends)
 from fusedce_profiler.instrument.backends.torch_backends import torch_loss
 
 __all__ = [
     "Backend", "BackendInfo", "LossFn", "options_of", "active_options", "torch_loss", "Replacement",
     "BUILTIN_BACKENDS", "MODEL_BACKENDS", "get_backend", "get_model_backend", "list_backends",
+    "installed_versions",
 ]

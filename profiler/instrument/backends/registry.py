@@ -40,5 +40,19 @@ def get_backend(name: str) -> Backend:
 
 
 def list_backends() -> list[BackendInfo]:
-    """Every built-in back-end with its version, or ``available=False`` and the reason."""
+    """Every built-in back-end with its version and options, or ``available=False`` and the reason.
+    Reading a third-party back-end's options imports its package (seconds each: liger-kernel
+    loads dozens of Triton kernels); :func:`installed_versions` does not."""
     return [cls().info() for cls in BUILTIN_BACKENDS.values()]
+
+
+def installed_versions() -> dict[str, str | None]:
+    """Each built-in back-end's installed version (``None``: not installed), importing no optional
+    package: what choosing the back-ends of a run, or recording its environment, needs."""
+    versions: dict[str, str | None] = {}
+    for name, cls in BUILTIN_BACKENDS.items():
+        try:
+            versions[name] = cls().version()
+        except ImportError:
+            versions[name] = None
+    return versions
