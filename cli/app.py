@@ -19,7 +19,7 @@ import typer
 
 from fusedce_cli.console import make_console
 from fusedce_cli.options import CellTimeoutOption, DeviceOption, ForceOption, JsonOption, OutOption, release_command_locks
-from fusedce_cli.parsing import parse_backends, parse_counts, parse_devices, parse_floats, parse_modes
+from fusedce_cli.parsing import parse_counts, parse_devices, parse_floats, parse_modes
 from fusedce_cli.signals import stop_on_sigterm
 from fusedce_cli.usage import fail, usage_errors
 
@@ -127,13 +127,12 @@ def grid(
     explicitly take precedence.
     """
     from fusedce_profile.grid import grid_command
-    from fusedce_profiler.instrument.backends import BUILTIN_BACKENDS
 
     console = make_console(to_stderr=as_json)
     grid_options = dict(  # the option strings parsed here (their messages name the option); checked there
         tokens=parse_counts(tokens, "--tokens"), batch=parse_counts(batch, "--batch"), seq=parse_counts(seq, "--seq"),
         vocab=parse_counts(vocab, "--vocab"), hidden=parse_counts(hidden, "--hidden"),
-        backend=parse_backends(backend, list(BUILTIN_BACKENDS)), mode=parse_modes(mode), devices=parse_devices(devices),
+        backend=backend, mode=parse_modes(mode), devices=parse_devices(devices),
         ignore_frac=parse_floats(ignore_frac, "--ignore-frac"),
         label_smoothing=parse_floats(label_smoothing, "--label-smoothing"), z_loss=parse_floats(z_loss, "--z-loss"),
         softcap=parse_floats(softcap, "--softcap", allow_none=True))

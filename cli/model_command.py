@@ -14,10 +14,8 @@ from fusedce_cli.model_options import (BackendOption, ConfigOption, FactoryTimeo
                                        ModeOption, PresetOption, SeedOption, TiedOption, UserModelOption,
                                        factory_errors)
 from fusedce_cli.options import DeviceOption, ForceOption, JsonOption, OutOption
-from fusedce_cli.parsing import parse_backends
 from fusedce_cli.signals import stop_on_sigterm
 from fusedce_cli.usage import usage_errors
-from fusedce_profiler.instrument.backends import BUILTIN_BACKENDS, MODEL_BACKENDS
 
 TraceOption = Annotated[bool, typer.Option(
     "--trace/--no-trace", help="Attribute each back-end's peak by module and kind and run the logits detector "
@@ -63,7 +61,6 @@ def model(
     from fusedce_profile.model import model_command
 
     console = make_console(to_stderr=as_json)
-    parse_backends(backend, list(BUILTIN_BACKENDS) + list(MODEL_BACKENDS))  # the option's own message
     with usage_errors(), stop_on_sigterm(), factory_errors():
         outcome = model_command(
             preset=preset, config=config, tied=tied, hf=hf, model=user_model, head=head, trace=trace, batch=batch,

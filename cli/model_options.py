@@ -12,7 +12,7 @@ import typer
 
 from fusedce_cli import exit_codes
 from fusedce_cli.console import error
-from fusedce_cli.parsing import parse_backends, parse_mode
+from fusedce_cli.parsing import parse_mode
 from fusedce_cli.usage import usage_errors
 from fusedce_profile import sources
 from fusedce_profile.sources import default_preset  # noqa: F401 - the commands take it from here
@@ -84,8 +84,5 @@ def model_source(preset: Optional[str], config: Optional[Path], hf: Optional[str
 
 def loss_backends(backend: Optional[list[str]], default: list[str]) -> list[str]:
     """The --backend names (``default`` when none is given), torch first."""
-    from fusedce_profiler.instrument.backends import BUILTIN_BACKENDS, MODEL_BACKENDS
-
-    parse_backends(backend, list(BUILTIN_BACKENDS) + list(MODEL_BACKENDS))  # the option's own message
     with usage_errors():
         return sources.loss_backends(backend, default)

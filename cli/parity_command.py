@@ -13,10 +13,8 @@ import typer
 from fusedce_cli.console import make_console
 from fusedce_cli.model_options import BackendOption, ConfigOption, ModeOption, PresetOption, SeedOption, TiedOption
 from fusedce_cli.options import DeviceOption, ForceOption, JsonOption, OutOption
-from fusedce_cli.parsing import parse_backends
 from fusedce_cli.signals import stop_on_sigterm
 from fusedce_cli.usage import usage_errors
-from fusedce_profiler.instrument.backends import BUILTIN_BACKENDS, MODEL_BACKENDS
 
 
 def parity(
@@ -48,7 +46,6 @@ def parity(
     from fusedce_profile.parity import parity_command
 
     console = make_console(to_stderr=as_json)
-    parse_backends(backend, list(BUILTIN_BACKENDS) + list(MODEL_BACKENDS))  # the option's own message
     with usage_errors(), stop_on_sigterm():
         outcome = parity_command(preset=preset, config=config, tied=tied, backend=backend, steps=steps, batch=batch,
                                  seq=seq, lr=lr, reduction=reduction, bias=bias, ignore_frac=ignore_frac,

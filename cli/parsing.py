@@ -73,27 +73,6 @@ def parse_mode(name: str | None, allowed: tuple[str, ...] = MODES) -> str | None
         raise typer.BadParameter(str(error).strip(), param_hint="--mode") from None
 
 
-def parse_backends(values: list[str] | None, available: list[str]) -> list[str] | None:
-    """Repeatable and/or comma-separated ``--backend`` values.
-
-    A name must be one of ``available`` (the built-in back-ends) or ``module:callable``
-    (a user's loss); otherwise the error lists the available ones.
-    """
-    if not values:
-        return None
-    names = [b.strip() for value in values for b in value.split(",")]
-    if not all(names):  # "" or "a,,b": never read as "no --backend" (which runs the default set)
-        raise typer.BadParameter(f"an empty back-end name in {', '.join(repr(v) for v in values)}; available: "
-                                 f"{', '.join(available)} (or 'package.module:callable')", param_hint="--backend")
-    for name in names:
-        if name not in available and ":" not in name:
-            raise typer.BadParameter(
-                f"unknown back-end {name!r}; available: {', '.join(available)} (or 'package.module:callable')",
-                param_hint="--backend",
-            )
-    return list(dict.fromkeys(names))
-
-
 def parse_floats(text: str | None, option: str, *, allow_none: bool = False) -> tuple | None:
     """A comma-separated list of numbers (``0,0.3``); with ``allow_none``, ``none`` is an
     item too (``--softcap none,30``). ``None`` stays ``None`` (option not given)."""

@@ -83,7 +83,7 @@ def grid_spec(*, tokens=None, batch=None, seq=None, vocab=None, hidden=None, bac
     if device_ids is not None and run_device == "cpu":
         raise UsageError("--devices spreads cells over GPUs; the run's device is cpu "
                          "(drop --devices or use --device cuda)")
-    named = backend_names(backend)
+    named = backend_names(backend, model=False)
     check_backends(named or ())  # installed, importable: before any cell runs
 
     def ints(name: str) -> tuple[int, ...] | None:  # sorted, without repeats

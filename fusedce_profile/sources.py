@@ -65,15 +65,16 @@ def model_source(preset: str | None, config: str | Path | None, hf: str | None, 
     return source if tied is None else source.with_tie(tied)
 
 
-def backend_names(values: Sequence[str] | None) -> list[str] | None:
+def backend_names(values: Sequence[str] | None, *, model: bool = True) -> list[str] | None:
     """The back-end names of ``values`` (each may hold several, comma-separated), duplicates
-    removed; each a built-in back-end or ``package.module:callable``. ``None`` when none is given."""
+    removed; each a built-in back-end (with ``model``, also a model-mode one such as
+    ``liger-patched``) or ``package.module:callable``. ``None`` when none is given."""
     from fusedce_profiler.instrument.backends import BUILTIN_BACKENDS, MODEL_BACKENDS
 
     values = arguments.names(values, "--backend")
     if not values:
         return None
-    available = list(BUILTIN_BACKENDS) + [b for b in MODEL_BACKENDS if b not in BUILTIN_BACKENDS]
+    available = list(BUILTIN_BACKENDS) + [b for b in MODEL_BACKENDS if model and b not in BUILTIN_BACKENDS]
     names = [b.strip() for value in values for b in value.split(",")]
     if not all(names):  # "" or "a,,b": never read as "no --backend" (which runs the default set)
         raise UsageError(f"--backend: an empty back-end name in {', '.join(repr(v) for v in values)}; "

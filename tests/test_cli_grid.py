@@ -71,6 +71,8 @@ def test_config_file_in_our_format_sets_h_and_v(tmp_path):
     (["--backend", "nope"], "unknown back-end 'nope'; available: torch, torch-compile"),
     (["--backend", ""], "an empty back-end name in ''"),
     (["--backend", "torch,,fusedce"], "an empty back-end name in 'torch,,fusedce'"),
+    (["--backend", "liger-patched"], "unknown back-end 'liger-patched'; available: torch, torch-compile, "
+                                     "torch-native, fusedce, fusedce-min, fusedce-fast, liger, cce (or"),
     (["--tokens", "12x"], "'12x' is not a positive integer"),
     (["--tokens", "8", "--batch", "2", "--seq", "4"], "give --tokens, or --batch with --seq"),
     (["--batch", "2"], "--batch and --seq go together"),
