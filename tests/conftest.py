@@ -41,3 +41,25 @@ def no_process_left_behind():
         left[pid] = f"pid {pid}: a worker of this test process"
     if left:
         pytest.fail("processes started by the tests are still alive:\n" + "\n".join(left.values()), pytrace=False)
+
+
+# --- one finished grid for the whole session ------------------------------------------------
+# A tiny CPU grid (two cells of torch) costs a worker's start-up and a report: made once, shared
+# by the fault tests of test_cli_faults.py, test_confinement.py and test_report_bounds.py. It is
+# never changed: a test that changes a folder works on a copy (``shutil.copytree``).
+FINISHED_GRID = ["grid", "--device", "cpu", "--hidden", "32", "--vocab", "256", "--repeats", "1", "--warmup", "0",
+                 "--tokens", "8,16", "--backend", "torch"]
+"""The command line of :func:`finished_run`, without its ``--out``."""
+
+
+@pytest.fixture(scope="session")
+def finished_run(tmp_path_factory):
+    """A finished grid of two cells (:data:`FINISHED_GRID`), made once per session; read it, or copy it."""
+    from typer.testing import CliRunner
+
+    from fusedce_cli.app import app
+
+    out = tmp_path_factory.mktemp("finished") / "run"
+    result = CliRunner().invoke(app, [*FINISHED_GRID, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    return out

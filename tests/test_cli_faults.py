@@ -99,9 +99,9 @@ def _rows(out: Path) -> list[dict]:
 
 # --- 1. a hung back-end is a timeout, and the run goes on -------------------------------------
 
-CELL_TIMEOUT_S = 4
-"""Long enough for a tiny cell on a loaded CI machine: a fresh worker's imports and the CPU meter's
-set-up come before its clock starts."""
+CELL_TIMEOUT_S = 2
+"""Long enough for a tiny cell on a loaded CI machine (it takes about 20 ms): a fresh worker's imports
+and the CPU meter's set-up come before its clock starts. The hung cell waits it out in full."""
 
 
 def test_a_hanging_backend_is_recorded_as_timeout_and_the_run_goes_on(fx, tmp_path):
@@ -229,19 +229,25 @@ def test_kill_9_of_the_cli_takes_the_processes_a_backend_started_with_it(fx, tmp
 
 
 @pytest.mark.parametrize("backend", ["daemon", "hang"])
-def test_a_daemon_a_backend_starts_outside_its_group_ends_with_the_run(fx, tmp_path, backend):
+def test_a_daemon_a_backend_starts_outside_its_group_ends_with_the_run(fx, tmp_path, monkeypatch, backend):
     """A back-end that leaves the worker's process group (fork, setsid, fork) is adopted by the
-    worker and killed when the worker ends: after a finished run, and after a timed-out cell."""
+    worker and killed when the worker ends: after a finished run, and after a timed-out cell.
+
+    The command runs in this process (``CliRunner``): the process tree under test is the worker's
+    (its child subreaper, its end), which is a process of its own either way; a CLI process above it
+    would only add its start-up."""
     from processes import _alive
 
     pid_file = tmp_path / "daemon.pid"
-    env = cli_env(fx, FX_DAEMON_PID=str(pid_file), FX_HANG_MARK=str(tmp_path / "hang.mark"))
+    monkeypatch.setenv("FX_DAEMON_PID", str(pid_file))  # the worker inherits this process's environment
+    monkeypatch.setenv("FX_HANG_MARK", str(tmp_path / "hang.mark"))
     if backend == "hang":  # the daemon starts in a finished cell; the next cell hangs and times out
-        args = ["--backend", "fx_backends:daemon", "--backend", "fx_backends:hang", "--cell-timeout", "3"]
+        args = ["--backend", "fx_backends:daemon", "--backend", "fx_backends:hang", "--cell-timeout", "2"]
     else:
         args = ["--backend", "fx_backends:daemon"]
-    result = run_cli([*TINY, "--tokens", "16", *args, "--out", str(tmp_path / "run")], env, timeout=180)
-    assert pid_file.exists(), result
+    result = CliRunner().invoke(app, [*TINY, "--tokens", "16", *args, "--out", str(tmp_path / "run")])
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.output
+    assert pid_file.exists(), result.output
     daemon = pid_file.read_text()
     try:
         wait_for(lambda: not _alive(daemon), 10, "the back-end's daemon to end with its worker")
@@ -407,32 +413,33 @@ def test_a_file_size_limit_while_storing_results_exits_2_and_resume_measures_the
 
 
 FINISHED = [*TINY, "--tokens", "8,16", "--backend", "torch"]
-"""The grid of :func:`finished_run`."""
+"""The grid of :func:`finished_run` (a session fixture, ``conftest.py``: made once, never changed)."""
 
 
-@pytest.fixture(scope="module")
-def finished_run(tmp_path_factory):
-    """A finished grid of two cells; a test that changes it works on a copy, or puts it back."""
-    out = tmp_path_factory.mktemp("finished") / "run"
-    result = CliRunner().invoke(app, [*FINISHED, "--out", str(out)])
-    assert result.exit_code == 0, result.output
+def _copy(finished_run: Path, tmp_path: Path) -> Path:
+    """A private copy of the finished folder, for a test that changes it (or may, on failure)."""
+    import shutil
+
+    out = tmp_path / "finished" / "run"
+    shutil.copytree(finished_run, out, symlinks=True)
     return out
 
 
 @pytest.mark.parametrize("limit_below", ["half a plot", "half the page"])
-def test_a_file_size_limit_during_report_exits_2_and_leaves_the_old_report(finished_run, limit_below):
-    html = (finished_run / "report.html").read_bytes()
-    plots = sorted(p.name for p in (finished_run / "plots").iterdir())
+def test_a_file_size_limit_during_report_exits_2_and_leaves_the_old_report(finished_run, tmp_path, limit_below):
+    run = _copy(finished_run, tmp_path)
+    html = (run / "report.html").read_bytes()
+    plots = sorted(p.name for p in (run / "plots").iterdir())
     assert plots
-    smallest_plot = min(p.stat().st_size for p in (finished_run / "plots").iterdir())
+    smallest_plot = min(p.stat().st_size for p in (run / "plots").iterdir())
     limit = smallest_plot // 2 if limit_below == "half a plot" else len(html) // 2  # the page embeds every plot
-    result = run_cli(["report", str(finished_run)], cli_env(), preexec=_file_size_limit(limit))
+    result = run_cli(["report", str(run)], cli_env(), preexec=_file_size_limit(limit))
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr
-    assert ": File too large" in result.stderr and str(finished_run) in result.stderr
-    assert (finished_run / "report.html").read_bytes() == html
-    assert sorted(p.name for p in (finished_run / "plots").iterdir()) == plots  # no plot deleted
-    assert not [p for p in finished_run.rglob("*") if p.name.endswith(".tmp")]  # no temporary left
+    assert ": File too large" in result.stderr and str(run) in result.stderr
+    assert (run / "report.html").read_bytes() == html
+    assert sorted(p.name for p in (run / "plots").iterdir()) == plots  # no plot deleted
+    assert not [p for p in run.rglob("*") if p.name.endswith(".tmp")]  # no temporary left
 
 
 def test_an_unwritable_out_folder_is_one_line_and_exit_2(tmp_path):
@@ -460,31 +467,28 @@ def test_a_read_only_out_folder_is_one_line_and_exit_2(tmp_path):
 # --- 7. report writes ---------------------------------------------------------------------------
 
 def test_report_replaces_a_summary_linked_outside_the_folder_and_never_writes_through_it(finished_run, tmp_path):
+    run = _copy(finished_run, tmp_path)
     outside = tmp_path / "outside.md"
     outside.write_text("not yours")
-    (finished_run / "summary.md").unlink()
-    (finished_run / "summary.md").symlink_to(outside)
-    result = CliRunner().invoke(app, ["report", str(finished_run)])
+    (run / "summary.md").unlink()
+    (run / "summary.md").symlink_to(outside)
+    result = CliRunner().invoke(app, ["report", str(run)])
     assert result.exit_code == 0, result.output
     assert outside.read_text() == "not yours"
-    assert not (finished_run / "summary.md").is_symlink() and "torch" in (finished_run / "summary.md").read_text()
+    assert not (run / "summary.md").is_symlink() and "torch" in (run / "summary.md").read_text()
 
 
 def test_report_refuses_a_plots_folder_that_is_a_link(finished_run, tmp_path):
+    run = _copy(finished_run, tmp_path)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    plots = finished_run / "plots"
-    moved = finished_run.parent / "plots-moved"
-    plots.rename(moved)
+    plots = run / "plots"
+    plots.rename(run.parent / "plots-moved")
     plots.symlink_to(elsewhere)
-    try:
-        result = CliRunner().invoke(app, ["report", str(finished_run)])
-        assert result.exit_code == 2
-        assert "is a symbolic link" in _plain(result.stderr) and "Traceback" not in result.output
-        assert not list(elsewhere.iterdir())
-    finally:
-        plots.unlink()
-        moved.rename(plots)
+    result = CliRunner().invoke(app, ["report", str(run)])
+    assert result.exit_code == 2
+    assert "is a symbolic link" in _plain(result.stderr) and "Traceback" not in result.output
+    assert not list(elsewhere.iterdir())
 
 
 # --- 8-9. damaged result lines: --resume re-measures, report names the line ----------------------

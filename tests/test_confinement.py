@@ -3,7 +3,8 @@
 Each test plants one hostile thing in a copy of a finished grid folder (a link out of it, an
 oversized or deeply nested file, a malformed timeline, a formula-like name) and checks that the
 command answers in one line with its documented exit code, and that nothing outside the folder
-changed. The folder itself is made once per module by a tiny CPU grid (``finished_run``).
+changed. The folder itself is made once per session by a tiny CPU grid (``finished_run``,
+``conftest.py``).
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from fusedce_profiler.instrument import confined, store
 from fusedce_profiler.instrument.environment import ENVIRONMENT_KEYS, collect_environment
 from linked import UNTOUCHED, link_out
 from processes import cli_env, run_cli
-from test_cli_faults import TINY, finished_run  # noqa: F401 - a fixture, shared
+from test_cli_faults import TINY
 
 pytestmark = pytest.mark.faults  # the fault suite: pytest -m faults
 

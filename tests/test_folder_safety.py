@@ -231,9 +231,17 @@ def test_a_second_lightning_fit_into_a_fixed_out_is_recorded_beside_the_first(tm
 
 TWO_THREADS = textwrap.dedent('''
     import sys, threading, warnings, torch
+    import torch.nn.functional as F
     from fusedce_profile import StepRecorder
-    from test_recording import _batch, _loss
-    from tests.doctor_models import WrappedHeadLM
+    from tests.doctor_models import VOCAB, WrappedHeadLM
+
+    def _batch(seed, batch=2, seq=16):  # test_recording's (importing that module costs a second here)
+        ids = torch.randint(0, VOCAB, (batch, seq), generator=torch.Generator().manual_seed(seed))
+        return {"input_ids": ids, "labels": ids.clone()}
+
+    def _loss(model, batch):
+        logits = model(batch["input_ids"])[:, :-1]
+        return F.cross_entropy(logits.reshape(-1, VOCAB), batch["labels"][:, 1:].reshape(-1))
 
     original = torch.Tensor.backward, torch.autograd.backward
     start = threading.Barrier(2)

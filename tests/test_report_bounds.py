@@ -22,7 +22,6 @@ from fusedce_profiler.instrument import snapshot, store
 from fusedce_profiler.instrument.text import MAX_SHOWN_CHARS, printable
 from fusedce_reports.timeline import draw_timeline, read_timeline
 from processes import cli_env, kill_group, start_cli, wait_for
-from test_cli_faults import finished_run  # noqa: F401 - a fixture, shared
 
 pytestmark = pytest.mark.faults  # the fault suite: pytest -m faults
 
