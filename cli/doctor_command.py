@@ -73,7 +73,7 @@ def doctor(
             raise fail("under torchrun doctor needs --out DIR (rank 0 writes DIR, rank N DIR-rankN)")
         out = out.with_name(f"{out.name}-rank{rank}")
     existed = out is not None and out.exists()
-    folder = prepare_out(out, force)
+    folder = prepare_out(out, force, resume=None)  # doctor has no --resume
     try:
         with stop_on_sigterm():
             run = run_doctor(loss, preset=preset, config=config, hf=hf, model=user_model, head=head, tied=tied,

@@ -43,15 +43,16 @@ def release_command_locks() -> None:
         _command_locks.pop().release()
 
 
-def prepare_out(out: Optional[Path], force: bool, resume: bool = False, kind: Optional[str] = None) -> Path:
+def prepare_out(out: Optional[Path], force: bool, resume: Optional[bool] = False, kind: Optional[str] = None) -> Path:
     """The run folder of ``--out`` / ``--force`` / ``--resume``, locked for this command.
 
     Bad combinations, a folder another run holds, a ``--resume`` of a ``kind`` of run into
     another kind's folder, and a folder that cannot be created or written exit 2 in one line.
+    ``resume=None``: the command has no ``--resume`` (its refusals do not suggest one).
     """
     with usage_errors(), os_errors("--out"):  # OutputDirError is a ValueError
-        return folders.prepare_out_dir(out, force=force, resume=resume, lock=folders.locking_into(_command_locks),
-                                       kind=kind)
+        return folders.prepare_out_dir(out, force=force, resume=bool(resume), lock=folders.locking_into(_command_locks),
+                                       kind=kind, resume_option=resume is not None)
 
 
 @contextmanager

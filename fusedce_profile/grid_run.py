@@ -24,7 +24,7 @@ from fusedce_profiler.instrument.confined import FolderRefused
 from fusedce_profiler.grid.spec import GridSpec
 from fusedce_profiler.instrument.records import CellSpec
 from fusedce_profiler.instrument.text import count, one_line
-from fusedce_profiler.grid.runner import ResultNotStored, load_results, run_grid, save_plan
+from fusedce_profiler.grid.runner import ResultNotStored, load_results, planned_cells, run_grid, save_plan
 from fusedce_profiler.instrument.records import CellResult
 from fusedce_profiler.instrument.worker import WorkerDied
 from fusedce_reports import Report, build_report
@@ -127,6 +127,23 @@ def stored_cells(out_dir: Path) -> list[CellResult]:
         return list(load_results(out_dir).records)
 
 
+def _check_same_plan(out_dir: Path, planned: list[CellSpec], finished: set[str]) -> None:
+    """``UsageError`` when ``--resume`` would drop cells the folder's run set out to measure
+    (``plan.json``) and has not finished: a resume given other options than the run it continues
+    would measure another grid into that folder and leave the first one unfinished. A plan that
+    adds cells, or leaves out finished ones, is allowed."""
+    try:
+        stored = planned_cells(out_dir)
+    except ValueError:  # an unreadable plan is the report's to note; this run writes a new one
+        return
+    keys = {spec.key() for spec in planned}
+    dropped = [spec for spec in stored or [] if spec.key() not in keys and spec.key() not in finished]
+    if dropped:
+        raise UsageError(f"--resume: {one_line(out_dir)} holds a run planned with other cells ({len(dropped)} "
+                         f"unfinished of its {len(stored)} are not in this command's grid, e.g. "
+                         f"{_cell_name(dropped[0])}); give the options of the command that started it")
+
+
 def run_grids(grids: Sequence[GridSpec], out_dir: Path, console: Console, *, resume: bool, snapshot: bool,
               cell_timeout_s: float | None = None, devices: Sequence[str] | None = None) -> CommandOutcome:
     """Run ``grids`` one after the other, in one worker, into ``out_dir`` (one results file), then report.
@@ -153,6 +170,8 @@ def run_grids(grids: Sequence[GridSpec], out_dir: Path, console: Console, *, res
         planned = list({spec.key(): spec for grid in grids for spec in grid.cells()}.values())
         with os_errors():
             finished = {r.spec.key() for r in load_results(out_dir).records} if resume else set()
+            if resume:
+                _check_same_plan(out_dir, planned, finished)
             save_plan(out_dir, planned)
         total = len({spec.key() for spec in planned} - finished)
         progress = CellProgress(console, total, out_dir)
@@ -166,7 +185,7 @@ def run_grids(grids: Sequence[GridSpec], out_dir: Path, console: Console, *, res
         except KeyboardInterrupt as exc:
             stopped = exc
             console.print(f"\nInterrupted after {progress.done} of {count(total, 'new cell')}; continue with "
-                          f"--resume --out {one_line(out_dir)}", markup=False)
+                          f"the same command and --resume --out {one_line(out_dir)}", markup=False)
         except ResultNotStored as exc:
             raise UsageError(f"{describe_os_error(exc)}: the result of {_cell_name(exc.spec)} was not stored; "
                        f"free space (or raise the limit) and run with --resume --out {out_dir}: it measures "

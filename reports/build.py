@@ -90,7 +90,8 @@ def _unfinished_plan(run_dir: Path, records) -> list[str]:
     finished = sum(spec.key() in done for spec in planned)
     if finished >= len(planned):
         return []
-    return [f"{finished} of {len(planned)} cells — interrupted; continue with `--resume --out {run_dir}`"]
+    return [f"{finished} of {len(planned)} cells — interrupted; continue with the same command and "
+            f"`--resume --out {run_dir}`"]
 
 
 def _repeated_cells(loaded) -> list[str]:

@@ -151,3 +151,12 @@ def test_doctor_on_a_hugging_face_model_passes_its_wiring_and_catches_a_no_grad_
     failed = {c.key for c in DoctorRun.from_dict(store.read_json(tmp_path / "b" / store.DOCTOR_FILE)).checks
               if c.verdict == "fail"}
     assert failed == {"body"}
+
+
+def test_a_non_empty_folder_is_refused_without_suggesting_a_resume_doctor_does_not_have(tmp_path):
+    (tmp_path / "notes.txt").write_text("mine")
+    result = runner.invoke(app, ["doctor", "--loss", "examples.doctor_losses:correct", "--device", "cpu",
+                                 "--out", str(tmp_path)])
+    assert result.exit_code == 2, result.output
+    assert "the folder is not empty; pass --force to replace its previous run" in " ".join(result.output.split())
+    assert "--resume" not in result.output

@@ -167,9 +167,9 @@ def test_a_signal_to_the_cli_writes_a_partial_report_and_leaves_no_worker(fx, tm
     for signum, (code, out, process) in runs.items():
         stdout, stderr = said[signum]
         assert process.returncode == code, stderr
-        assert "Interrupted after 1 of 3 new cells; continue with --resume --out" in _plain(stderr)
+        assert "Interrupted after 1 of 3 new cells; continue with the same command and --resume --out" in _plain(stderr)
         assert workers_of(process.pid, wait_s=10) == []
-        note = "1 of 3 cells — interrupted; continue with `--resume --out {}`"
+        note = "1 of 3 cells — interrupted; continue with the same command and `--resume --out {}`"
         stored = note.format("‹run folder›")  # a stored file names no path of the machine
         assert stored in (out / "summary.md").read_text().replace("\\`", "`")  # Markdown-escaped
         assert html.escape(stored, quote=False) in (out / "report.html").read_text()

@@ -160,3 +160,19 @@ def test_a_back_end_that_cannot_take_the_four_arguments_is_refused_before_any_ce
     from fusedce_profiler.instrument.backends.user import UserBackend
 
     assert UserBackend("wrongsig:fine").signature_problem() is None
+
+
+def test_a_resume_with_other_options_is_refused_before_it_replaces_the_unfinished_plan(tmp_path):
+    out = tmp_path / "run"
+    assert _run([*TINY, "--tokens", "8", "--backend", "torch", "--out", str(out)]).exit_code == 0
+    plan = json.loads((out / "plan.json").read_text())
+    unfinished = {**plan["cells"][0], "tokens": 16}  # as a run stopped before its second cell leaves it
+    (out / "plan.json").write_text(json.dumps({"cells": plan["cells"] + [unfinished]}))
+    other = _run(["grid", "--device", "cpu", "--resume", "--out", str(out)])  # the default grid's options
+    assert other.exit_code == 2, other.output
+    assert ("holds a run planned with other cells (1 unfinished of its 2 are not in this command's grid, e.g. "
+            "torch at 16 tokens (H=32 V=256") in " ".join(_plain(other.output).split())
+    assert len(json.loads((out / "plan.json").read_text())["cells"]) == 2  # the plan is kept
+    same = _run([*TINY, "--tokens", "8,16", "--backend", "torch", "--resume", "--out", str(out)])
+    assert same.exit_code == 0, same.output
+    assert sorted(row.spec.tokens for row in _rows(out)) == [8, 16]
