@@ -1,4 +1,4 @@
 """``python -m fusedce_cli``: the same as the ``fusedce-profile`` console script."""
-from fusedce_cli.app import main
+from fusedce_cli.entry import main
 
 main()
