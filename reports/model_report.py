@@ -23,7 +23,8 @@ from fusedce_reports.attribution_tables import (activation_split, attribution_ta
 from fusedce_reports.environment import environment_lines, read_environment
 from fusedce_reports.escape import Markdown, code_block, link_target, markdown_text
 from fusedce_reports.markdown import markdown_table
-from fusedce_reports.plots.model import plot_attribution, plot_breakdown, plot_reserved
+from fusedce_reports.plots.model import (MAX_SHOWN_ROWS, plot_attribution, plot_breakdown, plot_reserved,
+                                       shown_rows)
 from fusedce_reports.units import format_bytes, format_ms, format_percent
 
 REFERENCE = "torch"
@@ -66,14 +67,21 @@ def missing_rows(results: list[ModelResult]) -> list[str]:
     """
     if not any(r.job.eval_step for r in results):
         return []
+    measured = {repr(r.job) for r in results if r.job.eval_step}  # one pass: the file may hold 20,000 rows
     absent = [r.job.label for r in results
-              if not r.job.eval_step
-              and not any(other.job == dataclasses.replace(r.job, eval_step=True) for other in results)]
+              if not r.job.eval_step and repr(dataclasses.replace(r.job, eval_step=True)) not in measured]
     if not absent:
         return []
-    return [f"+eval rows for {', '.join(absent)} were not measured: the run ended early "
-            f"({RESULTS_FILE} has +eval rows for {', '.join(r.job.backend for r in results if r.job.eval_step)} "
+    return [f"+eval rows for {_names(absent)} were not measured: the run ended early "
+            f"({RESULTS_FILE} has +eval rows for {_names([r.job.backend for r in results if r.job.eval_step])} "
             "only)."]
+
+
+def _names(names: list[str]) -> str:
+    """``names`` joined, the first :data:`~fusedce_reports.plots.model.MAX_SHOWN_ROWS` of them and
+    the others counted."""
+    shown = ", ".join(names[:MAX_SHOWN_ROWS])
+    return shown if len(names) <= MAX_SHOWN_ROWS else f"{shown} and {len(names) - MAX_SHOWN_ROWS:,} more"
 
 
 def _reference(results: list[ModelResult], result: ModelResult) -> ModelResult | None:
@@ -297,9 +305,13 @@ def fit_table(fits: list[FitResult]) -> pd.DataFrame:
 
 
 def render_model_markdown(results: list[ModelResult], fits: list[FitResult], environment: dict,
-                          plots: list[Path], problems: list[str] = (), interruption: Interruption | None = None) -> str:
+                          plots: list[Path], problems: list[str] = (), interruption: Interruption | None = None,
+                          notes: list[str] = ()) -> str:
+    """``summary.md`` of ``results`` as given; ``notes`` (what the page left out) are said first."""
     source = results[0].memory.source if results and results[0].memory else "cuda-allocator"
     lines = ["# fusedce-profile model: one training step, memory by part", ""]
+    if notes:
+        lines += [f"**Note.** {markdown_text(n, line_start=False)}" for n in notes] + [""]
     if interruption is not None:
         lines += [f"**{markdown_text(interruption.sentence(), line_start=False)}**", ""]
     missing = missing_rows(results) + [f"a line of the results was not read: {p}" for p in problems]
@@ -352,10 +364,16 @@ def write_model_report(out_dir: Path) -> Path:
     and ``interrupted.json`` when present."""
     out_dir = Path(out_dir)
     loaded = load_model_results(out_dir)
-    results, fits, environment = loaded.records, load_fits(out_dir), read_environment(out_dir)
+    fits, environment = load_fits(out_dir), read_environment(out_dir)
+    # every table, plot and finding is of the first MAX_SHOWN_ROWS jobs (the run measures torch, the
+    # reference the others are compared with, first): a page whose size does not grow with the file
+    results, left_out = shown_rows(loaded.records, "jobs", RESULTS_FILE)
+    fits, fits_left_out = shown_rows(fits, "fits", store.FIT_FILE)
+    problems, unread = shown_rows(loaded.problems, "lines not read", RESULTS_FILE)
+    notes = [n for n in (left_out, fits_left_out, unread) if n]
     plots = [p for p in (plot_breakdown(results, out_dir / store.PLOTS_DIR / "breakdown.png"),
                          plot_attribution(results, out_dir / store.PLOTS_DIR / "attribution.png"),
                          plot_reserved(results, out_dir / store.PLOTS_DIR / "reserved.png")) if p]
-    text = render_model_markdown(results, fits, environment, plots, problems=loaded.problems,
-                                 interruption=read_interruption(out_dir))
+    text = render_model_markdown(results, fits, environment, plots, problems=problems,
+                                 interruption=read_interruption(out_dir), notes=notes)
     return store.write_text(out_dir / "summary.md", text)

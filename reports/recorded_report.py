@@ -27,7 +27,7 @@ from fusedce_reports.environment import environment_lines, read_environment
 from fusedce_reports.escape import code_block, markdown_text
 from fusedce_reports.figures import new_figure, save_figure
 from fusedce_reports.markdown import markdown_table
-from fusedce_reports.plots.model import plot_attribution
+from fusedce_reports.plots.model import MAX_SHOWN_ROWS, plot_attribution, shown_rows
 from fusedce_reports.timeline import plot_timeline, read_timeline, timeline_file
 from fusedce_reports.units import GIB, format_bytes, format_ms, format_percent
 
@@ -197,14 +197,22 @@ def steps_table(records: list[RecordedStep]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _step_phases(records: list[RecordedStep]) -> tuple[list[tuple[RecordedStep, object]], int]:
+    """The last :data:`~fusedce_reports.plots.model.MAX_SHOWN_ROWS` (step, phase) pairs of
+    ``records`` in order, and how many pairs there are in all."""
+    pairs = [(r, p) for r in records for p in r.phases]
+    return pairs[-MAX_SHOWN_ROWS:], len(pairs)
+
+
 def phases_table(records: list[RecordedStep]) -> pd.DataFrame:
+    """One row per phase of each step: the last :data:`~fusedce_reports.plots.model.MAX_SHOWN_ROWS`
+    (the page says how many there are when that leaves some out)."""
     rows = []
-    for r in records:
-        for p in r.phases:
-            rows.append({"run": step_name(r), "phase": p.name, "allocated at start": format_bytes(p.start_allocated),
-                         "peak allocated": format_bytes(p.peak_allocated),
-                         "allocated at end": format_bytes(p.end_allocated), "peak reserved": _bytes(p.peak_reserved),
-                         "device used at end": _bytes(p.device_used_end)})
+    for r, p in _step_phases(records)[0]:
+        rows.append({"run": step_name(r), "phase": p.name, "allocated at start": format_bytes(p.start_allocated),
+                     "peak allocated": format_bytes(p.peak_allocated),
+                     "allocated at end": format_bytes(p.end_allocated), "peak reserved": _bytes(p.peak_reserved),
+                     "device used at end": _bytes(p.device_used_end)})
     return pd.DataFrame(rows)
 
 
@@ -223,23 +231,25 @@ def passes_table(records: list[RecordedStep]) -> pd.DataFrame:
 
 
 def plot_phases(records: list[RecordedStep], path: Path) -> Path | None:
-    """Grouped bars: peak allocated (and reserved, on CUDA) of each phase of each recorded step."""
+    """Grouped bars: peak allocated (and reserved, on CUDA) of each phase of each recorded step —
+    of the last :data:`~fusedce_reports.plots.model.MAX_SHOWN_ROWS` phases (the title says when
+    that leaves some out), so the figure is at most ``0.5 × MAX_SHOWN_ROWS + 1.8`` inches tall."""
     if not records:
         return None
+    pairs, total = _step_phases(records)
     unit, unit_name = (GIB, "GiB") if max(r.peak_allocated for r in records) >= GIB else (MIB, "MiB")
-    fig, ax = new_figure((10, 0.5 * sum(len(r.phases) for r in records) + 1.8))
-    labels, y = [], 0
-    for r in records:
-        for p in r.phases:
-            ax.barh(y, p.peak_allocated / unit, color="#1f77b4", label="peak allocated" if y == 0 else None)
-            if p.peak_reserved is not None:
-                ax.barh(y, p.peak_reserved / unit, color="#ff7f0e", alpha=0.35, label="peak reserved" if y == 0 else None)
-            labels.append(f"{step_name(r)}: {p.name}")
-            y += 1
+    fig, ax = new_figure((10, 0.5 * len(pairs) + 1.8))
+    labels = []
+    for y, (r, p) in enumerate(pairs):
+        ax.barh(y, p.peak_allocated / unit, color="#1f77b4", label="peak allocated" if y == 0 else None)
+        if p.peak_reserved is not None:
+            ax.barh(y, p.peak_reserved / unit, color="#ff7f0e", alpha=0.35, label="peak reserved" if y == 0 else None)
+        labels.append(f"{step_name(r)}: {p.name}")
     ax.set_yticks(range(len(labels)), labels)
     ax.invert_yaxis()
     ax.set_xlabel(f"{unit_name} ({records[0].source})")
-    ax.set_title("Recorded training steps: peak memory per phase")
+    ax.set_title("Recorded training steps: peak memory per phase"
+                 + (f"\n(the last {len(pairs):,} of {total:,} phases)" if len(pairs) < total else ""))
     ax.grid(axis="x", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -276,8 +286,12 @@ def render_recorded_markdown(records: list[RecordedStep], environment: dict, plo
     lines += ["## Recorded steps", "", markdown_table(steps_table(records)), ""]
     lines += ["## Phases", "",
               "forward: from the step's start; loss: from the final norm's output or the LM head's input; backward: "
-              "from the `backward()` call; optimizer: from the optimizer's `step()` (explicit marks override).", "",
-              markdown_table(phases_table(records)), ""]
+              "from the `backward()` call; optimizer: from the optimizer's `step()` (explicit marks override).", ""]
+    shown_phases, all_phases = _step_phases(records)
+    if len(shown_phases) < all_phases:
+        lines += [f"Showing {len(shown_phases):,} of these steps' {all_phases:,} phases: the last {len(shown_phases):,}; "
+                  f"`{store.RECORDED_STEPS_FILE}` holds them all.", ""]
+    lines += [markdown_table(phases_table(records)), ""]
     traced = _as_traced(records)
     if traced:
         lines += ["## Peak by module and kind (measured)", "",
@@ -316,8 +330,12 @@ def write_recorded_report(folder: str | Path) -> Path:
     loaded = load_recorded_steps(folder)
     if loaded.missing:
         raise FileNotFoundError(f"{folder}: no {store.RECORDED_STEPS_FILE}")
-    records = loaded.records
-    notes = [f"a line was not read: {p}" for p in loaded.problems]
+    problems, unread = shown_rows(loaded.problems, "lines not read", store.RECORDED_STEPS_FILE)
+    notes = [f"a line was not read: {p}" for p in problems] + ([unread] if unread else [])
+    # every table, plot and finding below is of the last MAX_SHOWN_ROWS steps: a size that does not grow with the file
+    records, left_out = shown_rows(loaded.records, "recorded steps", store.RECORDED_STEPS_FILE, keep="last")
+    if left_out:
+        notes.insert(0, left_out)
     plots = [p for p in (plot_phases(records, folder / store.PLOTS_DIR / "phases.png"),
                          plot_attribution(_as_traced(records), folder / store.PLOTS_DIR / "attribution.png")) if p]
     plots += _timeline_plots(folder, records, notes)

@@ -24,6 +24,34 @@ from fusedce_reports.units import GIB, format_bytes
 
 DPI = 120
 
+MAX_SHOWN_ROWS = 40
+"""Most rows a model or recorded-steps report draws in one table or figure: jobs, recorded steps,
+the phases of those steps, the bars of a plot. A real run has a handful (a back-end or two per model,
+a few recorded steps), so nothing is left out of it; a stored file may hold 20,000 rows, and
+drawing each (a bar of 0.55 inch, a table row, a paragraph of findings) made the report grow with
+the file — 1,000 recorded steps took 57 s, 2.2 GB and a 12.6 MB PNG, 20,000 did not finish. Forty
+bars make a figure at most 30 inches (3,600 pixels at 120 dpi) tall that can still be read, and forty
+rows keep ``summary.md`` a page that fits in an issue; the rows left out are named on the page
+(:func:`shown_rows`) and stay in the stored file."""
+
+
+def shown_rows(rows: list, noun: str, where: str, *, keep: str = "first") -> tuple[list, str]:
+    """At most :data:`MAX_SHOWN_ROWS` of ``rows`` — the ``first`` or the ``last`` ones — and the
+    sentence the page shows when some were left out (``""`` when none was): "showing 40 of 1,600
+    jobs: the first 40; model_results.jsonl holds them all"."""
+    if len(rows) <= MAX_SHOWN_ROWS:
+        return list(rows), ""
+    kept = list(rows[:MAX_SHOWN_ROWS] if keep == "first" else rows[-MAX_SHOWN_ROWS:])
+    return kept, f"showing {MAX_SHOWN_ROWS:,} of {len(rows):,} {noun}: the {keep} {MAX_SHOWN_ROWS:,}; {where} holds them all"
+
+
+def _bounded(rows: list, title: str) -> tuple[list, str]:
+    """A plot's own bound: its first :data:`MAX_SHOWN_ROWS` rows, and ``title`` saying so when
+    it left some out (the reports pass rows already bounded by :func:`shown_rows`)."""
+    if len(rows) <= MAX_SHOWN_ROWS:
+        return rows, title
+    return rows[:MAX_SHOWN_ROWS], f"{title}\n(the first {MAX_SHOWN_ROWS:,} of {len(rows):,})"
+
 Draw = Callable[[list[ModelResult]], "Figure | None"]
 
 
@@ -48,7 +76,10 @@ def _stacked_bars(bars: list[Bar], color: Callable[[str], object], *, height: fl
                   legend_columns: int, headroom: float) -> Figure:
     """Horizontal stacked bars, one per row of ``bars``, each segment coloured by ``color(name)``
     and named once in the legend; the total is written at the bar's end. The axis is in GiB
-    when the largest total reaches 1 GiB, else MiB (``xlabel`` is prefixed with the unit)."""
+    when the largest total reaches 1 GiB, else MiB (``xlabel`` is prefixed with the unit). At most
+    :data:`MAX_SHOWN_ROWS` bars are drawn (the first ones; the title says so), so the figure is
+    at most ``0.55 × MAX_SHOWN_ROWS + height`` inches tall."""
+    bars, title = _bounded(bars, title)
     unit, unit_name = (GIB, "GiB") if max(total for _, _, total in bars) >= GIB else (1 << 20, "MiB")
     fig, ax = new_figure((10, 0.55 * len(bars) + height))
     labelled: set[str] = set()
@@ -112,6 +143,7 @@ def draw_reserved(results: list[ModelResult]) -> Figure | None:
     ok = [r for r in results if r.status == "ok" and r.memory.smi_peak is not None]
     if not ok:
         return None
+    ok, title = _bounded(ok, "Allocated vs what the device shows (an evaluation pass first: +eval)")
     fig, ax = new_figure((10, 0.7 * len(ok) + 2.0))
     series = (("allocated peak", "peak", "#1f77b4"), ("reserved peak", "peak_reserved", "#ff7f0e"),
               ("nvidia-smi (reserved + context)", "smi_peak", "#7f7f7f"))
@@ -122,7 +154,7 @@ def draw_reserved(results: list[ModelResult]) -> Figure | None:
     ax.set_yticks(range(len(ok)), [plot_text(r.job.label) for r in ok])
     ax.invert_yaxis()
     ax.set_xlabel("GiB")
-    ax.set_title("Allocated vs what the device shows (an evaluation pass first: +eval)")
+    ax.set_title(title)
     ax.grid(axis="x", alpha=0.3)
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=3, frameon=False)
     fig.tight_layout()
