@@ -26,7 +26,6 @@ and :func:`~fusedce_profile.folders.default_out_dir` (re-exported).
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from fusedce_profile import arguments
@@ -47,12 +46,11 @@ class UserCodeFailed(RuntimeError):
 
 
 def default_memory_limit_gb() -> float:
-    """Three quarters of the machine's memory: the worker is stopped before the machine is."""
-    try:
-        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return 64.0
-    return 0.75 * total / 2**30
+    """The worker's memory guard in GiB (:func:`~fusedce_profiler.instrument.worker.default_max_rss_bytes`):
+    the worker is stopped before the machine is."""
+    from fusedce_profiler.instrument.worker import default_max_rss_bytes
+
+    return default_max_rss_bytes() / 2**30
 
 
 def check_arguments(loss: str, *, device: str = "cpu", mode: str | None = None, batch: int = 4, seq: int = 32,

@@ -31,6 +31,7 @@ from pathlib import Path
 from fusedce_profile import arguments
 from fusedce_profile.errors import UsageError
 from fusedce_profile.folders import os_errors
+from fusedce_profiler.instrument.confined import WRITE_SHARED_REFUSED
 from fusedce_profiler.instrument.store import EXPLAIN_STEPS_FILE as STEPS_FILE
 SEQ_CANDIDATES = (512, 1024, 2048)
 
@@ -203,18 +204,21 @@ def validate(*, naive: float, fused: float, card: float, preset: str | None = No
 
 
 def _cache_file(cache: str | Path | None) -> Path | None:
-    """``--cache``: a steps file to read and append, or one to create in an existing folder. A link,
-    a pipe or a device is refused before anything is measured (appending to it would fail, or block,
-    after the calibration steps ran)."""
+    """``--cache``: a steps file to read and append, or one to create in an existing folder. A link
+    (symbolic or hard: the store appends only to a file with one name), a pipe or a device is refused
+    before anything is measured (appending to it would fail, or block, after the calibration steps ran)."""
     if cache is None or cache == "":
         return None
     path = arguments.path(cache, "--cache")
     if os.path.islink(path):
         raise UsageError(f"--cache {path}: a symbolic link; give the steps file itself")
     if path.exists():
-        if not stat.S_ISREG(path.stat().st_mode):
+        info = path.stat()
+        if not stat.S_ISREG(info.st_mode):
             raise UsageError(f"--cache {path}: not a regular file; give a steps file an earlier explanation wrote, "
                              "or a new file's name")
+        if info.st_nlink != 1:
+            raise UsageError(f"--cache {path}: {WRITE_SHARED_REFUSED}")
     elif not path.parent.is_dir():
         raise UsageError(f"--cache {path}: its folder {path.parent} does not exist")
     return path

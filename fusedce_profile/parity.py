@@ -11,6 +11,11 @@ Returns the stored :class:`~fusedce_profiler.judgements.parity.ParityReport`. Th
 after each back-end: Ctrl-C (``KeyboardInterrupt``) keeps the back-ends that finished, writes their
 report marked *interrupted*, and propagates; ``resume=True`` with the same ``out`` and options keeps
 the back-ends trained and trains the rest.
+
+Each curve trains in a worker process (one serves every curve while none fails): a back-end that
+raises, calls ``sys.exit`` or ``os._exit``, hangs past :data:`CURVE_TIMEOUT_S` or grows past the
+memory limit (three quarters of the machine's memory) ends its own curve as an ``error`` — the run,
+its report and the other back-ends go on.
 """
 from __future__ import annotations
 
@@ -86,6 +91,55 @@ def _finished(out_dir: Path, settings):
     return finished
 
 
+CURVE_TIMEOUT_S = 3600.0
+"""Seconds one curve may train (a hang ends there): far above a real curve (300 steps of the tiny
+preset take seconds on a CPU, the user's model minutes on a GPU)."""
+
+
+class _CurveTrainer:
+    """``train(name, perturbed)`` for :func:`~fusedce_profiler.judgements.parity.run_parity`: each curve
+    trained by the ``parity-curve`` job of a worker; a worker that dies (an exit, a hang, runaway
+    memory) gives that curve status ``error`` naming why, and the next curve a fresh worker."""
+
+    def __init__(self, settings, log_dir: Path) -> None:
+        from fusedce_profiler.instrument.worker import default_max_rss_bytes
+
+        self.settings, self.log_dir = settings, log_dir
+        self.max_rss_bytes = default_max_rss_bytes()
+        self.worker = None
+
+    def __call__(self, name: str, perturbed: bool):
+        from fusedce_profiler.instrument.schema import build
+        from fusedce_profiler.instrument.worker import JobFailed, Worker, WorkerDied
+        from fusedce_profiler.judgements.parity import CONTROL, ParityCurve
+
+        label = CONTROL if perturbed else name
+        payload = {"settings": dataclasses.asdict(self.settings), "backend": name, "perturbed": perturbed}
+        try:
+            if self.worker is None:
+                self.worker = Worker(self.log_dir, preload=("parity-curve",),
+                                     warm_up=("fusedce_profiler.judgements.parity:warm_up_training",))
+            return build(ParityCurve, self.worker.call("parity-curve", payload, timeout_s=CURVE_TIMEOUT_S,
+                                                       max_rss_bytes=self.max_rss_bytes))
+        except WorkerDied as died:
+            self.close()
+            if died.timed_out:
+                why = f"did not finish within {CURVE_TIMEOUT_S:g} s (a hang?); the worker was stopped"
+            elif died.over_memory:
+                why = f"grew past the memory limit of {self.max_rss_bytes / 2**30:.3g} GiB; the worker was stopped"
+            else:
+                why = died.summary
+            return ParityCurve(label, status="error", message=why)
+        except JobFailed as failed:  # raised before training could turn it into a result
+            first = str(failed).splitlines()[0] if str(failed) else type(failed).__name__
+            return ParityCurve(label, status="error", message=first)
+
+    def close(self) -> None:
+        if self.worker is not None:
+            self.worker.close()
+            self.worker = None
+
+
 def parity_command(*, out: str | Path | None = None, force: bool = False, resume: bool = False,
                    console: Console | None = None, **options) -> CommandOutcome:
     """``fusedce-profile parity``: :func:`parity` with the exit code and ``--json`` summary the command
@@ -118,9 +172,10 @@ def parity_command(*, out: str | Path | None = None, force: bool = False, resume
             write_parity_report(out_dir)
 
         again = f"the same command and --resume --out {out_dir}"
+        trainer = _CurveTrainer(settings, out_dir / store.LOGS_DIR)
         try:
             result = run_parity(settings, progress=lambda name: say(f"  training with {name} ..."), on_curve=save,
-                                finished=finished)
+                                finished=finished, train=trainer)
         except RuntimeError as exc:  # the torch reference itself failed
             raise UsageError(str(exc)) from None
         except KeyboardInterrupt as stopped:
@@ -132,6 +187,8 @@ def parity_command(*, out: str | Path | None = None, force: bool = False, resume
             trained = len(settings.backends) - len(partial.not_run)
             return interrupted_outcome(out_dir, stopped, [partial], f"{trained} of {len(settings.backends)} back-ends",
                                        again, write_parity_report, say)
+        finally:
+            trainer.close()
         save(result)
     _print_result(result, say)
     if not result.reference_learned:

@@ -14,7 +14,8 @@ import pandas as pd
 
 from fusedce_profiler.instrument.interruption import Interruption, read_interruption
 from fusedce_profiler.instrument import store
-from fusedce_profiler.judgements.parity import CONTROL, NOISE_FACTOR, CurveGap, ParityReport, curve_gap, load_parity_report
+from fusedce_profiler.judgements.parity import (CONTROL, NOISE_FACTOR, CurveGap, ParityCurve, ParityReport, curve_gap,
+                                               load_parity_report)
 from fusedce_reports.environment import environment_lines, read_environment
 from fusedce_reports.escape import code_block, markdown_text, plot_text
 from fusedce_reports.figures import new_figure, save_figure
@@ -31,6 +32,21 @@ def parity_gaps(report: ParityReport) -> list[CurveGap]:
     ref = report.curves[0]
     gaps = (curve_gap(c, ref, report.settings.loss_tolerance) for c in report.curves[1:])
     return [g for g in gaps if g is not None]
+
+
+def _not_compared(curve: ParityCurve, reference: ParityCurve) -> str | None:
+    """Why ``curve`` cannot be compared with torch's run: either of them diverged (its loss is not
+    finite from some step: :meth:`~fusedce_profiler.judgements.parity.ParityCurve.divergence`);
+    ``None`` when both losses are finite throughout. Such a curve is never shown as a pass."""
+    if reference.divergence() is not None:
+        return f"not compared: torch {reference.divergence()}"
+    return curve.divergence()
+
+
+def _final_loss_text(curve: ParityCurve) -> str:
+    if not curve.losses:
+        return "–"
+    return "not finite" if curve.diverged_at() is not None else f"{curve.final_loss():.4f}"
 
 
 def _percent(frac: float) -> str:
@@ -61,6 +77,10 @@ def gap_sentences(report: ParityReport) -> list[GapSentence]:
     sentences = []
     for gap in parity_gaps(report):
         curve = next(c for c in report.curves if c.backend == gap.backend)
+        why = _not_compared(curve, ref)
+        if why is not None:
+            sentences.append(GapSentence(f"{gap.backend} vs torch:", why + "."))
+            continue
         k = gap.peak_step
         lead = f"{gap.backend} vs torch: at most {_percent(gap.peak)} at step {k}"
         detail = f"({curve.losses[k]:.4f} vs {ref.losses[k]:.4f}); "
@@ -84,22 +104,28 @@ def parity_table(report: ParityReport) -> pd.DataFrame:
     difference to torch's, the largest per-step difference, the worst gradient error, why."""
     rows = []
     ref = report.curves[0]
-    rows.append({"back-end": ref.backend, "verdict": "reference", "final loss": f"{ref.final_loss():.4f}",
+    rows.append({"back-end": ref.backend, "verdict": "reference", "final loss": _final_loss_text(ref),
                  "final loss rel. diff": "–", "max per-step rel. diff": "–", "worst gradient rel. err": "–",
-                 "why": ""})
+                 "why": ref.divergence() or ""})
     gaps = {g.backend: g for g in parity_gaps(report)}
     for curve, v in zip(report.curves[1:], report.verdicts):
         gap = gaps.get(curve.backend)
+        why = _not_compared(curve, ref) if curve.losses else None
+        verdict = {True: "pass", False: "FAIL", None: "skipped"}[v.passed]
+        if why is not None and v.passed is not False:  # a curve that diverged, or one torch's divergence leaves unjudged
+            verdict = "FAIL" if curve.diverged_at() is not None else "not judged"
+        compared = why is None
         rows.append({
             "back-end": curve.backend,
-            "verdict": "control" if curve.backend == CONTROL else {True: "pass", False: "FAIL", None: "skipped"}[v.passed],
-            "final loss": f"{curve.final_loss():.4f}" if curve.losses else "–",
-            "final loss rel. diff": f"{v.final_loss_rel_diff:.1e}" if v.final_loss_rel_diff is not None else "–",
-            "max per-step rel. diff": (f"{gap.peak:.1e} (step {gap.peak_step})" if gap is not None
+            "verdict": "control" if curve.backend == CONTROL else verdict,
+            "final loss": _final_loss_text(curve),
+            "final loss rel. diff": (f"{v.final_loss_rel_diff:.1e}" if compared and v.final_loss_rel_diff is not None
+                                     else "–"),
+            "max per-step rel. diff": (f"{gap.peak:.1e} (step {gap.peak_step})" if compared and gap is not None
                                        and v.max_step_rel_diff is not None else "–"),
             "worst gradient rel. err": (f"{v.worst_grad_error:.1e} ({v.worst_grad_name})"
                                         if v.worst_grad_error is not None else "–"),
-            "why": "; ".join(v.reasons),
+            "why": "; ".join(dict.fromkeys([*v.reasons, *([why] if why else [])])),
         })
     for name in report.not_run:
         rows.append({"back-end": name, "verdict": "not run", "final loss": "–", "final loss rel. diff": "–",
@@ -176,9 +202,10 @@ def render_parity_markdown(report: ParityReport, environment: dict, plot: Path,
                   "train: the run ended early.", ""]
     lines += [f"{s.steps} AdamW steps (lr {s.lr}) of {markdown_text(s.config.name)} from the same initialisation "
               f"on the same batches (a random Markov chain, entropy rate {report.entropy_rate:.3f} nats; seed "
-              f"{s.seed}), {markdown_text(s.mode)} on {markdown_text(s.device)}. torch's loss went from "
-              f"{ref.initial_loss():.3f} to {ref.final_loss():.3f}"
-              + ("" if report.reference_learned else " — it did NOT learn, so nothing can be concluded") + ".",
+              f"{s.seed}), {markdown_text(s.mode)} on {markdown_text(s.device)}. "
+              + (f"torch's run {ref.divergence()}, so nothing can be concluded." if ref.diverged_at() is not None else
+                 f"torch's loss went from {ref.initial_loss():.3f} to {ref.final_loss():.3f}"
+                 + ("" if report.reference_learned else " — it did NOT learn, so nothing can be concluded") + "."),
               f"Tolerances: final loss (mean of the last tenth of the steps) within {s.loss_tolerance:.0e} relative "
               f"of torch's; gradients of the LM head weight"
               f"{' (the tied embedding)' if s.config.tie_word_embeddings else ''}"

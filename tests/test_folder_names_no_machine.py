@@ -167,3 +167,14 @@ def test_a_pythonpath_folder_and_the_tools_own_source_are_placeholders(tmp_path,
     text = f'File "{lib}/umod.py", line 3, in boom; File "{source}/profiler/grid/cell.py", line 9; relative/x.py'
     assert scrub_text(text, machine_names()) == \
         'File "‹pythonpath›/umod.py", line 3, in boom; File "‹fusedce›/profiler/grid/cell.py", line 9; relative/x.py'
+
+
+def test_a_run_folder_written_with_dot_dot_is_a_placeholder_as_written_and_normalised(tmp_path):
+    from fusedce_profiler.instrument.scrub import machine_names, scrub_text
+
+    (tmp_path / "sub").mkdir()
+    written = f"{tmp_path}/sub/../run"  # as "$DATA/../runs/x" gives in a script
+    names = machine_names(written)
+    line = f"continue with the same command and --resume --out {written}; report {tmp_path}/run/summary.md"
+    assert scrub_text(line, names) == ("continue with the same command and --resume --out ‹run folder›; "
+                                       "report ‹run folder›/summary.md")

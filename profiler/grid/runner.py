@@ -18,7 +18,12 @@ cell is timed as any other.
 
 A worker serves cells until one fails (``oom``, ``error``, ``timeout``), then a fresh one
 takes over. A cell still running after ``cell_timeout_s`` is recorded as ``timeout``, its
-worker killed, and the run goes on. A worker that dies at start-up (before it could take
+worker killed, and the run goes on. A memory guard watches the worker's resident memory (host
+memory, RSS) while a cell runs: a worker that grows past ``max_rss_bytes`` (default
+:func:`~fusedce_profiler.instrument.worker.default_max_rss_bytes`, three quarters of the machine's
+memory) is killed, its cell recorded as ``error`` naming the back-end and the limit, and the run
+goes on with a fresh worker: a back-end that allocates without bound is stopped by the tool, not
+by the kernel's OOM killer. A worker that dies at start-up (before it could take
 any job) stops the run: :class:`~fusedce_profiler.instrument.worker.WorkerDied` with ``at_start`` propagates,
 since every later cell would fail the same way. A result that cannot be stored (a full
 disk, a file-size limit) stops the run with :class:`ResultNotStored`, naming the cell.
@@ -54,7 +59,7 @@ from fusedce_profiler.grid.memory_model import floor_bytes, predict
 from fusedce_profiler.instrument.protocol import CPU_WORKER_ENV, CPU_WORKER_WARM_UP, memory_source
 from fusedce_profiler.instrument.records import CellResult, CellSpec
 from fusedce_profiler.grid.cell import MeasureSettings
-from fusedce_profiler.instrument.worker import JobFailed, Worker, WorkerDied
+from fusedce_profiler.instrument.worker import JobFailed, Worker, WorkerDied, default_max_rss_bytes
 
 
 class ResultNotStored(OSError):
@@ -114,6 +119,13 @@ def _unmeasured(spec: CellSpec, status: str, message: str) -> CellResult:
     return result
 
 
+def _over_memory_message(backend: str, max_rss_bytes: int, log: str) -> str:
+    """The message of a cell whose worker was stopped by the memory guard (``log``: its log, as named
+    in the run folder)."""
+    return (f"{backend} grew past the memory limit of {max_rss_bytes / 2**30:.3g} GiB of host memory "
+            f"(the worker's resident memory); the worker was stopped; log {log}")
+
+
 def _relative_paths(result: CellResult, out: Path) -> None:
     """Store snapshot paths relative to the output folder, so the folder can move."""
     for name in ("snapshot_path", "timeline_path", "log_path"):
@@ -160,11 +172,13 @@ class _Environment:
 
 class _Cells:
     """Runs cells in a worker (with ``env`` as its environment variables, default the
-    parent's), replacing it after a failure."""
+    parent's), each under ``timeout_s`` and the memory guard ``max_rss_bytes``, replacing the
+    worker after a failure."""
 
-    def __init__(self, out: Path, settings: MeasureSettings, timeout_s: float | None, fresh_per_cell: bool,
-                 environment: _Environment, env: dict | None = None, warm_up: tuple[str, ...] = ()) -> None:
-        self.out, self.settings, self.timeout_s = out, settings, timeout_s
+    def __init__(self, out: Path, settings: MeasureSettings, timeout_s: float | None, max_rss_bytes: int,
+                 fresh_per_cell: bool, environment: _Environment, env: dict | None = None,
+                 warm_up: tuple[str, ...] = ()) -> None:
+        self.out, self.settings, self.timeout_s, self.max_rss_bytes = out, settings, timeout_s, max_rss_bytes
         self.fresh_per_cell, self.environment, self.env, self.warm_up = fresh_per_cell, environment, env, warm_up
         self.worker: Worker | None = None
 
@@ -190,7 +204,8 @@ class _Cells:
     def measure(self, spec: CellSpec) -> CellResult:
         try:
             worker = self._worker()
-            raw = worker.call("cell", {"spec": asdict(spec), "settings": asdict(self.settings)}, self.timeout_s)
+            raw = worker.call("cell", {"spec": asdict(spec), "settings": asdict(self.settings)}, self.timeout_s,
+                              max_rss_bytes=self.max_rss_bytes)
             result = CellResult.from_dict(raw)
             if result.status in ("error", "timeout"):
                 result.log_path = str(worker.log_path)
@@ -199,9 +214,12 @@ class _Cells:
             if died.at_start:
                 raise
             status = "timeout" if died.timed_out else "error"
-            what = (f"timed out after {self.timeout_s:g} s; log {os.path.relpath(died.log_path, self.out)}"
-                    if died.timed_out else died.summary_in(self.out))
-            result = _unmeasured(spec, status, what + (f"\n{died.tail}" if died.tail else ""))
+            log = os.path.relpath(died.log_path, self.out)
+            if died.over_memory:  # the log's tail is the back-end's own output, no cause
+                result = _unmeasured(spec, status, _over_memory_message(spec.backend, self.max_rss_bytes, log))
+            else:
+                what = f"timed out after {self.timeout_s:g} s; log {log}" if died.timed_out else died.summary_in(self.out)
+                result = _unmeasured(spec, status, what + (f"\n{died.tail}" if died.tail else ""))
             result.log_path = str(died.log_path)
         except JobFailed as failed:  # the job itself raised, e.g. it could not import its module
             message = str(failed).replace(str(self.worker.log_path), os.path.relpath(self.worker.log_path, self.out))
@@ -303,8 +321,8 @@ def _on_devices(pending: list[CellSpec], devices: Sequence[str], make_cells: Cal
 
 def run_grid(grid: GridSpec | Sequence[GridSpec], out_dir: str | Path, *, resume: bool = False, snapshot: bool = False,
              on_cell: Callable[[CellResult], None] | None = None, on_start: Callable[[CellSpec], None] | None = None,
-             cell_timeout_s: float | None = None, fresh_worker_per_cell: bool = False,
-             devices: Sequence[str] | None = None) -> GridRun:
+             cell_timeout_s: float | None = None, max_rss_bytes: int | None = None,
+             fresh_worker_per_cell: bool = False, devices: Sequence[str] | None = None) -> GridRun:
     """Measure every cell of ``grid`` into ``out_dir``; return all results in grid order.
 
     ``grid`` may be several grids (e.g. one per head) of the same device, warm-up and repeats:
@@ -312,7 +330,10 @@ def run_grid(grid: GridSpec | Sequence[GridSpec], out_dir: str | Path, *, resume
 
     ``on_start`` / ``on_cell`` are called before each newly measured cell and with its
     result (not for resumed ones), e.g. for a progress display. ``cell_timeout_s``: a cell
-    still running after that long is recorded as ``timeout``. ``fresh_worker_per_cell``
+    still running after that long is recorded as ``timeout``. ``max_rss_bytes``: the memory guard
+    on each worker's resident memory while a cell runs (default
+    :func:`~fusedce_profiler.instrument.worker.default_max_rss_bytes`); a cell that grows past it is
+    recorded as ``error`` (see the module docstring). ``fresh_worker_per_cell``
     starts a new process for every cell (nothing shared, not even in-memory compile caches).
     ``devices``: ``CUDA_VISIBLE_DEVICES`` values, one worker each, cells spread over them
     (see the module docstring); ``None`` runs every cell in one worker of the parent's
@@ -350,6 +371,10 @@ def run_grid(grid: GridSpec | Sequence[GridSpec], out_dir: str | Path, *, resume
     settings = MeasureSettings(warmup=first.warmup, repeats=first.repeats, snapshot_dir=snapshot_dir)
     if devices is not None and not devices:
         raise ValueError("devices must name at least one device (or be None)")
+    if max_rss_bytes is None:
+        max_rss_bytes = default_max_rss_bytes()
+    elif max_rss_bytes <= 0:
+        raise ValueError(f"max_rss_bytes must be a number of bytes above 0, got {max_rss_bytes!r}")
     environment = _Environment(out, resumed=bool(done))
     pending = [spec for spec in cells if spec.key() not in done]
     measured: dict[str, CellResult] = {}
@@ -365,7 +390,7 @@ def run_grid(grid: GridSpec | Sequence[GridSpec], out_dir: str | Path, *, resume
             on_cell(result)
 
     def make_cells(env: dict | None = None, warm_up: tuple[str, ...] = ()) -> _Cells:
-        return _Cells(out, settings, cell_timeout_s, fresh_worker_per_cell, environment, env, warm_up)
+        return _Cells(out, settings, cell_timeout_s, max_rss_bytes, fresh_worker_per_cell, environment, env, warm_up)
 
     if devices is None:
         on_cpu = first.device == "cpu"

@@ -1,12 +1,13 @@
 """The scalar fields of a stored record, checked as they are read back: integers, floats (with the
-non-finite spellings the store writes), times; and the bounds a stored size or time may reach.
+non-finite spellings the store writes), times, devices; and the bounds a stored size or time may reach.
 
-Public API: :func:`float_field`, :func:`int_field`, :func:`time_field`, :data:`MAX_DIMENSION`,
-:data:`MAX_TIME_MS`.
+Public API: :func:`float_field`, :func:`int_field`, :func:`time_field`, :func:`device_field`,
+:data:`MAX_DIMENSION`, :data:`MAX_TIME_MS`.
 """
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 _NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
@@ -59,3 +60,17 @@ def time_field(value: Any, name: str, *, optional: bool = True) -> float | None:
     if number is not None and not 0 <= number <= MAX_TIME_MS:
         raise ValueError(f"{name} must be a time from 0 to {MAX_TIME_MS:.0f} ms, got {number!r}")
     return number
+
+
+_DEVICE = re.compile(r"(cpu|cuda(:[0-9]{1,4})?)")
+"""The devices a measurement runs on and stores: ``cpu``, ``cuda`` or ``cuda:K`` (what
+:meth:`fusedce_profiler.grid.spec.GridSpec.validate` lets a run ask for)."""
+
+
+def device_field(value: Any, name: str) -> str:
+    """A stored device name (:data:`_DEVICE`); ``ValueError`` naming the field otherwise (the value
+    shown cut short and spelled out: it may be long or hold control characters)."""
+    if not isinstance(value, str) or not _DEVICE.fullmatch(value):
+        shown = value[:40] + "…" if isinstance(value, str) and len(value) > 40 else value
+        raise ValueError(f"{name} must be cpu, cuda or cuda:K, got {shown!r}")
+    return value

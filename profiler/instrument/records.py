@@ -19,7 +19,7 @@ from fusedce.options import IGNORE_INDEX
 from fusedce_profiler.instrument.precision import MODES
 from fusedce_profiler.instrument.schema import build
 from fusedce_profiler.instrument import store
-from fusedce_profiler.instrument.fields import MAX_DIMENSION, float_field, int_field, time_field
+from fusedce_profiler.instrument.fields import MAX_DIMENSION, device_field, float_field, int_field, time_field
 
 _NAME = r"[A-Za-z][A-Za-z0-9_.\-]*"
 _DOTTED = r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*"
@@ -128,8 +128,8 @@ class CellSpec:
         for name, allowed in (("mode", MODES), ("reduction", REDUCTIONS)):
             if name in raw and raw[name] not in allowed:
                 raise ValueError(f"spec.{name} must be one of {', '.join(allowed)}, got {raw[name]!r}")
-        if "device" in raw and not isinstance(raw["device"], str):
-            raise ValueError(f"spec.device must be a string, got {raw['device']!r}")
+        if "device" in raw:
+            device_field(raw["device"], "spec.device")
         if "bias" in raw and not isinstance(raw["bias"], bool):
             raise ValueError(f"spec.bias must be true or false, got {raw['bias']!r}")
         return cls(**values)

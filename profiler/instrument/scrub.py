@@ -60,8 +60,10 @@ def machine_names(run_folder: str | Path | None = None) -> Names:
     cwd = os.getcwd()
     pairs[cwd], pairs[os.path.realpath(cwd)] = "‹cwd›", "‹cwd›"
     if run_folder is not None:
-        folder = os.path.abspath(run_folder)
+        folder = os.path.abspath(run_folder)  # normalised: "a/../b" is "b" here
         pairs[folder], pairs[os.path.realpath(folder)] = "‹run folder›", "‹run folder›"
+        if os.path.isabs(run_folder):  # and as the user wrote it, where messages quote it so
+            pairs[str(run_folder)] = "‹run folder›"
     pairs = {text: name for text, name in pairs.items() if len(text) >= 5 and text != os.sep}
     host = socket.gethostname()
     found = sorted(pairs.items(), key=lambda pair: -len(pair[0]))

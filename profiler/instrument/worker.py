@@ -43,7 +43,7 @@ output is flushed, as :mod:`multiprocessing`'s children do): with torch loaded t
 takes most of a second, which the parent would wait for at every worker's end; what the child
 started in its process group goes with the group (:meth:`Worker.close`).
 
-Public API: :class:`Worker`, :class:`WorkerDied`, :class:`JobFailed`, :data:`JOBS`.
+Public API: :class:`Worker`, :class:`WorkerDied`, :class:`JobFailed`, :data:`JOBS`, :func:`default_max_rss_bytes`.
 """
 from __future__ import annotations
 
@@ -68,6 +68,7 @@ JOBS = {
     "environment": "fusedce_profiler.instrument.environment:environment_job",
     "describe-model": "fusedce_profiler.instrument.models.factory:describe_job",
     "doctor": "fusedce_profiler.judgements.doctor.job:run_doctor_job",
+    "parity-curve": "fusedce_profiler.judgements.parity:run_curve_job",
 }
 
 _LOG_TAIL_LINES = 15
@@ -123,6 +124,16 @@ def _rss_bytes(pid: int) -> int:
             return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
         return 0
+
+
+def default_max_rss_bytes() -> int:
+    """The memory guard a worker running the user's code gets unless told otherwise (``doctor``'s
+    rule): three quarters of the machine's physical memory, so that the tool stops a runaway worker
+    before the kernel's OOM killer stops anything; 64 GiB where the machine's memory cannot be read."""
+    try:
+        return int(0.75 * os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return 64 * 2**30
 
 
 def _describe_exit(code: int | None) -> str:

@@ -125,6 +125,17 @@ class ParityCurve:
         head = self.losses[:max(1, len(self.losses) // 10)]
         return sum(head) / len(head)
 
+    def diverged_at(self) -> int | None:
+        """The first step whose loss is not finite (NaN or ±∞: the run diverged there); ``None``
+        when every loss is finite."""
+        return next((step for step, loss in enumerate(self.losses) if not math.isfinite(loss)), None)
+
+    def divergence(self) -> str | None:
+        """:meth:`diverged_at` in words (``None`` when every loss is finite): the reason a run
+        whose loss is not finite is never judged a pass."""
+        step = self.diverged_at()
+        return None if step is None else f"diverged: the loss is not finite from step {step}"
+
 
 @dataclass
 class ParityVerdict:
@@ -151,7 +162,10 @@ class ParityReport:
 
     @property
     def passed(self) -> bool:
-        """True when torch learned and no back-end that ran failed (the control is not judged)."""
+        """True when torch learned and no back-end that ran failed (the control is not judged);
+        never when a loss curve diverged (:meth:`ParityCurve.diverged_at`), whatever was stored."""
+        if any(c.diverged_at() is not None for c in self.curves if c.backend != CONTROL):
+            return False
         return self.reference_learned and all(v.passed is not False for v in self.verdicts if v.backend != CONTROL)
 
     @property
@@ -301,11 +315,9 @@ def judge(settings: ParitySettings, curve: ParityCurve, reference: ParityCurve,
         verdict.passed = False
         verdict.reasons.append(f"{curve.status}: {curve.message}")
         return verdict
-    losses = torch.tensor(curve.losses, dtype=torch.float64)
-    if not bool(torch.isfinite(losses).all()):
-        first = int((~torch.isfinite(losses)).nonzero()[0])
+    if curve.divergence() is not None:
         verdict.passed = False
-        verdict.reasons.append(f"loss is not finite from step {first}")
+        verdict.reasons.append(curve.divergence())
         return verdict
     gap = curve_gap(curve, reference, settings.loss_tolerance)
     verdict.max_step_rel_diff, verdict.max_step_rel_diff_step = gap.peak, gap.peak_step
@@ -332,9 +344,25 @@ def judge(settings: ParitySettings, curve: ParityCurve, reference: ParityCurve,
     return verdict
 
 
+def warm_up_training() -> None:
+    """What a worker's first curve would otherwise pay inside its time limit: the optimiser's first
+    construction imports torch._dynamo (2 s on a two-core CPU)."""
+    torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))])
+
+
+def run_curve_job(payload: dict) -> dict:
+    """The worker's ``parity-curve`` job: ``{"settings": ParitySettings dict, "backend": name,
+    "perturbed": bool}`` → the trained :class:`ParityCurve` as a dict (the chain is rebuilt from
+    the seed: the same batches as in any other process)."""
+    settings = build(ParitySettings, payload["settings"])
+    chain = MarkovChain(settings.config.vocab_size, seed=settings.seed)
+    return dataclasses.asdict(train_curve(settings, payload["backend"], chain, perturbed=payload["perturbed"]))
+
+
 def run_parity(settings: ParitySettings, progress: Callable[[str], None] | None = None,
                on_curve: Callable[[ParityReport], None] | None = None,
-               finished: ParityReport | None = None) -> ParityReport:
+               finished: ParityReport | None = None,
+               train: Callable[[str, bool], ParityCurve] | None = None) -> ParityReport:
     """Train torch, then (``settings.control``) the perturbed-torch control, then every
     back-end in ``settings.backends`` (in that order); judge each against torch.
 
@@ -344,6 +372,8 @@ def run_parity(settings: ParitySettings, progress: Callable[[str], None] | None 
     ``finished``: the stored report of a run of the same settings that was cut short; its curves
     and verdicts are kept and only what it had not trained runs (each run's batches depend on the
     step only, so a kept curve is the curve this run would train).
+    ``train(name, perturbed)`` trains one curve (default: :func:`train_curve` in this process; the
+    command trains each in a worker, :func:`run_curve_job`, where a back-end cannot end the run).
     """
     chain = MarkovChain(settings.config.vocab_size, seed=settings.seed)
     same = finished is not None and finished.settings == settings
@@ -356,6 +386,8 @@ def run_parity(settings: ParitySettings, progress: Callable[[str], None] | None 
             return kept[label]
         if progress is not None:
             progress(label)
+        if train is not None:
+            return train(name, perturbed)
         return train_curve(settings, name, chain, perturbed=perturbed)
 
     reference = curve_of(REFERENCE)

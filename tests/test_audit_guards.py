@@ -1,0 +1,107 @@
+"""Guards on what the tool runs and what it reads back: a grid back-end's host memory, a stored
+row's device, an ``explain --cache`` file shared by a hard link, and a stored parity curve whose
+losses are not finite."""
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+
+from fusedce_profiler.grid.runner import run_grid
+from fusedce_profiler.grid.spec import GridSpec
+
+MiB = 2**20
+
+MEMORY_HOG = textwrap.dedent("""
+    import time
+
+    def loss(hidden, weight, target, bias=None, **options):
+        # touched memory, 32 MiB a step, until it holds OWN_CAP (so that an unguarded run ends too)
+        held = []
+        while len(held) * 32 < OWN_CAP_MIB:
+            held.append(b"\\x01" * (32 << 20))
+            time.sleep(0.01)
+        raise RuntimeError("the memory hog reached its own cap: nothing stopped it")
+""")
+
+
+def test_a_grid_back_end_past_the_memory_guard_is_stopped_and_the_run_goes_on(tmp_path, monkeypatch):
+    """A back-end that allocates without bound was stopped only by the kernel's OOM killer."""
+    limit = 768 * MiB  # a CPU worker holds about 400 MiB before its first cell
+    (tmp_path / "audit_memory_hog.py").write_text(MEMORY_HOG.replace("OWN_CAP_MIB", str(2048)))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    shape = dict(hidden=(32,), vocab=(256,), modes=("fp32",), device="cpu", warmup=0, repeats=1)
+    grids = [GridSpec(tokens=(8,), backends=("torch", "audit_memory_hog:loss"), **shape),
+             GridSpec(tokens=(16,), backends=("torch",), **shape)]
+    run = run_grid(grids, tmp_path / "run", max_rss_bytes=limit)
+    assert [r.status for r in run.results] == ["ok", "error", "ok"], [r.message for r in run.results]
+    hog = run.results[1]
+    assert hog.message.startswith("audit_memory_hog:loss grew past the memory limit of 0.75 GiB of host memory")
+    assert len(hog.message.splitlines()) == 1 and hog.log_path.startswith("logs/")
+
+
+@pytest.mark.parametrize("device", ["cuda:0 " + "\x1b[2J" * 3 + "x" * 5000, "A\x1b]0;PWN\x07", "mps", "cuda:", "cuda:²",
+                                    "CPU", "cpu\n"])
+def test_a_stored_row_of_a_device_no_run_asks_for_is_invalid_naming_its_line(tmp_path, device):
+    """``spec.device`` took any string (5000 characters, control characters) into the plot titles."""
+    from fusedce_profiler.grid.runner import load_results
+    from fusedce_profiler.instrument import store
+    from fusedce_profiler.instrument.records import CellResult, CellSpec
+
+    rows = [CellResult(CellSpec("torch", 8, 256, 32, mode="fp32", device=name), status="error", message="boom").to_dict()
+            for name in ("cpu", "cuda", "cuda:3", device)]
+    (tmp_path / store.RESULTS_FILE).write_text("".join(json.dumps(row) + "\n" for row in rows))
+    loaded = load_results(tmp_path)
+    assert [r.spec.device for r in loaded.records] == ["cpu", "cuda", "cuda:3"]
+    (problem,) = loaded.problems
+    assert problem.startswith(f"{tmp_path / store.RESULTS_FILE}:4: not a valid row (spec.device must be cpu, cuda or "
+                              "cuda:K, got "), problem
+    assert problem.isprintable() and len(problem) < 400, problem
+
+
+def test_an_explain_cache_with_a_second_name_is_refused_before_any_step(tmp_path):
+    """A hard-linked ``--cache`` was refused by the store only after a calibration step ran."""
+    import os
+
+    from typer.testing import CliRunner
+
+    from fusedce_cli.app import app
+    from fusedce_profiler.instrument.confined import WRITE_SHARED_REFUSED
+
+    (tmp_path / "steps.jsonl").write_text("")
+    cache = tmp_path / "second_name.jsonl"
+    os.link(tmp_path / "steps.jsonl", cache)
+    out = tmp_path / "never"
+    result = CliRunner().invoke(app, ["explain", "--naive", "3.2", "--fused", "2.9", "--card", "24", "--device", "cpu",
+                                      "--preset", "tiny", "--seq", "32", "--cache", str(cache), "--out", str(out)])
+    assert result.exit_code == 2, result.output
+    assert f"--cache {cache}: {WRITE_SHARED_REFUSED}" in " ".join(result.output.split())
+    assert len(result.output.strip().splitlines()) == 1 and not out.exists()
+
+
+@pytest.mark.parametrize("diverged, shown", [
+    ("torch", "torch's run diverged: the loss is not finite from step 150, so nothing can be concluded"),
+    ("fusedce", "fusedce vs torch: diverged: the loss is not finite from step 150"),
+])
+def test_a_parity_curve_whose_loss_is_not_finite_is_shown_diverged_never_as_a_pass(tmp_path, diverged, shown):
+    """Losses of Infinity were rendered "from inf to inf", "at most nan%", every back-end a pass.
+    A run that diverges stores such losses itself (as "Infinity"), so they are read and shown as they are."""
+    import shutil
+    from pathlib import Path
+
+    from fusedce_reports.parity_report import parity_table, write_parity_report
+
+    run = tmp_path / "parity"
+    shutil.copytree(Path(__file__).parent / "fixtures" / "h200_parity", run)
+    raw = json.loads((run / "parity.json").read_text())
+    curve = next(c for c in raw["curves"] if c["backend"] == diverged)
+    curve["losses"][150:] = ["Infinity"] * (len(curve["losses"]) - 150)
+    (run / "parity.json").write_text(json.dumps(raw))
+    summary, report = write_parity_report(run)
+    text = " ".join(summary.read_text().replace("**", "").split())
+    assert not report.passed and text.startswith("# fusedce-profile parity: FAIL")
+    assert shown in text and "nan" not in text and "inf to" not in text
+    fused = parity_table(report).set_index("back-end").loc["fusedce"]
+    assert fused["verdict"] == ("not judged" if diverged == "torch" else "FAIL")
+    assert "not finite from step 150" in fused["why"]
