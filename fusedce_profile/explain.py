@@ -111,7 +111,7 @@ class _Runner:
 
     def run(self, job, purpose: str):
         from fusedce_profiler.instrument.step.jobs import ModelResult
-        from fusedce_profiler.instrument.worker import Worker, WorkerDied
+        from fusedce_profiler.instrument.worker import Worker, WorkerDied, default_max_rss_bytes
 
         key = step_key(job) + ("" if purpose != "repeat" else "-repeat")
         done = self.steps.get(key)
@@ -126,7 +126,8 @@ class _Runner:
         if pool not in self.workers:
             self.workers[pool] = Worker(self.logs)
         try:
-            raw = self.workers[pool].call("training-steps", {"jobs": [dataclasses.asdict(job)]}, 900)
+            raw = self.workers[pool].call("training-steps", {"jobs": [dataclasses.asdict(job)]}, 900,
+                                          max_rss_bytes=default_max_rss_bytes())
             result = ModelResult.from_dict(raw[0])
         except WorkerDied as died:
             self.workers.pop(pool).close()

@@ -234,12 +234,13 @@ def run_job_in_worker(job: ModelJob, log_dir: Path, timeout_s: float | None = 90
     A worker that dies without answering (a CUDA error, a kill, a timeout) gives an ``error``
     (or ``timeout``) result naming the cause and its log.
     """
-    from fusedce_profiler.instrument.worker import Worker, WorkerDied
+    from fusedce_profiler.instrument.worker import Worker, WorkerDied, default_max_rss_bytes
 
     start = time.perf_counter()
     worker = Worker(log_dir)
     try:
-        result = ModelResult.from_dict(worker.call("training-step", dataclasses.asdict(job), timeout_s))
+        result = ModelResult.from_dict(worker.call("training-step", dataclasses.asdict(job), timeout_s,
+                                                   max_rss_bytes=default_max_rss_bytes()))
     except WorkerDied as died:
         status = "timeout" if died.timed_out else "error"
         what = f"timed out after {timeout_s:g} s" if died.timed_out else died.reason
