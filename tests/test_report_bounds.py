@@ -265,3 +265,31 @@ def test_a_second_signal_while_a_stopped_run_writes_its_report_replaces_nothing(
 
 def _rows_of(folder: Path) -> list[str]:
     return (folder / store.RESULTS_FILE).read_text().splitlines()
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the dropped exception
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_whose_exception_python_drops_in_a_callback_still_replaces_nothing(tmp_path, signum):
+    """A stop signal's handler raises; when the signal lands while Python runs a weak reference's
+    callback, that exception is printed and dropped, and the block went on to its end. It must
+    still end as stopped: nothing put in place, the signal's exception raised after the block."""
+    import weakref
+
+    from fusedce_profile.signals import Terminated, stop_on_sigterm
+    from fusedce_profiler.instrument import staging
+
+    class Carrier:
+        pass
+
+    target = tmp_path / "summary.md"
+    target.write_text("old")
+    expected = KeyboardInterrupt if signum == signal.SIGINT else Terminated
+    with stop_on_sigterm(), pytest.raises(expected):
+        with staging.all_or_nothing():
+            store.write_text(target, "new")
+            carrier = Carrier()
+            hook = weakref.ref(carrier, lambda ref: signal.raise_signal(signum))  # raised inside the callback
+            del carrier  # the callback runs here; its exception is dropped ("Exception ignored in …")
+            assert hook() is None
+    assert target.read_text() == "old"
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]

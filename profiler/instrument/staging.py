@@ -102,6 +102,44 @@ def _signals_held() -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def _signals_noted() -> Iterator[list[int]]:
+    """The signals received inside the block whose handler stopped it (raised, e.g.
+    ``KeyboardInterrupt``), in a list; each signal is still passed on at once to the handler in
+    place before the block. Python drops an exception raised while it runs a callback it cannot
+    propagate from — a weak reference's, a finaliser's, during garbage collection — and only prints
+    "Exception ignored in …": the list is how the block's end still knows that it was stopped. A
+    signal ignored before the block stays ignored; outside the main thread nothing is noted."""
+    received: list[int] = []
+
+    def noting(previous):
+        def note(signum, frame) -> None:
+            if not callable(previous):  # the default action, a stop of the process, as before
+                signal.signal(signum, signal.SIG_DFL)
+                signal.raise_signal(signum)
+                return
+            try:
+                previous(signum, frame)
+            except BaseException:
+                received.append(signum)
+                raise
+        return note
+
+    try:
+        previous = {signum: signal.getsignal(signum) for signum in _HELD_SIGNALS}
+        previous = {signum: handler for signum, handler in previous.items() if handler is not signal.SIG_IGN}
+        for signum, handler in previous.items():
+            signal.signal(signum, noting(handler))
+    except ValueError:  # not the main thread
+        yield received
+        return
+    try:
+        yield received
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+
+
+@contextlib.contextmanager
 def all_or_nothing() -> Iterator[Placed]:
     """Within the block, files written through the store and removed through :func:`remove` take
     their place only when the block ends without an exception, all together; see the module. A block
@@ -112,14 +150,21 @@ def all_or_nothing() -> Iterator[Placed]:
         return
     placed = Placed()
     token = _open_set.set(placed)
-    try:
-        yield placed
-    except BaseException:
+    with _signals_noted() as received:
+        try:
+            yield placed
+        except BaseException:
+            for temporary in placed.written.values():
+                _unlink(temporary)
+            raise
+        finally:
+            _open_set.reset(token)
+    if received:  # the signal's exception was dropped inside a callback: the block did not finish
         for temporary in placed.written.values():
             _unlink(temporary)
-        raise
-    finally:
-        _open_set.reset(token)
+        for signum in dict.fromkeys(received):
+            signal.raise_signal(signum)  # its handler's exception, raised where it propagates
+        raise KeyboardInterrupt  # the handler stopped the block once: stopped all the same
     with _signals_held():
         pending = list(placed.written.items())
         try:
