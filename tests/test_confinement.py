@@ -63,7 +63,7 @@ def _row(folder: Path) -> dict:
 def test_resume_never_truncates_a_results_file_linked_outside_the_folder(run):
     (run / store.RESULTS_FILE).unlink()
     outside = link_out(run, store.RESULTS_FILE)
-    result = CliRunner().invoke(app, [*TINY, "--tokens", "8", "--backend", "torch", "--out", str(run), "--resume"])
+    result = CliRunner().invoke(app, [*TINY, "--tokens", "8,16", "--backend", "torch", "--out", str(run), "--resume"])
     _one_line_exit_2(result, f"{run / store.RESULTS_FILE}: a symbolic link")
     assert outside.read_bytes() == UNTOUCHED
 
@@ -76,7 +76,7 @@ def test_resume_never_writes_into_a_hard_link_to_a_file_outside_the_folder(run):
     repair cut it and the appends landed in it."""
     (run / store.RESULTS_FILE).unlink()
     outside = link_out(run, store.RESULTS_FILE, hard=True)
-    result = CliRunner().invoke(app, [*TINY, "--tokens", "8", "--backend", "torch", "--out", str(run), "--resume"])
+    result = CliRunner().invoke(app, [*TINY, "--tokens", "8,16", "--backend", "torch", "--out", str(run), "--resume"])
     _one_line_exit_2(result, f"{run / store.RESULTS_FILE}: {HARD_LINKED}")
     assert outside.read_bytes() == UNTOUCHED
 
