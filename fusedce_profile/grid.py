@@ -71,10 +71,7 @@ def grid_spec(*, tokens=None, batch=None, seq=None, vocab=None, hidden=None, bac
         raise UsageError("give --tokens, or --batch with --seq, not both")
     if (batch is None) != (seq is None):
         raise UsageError("--batch and --seq go together")
-    from fusedce_profile.ranges import check_ranges
-
     arguments.model_options(preset, config)
-    check_ranges("grid", cell_timeout=cell_timeout)  # before the CPU's bf16 probe (a second): bad input first
     try:
         head = head_from(preset, None if config is None else Path(config))
     except UsageError:
@@ -172,7 +169,6 @@ def default_command(*, device: str | None = None, preset: str | None = None, con
     from fusedce_profile.checks import check_grid_fits, resolve_device
     from fusedce_profile.defaults import default_run
     from fusedce_profile.heads import head_from
-
     from fusedce_profile.ranges import check_ranges
 
     arguments.model_options(preset, config)
