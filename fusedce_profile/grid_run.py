@@ -24,7 +24,8 @@ from fusedce_profiler.instrument.confined import FolderRefused
 from fusedce_profiler.grid.spec import GridSpec
 from fusedce_profiler.instrument.records import CellSpec
 from fusedce_profiler.instrument.text import count, one_line
-from fusedce_profiler.grid.runner import ResultNotStored, load_results, planned_cells, run_grid, save_plan
+from fusedce_profiler.grid.plan import planned_cells, save_plan
+from fusedce_profiler.grid.runner import ResultNotStored, load_results, run_grid
 from fusedce_profiler.instrument.records import CellResult
 from fusedce_profiler.instrument.worker import WorkerDied
 from fusedce_reports import Report, build_report

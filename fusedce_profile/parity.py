@@ -97,7 +97,7 @@ preset take seconds on a CPU, the user's model minutes on a GPU)."""
 
 
 class _CurveTrainer:
-    """``train(name, perturbed)`` for :func:`~fusedce_profiler.judgements.parity.run_parity`: each curve
+    """``train(name, perturbed)`` for :func:`~fusedce_profiler.judgements.parity_training.run_parity`: each curve
     trained by the ``parity-curve`` job of a worker; a worker that dies (an exit, a hang, runaway
     memory) gives that curve status ``error`` naming why, and the next curve a fresh worker."""
 
@@ -118,7 +118,7 @@ class _CurveTrainer:
         try:
             if self.worker is None:
                 self.worker = Worker(self.log_dir, preload=("parity-curve",),
-                                     warm_up=("fusedce_profiler.judgements.parity:warm_up_training",))
+                                     warm_up=("fusedce_profiler.judgements.parity_training:warm_up_training",))
             return build(ParityCurve, self.worker.call("parity-curve", payload, timeout_s=CURVE_TIMEOUT_S,
                                                        max_rss_bytes=self.max_rss_bytes))
         except WorkerDied as died:
@@ -150,7 +150,8 @@ def parity_command(*, out: str | Path | None = None, force: bool = False, resume
     from fusedce_profiler.instrument import store
     from fusedce_profiler.instrument.environment import collect_environment, save_environment
     from fusedce_profiler.instrument.interruption import clear_interruption
-    from fusedce_profiler.judgements.parity import load_parity_report, run_parity, save_parity_report
+    from fusedce_profiler.judgements.parity import load_parity_report, save_parity_report
+    from fusedce_profiler.judgements.parity_training import run_parity
     from fusedce_reports.parity_report import write_parity_report
 
     console = console or Console(quiet=True)

@@ -6,7 +6,8 @@ from fusedce_profiler.instrument.backends import torch_loss
 from fusedce_profiler.instrument.models.configs import get_preset
 from fusedce.options import IGNORE_INDEX
 from fusedce_profiler.instrument.step.data import MarkovChain
-from fusedce_profiler.judgements.parity import CONTROL, ParityCurve, ParitySettings, run_parity
+from fusedce_profiler.judgements.parity import CONTROL, ParityCurve, ParitySettings
+from fusedce_profiler.judgements.parity_training import run_parity
 
 STEPS = 40
 
@@ -173,7 +174,7 @@ def test_unrounded_logits_control_differs_from_torch_by_the_logits_rounding_alon
 def test_the_control_starts_one_rounding_away_from_torch():
     """The perturbed-torch control's initial weights differ from torch's by about one fp32
     rounding (relative), and by something (it is a different run)."""
-    from fusedce_profiler.judgements.parity import build_model, perturb_
+    from fusedce_profiler.judgements.parity_training import build_model, perturb_
 
     settings = _settings(["fusedce"])
     base, moved = build_model(settings), build_model(settings)

@@ -4,5 +4,6 @@
 - :mod:`~fusedce_profiler.grid.inputs`: the deterministic inputs of a cell.
 - :mod:`~fusedce_profiler.grid.cell`: one cell measured in the current process.
 - :mod:`~fusedce_profiler.grid.runner`: a whole grid, each result appended to the run folder.
+- :mod:`~fusedce_profiler.grid.plan`: the cells a run sets out to measure (``plan.json``).
 - :mod:`~fusedce_profiler.grid.memory_model`: the predicted peak of each cell, beside the measured one.
 """

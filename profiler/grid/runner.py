@@ -36,11 +36,10 @@ with a fresh worker. A device whose worker cannot even start (its first job, the
 environment, dies) is dropped with a note before it takes any cell; cells left when no device is left are recorded as ``error``. Each result is appended once,
 under a lock, as it finishes (so ``results.jsonl`` is in finishing order; ``--resume``
 matches cells by key and is unchanged).
-``plan.json`` (:func:`save_plan`, :func:`planned_cells`) lists every cell a run set out
+``plan.json`` (:mod:`fusedce_profiler.grid.plan`) lists every cell a run set out
 to measure, so that a report can say how much of it is missing.
 
-Public API: :func:`run_grid`, :func:`load_results`, :class:`GridRun`, :class:`ResultNotStored`,
-:func:`save_plan`, :func:`planned_cells`.
+Public API: :func:`run_grid`, :func:`load_results`, :class:`GridRun`, :class:`ResultNotStored`.
 """
 from __future__ import annotations
 
@@ -69,26 +68,6 @@ class ResultNotStored(OSError):
     def __init__(self, spec: CellSpec, cause: OSError) -> None:
         super().__init__(cause.errno, cause.strerror or str(cause), cause.filename)
         self.spec = spec
-
-
-def save_plan(folder: str | Path, cells: list[CellSpec]) -> Path:
-    """Store the cells a run sets out to measure (``plan.json``), before it measures any."""
-    return store.write_json(Path(folder) / store.PLAN_FILE, {"cells": [asdict(spec) for spec in cells]})
-
-
-def planned_cells(folder: str | Path) -> list[CellSpec] | None:
-    """The cells of ``plan.json``; ``None`` when there is none; ``ValueError`` naming the file
-    when it cannot be read as a plan."""
-    path = Path(folder) / store.PLAN_FILE
-    if not path.is_file():
-        return None
-    raw = store.read_json(path)
-    try:
-        if not isinstance(raw, dict) or not isinstance(raw.get("cells"), list):
-            raise ValueError("expected an object with a list of cells")
-        return [CellSpec.from_dict(cell) for cell in raw["cells"]]
-    except (ValueError, TypeError, KeyError) as exc:
-        raise ValueError(f"{path}: not a plan of cells ({exc})") from None
 
 
 def load_results(folder: str | Path) -> store.Loaded[CellResult]:

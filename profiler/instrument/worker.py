@@ -68,7 +68,7 @@ JOBS = {
     "environment": "fusedce_profiler.instrument.environment:environment_job",
     "describe-model": "fusedce_profiler.instrument.models.factory:describe_job",
     "doctor": "fusedce_profiler.judgements.doctor.job:run_doctor_job",
-    "parity-curve": "fusedce_profiler.judgements.parity:run_curve_job",
+    "parity-curve": "fusedce_profiler.judgements.parity_training:run_curve_job",
 }
 
 _LOG_TAIL_LINES = 15
