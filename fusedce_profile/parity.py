@@ -123,12 +123,9 @@ class _CurveTrainer:
                                                        max_rss_bytes=self.max_rss_bytes))
         except WorkerDied as died:
             self.close()
-            if died.timed_out:
-                why = f"did not finish within {CURVE_TIMEOUT_S:g} s (a hang?); the worker was stopped"
-            elif died.over_memory:
-                why = f"grew past the memory limit of {self.max_rss_bytes / 2**30:.3g} GiB; the worker was stopped"
-            else:
-                why = died.summary
+            # the worker's own account (an exit code, the memory limit it grew past); a hang's names its limit
+            why = (f"did not finish within {CURVE_TIMEOUT_S:g} s (a hang?); the worker was stopped" if died.timed_out
+                   else died.summary)
             return ParityCurve(label, status="error", message=why)
         except JobFailed as failed:  # raised before training could turn it into a result
             first = str(failed).splitlines()[0] if str(failed) else type(failed).__name__
