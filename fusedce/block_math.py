@@ -36,10 +36,15 @@ Shared conventions of both methods:
   gradients next); ``logit_grad`` overwrites it.
 - Block-sized temporaries, if any, are the implementation's to document: the memory
   model (:mod:`fusedce.memory_model`) counts them.
+
+An implementation may also be a :class:`TileMath`: kernels that multiply a block's operands
+and apply the same math to each output tile in registers, so the fp32 block is never
+written (:mod:`fusedce.kernels.tiles`). The passes use them where ``tiles_supported`` says so,
+with the same block buffer as scratch: the memory of a step does not change.
 """
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import torch
 
@@ -105,4 +110,31 @@ class BlockMath(Protocol):
         ``factor``'s dtype and rounded once to ``grad``'s, so the factor is never rounded to
         bf16 first (a factor of 1 or a power of two leaves ``grad`` bitwise unchanged).
         """
+        ...
+
+
+@runtime_checkable
+class TileMath(Protocol):
+    """The block math fused with the block's product ``x = h @ wᵀ`` (h (R, K), w (C, K), both in
+    the compute dtype): the same results as :class:`BlockMath`'s ``chunk_stats`` and
+    ``logit_grad`` on that product, from the operands instead of an fp32 block."""
+
+    def tiles_supported(self, h: torch.Tensor, w: torch.Tensor) -> bool:
+        """Whether these operands (device, dtype, layout) can go through the tiled kernels."""
+        ...
+
+    def partial_bytes(self, rows: int, cols: int) -> int:
+        """Bytes of scratch ``tile_stats`` needs for an (rows, cols) block."""
+        ...
+
+    def tile_stats(self, h: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, col0: int,
+                   target: torch.Tensor, stats: RowStats, scratch: torch.Tensor, *, softcap: float,
+                   need_sum: bool) -> None:
+        """``chunk_stats`` of ``h @ wᵀ``; ``scratch``: fp32, at least ``partial_bytes(R, C)`` bytes."""
+        ...
+
+    def tile_grad(self, h: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, col0: int,
+                  target: torch.Tensor, lse: torch.Tensor, row_scale: torch.Tensor, out: torch.Tensor, *,
+                  vocab: int, label_smoothing: float, z_loss: float, softcap: float) -> torch.Tensor:
+        """``logit_grad`` of ``h @ wᵀ`` written into ``out`` (R, C) of the compute dtype, returned."""
         ...

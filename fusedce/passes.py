@@ -32,7 +32,8 @@ from typing import Callable
 
 import torch
 
-from fusedce.block_math import BlockMath
+from fusedce.block_math import BlockMath, TileMath
+from fusedce.converter import Converter
 from fusedce.matmul import matmul_into
 from fusedce.options import LossOptions
 from fusedce.planner import ChunkPlan, block_row_stride  # noqa: F401 (block_row_stride: re-exported)
@@ -89,13 +90,23 @@ def forward(
     stats = RowStats.empty(n, hidden.device, acc)
     work = _Workspace(plan, hidden, weight, compute_dtype, acc)
     col_chunks = plan.col_chunks(v)
+    tiles = _tile_math(block_math, weight, compute_dtype)
+    need_sum = opts.label_smoothing > 0
     for r0, r1 in plan.row_chunks(n):  # a row chunk's slices are made once, not once per block
         h_i, target_i, stats_i = work.hidden_rows(r0, r1), target[r0:r1], stats.rows(r0, r1)
-        for c0, c1 in col_chunks:
+        whole = (tiles is not None and tiles.tiles_supported(h_i, weight)  # the whole vocabulary in one launch:
+                 and tiles.partial_bytes(r1 - r0, v) <= work.block_bytes  # its partials where the fp32 block would be
+                 and tiles.tile_stats(h_i, weight, bias, offset, target_i, stats_i, work.block,
+                                      softcap=opts.softcap_value, need_sum=need_sum))
+        for c0, c1 in [] if whole else col_chunks:
             w_j = work.weight_rows(c0, c1)
+            if (tiles is not None and tiles.tiles_supported(h_i, w_j)
+                    and tiles.tile_stats(h_i, w_j, _columns(bias, c0, c1), offset + c0, target_i, stats_i,
+                                         work.block, softcap=opts.softcap_value, need_sum=need_sum)):
+                continue
             z = work.logits(h_i, w_j)
             block_math.chunk_stats(z, _columns(bias, c0, c1), offset + c0, target_i, stats_i,
-                                   softcap=opts.softcap_value, need_sum=opts.label_smoothing > 0)
+                                   softcap=opts.softcap_value, need_sum=need_sum)
         if shard is not None:
             shard.reduce_stats(stats.rows(r0, r1), opts.label_smoothing > 0)
     lse = stats.logsumexp()
@@ -140,6 +151,7 @@ def backward(
     work = _Workspace(plan, hidden, weight, compute_dtype, acc, hidden_sum=need_hidden,
                       ones=grads.bias is not None)
     col_chunks = plan.col_chunks(v)
+    tiles = _tile_math(block_math, weight, compute_dtype)
     for i, (r0, r1) in enumerate(row_chunks):
         h_i = work.hidden_rows(r0, r1)
         target_i, lse_i, row_scale_i = target[r0:r1], lse[r0:r1], row_scale[r0:r1]
@@ -148,10 +160,17 @@ def backward(
             hidden_sum.zero_()
         for k, (c0, c1) in enumerate(col_chunks):
             w_j = work.weight_rows(c0, c1)
-            z = work.logits(h_i, w_j)
-            d = block_math.logit_grad(z, _columns(bias, c0, c1), offset + c0, target_i, lse_i,
-                                      row_scale_i, vocab=vocab, label_smoothing=opts.label_smoothing,
-                                      z_loss=opts.z_loss, softcap=opts.softcap_value, out_dtype=compute_dtype)
+            d = None
+            if tiles is not None and tiles.tiles_supported(h_i, w_j):
+                d = tiles.tile_grad(h_i, w_j, _columns(bias, c0, c1), offset + c0, target_i, lse_i, row_scale_i,
+                                    work.narrow_block(r1 - r0, c1 - c0, compute_dtype), vocab=vocab,
+                                    label_smoothing=opts.label_smoothing, z_loss=opts.z_loss,
+                                    softcap=opts.softcap_value)
+            if d is None:
+                z = work.logits(h_i, w_j)
+                d = block_math.logit_grad(z, _columns(bias, c0, c1), offset + c0, target_i, lse_i,
+                                          row_scale_i, vocab=vocab, label_smoothing=opts.label_smoothing,
+                                          z_loss=opts.z_loss, softcap=opts.softcap_value, out_dtype=compute_dtype)
             grads.add_block(d, h_i, w_j, c0, c1, hidden_sum, work.ones, first_vocab_chunk=k == 0,
                             first_row_chunk=i == 0)
             del d  # the PyTorch path's d is a copy: free it before the next block's product
@@ -302,8 +321,8 @@ class _Workspace:
         self._h = h
         self.block = torch.empty(rows * block_row_stride(min(plan.cols, v), device), device=device, dtype=acc)
         self.hidden_sum = torch.empty(rows * h, device=device, dtype=acc) if hidden_sum else None
-        self.hidden_rows = _Converter(hidden, plan.rows, compute_dtype)
-        self.weight_rows = _Converter(weight, plan.cols, compute_dtype)
+        self.hidden_rows = Converter(hidden, plan.rows, compute_dtype)
+        self.weight_rows = Converter(weight, plan.cols, compute_dtype)
         self.ones = torch.ones(rows, device=device, dtype=compute_dtype) if ones else None
 
     def logits(self, h_i: torch.Tensor, w_j: torch.Tensor) -> torch.Tensor:
@@ -315,6 +334,17 @@ class _Workspace:
         matmul_into(z, h_i, w_j.t(), accumulate=False)
         return z
 
+    @property
+    def block_bytes(self) -> int:
+        return self.block.numel() * self.block.element_size()
+
+    def narrow_block(self, rows: int, cols: int, dtype: torch.dtype) -> torch.Tensor:
+        """An (rows, cols) view of the block buffer in a 2-byte ``dtype``, laid out as
+        ``logit_grad``'s in-place result (twice the fp32 block's row stride): where the tiled
+        kernel writes a block's gradients without the fp32 logits."""
+        stride = block_row_stride(cols, self.block.device)
+        return self.block[: rows * stride].view(rows, stride).view(dtype)[:, :cols]
+
     def hidden_sum_rows(self, rows: int) -> torch.Tensor | None:
         """The first ``rows`` rows of ``hidden_sum`` as a (rows, H) view (None in forward)."""
         if self.hidden_sum is None:
@@ -322,25 +352,14 @@ class _Workspace:
         return self.hidden_sum[: rows * self._h].view(rows, self._h)
 
 
-class _Converter:
-    """Rows ``[r0, r1)`` of a (M, K) matrix in the compute dtype.
-
-    A view when the dtype already matches; otherwise a copy into one buffer of
-    ``max_rows × K`` reused for every chunk, so two converted chunks never coexist.
-    """
-
-    def __init__(self, matrix: torch.Tensor, max_rows: int, dtype: torch.dtype) -> None:
-        self.matrix, self.dtype = matrix, dtype
-        self.buffer = None
-        if matrix.dtype != dtype:
-            rows = min(max_rows, matrix.shape[0])
-            self.buffer = torch.empty(rows * matrix.shape[1], device=matrix.device, dtype=dtype)
-
-    def __call__(self, r0: int, r1: int) -> torch.Tensor:
-        if self.buffer is None:
-            return self.matrix[r0:r1]
-        out = self.buffer[: (r1 - r0) * self.matrix.shape[1]].view(r1 - r0, self.matrix.shape[1])
-        return out.copy_(self.matrix[r0:r1])
+def _tile_math(block_math: BlockMath, weight: torch.Tensor, compute_dtype: torch.dtype) -> TileMath | None:
+    """The block math's tiled kernels (product and softmax math in one kernel), where they are
+    used: a weight already in the compute dtype (pure bf16/fp16). Under autocast (an fp32
+    weight converted chunk by chunk) they measured slower at the 8192×768×32777 head (13.8 ms
+    against 7.8, ``benchmarks/results/tiles-h200-2026-12-04/``), for a reason not yet found."""
+    if weight.dtype != compute_dtype or not isinstance(block_math, TileMath):
+        return None
+    return block_math
 
 
 def _contiguous_vectors(target: torch.Tensor, bias: torch.Tensor | None):

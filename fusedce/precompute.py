@@ -32,9 +32,10 @@ from dataclasses import dataclass
 import torch
 
 from fusedce.block_math import BlockMath
+from fusedce.converter import Converter
 from fusedce.matmul import matmul_into, split_k_matmul_into
 from fusedce.options import LossOptions
-from fusedce.passes import (_columns, _contiguous_vectors, _Converter, _token_loss, _token_masks, _write_product,
+from fusedce.passes import (_columns, _contiguous_vectors, _token_loss, _token_masks, _write_product,
                             accumulation_dtype, block_row_stride)
 from fusedce.planner import ChunkPlan
 from fusedce.stats import RowStats
@@ -195,7 +196,7 @@ class _Workspace:
         self._h = h
         self.weight = weight if weight.dtype == compute_dtype else weight.to(compute_dtype)
         self.block = torch.empty(rows * block_row_stride(v, device), device=device, dtype=acc)
-        self.hidden_rows = _Converter(hidden, plan.rows, compute_dtype)
+        self.hidden_rows = Converter(hidden, plan.rows, compute_dtype)
         self.partials = self.stage = None
         if grads.hidden is not None and plan.split_k > 1:
             self.partials = torch.empty(plan.split_k, rows, h, device=device, dtype=acc)

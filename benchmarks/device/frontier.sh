@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The fused loss on the time–memory frontier, on the H200, in one call: (a) the loss's GPU tests
-# (tests/test_fusedce_gpu.py, ≤ 150 s), then (b) benchmarks/frontier.py — every ANCHORS row in amp
+# (tests/test_fusedce_gpu.py and test_fusedce_tiles.py, ≤ 150 s), then (b) benchmarks/frontier.py — every ANCHORS row in amp
 # and bf16 (then the extra heads while time is left) with torch.compile, Liger, cce, eager torch and
 # fusedce's default, "fast" and "min" in one process; each case prints who dominates whom and
 # goals 1–5. Cases left after FRONTIER_BUDGET_S (default 270 s) are recorded as skipped; hard limits
@@ -20,7 +20,7 @@ if [ "${DRY:-0}" = "1" ]; then
   exit "${PIPESTATUS[0]}"
 fi
 . benchmarks/device/common.sh
-timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_fusedce_gpu.py \
+timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_fusedce_gpu.py tests/test_fusedce_tiles.py \
   --junitxml "$OUT/gpu-tests.xml" 2>&1 | tail -6
 timeout 330 python3 benchmarks/frontier.py --out "$OUT" --repeats 5 --budget-s "${FRONTIER_BUDGET_S:-270}" \
   --impls $IMPLS 2>&1 | tee "$OUT/frontier.log"

@@ -1,0 +1,149 @@
+"""The tiled kernels (product and softmax math in one kernel) against the float64 reference.
+
+On a machine without CUDA they run in Triton's interpreter (``tests/conftest.py`` sets
+``TRITON_INTERPRET=1``) on fp16 CPU tensors — the interpreter cannot multiply bf16 — with
+``tiles_supported`` widened to the CPU; the GPU tests run them compiled on CUDA. Each test
+counts the tiled launches, so a path that silently fell back to the block kernels fails.
+"""
+import importlib.util
+import os
+
+import pytest
+import torch
+
+import fusedce
+from reference import (
+    OPTION_CASES,
+    LossOptions,
+    assert_matches_reference,
+    make_inputs,
+    make_upstream,
+    reference_linear_cross_entropy,
+    run_fused,
+    seed_for,
+)
+
+if importlib.util.find_spec("triton") is None:
+    pytest.skip("triton is not installed", allow_module_level=True)
+if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
+    pytest.skip("no CUDA and TRITON_INTERPRET is not 1: the Triton kernels cannot run", allow_module_level=True)
+
+from fusedce import kernels  # noqa: E402  (imports triton)
+
+if not hasattr(kernels, "tile_stats"):
+    pytest.skip("this Triton has no host-side tensor descriptors", allow_module_level=True)
+
+from fusedce.kernels import tiles  # noqa: E402
+
+CUDA = torch.cuda.is_available()
+DEVICE = "cuda" if CUDA else "cpu"
+DTYPE = torch.bfloat16 if CUDA else torch.float16
+RTOL = 1e-2  # 2-byte inputs and gradients (the block path's tolerance at the same dtype)
+
+
+@pytest.fixture
+def launches(monkeypatch):
+    """Counts of the tiled launches; on the CPU, the tiled kernels allowed for aligned operands."""
+    counts = {"stats": 0, "grad": 0}
+    stats, grad = kernels.tile_stats, kernels.tile_grad
+
+    def counted_stats(h, w, *args, **kwargs):
+        counts["stats"] += 1
+        return stats(h, w, *args, **kwargs)
+
+    def counted_grad(*args, **kwargs):
+        counts["grad"] += 1
+        return grad(*args, **kwargs)
+
+    monkeypatch.setattr(kernels, "tile_stats", counted_stats)
+    monkeypatch.setattr(kernels, "tile_grad", counted_grad)
+    if not CUDA:
+        monkeypatch.setattr(kernels, "tiles_supported", tiles._operands_fit)
+    return counts
+
+
+def _check(n, h, v, case_name, reduction, **kwargs):
+    case = OPTION_CASES[case_name]
+    options = LossOptions(**{**case.options.as_kwargs(), "reduction": reduction})
+    seed = seed_for("tiles", n, h, v, case_name, reduction, tuple(kwargs.items()))
+    hidden, weight, target, bias = make_inputs(n, h, v, seed=seed, with_bias=case.with_bias,
+                                               ignore_fraction=case.ignore_fraction,
+                                               ignore_index=options.ignore_index, dtype=DTYPE, device=DEVICE)
+    upstream = make_upstream(target, reduction, seed + 1)
+    got = run_fused(lambda *a, **k: fusedce.linear_cross_entropy(*a, impl="triton", **k),
+                    hidden, weight, target, bias, upstream, **options.as_kwargs(), **kwargs)
+    want = reference_linear_cross_entropy(hidden, weight, target, bias, options, upstream)
+    assert_matches_reference(got, want, rtol=RTOL)
+
+
+@pytest.mark.parametrize("case_name", ["plain", "ignored_targets", "label_smoothing", "z_loss", "softcap", "bias",
+                                       "mixed"])
+def test_every_option_through_the_tiles_matches_the_reference(case_name, launches):
+    """Bias, soft-cap, label smoothing, z-loss and ignored targets, in the tile epilogues."""
+    _check(37, 40, 131, case_name, "mean")
+    assert launches["stats"] >= 1 and launches["grad"] >= 1
+
+
+@pytest.mark.parametrize("reduction", ["sum", "none"])
+def test_many_row_and_vocabulary_chunks_go_through_the_tiles(reduction, launches):
+    """Ragged row chunks (7 of 37 tokens) and vocabulary chunks (48 of 131): every block tiled."""
+    _check(37, 24, 131, "mixed", reduction, chunk_size=7, vocab_chunk_size=48)
+    assert launches["grad"] == 6 * 3  # 6 row chunks × 3 vocabulary chunks
+    assert launches["stats"] == 6  # forward: the whole vocabulary in one launch per row chunk
+
+
+def test_a_row_wider_than_one_tile_and_more_rows_than_one_tile(launches):
+    """V = 600 (three 256-column tiles, the last partial) and N = 150 (two 128-row tiles)."""
+    _check(150, 16, 600, "mixed", "mean")
+    assert launches["stats"] >= 1
+
+
+def test_forward_falls_back_to_a_launch_per_block_when_the_partials_do_not_fit(launches, monkeypatch):
+    monkeypatch.setattr(kernels, "partial_bytes", lambda rows, cols: 1 << 60)
+    _check(37, 24, 131, "mixed", "mean", vocab_chunk_size=48)
+    assert launches["stats"] == 3
+
+
+def test_unaligned_operands_take_the_block_kernels(launches):
+    """H = 33: rows that are not 16-byte aligned cannot be read through a tensor descriptor."""
+    _check(37, 33, 131, "mixed", "mean")
+    assert launches == {"stats": 0, "grad": 0}
+
+
+def test_tiled_results_are_bitwise_reproducible(launches):
+    hidden, weight, target, bias = make_inputs(150, 16, 600, seed=7, with_bias=True, dtype=DTYPE, device=DEVICE)
+    results = [run_fused(lambda *a, **k: fusedce.linear_cross_entropy(*a, impl="triton", softcap=4.0, **k),
+                         hidden, weight, target, bias) for _ in range(2)]
+    for field in ("loss", "grad_hidden", "grad_weight", "grad_bias"):
+        assert torch.equal(getattr(results[0], field), getattr(results[1], field)), field
+
+
+def test_tiles_supported_needs_aligned_two_byte_operands_of_one_dtype():
+    h = torch.zeros(4, 16, dtype=torch.float16)
+    assert tiles._operands_fit(h, torch.zeros(8, 16, dtype=torch.float16))
+    assert not tiles._operands_fit(h, torch.zeros(8, 16, dtype=torch.bfloat16))
+    assert not tiles._operands_fit(h.float(), torch.zeros(8, 16))
+    assert not tiles._operands_fit(torch.zeros(4, 12, dtype=torch.float16), torch.zeros(8, 12, dtype=torch.float16))
+    assert not tiles._operands_fit(h[:, 1:9], torch.zeros(8, 8, dtype=torch.float16))
+    if not CUDA:
+        assert not tiles.tiles_supported(h, torch.zeros(8, 16, dtype=torch.float16))  # CPU: never in a real run
+
+
+def test_a_tile_kernel_this_gpu_cannot_compile_falls_back_to_the_block_kernels(launches, monkeypatch):
+    """Out of shared memory while compiling: nothing was written, the block kernels take over,
+    and the variant is not tried again."""
+    import triton
+
+    attempts = []
+
+    class Unbuildable:
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                attempts.append(kwargs["GRAD"])
+                raise triton.runtime.errors.OutOfResources(278552, 232448, "shared memory")
+            return launch
+
+    monkeypatch.setattr(tiles, "logit_tiles_kernel", Unbuildable())
+    monkeypatch.setattr(tiles, "_UNAVAILABLE", set())
+    _check(37, 40, 131, "mixed", "mean", vocab_chunk_size=48)
+    assert sorted(set(attempts)) == [False, True] and len(attempts) == 2  # one try per variant
