@@ -67,6 +67,9 @@ def default(
     cell_timeout: CellTimeoutOption = None,
 ) -> None:
     """The built-in default run (when no command is given)."""
+    from fusedce_cli.entry import command_starting
+
+    command_starting()  # from here each command handles Ctrl-C and SIGTERM itself
     ctx.call_on_close(release_command_locks)  # the run-folder lock of whichever command runs
     if ctx.invoked_subcommand is not None:
         flags = {param.name: param.opts[0] for param in ctx.command.params}

@@ -88,7 +88,7 @@ def doctor(
         console.print(f"doctor: no verdict — {exc}", markup=False, soft_wrap=True)
         raise typer.Exit(exit_codes.PARITY_FAILED) from None
     except KeyboardInterrupt as exc:
-        console.print(f"doctor: interrupted; partial report (no verdict) in {folder}; run the same command again",
+        console.print(f"doctor: interrupted; partial report (no verdict) in {folder}; run the same command with --force",
                       markup=False)
         raise typer.Exit(interrupt_exit_code(exc)) from None
     console.print(f"fusedce-profile doctor: {loss} on {run.model or run.config} ({run.parameters / 1e6:.1f} M "

@@ -63,13 +63,15 @@ def model_config(preset: Optional[str], config: Optional[Path], tied: Optional[b
 
 @contextmanager
 def factory_errors() -> Iterator[None]:
-    """A ``--model`` factory that failed (:class:`~fusedce_profiler.instrument.models.factory.FactoryFailed`)
-    becomes its one line and exit code 1."""
-    from fusedce_profiler.instrument.models.factory import FactoryFailed
+    """A ``--model`` factory or a back-end whose own code failed while it was checked
+    (:class:`~fusedce_profiler.instrument.callables.CallableFailed`, of which
+    :class:`~fusedce_profiler.instrument.models.factory.FactoryFailed` is one) becomes its one line
+    and exit code 1."""
+    from fusedce_profiler.instrument.callables import CallableFailed
 
     try:
         yield
-    except FactoryFailed as failed:
+    except CallableFailed as failed:
         error(str(failed))
         raise typer.Exit(exit_codes.CHECK_FAILED) from None
 

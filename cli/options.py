@@ -11,8 +11,17 @@ import typer
 from fusedce_profile import folders
 from fusedce_cli.usage import usage_errors
 
+def _out_folder(value: Optional[str]) -> Optional[Path]:
+    """``--out``'s folder; an empty value (``--out ""``, an unset shell variable) is refused, never
+    read as the current folder."""
+    if value is not None and not value.strip():
+        raise typer.BadParameter("an empty folder name; give a folder (. for the current one)")
+    return None if value is None else Path(value)
+
+
 OutOption = Annotated[Optional[Path], typer.Option(
-    "--out", help="Run folder (default: a new ./fusedce-profile-YYYYmmdd-HHMMSS).")]
+    "--out", help="Run folder (default: a new ./fusedce-profile-YYYYmmdd-HHMMSS).", parser=str,
+    callback=_out_folder)]
 ForceOption = Annotated[bool, typer.Option("--force", help="Replace the previous run in a non-empty --out folder.")]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print a machine-readable summary on stdout.")]
 DeviceOption = Annotated[Optional[str], typer.Option(

@@ -24,10 +24,16 @@ def fail(message: str) -> typer.Exit:
 @contextmanager
 def usage_errors() -> Iterator[None]:
     """A ``ValueError`` raised inside, or a run-folder file the tool refuses
-    (:class:`~fusedce_profiler.instrument.confined.FolderRefused`), becomes :func:`fail` of its message."""
+    (:class:`~fusedce_profiler.instrument.confined.FolderRefused`), becomes :func:`fail` of its message;
+    a user's callable whose own code ended a check
+    (:class:`~fusedce_profiler.instrument.callables.CallableFailed`) its one line and exit 1."""
+    from fusedce_profiler.instrument.callables import CallableFailed
     from fusedce_profiler.instrument.confined import FolderRefused
 
     try:
         yield
     except (ValueError, FolderRefused) as exc:
         raise fail(str(exc)) from None
+    except CallableFailed as failed:
+        error(str(failed))
+        raise typer.Exit(exit_codes.CHECK_FAILED) from None

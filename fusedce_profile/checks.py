@@ -2,12 +2,14 @@
 
 - :func:`check_device`: ``--device`` names a device this machine has (``cuda`` without
   CUDA, ``cuda:7`` on a one-GPU machine and ``gpu`` are told what to write instead).
-- :func:`check_backends` / :func:`check_loss_wrapper`: every named back-end (``--backend``)
-  or loss wrapper (``doctor --loss``) resolves here, in this process, before any worker
-  starts: an optional back-end that is not installed says which ``pip install`` adds it; a
-  ``module:callable`` that cannot be imported says where Python looked (the current folder
-  is put on ``sys.path``, as ``python -m`` does) and a typo in the callable lists the names
-  the module has.
+- :func:`check_backends`: every named back-end (``--backend``) resolves before any cell runs:
+  an optional back-end that is not installed says which ``pip install`` adds it (read without
+  importing it); a ``module:callable`` is imported in a worker of its own
+  (:mod:`fusedce_profiler.instrument.backends.check`), never here: one that cannot be imported
+  says where Python looked (the current folder is put on ``sys.path``, as ``python -m`` does),
+  a typo in the callable lists the names the module has, and a module whose own code ends the
+  check (``sys.exit``, a hang, runaway memory) is named in one line, exit 1. ``doctor --loss``
+  is checked in doctor's own worker.
 - :func:`check_model_fits`: a model's parameters, gradients and AdamW state (and a lower
   bound of its activations) fit the device's memory.
 - :func:`check_grid_fits`: every grid cell's inputs and gradients fit what its device has.
@@ -24,7 +26,6 @@ from collections.abc import Iterable, Sequence
 
 from fusedce_profile import arguments
 from fusedce_profile.errors import UsageError
-from fusedce_profiler.instrument.callables import callable_problem
 
 INSTALL_HINTS = {
     "liger": 'pip install "fusedce[liger]"',
@@ -142,13 +143,16 @@ def _named_values(*pairs: tuple[str, int]) -> str:
 # --- back-ends -----------------------------------------------------------------------------
 
 def backend_problem(name: str, option: str = "--backend") -> str | None:
-    """Why back-end ``name`` (built-in, model-mode or ``module:callable``) cannot be used here."""
+    """Why back-end ``name`` (built-in, model-mode or ``module:callable``) cannot be used here. A
+    ``module:callable`` is imported in a worker (:mod:`fusedce_profiler.instrument.backends.check`):
+    :class:`~fusedce_profiler.instrument.callables.CallableFailed` when its own code ends the check."""
     from fusedce_profiler.instrument.backends import BUILTIN_BACKENDS, MODEL_BACKENDS, get_model_backend
 
     if name not in BUILTIN_BACKENDS and name not in MODEL_BACKENDS:
-        from fusedce_profiler.instrument.backends.user import UserBackend
-
-        return callable_problem(name, option) or UserBackend(name).signature_problem(option)
+        try:
+            return _user_backend_problems([name], option)[name]
+        except UsageError as exc:
+            return str(exc)
     try:
         get_model_backend(name).version()
     except ImportError as exc:
@@ -157,19 +161,32 @@ def backend_problem(name: str, option: str = "--backend") -> str | None:
     return None
 
 
-def check_backends(names: Iterable[str], option: str = "--backend") -> None:
-    """``UsageError`` naming the first back-end of ``names`` that cannot be used, and the fix."""
+def _user_backend_problems(names: list[str], option: str) -> dict[str, str | None]:
+    """:func:`~fusedce_profiler.instrument.backends.check.user_backend_problems`; a name not
+    written ``package.module:callable`` is refused without starting a worker."""
+    from fusedce_profiler.instrument.backends.check import user_backend_problems
+    from fusedce_profiler.instrument.callables import split_target
+
     for name in names:
-        problem = backend_problem(name, option)
+        try:
+            split_target(name, option)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    return user_backend_problems(names, option)
+
+
+def check_backends(names: Iterable[str], option: str = "--backend") -> None:
+    """``UsageError`` naming the first back-end of ``names`` that cannot be used, and the fix; the
+    ``module:callable`` ones are checked together, in one worker."""
+    from fusedce_profiler.instrument.backends import BUILTIN_BACKENDS, MODEL_BACKENDS
+
+    names = list(names)
+    user = [name for name in names if name not in BUILTIN_BACKENDS and name not in MODEL_BACKENDS]
+    problems = _user_backend_problems(user, option) if user else {}
+    for name in names:
+        problem = problems[name] if name in problems else backend_problem(name, option)
         if problem:
             raise UsageError(problem)
-
-
-def check_loss_wrapper(target: str) -> None:
-    """``doctor --loss``: the wrapper imports and is callable (``UsageError`` otherwise)."""
-    problem = callable_problem(target, "--loss")
-    if problem:
-        raise UsageError(problem)
 
 
 # --- model memory --------------------------------------------------------------------------

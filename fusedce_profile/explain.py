@@ -77,12 +77,26 @@ class StepStore:
         self.path, self.cache, self._store = path, cache, store
         self.results: dict[str, ModelResult] = {}
         self.own: set[str] = set()
+        def parse(row: dict) -> tuple[str, ModelResult]:
+            if not isinstance(row.get("key"), str) or not isinstance(row.get("result"), dict):
+                raise ValueError('expected {"key": "<step hash>", "result": {…}}')
+            try:
+                return row["key"], ModelResult.from_dict(row["result"])
+            except (AttributeError, IndexError) as exc:  # read_jsonl names ValueError, TypeError, KeyError
+                raise ValueError(str(exc)) from None
+
         for source, own in ((cache, False), (path if resume else None, True)):
             if source is not None and Path(source).is_file():
-                for row in store.read_jsonl(source, lambda raw: raw).records:
-                    self.results[row["key"]] = ModelResult.from_dict(row["result"])
+                loaded = store.read_jsonl(source, parse)
+                if loaded.skipped:  # a step read wrong would be an explanation built on it
+                    first = loaded.skipped[0]
+                    what = "--resume" if own else "--cache"
+                    raise UsageError(f"{what}: {source}:{first.line}: {first.reason}; not a steps file this command "
+                                     "wrote (remove the line, or give another file)")
+                for key, result in loaded.records:
+                    self.results[key] = result
                     if own:
-                        self.own.add(row["key"])
+                        self.own.add(key)
 
     def get(self, key: str):
         """The stored result of ``key``; one taken from the cache is copied into the run's own file,
@@ -165,6 +179,7 @@ def validate(*, naive: float, fused: float, card: float, preset: str | None = No
              fused_larger: bool = False, cache: str | Path | None = None) -> Plan:
     """Check the arguments of :func:`explain` and settle what it will measure; bad input raises
     :class:`~fusedce_profile.errors.UsageError` in one line (nothing is measured or written)."""
+    from fusedce_profile.checks import check_backends
     from fusedce_profile.ranges import check_ranges
     from fusedce_profiler.instrument.step.jobs import ModelJob
     from fusedce_profiler.judgements.explain import calibration as cal
@@ -173,6 +188,7 @@ def validate(*, naive: float, fused: float, card: float, preset: str | None = No
 
     check_ranges("explain", naive=naive, fused=fused, card=card, batch=batch, seq=seq, seq_candidates=seq_candidates,
                  calibration_batches=calibration_batches, confirm=confirm, context_mib=context_mib)
+    check_backends([fused_backend], "--fused-backend")  # installed; a module:callable imported in a worker
     try:
         obs = Observation(naive, fused, card, batch=batch, seq=seq, attention=attention, tied=tied,
                           checkpointing=checkpointing, eval_step=eval_step, mode=mode or "amp-bf16",

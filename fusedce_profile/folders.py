@@ -123,15 +123,16 @@ def prepare_out_dir(out: Path | None, *, force: bool, resume: bool,
         raise OutputDirError(f"--out {out}: inside the folder of another run ({outer[0]}, "
                              f"which holds {outer[1]}); a run folder holds one run: choose a folder outside it")
     if out.is_dir() and any(p.name != store.LOCK_FILE for p in out.iterdir()):
+        foreign = [name for name in _not_a_run_folder(out) if name != store.LOCK_FILE]
+        if foreign:  # no option would let a run into it: say so, not "pass --force"
+            shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+            flags = "--force, --resume" if resume_option else "--force"
+            raise OutputDirError(f"--out {out}: not a run folder (it holds {shown}, and no run's record); "
+                                 f"a run writes only into a new or empty folder, or one a run wrote ({flags}): "
+                                 "choose a new or empty folder")
         if not resume and not force:
             raise OutputDirError(f"--out {out}: the folder is not empty; pass --force to replace its "
                                  f"previous run{resume_hint}")
-        foreign = [name for name in _not_a_run_folder(out) if name != store.LOCK_FILE]
-        if foreign:
-            shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
-            raise OutputDirError(f"--out {out}: not a run folder (it holds {shown}, and no run's record); "
-                                 f"{'--resume' if resume else '--force'} only touches a folder a run wrote: "
-                                 "choose a new or empty folder")
         other = other_kind(out, kind) if resume and kind else None
         if other:
             raise OutputDirError(f"--out {out}: the folder of {a_kind(other[0])} run ({other[1]}); --resume continues "

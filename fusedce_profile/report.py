@@ -52,7 +52,7 @@ def _checked(kind: str, run_dir: Path, console: Console) -> CommandOutcome:
         doctor_run = read_doctor(run_dir)
         records = [doctor_run]
         if doctor_run.interrupted:  # stopped before its verdict: neither a pass nor a failure, as its page says
-            notes = ["the doctor run was interrupted before its verdict (no verdict): run doctor again"]
+            notes = ["the doctor run was interrupted before its verdict (no verdict): run the same doctor command with --force"]
         else:
             passed = doctor_run.passed
     for note in notes:

@@ -67,7 +67,7 @@ def render_doctor_markdown(run: DoctorRun, environment: dict) -> str:
     title = "INTERRUPTED" if run.interrupted else ("PASS" if run.passed else "FAIL")
     lines = [f"# fusedce-profile doctor: {title}", ""]
     if run.interrupted:
-        lines += ["The run was interrupted before the checks finished: no verdict. Run the same command again.", ""]
+        lines += ["The run was interrupted before the checks finished: no verdict. Run the same command with `--force` (it replaces this folder).", ""]
     wrapper = markdown_text(run.loss) if run.loss else "a loss wrapper (not recorded)"
     model = f" on the {markdown_text(run.config)} model" if run.config else ""
     where = f"{'GPU' if run.device.startswith('cuda') else 'CPU'}, {markdown_text(run.mode, line_start=False)}"

@@ -158,5 +158,6 @@ def test_a_non_empty_folder_is_refused_without_suggesting_a_resume_doctor_does_n
     result = runner.invoke(app, ["doctor", "--loss", "examples.doctor_losses:correct", "--device", "cpu",
                                  "--out", str(tmp_path)])
     assert result.exit_code == 2, result.output
-    assert "the folder is not empty; pass --force to replace its previous run" in " ".join(result.output.split())
-    assert "--resume" not in result.output
+    assert "not a run folder (it holds notes.txt, and no run's record)" in " ".join(result.output.split())
+    assert "choose a new or empty folder" in " ".join(result.output.split())
+    assert "--resume" not in result.output  # doctor has none, and no flag would let a run into this folder

@@ -108,9 +108,13 @@ def test_sigterm_leaves_a_report_marked_interrupted_and_exits_143(tmp_path):
             kill_group(process)
     assert process.returncode == 143, stdout + stderr
     assert "interrupted" in stdout + stderr
+    assert "run the same command with --force" in stdout
     record = json.loads((out / "doctor.json").read_text())
     assert record["interrupted"] is True and record["checks"] == []
     assert (out / "summary.md").read_text().startswith("# fusedce-profile doctor: INTERRUPTED")
     rebuilt = run_cli(["report", str(out)], cli_env())  # said "doctor: FAIL" and exited 1 where the page says no verdict
     assert rebuilt.returncode == 0 and "doctor: FAIL" not in rebuilt.stdout, rebuilt.stdout + rebuilt.stderr
     assert "interrupted before its verdict (no verdict)" in rebuilt.stdout
+    from fusedce_profile.folders import prepare_out_dir  # the hint, typed as printed, is not refused
+
+    assert prepare_out_dir(out, force=True, resume=False, resume_option=False) == out

@@ -209,7 +209,11 @@ class _Cells:
         return result
 
     def result(self, spec: CellSpec) -> CellResult:
-        """``spec``'s result: ``skipped`` without a worker when its back-end cannot run it."""
+        """``spec``'s result: ``skipped`` without a worker when a built-in back-end cannot run it. A
+        user back-end (``module:callable``) is asked in the worker (the cell job skips it there):
+        asking it here would import its module and make it in this process."""
+        if ":" in spec.backend:
+            return self.measure(spec)
         reason = get_backend(spec.backend).unsupported(spec)
         return _unmeasured(spec, "skipped", reason) if reason else self.measure(spec)
 

@@ -5,7 +5,8 @@
 is a ``ValueError`` whose message names the option, the target and what to do (where Python
 looked for a module that is not found, the callables a module has when the name is wrong).
 :func:`callable_problem` is the same check as a message or ``None``, for the checks a
-command makes before it measures anything.
+command makes before it measures anything. :class:`CallableFailed`: the user's code itself
+ended such a check (the callers run it in a worker).
 """
 from __future__ import annotations
 
@@ -14,6 +15,12 @@ import importlib
 import os
 import sys
 from typing import Any
+
+
+class CallableFailed(RuntimeError):
+    """A user's callable (a back-end, a model factory) could not be checked or used because its
+    own code ended the attempt: it called ``sys.exit``, ended its process, hung or ran out of its
+    memory guard. The message is one line naming the option and the callable (exit 1)."""
 
 
 def split_target(target: str, option: str) -> tuple[str, str]:

@@ -62,7 +62,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Callable, Generic, TextIO, TypeVar
 
 from fusedce_profiler.instrument import confined, scrub, staging
-from fusedce_profiler.instrument.text import printable
+from fusedce_profiler.instrument.text import capped_strings, printable
 from fusedce_profiler.instrument.runlock import LOCK_FILE, FolderInUse, RunLock, live_holder  # noqa: F401 - the lock
 
 RESULTS_FILE = "results.jsonl"
@@ -218,12 +218,12 @@ def count_lines(path: str | Path) -> int:
 def append_jsonl(path: str | Path, record: dict) -> None:
     """Append one record as a line, flushed and fsync'ed (a kill loses at most this line).
 
-    The record's strings are scrubbed of the machine's names. The file is opened without
-    following a link: a link is refused (``OSError`` ``ELOOP`` naming it); a new file follows
-    the umask. A line that would take the file over its size limit is not written
+    The record's strings are scrubbed of the machine's names and cut at :data:`~fusedce_profiler.instrument.text.MAX_STORED_CHARS`.
+    The file is opened without following a link: a link is refused (``OSError`` ``ELOOP`` naming
+    it); a new file follows the umask. A line that would take the file over its size limit is not written
     (:class:`FileFull` naming the file and the limit): a folder never holds what its reader refuses."""
     path = Path(path)
-    line = (dumps(scrub.scrub_value(record, _names(path)), sort_keys=True) + "\n").encode("utf-8")
+    line = (dumps(scrub.scrub_value(capped_strings(record), _names(path)), sort_keys=True) + "\n").encode("utf-8")
     fd = confined.open_own_file(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, path)  # nor through a hard link or pipe
     limit = confined.size_limit(path)
     if os.fstat(fd).st_size + len(line) > limit or len(line) > confined.MAX_LINE_BYTES:
@@ -345,9 +345,10 @@ class _ScrubbedLines(io.TextIOBase):
 
 
 def write_json(path: str | Path, value: Any) -> Path:
-    """Strict JSON, indented, its strings scrubbed of the machine's names, written atomically."""
+    """Strict JSON, indented, its strings scrubbed of the machine's names (and cut at
+    :data:`~fusedce_profiler.instrument.text.MAX_STORED_CHARS`), written atomically."""
     path = Path(path)
-    text = dumps(scrub.scrub_value(value, _names(path)), indent=1, sort_keys=True) + "\n"
+    text = dumps(scrub.scrub_value(capped_strings(value), _names(path)), indent=1, sort_keys=True) + "\n"
     return write_bytes(path, text.encode("utf-8"))
 
 

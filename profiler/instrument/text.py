@@ -17,6 +17,7 @@ Public API: :func:`shorten`, :func:`count`, :func:`printable`, :func:`one_line`,
 from __future__ import annotations
 
 import re
+from typing import Any
 
 ELLIPSIS = "…"
 
@@ -85,3 +86,23 @@ def shorten(text: str, width: int = 120) -> str:
 def count(n: int, noun: str) -> str:
     """``"1 cell"``, ``"0 cells"``, ``"12 cells"`` (``noun`` in the singular, plural with an s)."""
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+MAX_STORED_CHARS = 20_000
+"""The longest string a stored record keeps (a back-end's error message can be megabytes long):
+cut after this many characters with a note of how many more there were. Pages and the terminal
+show at most :data:`MAX_SHOWN_CHARS` of it anyway."""
+
+
+def capped_strings(value: Any) -> Any:
+    """A copy of ``value`` (JSON-like) with every string longer than :data:`MAX_STORED_CHARS` cut,
+    so one runaway message never takes a file past its reader's limit (nor loses the run)."""
+    if isinstance(value, str):
+        if len(value) <= MAX_STORED_CHARS:
+            return value
+        return f"{value[:MAX_STORED_CHARS]}… ({len(value) - MAX_STORED_CHARS:,} more characters not stored)"
+    if isinstance(value, dict):
+        return {key: capped_strings(inner) for key, inner in value.items()}
+    if type(value) in (list, tuple):
+        return type(value)(capped_strings(inner) for inner in value)
+    return value

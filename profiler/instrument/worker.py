@@ -2,8 +2,10 @@
 
 A :class:`Worker` starts ``python -m fusedce_profiler.instrument.worker`` (a fresh interpreter: no CUDA
 context, allocator state or compiled-kernel cache inherited) and sends it jobs, one JSON
-line each on its stdin: ``{"kind": K, "payload": {...}}``. The child answers each with one
-JSON line on a private pipe: ``{"ok": true, "reply": ...}`` or ``{"ok": false, "error": ...}``.
+line each on its stdin: ``{"kind": K, "payload": {...}, "id": T}``. The child answers each with one
+JSON line on a private pipe: ``{"ok": true, "reply": ..., "id": T}`` or ``{"ok": false, "error": ...,
+"id": T}``; a line of any other shape or token (the job's own code writing to the pipe) ends the
+worker as :class:`WorkerDied`.
 Its own stdout and stderr go to a log file, whose tail becomes the message when it dies
 (a segfault, ``os._exit``, a CUDA error that aborts, the kernel's OOM killer). Once it has
 started it says so (``{"ready": true}``) before it reads its first job, so a child that dies
@@ -16,7 +18,8 @@ Job kinds (:data:`JOBS`): ``cell`` (a grid cell, :func:`fusedce_profiler.grid.ce
 ``environment`` (:func:`fusedce_profiler.instrument.environment.collect_environment`),
 ``describe-model`` (a user's model factory, called in a box:
 :func:`fusedce_profiler.instrument.models.factory.describe_job`) and ``doctor`` (the user's model
-factory and loss wrapper checked: :func:`fusedce_profiler.judgements.doctor.job.run_doctor_job`).
+factory and loss wrapper checked: :func:`fusedce_profiler.judgements.doctor.job.run_doctor_job`),
+``parity-curve`` (a training curve), ``check-backend`` (:mod:`fusedce_profiler.instrument.backends.check`).
 
 Lifetime: the child runs in its own session (Ctrl-C and SIGTERM at the terminal reach only
 the parent, which stops the child and keeps its results valid) and its whole process group
@@ -69,6 +72,7 @@ JOBS = {
     "describe-model": "fusedce_profiler.instrument.models.factory:describe_job",
     "doctor": "fusedce_profiler.judgements.doctor.job:run_doctor_job",
     "parity-curve": "fusedce_profiler.judgements.parity_training:run_curve_job",
+    "check-backend": "fusedce_profiler.instrument.backends.check:check_job",
 }
 
 _LOG_TAIL_LINES = 15
@@ -105,6 +109,17 @@ class WorkerDied(RuntimeError):
 class JobFailed(RuntimeError):
     """A job raised in the child (jobs normally turn failures into results themselves);
     the message's first line is the exception, then the child's traceback."""
+
+
+def _reply(line: bytes, token: str) -> dict | None:
+    """The child's answer to the job sent with ``token``; ``None`` for any other line."""
+    try:
+        answer = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    ok = isinstance(answer, dict) and answer.get("id") == token and (
+        "reply" in answer if answer.get("ok") is True else answer.get("ok") is False and "error" in answer)
+    return answer if ok and isinstance(answer.get("error", ""), str) else None
 
 
 def _tail(path: Path) -> str:
@@ -205,7 +220,8 @@ class Worker:
         if kind not in JOBS:
             raise ValueError(f"unknown job kind {kind!r}; known: {', '.join(JOBS)}")
         self.wait_ready()
-        message = json.dumps({"kind": kind, "payload": payload or {}}) + "\n"
+        token = os.urandom(8).hex()  # the reply carries it; a line the job's own code wrote to the pipe does not
+        message = json.dumps({"kind": kind, "payload": payload or {}, "id": token}) + "\n"
         self._in_job = True
         try:
             self._process.stdin.write(message.encode())
@@ -224,7 +240,11 @@ class Worker:
                 raise WorkerDied(f"the worker grew past the memory limit of {max_rss_bytes / 2**30:.3g} GiB and was "
                                  "killed", self.log_path, _tail(self.log_path), over_memory=True)
             raise self._died(timed_out=timed_out)
-        answer = json.loads(line)
+        answer = _reply(line, token)
+        if answer is None:  # the channel is out of step: nothing more it carries can be trusted
+            self.close()
+            raise WorkerDied("the worker's reply pipe carried a line the tool did not write (the job's code "
+                             "wrote to it)", self.log_path, _tail(self.log_path))
         if not answer["ok"]:
             error = answer["error"].strip()
             raise JobFailed(f"job {kind} failed in the worker ({error.splitlines()[-1] if error else '?'}); "
@@ -363,6 +383,7 @@ def _serve(parent_pid: int, reply_fd: int, life_fd: int, preload: list[str], war
             text = traceback.format_exc()
             print(text, file=sys.stderr, flush=True)
             answer = {"ok": False, "error": text}
+        answer["id"] = request.get("id")
         from fusedce_profiler.instrument.store import dumps
 
         replies.write((dumps(answer) + "\n").encode())

@@ -16,6 +16,7 @@ import os
 import tempfile
 from pathlib import Path
 
+from fusedce_profiler.instrument.callables import CallableFailed
 from fusedce_profiler.instrument.models.configs import ModelConfig
 
 FACTORY_TIMEOUT_S = 300.0
@@ -23,7 +24,7 @@ FACTORY_TIMEOUT_S = 300.0
 build is a large model on the CPU."""
 
 
-class FactoryFailed(RuntimeError):
+class FactoryFailed(CallableFailed):
     """The factory could not give a model; the message is one line naming the callable.
     ``bad_signature``: it cannot be called with the documented signature (or returned no module)."""
 

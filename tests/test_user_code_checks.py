@@ -1,0 +1,192 @@
+"""A user back-end's own code never runs in the command's process, and never ends a run.
+
+Checking a ``--backend module:callable`` imports its module and, for a class, makes an instance:
+that happens in a worker (``fusedce_profiler.instrument.backends.check``), so a module that calls
+``sys.exit``, ``os._exit`` or ``argparse`` at its top level, hangs or allocates is one line naming
+it (exit 1), and a back-end that writes to the worker's reply pipe or raises a message of megabytes
+is one failed cell of a run that goes on. Also: the hints a refusal prints work as printed, and
+Ctrl-C while the command line is being built is one line.
+"""
+from __future__ import annotations
+
+import json
+import signal
+import textwrap
+
+import pytest
+from typer.testing import CliRunner
+
+from fusedce_cli.app import app
+from fusedce_profiler.instrument.store import RESULTS_FILE
+from fusedce_profiler.instrument.text import MAX_STORED_CHARS
+
+pytestmark = pytest.mark.faults  # the fault suite: pytest -m faults
+
+TINY = ["grid", "--device", "cpu", "--hidden", "32", "--vocab", "256", "--tokens", "8", "--repeats", "1",
+        "--warmup", "0"]
+OK = "def ok(hidden, weight, target, bias=None):\n    import torch.nn.functional as F\n" \
+     "    return F.cross_entropy(F.linear(hidden, weight, bias), target)\n"
+MODULES = {
+    "uc_exit0": "import sys\nsys.exit(0)\n" + OK,
+    "uc_exit3": "import sys\nsys.exit(3)\n" + OK,
+    "uc_osexit": "import os\nos._exit(0)\n" + OK,
+    "uc_argparse": "import argparse\nargparse.ArgumentParser().parse_args()\n" + OK,
+    "uc_hang": "import time\nwhile True:\n    time.sleep(1)\n" + OK,
+    "uc_backends": OK + textwrap.dedent('''
+        import os, sys
+
+        class ExitClass:
+            def __init__(self):
+                sys.exit(0)
+
+            def __call__(self, hidden, weight, target, bias=None):
+                return ok(hidden, weight, target, bias)
+
+        def wrong(hidden):
+            return hidden.sum()
+
+        def big(hidden, weight, target, bias=None):
+            raise RuntimeError("M" * (5 << 20))  # over the 4 MiB a results line may hold
+
+        def garbage(hidden, weight, target, bias=None):  # writes to every pipe the worker holds
+            for fd in range(3, 64):
+                try:
+                    os.write(fd, b"garbage\\n")
+                except OSError:
+                    pass
+            return ok(hidden, weight, target, bias)
+    '''),
+}
+
+
+@pytest.fixture
+def modules(tmp_path, monkeypatch):
+    folder = tmp_path / "modules"
+    folder.mkdir()
+    for name, source in MODULES.items():
+        (folder / f"{name}.py").write_text(source)
+    monkeypatch.syspath_prepend(str(folder))
+    monkeypatch.chdir(tmp_path)
+    return folder
+
+
+def _line(result) -> str:
+    return " ".join(result.stderr.split())
+
+
+@pytest.mark.parametrize("backend, says", [
+    ("uc_exit0:ok", "--backend uc_exit0:ok: importing it called sys.exit(0)"),
+    ("uc_exit3:ok", "--backend uc_exit3:ok: importing it called sys.exit(3)"),
+    ("uc_argparse:ok", "--backend uc_argparse:ok: importing it called sys.exit(2)"),
+    ("uc_osexit:ok", "--backend uc_osexit:ok: importing it ended the worker that checked it (the worker exited "
+                     "with code 0"),
+    ("uc_backends:ExitClass", "--backend uc_backends:ExitClass: making it (ExitClass()) called sys.exit(0)"),
+])
+@pytest.mark.parametrize("command", ["grid", "model"])
+def test_a_module_that_ends_its_process_is_one_line_naming_it_and_exit_1(modules, tmp_path, command, backend, says):
+    args = [*TINY] if command == "grid" else ["model", "--preset", "tiny", "--device", "cpu", "--batch", "2",
+                                               "--seq", "8", "--no-trace"]
+    out = tmp_path / "run"
+    result = CliRunner().invoke(app, [*args, "--backend", "torch", "--backend", backend, "--out", str(out)])
+    assert result.exit_code == 1, result.output
+    assert says in _line(result), result.stderr
+    assert not out.exists()  # refused before the run folder is made
+    assert "usage: fusedce-profile" not in result.output  # argparse's usage line is the module's, never shown
+
+
+def test_a_module_that_hangs_at_import_is_stopped_at_the_check_time_limit(modules, tmp_path, monkeypatch):
+    monkeypatch.setattr("fusedce_profiler.instrument.backends.check.CHECK_TIMEOUT_S", 3.0)
+    result = CliRunner().invoke(app, [*TINY, "--backend", "uc_hang:ok", "--out", str(tmp_path / "run")])
+    assert result.exit_code == 1, result.output
+    assert "--backend uc_hang:ok: importing it did not finish within 3 s" in _line(result)
+
+
+def test_a_wrong_signature_is_still_a_usage_error(modules, tmp_path):
+    result = CliRunner().invoke(app, [*TINY, "--backend", "uc_backends:wrong", "--out", str(tmp_path / "run")])
+    assert result.exit_code == 2, result.output
+    assert "cannot be called as wrong(hidden, weight, target, bias)" in _line(result)
+
+
+def test_a_message_of_megabytes_and_a_written_reply_pipe_are_failed_cells_of_a_run_that_goes_on(modules, tmp_path):
+    out = tmp_path / "run"
+    result = CliRunner().invoke(app, [*TINY, "--backend", "torch", "--backend", "uc_backends:big", "--backend",
+                                      "uc_backends:garbage", "--backend", "uc_backends:ok", "--out", str(out)])
+    assert result.exit_code == 1, result.output  # two named back-ends failed in every cell
+    rows = {row["spec"]["backend"]: row for row in map(json.loads, (out / RESULTS_FILE).read_text().splitlines())}
+    assert rows["torch"]["status"] == rows["uc_backends:ok"]["status"] == "ok"
+    big = rows["uc_backends:big"]
+    assert big["status"] == "error" and len(big["message"]) < MAX_STORED_CHARS + 200
+    assert "more characters not stored" in big["message"]
+    garbage = rows["uc_backends:garbage"]
+    assert garbage["status"] == "error"
+    assert "the worker's reply pipe carried a line the tool did not write" in garbage["message"]
+    assert (out / "summary.md").is_file()
+
+
+def test_explain_checks_its_fused_backend_before_it_measures(modules, tmp_path):
+    args = ["explain", "--naive", "3.2", "--fused", "2.9", "--card", "24", "--device", "cpu", "--preset", "tiny",
+            "--seq", "32", "--attention", "sdpa", "--untied", "--no-checkpointing", "--no-eval-step"]
+    wrong = CliRunner().invoke(app, [*args, "--fused-backend", "uc_backends:wrong", "--out", str(tmp_path / "a")])
+    assert wrong.exit_code == 2, wrong.output
+    assert "--fused-backend uc_backends:wrong: cannot be called as wrong(" in _line(wrong)
+    exits = CliRunner().invoke(app, [*args, "--fused-backend", "uc_exit0:ok", "--out", str(tmp_path / "b")])
+    assert exits.exit_code == 1, exits.output
+    assert "--fused-backend uc_exit0:ok: importing it called sys.exit(0)" in _line(exits)
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+@pytest.mark.parametrize("row", ['{"key": "a"}', '{"key": "a", "result": {}}', '{"key": [1], "result": null}'])
+def test_a_steps_file_with_a_row_this_command_did_not_write_is_one_line(tmp_path, row):
+    cache = tmp_path / "cache.jsonl"
+    cache.write_text(row + "\n")
+    result = CliRunner().invoke(app, ["explain", "--naive", "3.2", "--fused", "2.9", "--card", "24", "--device", "cpu",
+                                      "--preset", "tiny", "--seq", "32", "--attention", "sdpa", "--untied",
+                                      "--no-checkpointing", "--no-eval-step", "--cache", str(cache),
+                                      "--out", str(tmp_path / "run")])
+    assert result.exit_code == 2, result.output
+    assert f"--cache: {cache}:1: not a valid row" in _line(result)
+    assert "Traceback" not in result.output
+
+
+def test_an_empty_out_is_refused_not_read_as_the_current_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, [*TINY, "--backend", "torch", "--out", ""])
+    assert result.exit_code == 2, result.output
+    assert "an empty folder name" in _line(result)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_folder_no_run_wrote_is_refused_with_a_hint_that_works(tmp_path):
+    (tmp_path / "thesis.tex").write_text("mine")
+    result = CliRunner().invoke(app, [*TINY, "--backend", "torch", "--out", str(tmp_path)])
+    assert result.exit_code == 2, result.output
+    assert "not a run folder" in _line(result) and "choose a new or empty folder" in _line(result)
+    assert "pass --force" not in _line(result)  # --force would be refused too
+
+
+def test_the_start_up_handlers_stay_until_the_command_starts(monkeypatch):
+    """Ctrl-C while typer builds and parses the command line is the start-up handler's one line."""
+    from fusedce_cli import app as app_module
+    from fusedce_cli import entry
+
+    seen = []
+
+    def run_command_line():
+        seen.append(signal.getsignal(signal.SIGINT))
+        entry.command_starting()  # what the command line's top-level callback does
+        seen.append(signal.getsignal(signal.SIGINT))
+
+    monkeypatch.setattr(app_module, "main", run_command_line)
+    before = signal.getsignal(signal.SIGINT)
+    entry.main()
+    assert seen == [entry._stop_while_starting, before]
+    assert signal.getsignal(signal.SIGINT) is before
+
+
+@pytest.mark.parametrize("line", [b"garbage", b'{"ok": true, "reply": {}}', b'{"ok": true, "result": {}, "id": "t"}',
+                                  b'{"ok": false, "error": 3, "id": "t"}', b"[1]", b'{"ok": true, "reply": 1, "id": "u"}'])
+def test_a_reply_line_without_the_jobs_token_and_shape_is_not_taken(line):
+    from fusedce_profiler.instrument.worker import _reply
+
+    assert _reply(line, "t") is None
+    assert _reply(b'{"ok": true, "reply": 1, "id": "t"}', "t") == {"ok": True, "reply": 1, "id": "t"}
