@@ -194,7 +194,10 @@ def render_parity_markdown(report: ParityReport, environment: dict, plot: Path,
     the mark of a run a signal stopped."""
     s = report.settings
     ref = report.curves[0]
-    lines = [f"# fusedce-profile parity: {'PASS' if report.passed else 'FAIL'}", ""]
+    verdict = "PASS" if report.passed else "FAIL"
+    if verdict == "PASS" and (interruption is not None or report.not_run):  # a pass needs every back-end's run
+        verdict = "INTERRUPTED" if interruption is not None else "INCOMPLETE"
+    lines = [f"# fusedce-profile parity: {verdict}", ""]
     if interruption is not None:
         lines += [f"**{markdown_text(interruption.sentence(), line_start=False)}**", ""]
     if report.not_run:

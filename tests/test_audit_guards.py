@@ -105,3 +105,28 @@ def test_a_parity_curve_whose_loss_is_not_finite_is_shown_diverged_never_as_a_pa
     fused = parity_table(report).set_index("back-end").loc["fusedce"]
     assert fused["verdict"] == ("not judged" if diverged == "torch" else "FAIL")
     assert "not finite from step 150" in fused["why"]
+
+
+@pytest.mark.parametrize("cut", ["a back-end did not train", "interrupted"])
+def test_a_parity_page_is_headed_pass_only_when_every_back_end_trained(tmp_path, cut):
+    """An interrupted run, or one where a back-end never trained, was headed "parity: PASS"."""
+    import shutil
+    from pathlib import Path
+
+    from fusedce_profiler.instrument.interruption import Interruption, mark_interrupted
+    from fusedce_reports.parity_report import write_parity_report
+
+    run = tmp_path / "parity"
+    shutil.copytree(Path(__file__).parent / "fixtures" / "h200_parity", run)
+    if cut == "interrupted":
+        mark_interrupted(run, Interruption("SIGTERM", "2 of 3 back-ends", "the same command"))
+        heading = "# fusedce-profile parity: INTERRUPTED"
+    else:
+        raw = json.loads((run / "parity.json").read_text())
+        raw["curves"] = [c for c in raw["curves"] if c["backend"] != "fusedce"]
+        raw["verdicts"] = [v for v in raw["verdicts"] if v["backend"] != "fusedce"]
+        (run / "parity.json").write_text(json.dumps(raw))
+        heading = "# fusedce-profile parity: INCOMPLETE"
+    summary, report = write_parity_report(run)
+    assert report.passed  # nothing that ran failed
+    assert summary.read_text().startswith(heading)

@@ -6,6 +6,7 @@ import triton
 import triton.language as tl
 
 from fusedce.kernels.activation import activate
+from fusedce.kernels.running import fold_into_row
 from fusedce.stats import RowStats
 
 
@@ -45,14 +46,7 @@ def chunk_stats_kernel(
         if NEED_SUM:
             z_sum += tl.sum(tl.where(mask, x, 0.0), axis=0)
 
-    m_old = tl.load(max_ptr + row)
-    s_old = tl.load(sumexp_ptr + row)
-    m_all = tl.maximum(m_old, m)
-    tl.store(sumexp_ptr + row, s_old * tl.exp(m_old - m_all) + s * tl.exp(m - m_all))
-    tl.store(max_ptr + row, m_all)
-    tl.store(target_logit_ptr + row, tl.load(target_logit_ptr + row) + z_target)
-    if NEED_SUM:
-        tl.store(logit_sum_ptr + row, tl.load(logit_sum_ptr + row) + z_sum)
+    fold_into_row(max_ptr, sumexp_ptr, target_logit_ptr, logit_sum_ptr, row, m, s, z_target, z_sum, NEED_SUM)
 
 
 def chunk_stats(

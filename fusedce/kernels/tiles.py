@@ -32,6 +32,7 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from fusedce.kernels.activation import activate
+from fusedce.kernels.running import fold_into_row
 from fusedce.stats import RowStats
 
 TILE_M, TILE_N, TILE_K = 128, 256, 64  # fixed (not autotuned): a tile's size decides the rounding
@@ -135,14 +136,7 @@ def merge_tiles_kernel(part_ptr, part_stride, plane, n_tiles, max_ptr, sumexp_pt
         z_target += tl.sum(tl.load(base + 2 * plane + offs, mask=ok, other=0.0), axis=0)
         if NEED_SUM:
             z_sum += tl.sum(tl.load(base + 3 * plane + offs, mask=ok, other=0.0), axis=0)
-    m_old = tl.load(max_ptr + row)
-    s_old = tl.load(sumexp_ptr + row)
-    m_all = tl.maximum(m_old, m)
-    tl.store(sumexp_ptr + row, s_old * tl.exp(m_old - m_all) + s * tl.exp(m - m_all))
-    tl.store(max_ptr + row, m_all)
-    tl.store(target_logit_ptr + row, tl.load(target_logit_ptr + row) + z_target)
-    if NEED_SUM:
-        tl.store(logit_sum_ptr + row, tl.load(logit_sum_ptr + row) + z_sum)
+    fold_into_row(max_ptr, sumexp_ptr, target_logit_ptr, logit_sum_ptr, row, m, s, z_target, z_sum, NEED_SUM)
 
 
 def tiles_supported(h: torch.Tensor, w: torch.Tensor) -> bool:
