@@ -55,8 +55,8 @@ def test_a_hanging_back_end_is_stopped_at_the_curve_time_limit(tmp_path, monkeyp
     (tmp_path / "hanging_parity_backend.py").write_text(
         "import time\n\ndef hangs(hidden, weight, target, bias=None, **options):\n    time.sleep(3600)\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(command, "CURVE_TIMEOUT_S", 3.0)
+    monkeypatch.setattr(command, "CURVE_TIMEOUT_S", 15.0)  # torch's own 10 steps need a few seconds on a loaded CPU
     report = parity(preset="tiny", backend=["hanging_parity_backend:hangs"], steps=10, batch=2, seq=8, device="cpu",
                     control=False, out=tmp_path / "run")
     (verdict,) = [v for v in report.verdicts if v.backend.endswith(":hangs")]
-    assert verdict.passed is False and "did not finish within 3 s" in " ".join(verdict.reasons)
+    assert verdict.passed is False and "did not finish within 15 s" in " ".join(verdict.reasons)

@@ -293,3 +293,28 @@ def test_a_signal_whose_exception_python_drops_in_a_callback_still_replaces_noth
             assert hook() is None
     assert target.read_text() == "old"
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_a_stop_dropped_inside_a_callback_is_not_printed_as_an_ignored_exception(monkeypatch):
+    """Python prints "Exception ignored in …" with a traceback for a signal's exception raised inside a
+    weak reference's callback; the staging block notes that stop and reports it itself."""
+    import sys
+    from types import SimpleNamespace
+
+    from fusedce_profiler.instrument import staging
+
+    printed = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda unraisable: printed.append(type(unraisable.exc_value)))
+    hook = sys.unraisablehook
+
+    def unraisable(exc):
+        return SimpleNamespace(exc_type=type(exc), exc_value=exc, exc_traceback=None, err_msg="Exception ignored in",
+                               object=None)
+
+    with staging._signals_noted() as received:
+        sys.unraisablehook(unraisable(ValueError("a real bug")))  # not a stop: shown as Python shows it
+        received.append(signal.SIGINT)
+        sys.unraisablehook(unraisable(KeyboardInterrupt()))
+        sys.unraisablehook(unraisable(ValueError("another")))
+    assert printed == [ValueError, ValueError]
+    assert sys.unraisablehook is hook

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import sys
 from collections.abc import Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -107,8 +108,9 @@ def _signals_noted() -> Iterator[list[int]]:
     ``KeyboardInterrupt``), in a list; each signal is still passed on at once to the handler in
     place before the block. Python drops an exception raised while it runs a callback it cannot
     propagate from — a weak reference's, a finaliser's, during garbage collection — and only prints
-    "Exception ignored in …": the list is how the block's end still knows that it was stopped. A
-    signal ignored before the block stays ignored; outside the main thread nothing is noted."""
+    "Exception ignored in …" (not printed for such a stop: the block's end reports it): the list is
+    how the block's end still knows that it was stopped. A signal ignored before the block stays
+    ignored; outside the main thread nothing is noted."""
     received: list[int] = []
 
     def noting(previous):
@@ -132,9 +134,18 @@ def _signals_noted() -> Iterator[list[int]]:
     except ValueError:  # not the main thread
         yield received
         return
+    printed = sys.unraisablehook
+
+    def quiet(unraisable) -> None:  # the dropped stop is noted above: not "Exception ignored in …" on stderr
+        if received and not isinstance(unraisable.exc_value, Exception):
+            return
+        printed(unraisable)
+
+    sys.unraisablehook = quiet
     try:
         yield received
     finally:
+        sys.unraisablehook = printed
         for signum, handler in previous.items():
             signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
 
