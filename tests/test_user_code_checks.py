@@ -48,6 +48,18 @@ MODULES = {
         def big(hidden, weight, target, bias=None):
             raise RuntimeError("M" * (5 << 20))  # over the 4 MiB a results line may hold
 
+        def surrogate(hidden, weight, target, bias=None):  # what surrogateescape makes of a non-UTF-8 byte
+            raise RuntimeError("lone \\udc80 surrogate \\ud800 here")
+
+        def flood(hidden, weight, target, bias=None):  # bytes without a line end, to every pipe, without end
+            block = b"x" * 65536
+            while True:
+                for fd in range(3, 64):
+                    try:
+                        os.write(fd, block)
+                    except OSError:
+                        pass
+
         def garbage(hidden, weight, target, bias=None):  # writes to every pipe the worker holds
             for fd in range(3, 64):
                 try:
@@ -190,3 +202,18 @@ def test_a_reply_line_without_the_jobs_token_and_shape_is_not_taken(line):
 
     assert _reply(line, "t") is None
     assert _reply(b'{"ok": true, "reply": 1, "id": "t"}', "t") == {"ok": True, "reply": 1, "id": "t"}
+
+
+def test_a_lone_surrogate_in_a_message_and_a_flooded_reply_pipe_are_failed_cells_of_a_run_that_goes_on(
+        modules, tmp_path):
+    out = tmp_path / "run"
+    result = CliRunner().invoke(app, [*TINY, "--backend", "uc_backends:surrogate", "--backend", "uc_backends:flood",
+                                      "--backend", "torch", "--cell-timeout", "20", "--out", str(out)])
+    assert result.exit_code == 1, result.output
+    rows = {row["spec"]["backend"]: row for row in map(json.loads, (out / RESULTS_FILE).read_text().splitlines())}
+    assert rows["torch"]["status"] == "ok"
+    assert rows["uc_backends:surrogate"]["status"] == "error"
+    assert rows["uc_backends:flood"]["status"] in ("error", "timeout")
+    assert "\\udc80" in (out / "summary.md").read_text()  # spelled out: no UTF-8 file or terminal takes it raw
+    rebuilt = CliRunner().invoke(app, ["report", str(out)])
+    assert rebuilt.exit_code == 1, rebuilt.output  # named back-ends failed; the folder reads back

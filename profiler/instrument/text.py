@@ -26,12 +26,14 @@ MAX_SHOWN_CHARS = 2_000
 a real message (a traceback's last line, a back-end's error) is far shorter."""
 
 _UNSEEN = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u2064"
-                     "\u2066-\u206f\ufeff]")
+                     "\u2066-\u206f\ufeff\ud800-\udfff]")
 """What a terminal or a viewer obeys instead of showing: C0 controls but the newline and the tab,
 DEL, C1 controls (U+009B starts a sequence too); and what reorders or hides text: the
 bidirectional marks, embeddings, overrides and isolates (U+061C, U+200E–U+200F, U+202A–U+202E,
 U+2066–U+2069), the zero-width and invisible characters (U+180E, U+200B–U+200D, U+2060–U+2064,
-U+206A–U+206F, U+FEFF) and the line and paragraph separators (U+2028, U+2029)."""
+U+206A–U+206F, U+FEFF) and the line and paragraph separators (U+2028, U+2029); and lone
+surrogates (U+D800–U+DFFF, what ``errors="surrogateescape"`` makes of a byte that is not UTF-8),
+which no UTF-8 file or terminal can take."""
 
 
 def _spelled(match: re.Match) -> str:

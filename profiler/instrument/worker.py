@@ -62,6 +62,7 @@ import traceback
 from pathlib import Path
 
 from fusedce_profiler.instrument.lifetime import adopt_orphans, die_with_parent, end_children, start_reaper
+from fusedce_profiler.instrument.memory_guard import default_max_rss_bytes, rss_bytes  # noqa: F401 - part of this API
 
 #: kind → "module:function" taking the payload dict and returning a JSON-serialisable value.
 JOBS = {
@@ -76,6 +77,7 @@ JOBS = {
 }
 
 _LOG_TAIL_LINES = 15
+_MAX_REPLY_BYTES = 256 << 20  # a reply is a few MiB at most (a parity curve's losses)
 _START_TIMEOUT_S = 300.0
 """How long a child may take to start (import Python's standard library and this module)."""
 
@@ -132,25 +134,6 @@ def _tail(path: Path) -> str:
     return "\n".join(lines[-_LOG_TAIL_LINES:])
 
 
-def _rss_bytes(pid: int) -> int:
-    """Resident memory of process ``pid`` in bytes (0 when it cannot be read: gone, not Linux)."""
-    try:
-        with open(f"/proc/{pid}/statm") as fh:
-            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return 0
-
-
-def default_max_rss_bytes() -> int:
-    """The memory guard a worker running the user's code gets unless told otherwise (``doctor``'s
-    rule): three quarters of the machine's physical memory, so that the tool stops a runaway worker
-    before the kernel's OOM killer stops anything; 64 GiB where the machine's memory cannot be read."""
-    try:
-        return int(0.75 * os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-    except (ValueError, OSError, AttributeError):
-        return 64 * 2**30
-
-
 def _describe_exit(code: int | None) -> str:
     if code is None:
         return "the worker stopped answering"
@@ -197,11 +180,12 @@ class Worker:
             os.close(life_read)
             log.close()
         self._replies = os.fdopen(read_end, "rb")
-        self._buffer = b""
+        self._buffer = bytearray()
         self._ready = False
         self._in_job = False  # a job was sent and its reply not read
         self._max_rss: int | None = None
         self._over_memory = False
+        self._garbled = False  # the reply pipe filled with bytes that are no reply
 
     @property
     def pid(self) -> int:
@@ -235,6 +219,10 @@ class Worker:
             self._max_rss = None
         self._in_job = line is None
         if line is None:
+            if self._garbled:
+                self.close()
+                raise WorkerDied(f"the worker's reply pipe carried more than {_MAX_REPLY_BYTES >> 20} MiB without a "
+                                 "line end (the job's code wrote to it)", self.log_path, _tail(self.log_path))
             if self._over_memory:
                 self.close()
                 raise WorkerDied(f"the worker grew past the memory limit of {max_rss_bytes / 2**30:.3g} GiB and was "
@@ -265,8 +253,15 @@ class Worker:
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         fd = self._replies.fileno()
         poll = 0.5 if self._max_rss is None else 0.05
-        while b"\n" not in self._buffer:
-            if self._max_rss is not None and _rss_bytes(self._process.pid) > self._max_rss:
+        scanned = 0  # bytes of the buffer already searched for the line's end
+        while (end := self._buffer.find(b"\n", scanned)) < 0:
+            scanned = len(self._buffer)
+            if scanned > _MAX_REPLY_BYTES:  # the job's code writes to the pipe without end
+                self._garbled = True
+                return None, False
+            if deadline is not None and time.monotonic() >= deadline:  # also while bytes keep coming
+                return None, True
+            if self._max_rss is not None and rss_bytes(self._process.pid) > self._max_rss:
                 self._over_memory = True
                 return None, False
             wait = poll if deadline is None else max(0.0, min(poll, deadline - time.monotonic()))
@@ -282,9 +277,8 @@ class Worker:
                 self._buffer += chunk
             elif self._process.poll() is not None:
                 return None, False
-            elif deadline is not None and time.monotonic() >= deadline:
-                return None, True
-        line, _, self._buffer = self._buffer.partition(b"\n")
+        line = bytes(self._buffer[:end])
+        del self._buffer[:end + 1]
         return line, False
 
     def _died(self, timed_out: bool, at_start: bool = False) -> WorkerDied:
