@@ -278,6 +278,18 @@ def _one_line_usage(error, file=None) -> None:
     sys.stderr.write(f"error: {error.format_message()} (see {where} --help)\n")
 
 
+def _unhandled_stop(exc: SystemExit) -> KeyboardInterrupt | None:
+    """The Ctrl-C / SIGTERM / SIGHUP no command caught, behind the command line's exit ``exc``.
+
+    A command that keeps finished work catches the stop itself, says how to continue and exits
+    with its code (its exit raised ``from None``). A stop that reaches the command line (typer
+    turns it into ``Exit(130) from`` the interrupt, whatever the signal) came before the command
+    had anything to keep: its option checks, or a user module imported in a check worker."""
+    exit_ = exc.__context__
+    stop = getattr(exit_, "__cause__", None)
+    return stop if isinstance(stop, KeyboardInterrupt) else None
+
+
 def main() -> None:
     """Console-script entry point (``fusedce-profile``). A run-folder file the tool refuses that
     a command did not report itself is still one line and exit 2, never a traceback.
@@ -289,6 +301,7 @@ def main() -> None:
     import os
 
     from fusedce_cli.usage import fail
+    from fusedce_profile.signals import interrupt_exit_code, signal_name
     from fusedce_profiler.instrument.confined import FolderRefused
 
     from typer import core as typer_core
@@ -311,6 +324,11 @@ def main() -> None:
         if exc.code is not None and not isinstance(exc.code, int):
             raise  # a message to print: left to the interpreter
         code = exc.code or 0
+        stop = _unhandled_stop(exc)
+        if stop is not None:
+            code = interrupt_exit_code(stop)
+            sys.stderr.write(f"fusedce-profile: stopped by {signal_name(stop)} before the command had anything "
+                             "to keep\n")
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

@@ -4,8 +4,11 @@ during their import (seconds: torch, matplotlib) ends the process in one line.
 Ctrl-C (SIGINT) while importing would otherwise print a traceback of the import machinery, and
 SIGTERM end the process without a word. Both mean nothing was run yet: one line, exit 130 / 143.
 The start-up handlers stay until the command line has been built and parsed and a command is
-about to run (:func:`command_starting`); from there each command handles signals itself (its
-finished work kept, "continue with …").
+about to run (:func:`command_starting`); from there Ctrl-C raises ``KeyboardInterrupt`` and SIGTERM /
+SIGHUP raise :class:`~fusedce_profile.signals.Terminated` / ``HungUp`` anywhere in the command: a command
+with finished work keeps it and says how to continue; one stopped before it had anything to keep (its
+option checks, a user module being imported in a check worker) ends in the line of
+:func:`fusedce_cli.app.main`, its workers and temporary folders cleaned up on the way out.
 A SIGINT the shell set to be ignored (a background job) stays ignored.
 """
 from __future__ import annotations
@@ -28,12 +31,16 @@ _previous: dict[int, object] = {}  # the handlers the start-up ones replaced, un
 
 
 def command_starting() -> None:
-    """Give the signals back to the handlers they had (a command's own take over from here). The
+    """Hand the signals to the command: Ctrl-C back to Python's handler (``KeyboardInterrupt``),
+    SIGTERM and SIGHUP to one raising :class:`~fusedce_profile.signals.Terminated` / ``HungUp``. The
     command line calls it first thing once it has parsed the command and is about to run it (its
-    top-level callback); a no-op where :func:`main` did not install the start-up handlers."""
+    top-level callback); a no-op where :func:`main` did not install the start-up handlers (the
+    command line run inside another program keeps that program's handlers)."""
+    from fusedce_profile.signals import raise_terminated
+
     while _previous:
         sig, handler = _previous.popitem()
-        signal.signal(sig, handler)
+        signal.signal(sig, handler if sig == signal.SIGINT else raise_terminated)
 
 
 def main() -> None:

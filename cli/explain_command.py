@@ -2,7 +2,7 @@
 
 Parses the options, calls :func:`fusedce_profile.explain.explain` and prints its conclusion.
 Exit codes (:mod:`fusedce_cli.exit_codes`): 0 ok, 1 a ``--model`` factory that failed (one
-line), 2 bad usage or input (one line, before any work), 130 / 143 interrupted (the finished
+line) or a back-end that failed in every calibration step (nothing judged; one line each), 2 bad usage or input (one line, before any work), 130 / 143 interrupted (the finished
 steps are kept; ``--resume`` continues).
 """
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from fusedce_cli import exit_codes
 from fusedce_cli.console import make_console
 from fusedce_cli.model_options import (ConfigOption, HFOption, HeadOption, ModeOption, PresetOption, TiedOption,
                                        UserModelOption, factory_errors)
@@ -101,8 +102,14 @@ def explain(
     if e.separation is not None:
         console.print(f"  to separate them: {e.separation.sentence}", markup=False)
     console.print(f"report: {out_dir / 'summary.md'}", markup=False)
+    for backend, message in e.failed_backends.items():
+        typer.echo(f"error: {one_line(backend)} failed in every calibration step; the first: {one_line(message)}",
+                   err=True)
     if as_json:
         print(json.dumps({"out": str(out_dir), "decided": e.decided, "prediction_only": e.prediction_only,
                           "conclusion": e.conclusion, "consistent": [h.label() for h in consistent],
                           "consistent_families": e.consistent_families,
-                          "best": consistent[0].label() if consistent else None}))
+                          "best": consistent[0].label() if consistent else None,
+                          "failed_backends": e.failed_backends}))
+    if e.failed_backends:
+        raise typer.Exit(exit_codes.CHECK_FAILED)

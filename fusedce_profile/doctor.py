@@ -83,6 +83,22 @@ def _prepare(out: str | Path | None, force: bool) -> Path:
                            kind="doctor")
 
 
+def _doctor_reply(raw: object):
+    """The ``doctor`` job's reply (:mod:`fusedce_profiler.judgements.doctor.job`): the checked
+    :class:`~fusedce_profiler.judgements.doctor.records.DoctorRun`, or the refusal to raise
+    (:class:`UsageError`, :class:`UserCodeFailed`); ``ValueError`` for a reply of another shape."""
+    from fusedce_profiler.judgements.doctor.records import DoctorRun
+
+    kind = raw.get("ok") if isinstance(raw, dict) else None
+    if kind == "run":
+        return DoctorRun.from_dict(raw["run"])
+    if kind == "usage" and isinstance(raw.get("message"), str):
+        return UsageError(raw["message"])
+    if kind == "user" and isinstance(raw.get("message"), str) and isinstance(raw.get("callable"), str):
+        return UserCodeFailed(raw["callable"], raw["message"])
+    raise ValueError("neither a checked run nor a refusal")
+
+
 def doctor(loss: str, *, preset: str | None = None, config: str | Path | None = None, hf: str | None = None,
            model: str | None = None, head: str | None = None, tied: bool | None = None, device: str | None = None,
            mode: str | None = None, batch: int = 4, seq: int = 32, seed: int = 0, compile_backend: str = "auto",
@@ -124,7 +140,8 @@ def doctor(loss: str, *, preset: str | None = None, config: str | Path | None = 
                "compile_backend": None if backend == "none" else backend}
     worker = Worker(folder / store.LOGS_DIR, preload=("doctor",))  # its imports before the time limit starts
     try:
-        reply = worker.call("doctor", payload, timeout_s=timeout_s, max_rss_bytes=int(memory_limit_gb * 2**30))
+        reply = worker.call("doctor", payload, timeout_s=timeout_s, max_rss_bytes=int(memory_limit_gb * 2**30),
+                            read=_doctor_reply)
     except WorkerDied as exc:
         culprit = f"--model {model}" if model else f"--loss {loss}"
         what = f"--loss {loss} (or {culprit})" if model else culprit
@@ -144,11 +161,9 @@ def doctor(loss: str, *, preset: str | None = None, config: str | Path | None = 
         raise
     finally:
         worker.close()
-    if reply["ok"] == "usage":
-        raise UsageError(reply["message"])
-    if reply["ok"] == "user":
-        raise UserCodeFailed(reply["callable"], reply["message"])
-    run = DoctorRun.from_dict(reply["run"])
+    if isinstance(reply, Exception):
+        raise reply
+    run = reply
     store.write_json(folder / store.DOCTOR_FILE, run.to_dict())
     write_doctor_report(folder)
     run.folder = str(folder)

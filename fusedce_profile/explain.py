@@ -99,9 +99,12 @@ class StepStore:
                         self.own.add(key)
 
     def get(self, key: str):
-        """The stored result of ``key``; one taken from the cache is copied into the run's own file,
-        so that its folder holds every step its explanation rests on."""
+        """The stored result of ``key`` (a step that failed, an error or a time-out, is run again:
+        its cause may be fixed); one taken from the cache is copied into the run's own file, so
+        that its folder holds every step its explanation rests on."""
         result = self.results.get(key)
+        if result is not None and result.status in ("error", "timeout"):
+            return None
         if result is not None and key not in self.own:
             self._store.append_jsonl(self.path, {"key": key, "result": result.to_dict()})
             self.own.add(key)
@@ -116,6 +119,15 @@ class StepStore:
             self._store.append_jsonl(self.cache, row)
 
 
+def _one_result(raw: object):
+    """The ``training-steps`` job's reply to one job: its :class:`ModelResult`."""
+    from fusedce_profiler.instrument.step.jobs import ModelResult
+
+    if not isinstance(raw, list) or len(raw) != 1:
+        raise ValueError(f"expected a list of one result, got {type(raw).__name__}")
+    return ModelResult.from_dict(raw[0])
+
+
 class _Runner:
     """Jobs run one at a time in a long-lived worker (a dead worker is replaced and its job is an
     ``error`` result); stored results are reused instead of run."""
@@ -125,7 +137,7 @@ class _Runner:
 
     def run(self, job, purpose: str):
         from fusedce_profiler.instrument.step.jobs import ModelResult
-        from fusedce_profiler.instrument.worker import Worker, WorkerDied, default_max_rss_bytes
+        from fusedce_profiler.instrument.worker import JobFailed, Worker, WorkerDied, default_max_rss_bytes
 
         key = step_key(job) + ("" if purpose != "repeat" else "-repeat")
         done = self.steps.get(key)
@@ -140,12 +152,13 @@ class _Runner:
         if pool not in self.workers:
             self.workers[pool] = Worker(self.logs)
         try:
-            raw = self.workers[pool].call("training-steps", {"jobs": [dataclasses.asdict(job)]}, 900,
-                                          max_rss_bytes=default_max_rss_bytes())
-            result = ModelResult.from_dict(raw[0])
+            result = self.workers[pool].call("training-steps", {"jobs": [dataclasses.asdict(job)]}, 900,
+                                             max_rss_bytes=default_max_rss_bytes(), read=_one_result)
         except WorkerDied as died:
             self.workers.pop(pool).close()
-            result = ModelResult(job=job, status="error", message=died.reason)
+            result = ModelResult(job=job, status="error", message=died.summary_in(self.logs.parent))
+        except JobFailed as failed:  # the job raised before it could make its failure a result
+            result = ModelResult(job=job, status="error", message=str(failed).splitlines()[0])
         self.steps.put(key, result)
         return result
 

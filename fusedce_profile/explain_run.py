@@ -25,6 +25,8 @@ class ExplainRun:
         self.hypotheses: list = []
         self.confirmations: list[str] = []
         self.confirmed = False
+        self.steps_ok: dict[str, int] = {}  # back-end → calibration steps measured
+        self.step_error: dict[str, str] = {}  # back-end → its first failed (error / timeout) step's message
 
     def execute(self, run_job):
         from fusedce_profiler.instrument.environment import collect_environment, save_environment
@@ -59,6 +61,10 @@ class ExplainRun:
                 smaller = cal.halved([j.batch for j in jobs])
                 jobs = [cal.family_job(self.base, family, backend, b) for b in smaller]
                 results = [run_job(job, "calibrate") for job in jobs]
+            for job, result in zip(jobs, results):
+                self.steps_ok[backend] = self.steps_ok.get(backend, 0) + (result.status == "ok")
+                if result.status in ("error", "timeout"):
+                    self.step_error.setdefault(backend, f"B={job.batch}: {result.message.strip() or result.status}")
             calibration = cal.calibration_from_results(family, backend, [j.batch for j in jobs], results)
             self.calibrations.append(calibration)
             self.progress(cal.describe(calibration))
@@ -108,9 +114,16 @@ class ExplainRun:
             from fusedce_profiler.judgements.explain.verdict import build_hypotheses
 
             self.hypotheses = build_hypotheses(self.obs, self.calibrations, terms)
+        failed = {b: message for b, message in self.step_error.items() if not self.steps_ok.get(b)}
+        if failed:  # a judgement on failed steps would be a claim about nothing measured
+            self.hypotheses = []
         consistent = [h for h in self.hypotheses if h.consistent]
         measured = self.on_gpu and bool(consistent) and all(h.measured_naive is not None for h in consistent)
         decided, conclusion = con.conclude(self.hypotheses, self.obs, measured=measured and not interrupted)
+        if failed:
+            decided, conclusion = False, (
+                f"nothing judged: {', '.join(failed)} failed in every calibration step (its first failure is "
+                "below); fix it and run again with --resume (the steps that finished are kept)")
         notes = []
         if not self.on_gpu:
             notes.append("Predictions only: on the CPU the figures are peak allocated bytes of the steps (no allocator "
@@ -131,11 +144,12 @@ class ExplainRun:
             metric="nvidia-smi on your card: context + the allocator's reserved bytes at the step's peak"
             if self.on_gpu else "PREDICTED peak allocated bytes of the CPU steps (not nvidia-smi)",
             calibrations=self.calibrations, hypotheses=self.hypotheses,
-            separation=None if decided else con.separating_measurement(self.hypotheses, self.obs, vocab),
+            separation=None if decided or failed else con.separating_measurement(self.hypotheses, self.obs, vocab),
             decided=decided and self.on_gpu, conclusion=conclusion, confirmed=self.confirmed, notes=notes,
-            others=other_hypotheses(self.obs, self.hypotheses, self.calibrations, terms) if self.calibrations else [],
+            others=other_hypotheses(self.obs, self.hypotheses, self.calibrations, terms)
+            if self.calibrations and not failed else [],
             confirmations=self.confirmations, ruled_out_families=ruled_out_groups(self.hypotheses, self.obs),
-            prediction_only=not self.on_gpu, interrupted=interrupted)
+            prediction_only=not self.on_gpu, interrupted=interrupted, failed_backends=failed)
         save_explanation(self.out, explanation)
         write_explain_report(self.out)
         return explanation

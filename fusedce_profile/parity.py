@@ -119,8 +119,8 @@ class _CurveTrainer:
             if self.worker is None:
                 self.worker = Worker(self.log_dir, preload=("parity-curve",),
                                      warm_up=("fusedce_profiler.judgements.parity_training:warm_up_training",))
-            return build(ParityCurve, self.worker.call("parity-curve", payload, timeout_s=CURVE_TIMEOUT_S,
-                                                       max_rss_bytes=self.max_rss_bytes))
+            return self.worker.call("parity-curve", payload, timeout_s=CURVE_TIMEOUT_S, max_rss_bytes=self.max_rss_bytes,
+                                    read=lambda raw: build(ParityCurve, raw))
         except WorkerDied as died:
             self.close()
             # the worker's own account (an exit code, the memory limit it grew past); a hang's names its limit

@@ -28,7 +28,8 @@ class HungUp(Terminated):
     exit_code = exit_codes.HUNG_UP
 
 
-def _raise_terminated(signum, frame) -> None:
+def raise_terminated(signum: int, frame) -> None:
+    """The handler of SIGTERM and SIGHUP that makes them stop the main thread as Ctrl-C does."""
     raise HungUp() if signum == signal.SIGHUP else Terminated()
 
 
@@ -41,7 +42,7 @@ def stop_on_sigterm() -> Iterator[None]:
     """Within the block, SIGTERM and SIGHUP raise :class:`Terminated` / :class:`HungUp`; the old
     handlers are restored after."""
     try:
-        previous = {signum: signal.signal(signum, _raise_terminated) for signum in STOPPING_SIGNALS}
+        previous = {signum: signal.signal(signum, raise_terminated) for signum in STOPPING_SIGNALS}
     except ValueError:  # not the main thread: leave signals alone
         yield
         return

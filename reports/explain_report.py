@@ -66,7 +66,7 @@ def render_explain_markdown(e: Explanation, environment: dict | None = None) -> 
                                                "fused_active", "context_mib") if getattr(o, k) is not None]
     title = (f"# fusedce-profile explain: {_reading(o.naive_mib)} → {_reading(o.fused_mib)} MiB on a "
              f"{o.total_gib:g} GiB card")
-    lines = [title + (" (INTERRUPTED: partial)" if e.interrupted else ""), "",
+    lines = [title + (" (INTERRUPTED: partial)" if e.interrupted else "") + (" (FAILED)" if e.failed_backends else ""), "",
              markdown_text(f"Model: {e.model}; precision {o.mode}; fused back-end {o.fused_backend}; device "
                            f"{e.device}. Stated: {', '.join(stated) if stated else 'nothing beyond the readings'}. "
                            f"Figures: {e.metric}, predicted per phase (forward, loss, backward, optimizer) from "
@@ -78,6 +78,10 @@ def render_explain_markdown(e: Explanation, environment: dict | None = None) -> 
     else:
         lines += [f"**{'Decided' if e.decided else 'Not decided'}.** "
                   f"{markdown_text(e.conclusion, line_start=False)}", ""]
+    if e.failed_backends:
+        lines += ["## Failed in every calibration step", ""] + \
+            [f"- {markdown_text(f'{backend}: {message}', line_start=False)}"
+             for backend, message in e.failed_backends.items()] + [""]
     if e.notes:
         lines += [markdown_text(n) for n in e.notes] + [""]
     if e.confirmations:

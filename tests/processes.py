@@ -41,7 +41,7 @@ def workers_of(parent_pid: int, wait_s: float = 0.0) -> list[int]:
     deadline = time.monotonic() + wait_s
     while True:
         found = [int(pid) for pid in os.listdir("/proc") if pid.isdigit()
-                 and b"fusedce_profiler.instrument.worker" in (args := _cmdline(pid)) and str(parent_pid).encode() in args
+                 and b"fusedce_profiler.instrument.worker_child" in (args := _cmdline(pid)) and str(parent_pid).encode() in args
                  and _alive(pid)]
         if not found or time.monotonic() >= deadline:
             return found
@@ -50,7 +50,7 @@ def workers_of(parent_pid: int, wait_s: float = 0.0) -> list[int]:
 
 def is_ours(args: list[bytes]) -> bool:
     """Whether a command line is a worker or a ``fusedce-profile`` run (``python -m fusedce_cli``, the script)."""
-    return (b"fusedce_profiler.instrument.worker" in args or any(arg.endswith(b"fusedce-profile") for arg in args)
+    return (b"fusedce_profiler.instrument.worker_child" in args or any(arg.endswith(b"fusedce-profile") for arg in args)
             or any(a == b"-m" and b == b"cli" for a, b in zip(args, args[1:])))
 
 

@@ -355,7 +355,7 @@ def test_a_worker_that_dies_at_start_up_is_named_with_its_log_and_exit_3(tmp_pat
     broken.mkdir()
     (broken / "sitecustomize.py").write_text(textwrap.dedent('''
         import os, sys
-        if "fusedce_profiler.instrument.worker" in sys.orig_argv:  # the worker's interpreter only
+        if "fusedce_profiler.instrument.worker_child" in sys.orig_argv:  # the worker's interpreter only
             sys.stderr.write("ModuleNotFoundError: No module named 'torch'\\n")
             sys.stderr.flush()
             os._exit(1)
@@ -364,7 +364,7 @@ def test_a_worker_that_dies_at_start_up_is_named_with_its_log_and_exit_3(tmp_pat
     result = run_cli([*TINY, "--tokens", "16", "--backend", "torch", "--out", str(out)], cli_env(broken))
     assert result.returncode == 3, result.stderr
     message = _plain(result.stderr)
-    assert "the worker (python -m fusedce_profiler.instrument.worker) died at start-up: exited with code 1" in message
+    assert "the worker (python -m fusedce_profiler.instrument.worker_child) died at start-up: exited with code 1" in message
     assert "(ModuleNotFoundError: No module named 'torch')" in message
     log = message.split("; log ")[1].split(";")[0]
     assert Path(log).is_file() and Path(log).parent == out / "logs"

@@ -31,3 +31,44 @@ def test_a_signal_while_starting_is_one_line_and_its_exit_code(tmp_path, signum,
     assert process.returncode == code, (out, err)
     assert err.strip() == f"fusedce-profile: stopped by {signal.Signals(signum).name} while starting; nothing was run"
     assert not (tmp_path / "never").exists()
+
+
+SLOW_MODULE = """import os, pathlib, time
+pathlib.Path(os.environ["IMPORT_STARTED"]).touch()
+time.sleep(120)
+def f(hidden, weight, target, bias=None):
+    return hidden.sum()
+"""
+EXPLAIN = ["explain", "--naive", "3.2", "--fused", "2.9", "--card", "24", "--device", "cpu", "--preset", "tiny",
+           "--seq", "32", "--attention", "sdpa", "--untied", "--no-checkpointing", "--no-eval-step",
+           "--fused-backend", "slow_import:f"]
+GRID = ["grid", "--device", "cpu", "--hidden", "32", "--vocab", "256", "--tokens", "8", "--backend", "torch",
+        "--backend", "slow_import:f"]
+
+
+@pytest.mark.parametrize("args, signum, code", [(GRID, signal.SIGHUP, 129), (EXPLAIN, signal.SIGTERM, 143),
+                                               (GRID, signal.SIGINT, 130)], ids=["grid-hup", "explain-term", "grid-int"])
+def test_a_signal_while_a_user_module_is_checked_is_one_line_and_leaves_nothing(tmp_path, args, signum, code):
+    """The command has started (its own signal handling) but has nothing to keep yet: its check
+    worker is importing the user's module. One line, the signal's exit code, no folder, no worker,
+    no temporary folder left."""
+    from processes import wait_for, workers_of
+
+    (tmp_path / "slow_import.py").write_text(SLOW_MODULE)
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    started = tmp_path / "import-started"
+    env = cli_env(tmp_path, IMPORT_STARTED=str(started), TMPDIR=str(scratch))
+    process = start_cli([*args, "--out", str(tmp_path / "never")], env, cwd=tmp_path, preexec=_default_sigint)
+    try:
+        wait_for(started.exists, 120, "the check worker importing the module", process)
+        process.send_signal(signum)
+        out, err = process.communicate(timeout=60)
+        assert not workers_of(process.pid, wait_s=5)
+    finally:
+        kill_group(process)
+    name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+    assert process.returncode == code, (out, err)
+    assert err.strip() == f"fusedce-profile: stopped by {name} before the command had anything to keep", (out, err)
+    assert not (tmp_path / "never").exists()
+    assert list(scratch.iterdir()) == []

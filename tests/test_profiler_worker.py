@@ -11,7 +11,7 @@ from fusedce_profiler.instrument.worker import JobFailed, Worker, WorkerDied
 def test_a_worker_that_dies_before_it_is_ready_is_at_start(tmp_path, monkeypatch):
     (tmp_path / "sitecustomize.py").write_text(textwrap.dedent('''
         import os, sys
-        if "fusedce_profiler.instrument.worker" in sys.orig_argv:
+        if "fusedce_profiler.instrument.worker_child" in sys.orig_argv:
             print("ImportError: cannot import name 'x' from 'torch'", file=sys.stderr, flush=True)
             os._exit(1)
     '''))
@@ -20,7 +20,7 @@ def test_a_worker_that_dies_before_it_is_ready_is_at_start(tmp_path, monkeypatch
     with pytest.raises(WorkerDied) as died:
         worker.call("environment", timeout_s=60)
     assert died.value.at_start and not died.value.timed_out
-    assert died.value.summary.startswith("the worker (python -m fusedce_profiler.instrument.worker) died at start-up: exited with code 1")
+    assert died.value.summary.startswith("the worker (python -m fusedce_profiler.instrument.worker_child) died at start-up: exited with code 1")
     assert "(ImportError: cannot import name 'x' from 'torch')" in died.value.summary
     assert f"; log {worker.log_path}" in died.value.summary
     assert workers_of(os.getpid(), wait_s=5) == []
@@ -37,9 +37,20 @@ def test_a_job_that_raises_is_job_failed_with_the_exception_in_its_first_line(tm
     assert workers_of(os.getpid(), wait_s=5) == []
 
 
+def test_a_reply_its_reader_refuses_is_the_workers_death_and_ends_that_worker(tmp_path):
+    def read(raw):
+        raise KeyError("torch")
+
+    with Worker(tmp_path / "logs") as worker:
+        with pytest.raises(WorkerDied) as died:
+            worker.call("environment", timeout_s=120, read=read)
+        assert died.value.reason.startswith("the worker's reply to the environment job did not have its shape ('torch'")
+        assert workers_of(os.getpid(), wait_s=5) == []  # nothing more that channel carries is trusted
+
+
 def test_the_worker_starts_without_a_warning_in_its_log(tmp_path):
     """Importing the ``profiler`` package must not import the worker module before
-    ``python -m fusedce_profiler.instrument.worker`` runs it (runpy warns in every worker's log otherwise)."""
+    ``python -m fusedce_profiler.instrument.worker_child`` runs it (runpy warns in every worker's log otherwise)."""
     with Worker(tmp_path / "logs") as worker:
         worker.call("environment", timeout_s=120)
         log = worker.log_path
@@ -56,7 +67,7 @@ def test_a_finished_workers_log_names_no_path_or_host_of_the_machine(tmp_path, m
     run = tmp_path / "run"
     (tmp_path / "sitecustomize.py").write_text(textwrap.dedent(f'''
         import os, socket, sys
-        if "fusedce_profiler.instrument.worker" in sys.orig_argv:
+        if "fusedce_profiler.instrument.worker_child" in sys.orig_argv:
             print("python", sys.prefix + "/lib/x.py", "home", os.path.expanduser("~") + "/.cache",
                   "cwd", os.getcwd() + "/train.py", "run", {str(run)!r} + "/snapshots", "host",
                   socket.gethostname(), file=sys.stderr, flush=True)
@@ -82,7 +93,7 @@ def test_a_worker_that_prints_without_end_leaves_a_log_of_its_start_and_end(tmp_
     monkeypatch.setattr(scrub, "LOG_TAIL_BYTES", 4000)
     (tmp_path / "sitecustomize.py").write_text(textwrap.dedent('''
         import sys
-        if "fusedce_profiler.instrument.worker" in sys.orig_argv:
+        if "fusedce_profiler.instrument.worker_child" in sys.orig_argv:
             print("FIRST LINE", file=sys.stderr)
             for i in range(20000):
                 print(f"chatter {i:05d}", file=sys.stderr)

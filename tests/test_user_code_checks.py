@@ -33,7 +33,7 @@ MODULES = {
     "uc_argparse": "import argparse\nargparse.ArgumentParser().parse_args()\n" + OK,
     "uc_hang": "import time\nwhile True:\n    time.sleep(1)\n" + OK,
     "uc_backends": OK + textwrap.dedent('''
-        import os, sys
+        import json, os, sys
 
         class ExitClass:
             def __init__(self):
@@ -59,6 +59,25 @@ MODULES = {
                         os.write(fd, block)
                     except OSError:
                         pass
+
+        def _forge(reply):  # the job's token read off the worker's stack, a reply of its own to every pipe
+            frame = sys._getframe()
+            while frame is not None and not isinstance(frame.f_locals.get("request"), dict):
+                frame = frame.f_back
+            line = json.dumps({"ok": True, "reply": reply, "id": frame.f_locals["request"]["id"]}) + "\\n"
+            for fd in range(3, 64):
+                try:
+                    os.write(fd, line.encode())
+                except OSError:
+                    pass
+
+        def forged_text(hidden, weight, target, bias=None):
+            _forge("x")
+            return ok(hidden, weight, target, bias)
+
+        def forged_cell(hidden, weight, target, bias=None):  # a well-formed result of another cell
+            _forge({"spec": {"backend": "torch", "tokens": 1, "vocab": 2, "hidden": 3}, "status": "error", "message": "m"})
+            return ok(hidden, weight, target, bias)
 
         def garbage(hidden, weight, target, bias=None):  # writes to every pipe the worker holds
             for fd in range(3, 64):
@@ -135,6 +154,22 @@ def test_a_message_of_megabytes_and_a_written_reply_pipe_are_failed_cells_of_a_r
     assert (out / "summary.md").is_file()
 
 
+def test_a_forged_reply_carrying_the_jobs_token_is_a_failed_cell_of_a_run_that_goes_on(modules, tmp_path):
+    """A back-end can find the job's token (it runs in the worker); a reply of the wrong shape, or
+    about another cell, is that cell's error, never a traceback or the end of the run."""
+    out = tmp_path / "run"
+    result = CliRunner().invoke(app, [*TINY, "--backend", "uc_backends:forged_text", "--backend",
+                                      "uc_backends:forged_cell", "--backend", "torch", "--out", str(out)])
+    assert result.exit_code == 1, result.output
+    rows = {row["spec"]["backend"]: row for row in map(json.loads, (out / RESULTS_FILE).read_text().splitlines())}
+    assert rows["torch"]["status"] == "ok" and len(rows) == 3
+    for name, why in [("forged_text", "a cell's result must be an object, got str"), ("forged_cell", "it is about another cell")]:
+        row = rows[f"uc_backends:{name}"]
+        assert row["status"] == "error"
+        assert "the worker's reply to the cell job did not have its shape" in row["message"] and why in row["message"]
+    assert (out / "summary.md").is_file()
+
+
 def test_explain_checks_its_fused_backend_before_it_measures(modules, tmp_path):
     args = ["explain", "--naive", "3.2", "--fused", "2.9", "--card", "24", "--device", "cpu", "--preset", "tiny",
             "--seq", "32", "--attention", "sdpa", "--untied", "--no-checkpointing", "--no-eval-step"]
@@ -145,6 +180,26 @@ def test_explain_checks_its_fused_backend_before_it_measures(modules, tmp_path):
     assert exits.exit_code == 1, exits.output
     assert "--fused-backend uc_exit0:ok: importing it called sys.exit(0)" in _line(exits)
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_explain_with_a_fused_backend_that_fails_every_step_judges_nothing_and_exits_1(modules, tmp_path):
+    """Reasoning on failed steps would be a claim about nothing measured: the failure is named,
+    nothing is judged, exit 1; once the back-end is fixed, --resume runs its steps again."""
+    args = ["explain", "--naive", "3.2", "--fused", "2.9", "--card", "24", "--device", "cpu", "--preset", "tiny",
+            "--seq", "32", "--attention", "sdpa", "--untied", "--no-checkpointing", "--no-eval-step",
+            "--fused-backend", "uc_fails:loss", "--out", str(tmp_path / "run")]
+    (modules / "uc_fails.py").write_text("import sys\ndef loss(hidden, weight, target, bias=None):\n    sys.exit(3)\n")
+    failed = CliRunner().invoke(app, args)
+    assert failed.exit_code == 1, failed.output
+    assert ("error: uc_fails:loss failed in every calibration step; the first: B=2: the worker exited with code 3; "
+            "log logs/worker-") in _line(failed)
+    explanation = json.loads((tmp_path / "run" / "explain.json").read_text())
+    assert explanation["hypotheses"] == [] and explanation["others"] == [] and not explanation["decided"]
+    assert "## Failed in every calibration step" in (tmp_path / "run" / "summary.md").read_text()
+    (modules / "uc_fails.py").write_text(OK.replace("def ok(", "def loss("))
+    fixed = CliRunner().invoke(app, [*args, "--resume"])
+    assert fixed.exit_code == 0, fixed.output
+    assert json.loads((tmp_path / "run" / "explain.json").read_text())["hypotheses"]
 
 
 @pytest.mark.parametrize("row", ['{"key": "a"}', '{"key": "a", "result": {}}', '{"key": [1], "result": null}'])
@@ -180,6 +235,7 @@ def test_the_start_up_handlers_stay_until_the_command_starts(monkeypatch):
     """Ctrl-C while typer builds and parses the command line is the start-up handler's one line."""
     from fusedce_cli import app as app_module
     from fusedce_cli import entry
+    from fusedce_profile.signals import raise_terminated
 
     seen = []
 
@@ -189,10 +245,16 @@ def test_the_start_up_handlers_stay_until_the_command_starts(monkeypatch):
         seen.append(signal.getsignal(signal.SIGINT))
 
     monkeypatch.setattr(app_module, "main", run_command_line)
-    before = signal.getsignal(signal.SIGINT)
-    entry.main()
-    assert seen == [entry._stop_while_starting, before]
-    assert signal.getsignal(signal.SIGINT) is before
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        entry.main()
+        assert seen == [entry._stop_while_starting, before[signal.SIGINT]]
+        assert signal.getsignal(signal.SIGINT) is before[signal.SIGINT]
+        # from the command's start, SIGTERM and SIGHUP stop it as Ctrl-C does (an exception, not death)
+        assert signal.getsignal(signal.SIGTERM) is signal.getsignal(signal.SIGHUP) is raise_terminated
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
 
 
 @pytest.mark.parametrize("line", [b"garbage", b'{"ok": true, "reply": {}}', b'{"ok": true, "result": {}, "id": "t"}',

@@ -183,9 +183,8 @@ class _Cells:
     def measure(self, spec: CellSpec) -> CellResult:
         try:
             worker = self._worker()
-            raw = worker.call("cell", {"spec": asdict(spec), "settings": asdict(self.settings)}, self.timeout_s,
-                              max_rss_bytes=self.max_rss_bytes)
-            result = CellResult.from_dict(raw)
+            result = worker.call("cell", {"spec": asdict(spec), "settings": asdict(self.settings)}, self.timeout_s,
+                                 max_rss_bytes=self.max_rss_bytes, read=lambda raw: CellResult.answering(spec, raw))
             if result.status in ("error", "timeout"):
                 result.log_path = str(worker.log_path)
         except WorkerDied as died:

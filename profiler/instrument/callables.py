@@ -23,6 +23,15 @@ class CallableFailed(RuntimeError):
     memory guard. The message is one line naming the option and the callable (exit 1)."""
 
 
+def what_it_raised(exc: BaseException) -> str:
+    """One line for what a user's callable ended with: ``called sys.exit(3)``, or the exception's
+    type and the first line of its message (at most 300 characters)."""
+    if isinstance(exc, SystemExit):
+        return f"called sys.exit({exc.code!r})"
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0][:300]}" if text else type(exc).__name__
+
+
 def split_target(target: str, option: str) -> tuple[str, str]:
     """``"package.module:attr.path"`` → ``("package.module", "attr.path")``; ``ValueError``
     when it is not written so."""

@@ -200,8 +200,18 @@ class CellResult:
         return dataclasses.asdict(self)
 
     @classmethod
+    def answering(cls, spec: CellSpec, raw: object) -> "CellResult":
+        """The cell job's reply to ``spec`` (:meth:`from_dict`); ``ValueError`` for a reply about another cell."""
+        result = cls.from_dict(raw)
+        if result.spec.key() != spec.key():
+            raise ValueError(f"it is about another cell ({result.spec.backend}, N={result.spec.tokens})")
+        return result
+
+    @classmethod
     def from_dict(cls, raw: dict) -> "CellResult":
         """Validate a stored row; ``ValueError`` naming the first bad field."""
+        if not isinstance(raw, dict):
+            raise ValueError(f"a cell's result must be an object, got {type(raw).__name__}")
         known = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in raw.items() if k in known}
         values["spec"] = CellSpec.from_dict(raw.get("spec"))

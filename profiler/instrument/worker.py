@@ -1,6 +1,6 @@
 """Worker processes: every measurement runs in a child Python process, never in the parent.
 
-A :class:`Worker` starts ``python -m fusedce_profiler.instrument.worker`` (a fresh interpreter: no CUDA
+A :class:`Worker` starts ``python -m fusedce_profiler.instrument.worker_child`` (a fresh interpreter: no CUDA
 context, allocator state or compiled-kernel cache inherited) and sends it jobs, one JSON
 line each on its stdin: ``{"kind": K, "payload": {...}, "id": T}``. The child answers each with one
 JSON line on a private pipe: ``{"ok": true, "reply": ..., "id": T}`` or ``{"ok": false, "error": ...,
@@ -50,7 +50,6 @@ Public API: :class:`Worker`, :class:`WorkerDied`, :class:`JobFailed`, :data:`JOB
 """
 from __future__ import annotations
 
-import gc
 import json
 import os
 import select
@@ -58,11 +57,14 @@ import signal
 import subprocess
 import sys
 import time
-import traceback
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
-from fusedce_profiler.instrument.lifetime import adopt_orphans, die_with_parent, end_children, start_reaper
 from fusedce_profiler.instrument.memory_guard import default_max_rss_bytes, rss_bytes  # noqa: F401 - part of this API
+from fusedce_profiler.instrument.text import one_line
+
+T = TypeVar("T")
 
 #: kind → "module:function" taking the payload dict and returning a JSON-serialisable value.
 JOBS = {
@@ -171,7 +173,7 @@ class Worker:
         child_env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
         try:
             self._process = subprocess.Popen(
-                [sys.executable, "-m", "fusedce_profiler.instrument.worker", str(os.getpid()), str(write_end),
+                [sys.executable, "-m", "fusedce_profiler.instrument.worker_child", str(os.getpid()), str(write_end),
                  str(life_read), ",".join(preload), ",".join(warm_up)],
                 stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, pass_fds=(write_end, life_read),
                 start_new_session=True, env=child_env)
@@ -192,8 +194,13 @@ class Worker:
         return self._process.pid
 
     def call(self, kind: str, payload: dict | None = None, timeout_s: float | None = None,
-             max_rss_bytes: int | None = None):
+             max_rss_bytes: int | None = None, read: Callable[[object], T] | None = None) -> T:
         """Run job ``kind`` on ``payload`` in the child; its reply, or :class:`WorkerDied`.
+
+        ``read`` turns the reply (parsed JSON) into what the caller uses, raising on a reply of
+        another shape: the job runs user code, which can find the job's token and write a reply
+        of its own, so a reply that ``read`` refuses is the worker's failure (:class:`WorkerDied`,
+        the worker closed), never an exception of the caller's.
 
         A job that raises in the child is re-raised here as :class:`JobFailed` with the
         child's traceback (jobs normally turn failures into results themselves).
@@ -237,7 +244,14 @@ class Worker:
             error = answer["error"].strip()
             raise JobFailed(f"job {kind} failed in the worker ({error.splitlines()[-1] if error else '?'}); "
                             f"log {self.log_path}:\n{error}")
-        return answer["reply"]
+        if read is None:
+            return answer["reply"]
+        try:
+            return read(answer["reply"])
+        except Exception as exc:  # noqa: BLE001 - any reply the reader cannot take is the worker's fault
+            self.close()
+            raise WorkerDied(f"the worker's reply to the {kind} job did not have its shape ({one_line(exc)}; the "
+                             "job's code wrote to the reply pipe?)", self.log_path, _tail(self.log_path)) from None
 
     def wait_ready(self) -> None:
         """Wait until the child has started (its ``preload`` imported): :class:`WorkerDied` with
@@ -285,7 +299,7 @@ class Worker:
         self.close()
         reason = "timed out" if timed_out else _describe_exit(self._process.returncode)
         if at_start:
-            reason = f"the worker (python -m fusedce_profiler.instrument.worker) died at start-up: {reason.removeprefix('the worker ')}"
+            reason = f"the worker (python -m fusedce_profiler.instrument.worker_child) died at start-up: {reason.removeprefix('the worker ')}"
         return WorkerDied(reason, self.log_path, _tail(self.log_path), timed_out=timed_out, at_start=at_start)
 
     def close(self) -> None:
@@ -335,60 +349,3 @@ class Worker:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-# --- the child -----------------------------------------------------------------------------
-
-def _load(target: str):
-    import importlib
-
-    module, _, name = target.partition(":")
-    return getattr(importlib.import_module(module), name)
-
-
-def _serve(parent_pid: int, reply_fd: int, life_fd: int, preload: list[str], warm_up: list[str]) -> int:
-    reaper = start_reaper(life_fd)
-    die_with_parent(parent_pid)
-    adopt_orphans()
-
-    def on_sigterm(signum, frame) -> None:
-        end_children(spare=reaper)
-        os._exit(128 + signum)
-
-    signal.signal(signal.SIGTERM, on_sigterm)
-    for kind in preload:
-        _load(JOBS[kind])
-    for target in warm_up:
-        _load(target)()
-    # What the imports made lives as long as the process: out of the cyclic collector's reach,
-    # the collection each measurement settles with (a few hundred thousand objects once torch,
-    # Triton and a back-end are loaded: 0.1-0.3 s each time) walks only what jobs make.
-    gc.collect()
-    gc.freeze()
-    replies = os.fdopen(reply_fd, "wb")
-    replies.write(b'{"ready": true}\n')
-    replies.flush()
-    for raw in sys.stdin.buffer:
-        request = json.loads(raw)
-        print(f"--- job {request['kind']} {json.dumps(request['payload'])}", flush=True)
-        try:
-            answer = {"ok": True, "reply": _load(JOBS[request["kind"]])(request["payload"])}
-        except Exception:
-            text = traceback.format_exc()
-            print(text, file=sys.stderr, flush=True)
-            answer = {"ok": False, "error": text}
-        answer["id"] = request.get("id")
-        from fusedce_profiler.instrument.store import dumps
-
-        replies.write((dumps(answer) + "\n").encode())
-        replies.flush()
-    end_children(spare=reaper)
-    return 0
-
-
-if __name__ == "__main__":
-    code = _serve(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), [k for k in sys.argv[4].split(",") if k],
-                  [t for t in sys.argv[5].split(",") if t])
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)  # no interpreter teardown (see the module docstring)

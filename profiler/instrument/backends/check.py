@@ -23,17 +23,15 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from fusedce_profiler.instrument.callables import CallableFailed
+from fusedce_profiler.instrument.callables import CallableFailed, what_it_raised
 
 CHECK_TIMEOUT_S = 120.0
 """How long importing a back-end's module and reading its signature may take."""
 
 
-def _one_line(exc: BaseException) -> str:
-    if isinstance(exc, SystemExit):
-        return f"called sys.exit({exc.code!r})"
-    text = str(exc).strip().splitlines()
-    return f"raised {type(exc).__name__}: {text[0][:300]}" if text else f"raised {type(exc).__name__}"
+def _ended_with(exc: BaseException) -> str:
+    told = what_it_raised(exc)
+    return told if isinstance(exc, SystemExit) else f"raised {told}"
 
 
 def check_job(payload: dict) -> dict:
@@ -55,8 +53,18 @@ def check_job(payload: dict) -> dict:
                 stage = f"making it ({obj.__name__}())"
                 obj()
     except BaseException as exc:  # noqa: BLE001 - sys.exit or KeyboardInterrupt at import; a constructor's error
-        return {"failed": f"{option} {name}: {stage} {_one_line(exc)}"}
+        return {"failed": f"{option} {name}: {stage} {_ended_with(exc)}"}
     return {"problem": problem}
+
+
+def _checked(raw: object) -> str | None | CallableFailed:
+    """The ``check-backend`` job's reply (:func:`check_job`): the problem (``None``: none), or the
+    failure to raise; ``ValueError`` for a reply of another shape."""
+    if isinstance(raw, dict) and isinstance(raw.get("failed"), str):
+        return CallableFailed(raw["failed"])
+    if isinstance(raw, dict) and "problem" in raw and (raw["problem"] is None or isinstance(raw["problem"], str)):
+        return raw["problem"]
+    raise ValueError("neither a problem nor a failure")
 
 
 def user_backend_problems(names: list[str], option: str = "--backend", *, timeout_s: float | None = None,
@@ -75,14 +83,14 @@ def user_backend_problems(names: list[str], option: str = "--backend", *, timeou
             for name in names:
                 try:
                     reply = worker.call("check-backend", {"name": name, "option": option}, timeout_s,
-                                        max_rss_bytes=memory)
+                                        max_rss_bytes=memory, read=_checked)
                 except WorkerDied as died:
                     raise CallableFailed(_died_message(f"{option} {name}", died, timeout_s, memory)) from None
                 except JobFailed as failed:
                     raise CallableFailed(f"{option} {name}: {str(failed).splitlines()[0]}") from None
-                if "failed" in reply:
-                    raise CallableFailed(reply["failed"])
-                problems[name] = reply["problem"]
+                if isinstance(reply, CallableFailed):
+                    raise reply
+                problems[name] = reply
         finally:
             worker.close()
     return problems

@@ -99,6 +99,23 @@ def describe_job(payload: dict) -> dict:
     return {"ok": True, "config": source.config.to_dict(), "parameters": source.parameters}
 
 
+def _described(raw: object) -> tuple[ModelConfig, int] | FactoryFailed:
+    """The ``describe-model`` job's reply (:func:`describe_job`): (shapes, parameter count), or the
+    failure to raise; ``ValueError`` for a reply of another shape."""
+    from fusedce_profiler.instrument.schema import build
+
+    if not isinstance(raw, dict) or not isinstance(raw.get("ok"), bool):
+        raise ValueError("neither a description nor a failure")
+    if not raw["ok"]:
+        if not isinstance(raw.get("message"), str):
+            raise ValueError("a failure without a message")
+        return FactoryFailed(raw["message"], bad_signature=raw.get("bad_signature") is True)
+    parameters = raw.get("parameters")
+    if not isinstance(parameters, int) or isinstance(parameters, bool) or parameters < 0:
+        raise ValueError(f"parameters must be a count, got {parameters!r}")
+    return build(ModelConfig, raw.get("config")), parameters
+
+
 def describe_factory(target: str, given: ModelConfig | None, head_path: str | None, *,
                      timeout_s: float = FACTORY_TIMEOUT_S, memory_bytes: int | None = None,
                      log_dir: Path | None = None) -> tuple[ModelConfig, int]:
@@ -114,7 +131,7 @@ def describe_factory(target: str, given: ModelConfig | None, head_path: str | No
         # its imports (torch) before the clock starts: the time limit is the factory's own
         worker = Worker(Path(log_dir) if log_dir is not None else Path(scratch), preload=("describe-model",))
         try:
-            reply = worker.call("describe-model", payload, timeout_s)
+            reply = worker.call("describe-model", payload, timeout_s, read=_described)
         except WorkerDied as died:
             if died.timed_out:
                 raise FactoryFailed(f"--model {target}: the factory did not return within {timeout_s:g} s") from None
@@ -123,6 +140,6 @@ def describe_factory(target: str, given: ModelConfig | None, head_path: str | No
             raise FactoryFailed(f"--model {target}: {str(failed).splitlines()[0]}") from None
         finally:
             worker.close()
-    if not reply["ok"]:
-        raise FactoryFailed(reply["message"], bad_signature=reply.get("bad_signature", False))
-    return ModelConfig(**reply["config"]), int(reply["parameters"])
+    if isinstance(reply, FactoryFailed):
+        raise reply
+    return reply

@@ -239,8 +239,8 @@ def run_job_in_worker(job: ModelJob, log_dir: Path, timeout_s: float | None = 90
     start = time.perf_counter()
     worker = Worker(log_dir)
     try:
-        result = ModelResult.from_dict(worker.call("training-step", dataclasses.asdict(job), timeout_s,
-                                                   max_rss_bytes=default_max_rss_bytes()))
+        result = worker.call("training-step", dataclasses.asdict(job), timeout_s,
+                             max_rss_bytes=default_max_rss_bytes(), read=ModelResult.from_dict)
     except WorkerDied as died:
         status = "timeout" if died.timed_out else "error"
         what = f"timed out after {timeout_s:g} s" if died.timed_out else died.reason

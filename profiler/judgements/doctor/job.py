@@ -24,12 +24,7 @@ from __future__ import annotations
 import os
 import traceback
 
-
-def _one_line(exc: BaseException) -> str:
-    if isinstance(exc, SystemExit):
-        return f"called sys.exit({exc.code!r})"
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0][:300]}" if text else type(exc).__name__
+from fusedce_profiler.instrument.callables import what_it_raised
 
 
 def _join_process_group(device: str) -> None:
@@ -61,7 +56,7 @@ def run_doctor_job(payload: dict) -> dict:
     except ValueError as exc:
         return {"ok": "usage", "message": str(exc)}
     except BaseException as exc:  # importing the user's module ran user code that failed
-        return {"ok": "user", "callable": spec, "message": f"importing it: {_one_line(exc)}"}
+        return {"ok": "user", "callable": spec, "message": f"importing it: {what_it_raised(exc)}"}
     reason = signature_error(fn, f"--loss {spec}")
     if reason is not None:
         return {"ok": "usage", "message": reason}
@@ -83,11 +78,11 @@ def run_doctor_job(payload: dict) -> dict:
     except ValueError as exc:
         if factory is None:
             return {"ok": "usage", "message": str(exc)}
-        return {"ok": "user", "callable": f"--model {factory}", "message": _one_line(exc)}
+        return {"ok": "user", "callable": f"--model {factory}", "message": what_it_raised(exc)}
     except BaseException as exc:  # the factory's own failure, or its sys.exit
         what = f"--model {factory}" if factory else "the model's build"
         traceback.print_exc()
-        return {"ok": "user", "callable": what, "message": _one_line(exc)}
+        return {"ok": "user", "callable": what, "message": what_it_raised(exc)}
     torch.manual_seed(payload.get("seed", 0))
     try:
         run = run_doctor(fn, built, source=source, device=device, mode=payload.get("mode"),
@@ -95,5 +90,5 @@ def run_doctor_job(payload: dict) -> dict:
                          spec=spec, compile_backend=payload.get("compile_backend"))
     except BaseException as exc:  # the loss (or the model's forward it calls) ended the run
         traceback.print_exc()
-        return {"ok": "user", "callable": f"--loss {spec}", "message": _one_line(exc)}
+        return {"ok": "user", "callable": f"--loss {spec}", "message": what_it_raised(exc)}
     return {"ok": "run", "run": run.to_dict()}

@@ -246,7 +246,9 @@ class Explanation:
     ``prediction_only``: nothing was measured on the user's kind of device (the CPU): the
     hypotheses are ranked by predictions and no verdict is given; ``interrupted``: the run
     stopped before its end (the calibrations hold what finished); ``confirmations``: the
-    measured prediction error of every full-size step, as sentences.
+    measured prediction error of every full-size step, as sentences; ``failed_backends``: each
+    back-end whose every calibration step failed (an error or a time-out, never an OOM) → the
+    first such step's message — nothing is judged then (no hypothesis reasons on failed steps).
     """
 
     observation: Observation
@@ -266,6 +268,7 @@ class Explanation:
     ruled_out_families: list[str] = field(default_factory=list)
     prediction_only: bool = False
     interrupted: bool = False
+    failed_backends: dict[str, str] = field(default_factory=dict)
 
     @property
     def consistent(self) -> list[Hypothesis]:
