@@ -281,13 +281,27 @@ def _one_line_usage(error, file=None) -> None:
 def _unhandled_stop(exc: SystemExit) -> KeyboardInterrupt | None:
     """The Ctrl-C / SIGTERM / SIGHUP no command caught, behind the command line's exit ``exc``.
 
-    A command that keeps finished work catches the stop itself, says how to continue and exits
-    with its code (its exit raised ``from None``). A stop that reaches the command line (typer
-    turns it into ``Exit(130) from`` the interrupt, whatever the signal) came before the command
-    had anything to keep: its option checks, or a user module imported in a check worker."""
+    A command catches a stop while it measures: it keeps what finished, says how to continue and
+    exits with the signal's code (its exit raised ``from None``). A stop that reaches the command
+    line (typer turns it into ``Exit(130) from`` the interrupt, whatever the signal) came outside
+    that: before the command had a run folder (its option checks, a user module imported in a check
+    worker), or after its last result was stored."""
     exit_ = exc.__context__
     stop = getattr(exit_, "__cause__", None)
     return stop if isinstance(stop, KeyboardInterrupt) else None
+
+
+def _what_was_kept() -> str:
+    """What a stop that reached the command line left: nothing, or the results stored (each as it
+    finished) in the run folder the command held (:attr:`~fusedce_profiler.instrument.runlock.RunLock.taken`)."""
+    from fusedce_profiler.instrument.runlock import RunLock
+    from fusedce_profiler.instrument.text import one_line
+
+    if not RunLock.taken:
+        return "before the command had anything to keep"
+    folder = one_line(RunLock.taken[-1])
+    return (f"in {folder}: what had finished is kept there; `fusedce-profile report {folder}` writes its "
+            "report")
 
 
 def main() -> None:
@@ -327,8 +341,7 @@ def main() -> None:
         stop = _unhandled_stop(exc)
         if stop is not None:
             code = interrupt_exit_code(stop)
-            sys.stderr.write(f"fusedce-profile: stopped by {signal_name(stop)} before the command had anything "
-                             "to keep\n")
+            sys.stderr.write(f"fusedce-profile: stopped by {signal_name(stop)} {_what_was_kept()}\n")
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

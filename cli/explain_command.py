@@ -102,6 +102,8 @@ def explain(
     if e.separation is not None:
         console.print(f"  to separate them: {e.separation.sentence}", markup=False)
     console.print(f"report: {out_dir / 'summary.md'}", markup=False)
+    for sentence in e.failed_steps:
+        typer.echo(f"note: {one_line(sentence)}", err=True)
     for backend, message in e.failed_backends.items():
         typer.echo(f"error: {one_line(backend)} failed in every calibration step; the first: {one_line(message)}",
                    err=True)

@@ -108,7 +108,7 @@ def forward(
             block_math.chunk_stats(z, _columns(bias, c0, c1), offset + c0, target_i, stats_i,
                                    softcap=opts.softcap_value, need_sum=need_sum)
         if shard is not None:
-            shard.reduce_stats(stats.rows(r0, r1), opts.label_smoothing > 0)
+            shard.reduce_stats(stats.rows(r0, r1), need_sum)
     lse = stats.logsumexp()
     return _token_loss(stats, lse, target, vocab, opts), lse
 

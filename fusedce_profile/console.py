@@ -87,7 +87,7 @@ def make_console(*, to_stderr: bool) -> Console:
     # Piped output (a log file) gets a fixed width wide enough for the tables, unless
     # COLUMNS says otherwise.
     width = None if stream.isatty() or os.environ.get("COLUMNS") else PIPED_WIDTH
-    return _PrintableConsole(file=stream, highlight=False, soft_wrap=False, width=width)
+    return _PrintableConsole(file=stream, highlight=False, soft_wrap=True, width=width)
 
 
 def error(message: str) -> None:

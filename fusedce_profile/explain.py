@@ -119,13 +119,13 @@ class StepStore:
             self._store.append_jsonl(self.cache, row)
 
 
-def _one_result(raw: object):
-    """The ``training-steps`` job's reply to one job: its :class:`ModelResult`."""
+def _one_result(job, raw: object):
+    """The ``training-steps`` job's reply to one ``job``: its :class:`ModelResult`."""
     from fusedce_profiler.instrument.step.jobs import ModelResult
 
     if not isinstance(raw, list) or len(raw) != 1:
         raise ValueError(f"expected a list of one result, got {type(raw).__name__}")
-    return ModelResult.from_dict(raw[0])
+    return ModelResult.answering(job, raw[0])
 
 
 class _Runner:
@@ -153,7 +153,8 @@ class _Runner:
             self.workers[pool] = Worker(self.logs)
         try:
             result = self.workers[pool].call("training-steps", {"jobs": [dataclasses.asdict(job)]}, 900,
-                                             max_rss_bytes=default_max_rss_bytes(), read=_one_result)
+                                             max_rss_bytes=default_max_rss_bytes(),
+                                             read=lambda raw: _one_result(job, raw))
         except WorkerDied as died:
             self.workers.pop(pool).close()
             result = ModelResult(job=job, status="error", message=died.summary_in(self.logs.parent))

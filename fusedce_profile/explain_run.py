@@ -26,7 +26,8 @@ class ExplainRun:
         self.confirmations: list[str] = []
         self.confirmed = False
         self.steps_ok: dict[str, int] = {}  # back-end → calibration steps measured
-        self.step_error: dict[str, str] = {}  # back-end → its first failed (error / timeout) step's message
+        self.steps_failed: dict[str, int] = {}  # back-end → calibration steps failed (an error or a time-out)
+        self.step_error: dict[str, str] = {}  # back-end → its first failed step's message
 
     def execute(self, run_job):
         from fusedce_profiler.instrument.environment import collect_environment, save_environment
@@ -64,7 +65,9 @@ class ExplainRun:
             for job, result in zip(jobs, results):
                 self.steps_ok[backend] = self.steps_ok.get(backend, 0) + (result.status == "ok")
                 if result.status in ("error", "timeout"):
-                    self.step_error.setdefault(backend, f"B={job.batch}: {result.message.strip() or result.status}")
+                    self.steps_failed[backend] = self.steps_failed.get(backend, 0) + 1
+                    first = (result.message.strip().splitlines() or [result.status])[0]  # a traceback's first line
+                    self.step_error.setdefault(backend, f"B={job.batch}: {first}")
             calibration = cal.calibration_from_results(family, backend, [j.batch for j in jobs], results)
             self.calibrations.append(calibration)
             self.progress(cal.describe(calibration))
@@ -115,6 +118,9 @@ class ExplainRun:
 
             self.hypotheses = build_hypotheses(self.obs, self.calibrations, terms)
         failed = {b: message for b, message in self.step_error.items() if not self.steps_ok.get(b)}
+        partly = [f"{b}: {self.steps_failed[b]} of {self.steps_failed[b] + self.steps_ok[b]} calibration steps "
+                  f"failed (the first, {message}); the judgement rests on the {self.steps_ok[b]} that finished"
+                  for b, message in self.step_error.items() if self.steps_ok.get(b)]
         if failed:  # a judgement on failed steps would be a claim about nothing measured
             self.hypotheses = []
         consistent = [h for h in self.hypotheses if h.consistent]
@@ -149,7 +155,7 @@ class ExplainRun:
             others=other_hypotheses(self.obs, self.hypotheses, self.calibrations, terms)
             if self.calibrations and not failed else [],
             confirmations=self.confirmations, ruled_out_families=ruled_out_groups(self.hypotheses, self.obs),
-            prediction_only=not self.on_gpu, interrupted=interrupted, failed_backends=failed)
+            prediction_only=not self.on_gpu, interrupted=interrupted, failed_backends=failed, failed_steps=partly)
         save_explanation(self.out, explanation)
         write_explain_report(self.out)
         return explanation

@@ -17,6 +17,7 @@ from fusedce_profile import exit_codes
 from fusedce_profile.console import CellProgress, error, summary_tables
 from fusedce_profile.errors import UsageError
 from fusedce_profile.folders import describe_os_error, os_errors
+from fusedce_profile.interruption import report_stopped
 from fusedce_profile.outcome import CommandOutcome
 from fusedce_profile.signals import interrupt_exit_code, signal_name
 from fusedce_profiler.instrument import staging, store
@@ -98,16 +99,17 @@ def finish(out_dir: Path, console: Console, *, stopped: KeyboardInterrupt | None
     try:
         with os_errors(), staging.all_or_nothing() as placed:  # the report's files all, or none
             report = build_report(out_dir)
-    except KeyboardInterrupt:  # a second signal while a stopped run's report was being written
-        if stopped is None:
-            raise  # the first: the caller's (the run's, or report's) to handle
-        if placed is None or not placed.done:
+    except KeyboardInterrupt as late:  # a signal while the report was being written
+        if placed is not None and placed.done:  # it came as the files were put in place: the report is whole
+            stopped = stopped or late
+        elif stopped is None:
+            raise  # the first signal, the report's files left as they were: the caller's to handle
+        else:  # a second signal while a stopped run's report was being written
             code = interrupt_exit_code(stopped)
             console.print(f"report interrupted; its files were not replaced (the finished cells are kept): run "
                           f"`fusedce-profile report {one_line(out_dir)}` to write it", markup=False)
             return CommandOutcome(stored_cells(out_dir), code, {"interrupted": signal_name(stopped), "exit_code": code},
                                   stopped)
-        # it came as the files were put in place: the report is whole, the first signal's code stands
     broken = failed_backends(report)
     code = exit_codes.CHECK_FAILED if report.parity_failed or broken else exit_codes.OK
     if stopped is not None:
@@ -208,7 +210,12 @@ def run_grids(grids: Sequence[GridSpec], out_dir: Path, console: Console, *, res
             code = interrupt_exit_code(stopped) if stopped else \
                 exit_codes.RUN_FAILED if start_failed else exit_codes.OK
             return CommandOutcome([], code, {}, stopped)
-        outcome = finish(out_dir, console, stopped=stopped)
+        try:
+            outcome = finish(out_dir, console, stopped=stopped)
+        except KeyboardInterrupt as late:  # after the last cell, while the report was written
+            cells = stored_cells(out_dir)
+            return report_stopped(out_dir, late, cells, count(len(cells), "cell"),
+                                  lambda line: console.print(line, markup=False))
         if start_failed and outcome.exit_code == exit_codes.OK:
             outcome.exit_code = outcome.summary["exit_code"] = exit_codes.RUN_FAILED
         return outcome

@@ -23,3 +23,18 @@ def interrupted_outcome(out_dir: Path, stopped: KeyboardInterrupt, records: list
     say(f"\nInterrupted after {finished}; report {report}; continue with {continue_with}")
     code = interrupt_exit_code(stopped)
     return CommandOutcome(records, code, {"out": str(out_dir), "interrupted": signal, "exit_code": code}, stopped)
+
+
+def report_stopped(out_dir: Path, stopped: KeyboardInterrupt, records: list, finished: str,
+                   say: Callable[[str], None]) -> CommandOutcome:
+    """A signal while the report of a whole run was being written: every result is stored (each as it
+    finished), the report's files may be the previous ones; say so, and how to write the report.
+    ``finished``: what the results are (``"4 cells"``)."""
+    from fusedce_profiler.instrument.text import one_line
+
+    signal = signal_name(stopped)
+    say(f"\nStopped by {signal} while the report was written; every result is kept ({finished}); write the "
+        f"report with `fusedce-profile report {one_line(out_dir)}`")
+    code = interrupt_exit_code(stopped)
+    return CommandOutcome(records, code, {"out": str(out_dir), "interrupted": signal, "exit_code": code}, stopped)
+

@@ -28,7 +28,7 @@ from rich.console import Console
 from fusedce_profile import arguments, exit_codes
 from fusedce_profile.errors import UsageError
 from fusedce_profile.outcome import CommandOutcome
-from fusedce_profiler.instrument.text import one_line
+from fusedce_profiler.instrument.text import count, one_line
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,7 +149,7 @@ def model_command(*, out: str | Path | None = None, force: bool = False, resume:
     command line needs (a signal ends it with :attr:`CommandOutcome.stopped` set, not raised)."""
     from fusedce_profile.checks import nothing_measured
     from fusedce_profile.folders import run_folder
-    from fusedce_profile.interruption import interrupted_outcome
+    from fusedce_profile.interruption import interrupted_outcome, report_stopped
     from fusedce_profiler.instrument import store
     from fusedce_profiler.instrument.interruption import clear_interruption
     from fusedce_profiler.instrument.environment import collect_environment, save_environment
@@ -188,7 +188,11 @@ def model_command(*, out: str | Path | None = None, force: bool = False, resume:
             results = list(load_model_results(out_dir).records)
             return interrupted_outcome(out_dir, stopped, results, f"{len(results)} of {len(plan.jobs)} jobs",
                                        f"the same command and --resume --out {out_dir}", write_model_report, say)
-        report_path = write_model_report(out_dir)
+        try:
+            report_path = write_model_report(out_dir)
+        except KeyboardInterrupt as stopped:
+            results = list(load_model_results(out_dir).records)
+            return report_stopped(out_dir, stopped, results, count(len(results), "job"), say)
         say(f"report: {report_path}")
         results = list(load_model_results(out_dir).records)
     latest = {_key(r.job): r for r in results}  # a job's row is the last one stored for it

@@ -28,7 +28,7 @@ from rich.console import Console
 from fusedce_profile import arguments, exit_codes
 from fusedce_profile.errors import UsageError
 from fusedce_profile.outcome import CommandOutcome
-from fusedce_profiler.instrument.text import one_line
+from fusedce_profiler.instrument.text import count, one_line
 
 
 def parity_settings(*, preset=None, config=None, tied=None, backend: Sequence[str] | None = None, steps=300,
@@ -96,6 +96,13 @@ CURVE_TIMEOUT_S = 3600.0
 preset take seconds on a CPU, the user's model minutes on a GPU)."""
 
 
+def _curve_of(label: str, curve):
+    """The parity-curve job's reply, when it is the curve of ``label`` (``ValueError`` otherwise)."""
+    if curve.backend != label:
+        raise ValueError(f"it is the curve of another back-end ({curve.backend})")
+    return curve
+
+
 class _CurveTrainer:
     """``train(name, perturbed)`` for :func:`~fusedce_profiler.judgements.parity_training.run_parity`: each curve
     trained by the ``parity-curve`` job of a worker; a worker that dies (an exit, a hang, runaway
@@ -120,12 +127,12 @@ class _CurveTrainer:
                 self.worker = Worker(self.log_dir, preload=("parity-curve",),
                                      warm_up=("fusedce_profiler.judgements.parity_training:warm_up_training",))
             return self.worker.call("parity-curve", payload, timeout_s=CURVE_TIMEOUT_S, max_rss_bytes=self.max_rss_bytes,
-                                    read=lambda raw: build(ParityCurve, raw))
+                                    read=lambda raw: _curve_of(label, build(ParityCurve, raw)))
         except WorkerDied as died:
             self.close()
             # the worker's own account (an exit code, the memory limit it grew past); a hang's names its limit
             why = (f"did not finish within {CURVE_TIMEOUT_S:g} s (a hang?); the worker was stopped" if died.timed_out
-                   else died.summary)
+                   else died.summary_in(self.log_dir.parent))  # the log named within the run folder
             return ParityCurve(label, status="error", message=why)
         except JobFailed as failed:  # raised before training could turn it into a result
             first = str(failed).splitlines()[0] if str(failed) else type(failed).__name__
@@ -142,7 +149,7 @@ def parity_command(*, out: str | Path | None = None, force: bool = False, resume
     """``fusedce-profile parity``: :func:`parity` with the exit code and ``--json`` summary the command
     line needs (a signal ends it with :attr:`CommandOutcome.stopped` set, not raised)."""
     from fusedce_profile.folders import run_folder
-    from fusedce_profile.interruption import interrupted_outcome
+    from fusedce_profile.interruption import interrupted_outcome, report_stopped
     from fusedce_profile.signals import interrupt_exit_code
     from fusedce_profiler.instrument import store
     from fusedce_profiler.instrument.environment import collect_environment, save_environment
@@ -187,7 +194,10 @@ def parity_command(*, out: str | Path | None = None, force: bool = False, resume
                                        again, write_parity_report, say)
         finally:
             trainer.close()
-        save(result)
+        try:
+            save(result)
+        except KeyboardInterrupt as stopped:
+            return report_stopped(out_dir, stopped, [result], count(len(result.curves), "curve"), say)
     _print_result(result, say)
     if not result.reference_learned:
         say("  torch did not learn on this data: raise --steps or --lr")

@@ -78,10 +78,11 @@ def render_explain_markdown(e: Explanation, environment: dict | None = None) -> 
     else:
         lines += [f"**{'Decided' if e.decided else 'Not decided'}.** "
                   f"{markdown_text(e.conclusion, line_start=False)}", ""]
-    if e.failed_backends:
-        lines += ["## Failed in every calibration step", ""] + \
-            [f"- {markdown_text(f'{backend}: {message}', line_start=False)}"
-             for backend, message in e.failed_backends.items()] + [""]
+    if e.failed_backends or e.failed_steps:
+        lines += ["## Failed calibration steps", ""] + \
+            [f"- {markdown_text(f'{backend} failed in every one; the first, {message}', line_start=False)}"
+             for backend, message in e.failed_backends.items()] + \
+            [f"- {markdown_text(sentence, line_start=False)}" for sentence in e.failed_steps] + [""]
     if e.notes:
         lines += [markdown_text(n) for n in e.notes] + [""]
     if e.confirmations:

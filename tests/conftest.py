@@ -20,6 +20,22 @@ if not _HAS_CUDA:
 # thread hand-off costs that dominate at these sizes.
 torch.set_num_threads(1)
 
+# --- how many test processes `-n auto` starts (pytest-xdist) ----------------------------------
+MAX_TEST_PROCESSES = 4
+"""On the CPU, ``-n auto`` starts one test process per core up to this many: most tests wait on
+worker processes of their own (each importing torch), so two cores run the suite in about half the
+time of one, and more processes than this only add memory."""
+
+
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto``: one process per core up to :data:`MAX_TEST_PROCESSES`; none beside the main one
+    on a machine with CUDA, whose tests measure one GPU's memory and time and must not share it."""
+    if _HAS_CUDA:
+        return 0
+    return max(1, min(MAX_TEST_PROCESSES, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                      else os.cpu_count() or 1))
+
+
 # --- no process left behind -----------------------------------------------------------------
 # Every process this session starts inherits the marker, so one that outlived its parent is
 # found even after it was reparented. At the end of the session none may be alive.

@@ -45,6 +45,8 @@ def test_back_ends_that_exit_or_raise_fail_their_own_curve_and_the_run_goes_on(h
         assert verdicts[name].passed is False, name
         assert why in " ".join(verdicts[name].reasons), (name, verdicts[name].reasons)
     assert verdicts["fusedce"].passed  # trained after them, in a fresh worker
+    exited = next(c for c in report.curves if c.backend == names[2])
+    assert "; log logs/worker-" in exited.message  # named within the run folder, wherever the command ran
     assert "FAIL" in (tmp_path / "run" / "summary.md").read_text().splitlines()[0]
 
 

@@ -36,6 +36,9 @@ class RunLock:
     """
 
     _held: dict[Path, list] = {}  # resolved folder -> [folder fd, count], this process's locks
+    taken: list[Path] = []
+    """Every folder this process has locked, in order (never emptied: a folder a process held is one
+    it may have written into — what a command stopped by a signal names as kept)."""
 
     def __init__(self, folder: str | Path) -> None:
         self.folder = Path(folder)
@@ -69,6 +72,7 @@ class RunLock:
             exc.filename = str(self.path)  # opened relative to the folder: name the whole path
             raise
         RunLock._held[key] = [fd, 1]
+        RunLock.taken.append(self.folder)
         self._key = key
         return self
 

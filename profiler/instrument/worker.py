@@ -5,7 +5,9 @@ context, allocator state or compiled-kernel cache inherited) and sends it jobs, 
 line each on its stdin: ``{"kind": K, "payload": {...}, "id": T}``. The child answers each with one
 JSON line on a private pipe: ``{"ok": true, "reply": ..., "id": T}`` or ``{"ok": false, "error": ...,
 "id": T}``; a line of any other shape or token (the job's own code writing to the pipe) ends the
-worker as :class:`WorkerDied`.
+worker as :class:`WorkerDied`. The job's code runs in the child and can find its token: a reply it
+forges is read against the job's shape by the caller (``read``), and the real reply arriving after
+an accepted one is dropped, never taken as the next job's.
 Its own stdout and stderr go to a log file, whose tail becomes the message when it dies
 (a segfault, ``os._exit``, a CUDA error that aborts, the kernel's OOM killer). Once it has
 started it says so (``{"ready": true}``) before it reads its first job, so a child that dies
@@ -110,6 +112,20 @@ class WorkerDied(RuntimeError):
         return f"{self.reason}" + (f" ({last})" if last and not quiet else "") + f"; log {log}"
 
 
+def _parsed(line: bytes) -> object:
+    try:
+        return json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+
+
+def _answered_earlier(line: bytes, answered: set[str]) -> bool:
+    """Whether ``line`` replies to a job this worker has already had an answer for: the job's own
+    reply, come after one the job's code forged with the token it found (a late reply, dropped)."""
+    answer = _parsed(line)
+    return isinstance(answer, dict) and answer.get("id") in answered
+
+
 class JobFailed(RuntimeError):
     """A job raised in the child (jobs normally turn failures into results themselves);
     the message's first line is the exception, then the child's traceback."""
@@ -117,10 +133,7 @@ class JobFailed(RuntimeError):
 
 def _reply(line: bytes, token: str) -> dict | None:
     """The child's answer to the job sent with ``token``; ``None`` for any other line."""
-    try:
-        answer = json.loads(line)
-    except (ValueError, RecursionError):
-        return None
+    answer = _parsed(line)
     ok = isinstance(answer, dict) and answer.get("id") == token and (
         "reply" in answer if answer.get("ok") is True else answer.get("ok") is False and "error" in answer)
     return answer if ok and isinstance(answer.get("error", ""), str) else None
@@ -188,6 +201,7 @@ class Worker:
         self._max_rss: int | None = None
         self._over_memory = False
         self._garbled = False  # the reply pipe filled with bytes that are no reply
+        self._answered: set[str] = set()  # the tokens of the jobs that had their answer
 
     @property
     def pid(self) -> int:
@@ -220,8 +234,12 @@ class Worker:
         except (BrokenPipeError, OSError):
             raise self._died(timed_out=False) from None
         self._max_rss = max_rss_bytes
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
         try:
-            line, timed_out = self._read_line(timeout_s)
+            while True:
+                line, timed_out = self._read_line(None if deadline is None else max(0.0, deadline - time.monotonic()))
+                if line is None or not _answered_earlier(line, self._answered):
+                    break
         finally:
             self._max_rss = None
         self._in_job = line is None
@@ -236,6 +254,8 @@ class Worker:
                                  "killed", self.log_path, _tail(self.log_path), over_memory=True)
             raise self._died(timed_out=timed_out)
         answer = _reply(line, token)
+        if answer is not None:
+            self._answered.add(token)
         if answer is None:  # the channel is out of step: nothing more it carries can be trusted
             self.close()
             raise WorkerDied("the worker's reply pipe carried a line the tool did not write (the job's code "

@@ -119,6 +119,14 @@ class ModelResult:
         return dataclasses.asdict(self)
 
     @classmethod
+    def answering(cls, job: ModelJob, raw: object) -> "ModelResult":
+        """A training-step job's reply to ``job`` (:meth:`from_dict`); ``ValueError`` for a reply about another job."""
+        result = cls.from_dict(raw)
+        if result.job != job:
+            raise ValueError(f"it is about another job ({result.job.label}, B={result.job.batch}, T={result.job.seq})")
+        return result
+
+    @classmethod
     def from_dict(cls, raw: dict) -> "ModelResult":
         """Validate a stored row (:mod:`fusedce_profiler.instrument.schema`); ``ValueError`` naming the field."""
         raw = checked_fields(cls, raw, nested=("job",))  # memory, attribution, head, replaced: built by their types
@@ -240,7 +248,7 @@ def run_job_in_worker(job: ModelJob, log_dir: Path, timeout_s: float | None = 90
     worker = Worker(log_dir)
     try:
         result = worker.call("training-step", dataclasses.asdict(job), timeout_s,
-                             max_rss_bytes=default_max_rss_bytes(), read=ModelResult.from_dict)
+                             max_rss_bytes=default_max_rss_bytes(), read=lambda raw: ModelResult.answering(job, raw))
     except WorkerDied as died:
         status = "timeout" if died.timed_out else "error"
         what = f"timed out after {timeout_s:g} s" if died.timed_out else died.reason

@@ -248,7 +248,9 @@ class Explanation:
     stopped before its end (the calibrations hold what finished); ``confirmations``: the
     measured prediction error of every full-size step, as sentences; ``failed_backends``: each
     back-end whose every calibration step failed (an error or a time-out, never an OOM) → the
-    first such step's message — nothing is judged then (no hypothesis reasons on failed steps).
+    first such step's message — nothing is judged then (no hypothesis reasons on failed steps);
+    ``failed_steps``: a sentence for each back-end some of whose calibration steps failed while
+    others finished (how many, the first's message): the judgement rests on those that finished.
     """
 
     observation: Observation
@@ -269,6 +271,7 @@ class Explanation:
     prediction_only: bool = False
     interrupted: bool = False
     failed_backends: dict[str, str] = field(default_factory=dict)
+    failed_steps: list[str] = field(default_factory=list)
 
     @property
     def consistent(self) -> list[Hypothesis]:

@@ -1,0 +1,62 @@
+"""A signal after the last result was stored, while the report is written: every result is kept,
+the line says so and how to write the report, and the exit code is the signal's — never the claim
+that nothing was kept, never a report that looks whole when it is not."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from fusedce_cli.app import app
+from fusedce_profile.signals import Terminated
+
+pytestmark = pytest.mark.faults
+
+TINY_GRID = ["grid", "--device", "cpu", "--hidden", "32", "--vocab", "256", "--tokens", "8", "--repeats", "1",
+             "--warmup", "0", "--backend", "torch"]
+
+
+def _terminated(*args, **kwargs):
+    raise Terminated()
+
+
+def test_a_signal_while_a_whole_grids_report_is_written_keeps_every_cell_and_says_how_to_write_it(
+        tmp_path, monkeypatch):
+    monkeypatch.setattr("fusedce_profile.grid_run.build_report", _terminated)
+    out = tmp_path / "run"
+    result = CliRunner().invoke(app, [*TINY_GRID, "--out", str(out)])
+    assert result.exit_code == 143, result.output
+    said = " ".join(result.output.split())
+    assert (f"Stopped by SIGTERM while the report was written; every result is kept (1 cell); write the report "
+            f"with `fusedce-profile report {out}`") in said
+    assert len((out / "results.jsonl").read_text().splitlines()) == 1
+    assert not (out / "summary.md").exists()  # no page that would look whole
+    monkeypatch.undo()
+    assert CliRunner().invoke(app, ["report", str(out)]).exit_code == 0  # the hint works
+    assert (out / "summary.md").is_file()
+
+
+def test_a_signal_while_a_whole_model_runs_report_is_written_keeps_every_job(tmp_path, monkeypatch):
+    monkeypatch.setattr("fusedce_reports.model_report.write_model_report", _terminated)
+    out = tmp_path / "model"
+    result = CliRunner().invoke(app, ["model", "--preset", "tiny", "--device", "cpu", "--batch", "2", "--seq", "8",
+                                      "--no-trace", "--backend", "torch", "--out", str(out)])
+    assert result.exit_code == 143, result.output
+    assert "Stopped by SIGTERM while the report was written; every result is kept (1 job)" in \
+        " ".join(result.output.split())
+    rows = [json.loads(line) for line in (out / "model_results.jsonl").read_text().splitlines()]
+    assert [row["status"] for row in rows] == ["ok"]
+
+
+def test_a_stop_that_reaches_the_command_line_names_the_folder_it_held(monkeypatch, tmp_path):
+    from fusedce_cli.app import _what_was_kept
+    from fusedce_profiler.instrument.runlock import RunLock
+
+    monkeypatch.setattr(RunLock, "taken", [])
+    assert _what_was_kept() == "before the command had anything to keep"
+    with RunLock(tmp_path / "held"):
+        pass
+    assert RunLock.taken == [tmp_path / "held"]
+    assert _what_was_kept() == (f"in {tmp_path / 'held'}: what had finished is kept there; "
+                                f"`fusedce-profile report {tmp_path / 'held'}` writes its report")
