@@ -20,7 +20,7 @@ import sys
 
 def _stop_while_starting(signum: int, frame) -> None:
     try:
-        name = signal.Signals(signum).name
+        name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name  # as a started command says it
         sys.stderr.write(f"fusedce-profile: stopped by {name} while starting; nothing was run\n")
         sys.stderr.flush()
     finally:

@@ -16,6 +16,13 @@ except Exception:  # pragma: no cover - torch is a hard dependency
 if not _HAS_CUDA:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+# A suite started in the background of a non-interactive shell (`cmd &` in a script) inherits an
+# ignored SIGINT, and so would every command line a test starts: the tests of Ctrl-C need it delivered.
+import signal  # noqa: E402
+
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
 # The suite runs many tiny ops; on a small shared CI machine one intra-op thread avoids
 # thread hand-off costs that dominate at these sizes.
 torch.set_num_threads(1)

@@ -100,9 +100,17 @@ def start_cli(args: list[str], env: dict, cwd: str | Path | None = None, *, pree
     its own session and process group (signals reach it and nothing else of the test);
     stdout and stderr captured as text."""
     command = [str(CONSOLE_SCRIPT)] if script else [sys.executable, "-m", "fusedce_cli"]
+
+    def prepare() -> None:  # pragma: no cover - runs in the child
+        # as a terminal's Ctrl-C and hang-up find it, even when the suite runs under `nohup` or `cmd &`
+        for sig in (signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_DFL)
+        if preexec is not None:
+            preexec()
+
     return subprocess.Popen([*command, *args], env=env, cwd=cwd or REPO, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                            preexec_fn=preexec, **kwargs)
+                            preexec_fn=prepare, **kwargs)
 
 
 def run_cli(args: list[str], env: dict, cwd: str | Path | None = None, *, timeout: float = 180,

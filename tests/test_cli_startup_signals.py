@@ -29,7 +29,8 @@ def test_a_signal_while_starting_is_one_line_and_its_exit_code(tmp_path, signum,
     finally:
         kill_group(process)
     assert process.returncode == code, (out, err)
-    assert err.strip() == f"fusedce-profile: stopped by {signal.Signals(signum).name} while starting; nothing was run"
+    name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+    assert err.strip() == f"fusedce-profile: stopped by {name} while starting; nothing was run"
     assert not (tmp_path / "never").exists()
 
 

@@ -89,11 +89,17 @@ def user_backend_problems(names: list[str], option: str = "--backend", *, timeou
                 except JobFailed as failed:
                     raise CallableFailed(f"{option} {name}: {str(failed).splitlines()[0]}") from None
                 if isinstance(reply, CallableFailed):
-                    raise reply
-                problems[name] = reply
+                    raise CallableFailed(_naming(str(reply), option, name))
+                problems[name] = None if reply is None else _naming(reply, option, name)
         finally:
             worker.close()
     return problems
+
+
+def _naming(message: str, option: str, name: str) -> str:
+    """``message`` beginning with the option and the back-end it is about (as the check job writes
+    it; a reply the back-end's own code wrote may not)."""
+    return message if message.startswith(f"{option} {name}: ") else f"{option} {name}: {message}"
 
 
 def _died_message(what: str, died, timeout_s: float, memory: int) -> str:
