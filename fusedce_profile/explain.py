@@ -102,8 +102,10 @@ class StepStore:
         """The stored result of ``key`` (a step that failed, an error or a time-out, is run again:
         its cause may be fixed); one taken from the cache is copied into the run's own file, so
         that its folder holds every step its explanation rests on."""
+        from fusedce_profiler.instrument.records import FAILED_STATUSES
+
         result = self.results.get(key)
-        if result is not None and result.status in ("error", "timeout"):
+        if result is not None and result.status in FAILED_STATUSES:
             return None
         if result is not None and key not in self.own:
             self._store.append_jsonl(self.path, {"key": key, "result": result.to_dict()})

@@ -25,9 +25,7 @@ class ExplainRun:
         self.hypotheses: list = []
         self.confirmations: list[str] = []
         self.confirmed = False
-        self.steps_ok: dict[str, int] = {}  # back-end → calibration steps measured
-        self.steps_failed: dict[str, int] = {}  # back-end → calibration steps failed (an error or a time-out)
-        self.step_error: dict[str, str] = {}  # back-end → its first failed step's message
+        self.step_error: dict[str, str] = {}  # back-end → its first failed (error / time-out) step's message
 
     def execute(self, run_job):
         from fusedce_profiler.instrument.environment import collect_environment, save_environment
@@ -52,6 +50,7 @@ class ExplainRun:
         return self._store(interrupted=False)
 
     def _calibrate(self, run_job) -> None:
+        from fusedce_profiler.instrument.records import FAILED_STATUSES
         from fusedce_profiler.judgements.explain import calibration as cal
 
         for family, backend, jobs in cal.calibration_jobs(self.base, self.families, ("torch", self.obs.fused_backend),
@@ -63,11 +62,9 @@ class ExplainRun:
                 jobs = [cal.family_job(self.base, family, backend, b) for b in smaller]
                 results = [run_job(job, "calibrate") for job in jobs]
             for job, result in zip(jobs, results):
-                self.steps_ok[backend] = self.steps_ok.get(backend, 0) + (result.status == "ok")
-                if result.status in ("error", "timeout"):
-                    self.steps_failed[backend] = self.steps_failed.get(backend, 0) + 1
+                if result.status in FAILED_STATUSES and backend not in self.step_error:
                     first = (result.message.strip().splitlines() or [result.status])[0]  # a traceback's first line
-                    self.step_error.setdefault(backend, f"B={job.batch}: {first}")
+                    self.step_error[backend] = f"B={job.batch}: {first}"
             calibration = cal.calibration_from_results(family, backend, [j.batch for j in jobs], results)
             self.calibrations.append(calibration)
             self.progress(cal.describe(calibration))
@@ -106,6 +103,13 @@ class ExplainRun:
         self.hypotheses = build_hypotheses(self.obs, self.calibrations, terms)
         return terms
 
+    def _step_counts(self, backend: str) -> tuple[int, int]:
+        """(calibration steps of ``backend`` measured, failed with an error or a time-out)."""
+        from fusedce_profiler.instrument.records import FAILED_STATUSES
+
+        statuses = [s for c in self.calibrations if c.backend == backend for s in c.statuses]
+        return statuses.count("ok"), sum(s in FAILED_STATUSES for s in statuses)
+
     def _store(self, *, interrupted: bool):
         from fusedce_profiler.judgements.explain import conclusion as con
         from fusedce_profiler.judgements.explain.others import other_hypotheses, ruled_out_groups
@@ -117,10 +121,11 @@ class ExplainRun:
             from fusedce_profiler.judgements.explain.verdict import build_hypotheses
 
             self.hypotheses = build_hypotheses(self.obs, self.calibrations, terms)
-        failed = {b: message for b, message in self.step_error.items() if not self.steps_ok.get(b)}
-        partly = [f"{b}: {self.steps_failed[b]} of {self.steps_failed[b] + self.steps_ok[b]} calibration steps "
-                  f"failed (the first, {message}); the judgement rests on the {self.steps_ok[b]} that finished"
-                  for b, message in self.step_error.items() if self.steps_ok.get(b)]
+        counts = {b: self._step_counts(b) for b in self.step_error}  # back-end → (steps measured, failed)
+        failed = {b: message for b, message in self.step_error.items() if not counts[b][0]}
+        partly = [f"{b}: {counts[b][1]} of {sum(counts[b])} calibration steps failed (the first, {message}); the "
+                  f"judgement rests on the {counts[b][0]} that finished"
+                  for b, message in self.step_error.items() if counts[b][0]]
         if failed:  # a judgement on failed steps would be a claim about nothing measured
             self.hypotheses = []
         consistent = [h for h in self.hypotheses if h.consistent]

@@ -27,13 +27,9 @@ from fusedce_profiler.instrument.records import CellSpec
 from fusedce_profiler.instrument.text import count, one_line
 from fusedce_profiler.grid.plan import planned_cells, save_plan
 from fusedce_profiler.grid.runner import ResultNotStored, load_results, run_grid
-from fusedce_profiler.instrument.records import CellResult
+from fusedce_profiler.instrument.records import FAILED_STATUSES, CellResult
 from fusedce_profiler.instrument.worker import WorkerDied
 from fusedce_reports import Report, build_report
-
-FAILED_STATUSES = ("error", "timeout")
-"""A back-end whose every cell ended so failed the run (``oom`` and ``skipped`` are results)."""
-
 
 def print_report(report: Report, console: Console) -> None:
     """The terminal summary: the table, the findings, where the report is."""

@@ -21,8 +21,7 @@ def interrupted_outcome(out_dir: Path, stopped: KeyboardInterrupt, records: list
     written = write_report(out_dir)
     report = written[0] if isinstance(written, tuple) else written
     say(f"\nInterrupted after {finished}; report {report}; continue with {continue_with}")
-    code = interrupt_exit_code(stopped)
-    return CommandOutcome(records, code, {"out": str(out_dir), "interrupted": signal, "exit_code": code}, stopped)
+    return _stopped(out_dir, stopped, records)
 
 
 def report_stopped(out_dir: Path, stopped: KeyboardInterrupt, records: list, finished: str,
@@ -32,9 +31,14 @@ def report_stopped(out_dir: Path, stopped: KeyboardInterrupt, records: list, fin
     ``finished``: what the results are (``"4 cells"``)."""
     from fusedce_profiler.instrument.text import one_line
 
-    signal = signal_name(stopped)
-    say(f"\nStopped by {signal} while the report was written; every result is kept ({finished}); write the "
-        f"report with `fusedce-profile report {one_line(out_dir)}`")
+    say(f"\nStopped by {signal_name(stopped)} while the report was written; every result is kept ({finished}); "
+        f"write the report with `fusedce-profile report {one_line(out_dir)}`")
+    return _stopped(out_dir, stopped, records)
+
+
+def _stopped(out_dir: Path, stopped: KeyboardInterrupt, records: list) -> CommandOutcome:
+    """The outcome of a command ``stopped`` by a signal: its exit code, and the ``--json`` summary saying so."""
     code = interrupt_exit_code(stopped)
-    return CommandOutcome(records, code, {"out": str(out_dir), "interrupted": signal, "exit_code": code}, stopped)
+    return CommandOutcome(records, code, {"out": str(out_dir), "interrupted": signal_name(stopped), "exit_code": code},
+                          stopped)
 

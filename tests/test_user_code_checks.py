@@ -304,10 +304,10 @@ def test_the_start_up_handlers_stay_until_the_command_starts(monkeypatch):
 @pytest.mark.parametrize("line", [b"garbage", b'{"ok": true, "reply": {}}', b'{"ok": true, "result": {}, "id": "t"}',
                                   b'{"ok": false, "error": 3, "id": "t"}', b"[1]", b'{"ok": true, "reply": 1, "id": "u"}'])
 def test_a_reply_line_without_the_jobs_token_and_shape_is_not_taken(line):
-    from fusedce_profiler.instrument.worker import _reply
+    from fusedce_profiler.instrument.worker import _parsed, _reply
 
-    assert _reply(line, "t") is None
-    assert _reply(b'{"ok": true, "reply": 1, "id": "t"}', "t") == {"ok": True, "reply": 1, "id": "t"}
+    assert _reply(_parsed(line), "t") is None
+    assert _reply(_parsed(b'{"ok": true, "reply": 1, "id": "t"}'), "t") == {"ok": True, "reply": 1, "id": "t"}
 
 
 def test_a_lone_surrogate_in_a_message_and_a_flooded_reply_pipe_are_failed_cells_of_a_run_that_goes_on(

@@ -56,7 +56,7 @@ from fusedce_profiler.instrument.environment import save_environment
 from fusedce_profiler.grid.spec import GridSpec
 from fusedce_profiler.grid.memory_model import floor_bytes, predict
 from fusedce_profiler.instrument.protocol import CPU_WORKER_ENV, CPU_WORKER_WARM_UP, memory_source
-from fusedce_profiler.instrument.records import CellResult, CellSpec
+from fusedce_profiler.instrument.records import FAILED_STATUSES, CellResult, CellSpec
 from fusedce_profiler.grid.cell import MeasureSettings
 from fusedce_profiler.instrument.worker import JobFailed, Worker, WorkerDied, default_max_rss_bytes
 
@@ -185,7 +185,7 @@ class _Cells:
             worker = self._worker()
             result = worker.call("cell", {"spec": asdict(spec), "settings": asdict(self.settings)}, self.timeout_s,
                                  max_rss_bytes=self.max_rss_bytes, read=lambda raw: CellResult.answering(spec, raw))
-            if result.status in ("error", "timeout"):
+            if result.status in FAILED_STATUSES:
                 result.log_path = str(worker.log_path)
         except WorkerDied as died:
             self.worker = None

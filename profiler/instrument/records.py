@@ -50,6 +50,8 @@ def _stored_path(value: Any, name: str, under: str | None = None) -> str | None:
 
 
 STATUSES = ("ok", "oom", "error", "timeout", "skipped")
+FAILED_STATUSES = ("error", "timeout")
+"""The statuses of a cell or step that failed (``oom`` and ``skipped`` are results about it)."""
 REDUCTIONS = ("mean", "sum", "none")
 
 

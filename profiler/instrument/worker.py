@@ -113,17 +113,11 @@ class WorkerDied(RuntimeError):
 
 
 def _parsed(line: bytes) -> object:
+    """A reply line's JSON (``None`` for a line that is not JSON)."""
     try:
         return json.loads(line)
     except (ValueError, RecursionError):
         return None
-
-
-def _answered_earlier(line: bytes, answered: set[str]) -> bool:
-    """Whether ``line`` replies to a job this worker has already had an answer for: the job's own
-    reply, come after one the job's code forged with the token it found (a late reply, dropped)."""
-    answer = _parsed(line)
-    return isinstance(answer, dict) and answer.get("id") in answered
 
 
 class JobFailed(RuntimeError):
@@ -131,9 +125,9 @@ class JobFailed(RuntimeError):
     the message's first line is the exception, then the child's traceback."""
 
 
-def _reply(line: bytes, token: str) -> dict | None:
-    """The child's answer to the job sent with ``token``; ``None`` for any other line."""
-    answer = _parsed(line)
+def _reply(answer: object, token: str) -> dict | None:
+    """The child's answer to the job sent with ``token`` (``answer``: a reply line's JSON,
+    :func:`_parsed`); ``None`` for any other line."""
     ok = isinstance(answer, dict) and answer.get("id") == token and (
         "reply" in answer if answer.get("ok") is True else answer.get("ok") is False and "error" in answer)
     return answer if ok and isinstance(answer.get("error", ""), str) else None
@@ -238,7 +232,10 @@ class Worker:
         try:
             while True:
                 line, timed_out = self._read_line(None if deadline is None else max(0.0, deadline - time.monotonic()))
-                if line is None or not _answered_earlier(line, self._answered):
+                parsed = None if line is None else _parsed(line)
+                # the reply of a job already answered: its own, come after one the job's code forged with
+                # the token it found (a late reply, dropped)
+                if not (isinstance(parsed, dict) and parsed.get("id") in self._answered):
                     break
         finally:
             self._max_rss = None
@@ -253,13 +250,12 @@ class Worker:
                 raise WorkerDied(f"the worker grew past the memory limit of {max_rss_bytes / 2**30:.3g} GiB and was "
                                  "killed", self.log_path, _tail(self.log_path), over_memory=True)
             raise self._died(timed_out=timed_out)
-        answer = _reply(line, token)
-        if answer is not None:
-            self._answered.add(token)
+        answer = _reply(parsed, token)
         if answer is None:  # the channel is out of step: nothing more it carries can be trusted
             self.close()
             raise WorkerDied("the worker's reply pipe carried a line the tool did not write (the job's code "
                              "wrote to it)", self.log_path, _tail(self.log_path))
+        self._answered.add(token)
         if not answer["ok"]:
             error = answer["error"].strip()
             raise JobFailed(f"job {kind} failed in the worker ({error.splitlines()[-1] if error else '?'}); "
