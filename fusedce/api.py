@@ -97,7 +97,8 @@ def linear_cross_entropy(
                        memory_budget=memory_budget, strategy=strategy,
                        grad_weight_accumulation=grad_weight_accumulation, scalar_loss=reduction != "none",
                        needs_grad=any(needs), cuda=cuda,
-                       sm_count=split_k_sm_count(hidden.device, compute_dtype) if cuda else None)
+                       sm_count=split_k_sm_count(hidden.device, compute_dtype) if cuda else None,
+                       tiled=impl == "triton" and custom_op.tiles_planned(hidden2d, weight, compute_dtype))
 
     if plan.strategy == "precompute":
         loss, *_ = custom_op.loss_and_grads_op(hidden2d, weight, target1d, bias, ignore_index, reduction,
@@ -106,7 +107,7 @@ def linear_cross_entropy(
         return loss
     per_token, _ = custom_op.forward_op(hidden2d, weight, target1d, bias, ignore_index, float(label_smoothing),
                                         float(z_loss), opts.softcap_value, compute_dtype, impl, plan.rows, plan.cols,
-                                        plan.per_chunk)
+                                        plan.per_chunk, plan.tiled)
     return _reduce(per_token, target, target1d, reduction, ignore_index)
 
 

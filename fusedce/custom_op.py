@@ -43,18 +43,19 @@ def _options(ignore_index: int, label_smoothing: float, z_loss: float, softcap: 
 def forward_op(
     hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, bias: Optional[torch.Tensor],
     ignore_index: int, label_smoothing: float, z_loss: float, softcap: float,
-    compute_dtype: torch.dtype, impl: str, rows: int, cols: int, per_chunk: bool = False,
+    compute_dtype: torch.dtype, impl: str, rows: int, cols: int, per_chunk: bool = False, tiled: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(loss per token (N,), lse (N,)), fp32 (fp64 for fp64 compute). hidden is (N, H).
-    ``per_chunk`` is backward's (a bf16/fp16 grad_weight rounded once per row chunk)."""
+    ``per_chunk`` is backward's (a bf16/fp16 grad_weight rounded once per row chunk);
+    ``rows``, ``cols``, ``tiled``: the :class:`~fusedce.planner.ChunkPlan`."""
     opts = _options(ignore_index, label_smoothing, z_loss, softcap)
-    plan = ChunkPlan(rows=rows, cols=cols)
+    plan = ChunkPlan(rows=rows, cols=cols, tiled=tiled)
     return passes.forward(hidden, weight, target, bias, opts, compute_dtype, plan, _block_math(impl))
 
 
 @forward_op.register_fake
 def _forward_fake(hidden, weight, target, bias, ignore_index, label_smoothing, z_loss, softcap,
-                  compute_dtype, impl, rows, cols, per_chunk=False):
+                  compute_dtype, impl, rows, cols, per_chunk=False, tiled=False):
     acc = passes.accumulation_dtype(compute_dtype)
     n = hidden.shape[0]
     return hidden.new_empty((n,), dtype=acc), hidden.new_empty((n,), dtype=acc)
@@ -65,12 +66,12 @@ def backward_op(
     grad_loss: torch.Tensor, hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor,
     bias: Optional[torch.Tensor], lse: torch.Tensor,
     ignore_index: int, label_smoothing: float, z_loss: float, softcap: float,
-    compute_dtype: torch.dtype, impl: str, rows: int, cols: int, per_chunk: bool,
+    compute_dtype: torch.dtype, impl: str, rows: int, cols: int, per_chunk: bool, tiled: bool,
     need_hidden: bool, need_weight: bool, need_bias: bool,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(grad_hidden, grad_weight, grad_bias); a gradient not asked for is an empty tensor."""
     opts = _options(ignore_index, label_smoothing, z_loss, softcap)
-    plan = ChunkPlan(rows=rows, cols=cols, per_chunk=per_chunk)
+    plan = ChunkPlan(rows=rows, cols=cols, per_chunk=per_chunk, tiled=tiled)
     gh, gw, gb = passes.backward(grad_loss, hidden, weight, target, bias, lse, opts, compute_dtype, plan,
                                   _block_math(impl), need_hidden=need_hidden, need_weight=need_weight,
                                   need_bias=need_bias)
@@ -80,7 +81,7 @@ def backward_op(
 
 @backward_op.register_fake
 def _backward_fake(grad_loss, hidden, weight, target, bias, lse, ignore_index, label_smoothing, z_loss,
-                   softcap, compute_dtype, impl, rows, cols, per_chunk, need_hidden, need_weight, need_bias):
+                   softcap, compute_dtype, impl, rows, cols, per_chunk, tiled, need_hidden, need_weight, need_bias):
     return (torch.empty_like(hidden) if need_hidden else hidden.new_empty((0,)),
             weight.new_empty(weight.shape) if need_weight else hidden.new_empty((0,)),
             bias.new_empty(bias.shape) if (need_bias and bias is not None) else hidden.new_empty((0,)))
@@ -88,10 +89,10 @@ def _backward_fake(grad_loss, hidden, weight, target, bias, lse, ignore_index, l
 
 def _setup_context(ctx, inputs, output):
     (hidden, weight, target, bias, ignore_index, label_smoothing, z_loss, softcap,
-     compute_dtype, impl, rows, cols, per_chunk) = inputs
+     compute_dtype, impl, rows, cols, per_chunk, tiled) = inputs
     _, lse = output
     ctx.save_for_backward(hidden, weight, target, bias, lse)
-    ctx.args = (ignore_index, label_smoothing, z_loss, softcap, compute_dtype, impl, rows, cols, per_chunk)
+    ctx.args = (ignore_index, label_smoothing, z_loss, softcap, compute_dtype, impl, rows, cols, per_chunk, tiled)
 
 
 def _backward(ctx, grad_loss, _grad_lse):
@@ -100,7 +101,7 @@ def _backward(ctx, grad_loss, _grad_lse):
     gh, gw, gb = backward_op(grad_loss, hidden, weight, target, bias, lse, *ctx.args,
                              need[0], need[1], bias is not None and need[3])
     return (gh if need[0] else None, gw if need[1] else None, None,
-            gb if (bias is not None and need[3]) else None) + (None,) * 9
+            gb if (bias is not None and need[3]) else None) + (None,) * 10
 
 
 forward_op.register_autograd(_backward, setup_context=_setup_context)
@@ -130,8 +131,8 @@ def _loss_and_grads_fake(hidden, weight, target, bias, ignore_index, reduction, 
                          softcap, compute_dtype, impl, rows, split_k, per_chunk, need_hidden, need_weight, need_bias):
     loss = hidden.new_empty((), dtype=passes.accumulation_dtype(compute_dtype))
     return (loss,) + _backward_fake(None, hidden, weight, target, bias, None, ignore_index, label_smoothing, z_loss,
-                                    softcap, compute_dtype, impl, rows, 0, per_chunk, need_hidden, need_weight,
-                                    need_bias)
+                                    softcap, compute_dtype, impl, rows, 0, per_chunk, False, need_hidden,
+                                    need_weight, need_bias)
 
 
 @torch.library.custom_op("fusedce::scale_", mutates_args=("grad",))
@@ -184,3 +185,12 @@ def triton_available(device: torch.device) -> bool:
     if device.type == "cuda":
         return True
     return device.type == "cpu" and os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+def tiles_planned(hidden: torch.Tensor, weight: torch.Tensor, compute_dtype: torch.dtype) -> bool:
+    """Whether ``impl="triton"`` will run this call's blocks through the tiled kernels
+    (:func:`fusedce.kernels.tiles_planned`; False where this Triton has no tensor descriptors)."""
+    from fusedce import kernels
+
+    planned = getattr(kernels, "tiles_planned", None)
+    return planned is not None and planned(hidden, weight, compute_dtype)

@@ -54,20 +54,26 @@ def predict_peak_bytes(
     grad_weight_accumulation: str = "fp32",
     reduction: str = "mean",
     sm_count: int | None = None,
+    tiled: bool | None = None,
 ) -> MemoryPrediction:
     """Predicted peak extra bytes of ``linear_cross_entropy`` forward and backward, for a
     call whose gradients are all needed (a training step) with these planner arguments.
 
     ``sm_count``: the GPU's SM count for the split-K choice of the precompute strategy on
     CUDA (``impl="triton"``); None: the current CUDA device's when there is one, else no split.
+    ``tiled``: whether the tiled kernels run the blocks (:func:`fusedce.kernels.tiles_planned`);
+    None: as they would on the current CUDA device for contiguous inputs of these dtypes.
     """
     cuda = impl == "triton"
     if sm_count is None and cuda:
         sm_count = _current_sm_count(compute_dtype)
+    if tiled is None:
+        tiled = cuda and _current_tiled(h, hidden_dtype, weight_dtype, compute_dtype)
     plan = plan_chunks(n, h, v, hidden_dtype=hidden_dtype, weight_dtype=weight_dtype, compute_dtype=compute_dtype,
                        chunk_size=chunk_size, vocab_chunk_size=vocab_chunk_size, memory_budget=memory_budget,
                        strategy=strategy, grad_weight_accumulation=grad_weight_accumulation,
-                       scalar_loss=reduction != "none", needs_grad=True, cuda=cuda, sm_count=sm_count if cuda else None)
+                       scalar_loss=reduction != "none", needs_grad=True, cuda=cuda, sm_count=sm_count if cuda else None,
+                       tiled=tiled)
     if plan.strategy == "precompute":
         return _precompute_peaks(n, h, v, plan, hidden_dtype=hidden_dtype, weight_dtype=weight_dtype,
                                  compute_dtype=compute_dtype, has_bias=has_bias, bias_dtype=bias_dtype, impl=impl)
@@ -123,7 +129,7 @@ def _predict(n: int, h: int, v: int, plan: ChunkPlan, hidden_dtype: torch.dtype,
     vectors of the vocabulary-parallel forward's statistics buffer (0 in one process)."""
     acc = dtype_bytes(accumulation_dtype(compute_dtype))
     rows, cols = min(plan.rows, max(n, 1)), min(plan.cols, v)
-    workspace = _workspace_bytes(rows, cols, h, hidden_dtype, weight_dtype, compute_dtype, impl)
+    workspace = _workspace_bytes(rows, cols, h, hidden_dtype, weight_dtype, compute_dtype, impl, plan.tiled)
     forward_extra, backward_extra = (_torch_path_bytes(rows, cols, h, compute_dtype, has_bias and dtype_bytes(
         bias_dtype or weight_dtype) != acc) if impl == "torch" else (0, 0))
     forward_extra += collective_rows * rows * acc
@@ -138,13 +144,15 @@ def _predict(n: int, h: int, v: int, plan: ChunkPlan, hidden_dtype: torch.dtype,
 
 
 def _workspace_bytes(rows: int, cols: int, h: int, hidden_dtype: torch.dtype, weight_dtype: torch.dtype,
-                     compute_dtype: torch.dtype, impl: str) -> int:
-    """The buffers both passes reuse for every block: the logits block and the converted
-    hidden / weight chunks (when their dtype is not the compute dtype)."""
+                     compute_dtype: torch.dtype, impl: str, tiled: bool = False) -> int:
+    """The buffers both passes reuse for every block: the logits block (half of it when
+    ``tiled``: 2-byte gradients, no fp32 logits) and the converted hidden / weight chunks (when
+    their dtype is not the compute dtype)."""
     acc = dtype_bytes(accumulation_dtype(compute_dtype))
     c = dtype_bytes(compute_dtype)
     # the Triton path runs on CUDA, where the block's rows are padded (passes.block_row_stride)
-    block = rows * block_row_stride(cols, torch.device("cuda" if impl == "triton" else "cpu")) * acc
+    device = torch.device("cuda" if impl == "triton" else "cpu")
+    block = ChunkPlan(rows=rows, cols=cols, tiled=tiled).block_elements(rows, cols, device) * acc
     hidden_chunk = rows * h * c if hidden_dtype != compute_dtype else 0
     weight_chunk = cols * h * c if weight_dtype != compute_dtype else 0
     return block + hidden_chunk + weight_chunk
@@ -181,6 +189,18 @@ def _gradient_bytes(n: int, h: int, v: int, plan: ChunkPlan, hidden_dtype: torch
     weight_acc = v * h * acc if (weight_dtype != accumulation_dtype(compute_dtype) and n_row_chunks > 1
                                  and not plan.per_chunk) else 0
     return grads + weight_acc
+
+
+def _current_tiled(h: int, hidden_dtype: torch.dtype, weight_dtype: torch.dtype, compute_dtype: torch.dtype) -> bool:
+    """Whether the current CUDA device runs contiguous inputs of these dtypes through the tiled
+    kernels (False without one)."""
+    if not torch.cuda.is_available():
+        return False
+    from fusedce.custom_op import tiles_planned
+
+    device = torch.device("cuda", torch.cuda.current_device())
+    return tiles_planned(torch.empty((0, h), dtype=hidden_dtype, device=device),
+                         torch.empty((0, h), dtype=weight_dtype, device=device), compute_dtype)
 
 
 def _current_sm_count(compute_dtype: torch.dtype) -> int | None:

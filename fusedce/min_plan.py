@@ -56,7 +56,7 @@ def within_time_of(default: ChunkPlan, n: int, h: int, v: int, plan: ChunkPlan, 
     best = default
     for rows in row_options:
         for cols in col_options:  # narrowest first: the first one within the time is this row count's least
-            candidate = ChunkPlan(rows=rows, cols=cols, per_chunk=per_chunk and rows < n_eff)
+            candidate = ChunkPlan(rows=rows, cols=cols, per_chunk=per_chunk and rows < n_eff, tiled=plan.tiled)
             if seconds(candidate) <= limit:
                 if (temporaries(candidate), seconds(candidate)) < (temporaries(best), seconds(best)):
                     best = candidate
@@ -68,15 +68,15 @@ def _recompute_bytes(n: int, h: int, v: int, plan: ChunkPlan, hidden_dtype: torc
                      compute_dtype: torch.dtype) -> int:
     """Bytes of a recompute plan's temporaries (:mod:`fusedce.planner`'s table): the fp32
     grad_hidden sum and converted hidden chunk per row, the fp32 block and converted weight
-    chunk per column, and a bf16/fp16 weight's V·H·4 gradient sum when its rows come in
-    several chunks without ``per_chunk``."""
+    chunk per column (the block :attr:`~fusedce.planner.ChunkPlan.block_logit_bytes` a logit), and a
+    bf16/fp16 weight's V·H·4 gradient sum when its rows come in several chunks without ``per_chunk``."""
     c = dtype_bytes(compute_dtype)
     rows, cols = min(plan.rows, max(n, 1)), min(plan.cols, v)
     per_row = h * (4 + (c if hidden_dtype != compute_dtype else 0))
     weight_row = h * c if weight_dtype != compute_dtype else 0
     weight_sum = v * h * 4 if _low_precision(weight_dtype, compute_dtype) and rows < max(n, 1) \
         and not plan.per_chunk else 0
-    return rows * per_row + cols * (rows * 4 + weight_row) + weight_sum
+    return rows * per_row + cols * (rows * plan.block_logit_bytes + weight_row) + weight_sum
 
 
 def _ceil_to(value: int, step: int) -> int:

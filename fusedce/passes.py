@@ -104,9 +104,10 @@ def forward(
                     and tiles.tile_stats(h_i, w_j, _columns(bias, c0, c1), offset + c0, target_i, stats_i,
                                          work.block, softcap=opts.softcap_value, need_sum=need_sum)):
                 continue
-            z = work.logits(h_i, w_j)
-            block_math.chunk_stats(z, _columns(bias, c0, c1), offset + c0, target_i, stats_i,
-                                   softcap=opts.softcap_value, need_sum=need_sum)
+            for s0, s1 in work.logit_pieces(r1 - r0, c0, c1):
+                z = work.logits(h_i, w_j[s0 - c0:s1 - c0])
+                block_math.chunk_stats(z, _columns(bias, s0, s1), offset + s0, target_i, stats_i,
+                                       softcap=opts.softcap_value, need_sum=need_sum)
         if shard is not None:
             shard.reduce_stats(stats.rows(r0, r1), need_sum)
     lse = stats.logsumexp()
@@ -166,14 +167,18 @@ def backward(
                                     work.narrow_block(r1 - r0, c1 - c0, compute_dtype), vocab=vocab,
                                     label_smoothing=opts.label_smoothing, z_loss=opts.z_loss,
                                     softcap=opts.softcap_value)
-            if d is None:
-                z = work.logits(h_i, w_j)
-                d = block_math.logit_grad(z, _columns(bias, c0, c1), offset + c0, target_i, lse_i,
-                                          row_scale_i, vocab=vocab, label_smoothing=opts.label_smoothing,
+            if d is not None:
+                grads.add_block(d, h_i, w_j, c0, c1, hidden_sum, work.ones, first_vocab_chunk=k == 0,
+                                first_row_chunk=i == 0)
+                continue
+            for s0, s1 in work.logit_pieces(r1 - r0, c0, c1):
+                w_s = w_j[s0 - c0:s1 - c0]
+                d = block_math.logit_grad(work.logits(h_i, w_s), _columns(bias, s0, s1), offset + s0, target_i,
+                                          lse_i, row_scale_i, vocab=vocab, label_smoothing=opts.label_smoothing,
                                           z_loss=opts.z_loss, softcap=opts.softcap_value, out_dtype=compute_dtype)
-            grads.add_block(d, h_i, w_j, c0, c1, hidden_sum, work.ones, first_vocab_chunk=k == 0,
-                            first_row_chunk=i == 0)
-            del d  # the PyTorch path's d is a copy: free it before the next block's product
+                grads.add_block(d, h_i, w_s, s0, s1, hidden_sum, work.ones, first_vocab_chunk=k == 0 and s0 == c0,
+                                first_row_chunk=i == 0)
+                del d  # the PyTorch path's d is a copy: free it before the next block's product
         if hidden_sum is not None:
             grads.store_hidden_rows(r0, r1, hidden_sum, scale,
                                     reduce=None if shard is None else shard.reduce_hidden)
@@ -308,7 +313,9 @@ class _Workspace:
     """The buffers a pass reuses for every block, allocated in this order.
 
     ``block``: one (rows, cols) block of logits in the accumulation dtype, rows padded to
-    :func:`block_row_stride`. ``hidden_sum`` (backward): (rows, H) accumulation-dtype sum of
+    :func:`block_row_stride`; for a ``tiled`` plan half of that (``ChunkPlan.block_logit_bytes``):
+    the tiled kernels store only a block's compute-dtype gradients (:meth:`narrow_block`), and a
+    block they refuse is multiplied in column pieces that fit (:meth:`logit_pieces`). ``hidden_sum`` (backward): (rows, H) accumulation-dtype sum of
     a row chunk's grad_hidden over the vocabulary chunks. ``hidden_rows`` / ``weight_rows``:
     row chunks of hidden / vocabulary chunks of weight in the compute dtype. ``ones``
     (backward with a bias): (rows,) in the compute dtype, for grad_bias's column sums.
@@ -319,7 +326,7 @@ class _Workspace:
         (n, h), v, device = hidden.shape, weight.shape[0], hidden.device
         rows = min(plan.rows, n)
         self._h = h
-        self.block = torch.empty(rows * block_row_stride(min(plan.cols, v), device), device=device, dtype=acc)
+        self.block = torch.empty(plan.block_elements(rows, v, device), device=device, dtype=acc)
         self.hidden_sum = torch.empty(rows * h, device=device, dtype=acc) if hidden_sum else None
         self.hidden_rows = Converter(hidden, plan.rows, compute_dtype)
         self.weight_rows = Converter(weight, plan.cols, compute_dtype)
@@ -339,11 +346,22 @@ class _Workspace:
         return self.block.numel() * self.block.element_size()
 
     def narrow_block(self, rows: int, cols: int, dtype: torch.dtype) -> torch.Tensor:
-        """An (rows, cols) view of the block buffer in a 2-byte ``dtype``, laid out as
-        ``logit_grad``'s in-place result (twice the fp32 block's row stride): where the tiled
-        kernel writes a block's gradients without the fp32 logits."""
+        """An (rows, cols) view of the block buffer in a 2-byte ``dtype``, rows padded to
+        :func:`block_row_stride` (16-byte aligned for cuBLAS): where the tiled kernel writes a
+        block's gradients without the fp32 logits (half the bytes an fp32 block takes)."""
         stride = block_row_stride(cols, self.block.device)
-        return self.block[: rows * stride].view(rows, stride).view(dtype)[:, :cols]
+        return self.block.view(dtype)[: rows * stride].view(rows, stride)[:, :cols]
+
+    def logit_pieces(self, rows: int, c0: int, c1: int) -> list[tuple[int, int]]:
+        """Columns ``[c0, c1)`` of a block in pieces whose fp32 logits (:meth:`logits`) fit the
+        block buffer: the whole block, except in a ``tiled`` plan's buffer (half an fp32 block),
+        where a block the tiled kernels refuse goes in pieces of a multiple of 64 columns."""
+        fits = self.block.numel() // max(rows, 1)  # elements of a row's share of the buffer
+        if block_row_stride(c1 - c0, self.block.device) <= fits:
+            return [(c0, c1)]
+        pad = block_row_stride(1, self.block.device)  # a piece's padded rows fit too
+        width = fits // pad * pad
+        return [(s, min(c1, s + width)) for s in range(c0, c1, width)]
 
     def hidden_sum_rows(self, rows: int) -> torch.Tensor | None:
         """The first ``rows`` rows of ``hidden_sum`` as a (rows, H) view (None in forward)."""

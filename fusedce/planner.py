@@ -27,7 +27,8 @@ and O(N) per-token vectors. :func:`budget_bytes` reads it as:
 
       grad_hidden accumulator   rows · H · 4        (fp32, summed over vocabulary chunks)
       hidden chunk, converted   rows · H · c        (only if hidden.dtype != compute dtype)
-      logits / logit grads      rows · cols · 4     (the grads overwrite the logits in place)
+      logits / logit grads      rows · cols · 4     (the grads overwrite the logits in place;
+                                                     rows · cols · 2 when tiled: no fp32 logits)
       weight chunk, converted   cols · H · c        (only if weight.dtype != compute dtype)
 
 - ``"precompute"``: for a scalar loss (mean/sum) whose gradients are needed, the gradients
@@ -79,6 +80,7 @@ PRECOMPUTE_MIN_ROWS = 1024
 ROW_PAD = 64  # elements: a CUDA block's rows are padded to this (see block_row_stride)
 MAX_SPLIT_K = 16
 FAST_SHARE = 7 / 8  # "fast": this share of the N×V compute-dtype logits torch.compile keeps
+TILED_LOGIT_BYTES = 2  # a tiled block stores only its bf16/fp16 gradients
 MIN_PLANNED_TIME_FACTOR = 1.2  # "min": modelled time ≤ this × the default's (goal: 1.5 × measured; time_model: ≤ 25 % low)
 
 BUDGET_SETTINGS = ("min", "default", "fast")
@@ -91,7 +93,10 @@ class ChunkPlan:
 
     ``strategy``: "recompute" or "precompute" (``cols == V`` then). ``per_chunk``: a
     bf16/fp16 grad_weight is summed over row chunks in its own dtype. ``split_k``: slices
-    of the grad_hidden product's K = V (precompute on CUDA; 1 = no split).
+    of the grad_hidden product's K = V (precompute on CUDA; 1 = no split). ``tiled``
+    (recompute): the tiled kernels run the blocks (:mod:`fusedce.kernels.tiles`), so a block
+    buffer holds a block's gradients in the 2-byte compute dtype, never its fp32 logits:
+    :attr:`block_logit_bytes` is 2, and the same bytes hold twice the columns.
     """
 
     rows: int
@@ -99,6 +104,20 @@ class ChunkPlan:
     strategy: str = "recompute"
     per_chunk: bool = False
     split_k: int = 1
+    tiled: bool = False
+
+    @property
+    def block_logit_bytes(self) -> int:
+        """Bytes of the block buffer per logit of a block: 2 when :attr:`tiled`, else 4 (the
+        fp32 logits; a float64 computation's blocks are sized by its accumulation dtype)."""
+        return TILED_LOGIT_BYTES if self.tiled else 4
+
+    def block_elements(self, rows: int, v: int, device: torch.device) -> int:
+        """Accumulation-dtype elements of the block buffer for ``rows`` rows of a ``v``-entry
+        vocabulary: a (rows, cols) block, rows padded (:func:`block_row_stride`); a tiled plan's
+        holds 2-byte gradients, half as many, but at least one padded column a row."""
+        logits = rows * block_row_stride(min(self.cols, v), device)
+        return max(-(-logits // 2), rows * block_row_stride(1, device)) if self.tiled else logits
 
     def row_chunks(self, n: int) -> list[tuple[int, int]]:
         return [(r, min(n, r + self.rows)) for r in range(0, n, self.rows)]
@@ -194,6 +213,7 @@ def plan_chunks(
     has_bias: bool = False,
     cuda: bool = False,
     sm_count: int | None = None,
+    tiled: bool = False,
 ) -> ChunkPlan:
     """Pick the strategy, ``rows`` and ``cols`` so the temporaries fit the budget.
 
@@ -202,7 +222,9 @@ def plan_chunks(
     (unless V is smaller or ``vocab_chunk_size`` asks for it). ``strategy="auto"`` considers
     "precompute" only for a ``scalar_loss`` (mean/sum) that ``needs_grad``; ``cuda``: the
     block's rows are padded (:func:`block_row_stride`); ``sm_count``: the GPU's SM count
-    when split-K products are available (None: never split).
+    when split-K products are available (None: never split); ``tiled``: the tiled kernels can
+    run this call's blocks (:func:`fusedce.kernels.tiles_planned`; a recompute plan then sizes
+    its blocks at :data:`TILED_LOGIT_BYTES` a logit).
     """
     check_options(chunk_size=chunk_size, vocab_chunk_size=vocab_chunk_size, memory_budget=memory_budget,
                   strategy=strategy, grad_weight_accumulation=grad_weight_accumulation)
@@ -215,7 +237,7 @@ def plan_chunks(
 
     def plan_for(budget: int, explicit: bool = explicit) -> ChunkPlan:
         return _plan_within(n, h, v, hidden_dtype, weight_dtype, compute_dtype, budget, chunk_size, vocab_chunk_size,
-                            strategy, explicit, per_chunk, scalar_loss, needs_grad, cuda, sm_count)
+                            strategy, explicit, per_chunk, scalar_loss, needs_grad, cuda, sm_count, tiled)
 
     plan = plan_for(budget)
     if memory_budget == "min" and strategy != "precompute" and chunk_size is None and vocab_chunk_size is None:
@@ -230,7 +252,7 @@ def plan_chunks(
 def _plan_within(n: int, h: int, v: int, hidden_dtype: torch.dtype, weight_dtype: torch.dtype,
                  compute_dtype: torch.dtype, budget: int, chunk_size: int | None, vocab_chunk_size: int | None,
                  strategy: str, explicit: bool, per_chunk: bool, scalar_loss: bool, needs_grad: bool, cuda: bool,
-                 sm_count: int | None) -> ChunkPlan:
+                 sm_count: int | None, tiled: bool = False) -> ChunkPlan:
     """The strategy and chunking for ``budget`` bytes of temporaries (see :func:`plan_chunks`)."""
     if (strategy == "precompute" or strategy == "auto" and explicit and needs_grad) and scalar_loss \
             and compute_dtype != torch.float16 and vocab_chunk_size is None:
@@ -247,7 +269,7 @@ def _plan_within(n: int, h: int, v: int, hidden_dtype: torch.dtype, weight_dtype
         if plan.rows >= wanted:
             return plan
     return _plan_recompute(n, h, v, hidden_dtype, weight_dtype, compute_dtype, budget, chunk_size,
-                           vocab_chunk_size, per_chunk)
+                           vocab_chunk_size, per_chunk, tiled)
 
 
 def _low_precision(weight_dtype: torch.dtype, compute_dtype: torch.dtype) -> bool:
@@ -269,13 +291,15 @@ def _check_precompute_allowed(compute_dtype: torch.dtype, scalar_loss: bool, voc
 
 def _plan_recompute(n: int, h: int, v: int, hidden_dtype: torch.dtype, weight_dtype: torch.dtype,
                     compute_dtype: torch.dtype, budget: int, chunk_size: int | None, vocab_chunk_size: int | None,
-                    per_chunk: bool) -> ChunkPlan:
+                    per_chunk: bool, tiled: bool = False) -> ChunkPlan:
     c = dtype_bytes(compute_dtype)
     per_row = h * (4 + (c if hidden_dtype != compute_dtype else 0))  # accumulator (+ converted row)
     rows = _plan_rows(n, per_row, budget, weight_dtype, chunk_size, per_chunk)
     weight_row = h * c if weight_dtype != compute_dtype else 0  # a converted weight row
-    cols = _plan_cols(v, rows, budget - rows * per_row, weight_row, vocab_chunk_size)
-    return ChunkPlan(rows=rows, cols=cols, per_chunk=per_chunk and rows < max(n, 1))
+    tiled = tiled and weight_dtype == compute_dtype and c == TILED_LOGIT_BYTES
+    cols = _plan_cols(v, rows, budget - rows * per_row, weight_row, vocab_chunk_size,
+                      TILED_LOGIT_BYTES if tiled else 4)
+    return ChunkPlan(rows=rows, cols=cols, per_chunk=per_chunk and rows < max(n, 1), tiled=tiled)
 
 
 def _plan_rows(n: int, per_row: int, budget: int, weight_dtype: torch.dtype, chunk_size: int | None,
@@ -291,13 +315,14 @@ def _plan_rows(n: int, per_row: int, budget: int, weight_dtype: torch.dtype, chu
     return min(rows, n_eff)
 
 
-def _plan_cols(v: int, rows: int, left: int, weight_row: int, vocab_chunk_size: int | None) -> int:
-    """Vocabulary entries per chunk: a ``rows``-row fp32 block (and ``weight_row`` bytes of
-    converted weight per entry) in the ``left`` bytes of the budget, a multiple of 128 and at
-    least 1024 unless the whole vocabulary fits."""
+def _plan_cols(v: int, rows: int, left: int, weight_row: int, vocab_chunk_size: int | None,
+               logit_bytes: int = 4) -> int:
+    """Vocabulary entries per chunk: a ``rows``-row block of ``logit_bytes`` a logit (and
+    ``weight_row`` bytes of converted weight per entry) in the ``left`` bytes of the budget, a
+    multiple of 128 and at least 1024 unless the whole vocabulary fits."""
     if vocab_chunk_size is not None:
         return min(v, vocab_chunk_size)
-    cols = max(0, left) // (rows * 4 + weight_row)
+    cols = max(0, left) // (rows * logit_bytes + weight_row)
     if cols >= v:
         return v
     cols = max(MIN_COLS, cols // COL_ALIGN * COL_ALIGN)

@@ -168,7 +168,7 @@ def build_report(run_dir: Path) -> Report:
     plots_dir = run_dir / store.PLOTS_DIR
     if plots_dir.is_symlink():
         raise OSError(f"{plots_dir} is a symbolic link; the report writes its plots only inside the run folder")
-    plots_dir.mkdir(exist_ok=True)
+    staging.make_folder(plots_dir)
     drawn: list[tuple[str, Path]] = []
     by_name: dict[str, Path] = {}
     token_counts = frame["tokens"].nunique() if not frame.empty else 0

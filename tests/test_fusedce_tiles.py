@@ -59,6 +59,7 @@ def launches(monkeypatch):
     monkeypatch.setattr(kernels, "tile_grad", counted_grad)
     if not CUDA:
         monkeypatch.setattr(kernels, "tiles_supported", tiles._operands_fit)
+        monkeypatch.setattr(kernels, "tiles_planned", tiles._layout_planned)
     return counts
 
 
@@ -147,3 +148,42 @@ def test_a_tile_kernel_this_gpu_cannot_compile_falls_back_to_the_block_kernels(l
     monkeypatch.setattr(tiles, "_UNAVAILABLE", set())
     _check(37, 40, 131, "mixed", "mean", vocab_chunk_size=48)
     assert sorted(set(attempts)) == [False, True] and len(attempts) == 2  # one try per variant
+
+
+def test_a_tiled_plan_holds_half_an_fp32_block_and_twice_the_columns():
+    """The tiled kernels store a block's 2-byte gradients, never its fp32 logits: the same budget
+    holds twice the columns (8192×768×32777 in bf16: 4864 columns, not 2432)."""
+    from fusedce.memory_model import predict_peak_bytes
+    from fusedce.planner import plan_chunks
+
+    args = dict(hidden_dtype=torch.bfloat16, weight_dtype=torch.bfloat16, compute_dtype=torch.bfloat16,
+                scalar_loss=True, needs_grad=True, cuda=True, sm_count=132)
+    blocks, tiled = plan_chunks(8192, 768, 32777, **args), plan_chunks(8192, 768, 32777, **args, tiled=True)
+    assert (blocks.cols, tiled.cols, tiled.tiled, blocks.tiled) == (2432, 4864, True, False)
+    assert plan_chunks(8192, 768, 32777, **{**args, "weight_dtype": torch.float32}, tiled=True).tiled is False
+    model = dict(hidden_dtype=torch.bfloat16, weight_dtype=torch.bfloat16, compute_dtype=torch.bfloat16,
+                 sm_count=132)
+    same_budget = predict_peak_bytes(8192, 768, 32777, **model, tiled=True).step - \
+        predict_peak_bytes(8192, 768, 32777, **model, tiled=False).step
+    assert abs(same_budget) < (1 << 20)  # twice the columns in the same bytes
+
+
+def test_a_block_the_kernels_refuse_in_a_tiled_plan_goes_in_pieces_that_fit(launches, monkeypatch):
+    """A tiled plan's buffer is half an fp32 block; a block the tiled kernels refuse (here: all
+    of them) is multiplied in column pieces whose fp32 logits fit it, and the result holds."""
+    from fusedce import block_math_torch, passes
+
+    pieces = []
+    logits = passes._Workspace.logits
+
+    def counted(self, h_i, w_j):
+        pieces.append(w_j.shape[0])
+        assert h_i.shape[0] * w_j.shape[0] <= self.block.numel()
+        return logits(self, h_i, w_j)
+
+    monkeypatch.setattr(passes._Workspace, "logits", counted)
+    monkeypatch.setattr(kernels, "tiles_supported", lambda h, w: False)
+    _check(37, 24, 300, "mixed", "mean", vocab_chunk_size=256)
+    assert launches == {"stats": 0, "grad": 0}
+    assert max(pieces) < 256 and sum(pieces) == 2 * 300  # forward and backward, each column once
+    del block_math_torch

@@ -26,6 +26,28 @@ def test_a_worker_that_dies_before_it_is_ready_is_at_start(tmp_path, monkeypatch
     assert workers_of(os.getpid(), wait_s=5) == []
 
 
+def test_a_leak_report_printed_at_exit_is_not_named_as_the_cause(tmp_path, monkeypatch):
+    """A compiled extension may print its leak report as the interpreter exits, after the line
+    that says why: that report is never the worker's last words."""
+    (tmp_path / "sitecustomize.py").write_text(textwrap.dedent('''
+        import os, sys
+        if "fusedce_profiler.instrument.worker_child" in sys.orig_argv:
+            print("SystemExit: the real cause", file=sys.stderr)
+            print('nanobind: leaked 2 functions!\\n - leaked function "dump"\\n - ... skipped remainder',
+                  file=sys.stderr)
+            print("nanobind: this is likely caused by a reference counting issue in the binding code.",
+                  file=sys.stderr)
+            print("See https://nanobind.readthedocs.io/en/latest/refleaks.html", file=sys.stderr, flush=True)
+            os._exit(1)
+    '''))
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    worker = Worker(tmp_path / "logs")
+    with pytest.raises(WorkerDied) as died:
+        worker.call("environment", timeout_s=60)
+    assert "(SystemExit: the real cause)" in died.value.summary
+    assert "nanobind" not in died.value.summary
+
+
 def test_a_job_that_raises_is_job_failed_with_the_exception_in_its_first_line(tmp_path):
     with Worker(tmp_path / "logs") as worker:
         with pytest.raises(JobFailed) as failed:

@@ -263,6 +263,32 @@ def test_a_second_signal_while_a_stopped_run_writes_its_report_replaces_nothing(
     assert not [p for p in run.rglob("*") if p.name.endswith(".tmp")]
 
 
+def test_a_first_report_cut_short_leaves_no_empty_plots_folder(run, monkeypatch):
+    """A folder whose report was never written (a run stopped before it) gets no empty
+    ``plots/`` from a report that a signal cuts short."""
+    import shutil
+
+    from rich.console import Console
+
+    from fusedce_profile import grid_run
+    from fusedce_profile.signals import Terminated
+    from fusedce_reports import build_report
+
+    shutil.rmtree(run / store.PLOTS_DIR)
+    for name in ("summary.md", "report.html", "results.csv"):
+        (run / name).unlink()
+
+    def cut_short(folder):
+        build_report(folder)
+        raise Terminated()
+
+    monkeypatch.setattr(grid_run, "build_report", cut_short)
+    outcome = grid_run.finish(run, Console(quiet=True), stopped=Terminated())
+    assert outcome.exit_code == 143
+    assert not (run / store.PLOTS_DIR).exists()
+    assert not [p for p in run.rglob("*") if p.name.endswith(".tmp")]
+
+
 def _rows_of(folder: Path) -> list[str]:
     return (folder / store.RESULTS_FILE).read_text().splitlines()
 

@@ -17,8 +17,8 @@ from fusedce.kernels.scale import scale_
 __all__ = ["chunk_stats", "logit_grad", "scale_"]
 
 try:
-    from fusedce.kernels.tiles import partial_bytes, tile_grad, tile_stats, tiles_supported
+    from fusedce.kernels.tiles import partial_bytes, tile_grad, tile_stats, tiles_planned, tiles_supported
 except ImportError:  # a Triton without host-side tensor descriptors: the block kernels alone
     pass
 else:
-    __all__ += ["partial_bytes", "tile_grad", "tile_stats", "tiles_supported"]
+    __all__ += ["partial_bytes", "tile_grad", "tile_stats", "tiles_planned", "tiles_supported"]

@@ -6,9 +6,12 @@ of the block: when it ends normally they are all done together, shielded from Ct
 (a signal arriving meanwhile is taken right after them); when it ends by an exception — a signal,
 a full disk — every temporary is removed instead, and the folder holds exactly what it held. A
 file the block removes (:func:`remove`) goes with the renames. Reading back a file written in the
-block (the HTML page embeds the plots) finds its new content at :func:`newest`.
+block (the HTML page embeds the plots) finds its new content at :func:`newest`. A folder the block
+creates (:func:`make_folder`, a first report's ``plots/``) is removed again when the block fails and
+it is still empty.
 
-Public API: :func:`all_or_nothing`, :class:`Placed`, :func:`place`, :func:`remove`, :func:`newest`.
+Public API: :func:`all_or_nothing`, :class:`Placed`, :func:`place`, :func:`remove`,
+:func:`make_folder`, :func:`newest`.
 """
 from __future__ import annotations
 
@@ -28,11 +31,12 @@ _HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 @dataclass
 class Placed:
     """What an :func:`all_or_nothing` block wrote: ``written`` maps each file's path to the
-    temporary holding its new content, ``removed`` holds the files to remove; ``done`` turns true
-    once all of them are in place."""
+    temporary holding its new content, ``removed`` holds the files to remove, ``made`` the folders
+    the block created (outermost first); ``done`` turns true once all of them are in place."""
 
     written: dict[Path, str] = field(default_factory=dict)
     removed: set[Path] = field(default_factory=set)
+    made: list[Path] = field(default_factory=list)
     done: bool = False
 
 
@@ -44,6 +48,28 @@ def _unlink(path: str | Path) -> None:
         os.unlink(path)
     except FileNotFoundError:
         pass
+
+
+def make_folder(path: str | Path) -> None:
+    """``mkdir -p path``; inside :func:`all_or_nothing`, each folder it creates is noted so that a
+    block that fails leaves no empty folder behind."""
+    path = Path(path)
+    missing = [folder for folder in (path, *path.parents) if not folder.exists()][::-1]
+    path.mkdir(parents=True, exist_ok=True)
+    placed = _open_set.get()
+    if placed is not None:
+        placed.made.extend(folder for folder in missing if folder not in placed.made)
+
+
+def _abandon(placed: Placed) -> None:
+    """Undo a failed block: its temporaries removed, the folders it created removed if empty."""
+    for temporary in placed.written.values():
+        _unlink(temporary)
+    for folder in reversed(placed.made):
+        try:
+            os.rmdir(folder)
+        except OSError:  # not empty (something else wrote into it), or gone
+            pass
 
 
 def place(temporary: str, path: str | Path) -> None:
@@ -165,14 +191,12 @@ def all_or_nothing() -> Iterator[Placed]:
         try:
             yield placed
         except BaseException:
-            for temporary in placed.written.values():
-                _unlink(temporary)
+            _abandon(placed)
             raise
         finally:
             _open_set.reset(token)
     if received:  # the signal's exception was dropped inside a callback: the block did not finish
-        for temporary in placed.written.values():
-            _unlink(temporary)
+        _abandon(placed)
         for signum in dict.fromkeys(received):
             signal.raise_signal(signum)  # its handler's exception, raised where it propagates
         raise KeyboardInterrupt  # the handler stopped the block once: stopped all the same

@@ -284,7 +284,7 @@ def write_stream(path: str | Path, write: Callable[[BinaryIO], object]) -> Path:
     file is streamed, never held whole in memory). A linked parent folder is refused; the file
     follows the umask."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    staging.make_folder(path.parent)
     _refuse_link(path.parent)  # a linked plots/ or snapshots/ would take the file out of the folder
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:

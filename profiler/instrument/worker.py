@@ -133,13 +133,21 @@ def _reply(answer: object, token: str) -> dict | None:
     return answer if ok and isinstance(answer.get("error", ""), str) else None
 
 
+_NOT_LAST_WORDS = (
+    "--- job ",  # the parent's own request headers
+    "USDT:",  # the CPU profiler's chatter
+    # a compiled extension's leak report, printed as the interpreter exits whatever ended it
+    "nanobind: ", " - leaked ", " - ... skipped remainder", "See https://nanobind.",
+)
+"""Log lines that are never what ended a worker, so never named as its cause."""
+
+
 def _tail(path: Path) -> str:
     try:
         text = path.read_text(errors="replace")
     except OSError:
         return ""
-    # job headers are the parent's own requests; "USDT:" lines are the CPU profiler's chatter
-    lines = [line for line in text.strip().splitlines() if not line.startswith(("--- job ", "USDT:"))]
+    lines = [line for line in text.strip().splitlines() if not line.startswith(_NOT_LAST_WORDS)]
     return "\n".join(lines[-_LOG_TAIL_LINES:])
 
 
