@@ -35,6 +35,7 @@ import fusedce  # noqa: E402
 from fusedce import passes  # noqa: E402
 from fusedce.block_math import TileMath  # noqa: E402
 from fusedce.planner import plan_chunks  # noqa: E402
+from benchmarks.tiles_ab import measure, rel, save_with_environment  # noqa: E402
 
 BF16_HEADS = ("8192x768x32777", "8192x4096x128256", "8192x2304x256000")
 AMP_HEADS = ("8192x768x32777",)
@@ -67,27 +68,6 @@ def step(hidden, weight, target, amp, whole_bf16=False, **options):
     return loss.detach(), hidden.grad, weight.grad
 
 
-def measure(run, hidden, weight, repeats):
-    run()
-    torch.cuda.synchronize()
-    hidden.grad = weight.grad = None
-    base = torch.cuda.memory_allocated()
-    torch.cuda.reset_peak_memory_stats()
-    result = run()
-    torch.cuda.synchronize()
-    peak_extra = torch.cuda.max_memory_allocated() - base - hidden.numel() * hidden.element_size() \
-        - weight.numel() * weight.element_size()
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        run()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return result, peak_extra, times
-
-
 def kernel_profile(run, steps: int = 3) -> dict:
     """CUDA kernel time per step against the step's wall time, and the ten costliest kernels."""
     from torch.profiler import ProfilerActivity, profile
@@ -107,10 +87,6 @@ def kernel_profile(run, steps: int = 3) -> dict:
             "kernel_launches_per_step": sum(e.count for e in events) / steps,
             "top": [{"name": e.key[:90], "calls_per_step": e.count / steps,
                      "ms_per_step": e.self_device_time_total / 1000 / steps} for e in top]}
-
-
-def rel(a, b):
-    return ((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-30)).item()
 
 
 def inputs(n, h, v, dtype):
@@ -170,9 +146,7 @@ def main() -> None:
                       flush=True)
         del hidden, weight, target, reference
         torch.cuda.empty_cache()
-    from fusedce_profiler.instrument.environment import collect_environment
-    (args.out / "plan-probe.json").write_text(json.dumps({"environment": collect_environment(), "results": rows},
-                                                         indent=1))
+    save_with_environment(args.out / "plan-probe.json", rows)
 
 
 if __name__ == "__main__":

@@ -34,13 +34,16 @@ def step(hidden, weight, target, mode):
     return loss.detach(), hidden.grad, weight.grad
 
 
-def measure(hidden, weight, target, mode, repeats):
-    step(hidden, weight, target, mode)  # warm-up: compiles, workspaces
+def measure(run, hidden, weight, repeats):
+    """``run()`` (one forward + backward of ``hidden`` and ``weight``, returning (loss, grad_hidden,
+    grad_weight)) once to warm up, once metered, ``repeats`` times timed: (its results, the peak
+    allocated above the inputs and gradients, the CUDA-event times in ms)."""
+    run()  # warm-up: compiles, workspaces
     torch.cuda.synchronize()
     hidden.grad = weight.grad = None
     base = torch.cuda.memory_allocated()
     torch.cuda.reset_peak_memory_stats()
-    result = step(hidden, weight, target, mode)
+    result = run()
     torch.cuda.synchronize()
     peak_extra = torch.cuda.max_memory_allocated() - base - hidden.numel() * hidden.element_size() \
         - weight.numel() * weight.element_size()
@@ -48,11 +51,18 @@ def measure(hidden, weight, target, mode, repeats):
     for _ in range(repeats):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        step(hidden, weight, target, mode)
+        run()
         end.record()
         torch.cuda.synchronize()
         times.append(start.elapsed_time(end))
     return result, peak_extra, times
+
+
+def save_with_environment(path: Path, rows: list[dict]) -> None:
+    """The rows and the environment block, as one JSON file."""
+    from fusedce_profiler.instrument.environment import collect_environment
+
+    path.write_text(json.dumps({"environment": collect_environment(), "results": rows}, indent=1))
 
 
 def rel(a, b):
@@ -80,8 +90,8 @@ def main() -> None:
             results = {}
             for path in ("blocks", "tiles"):
                 kernels.tiles_supported = tiled if path == "tiles" else (lambda h_, w_: False)
-                results[path], row[f"{path}_peak_extra_bytes"], times = measure(hidden, weight, target, mode,
-                                                                                args.repeats)
+                results[path], row[f"{path}_peak_extra_bytes"], times = measure(
+                    lambda: step(hidden, weight, target, mode), hidden, weight, args.repeats)
                 row[f"{path}_times_ms"] = times
                 row[f"{path}_median_ms"] = statistics.median(times)
             kernels.tiles_supported = tiled
@@ -93,9 +103,7 @@ def main() -> None:
                               if not isinstance(x, list)}), flush=True)
             del hidden, weight, target, results
             torch.cuda.empty_cache()
-    from fusedce_profiler.instrument.environment import collect_environment
-    (args.out / "tiles-ab.json").write_text(json.dumps({"environment": collect_environment(), "results": rows},
-                                                       indent=1))
+    save_with_environment(args.out / "tiles-ab.json", rows)
 
 
 if __name__ == "__main__":

@@ -8,44 +8,41 @@ from processes import workers_of
 from fusedce_profiler.instrument.worker import JobFailed, Worker, WorkerDied
 
 
-def test_a_worker_that_dies_before_it_is_ready_is_at_start(tmp_path, monkeypatch):
-    (tmp_path / "sitecustomize.py").write_text(textwrap.dedent('''
+def _worker_dying_at_start(tmp_path, monkeypatch, *stderr_lines: str) -> tuple[Worker, WorkerDied]:
+    """A worker whose child prints ``stderr_lines`` and exits with code 1 before it is ready."""
+    said = "\n".join(stderr_lines)
+    (tmp_path / "sitecustomize.py").write_text(textwrap.dedent(f'''
         import os, sys
         if "fusedce_profiler.instrument.worker_child" in sys.orig_argv:
-            print("ImportError: cannot import name 'x' from 'torch'", file=sys.stderr, flush=True)
+            print({said!r}, file=sys.stderr, flush=True)
             os._exit(1)
     '''))
     monkeypatch.setenv("PYTHONPATH", f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
     worker = Worker(tmp_path / "logs")
     with pytest.raises(WorkerDied) as died:
         worker.call("environment", timeout_s=60)
-    assert died.value.at_start and not died.value.timed_out
-    assert died.value.summary.startswith("the worker (python -m fusedce_profiler.instrument.worker_child) died at start-up: exited with code 1")
-    assert "(ImportError: cannot import name 'x' from 'torch')" in died.value.summary
-    assert f"; log {worker.log_path}" in died.value.summary
+    return worker, died.value
+
+
+def test_a_worker_that_dies_before_it_is_ready_is_at_start(tmp_path, monkeypatch):
+    worker, died = _worker_dying_at_start(tmp_path, monkeypatch, "ImportError: cannot import name 'x' from 'torch'")
+    assert died.at_start and not died.timed_out
+    assert died.summary.startswith("the worker (python -m fusedce_profiler.instrument.worker_child) died at start-up: exited with code 1")
+    assert "(ImportError: cannot import name 'x' from 'torch')" in died.summary
+    assert f"; log {worker.log_path}" in died.summary
     assert workers_of(os.getpid(), wait_s=5) == []
 
 
 def test_a_leak_report_printed_at_exit_is_not_named_as_the_cause(tmp_path, monkeypatch):
     """A compiled extension may print its leak report as the interpreter exits, after the line
     that says why: that report is never the worker's last words."""
-    (tmp_path / "sitecustomize.py").write_text(textwrap.dedent('''
-        import os, sys
-        if "fusedce_profiler.instrument.worker_child" in sys.orig_argv:
-            print("SystemExit: the real cause", file=sys.stderr)
-            print('nanobind: leaked 2 functions!\\n - leaked function "dump"\\n - ... skipped remainder',
-                  file=sys.stderr)
-            print("nanobind: this is likely caused by a reference counting issue in the binding code.",
-                  file=sys.stderr)
-            print("See https://nanobind.readthedocs.io/en/latest/refleaks.html", file=sys.stderr, flush=True)
-            os._exit(1)
-    '''))
-    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
-    worker = Worker(tmp_path / "logs")
-    with pytest.raises(WorkerDied) as died:
-        worker.call("environment", timeout_s=60)
-    assert "(SystemExit: the real cause)" in died.value.summary
-    assert "nanobind" not in died.value.summary
+    _, died = _worker_dying_at_start(
+        tmp_path, monkeypatch, "SystemExit: the real cause", "nanobind: leaked 2 functions!",
+        ' - leaked function "dump"', " - ... skipped remainder",
+        "nanobind: this is likely caused by a reference counting issue in the binding code.",
+        "See https://nanobind.readthedocs.io/en/latest/refleaks.html")
+    assert "(SystemExit: the real cause)" in died.summary
+    assert "nanobind" not in died.summary
 
 
 def test_a_job_that_raises_is_job_failed_with_the_exception_in_its_first_line(tmp_path):
