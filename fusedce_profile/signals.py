@@ -53,12 +53,23 @@ def stop_on_sigterm() -> Iterator[None]:
             signal.signal(signum, handler)
 
 
+def first_stop(exc: KeyboardInterrupt) -> KeyboardInterrupt:
+    """The stop that ``exc`` interrupted the handling of, if any, and so on back: the first signal.
+    A second signal raised while the first one's exception unwinds (a worker being shut down)
+    replaces it in flight; Python keeps the first as its ``__context__``."""
+    while isinstance(exc.__context__, KeyboardInterrupt):
+        exc = exc.__context__
+    return exc
+
+
 def signal_name(exc: KeyboardInterrupt) -> str:
-    """``"SIGTERM"``, ``"SIGHUP"`` or ``"Ctrl-C"``: what stopped the command, as the reports and the
-    terminal say it."""
+    """``"SIGTERM"``, ``"SIGHUP"`` or ``"Ctrl-C"``: what stopped the command (the first signal,
+    :func:`first_stop`), as the reports and the terminal say it."""
+    exc = first_stop(exc)
     return exc.signal_name if isinstance(exc, Terminated) else "Ctrl-C"
 
 
 def interrupt_exit_code(exc: KeyboardInterrupt) -> int:
-    """143 for SIGTERM, 129 for SIGHUP, 130 for Ctrl-C."""
+    """143 for SIGTERM, 129 for SIGHUP, 130 for Ctrl-C: the first signal's (:func:`first_stop`)."""
+    exc = first_stop(exc)
     return exc.exit_code if isinstance(exc, Terminated) else exit_codes.INTERRUPTED

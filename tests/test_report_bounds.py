@@ -263,6 +263,29 @@ def test_a_second_signal_while_a_stopped_run_writes_its_report_replaces_nothing(
     assert not [p for p in run.rglob("*") if p.name.endswith(".tmp")]
 
 
+def test_two_signals_end_the_command_with_the_first_ones_code(run, monkeypatch):
+    """SIGTERM stopped the run; Ctrl-C then cut the report it was writing, or landed while the
+    SIGTERM still unwound: either way the command says SIGTERM and exits 143."""
+    from rich.console import Console
+
+    from fusedce_profile import grid_run
+    from fusedce_profile.signals import Terminated, interrupt_exit_code, signal_name
+
+    def cut_by_ctrl_c(folder):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(grid_run, "build_report", cut_by_ctrl_c)
+    outcome = grid_run.finish(run, Console(quiet=True), stopped=Terminated())
+    assert outcome.exit_code == 143 and outcome.summary["interrupted"] == "SIGTERM"
+    try:
+        try:
+            raise Terminated()
+        except Terminated:  # a worker being shut down as the SIGTERM unwinds
+            raise KeyboardInterrupt  # Ctrl-C, Python keeps the SIGTERM as its context
+    except KeyboardInterrupt as second:
+        assert (interrupt_exit_code(second), signal_name(second)) == (143, "SIGTERM")
+
+
 def test_a_first_report_cut_short_leaves_no_empty_plots_folder(run, monkeypatch):
     """A folder whose report was never written (a run stopped before it) gets no empty
     ``plots/`` from a report that a signal cuts short."""
