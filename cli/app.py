@@ -295,13 +295,16 @@ def _what_was_kept() -> str:
     """What a stop that reached the command line left: nothing, or the results stored (each as it
     finished) in the run folder the command held (:attr:`~fusedce_profiler.instrument.runlock.RunLock.taken`)."""
     from fusedce_profiler.instrument.runlock import RunLock
+    from fusedce_profiler.instrument.store import RESULT_FILES
     from fusedce_profiler.instrument.text import one_line
 
     if not RunLock.taken:
         return "before the command had anything to keep"
-    folder = one_line(RunLock.taken[-1])
-    return (f"in {folder}: what had finished is kept there; `fusedce-profile report {folder}` writes its "
-            "report")
+    folder = RunLock.taken[-1]
+    if not any((folder / name).exists() for name in RESULT_FILES):
+        return f"in {one_line(folder)} before anything had finished; run the command again"
+    return (f"in {one_line(folder)}: what had finished is kept there; `fusedce-profile report {one_line(folder)}` "
+            "writes its report")
 
 
 def main() -> None:

@@ -117,7 +117,7 @@ def doctor(loss: str, *, preset: str | None = None, config: str | Path | None = 
     """
     import torch
 
-    from fusedce_profiler.instrument import store
+    from fusedce_profiler.instrument import staging, store
     from fusedce_profiler.instrument.environment import collect_environment, save_environment
     from fusedce_profiler.instrument.worker import Worker, WorkerDied
     from fusedce_profiler.judgements.doctor.records import DoctorRun
@@ -156,15 +156,17 @@ def doctor(loss: str, *, preset: str | None = None, config: str | Path | None = 
         worker.close()
         partial = DoctorRun(loss=loss, config=model or hf or str(config or preset or ""), checks=[], device=device,
                             mode=mode or "", batch=batch, seq=seq, interrupted=True)
-        store.write_json(folder / store.DOCTOR_FILE, partial.to_dict())
-        write_doctor_report(folder)
+        with staging.signals_held():  # a second signal cuts neither doctor.json nor its page
+            store.write_json(folder / store.DOCTOR_FILE, partial.to_dict())
+            write_doctor_report(folder)
         raise
     finally:
         worker.close()
     if isinstance(reply, Exception):
         raise reply
     run = reply
-    store.write_json(folder / store.DOCTOR_FILE, run.to_dict())
-    write_doctor_report(folder)
+    with staging.signals_held():  # the finished checks are stored whole; a signal now is taken after them
+        store.write_json(folder / store.DOCTOR_FILE, run.to_dict())
+        write_doctor_report(folder)
     run.folder = str(folder)
     return run

@@ -161,7 +161,7 @@ class _Runner:
             self.workers.pop(pool).close()
             result = ModelResult(job=job, status="error", message=died.summary_in(self.logs.parent))
         except JobFailed as failed:  # the job raised before it could make its failure a result
-            result = ModelResult(job=job, status="error", message=str(failed).splitlines()[0])
+            result = ModelResult(job=job, status="error", message=failed.summary_in(self.logs.parent))
         self.steps.put(key, result)
         return result
 

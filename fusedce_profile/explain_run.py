@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from fusedce_profiler.instrument import staging
+
 
 class ExplainRun:
     """One explanation being computed (see the module's account); :meth:`execute` runs it."""
@@ -45,9 +47,11 @@ class ExplainRun:
                                              self.calibrations)
                 self.confirmed = bool(self.confirmations)
         except KeyboardInterrupt:
-            self._store(interrupted=True)
+            with staging.signals_held():  # a second signal cuts neither explain.json nor its page
+                self._store(interrupted=True)
             raise
-        return self._store(interrupted=False)
+        with staging.signals_held():  # the finished explanation is stored whole; a signal now is taken after it
+            return self._store(interrupted=False)
 
     def _calibrate(self, run_job) -> None:
         from fusedce_profiler.instrument.records import FAILED_STATUSES

@@ -135,8 +135,7 @@ class _CurveTrainer:
                    else died.summary_in(self.log_dir.parent))  # the log named within the run folder
             return ParityCurve(label, status="error", message=why)
         except JobFailed as failed:  # raised before training could turn it into a result
-            first = str(failed).splitlines()[0] if str(failed) else type(failed).__name__
-            return ParityCurve(label, status="error", message=first)
+            return ParityCurve(label, status="error", message=failed.summary_in(self.log_dir.parent))
 
     def close(self) -> None:
         if self.worker is not None:

@@ -85,6 +85,10 @@ def code_block(lines: Iterable[str], info: str = "text") -> list[str]:
 
 
 def plot_text(value: object) -> str:
-    """``value`` as a matplotlib label: dollar signs escaped, so a name holding two of them
-    is drawn as written instead of being parsed (or failing to parse) as mathtext."""
-    return str(value).replace("$", r"\$")
+    """``value`` as a matplotlib label: control and invisible characters spelled out
+    (:func:`~fusedce_profiler.instrument.text.printable`: matplotlib warns of a glyph it lacks by
+    printing the character itself to the terminal), and dollar signs escaped, so a name holding two
+    of them is drawn as written instead of being parsed (or failing to parse) as mathtext."""
+    from fusedce_profiler.instrument.text import printable
+
+    return printable(str(value)).replace("$", r"\$")

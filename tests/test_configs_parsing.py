@@ -147,7 +147,17 @@ def test_a_model_folder_is_read_through_its_config_json(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama", "hidden_size": 64, "vocab_size": 100,
                                                       "num_hidden_layers": 1, "num_attention_heads": 2,
                                                       "intermediate_size": 128}))
-    assert load_config(tmp_path).source == str(tmp_path / "config.json")
+    config = load_config(tmp_path)
+    assert config.name == "llama"  # its model_type
+    assert config.source == "config.json"  # stored in records and jobs: the file's name, never the machine's path
+
+
+def test_a_name_that_is_not_a_string_is_refused_naming_the_file(tmp_path):
+    path = tmp_path / "listname.json"
+    path.write_text(json.dumps({"name": ["a", "b"], "hidden_size": 32, "vocab_size": 256, "num_hidden_layers": 1,
+                                "num_attention_heads": 2, "intermediate_size": 64}))
+    with pytest.raises(ValueError, match=r"listname\.json: name must be a string, got list"):
+        load_config(path)
 
 
 def test_a_file_that_is_not_utf8_is_named(tmp_path):

@@ -214,6 +214,31 @@ def test_an_interrupted_explanation_keeps_its_steps_and_resume_finishes_without_
     assert after[:2] == done and len(after) == 5  # + the fused steps and the repeated step, nothing twice
 
 
+def test_a_signal_while_the_finished_explanation_is_stored_is_taken_after_it(tmp_path, monkeypatch):
+    """SIGTERM while explain wrote its finished explanation left neither summary.md nor, at times,
+    explain.json, though the command said "report DIR/summary.md": the store now finishes first."""
+    import os
+    import signal
+
+    from fusedce_profile.explain import explain
+    from fusedce_profile.signals import Terminated, stop_on_sigterm
+    from fusedce_reports import explain_report
+
+    write = explain_report.write_explain_report
+
+    def signalled(folder):
+        os.kill(os.getpid(), signal.SIGTERM)
+        return write(folder)
+
+    monkeypatch.setattr(explain_report, "write_explain_report", signalled)
+    out = tmp_path / "ex"
+    with pytest.raises(Terminated), stop_on_sigterm():
+        explain(naive=3.2, fused=2.9, card=24, preset="tiny", seq=32, attention="sdpa", tied=False,
+                checkpointing=False, eval_step=False, device="cpu", out=out)
+    assert not ex.load_explanation(out).interrupted  # every step had finished: the explanation is whole
+    assert "Predictions only" in (out / "summary.md").read_text()
+
+
 def test_explanation_round_trips_through_its_json(tmp_path):
     cals = _world()
     obs = ex.Observation(15000, 14000, 24)

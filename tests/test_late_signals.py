@@ -58,5 +58,38 @@ def test_a_stop_that_reaches_the_command_line_names_the_folder_it_held(monkeypat
     with RunLock(tmp_path / "held"):
         pass
     assert RunLock.taken == [tmp_path / "held"]
+    (tmp_path / "held" / "results.jsonl").write_text("{}\n")  # a result had finished
     assert _what_was_kept() == (f"in {tmp_path / 'held'}: what had finished is kept there; "
                                 f"`fusedce-profile report {tmp_path / 'held'}` writes its report")
+
+
+def test_a_stopped_doctor_says_what_its_folder_holds(tmp_path):
+    """Stopped before any check ran, with a partial report, or after every check was stored: three
+    different lines, each true of the folder (a stop after the checks were stored had said
+    "partial report (no verdict)" of a complete one)."""
+    from fusedce_cli.doctor_command import _what_the_stop_left
+    from fusedce_profiler.instrument import store
+    from fusedce_profiler.judgements.doctor.records import DoctorRun
+
+    assert _what_the_stop_left(tmp_path, Terminated()).startswith("interrupted before any check ran; nothing to report")
+    run = DoctorRun(loss="m:f", config="tiny", checks=[], interrupted=True)
+    store.write_json(tmp_path / store.DOCTOR_FILE, run.to_dict())
+    assert _what_the_stop_left(tmp_path, Terminated()).startswith("interrupted; partial report (no verdict)")
+    run.interrupted = False
+    store.write_json(tmp_path / store.DOCTOR_FILE, run.to_dict())
+    said = _what_the_stop_left(tmp_path, Terminated())
+    assert said.startswith("stopped by SIGTERM after every check finished: ") and said.endswith(
+        f"report: {tmp_path / 'summary.md'}")
+
+
+def test_a_stop_in_a_folder_that_holds_no_result_yet_does_not_point_at_a_report(tmp_path, monkeypatch):
+    """A signal right after a command took its folder said "what had finished is kept there;
+    `report DIR` writes its report" of an empty folder that report refuses."""
+    from fusedce_cli.app import _what_was_kept
+    from fusedce_profiler.instrument import store
+    from fusedce_profiler.instrument.runlock import RunLock
+
+    monkeypatch.setattr(RunLock, "taken", [tmp_path])
+    assert _what_was_kept() == f"in {tmp_path} before anything had finished; run the command again"
+    (tmp_path / store.MODEL_RESULTS_FILE).write_text("{}\n")
+    assert _what_was_kept().endswith(f"`fusedce-profile report {tmp_path}` writes its report")

@@ -125,3 +125,11 @@ def test_a_worker_that_prints_without_end_leaves_a_log_of_its_start_and_end(tmp_
     assert log.startswith("FIRST LINE") and "LAST LINE" in log and "chatter 00000" in log
     assert "bytes of output cut: the log keeps its first and last lines" in log
     assert len(log) < 9000 and "chatter 10000" not in log
+
+
+def test_a_failed_jobs_summary_names_its_log_within_the_run_folder(tmp_path):
+    """A job that raised was stored with its log named relative to the current folder."""
+    failed = JobFailed("training-step", "Traceback …\nValueError: bad name", tmp_path / "run" / "logs" / "w.log")
+    assert failed.summary_in(tmp_path / "run") == \
+        "job training-step failed in the worker (ValueError: bad name); log logs/w.log"
+    assert str(failed).splitlines()[0] == failed.summary_in() + ":"

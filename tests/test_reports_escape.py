@@ -71,6 +71,8 @@ def test_code_block_fence_is_longer_than_any_backtick_run_inside():
 def test_link_target_and_plot_text():
     assert link_target("plots/timeline_my run (1).png") == "plots/timeline_my%20run%20%281%29.png"
     assert plot_text("a$b$") == r"a\$b\$"
+    # matplotlib prints a glyph it lacks to the terminal: a control character is drawn spelled out
+    assert plot_text("\x1b]0;PWN\x07\x0eLBL") == r"\x1b]0;PWN\x07\x0eLBL"
 
 
 # --- whole reports ----------------------------------------------------------------------------

@@ -200,8 +200,7 @@ class _Cells:
                 result = _unmeasured(spec, status, what + (f"\n{died.tail}" if died.tail else ""))
             result.log_path = str(died.log_path)
         except JobFailed as failed:  # the job itself raised, e.g. it could not import its module
-            message = str(failed).replace(str(self.worker.log_path), os.path.relpath(self.worker.log_path, self.out))
-            result = _unmeasured(spec, "error", message)
+            result = _unmeasured(spec, "error", f"{failed.summary_in(self.out)}:\n{failed.error}")
             result.log_path = str(self.worker.log_path)
         if result.status not in ("ok", "skipped") or self.fresh_per_cell:
             self.close()

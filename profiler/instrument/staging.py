@@ -10,7 +10,7 @@ block (the HTML page embeds the plots) finds its new content at :func:`newest`. 
 creates (:func:`make_folder`, a first report's ``plots/``) is removed again when the block fails and
 it is still empty.
 
-Public API: :func:`all_or_nothing`, :class:`Placed`, :func:`place`, :func:`remove`,
+Public API: :func:`all_or_nothing`, :func:`signals_held`, :class:`Placed`, :func:`place`, :func:`remove`,
 :func:`make_folder`, :func:`newest`.
 """
 from __future__ import annotations
@@ -108,7 +108,7 @@ def newest(path: str | Path) -> Path:
 
 
 @contextlib.contextmanager
-def _signals_held() -> Iterator[None]:
+def signals_held() -> Iterator[None]:
     """Ctrl-C, SIGTERM and SIGHUP received inside the block are taken when it ends, by the handlers that
     were in place before it (outside the main thread, where Python cannot set handlers, nothing
     is held: signals reach only the main thread's handlers anyway)."""
@@ -200,7 +200,7 @@ def all_or_nothing() -> Iterator[Placed]:
         for signum in dict.fromkeys(received):
             signal.raise_signal(signum)  # its handler's exception, raised where it propagates
         raise KeyboardInterrupt  # the handler stopped the block once: stopped all the same
-    with _signals_held():
+    with signals_held():
         pending = list(placed.written.items())
         try:
             while pending:

@@ -80,6 +80,9 @@ PLOTS_DIR = "plots"
 TIMELINE_SUFFIX = ".timeline.json"
 SNAPSHOT_SUFFIX = ".pickle"
 RECORDED_STEPS_FILE = "recorded_steps.jsonl"
+RESULT_FILES = (RESULTS_FILE, MODEL_RESULTS_FILE, PARITY_FILE, DOCTOR_FILE, EXPLAIN_FILE, EXPLAIN_STEPS_FILE,
+                RECORDED_STEPS_FILE)
+"""The files a run stores its results in, one per kind of run (a folder without any holds no result)."""
 
 T = TypeVar("T")
 

@@ -124,6 +124,15 @@ class JobFailed(RuntimeError):
     """A job raised in the child (jobs normally turn failures into results themselves);
     the message's first line is the exception, then the child's traceback."""
 
+    def __init__(self, kind: str, error: str, log_path: Path) -> None:
+        self.kind, self.error, self.log_path = kind, error, log_path
+        super().__init__(f"{self.summary_in()}:\n{error}")
+
+    def summary_in(self, folder: Path | None = None) -> str:
+        """The message's first line, naming the log relative to ``folder`` (a run folder)."""
+        log = os.path.relpath(self.log_path, folder) if folder is not None else self.log_path
+        return f"job {self.kind} failed in the worker ({self.error.splitlines()[-1] if self.error else '?'}); log {log}"
+
 
 def _reply(answer: object, token: str) -> dict | None:
     """The child's answer to the job sent with ``token`` (``answer``: a reply line's JSON,
@@ -265,9 +274,7 @@ class Worker:
                              "wrote to it)", self.log_path, _tail(self.log_path))
         self._answered.add(token)
         if not answer["ok"]:
-            error = answer["error"].strip()
-            raise JobFailed(f"job {kind} failed in the worker ({error.splitlines()[-1] if error else '?'}); "
-                            f"log {self.log_path}:\n{error}")
+            raise JobFailed(kind, answer["error"].strip(), self.log_path)
         if read is None:
             return answer["reply"]
         try:

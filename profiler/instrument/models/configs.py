@@ -244,8 +244,11 @@ def load_config(path: str | Path) -> ModelConfig:
             raise ValueError(f"{path}: not valid JSON: {exc}") from None
     if not isinstance(raw, dict):
         raise ValueError(f"{path}: expected a JSON/TOML object of fields, got {type(raw).__name__}")
-    return config_from_dict(raw, source=str(path), default_name=path.parent.name if path.name == "config.json"
-                            else path.stem)
+    config = config_from_dict(raw, source=str(path), default_name=path.parent.name if path.name == "config.json"
+                              else path.stem)
+    # its messages named the path as given; what is stored (records, a worker's job) names the file only:
+    # a run folder holds no absolute path of the machine it ran on
+    return dataclasses.replace(config, source=path.name)
 
 
 def is_hf_config(raw: dict[str, Any]) -> bool:
@@ -277,8 +280,11 @@ def config_from_dict(raw: dict[str, Any], *, source: str = "<dict>", default_nam
         return value
 
     hidden = required_int("hidden_size")
+    name = raw.get("name") or raw.get("_name_or_path") or raw.get("model_type") or default_name
+    if not isinstance(name, str):
+        raise ValueError(f"{source}: name must be a string, got {type(name).__name__}")
     fields: dict[str, Any] = {
-        "name": raw.get("name") or raw.get("_name_or_path") or raw.get("model_type") or default_name,
+        "name": name,
         "hidden_size": hidden,
         "vocab_size": required_int("vocab_size"),
         "num_hidden_layers": required_int("num_hidden_layers"),

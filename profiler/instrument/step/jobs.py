@@ -242,7 +242,7 @@ def run_job_in_worker(job: ModelJob, log_dir: Path, timeout_s: float | None = 90
     A worker that dies without answering (a CUDA error, a kill, a timeout) gives an ``error``
     (or ``timeout``) result naming the cause and its log.
     """
-    from fusedce_profiler.instrument.worker import Worker, WorkerDied, default_max_rss_bytes
+    from fusedce_profiler.instrument.worker import JobFailed, Worker, WorkerDied, default_max_rss_bytes
 
     start = time.perf_counter()
     worker = Worker(log_dir)
@@ -255,6 +255,8 @@ def run_job_in_worker(job: ModelJob, log_dir: Path, timeout_s: float | None = 90
         log = os.path.relpath(died.log_path, Path(log_dir).parent)  # the run folder's logs/: stored relative
         result = ModelResult(job=job, status=status,
                              message=f"{what}; log {log}" + (f":\n{died.tail}" if died.tail else ""))
+    except JobFailed as failed:  # the job raised before it could make its failure a result
+        result = ModelResult(job=job, status="error", message=failed.summary_in(Path(log_dir).parent))
     finally:
         worker.close()
     result.extra["wall_s"] = time.perf_counter() - start  # the whole process: start-up, build, warm-up, step
