@@ -166,7 +166,8 @@ def model_command(*, out: str | Path | None = None, force: bool = False, resume:
     plan = plan_model(**options)
     base = plan.base
     with run_folder(arguments.path(out, "--out"), force=force, resume=resume, kind="model") as out_dir:
-        say(f"fusedce-profile model: {plan.source.describe()} ({plan.source.parameters / 1e6:.1f} M parameters), "
+        say(f"fusedce-profile model: {one_line(plan.source.describe())} "
+            f"({plan.source.parameters / 1e6:.1f} M parameters), "
             f"B={base.batch} T={base.seq}, {base.mode}, {base.device}; writing to {one_line(out_dir)}")
         clear_interruption(out_dir)
         done = {_key(r.job): r for r in load_model_results(out_dir).records} if resume else {}

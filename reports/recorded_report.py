@@ -24,7 +24,7 @@ from fusedce_profiler.instrument.recording.records import RecordedStep, load_rec
 from fusedce_profiler.instrument.tracing.attribution import Attribution, logits_verdict
 from fusedce_reports.attribution_tables import attribution_table, detector_table, largest_term
 from fusedce_reports.environment import environment_lines, read_environment
-from fusedce_reports.escape import code_block, markdown_text
+from fusedce_reports.escape import code_block, markdown_text, plot_text
 from fusedce_reports.figures import new_figure, save_figure
 from fusedce_reports.markdown import markdown_table
 from fusedce_reports.plots.model import MAX_SHOWN_ROWS, plot_attribution, shown_rows
@@ -244,7 +244,7 @@ def plot_phases(records: list[RecordedStep], path: Path) -> Path | None:
         ax.barh(y, p.peak_allocated / unit, color="#1f77b4", label="peak allocated" if y == 0 else None)
         if p.peak_reserved is not None:
             ax.barh(y, p.peak_reserved / unit, color="#ff7f0e", alpha=0.35, label="peak reserved" if y == 0 else None)
-        labels.append(f"{step_name(r)}: {p.name}")
+        labels.append(plot_text(f"{step_name(r)}: {p.name}"))
     ax.set_yticks(range(len(labels)), labels)
     ax.invert_yaxis()
     ax.set_xlabel(f"{unit_name} ({records[0].source})")

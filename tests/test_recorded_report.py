@@ -58,3 +58,26 @@ def test_on_the_cpu_the_reserved_figure_is_unavailable(tmp_path):
     assert result.exit_code == 0, result.output
     text = " ".join((tmp_path / "summary.md").read_text().split())
     assert "reserved figure is unavailable on the CPU" in text and "Evaluation passes before the recorded steps" in text
+
+
+def test_a_label_with_control_characters_is_drawn_spelled_out(tmp_path, monkeypatch):
+    """matplotlib prints a glyph its font lacks, raw, in a warning on the terminal: a label from a
+    folder someone sent must reach the plot spelled out."""
+    import dataclasses
+
+    from matplotlib.axes import Axes
+
+    from fusedce_reports.recorded_report import plot_phases
+
+    drawn = []
+    set_yticks = Axes.set_yticks
+
+    def seen(self, ticks, labels=None, **kwargs):
+        drawn.extend(labels or [])
+        return set_yticks(self, ticks, labels, **kwargs)
+
+    monkeypatch.setattr(Axes, "set_yticks", seen)
+    record = dataclasses.replace(_record([]), label="\x1b]0;PWN\x07\x0eLBL")
+    assert plot_phases([record], tmp_path / "phases.png") is not None
+    assert drawn and not any(ch in label for label in drawn for ch in "\x1b\x07\x0e")
+    assert any("\\x1b]0;PWN\\x07\\x0eLBL" in label for label in drawn)
