@@ -8,7 +8,6 @@ import dataclasses
 import json
 import os
 import shutil
-from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -55,7 +54,7 @@ def doctor(
     as_json: JsonOption = False,
 ) -> None:
     """Check your loss wrapper on your model against the model's own loss: one verdict per item, exit 1 on a failure."""
-    from fusedce_profile.doctor import UserCodeFailed, check_arguments
+    from fusedce_profile.doctor import UserCodeFailed, check_arguments, what_the_stop_left
     from fusedce_profile.doctor import doctor as run_doctor
     from fusedce_profile.errors import UsageError
 
@@ -89,7 +88,7 @@ def doctor(
         console.print(f"doctor: no verdict — {exc}", markup=False, soft_wrap=True)
         raise typer.Exit(exit_codes.PARITY_FAILED) from None
     except KeyboardInterrupt as exc:
-        console.print(f"doctor: {_what_the_stop_left(folder, exc)}", markup=False)
+        console.print(f"doctor: {what_the_stop_left(folder, exc)}", markup=False)
         raise typer.Exit(interrupt_exit_code(exc)) from None
     console.print(f"fusedce-profile doctor: {loss} on {run.model or run.config} ({run.parameters / 1e6:.1f} M "
                   f"parameters, {run.device}, {run.mode}; gradient tolerance {run.tolerance:.1e})", markup=False)
@@ -100,22 +99,3 @@ def doctor(
         print(json.dumps({"passed": run.passed, "folder": str(folder),
                           "checks": [dataclasses.asdict(c) for c in run.checks]}))
     raise typer.Exit(exit_codes.OK if run.passed else exit_codes.PARITY_FAILED)
-
-
-def _what_the_stop_left(folder: Path, stopped: KeyboardInterrupt) -> str:
-    """The line a stopped doctor prints: what its folder holds (every check, a partial report, or
-    nothing yet) and what to do."""
-    from fusedce_profile.signals import signal_name
-    from fusedce_profiler.instrument.confined import FolderRefused
-    from fusedce_reports.doctor_report import read_doctor
-
-    try:
-        stored = read_doctor(folder)
-    except (OSError, ValueError, FolderRefused):
-        stored = None
-    if stored is not None and not stored.interrupted:
-        return (f"stopped by {signal_name(stopped)} after every check finished: {'PASS' if stored.passed else 'FAIL'}; "
-                f"report: {folder / 'summary.md'}")
-    if stored is not None:
-        return f"interrupted; partial report (no verdict) in {folder}; run the same command with --force"
-    return f"interrupted before any check ran; nothing to report in {folder}; run the same command with --force"

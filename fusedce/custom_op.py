@@ -187,10 +187,11 @@ def triton_available(device: torch.device) -> bool:
     return device.type == "cpu" and os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
-def tiles_planned(hidden: torch.Tensor, weight: torch.Tensor, compute_dtype: torch.dtype) -> bool:
+def tiles_planned(hidden: torch.Tensor, weight: torch.Tensor, compute_dtype: torch.dtype,
+                  device: torch.device | None = None) -> bool:
     """Whether ``impl="triton"`` will run this call's blocks through the tiled kernels
     (:func:`fusedce.kernels.tiles_planned`; False where this Triton has no tensor descriptors)."""
     from fusedce import kernels
 
     planned = getattr(kernels, "tiles_planned", None)
-    return planned is not None and planned(hidden, weight, compute_dtype)
+    return planned is not None and planned(hidden, weight, compute_dtype, device)

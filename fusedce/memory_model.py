@@ -129,7 +129,7 @@ def _predict(n: int, h: int, v: int, plan: ChunkPlan, hidden_dtype: torch.dtype,
     vectors of the vocabulary-parallel forward's statistics buffer (0 in one process)."""
     acc = dtype_bytes(accumulation_dtype(compute_dtype))
     rows, cols = min(plan.rows, max(n, 1)), min(plan.cols, v)
-    workspace = _workspace_bytes(rows, cols, h, hidden_dtype, weight_dtype, compute_dtype, impl, plan.tiled)
+    workspace = _workspace_bytes(plan, rows, cols, h, hidden_dtype, weight_dtype, compute_dtype, impl)
     forward_extra, backward_extra = (_torch_path_bytes(rows, cols, h, compute_dtype, has_bias and dtype_bytes(
         bias_dtype or weight_dtype) != acc) if impl == "torch" else (0, 0))
     forward_extra += collective_rows * rows * acc
@@ -143,16 +143,17 @@ def _predict(n: int, h: int, v: int, plan: ChunkPlan, hidden_dtype: torch.dtype,
     return MemoryPrediction(forward=forward, backward=backward, plan=plan)
 
 
-def _workspace_bytes(rows: int, cols: int, h: int, hidden_dtype: torch.dtype, weight_dtype: torch.dtype,
-                     compute_dtype: torch.dtype, impl: str, tiled: bool = False) -> int:
-    """The buffers both passes reuse for every block: the logits block (half of it when
-    ``tiled``: 2-byte gradients, no fp32 logits) and the converted hidden / weight chunks (when
-    their dtype is not the compute dtype)."""
+def _workspace_bytes(plan: ChunkPlan, rows: int, cols: int, h: int, hidden_dtype: torch.dtype,
+                     weight_dtype: torch.dtype, compute_dtype: torch.dtype, impl: str) -> int:
+    """The buffers both passes reuse for every block of ``plan`` (``rows`` × ``cols``, both within
+    the call's N and V): the logits block (half of it when the plan is ``tiled``: 2-byte
+    gradients, no fp32 logits) and the converted hidden / weight chunks (when their dtype is not
+    the compute dtype)."""
     acc = dtype_bytes(accumulation_dtype(compute_dtype))
     c = dtype_bytes(compute_dtype)
     # the Triton path runs on CUDA, where the block's rows are padded (passes.block_row_stride)
     device = torch.device("cuda" if impl == "triton" else "cpu")
-    block = ChunkPlan(rows=rows, cols=cols, tiled=tiled).block_elements(rows, cols, device) * acc
+    block = plan.block_elements(rows, cols, device) * acc
     hidden_chunk = rows * h * c if hidden_dtype != compute_dtype else 0
     weight_chunk = cols * h * c if weight_dtype != compute_dtype else 0
     return block + hidden_chunk + weight_chunk
@@ -193,14 +194,15 @@ def _gradient_bytes(n: int, h: int, v: int, plan: ChunkPlan, hidden_dtype: torch
 
 def _current_tiled(h: int, hidden_dtype: torch.dtype, weight_dtype: torch.dtype, compute_dtype: torch.dtype) -> bool:
     """Whether the current CUDA device runs contiguous inputs of these dtypes through the tiled
-    kernels (False without one)."""
+    kernels (False without one). Asked with meta tensors: a CUDA tensor, even an empty one, would
+    make a CUDA context in a process that may have none (the command line's own)."""
     if not torch.cuda.is_available():
         return False
     from fusedce.custom_op import tiles_planned
 
-    device = torch.device("cuda", torch.cuda.current_device())
-    return tiles_planned(torch.empty((0, h), dtype=hidden_dtype, device=device),
-                         torch.empty((0, h), dtype=weight_dtype, device=device), compute_dtype)
+    return tiles_planned(torch.empty((0, h), dtype=hidden_dtype, device="meta"),
+                         torch.empty((0, h), dtype=weight_dtype, device="meta"), compute_dtype,
+                         torch.device("cuda", torch.cuda.current_device()))
 
 
 def _current_sm_count(compute_dtype: torch.dtype) -> int | None:

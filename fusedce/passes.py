@@ -313,10 +313,10 @@ class _Workspace:
     """The buffers a pass reuses for every block, allocated in this order.
 
     ``block``: one (rows, cols) block of logits in the accumulation dtype, rows padded to
-    :func:`block_row_stride`; for a ``tiled`` plan half of that (``ChunkPlan.block_logit_bytes``):
-    the tiled kernels store only a block's compute-dtype gradients (:meth:`narrow_block`), and a
-    block they refuse is multiplied in column pieces that fit (:meth:`logit_pieces`). ``hidden_sum`` (backward): (rows, H) accumulation-dtype sum of
-    a row chunk's grad_hidden over the vocabulary chunks. ``hidden_rows`` / ``weight_rows``:
+    :func:`block_row_stride`; half of that for a ``tiled`` plan, whose kernels store only a block's
+    2-byte gradients (:meth:`narrow_block`; a block they refuse goes in pieces, :meth:`logit_pieces`).
+    ``hidden_sum`` (backward): (rows, H) accumulation-dtype sum of a row chunk's grad_hidden over
+    the vocabulary chunks. ``hidden_rows`` / ``weight_rows``:
     row chunks of hidden / vocabulary chunks of weight in the compute dtype. ``ones``
     (backward with a bias): (rows,) in the compute dtype, for grad_bias's column sums.
     """

@@ -18,11 +18,12 @@ memory raise :class:`UserCodeFailed`, one line naming the callable (the command 
 that names nothing, or a callable that cannot be called as documented, raises
 :class:`~fusedce_profile.errors.UsageError` (exit 2) — both before any verdict, never a pass.
 Ctrl-C (``KeyboardInterrupt``) stops the worker, writes ``doctor.json`` marked ``interrupted`` and
-re-raises. Under ``torchrun`` every rank calls it with its own ``out`` (the command appends
+re-raises; a stop after the checks finished is taken once they are stored, and
+:func:`what_the_stop_left` says what a stopped run's folder holds. Under ``torchrun`` every rank calls it with its own ``out`` (the command appends
 ``-rankN`` to ranks above 0); the worker joins the process group and checks that rank.
 
-Public API: :func:`doctor`, :func:`check_arguments`, :class:`UserCodeFailed`, :data:`DEFAULT_TIMEOUT_S`, :func:`default_memory_limit_gb`,
-and :func:`~fusedce_profile.folders.default_out_dir` (re-exported).
+Public API: :func:`doctor`, :func:`check_arguments`, :func:`what_the_stop_left`, :class:`UserCodeFailed`,
+:data:`DEFAULT_TIMEOUT_S`, :func:`default_memory_limit_gb`, and :func:`~fusedce_profile.folders.default_out_dir` (re-exported).
 """
 from __future__ import annotations
 
@@ -170,3 +171,22 @@ def doctor(loss: str, *, preset: str | None = None, config: str | Path | None = 
         write_doctor_report(folder)
     run.folder = str(folder)
     return run
+
+
+def what_the_stop_left(folder: Path, stopped: KeyboardInterrupt) -> str:
+    """The line a stopped doctor prints: what its folder holds (every check, a partial report, or
+    nothing yet) and what to do."""
+    from fusedce_profile.signals import signal_name
+    from fusedce_profiler.instrument.confined import FolderRefused
+    from fusedce_reports.doctor_report import read_doctor
+
+    try:
+        stored = read_doctor(folder)
+    except (OSError, ValueError, FolderRefused):
+        stored = None
+    if stored is not None and not stored.interrupted:
+        return (f"stopped by {signal_name(stopped)} after every check finished: {'PASS' if stored.passed else 'FAIL'}; "
+                f"report: {folder / 'summary.md'}")
+    if stored is not None:
+        return f"interrupted; partial report (no verdict) in {folder}; run the same command with --force"
+    return f"interrupted before any check ran; nothing to report in {folder}; run the same command with --force"

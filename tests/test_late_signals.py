@@ -67,17 +67,17 @@ def test_a_stopped_doctor_says_what_its_folder_holds(tmp_path):
     """Stopped before any check ran, with a partial report, or after every check was stored: three
     different lines, each true of the folder (a stop after the checks were stored had said
     "partial report (no verdict)" of a complete one)."""
-    from fusedce_cli.doctor_command import _what_the_stop_left
+    from fusedce_profile.doctor import what_the_stop_left
     from fusedce_profiler.instrument import store
     from fusedce_profiler.judgements.doctor.records import DoctorRun
 
-    assert _what_the_stop_left(tmp_path, Terminated()).startswith("interrupted before any check ran; nothing to report")
+    assert what_the_stop_left(tmp_path, Terminated()).startswith("interrupted before any check ran; nothing to report")
     run = DoctorRun(loss="m:f", config="tiny", checks=[], interrupted=True)
     store.write_json(tmp_path / store.DOCTOR_FILE, run.to_dict())
-    assert _what_the_stop_left(tmp_path, Terminated()).startswith("interrupted; partial report (no verdict)")
+    assert what_the_stop_left(tmp_path, Terminated()).startswith("interrupted; partial report (no verdict)")
     run.interrupted = False
     store.write_json(tmp_path / store.DOCTOR_FILE, run.to_dict())
-    said = _what_the_stop_left(tmp_path, Terminated())
+    said = what_the_stop_left(tmp_path, Terminated())
     assert said.startswith("stopped by SIGTERM after every check finished: ") and said.endswith(
         f"report: {tmp_path / 'summary.md'}")
 

@@ -147,16 +147,19 @@ def tiles_supported(h: torch.Tensor, w: torch.Tensor) -> bool:
             and _operands_fit(h, w))
 
 
-def tiles_planned(hidden: torch.Tensor, weight: torch.Tensor, compute_dtype: torch.dtype) -> bool:
+def tiles_planned(hidden: torch.Tensor, weight: torch.Tensor, compute_dtype: torch.dtype,
+                  device: torch.device | None = None) -> bool:
     """Whether a loss over ``hidden (N, H)`` and ``weight (V, H)`` computed in ``compute_dtype``
     will run its blocks through the tiled kernels, so that its plan may size a block at 2 bytes
     a logit (:class:`fusedce.planner.ChunkPlan` ``tiled``): a weight already in the 2-byte compute
     dtype (no chunk converted), laid out as :func:`tiles_supported` needs, on a GPU with
     tensor-memory copies. Hidden rows in another dtype are converted into a contiguous buffer;
     rows of this dtype must have the layout themselves. A block the kernels still refuse runs
-    through the block kernels in pieces of the buffer's fp32 size (:mod:`fusedce.passes`)."""
-    return weight.device.type == "cuda" and _has_tma(weight.device.index) and _layout_planned(hidden, weight,
-                                                                                              compute_dtype)
+    through the block kernels in pieces of the buffer's fp32 size (:mod:`fusedce.passes`).
+    ``device``: where the loss runs (default: the weight's; the memory model asks about the
+    current GPU with meta tensors, which allocate nothing)."""
+    device = weight.device if device is None else device
+    return device.type == "cuda" and _has_tma(device.index) and _layout_planned(hidden, weight, compute_dtype)
 
 
 def _layout_planned(hidden: torch.Tensor, weight: torch.Tensor, compute_dtype: torch.dtype) -> bool:

@@ -54,7 +54,10 @@ def make_folder(path: str | Path) -> None:
     """``mkdir -p path``; inside :func:`all_or_nothing`, each folder it creates is noted so that a
     block that fails leaves no empty folder behind."""
     path = Path(path)
-    missing = [folder for folder in (path, *path.parents) if not folder.exists()][::-1]
+    missing, folder = [], path
+    while not folder.exists() and folder != folder.parent:  # up to the first folder that exists
+        missing.insert(0, folder)
+        folder = folder.parent
     path.mkdir(parents=True, exist_ok=True)
     placed = _open_set.get()
     if placed is not None:

@@ -108,8 +108,14 @@ class WorkerDied(RuntimeError):
         was stopped for its time or memory limit (the last line is then no cause)."""
         last = self.tail.strip().splitlines()[-1].strip() if self.tail.strip() else ""
         quiet = self.timed_out or self.over_memory
-        log = os.path.relpath(self.log_path, folder) if folder is not None else self.log_path
-        return f"{self.reason}" + (f" ({last})" if last and not quiet else "") + f"; log {log}"
+        cause = f" ({last})" if last and not quiet else ""
+        return f"{self.reason}{cause}; log {_log_in(self.log_path, folder)}"
+
+
+def _log_in(log_path: Path, folder: Path | None) -> str | Path:
+    """A worker's log as a message names it: relative to ``folder`` (a run folder: what it stores
+    holds no absolute path), or as it is."""
+    return os.path.relpath(log_path, folder) if folder is not None else log_path
 
 
 def _parsed(line: bytes) -> object:
@@ -130,8 +136,8 @@ class JobFailed(RuntimeError):
 
     def summary_in(self, folder: Path | None = None) -> str:
         """The message's first line, naming the log relative to ``folder`` (a run folder)."""
-        log = os.path.relpath(self.log_path, folder) if folder is not None else self.log_path
-        return f"job {self.kind} failed in the worker ({self.error.splitlines()[-1] if self.error else '?'}); log {log}"
+        cause = self.error.splitlines()[-1] if self.error else "?"
+        return f"job {self.kind} failed in the worker ({cause}); log {_log_in(self.log_path, folder)}"
 
 
 def _reply(answer: object, token: str) -> dict | None:
