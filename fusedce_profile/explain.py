@@ -66,6 +66,23 @@ def step_key(job) -> str:
     return hashlib.sha1(json.dumps(dataclasses.asdict(job), sort_keys=True, default=str).encode()).hexdigest()
 
 
+def _same_file(a: Path, b: Path) -> bool:
+    """Whether ``a`` and ``b`` name one file (the same path, or two names of one file)."""
+    try:
+        return Path(a).resolve() == Path(b).resolve() or os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def _check_appendable(path: Path) -> None:
+    """``OSError`` naming ``path`` when it exists but could not be appended to in place (a link,
+    a hard link, a named pipe: :func:`~fusedce_profiler.instrument.confined.open_own_file`)."""
+    from fusedce_profiler.instrument import confined
+
+    if os.path.lexists(path):
+        os.close(confined.open_own_file(path, os.O_WRONLY | os.O_APPEND, path))
+
+
 class StepStore:
     """Finished steps by job (``explain_steps.jsonl``: one ``{"key", "result"}`` line each, appended
     and fsync'ed as each step finishes; a cache file is read and appended the same way)."""
@@ -74,6 +91,10 @@ class StepStore:
         from fusedce_profiler.instrument import store
         from fusedce_profiler.instrument.step.jobs import ModelResult
 
+        if cache is not None and _same_file(cache, path):  # --cache naming the run's own steps file
+            cache = None
+        if resume:  # a file appended to later is refused now (a link, a hard link, a pipe), before any step runs
+            _check_appendable(path)
         self.path, self.cache, self._store = path, cache, store
         self.results: dict[str, ModelResult] = {}
         self.own: set[str] = set()
@@ -132,12 +153,14 @@ def _one_result(job, raw: object):
 
 class _Runner:
     """Jobs run one at a time in a long-lived worker (a dead worker is replaced and its job is an
-    ``error`` result); stored results are reused instead of run."""
+    ``error`` result; a user back-end's steps run in a worker of their own); stored results are
+    reused instead of run."""
 
     def __init__(self, steps: StepStore, logs: Path) -> None:
         self.steps, self.logs, self.workers = steps, logs, {}
 
     def run(self, job, purpose: str):
+        from fusedce_profiler.instrument.callables import user_backend
         from fusedce_profiler.instrument.step.jobs import ModelResult
         from fusedce_profiler.instrument.worker import JobFailed, Worker, WorkerDied, default_max_rss_bytes
 
@@ -151,12 +174,15 @@ class _Runner:
         if pool == "confirm" and "calibrate" in self.workers:
             # its context and cache would count as "another process" in the capped steps
             self.workers.pop("calibrate").close()
+        tenant = user_backend(job.backend)
+        if pool in self.workers and not self.workers[pool].serves(tenant):
+            self.workers.pop(pool).close()  # a user back-end ran in it: no other back-end's step runs there
         if pool not in self.workers:
             self.workers[pool] = Worker(self.logs)
         try:
             result = self.workers[pool].call("training-steps", {"jobs": [dataclasses.asdict(job)]}, 900,
                                              max_rss_bytes=default_max_rss_bytes(),
-                                             read=lambda raw: _one_result(job, raw))
+                                             read=lambda raw: _one_result(job, raw), tenant=tenant)
         except WorkerDied as died:
             self.workers.pop(pool).close()
             result = ModelResult(job=job, status="error", message=died.summary_in(self.logs.parent))
@@ -286,10 +312,9 @@ def explain_plan(plan: Plan, *, out: str | Path = "fusedce-explain", resume: boo
     out.mkdir(parents=True, exist_ok=True)
     run = ExplainRun(plan.obs, plan.source, plan.base, plan.families, plan.batches, out, on_gpu=plan.on_gpu,
                      confirm=plan.confirm, stand_in=plan.stand_in, progress=progress)
-    steps = StepStore(out / STEPS_FILE, plan.cache, resume)
-    runner = _Runner(steps, out / "logs")
-    try:
-        with os_errors():  # a step that cannot be stored (a full disk): one line naming the file
+    with os_errors():  # a steps file that cannot be appended to; a step that cannot be stored (a full disk)
+        runner = _Runner(StepStore(out / STEPS_FILE, plan.cache, resume), out / "logs")
+        try:
             return run.execute(runner.run)
-    finally:
-        runner.close()
+        finally:
+            runner.close()

@@ -156,8 +156,9 @@ def prepare_out_dir(out: Path | None, *, force: bool, resume: bool,
 
 
 def describe_os_error(exc: OSError) -> str:
-    """``PATH: strerror`` (the path the OS error names, else the message)."""
-    path = exc.filename or ""
+    """``PATH: strerror`` (the path the OS error names, else the message). A rename names the file
+    it was to replace (a report's page that is a folder), not the temporary it came from."""
+    path = exc.filename2 or exc.filename or ""
     reason = exc.strerror or str(exc)
     return f"{path}: {reason}" if path else reason
 

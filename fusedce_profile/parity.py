@@ -116,18 +116,22 @@ class _CurveTrainer:
         self.worker = None
 
     def __call__(self, name: str, perturbed: bool):
+        from fusedce_profiler.instrument.callables import user_backend
         from fusedce_profiler.instrument.schema import build
         from fusedce_profiler.instrument.worker import JobFailed, Worker, WorkerDied
         from fusedce_profiler.judgements.parity import CONTROL, ParityCurve
 
         label = CONTROL if perturbed else name
         payload = {"settings": dataclasses.asdict(self.settings), "backend": name, "perturbed": perturbed}
+        tenant = user_backend(name)
         try:
+            if self.worker is not None and not self.worker.serves(tenant):
+                self.close()  # a user back-end trained in it: no other curve trains there
             if self.worker is None:
                 self.worker = Worker(self.log_dir, preload=("parity-curve",),
                                      warm_up=("fusedce_profiler.judgements.parity_training:warm_up_training",))
             return self.worker.call("parity-curve", payload, timeout_s=CURVE_TIMEOUT_S, max_rss_bytes=self.max_rss_bytes,
-                                    read=lambda raw: _curve_of(label, build(ParityCurve, raw)))
+                                    read=lambda raw: _curve_of(label, build(ParityCurve, raw)), tenant=tenant)
         except WorkerDied as died:
             self.close()
             # the worker's own account (an exit code, the memory limit it grew past); a hang's names its limit

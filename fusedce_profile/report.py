@@ -23,6 +23,7 @@ from fusedce_profile.errors import UsageError
 from fusedce_profile.folders import held_for_report, os_errors
 from fusedce_profile.outcome import CommandOutcome
 from fusedce_profile.signals import interrupt_exit_code, signal_name
+from fusedce_profiler.instrument.text import one_line
 
 
 def _plots(run_dir: Path) -> list[str]:
@@ -137,8 +138,10 @@ def report_command(run_dir: str | Path, *, console: Console | None = None) -> Co
     except KeyboardInterrupt as stopped:
         code = interrupt_exit_code(stopped)
         if placed is not None and placed.done and rebuilt is not None:  # it came as the report was put in place
+            console.print(f"stopped by {signal_name(stopped)} once the new report was in place: it is whole "
+                          f"({one_line(run_dir)}/summary.md)", markup=False)
             return CommandOutcome(rebuilt[1].records, code, {**rebuilt[1].summary, "exit_code": code}, stopped)
-        console.print(f"report interrupted; nothing replaced — run `fusedce-profile report {run_dir}` again",
+        console.print(f"report interrupted; nothing replaced — run `fusedce-profile report {one_line(run_dir)}` again",
                       markup=False)
         return CommandOutcome([], code, {"interrupted": signal_name(stopped), "exit_code": code}, stopped)
     if rebuilt is None:

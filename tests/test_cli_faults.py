@@ -46,11 +46,24 @@ BACKENDS = textwrap.dedent('''
     def escapes(hidden, weight, target, bias=None):  # a title, a cleared screen, red, a C1 sequence
         raise RuntimeError("\x1b]0;pwned\x07\x1b[2J\x1b[31mred\x9b0m | pipe")
 
-    def spawn(hidden, weight, target, bias=None):  # a back-end with a helper process of its own
-        import subprocess, sys
+    def spawn(hidden, weight, target, bias=None):  # a helper process in its group, a daemon outside it
+        import signal, subprocess, sys
+        if os.environ.get("FX_KILL_REAPER"):  # first the worker's reaper: the worker's other child
+            for task in os.listdir("/proc/self/task"):
+                for pid in open(f"/proc/self/task/{task}/children").read().split():
+                    os.kill(int(pid), signal.SIGKILL)
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
-        with open(os.environ["FX_CHILD_PID"], "w") as fh:
-            fh.write(str(child.pid))
+        read, write = os.pipe()
+        if os.fork() == 0:  # fork, setsid, fork: the daemon's parent exits at once
+            os.setsid()
+            if os.fork() == 0:
+                os.write(write, str(os.getpid()).encode())
+                time.sleep(300)
+            os._exit(0)
+        daemon = os.read(read, 32).decode()
+        with open(os.environ["FX_CHILD_PID"] + ".tmp", "w") as fh:
+            fh.write(f"{child.pid} {daemon}")
+        os.rename(os.environ["FX_CHILD_PID"] + ".tmp", os.environ["FX_CHILD_PID"])
         while True:
             time.sleep(1)
 
@@ -66,6 +79,15 @@ BACKENDS = textwrap.dedent('''
             os._exit(0)
         while not os.path.exists(path):
             time.sleep(0.05)
+        return ok(hidden, weight, target, bias)
+
+    def alters(hidden, weight, target, bias=None):  # alters its worker (the cell job, stdin), then trains
+        import fusedce_profiler.grid.cell as cell
+        cell.run_cell_job = lambda payload: {"status": "ok", "peak_step_bytes": 7}
+        try:
+            os.close(0)
+        except OSError:  # closed at the back-end's first call
+            pass
         return ok(hidden, weight, target, bias)
 
     def hang(hidden, weight, target, bias=None):
@@ -208,24 +230,30 @@ def test_kill_9_of_the_cli_takes_its_worker_with_it(fx, tmp_path):
 
 
 @pytest.mark.slow
-def test_kill_9_of_the_cli_takes_the_processes_a_backend_started_with_it(fx, tmp_path):
+@pytest.mark.parametrize("reaper", ["alive", "killed by the back-end"])
+def test_kill_9_of_the_cli_takes_the_processes_a_backend_started_with_it(fx, tmp_path, reaper):
+    """``kill -9`` of the command alone, as the OOM killer does, while a back-end waits after starting
+    a helper in the worker's group and a daemon in a session of its own: both end with the command,
+    also when the back-end first killed the worker's reaper."""
     from processes import _alive
 
     child_pid = tmp_path / "child.pid"
-    process = start_cli([*TINY, "--tokens", "16", "--backend", "fx_backends:spawn", "--out", str(tmp_path / "run")],
-                        cli_env(fx, FX_CHILD_PID=str(child_pid)))
+    env = cli_env(fx, FX_CHILD_PID=str(child_pid), **({"FX_KILL_REAPER": "1"} if reaper != "alive" else {}))
+    process = start_cli([*TINY, "--tokens", "16", "--backend", "fx_backends:spawn", "--out", str(tmp_path / "run")], env)
+    helpers: list[str] = []
     try:
-        wait_for(lambda: child_pid.exists() and child_pid.read_text(), 120, "the back-end's helper to start", process)
-        helper = child_pid.read_text()
-        assert _alive(helper)
-        os.kill(process.pid, signal.SIGKILL)  # the CLI alone, as the OOM killer does
+        wait_for(child_pid.exists, 120, "the back-end's helper and daemon to start", process)
+        helpers = child_pid.read_text().split()
+        assert len(helpers) == 2 and all(_alive(pid) for pid in helpers)
+        os.kill(process.pid, signal.SIGKILL)
         process.wait(timeout=30)
-        wait_for(lambda: not _alive(helper), 15, "the back-end's helper to go")
+        wait_for(lambda: not any(_alive(pid) for pid in helpers), 15, "the back-end's helper and daemon to go")
         assert workers_of(process.pid, wait_s=15) == []
     finally:
         kill_group(process)
-        if child_pid.exists() and _alive(child_pid.read_text()):
-            os.kill(int(child_pid.read_text()), signal.SIGKILL)
+        for pid in helpers:
+            if _alive(pid):
+                os.kill(int(pid), signal.SIGKILL)
 
 
 @pytest.mark.parametrize("backend", ["daemon", "hang"])
@@ -254,6 +282,21 @@ def test_a_daemon_a_backend_starts_outside_its_group_ends_with_the_run(fx, tmp_p
     finally:
         if _alive(daemon):
             os.kill(int(daemon), signal.SIGKILL)
+
+
+def test_a_backend_that_alters_its_worker_alters_no_other_backends_cell(fx, tmp_path):
+    """A user back-end runs in a worker no other back-end's cell runs in after it: one that replaces
+    the worker's cell job and closes its input, then returns normally, leaves the next cells as
+    they would be without it."""
+    out = tmp_path / "run"
+    result = CliRunner().invoke(app, [*TINY, "--tokens", "16", "--backend", "fx_backends:alters", "--backend",
+                                      "torch", "--backend", "fusedce", "--out", str(out)])
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.output
+    rows = {row["spec"]["backend"]: row for row in _rows(out)}
+    assert rows["fx_backends:alters"]["status"] == "ok"
+    for backend in ("torch", "fusedce"):
+        assert rows[backend]["status"] == "ok", rows[backend].get("message")
+        assert rows[backend]["peak_step_bytes"] > 16 * 256 * 4  # at least the logits, not the forged 7 bytes
 
 
 def test_a_fresh_worker_has_imported_its_jobs_before_the_job_clock_starts(tmp_path):

@@ -189,7 +189,8 @@ def test_the_cpu_path_ranks_predictions_and_never_decides(tmp_path):
     assert CliRunner().invoke(app, ["report", str(out)]).exit_code == 0 and (out / "summary.md").is_file()
 
 
-def test_an_interrupted_explanation_keeps_its_steps_and_resume_finishes_without_redoing_them(tmp_path):
+@pytest.mark.parametrize("cache", [False, True], ids=["", "its own steps file as the cache"])
+def test_an_interrupted_explanation_keeps_its_steps_and_resume_finishes_without_redoing_them(tmp_path, cache):
     from fusedce_profile.explain import STEPS_FILE, explain
 
     args = dict(naive=3.2, fused=2.9, card=24, preset="tiny", seq=32, attention="sdpa", tied=False,
@@ -208,10 +209,23 @@ def test_an_interrupted_explanation_keeps_its_steps_and_resume_finishes_without_
     assert "(INTERRUPTED: partial)" in (out / "summary.md").read_text()
     done = (out / STEPS_FILE).read_text().splitlines()
     assert len(done) == 2  # the torch steps at B=2 and B=4
-    resumed = explain(**args, out=out, resume=True)
+    resumed = explain(**args, out=out, resume=True, cache=out / STEPS_FILE if cache else None)
     assert not resumed.interrupted and len(resumed.calibrations) == 2
     after = (out / STEPS_FILE).read_text().splitlines()
     assert after[:2] == done and len(after) == 5  # + the fused steps and the repeated step, nothing twice
+
+
+def test_resume_refuses_a_hard_linked_steps_file_before_any_step(tmp_path):
+    import os
+
+    from fusedce_profile.explain import STEPS_FILE, StepStore
+
+    steps = tmp_path / STEPS_FILE
+    steps.write_text("")
+    os.link(steps, tmp_path / "elsewhere.jsonl")
+    with pytest.raises(OSError, match="a hard link") as refused:
+        StepStore(steps, None, resume=True)
+    assert refused.value.filename == str(steps)
 
 
 def test_a_signal_while_the_finished_explanation_is_stored_is_taken_after_it(tmp_path, monkeypatch):

@@ -134,15 +134,46 @@ def test_curve_gap_finds_the_largest_gap_its_step_and_the_steps_above_the_tolera
     assert curve_gap(ParityCurve("liger"), reference, 0.05) is None
 
 
-def test_each_backend_is_reported_as_it_finishes_and_the_rest_are_named_not_run():
+def test_the_reference_and_each_backend_are_reported_as_they_finish_and_the_rest_are_named_not_run():
     seen = []
     report = run_parity(_settings(["fusedce", f"{__name__}:faithful"], steps=10),
                         on_curve=lambda partial: seen.append(([c.backend for c in partial.curves],
                                                               list(partial.not_run), len(partial.verdicts))))
-    assert seen == [(["torch", "fusedce"], [f"{__name__}:faithful"], 1),
+    assert seen == [(["torch"], ["fusedce", f"{__name__}:faithful"], 0),
+                    (["torch", "fusedce"], [f"{__name__}:faithful"], 1),
                     (["torch", "fusedce", f"{__name__}:faithful"], [], 2)]
     assert report.not_run == [] and all(c.seconds is not None and c.seconds > 0 for c in report.curves)
     assert report.verdicts[0].max_step_rel_diff_step is not None
+
+
+def test_a_run_stopped_after_the_reference_keeps_it_and_its_page_and_resume_trains_the_rest(tmp_path):
+    from fusedce_profiler.judgements.parity import load_parity_report, save_parity_report
+    from fusedce_profiler.judgements.parity_training import train_curve
+    from fusedce_reports.parity_report import write_parity_report
+
+    settings = _settings(["fusedce"], steps=10)
+    trained = []
+
+    def stopped_after_the_reference(name, perturbed):
+        if trained:
+            raise KeyboardInterrupt  # Ctrl-C while the first back-end trains
+        trained.append(name)
+        return train_curve(settings, name, MarkovChain(settings.config.vocab_size, seed=settings.seed))
+
+    def save(partial):
+        save_parity_report(tmp_path, partial)
+        write_parity_report(tmp_path)
+
+    with pytest.raises(KeyboardInterrupt):
+        run_parity(settings, on_curve=save, train=stopped_after_the_reference)
+    partial = load_parity_report(tmp_path)
+    assert [c.backend for c in partial.curves] == ["torch"] and partial.not_run == ["fusedce"]
+    assert "fusedce" in (tmp_path / "summary.md").read_text()
+    resumed = run_parity(settings, finished=partial,
+                         train=lambda name, perturbed: trained.append(name) or train_curve(
+                             settings, name, MarkovChain(settings.config.vocab_size, seed=settings.seed)))
+    assert trained == ["torch", "fusedce"] and resumed.curves[0].losses == partial.curves[0].losses
+    assert [v.backend for v in resumed.verdicts] == ["fusedce"]
 
 
 def test_the_seed_changes_initialisation_and_data_and_is_repeatable():

@@ -198,7 +198,19 @@ def test_a_signal_as_the_report_is_put_in_place_is_taken_after_it(run, monkeypat
     result = _report(run)
     assert result.exit_code == code, result.output
     assert "nothing replaced" not in result.output
+    assert f"once the new report was in place: it is whole ({run}/summary.md)" in _plain(result.output)
     assert (run / "summary.md").read_text() != "old" and "torch" in (run / "report.html").read_text()
+
+
+def test_a_page_that_is_a_folder_is_named_in_one_line_and_nothing_is_replaced(run):
+    (run / "report.html").write_text("old")
+    shutil.rmtree(run / "summary.md", ignore_errors=True)
+    (run / "summary.md").unlink(missing_ok=True)
+    (run / "summary.md").mkdir()
+    result = _report(run)
+    assert result.exit_code == 2, result.output
+    assert _plain(result.output).endswith(f"error: {run}/summary.md: Is a directory")
+    assert (run / "report.html").read_text() == "old" and not list(run.glob(".*.tmp"))
 
 
 def test_an_integer_past_a_floats_range_is_a_note_not_a_traceback(run):

@@ -52,6 +52,7 @@ from typing import Callable, Sequence
 
 from fusedce_profiler.instrument import store
 from fusedce_profiler.instrument.backends import get_backend
+from fusedce_profiler.instrument.callables import user_backend
 from fusedce_profiler.instrument.environment import save_environment
 from fusedce_profiler.grid.spec import GridSpec
 from fusedce_profiler.grid.memory_model import floor_bytes, predict
@@ -174,7 +175,9 @@ class _Cells:
             self.worker = None
             raise
 
-    def _worker(self) -> Worker:
+    def _worker(self, tenant: str | None) -> Worker:
+        if self.worker is not None and not self.worker.serves(tenant):
+            self.close()  # a user back-end ran in it: no other back-end's cell runs there
         if self.worker is None:
             self.worker = self._start_worker()
         self.environment.take(self.worker)
@@ -182,9 +185,11 @@ class _Cells:
 
     def measure(self, spec: CellSpec) -> CellResult:
         try:
-            worker = self._worker()
+            tenant = user_backend(spec.backend)
+            worker = self._worker(tenant)
             result = worker.call("cell", {"spec": asdict(spec), "settings": asdict(self.settings)}, self.timeout_s,
-                                 max_rss_bytes=self.max_rss_bytes, read=lambda raw: CellResult.answering(spec, raw))
+                                 max_rss_bytes=self.max_rss_bytes, read=lambda raw: CellResult.answering(spec, raw),
+                                 tenant=tenant)
             if result.status in FAILED_STATUSES:
                 result.log_path = str(worker.log_path)
         except WorkerDied as died:
@@ -210,7 +215,7 @@ class _Cells:
         """``spec``'s result: ``skipped`` without a worker when a built-in back-end cannot run it. A
         user back-end (``module:callable``) is asked in the worker (the cell job skips it there):
         asking it here would import its module and make it in this process."""
-        if ":" in spec.backend:
+        if user_backend(spec.backend):
             return self.measure(spec)
         reason = get_backend(spec.backend).unsupported(spec)
         return _unmeasured(spec, "skipped", reason) if reason else self.measure(spec)

@@ -32,6 +32,13 @@ def what_it_raised(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0][:300]}" if text else type(exc).__name__
 
 
+def user_backend(name: str) -> str | None:
+    """``name`` when it names a user's back-end (``"module:callable"``: code that is not the tool's,
+    run in a worker of its own, :meth:`~fusedce_profiler.instrument.worker.Worker.serves`), else ``None``
+    (a built-in back-end's name)."""
+    return name if ":" in name else None
+
+
 def split_target(target: str, option: str) -> tuple[str, str]:
     """``"package.module:attr.path"`` → ``("package.module", "attr.path")``; ``ValueError``
     when it is not written so."""

@@ -4,11 +4,20 @@ The worker runs in its own session; four mechanisms keep it and everything a job
 outliving the command (the worker module's docstring tells the whole story):
 
 - :func:`start_reaper`: a forked *reaper* waits on the read end of a *life pipe* whose write
-  end only the parent holds; when the parent dies, however, it kills the worker's process group.
-- :func:`die_with_parent`: the kernel's ``PR_SET_PDEATHSIG`` (Linux), else a watchdog thread.
+  end only the parent holds; when the parent dies, however, it kills every process under the
+  worker (:func:`kill_tree`), then the worker's process group.
+- :func:`die_with_parent`: the kernel's ``PR_SET_PDEATHSIG`` sends the worker SIGTERM when its
+  parent dies (Linux), and a watchdog thread checks the parent too; either ends the worker the
+  way :func:`end_worker` does.
 - :func:`adopt_orphans`: the worker is a child subreaper (``PR_SET_CHILD_SUBREAPER``), so a
   daemon a job starts (fork, ``setsid``, fork) becomes its child when its parent exits;
-- :func:`end_children`: when the worker ends it kills every child that left its group.
+- :func:`end_worker`: kills every process under the worker (:func:`kill_tree`), then its group.
+
+The death signal is SIGTERM, not SIGKILL: a worker killed outright would hand the daemons it
+adopted to init before anyone could find them. Whichever comes first, the worker's handler (at
+its next Python instruction) or the reaper (the worker still alive under it), finds them as the
+worker's children. A job that kills the reaper, ignores SIGTERM or holds the interpreter in C
+code leaves the other two ways.
 """
 from __future__ import annotations
 
@@ -32,17 +41,19 @@ def _prctl(option: int, value: int) -> None:
             pass
 
 
-def die_with_parent(parent_pid: int) -> None:
-    """Make sure this process does not outlive ``parent_pid`` (see the module docstring)."""
-    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+def die_with_parent(parent_pid: int, spare: int) -> None:
+    """Make sure this process (a worker whose reaper is ``spare``) does not outlive ``parent_pid``
+    (see the module docstring): SIGTERM from the kernel when the parent dies, which the caller
+    handles with :func:`end_worker`, and a watchdog thread polling the parent's pid that calls it."""
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
     if os.getppid() != parent_pid:  # the parent died before the death signal was armed
-        os._exit(1)
+        end_worker(spare)
 
     def watch() -> None:
         while True:
             time.sleep(1.0)
             if os.getppid() != parent_pid:
-                os._exit(1)
+                end_worker(spare)
 
     threading.Thread(target=watch, name="parent-watchdog", daemon=True).start()
 
@@ -53,51 +64,72 @@ def adopt_orphans() -> None:
     _prctl(_PR_SET_CHILD_SUBREAPER, 1)
 
 
-def _children() -> set[int]:
-    """This process's children (every thread's), from /proc."""
-    pids: set[int] = set()
+def end_children(spare: int) -> None:
+    """SIGKILL every process under this worker but ``spare`` (its reaper): the daemons it adopted
+    as well as the helpers still in its group (:func:`kill_tree`)."""
+    kill_tree(os.getpid(), spare)
+
+
+def end_worker(spare: int) -> None:
+    """End this worker: every process under it (:func:`end_children`, ``spare``: the reaper), then
+    its whole group, this process included. Never returns."""
     try:
-        tasks = os.listdir("/proc/self/task")
+        end_children(spare)
+    finally:
+        os.killpg(0, signal.SIGKILL)
+        os._exit(1)  # not reached: the group's SIGKILL ended this process
+
+
+def _children_of(pid: int) -> list[int]:
+    """``pid``'s living children (every thread's), from /proc; zombies left out."""
+    found = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
     except OSError:
-        return pids
+        return found
     for task in tasks:
         try:
-            with open(f"/proc/self/task/{task}/children") as fh:
-                pids.update(int(p) for p in fh.read().split())
+            with open(f"/proc/{pid}/task/{task}/children") as fh:
+                found.extend(int(p) for p in fh.read().split())
         except (OSError, ValueError):
             pass
-    return pids
+    return [child for child in found if _state(child) not in ("Z", "X", "")]
 
 
-def end_children(spare: int) -> None:
-    """SIGKILL every child that has left this process group (a daemon a job started, adopted
-    here) and reap it; its own children are adopted in turn, so this repeats until none is left
-    (at most 50 rounds). Children still in the group (a compiler's worker pool, ``spare``: the
-    reaper) are left to the group's end (:meth:`~fusedce_profiler.instrument.worker.Worker.close`
-    kills the group once the worker has exited)."""
-    group = os.getpgrp()
+def _state(pid: int) -> str:
+    """The state letter of ``pid`` (``R``, ``S``, ``Z``…), ``""`` when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return ""
+
+
+def kill_tree(root: int, spare: int) -> None:
+    """SIGKILL every process under ``root`` (``root`` itself and ``spare`` left alive), the
+    deepest first, in rounds until none is left (at most 50): ``root``, a child subreaper, adopts
+    the children of each one killed, so nothing under it escapes to init while it lives."""
     for _ in range(50):
-        strays = set()
-        for pid in _children() - {spare}:
-            try:
-                if os.getpgid(pid) != group:
-                    strays.add(pid)
-            except ProcessLookupError:
-                pass
-        if not strays:
+        tree, frontier = [], [root]
+        while frontier:
+            children = [c for pid in frontier for c in _children_of(pid) if c != spare and c not in tree]
+            tree.extend(children)
+            frontier = children
+        if not tree:
             return
-        for pid in strays:
+        for pid in reversed(tree):
             try:
                 os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
-            except (ProcessLookupError, ChildProcessError, PermissionError):
+            except (ProcessLookupError, PermissionError):
                 pass
+        time.sleep(0.01)  # the worker adopts the orphans of those killed
 
 
 def start_reaper(life_fd: int) -> int:
-    """Fork the reaper: it waits for the parent's end of the life pipe to close, then kills this
-    process group (see the module docstring). Forked before anything is imported or threaded.
-    Returns its pid."""
+    """Fork the reaper: it waits for the parent's end of the life pipe to close, then kills every
+    process under the worker and the worker's process group (see the module docstring). Forked
+    before anything is imported or threaded. Returns its pid."""
+    worker = os.getpid()
     pid = os.fork()
     if pid == 0:
         try:
@@ -105,6 +137,7 @@ def start_reaper(life_fd: int) -> int:
             os.closerange(life_fd + 1, 1 << 16)
             while os.read(life_fd, 1):
                 pass
+            kill_tree(worker, spare=os.getpid())
         finally:
             os.killpg(0, signal.SIGKILL)
             os._exit(0)

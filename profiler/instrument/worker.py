@@ -24,21 +24,20 @@ factory and loss wrapper checked: :func:`fusedce_profiler.judgements.doctor.job.
 ``parity-curve`` (a training curve), ``check-backend`` (:mod:`fusedce_profiler.instrument.backends.check`).
 
 Lifetime: the child runs in its own session (Ctrl-C and SIGTERM at the terminal reach only
-the parent, which stops the child and keeps its results valid) and its whole process group
-dies with its parent, however the parent ends, ``kill -9`` included. The parent keeps the
-write end of a *life pipe* that no other process holds; the child, first thing, forks a
-*reaper* that only waits on the read end. When the parent dies the kernel closes the write
-end, the reaper's read returns end-of-file and it kills the process group: the worker and
-every process a back-end started under it (a compile helper, a data loader), which a death
-signal to the worker alone would leave running with parent 1. The worker itself also gets
-SIGKILL from the kernel when the parent exits (``PR_SET_PDEATHSIG``, checked once more right
-after it is set; elsewhere a watchdog thread polls the parent's pid). :meth:`Worker.close`
-(or a timeout) kills the child's whole process group, reaper included. A process that leaves
-the group (a back-end's daemon: fork, ``setsid``, fork again) is caught another way: the worker
-is a *child subreaper* (``PR_SET_CHILD_SUBREAPER``), so such orphans become its children, and
-when its input ends or it is sent SIGTERM (:meth:`Worker.close` sends it before the group's
-SIGKILL) it kills every child that has left its group before it exits. Only a worker killed outright
-(``kill -9`` of the whole tree) leaves such a daemon running.
+the parent, which stops the child and keeps its results valid) and everything under it dies
+with its parent, however the parent ends, ``kill -9`` included. The parent keeps the write end
+of a *life pipe* that no other process holds; the child, first thing, forks a *reaper* that
+only waits on the read end. When the parent dies the kernel closes the write end; the reaper's
+read returns end-of-file and it kills every process under the worker, then the worker's process
+group: the worker and every process a back-end started under it (a compile helper, a data
+loader), which a death signal to the worker alone would leave running with parent 1. A process
+that leaves the group (a back-end's daemon: fork, ``setsid``, fork again) is still found under
+the worker: the worker is a *child subreaper* (``PR_SET_CHILD_SUBREAPER``), so such orphans
+become its children. The worker itself gets SIGTERM from the kernel when the parent dies
+(``PR_SET_PDEATHSIG``; a watchdog thread also polls the parent's pid), and its handler does what
+the reaper does: a job that killed the reaper is still ended. :meth:`Worker.close` ends its input
+(the worker then kills what it started and exits), sends SIGTERM to a worker still busy, and
+kills the process group, reaper included (:mod:`fusedce_profiler.instrument.lifetime`).
 
 Start-up: ``preload`` job kinds have their modules imported, and the ``warm_up`` callables run
 (what a job's first call would otherwise import lazily, such as the CPU profiler's start), before
@@ -219,14 +218,27 @@ class Worker:
         self._over_memory = False
         self._garbled = False  # the reply pipe filled with bytes that are no reply
         self._answered: set[str] = set()  # the tokens of the jobs that had their answer
+        self.tenant: str | None = None
+        """The user back-end that ran in this worker, if one did (:meth:`serves`)."""
 
     @property
     def pid(self) -> int:
         return self._process.pid
 
+    def serves(self, tenant: str | None) -> bool:
+        """Whether a job of ``tenant`` (a user back-end's name; ``None``: the tool's own code) may run
+        here. Once a user back-end has run in a worker, the worker runs that back-end's jobs alone:
+        its code can alter the process it runs in (replace the tool's functions, close the standard
+        streams) and return normally, and what it altered must touch no other back-end's
+        measurement. Callers close a worker that does not serve and start another."""
+        return self.tenant is None or self.tenant == tenant
+
     def call(self, kind: str, payload: dict | None = None, timeout_s: float | None = None,
-             max_rss_bytes: int | None = None, read: Callable[[object], T] | None = None) -> T:
+             max_rss_bytes: int | None = None, read: Callable[[object], T] | None = None,
+             tenant: str | None = None) -> T:
         """Run job ``kind`` on ``payload`` in the child; its reply, or :class:`WorkerDied`.
+
+        ``tenant``: the user back-end the job runs, if any; it makes this worker its own (:meth:`serves`).
 
         ``read`` turns the reply (parsed JSON) into what the caller uses, raising on a reply of
         another shape: the job runs user code, which can find the job's token and write a reply
@@ -241,7 +253,10 @@ class Worker:
         """
         if kind not in JOBS:
             raise ValueError(f"unknown job kind {kind!r}; known: {', '.join(JOBS)}")
+        if not self.serves(tenant):
+            raise RuntimeError(f"this worker ran the user back-end {self.tenant}; a job of {tenant} needs another")
         self.wait_ready()
+        self.tenant = tenant or self.tenant
         token = os.urandom(8).hex()  # the reply carries it; a line the job's own code wrote to the pipe does not
         message = json.dumps({"kind": kind, "payload": payload or {}, "id": token}) + "\n"
         self._in_job = True

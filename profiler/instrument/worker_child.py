@@ -11,7 +11,7 @@ import signal
 import sys
 import traceback
 
-from fusedce_profiler.instrument.lifetime import adopt_orphans, die_with_parent, end_children, start_reaper
+from fusedce_profiler.instrument.lifetime import adopt_orphans, die_with_parent, end_children, end_worker, start_reaper
 from fusedce_profiler.instrument.worker import JOBS
 
 
@@ -24,14 +24,10 @@ def _load(target: str):
 
 def _serve(parent_pid: int, reply_fd: int, life_fd: int, preload: list[str], warm_up: list[str]) -> int:
     reaper = start_reaper(life_fd)
-    die_with_parent(parent_pid)
     adopt_orphans()
-
-    def on_sigterm(signum, frame) -> None:
-        end_children(spare=reaper)
-        os._exit(128 + signum)
-
-    signal.signal(signal.SIGTERM, on_sigterm)
+    # SIGTERM: the parent's close() of a busy worker, or the parent's death (die_with_parent)
+    signal.signal(signal.SIGTERM, lambda signum, frame: end_worker(spare=reaper))
+    die_with_parent(parent_pid, spare=reaper)
     for kind in preload:
         _load(JOBS[kind])
     for target in warm_up:

@@ -134,8 +134,9 @@ def run_parity(settings: ParitySettings, progress: Callable[[str], None] | None 
     back-end in ``settings.backends`` (in that order); judge each against torch.
 
     ``progress(name)`` is called before each run it trains (for a progress display);
-    ``on_curve(report)`` after each back-end's run with the report so far (``not_run`` names
-    the back-ends still to come), so a caller can save it before a time limit cuts the run.
+    ``on_curve(report)`` after the reference and after each back-end's run with the report so far
+    (``not_run`` names the back-ends still to come), so a caller can save it before a time limit
+    or a signal cuts the run.
     ``finished``: the stored report of a run of the same settings that was cut short; its curves
     and verdicts are kept and only what it had not trained runs (each run's batches depend on the
     step only, so a kept curve is the curve this run would train).
@@ -163,6 +164,8 @@ def run_parity(settings: ParitySettings, progress: Callable[[str], None] | None 
         raise RuntimeError(f"the torch reference run failed: {reference.status}: {reference.message}")
     learned = reference.final_loss() < LEARN_FRACTION * reference.initial_loss()
     report = ParityReport(settings, [reference], [], chain.entropy_rate(), learned)
+    if on_curve is not None and REFERENCE not in kept:  # a run cut short from here keeps the reference
+        on_curve(report)
     runs = [(REFERENCE, True)] if settings.control else []
     runs += [(name, False) for name in settings.backends if name != REFERENCE]
     for name, perturbed in runs:

@@ -8,6 +8,7 @@ from fusedce_profiler.instrument.backends.patched import LigerPatchedBackend
 from fusedce_profiler.instrument.backends.third_party import CceBackend, LigerBackend
 from fusedce_profiler.instrument.backends.torch_backends import TorchBackend, TorchCompileBackend, TorchNativeBackend
 from fusedce_profiler.instrument.backends.user import UserBackend
+from fusedce_profiler.instrument.callables import user_backend
 
 #: Back-ends of the model mode only (they change the model, not just the loss).
 MODEL_BACKENDS: dict[str, type[Backend]] = {LigerPatchedBackend.name: LigerPatchedBackend}
@@ -33,7 +34,7 @@ def get_backend(name: str) -> Backend:
     """
     if name in BUILTIN_BACKENDS:
         return BUILTIN_BACKENDS[name]()
-    if ":" in name:
+    if user_backend(name):
         return UserBackend(name)
     raise ValueError(f"backend {name!r} is unknown; choose one of {', '.join(BUILTIN_BACKENDS)} "
                      "or give 'package.module:callable'")
