@@ -45,10 +45,7 @@ def test_a_newcomer_who_follows_the_readme_gets_the_report_it_promises(tmp_path)
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     env = {key: value for key, value in os.environ.items() if key not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME")}
-    env.update(PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}", VIRTUAL_ENV=str(venv), COLUMNS="120",
-               # pip compiles every module it installs (torch's thousands) at install time: here Python
-               # compiles what the run imports as it imports it, the README's lines as they are
-               PIP_NO_COMPILE="1")
+    env.update(PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}", VIRTUAL_ENV=str(venv), COLUMNS="120")
 
     started = time.monotonic()
     install = _shell(os.environ.get("FUSEDCE_NEWCOMER_TORCH") or torch_line, clone, env, timeout=600)

@@ -85,11 +85,9 @@ CPU_WORKER_ENV = {"MALLOC_MMAP_THRESHOLD_": str(1 << 32), "MALLOC_TRIM_THRESHOLD
 
 
 def warm_up_cpu_meter() -> None:
-    """Start and stop a :class:`MemoryMeter` on the CPU once, untimed: its first start imports
-    torch's compiler stack (``torch.profiler`` asks ``hasattr(torch, "_inductor")``, which imports
-    ``torch._inductor`` and ``torch._dynamo``: about a second) and sets up the profiler. A CPU
-    worker calls this before it says it is ready (:data:`CPU_WORKER_WARM_UP`), so its first
-    cell's time limit counts none of it."""
+    """Start and stop a :class:`MemoryMeter` on the CPU once, untimed: its first start sets up
+    the profiler. A CPU worker calls this before it says it is ready (:data:`CPU_WORKER_WARM_UP`),
+    so its first cell's time limit counts none of it."""
     with MemoryMeter("cpu") as meter:
         meter.mark("warm-up")
 
@@ -194,9 +192,9 @@ class MemoryMeter:
             self.record.baseline_bytes = torch.cuda.memory_allocated(self.device)
             self._reserved = torch.cuda.memory_reserved(self.device)
         else:
-            from torch.profiler import ProfilerActivity, profile
-
-            self._profiler = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+            # autograd's profiler, which torch.profiler.profile wraps: the wrapper's start asks
+            # hasattr(torch, "_inductor"), which imports torch's compiler stack (1.4 s of CPU)
+            self._profiler = torch.autograd.profiler.profile(use_cpu=True, use_kineto=True, profile_memory=True)
             # started without quiet.start_profiler's primer block: a block allocated before the
             # start and freed inside the profile moves what the meter measures by a few KiB
             with quiet_third_party():
@@ -237,13 +235,15 @@ class MemoryMeter:
 
 
 def replay_cpu_events(prof, names: list[str], baseline: int) -> list[Phase]:
-    """Turn the profiler's CPU memory events and the meter's markers into phases.
+    """Turn the profiler's CPU memory events and the meter's markers into phases (``prof``: a
+    stopped ``torch.autograd.profiler.profile`` that recorded with Kineto and ``profile_memory``;
+    a ``torch.profiler.profile`` holds one as ``.profiler``).
 
     Events are sorted by time; a marker opens a phase; each allocation (positive bytes) or
     free (negative) moves the running total, whose maximum within a phase is its peak.
     """
     timeline: list[tuple[int, int, str | None]] = []  # (time ns, byte delta, marker name)
-    for event in prof.profiler.kineto_results.events():
+    for event in prof.kineto_results.events():
         event_name = event.name()
         if event_name == "[memory]":
             if event.device_type() == torch.autograd.DeviceType.CPU:
