@@ -178,6 +178,22 @@ def os_errors(what: str = "") -> Iterator[None]:
         raise UsageError(f"{prefix}{exc}") from None
 
 
+@contextlib.contextmanager
+def report_errors(out_dir: Path, kept: str) -> Iterator[None]:
+    """:func:`os_errors` for writing a run's report once its results are stored (``kept``: what
+    they are, "the finished cells"): the one line also says they are kept and how to report them
+    once the cause (a full disk, a page that is a folder) is mended."""
+    from fusedce_profiler.instrument.text import one_line
+
+    try:
+        with os_errors():
+            yield
+    except UsageError as failed:
+        folder = one_line(out_dir)
+        raise UsageError(f"{failed}; {kept} are kept in {folder}: `fusedce-profile report {folder}` writes the "
+                         "report once that is mended") from None
+
+
 def locking_into(held: list) -> Callable[[Path], None]:
     """A ``lock`` for :func:`prepare_out_dir`: takes the folder's run lock and appends it to ``held``
     (a folder another run holds raises :class:`OutputDirError` naming the holder)."""

@@ -16,7 +16,7 @@ from rich.markup import escape
 from fusedce_profile import exit_codes
 from fusedce_profile.console import CellProgress, error, summary_tables
 from fusedce_profile.errors import UsageError
-from fusedce_profile.folders import describe_os_error, os_errors
+from fusedce_profile.folders import describe_os_error, os_errors, report_errors
 from fusedce_profile.interruption import report_stopped
 from fusedce_profile.outcome import CommandOutcome
 from fusedce_profile.signals import interrupt_exit_code, signal_name
@@ -93,7 +93,7 @@ def finish(out_dir: Path, console: Console, *, stopped: KeyboardInterrupt | None
     """
     placed = None
     try:
-        with os_errors(), staging.all_or_nothing() as placed:  # the report's files all, or none
+        with report_errors(out_dir, "the finished cells"), staging.all_or_nothing() as placed:  # all, or none
             report = build_report(out_dir)
     except KeyboardInterrupt as late:  # a signal while the report was being written
         if placed is not None and placed.done:  # it came as the files were put in place: the report is whole

@@ -148,7 +148,7 @@ def model_command(*, out: str | Path | None = None, force: bool = False, resume:
     """``fusedce-profile model``: :func:`profile_model` with the exit code and ``--json`` summary the
     command line needs (a signal ends it with :attr:`CommandOutcome.stopped` set, not raised)."""
     from fusedce_profile.checks import nothing_measured
-    from fusedce_profile.folders import run_folder
+    from fusedce_profile.folders import report_errors, run_folder
     from fusedce_profile.interruption import interrupted_outcome, report_stopped
     from fusedce_profiler.instrument import store
     from fusedce_profiler.instrument.interruption import clear_interruption
@@ -190,7 +190,8 @@ def model_command(*, out: str | Path | None = None, force: bool = False, resume:
             return interrupted_outcome(out_dir, stopped, results, f"{len(results)} of {len(plan.jobs)} jobs",
                                        f"the same command and --resume --out {out_dir}", write_model_report, say)
         try:
-            report_path = write_model_report(out_dir)
+            with report_errors(out_dir, "the finished jobs"):
+                report_path = write_model_report(out_dir)
         except KeyboardInterrupt as stopped:
             results = list(load_model_results(out_dir).records)
             return report_stopped(out_dir, stopped, results, count(len(results), "job"), say)

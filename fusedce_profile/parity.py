@@ -151,7 +151,7 @@ def parity_command(*, out: str | Path | None = None, force: bool = False, resume
                    console: Console | None = None, **options) -> CommandOutcome:
     """``fusedce-profile parity``: :func:`parity` with the exit code and ``--json`` summary the command
     line needs (a signal ends it with :attr:`CommandOutcome.stopped` set, not raised)."""
-    from fusedce_profile.folders import run_folder
+    from fusedce_profile.folders import report_errors, run_folder
     from fusedce_profile.interruption import interrupted_outcome, report_stopped
     from fusedce_profile.signals import interrupt_exit_code
     from fusedce_profiler.instrument import store
@@ -198,7 +198,8 @@ def parity_command(*, out: str | Path | None = None, force: bool = False, resume
         finally:
             trainer.close()
         try:
-            save(result)
+            with report_errors(out_dir, "the trained curves"):
+                save(result)
         except KeyboardInterrupt as stopped:
             return report_stopped(out_dir, stopped, [result], count(len(result.curves), "curve"), say)
     _print_result(result, say)

@@ -307,24 +307,31 @@ def test_a_fresh_worker_has_imported_its_jobs_before_the_job_clock_starts(tmp_pa
         assert "libtorch" in Path(f"/proc/{worker.pid}/maps").read_text()
 
 
-def test_a_cpu_worker_sets_up_the_meter_before_the_job_clock_starts(tmp_path):
-    """The CPU meter's first start imported torch's compiler stack (``torch.profiler`` looks up
-    ``torch._inductor``: about a second), inside a fresh worker's first cell and its time limit."""
+def test_a_cpu_worker_sets_up_the_meter_and_the_loss_before_the_job_clock_starts(tmp_path):
+    """The CPU meter's first start, then fusedce's first call (a custom op: torch imports
+    ``torch._dynamo`` at its first call, about a second), ran inside a fresh worker's first cell
+    and its time limit: after the warm-up, a metered fusedce step imports nothing."""
     import subprocess
     import sys
 
     probe = textwrap.dedent('''
         import sys
-        from fusedce_profiler.instrument.protocol import MemoryMeter, warm_up_cpu_meter
-        warm_up_cpu_meter()
+        import torch
+        import fusedce
+        from fusedce_profiler.instrument.protocol import CPU_WORKER_WARM_UP, MemoryMeter
+        from fusedce_profiler.instrument.worker_child import _load
+        for target in CPU_WORKER_WARM_UP:
+            _load(target)()
         before = set(sys.modules)
         with MemoryMeter("cpu") as meter:
             meter.mark("step")
+            hidden = torch.randn(8, 16, requires_grad=True)
+            fusedce.linear_cross_entropy(hidden, torch.randn(32, 16), torch.randint(0, 32, (8,))).backward()
         print(sorted(set(sys.modules) - before))
     ''')
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "[]"  # the meter's start imports nothing the warm-up did not
+    assert done.stdout.strip() == "[]"  # the meter's start and the loss import nothing the warm-up did not
 
 
 def test_a_worker_runs_its_warm_up_before_it_is_ready(tmp_path, monkeypatch):
@@ -483,6 +490,19 @@ def test_a_file_size_limit_during_report_exits_2_and_leaves_the_old_report(finis
     assert (run / "report.html").read_bytes() == html
     assert sorted(p.name for p in (run / "plots").iterdir()) == plots  # no plot deleted
     assert not [p for p in run.rglob("*") if p.name.endswith(".tmp")]  # no temporary left
+
+
+def test_a_report_that_cannot_be_written_after_a_run_says_the_cells_are_kept(finished_run, tmp_path):
+    run = _copy(finished_run, tmp_path)
+    rows = (run / RESULTS_FILE).read_text().splitlines()
+    (run / RESULTS_FILE).write_text(rows[0] + "\n")  # the second cell still to measure
+    (run / "summary.md").unlink()
+    (run / "summary.md").mkdir()  # a page the report cannot replace
+    result = CliRunner().invoke(app, [*FINISHED, "--out", str(run), "--resume"])
+    assert result.exit_code == 2, result.output
+    assert _plain(result.stderr).endswith(f"error: {run}/summary.md: Is a directory; the finished cells are kept in "
+                                          f"{run}: `fusedce-profile report {run}` writes the report once that is mended")
+    assert len(_rows(run)) == 2
 
 
 def test_an_unwritable_out_folder_is_one_line_and_exit_2(tmp_path):

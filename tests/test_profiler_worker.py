@@ -133,3 +133,4 @@ def test_a_failed_jobs_summary_names_its_log_within_the_run_folder(tmp_path):
     assert failed.summary_in(tmp_path / "run") == \
         "job training-step failed in the worker (ValueError: bad name); log logs/w.log"
     assert str(failed).splitlines()[0] == failed.summary_in() + ":"
+    assert failed.cause == "ValueError: bad name"  # what a check names: its worker's log goes with it

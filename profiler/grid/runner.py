@@ -12,7 +12,8 @@ worker's output, tracebacks included; an ``error`` or ``timeout`` row names its 
 
 A CPU grid's worker runs with :data:`~fusedce_profiler.instrument.protocol.CPU_WORKER_ENV`
 (unless the caller's environment sets those variables): its repeated steps reuse freed blocks,
-and its OpenMP threads do not spin between ops; it warms up the CPU meter before its first cell
+and its OpenMP threads do not spin between ops; it starts the CPU meter once and imports what a
+custom op's first call imports before its first cell
 (:data:`~fusedce_profiler.instrument.protocol.CPU_WORKER_WARM_UP`), so a fresh worker's first
 cell is timed as any other.
 

@@ -23,29 +23,24 @@ Job kinds (:data:`JOBS`): ``cell`` (a grid cell, :func:`fusedce_profiler.grid.ce
 factory and loss wrapper checked: :func:`fusedce_profiler.judgements.doctor.job.run_doctor_job`),
 ``parity-curve`` (a training curve), ``check-backend`` (:mod:`fusedce_profiler.instrument.backends.check`).
 
-Lifetime: the child runs in its own session (Ctrl-C and SIGTERM at the terminal reach only
-the parent, which stops the child and keeps its results valid) and everything under it dies
-with its parent, however the parent ends, ``kill -9`` included. The parent keeps the write end
-of a *life pipe* that no other process holds; the child, first thing, forks a *reaper* that
-only waits on the read end. When the parent dies the kernel closes the write end; the reaper's
-read returns end-of-file and it kills every process under the worker, then the worker's process
-group: the worker and every process a back-end started under it (a compile helper, a data
-loader), which a death signal to the worker alone would leave running with parent 1. A process
-that leaves the group (a back-end's daemon: fork, ``setsid``, fork again) is still found under
-the worker: the worker is a *child subreaper* (``PR_SET_CHILD_SUBREAPER``), so such orphans
-become its children. The worker itself gets SIGTERM from the kernel when the parent dies
-(``PR_SET_PDEATHSIG``; a watchdog thread also polls the parent's pid), and its handler does what
-the reaper does: a job that killed the reaper is still ended. :meth:`Worker.close` ends its input
-(the worker then kills what it started and exits), sends SIGTERM to a worker still busy, and
-kills the process group, reaper included (:mod:`fusedce_profiler.instrument.lifetime`).
+Lifetime: the child runs in its own session (Ctrl-C and SIGTERM at the terminal reach only the
+parent, which stops the child and keeps its results valid) and everything under it dies with
+its parent, ``kill -9`` included. The parent holds the only write end of a *life pipe*; the
+child, first thing, forks a *reaper* that waits on the read end. When the parent dies the reaper
+reads end-of-file and kills every process under the worker, then the worker's process group (a
+compile helper, a data loader: a death signal to the worker alone would leave them with parent
+1). A back-end's daemon (fork, ``setsid``, fork) is still found under the worker, a *child
+subreaper* (``PR_SET_CHILD_SUBREAPER``) that adopts such orphans. The worker also gets SIGTERM
+from the kernel when its parent dies (``PR_SET_PDEATHSIG``; a watchdog thread polls the parent
+too) and its handler does what the reaper does, so a job that killed the reaper still ends.
+:meth:`Worker.close` ends its input (the worker kills what it started and exits), sends SIGTERM
+to a worker still busy, then kills the group (:mod:`fusedce_profiler.instrument.lifetime`).
 
-Start-up: ``preload`` job kinds have their modules imported, and the ``warm_up`` callables run
-(what a job's first call would otherwise import lazily, such as the CPU profiler's start), before
-the child says it is ready, so a job's time limit (``--cell-timeout``) never counts a fresh
-worker's imports. The child ends without the interpreter's teardown (``os._exit`` once its
-output is flushed, as :mod:`multiprocessing`'s children do): with torch loaded that teardown
-takes most of a second, which the parent would wait for at every worker's end; what the child
-started in its process group goes with the group (:meth:`Worker.close`).
+Start-up: ``preload`` job kinds are imported and the ``warm_up`` callables run (such as the CPU
+profiler's first start) before the child says it is ready, so a job's time limit never counts a
+fresh worker's imports. The child ends without the interpreter's teardown (``os._exit`` once its
+output is flushed, as :mod:`multiprocessing`'s children do: with torch loaded the teardown takes
+most of a second, which the parent would wait for at every worker's end).
 
 Public API: :class:`Worker`, :class:`WorkerDied`, :class:`JobFailed`, :data:`JOBS`, :func:`default_max_rss_bytes`.
 """
@@ -102,9 +97,8 @@ class WorkerDied(RuntimeError):
         super().__init__(self.summary + (f"\n{tail}" if tail else ""))
 
     def summary_in(self, folder: Path | None = None) -> str:
-        """:attr:`summary`, naming the log relative to ``folder`` (a run folder: what it stores
-        holds no absolute path). The log's last line is named as the cause unless the worker
-        was stopped for its time or memory limit (the last line is then no cause)."""
+        """:attr:`summary`, naming the log relative to ``folder`` (a run folder); the log's last line
+        as the cause, unless the worker was stopped for its time or memory limit."""
         last = self.tail.strip().splitlines()[-1].strip() if self.tail.strip() else ""
         quiet = self.timed_out or self.over_memory
         cause = f" ({last})" if last and not quiet else ""
@@ -112,8 +106,7 @@ class WorkerDied(RuntimeError):
 
 
 def _log_in(log_path: Path, folder: Path | None) -> str | Path:
-    """A worker's log as a message names it: relative to ``folder`` (a run folder: what it stores
-    holds no absolute path), or as it is."""
+    """A worker's log as a message names it: relative to ``folder`` (a run folder), or as it is."""
     return os.path.relpath(log_path, folder) if folder is not None else log_path
 
 
@@ -133,10 +126,14 @@ class JobFailed(RuntimeError):
         self.kind, self.error, self.log_path = kind, error, log_path
         super().__init__(f"{self.summary_in()}:\n{error}")
 
+    @property
+    def cause(self) -> str:
+        """The exception the job raised, in one line (the traceback's last)."""
+        return self.error.splitlines()[-1] if self.error else "?"
+
     def summary_in(self, folder: Path | None = None) -> str:
         """The message's first line, naming the log relative to ``folder`` (a run folder)."""
-        cause = self.error.splitlines()[-1] if self.error else "?"
-        return f"job {self.kind} failed in the worker ({cause}); log {_log_in(self.log_path, folder)}"
+        return f"job {self.kind} failed in the worker ({self.cause}); log {_log_in(self.log_path, folder)}"
 
 
 def _reply(answer: object, token: str) -> dict | None:

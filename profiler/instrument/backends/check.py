@@ -87,7 +87,7 @@ def user_backend_problems(names: list[str], option: str = "--backend", *, timeou
                 except WorkerDied as died:
                     raise CallableFailed(_died_message(f"{option} {name}", died, timeout_s, memory)) from None
                 except JobFailed as failed:
-                    raise CallableFailed(f"{option} {name}: {str(failed).splitlines()[0]}") from None
+                    raise CallableFailed(f"{option} {name}: the check failed in its worker: {failed.cause}") from None
                 if isinstance(reply, CallableFailed):
                     raise CallableFailed(_naming(str(reply), option, name))
                 problems[name] = None if reply is None else _naming(reply, option, name)

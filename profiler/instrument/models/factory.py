@@ -137,7 +137,7 @@ def describe_factory(target: str, given: ModelConfig | None, head_path: str | No
                 raise FactoryFailed(f"--model {target}: the factory did not return within {timeout_s:g} s") from None
             raise FactoryFailed(f"--model {target}: the worker building the model died ({died.reason})") from None
         except JobFailed as failed:
-            raise FactoryFailed(f"--model {target}: {str(failed).splitlines()[0]}") from None
+            raise FactoryFailed(f"--model {target}: describing the model failed in its worker: {failed.cause}") from None
         finally:
             worker.close()
     if isinstance(reply, FactoryFailed):
