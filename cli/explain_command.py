@@ -64,7 +64,7 @@ def explain(
 ) -> None:
     """Which configurations explain two nvidia-smi readings (naive vs fused): consistent, ruled out, and the run that decides."""
     from fusedce_profile.errors import UsageError
-    from fusedce_profile.explain import explain_plan, validate
+    from fusedce_profile.explain import explain_plan, validate, what_the_stop_left
 
     console = make_console(to_stderr=as_json)
     with usage_errors():
@@ -89,8 +89,7 @@ def explain(
     except UsageError as exc:
         raise fail(str(exc)) from None
     except KeyboardInterrupt as stopped:
-        console.print(f"interrupted: the finished steps are kept; report {out_dir / 'summary.md'}; continue with "
-                      f"the same command and --resume --out {out_dir}", markup=False)
+        console.print(what_the_stop_left(out_dir, stopped), markup=False)
         raise typer.Exit(interrupt_exit_code(stopped)) from None
     consistent = e.consistent
     verdict = "predictions only (CPU), no verdict" if e.prediction_only else ("decided" if e.decided else

@@ -33,6 +33,7 @@ from fusedce_profile.errors import UsageError
 from fusedce_profile.folders import os_errors
 from fusedce_profiler.instrument.confined import WRITE_SHARED_REFUSED
 from fusedce_profiler.instrument.store import EXPLAIN_STEPS_FILE as STEPS_FILE
+from fusedce_profiler.instrument.text import count, one_line
 SEQ_CANDIDATES = (512, 1024, 2048)
 
 
@@ -318,3 +319,29 @@ def explain_plan(plan: Plan, *, out: str | Path = "fusedce-explain", resume: boo
             return run.execute(runner.run)
         finally:
             runner.close()
+
+
+def what_the_stop_left(folder: Path, stopped: KeyboardInterrupt) -> str:
+    """The line a stopped ``explain`` prints: its explanation whole (the signal came once it was
+    stored), or the finished steps its folder keeps (none, before the first finished), the
+    report only where one was written, and how to continue."""
+    from fusedce_profile.signals import signal_name
+    from fusedce_profiler.instrument import store
+    from fusedce_profiler.instrument.confined import FolderRefused
+    from fusedce_profiler.judgements.explain.records import load_explanation
+
+    folder = Path(folder)
+    try:
+        whole = not load_explanation(folder).interrupted
+    except (OSError, ValueError, FolderRefused):
+        whole = False
+    if whole:
+        return f"stopped by {signal_name(stopped)} once the explanation was stored: report {one_line(folder)}/summary.md"
+    try:
+        steps = len(store.read_jsonl(folder / STEPS_FILE, lambda row: row).records)
+    except (OSError, FolderRefused):
+        steps = 0
+    kept = f": {count(steps, 'finished step')} kept" if steps else " before any step had finished"
+    page = f"; partial report {one_line(folder)}/summary.md" if steps and (folder / "summary.md").is_file() else ""
+    return f"interrupted{kept}{page}; continue with the same command and --resume --out {one_line(folder)}"
+

@@ -90,6 +90,19 @@ BACKENDS = textwrap.dedent('''
             pass
         return ok(hidden, weight, target, bias)
 
+    HOP = "import os, time\\nend = time.time() + 60\\nwhile time.time() < end:\\n    if os.fork():\\n        os._exit(0)\\n"
+
+    def hopper(hidden, weight, target, bias=None):  # a daemon that keeps changing its pid, then a hang
+        import sys
+        if os.fork() == 0:
+            os.setsid()
+            with open(os.environ["FX_HOPPER_GROUP"] + ".tmp", "w") as fh:
+                fh.write(str(os.getpid()))
+            os.rename(os.environ["FX_HOPPER_GROUP"] + ".tmp", os.environ["FX_HOPPER_GROUP"])
+            os.execvp(sys.executable, [sys.executable, "-S", "-c", HOP])
+        while True:
+            time.sleep(1)
+
     def hang(hidden, weight, target, bias=None):
         mark = os.environ.get("FX_HANG_MARK")
         if mark:
@@ -297,6 +310,41 @@ def test_a_backend_that_alters_its_worker_alters_no_other_backends_cell(fx, tmp_
     for backend in ("torch", "fusedce"):
         assert rows[backend]["status"] == "ok", rows[backend].get("message")
         assert rows[backend]["peak_step_bytes"] > 16 * 256 * 4  # at least the logits, not the forged 7 bytes
+
+
+def _group_alive(group: int) -> bool:
+    """Whether a process of process group ``group`` is alive (zombies left out)."""
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[0] != "Z" and int(fields[2]) == group:
+            return True
+    return False
+
+
+@pytest.mark.parametrize("end", ["timed-out cell", "kill -9"])
+def test_a_daemon_that_keeps_changing_its_pid_ends_with_the_run(fx, tmp_path, end):
+    """A back-end's daemon in a session of its own that forks and lets its parent exit, without
+    pause, outran a walk of the worker's children pid by pid: its process group is killed whole."""
+    group_file = tmp_path / "hopper.group"
+    args = [*TINY, "--tokens", "16", "--backend", "fx_backends:hopper", "--cell-timeout", "3", "--out",
+            str(tmp_path / "run")]
+    process = start_cli(args, cli_env(fx, FX_HOPPER_GROUP=str(group_file)))
+    group = None
+    try:
+        wait_for(group_file.exists, 120, "the back-end's daemon to start", process)
+        group = int(group_file.read_text())
+        if end == "kill -9":
+            os.kill(process.pid, signal.SIGKILL)
+        process.wait(timeout=60)
+        wait_for(lambda: not _group_alive(group), 15, "the daemon's process group to end")
+    finally:
+        kill_group(process)
+        if group is not None and _group_alive(group):
+            os.killpg(group, signal.SIGKILL)
 
 
 def test_a_fresh_worker_has_imported_its_jobs_before_the_job_clock_starts(tmp_path):

@@ -292,7 +292,19 @@ def test_a_results_file_of_too_many_lines_is_refused_in_one_line(run, monkeypatc
     """200,000 rows fit the size limit; their report ran past five minutes at 5.8 GB."""
     monkeypatch.setattr(confined, "MAX_LINES", 5)
     _rows_of_token_counts(run, range(8, 14))
+    parsed = []
+    real = confined.loads
+    monkeypatch.setattr(confined, "loads", lambda *args: parsed.append(1) or real(*args))
     _one_line_exit_2(_report(run), f"{run / store.RESULTS_FILE}: more than 5 lines")
+    assert not parsed  # refused before a line was parsed
+
+
+def test_lines_are_counted_with_an_unterminated_last_one(tmp_path):
+    import io
+
+    for text, lines in ((b"", 0), (b"a\n", 1), (b"a\nb", 2), (b"a\n\nb\n", 3), (b"x" * (3 << 20) + b"\ny", 2)):
+        fh = io.BytesIO(text)
+        assert confined._count_lines(fh) == lines and fh.tell() == 0
 
 
 def test_a_grid_of_more_token_counts_than_a_plot_shows_is_reported_without_plots(run, monkeypatch):

@@ -276,7 +276,7 @@ def test_a_signal_keeps_the_finished_steps_and_marks_the_report_interrupted(tmp_
         steps = out / "explain_steps.jsonl"
         wait_for(lambda: steps.is_file() and steps.read_text().count("\n") >= 1, 120, "a finished step", process)
         os.killpg(process.pid, signum)
-        _, stderr = process.communicate(timeout=120)
+        stdout, stderr = process.communicate(timeout=120)
     finally:
         kill_group(process)
     assert process.returncode == code, stderr
@@ -284,9 +284,21 @@ def test_a_signal_keeps_the_finished_steps_and_marks_the_report_interrupted(tmp_
     assert ex.load_explanation(out).interrupted
     assert "(INTERRUPTED: partial)" in (out / "summary.md").read_text()
     kept = steps.read_text().splitlines()
+    n = len(kept)
+    assert f"interrupted: {n} finished step{'s' if n > 1 else ''} kept; partial report {out}/summary.md; continue " \
+           f"with the same command and --resume --out {out}" in " ".join(stdout.split())
     resumed = _cli([*QUICK, "--naive", "3.2", "--fused", "2.9", "--card", "24", "--out", str(out), "--resume"])
     assert resumed.exit_code == 0, resumed.output
     assert steps.read_text().splitlines()[:len(kept)] == kept and not ex.load_explanation(out).interrupted
+
+
+def test_a_stop_before_any_step_finished_promises_no_steps_and_no_report(tmp_path):
+    from fusedce_profile.explain import what_the_stop_left
+    from fusedce_profile.signals import Terminated
+
+    (tmp_path / "summary.md").write_text("a page of no step")  # as an explain stopped at once can leave
+    assert what_the_stop_left(tmp_path, Terminated()) == \
+        f"interrupted before any step had finished; continue with the same command and --resume --out {tmp_path}"
 
 
 def test_families_ruled_out_at_every_batch_size_are_named_with_the_saving_they_would_give():

@@ -134,3 +134,37 @@ def test_a_failed_jobs_summary_names_its_log_within_the_run_folder(tmp_path):
         "job training-step failed in the worker (ValueError: bad name); log logs/w.log"
     assert str(failed).splitlines()[0] == failed.summary_in() + ":"
     assert failed.cause == "ValueError: bad name"  # what a check names: its worker's log goes with it
+
+
+def test_killing_a_workers_tree_kills_each_process_group_found_whole(tmp_path):
+    """A daemon's process group is killed whole, not only the pids a walk of the tree found: a
+    member forked after the walk (a daemon that forks and lets its parent exit, over and over)
+    outran a kill by pid. The walk here sees the group's leader only."""
+    import subprocess
+    import sys
+    import textwrap
+
+    probe = textwrap.dedent('''
+        import os, time
+        from fusedce_profiler.instrument import lifetime
+        read, write = os.pipe()
+        leader = os.fork()
+        if leader == 0:
+            os.setsid()
+            member = os.fork()
+            if member == 0:
+                time.sleep(60)
+                os._exit(0)
+            os.write(write, str(member).encode())
+            time.sleep(60)
+            os._exit(0)
+        member = int(os.read(read, 32))
+        lifetime._children_of = lambda pid: [leader] if pid == os.getpid() and lifetime._state(leader) != "Z" else []
+        lifetime.kill_tree(os.getpid(), spare=-1)
+        time.sleep(0.2)
+        print(lifetime._state(member) in ("", "Z"))
+        if lifetime._state(member) not in ("", "Z"):
+            os.kill(member, 9)
+    ''')
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "True", done.stderr

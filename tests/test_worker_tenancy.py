@@ -88,3 +88,25 @@ def test_explain_runs_a_user_backends_steps_in_a_worker_of_their_own(fake_worker
         runner.run(ModelJob(get_preset("tiny"), backend, batch, 16, device="cpu", trace=False), "calibrate")
     runner.close()
     assert [w.ran for w in fake_workers.made] == [[None, "mine:loss", "mine:loss"], [None]]
+
+
+def test_a_user_backends_import_cannot_fail_the_next_ones_check(tmp_path, monkeypatch):
+    """Importing a back-end's module can alter the check worker (here it replaces the tool's check
+    job to blame every other back-end): each user back-end is checked in a worker of its own."""
+    import textwrap
+
+    from fusedce_profiler.instrument.backends.check import user_backend_problems
+
+    (tmp_path / "fx_blame.py").write_text(textwrap.dedent('''
+        import torch.nn.functional as F
+        import fusedce_profiler.instrument.backends.check as check
+        real = check.check_job
+        check.check_job = lambda payload: real(payload) if "fx_blame" in payload["name"] else {
+            "problem": f"{payload['option']} {payload['name']}: blamed"}
+
+        def loss(hidden, weight, target, bias=None):
+            return F.cross_entropy(F.linear(hidden, weight, bias), target)
+    '''))
+    (tmp_path / "fx_plain.py").write_text("from fx_blame import loss\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert user_backend_problems(["fx_blame:loss", "fx_plain:loss"]) == {"fx_blame:loss": None, "fx_plain:loss": None}

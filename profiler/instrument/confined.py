@@ -308,6 +308,17 @@ def check_nesting(text: str, path: str | Path) -> str:
     return text
 
 
+def _count_lines(fh) -> int:
+    """The lines of the binary file ``fh`` (an unterminated last one counted), read in 1 MiB blocks;
+    ``fh`` is left at its start."""
+    lines, last = 0, b"\n"
+    while block := fh.read(1 << 20):
+        lines += block.count(b"\n")
+        last = block[-1:]
+    fh.seek(0)
+    return lines + (last != b"\n")
+
+
 def jsonl_lines(path: str | Path, inside: str | Path | None = None) -> Iterator[tuple[int, bytes, bool]]:
     """(line number, raw line without its newline, whether it is an unterminated last line) of a
     JSON-lines file, streamed; blank lines included. ``FileNotFoundError`` when it is missing;
@@ -323,6 +334,8 @@ def jsonl_lines(path: str | Path, inside: str | Path | None = None) -> Iterator[
         if info.st_size > limit:
             raise FolderRefused(f"{path}: {info.st_size} bytes, over the limit of {limit} bytes for this kind of file")
         os.set_blocking(fd, True)
+        if _count_lines(fh) > MAX_LINES:  # counted before a byte is parsed (a count takes 0.1 s a 256 MiB)
+            raise FolderRefused(f"{path}: more than {MAX_LINES} lines, over the limit for this kind of file")
         number = 0
         while raw := fh.readline(MAX_LINE_BYTES + 1):
             number += 1

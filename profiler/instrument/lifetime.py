@@ -106,9 +106,14 @@ def _state(pid: int) -> str:
 
 
 def kill_tree(root: int, spare: int) -> None:
-    """SIGKILL every process under ``root`` (``root`` itself and ``spare`` left alive), the
-    deepest first, in rounds until none is left (at most 50): ``root``, a child subreaper, adopts
-    the children of each one killed, so nothing under it escapes to init while it lives."""
+    """SIGKILL every process under ``root`` (``root`` itself and ``spare`` left alive), in rounds
+    until none is left (at most 50): ``root``, a child subreaper, adopts the children of each one
+    killed, so nothing under it escapes to init while it lives. Each process group found under it
+    but ``root``'s own is killed whole (``killpg``: the kernel lets no member fork out of a group
+    being killed), so a daemon that forks and lets its parent exit, over and over, is caught in one
+    round; then every process found, by pid. Called by ``root`` itself, the killed are reaped too
+    (a worker busy in a job reaps none: thousands of zombies would slow every walk)."""
+    own_group = os.getpgid(root)
     for _ in range(50):
         tree, frontier = [], [root]
         while frontier:
@@ -117,12 +122,37 @@ def kill_tree(root: int, spare: int) -> None:
             frontier = children
         if not tree:
             return
+        for group in {_group(pid) for pid in tree} - {own_group, 0}:
+            _signal(os.killpg, group)
         for pid in reversed(tree):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+            _signal(os.kill, pid)
+        if root == os.getpid():
+            _reap()
         time.sleep(0.01)  # the worker adopts the orphans of those killed
+
+
+def _group(pid: int) -> int:
+    try:
+        return os.getpgid(pid)
+    except ProcessLookupError:
+        return 0
+
+
+def _signal(send, target: int) -> None:
+    try:
+        send(target, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _reap() -> None:
+    """Reap this process's exited children (none waited for)."""
+    while True:
+        try:
+            if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                return
+        except ChildProcessError:
+            return
 
 
 def start_reaper(life_fd: int) -> int:

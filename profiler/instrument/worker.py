@@ -368,7 +368,7 @@ class Worker:
         if self._process.poll() is None:  # busy in a job: SIGTERM lets it end the daemons it adopted
             try:
                 self._process.send_signal(signal.SIGTERM)
-                self._process.wait(timeout=1)
+                self._process.wait(timeout=3)  # its handler walks and kills what is under it
             except (subprocess.TimeoutExpired, OSError):
                 pass
         if self._process.poll() is None:

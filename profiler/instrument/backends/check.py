@@ -70,7 +70,8 @@ def _checked(raw: object) -> str | None | CallableFailed:
 def user_backend_problems(names: list[str], option: str = "--backend", *, timeout_s: float | None = None,
                           memory_bytes: int | None = None) -> dict[str, str | None]:
     """Why each user back-end of ``names`` cannot be used (``None`` where it can), checked one
-    after another in a worker, each within ``timeout_s`` (default :data:`CHECK_TIMEOUT_S`);
+    after another, each in a worker of its own (its import may alter the process: the next
+    back-end's check must not run there) within ``timeout_s`` (default :data:`CHECK_TIMEOUT_S`);
     :class:`CallableFailed` (one line naming it) for the first whose own code ends the check."""
     from fusedce_profiler.instrument.worker import JobFailed, Worker, WorkerDied, default_max_rss_bytes
 
@@ -78,12 +79,17 @@ def user_backend_problems(names: list[str], option: str = "--backend", *, timeou
     timeout_s = CHECK_TIMEOUT_S if timeout_s is None else timeout_s
     problems: dict[str, str | None] = {}
     with tempfile.TemporaryDirectory(prefix="fusedce-check-") as scratch:
-        worker = Worker(Path(scratch) / "logs", preload=("check-backend",))
+        worker = None
         try:
             for name in names:
+                if worker is not None and not worker.serves(name):
+                    worker.close()
+                    worker = None
+                if worker is None:
+                    worker = Worker(Path(scratch) / "logs", preload=("check-backend",))
                 try:
                     reply = worker.call("check-backend", {"name": name, "option": option}, timeout_s,
-                                        max_rss_bytes=memory, read=_checked)
+                                        max_rss_bytes=memory, read=_checked, tenant=name)
                 except WorkerDied as died:
                     raise CallableFailed(_died_message(f"{option} {name}", died, timeout_s, memory)) from None
                 except JobFailed as failed:
@@ -92,7 +98,8 @@ def user_backend_problems(names: list[str], option: str = "--backend", *, timeou
                     raise CallableFailed(_naming(str(reply), option, name))
                 problems[name] = None if reply is None else _naming(reply, option, name)
         finally:
-            worker.close()
+            if worker is not None:
+                worker.close()
     return problems
 
 
