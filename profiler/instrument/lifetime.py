@@ -111,10 +111,12 @@ def kill_tree(root: int, spare: int) -> None:
     killed, so nothing under it escapes to init while it lives. Each process group found under it
     but ``root``'s own is killed whole (``killpg``: the kernel lets no member fork out of a group
     being killed), so a daemon that forks and lets its parent exit, over and over, is caught in one
-    round; then every process found, by pid. Called by ``root`` itself, the killed are reaped too
-    (a worker busy in a job reaps none: thousands of zombies would slow every walk)."""
+    round; then every process found, by pid. Called by ``root`` itself, its exited children are
+    reaped before each walk (a worker busy in a job reaps none: a fork loop leaves it thousands)."""
     own_group = os.getpgid(root)
     for _ in range(50):
+        if root == os.getpid():
+            _reap()  # first: the zombies of a fork loop, tens of thousands, would each be read below
         tree, frontier = [], [root]
         while frontier:
             children = [c for pid in frontier for c in _children_of(pid) if c != spare and c not in tree]
@@ -126,8 +128,6 @@ def kill_tree(root: int, spare: int) -> None:
             _signal(os.killpg, group)
         for pid in reversed(tree):
             _signal(os.kill, pid)
-        if root == os.getpid():
-            _reap()
         time.sleep(0.01)  # the worker adopts the orphans of those killed
 
 
