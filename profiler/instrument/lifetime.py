@@ -81,7 +81,7 @@ def end_worker(spare: int) -> None:
 
 
 def _children_of(pid: int) -> list[int]:
-    """``pid``'s living children (every thread's), from /proc; zombies left out."""
+    """``pid``'s children (every thread's), from /proc, zombies included."""
     found = []
     try:
         tasks = os.listdir(f"/proc/{pid}/task")
@@ -93,7 +93,7 @@ def _children_of(pid: int) -> list[int]:
                 found.extend(int(p) for p in fh.read().split())
         except (OSError, ValueError):
             pass
-    return [child for child in found if _state(child) not in ("Z", "X", "")]
+    return found
 
 
 def _state(pid: int) -> str:
@@ -107,27 +107,34 @@ def _state(pid: int) -> str:
 
 def kill_tree(root: int, spare: int) -> None:
     """SIGKILL every process under ``root`` (``root`` itself and ``spare`` left alive), in rounds
-    until none is left (at most 50): ``root``, a child subreaper, adopts the children of each one
-    killed, so nothing under it escapes to init while it lives. Each process group found under it
-    but ``root``'s own is killed whole (``killpg``: the kernel lets no member fork out of a group
-    being killed), so a daemon that forks and lets its parent exit, over and over, is caught in one
-    round; then every process found, by pid. Called by ``root`` itself, its exited children are
-    reaped before each walk (a worker busy in a job reaps none: a fork loop leaves it thousands)."""
-    own_group = os.getpgid(root)
+    until two walks in a row find none alive (at most 50 rounds): ``root``, a child subreaper,
+    adopts the children of each one killed, so nothing under it escapes to init while it lives.
+
+    A daemon that forks and lets its parent exit, over and over, outruns kills by pid, and /proc's
+    lists of children, read while they change, can miss it in a walk. Its process group does not
+    change: each group seen under ``root`` (a zombie's included) but ``root``'s own is killed whole
+    in every round (``killpg``: the kernel lets no member fork out of a group being killed), then
+    every process found, by pid. Called by ``root`` itself, its exited children are reaped after
+    each round (a worker busy in a job reaps none: a fork loop leaves it thousands of zombies)."""
+    own_group, groups, quiet = os.getpgid(root), set(), 0
     for _ in range(50):
-        if root == os.getpid():
-            _reap()  # first: the zombies of a fork loop, tens of thousands, would each be read below
-        tree, frontier = [], [root]
+        tree, frontier, found = [], [root], {root, spare}
         while frontier:
-            children = [c for pid in frontier for c in _children_of(pid) if c != spare and c not in tree]
+            children = [c for pid in frontier for c in _children_of(pid) if c not in found]
+            found.update(children)
             tree.extend(children)
             frontier = children
-        if not tree:
-            return
-        for group in {_group(pid) for pid in tree} - {own_group, 0}:
+        groups |= {_group(pid) for pid in tree} - {own_group, 0}
+        for group in groups:
             _signal(os.killpg, group)
-        for pid in reversed(tree):
+        alive = [pid for pid in tree if _state(pid) not in ("Z", "X", "")]
+        for pid in reversed(alive):
             _signal(os.kill, pid)
+        if root == os.getpid():
+            _reap()
+        quiet = 0 if alive else quiet + 1
+        if quiet == 2:
+            return
         time.sleep(0.01)  # the worker adopts the orphans of those killed
 
 
