@@ -62,6 +62,26 @@ def test_the_recorder_warns_and_training_goes_on(where, request):
     assert _train(recorder) == 3 and recorder.records == []
 
 
+@pytest.mark.parametrize("kind", ["named pipe", "hard link", "folder"])
+def test_a_steps_file_that_no_recording_could_be_is_named_as_such_and_training_goes_on(tmp_path, kind):
+    """A named pipe, a hard link or a folder named ``recorded_steps.jsonl`` was taken for a recording
+    ("already holds a recording": a force=True that would then remove it, a callback's ``DIR-2``)."""
+    folder = tmp_path / "r"
+    folder.mkdir()
+    steps = folder / store.RECORDED_STEPS_FILE
+    if kind == "named pipe":
+        os.mkfifo(steps)
+    elif kind == "hard link":
+        (tmp_path / "elsewhere").write_text("")
+        os.link(tmp_path / "elsewhere", steps)
+    else:
+        steps.mkdir()
+    with pytest.warns(RuntimeWarning, match=f"not recording into {folder}: {steps}: not a regular file of the folder"):
+        recorder = StepRecorder(WrappedHeadLM(), folder, steps=(1,), trace=False, force=True)
+    assert _train(recorder) == 3 and recorder.records == []
+    assert os.path.lexists(steps) and (tmp_path / "elsewhere").exists() == (kind == "hard link")
+
+
 def test_a_full_disk_while_storing_a_step_is_a_warning(tmp_path, monkeypatch):
     recorder = StepRecorder(WrappedHeadLM(), tmp_path / "r", steps=(0, 1), trace=False, report=False)
 

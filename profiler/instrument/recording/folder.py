@@ -10,11 +10,25 @@ Public API: :func:`take_folder`.
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
-from fusedce_profiler.instrument import store
+from fusedce_profiler.instrument import confined, store
 from fusedce_profiler.instrument.confined import FolderRefused, refuse_linked_folder
 from fusedce_profiler.instrument.kinds import a_kind, other_kind
+
+
+def _refuse_unless_a_recording(steps: Path) -> None:
+    """:class:`FolderRefused` naming ``steps`` when it is there but no recording could be: a link,
+    a file with another name (a hard link), a named pipe, a folder."""
+    try:
+        info = os.lstat(steps)
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(info.st_mode):
+        raise FolderRefused(f"{steps}: {confined.WRITE_LINK_REFUSED}")
+    if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+        raise FolderRefused(f"{steps}: {confined.WRITE_SHARED_REFUSED}")
 
 
 def take_folder(out: Path, *, force: bool, append: bool) -> store.RunLock:
@@ -32,6 +46,7 @@ def take_folder(out: Path, *, force: bool, append: bool) -> store.RunLock:
         raise FolderRefused(f"{out}: the folder of {a_kind(other[0])} run ({other[1]}); a recording "
                             "goes into a folder of its own")
     existing = out / store.RECORDED_STEPS_FILE
+    _refuse_unless_a_recording(existing)
     if os.path.lexists(existing) and append:
         return store.RunLock(out).acquire()
     if os.path.lexists(existing) and not force:
