@@ -103,9 +103,9 @@ def test_appending_a_recording_never_truncates_a_linked_steps_file(tmp_path, har
     folder = tmp_path / "rec"
     outside = link_out(folder, store.RECORDED_STEPS_FILE, hard=hard)
     model = WrappedHeadLM()
-    recorder = StepRecorder(model, folder, steps=(0,), append=True, trace=False, report=False)
     refusal = re.escape(HARD_LINKED) if hard else f"{re.escape(str(folder / store.RECORDED_STEPS_FILE))}: a symbolic link"
-    with pytest.warns(RuntimeWarning, match=refusal):
+    with pytest.warns(RuntimeWarning, match=refusal):  # refused as the recorder takes the folder
+        recorder = StepRecorder(model, folder, steps=(0,), append=True, trace=False, report=False)
         with recorder.step():
             model(torch.zeros(1, 8, dtype=torch.long)).sum().backward()
         recorder.close()
