@@ -176,10 +176,8 @@ class _Runner:
             # its context and cache would count as "another process" in the capped steps
             self.workers.pop("calibrate").close()
         tenant = user_backend(job.backend)
-        if pool in self.workers and not self.workers[pool].serves(tenant):
-            self.workers.pop(pool).close()  # a user back-end ran in it: no other back-end's step runs there
-        if pool not in self.workers:
-            self.workers[pool] = Worker(self.logs)
+        worker = Worker.kept_for(self.workers.pop(pool, None), tenant)  # a user back-end's worker is its own
+        self.workers[pool] = Worker(self.logs) if worker is None else worker
         try:
             result = self.workers[pool].call("training-steps", {"jobs": [dataclasses.asdict(job)]}, 900,
                                              max_rss_bytes=default_max_rss_bytes(),

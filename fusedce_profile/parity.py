@@ -125,8 +125,7 @@ class _CurveTrainer:
         payload = {"settings": dataclasses.asdict(self.settings), "backend": name, "perturbed": perturbed}
         tenant = user_backend(name)
         try:
-            if self.worker is not None and not self.worker.serves(tenant):
-                self.close()  # a user back-end trained in it: no other curve trains there
+            self.worker = Worker.kept_for(self.worker, tenant)  # a user back-end's worker trains its curves alone
             if self.worker is None:
                 self.worker = Worker(self.log_dir, preload=("parity-curve",),
                                      warm_up=("fusedce_profiler.judgements.parity_training:warm_up_training",))

@@ -3,10 +3,12 @@ cell, curve or step runs there (its code may have altered the process and return
 the tool's own code before it may share the worker.
 
 The grid is checked end to end in ``test_cli_faults.py`` (a back-end that replaces the worker's
-cell job); here the contract of :meth:`Worker.serves` and how parity and explain keep it."""
+cell job); here the contract of :meth:`Worker.serves` and :meth:`Worker.kept_for`, and how
+parity and explain keep it."""
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import pytest
 
@@ -23,6 +25,18 @@ def test_a_worker_that_ran_a_user_backend_serves_that_backend_alone(tmp_path):
         assert worker.serves("mine:loss") and not worker.serves(None) and not worker.serves("other:loss")
         with pytest.raises(RuntimeError, match="mine:loss"):
             worker.call("environment", timeout_s=120)
+        assert Worker.kept_for(worker, "mine:loss") is worker
+        assert Worker.kept_for(worker, "other:loss") is None
+        assert not _running(worker.pid)  # closed: it runs no job of anyone's
+    assert Worker.kept_for(None, "mine:loss") is None
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 class _FakeWorker:
@@ -36,6 +50,7 @@ class _FakeWorker:
         _FakeWorker.made.append(self)
 
     serves = Worker.serves
+    kept_for = staticmethod(Worker.kept_for)
 
     def call(self, kind, payload=None, timeout_s=None, max_rss_bytes=None, read=None, tenant=None):
         assert self.serves(tenant) and not self.closed

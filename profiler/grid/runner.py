@@ -177,8 +177,7 @@ class _Cells:
             raise
 
     def _worker(self, tenant: str | None) -> Worker:
-        if self.worker is not None and not self.worker.serves(tenant):
-            self.close()  # a user back-end ran in it: no other back-end's cell runs there
+        self.worker = Worker.kept_for(self.worker, tenant)  # a user back-end's worker runs its cells alone
         if self.worker is None:
             self.worker = self._start_worker()
         self.environment.take(self.worker)

@@ -19,7 +19,7 @@ readers turn those into "this row or file is damaged" notes, and a refused file 
 command instead.
 
 Public API: :class:`FolderRefused`, :func:`open_inside`, :func:`read_bytes`, :func:`loads`,
-:func:`jsonl_lines`, :func:`user_text`, :func:`check_nesting`, :func:`size_limit`, :func:`open_own_file`,
+:func:`jsonl_lines`, :func:`user_text`, :func:`check_nesting`, :func:`size_limit`, :func:`open_own_file`, :func:`not_own_file`,
 :func:`refuse_linked_folder`, :data:`SIZE_LIMITS`, :data:`MAX_NESTING`,
 :data:`MAX_LINE_BYTES`.
 """
@@ -114,12 +114,20 @@ previous run's files from with ``force``, must be the one named)."""
 _WRITING = os.O_WRONLY | os.O_RDWR
 
 
+def not_own_file(info: os.stat_result) -> str | None:
+    """Why a file with ``info`` (``os.lstat``/``os.fstat``) is no folder's own file to write in place:
+    :data:`WRITE_LINK_REFUSED` for a symbolic link, :data:`WRITE_SHARED_REFUSED` for anything but a
+    regular file with one name (a hard link, a named pipe, a folder); ``None`` for its own file."""
+    if stat.S_ISLNK(info.st_mode):
+        return WRITE_LINK_REFUSED
+    return None if stat.S_ISREG(info.st_mode) and info.st_nlink == 1 else WRITE_SHARED_REFUSED
+
+
 def check_own_file(fd: int, path: str | Path) -> int:
-    """``fd`` when it is a regular file with one name; otherwise ``fd`` is closed and ``OSError``
-    (``EMLINK``) names ``path`` (:data:`WRITE_SHARED_REFUSED`). For every file opened to be written
-    in place (appended, truncated): ``O_NOFOLLOW`` stops a symbolic link, this a hard link."""
-    info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+    """``fd`` when it is its folder's own file (:func:`not_own_file`); otherwise ``fd`` is closed and
+    ``OSError`` (``EMLINK``) names ``path``. For every file opened to be written in place
+    (appended, truncated): ``O_NOFOLLOW`` stops a symbolic link, this a hard link."""
+    if not_own_file(os.fstat(fd)) is not None:
         os.close(fd)
         raise OSError(errno.EMLINK, WRITE_SHARED_REFUSED, str(path))
     return fd

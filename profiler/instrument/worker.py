@@ -14,14 +14,9 @@ started it says so (``{"ready": true}``) before it reads its first job, so a chi
 at start-up (its interpreter cannot import what it needs) is told apart from a job that
 killed it: :attr:`WorkerDied.at_start`.
 
-Job kinds (:data:`JOBS`): ``cell`` (a grid cell, :func:`fusedce_profiler.grid.cell.measure_cell`),
-``training-step`` (a model-mode job, :func:`fusedce_profiler.instrument.step.jobs.run_job`),
-``training-steps`` (several, one after another: :func:`fusedce_profiler.instrument.step.jobs.run_jobs`),
-``environment`` (:func:`fusedce_profiler.instrument.environment.collect_environment`),
-``describe-model`` (a user's model factory, called in a box:
-:func:`fusedce_profiler.instrument.models.factory.describe_job`) and ``doctor`` (the user's model
-factory and loss wrapper checked: :func:`fusedce_profiler.judgements.doctor.job.run_doctor_job`),
-``parity-curve`` (a training curve), ``check-backend`` (:mod:`fusedce_profiler.instrument.backends.check`).
+Job kinds (:data:`JOBS`): a grid ``cell``, model-mode ``training-step(s)``, the ``environment``, a
+user's model factory (``describe-model``) and loss wrapper (``doctor``) called in a box, a
+``parity-curve``, a user back-end's ``check-backend``.
 
 Lifetime: the child runs in its own session (Ctrl-C and SIGTERM at the terminal reach only the
 parent, which stops the child and keeps its results valid) and everything under it dies with
@@ -76,8 +71,7 @@ JOBS = {
 
 _LOG_TAIL_LINES = 15
 _MAX_REPLY_BYTES = 256 << 20  # a reply is a few MiB at most (a parity curve's losses)
-_START_TIMEOUT_S = 300.0
-"""How long a child may take to start (import Python's standard library and this module)."""
+_START_TIMEOUT_S = 300.0  # how long a child may take to start (import the standard library and this module)
 
 
 class WorkerDied(RuntimeError):
@@ -215,8 +209,7 @@ class Worker:
         self._over_memory = False
         self._garbled = False  # the reply pipe filled with bytes that are no reply
         self._answered: set[str] = set()  # the tokens of the jobs that had their answer
-        self.tenant: str | None = None
-        """The user back-end that ran in this worker, if one did (:meth:`serves`)."""
+        self.tenant: str | None = None  # the user back-end that ran in this worker, if one did (:meth:`serves`)
 
     @property
     def pid(self) -> int:
@@ -224,11 +217,18 @@ class Worker:
 
     def serves(self, tenant: str | None) -> bool:
         """Whether a job of ``tenant`` (a user back-end's name; ``None``: the tool's own code) may run
-        here. Once a user back-end has run in a worker, the worker runs that back-end's jobs alone:
-        its code can alter the process it runs in (replace the tool's functions, close the standard
-        streams) and return normally, and what it altered must touch no other back-end's
-        measurement. Callers close a worker that does not serve and start another."""
+        here. Once a user back-end has run in a worker, the worker runs its jobs alone: its code can
+        alter its process (replace the tool's functions, close the standard streams) and return
+        normally, and that must touch no other back-end's measurement (:meth:`kept_for`)."""
         return self.tenant is None or self.tenant == tenant
+
+    @staticmethod
+    def kept_for(worker: Worker | None, tenant: str | None) -> Worker | None:
+        """``worker`` if it :meth:`serves` ``tenant``; else ``worker`` closed and ``None`` (start another)."""
+        if worker is not None and not worker.serves(tenant):
+            worker.close()
+            return None
+        return worker
 
     def call(self, kind: str, payload: dict | None = None, timeout_s: float | None = None,
              max_rss_bytes: int | None = None, read: Callable[[object], T] | None = None,

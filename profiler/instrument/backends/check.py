@@ -82,9 +82,7 @@ def user_backend_problems(names: list[str], option: str = "--backend", *, timeou
         worker = None
         try:
             for name in names:
-                if worker is not None and not worker.serves(name):
-                    worker.close()
-                    worker = None
+                worker = Worker.kept_for(worker, name)  # a user back-end's worker is its own
                 if worker is None:
                     worker = Worker(Path(scratch) / "logs", preload=("check-backend",))
                 try:

@@ -10,7 +10,6 @@ Public API: :func:`take_folder`.
 from __future__ import annotations
 
 import os
-import stat
 from pathlib import Path
 
 from fusedce_profiler.instrument import confined, store
@@ -22,13 +21,11 @@ def _refuse_unless_a_recording(steps: Path) -> None:
     """:class:`FolderRefused` naming ``steps`` when it is there but no recording could be: a link,
     a file with another name (a hard link), a named pipe, a folder."""
     try:
-        info = os.lstat(steps)
+        why = confined.not_own_file(os.lstat(steps))
     except FileNotFoundError:
         return
-    if stat.S_ISLNK(info.st_mode):
-        raise FolderRefused(f"{steps}: {confined.WRITE_LINK_REFUSED}")
-    if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
-        raise FolderRefused(f"{steps}: {confined.WRITE_SHARED_REFUSED}")
+    if why is not None:
+        raise FolderRefused(f"{steps}: {why}")
 
 
 def take_folder(out: Path, *, force: bool, append: bool) -> store.RunLock:
