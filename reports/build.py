@@ -155,7 +155,7 @@ def build_report(run_dir: Path) -> Report:
 
     Raises ``FileNotFoundError`` when the folder has no ``results.jsonl``.
     """
-    run_dir = Path(run_dir).resolve()
+    run_dir = Path(run_dir)
     loaded = load_results(run_dir)
     if loaded.missing:
         raise FileNotFoundError(f"{run_dir}: no {store.RESULTS_FILE} (expected the folder a grid run writes)")

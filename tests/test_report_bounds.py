@@ -213,6 +213,25 @@ def test_a_page_that_is_a_folder_is_named_in_one_line_and_nothing_is_replaced(ru
     assert (run / "report.html").read_text() == "old" and not list(run.glob(".*.tmp"))
 
 
+@pytest.mark.parametrize("planted", ["page folder", "linked timeline"])
+def test_a_refusal_names_the_file_by_the_path_given(run, monkeypatch, planted):
+    """``report run`` from the folder above names ``run/…``, as it names every other file: a
+    refusal gives no absolute path of the machine it ran on."""
+    if planted == "page folder":
+        (run / "summary.md").unlink(missing_ok=True)
+        (run / "summary.md").mkdir()
+        named = "run/summary.md"
+    else:
+        timeline = _plant_timeline(run, {})
+        timeline.unlink()
+        timeline.symlink_to(run / store.RESULTS_FILE)
+        named = "run/snapshots/planted.timeline.json"
+    monkeypatch.chdir(run.parent)
+    result = CliRunner().invoke(app, ["report", "run"])
+    assert result.exit_code == 2, result.output
+    assert named in result.output and str(run.parent) not in result.output, result.output
+
+
 def test_an_integer_past_a_floats_range_is_a_note_not_a_traceback(run):
     """JSON reads ``1`` followed by 400 zeros as an integer no float holds: a row or a timeline
     holding one in a number field is named, never a traceback."""
