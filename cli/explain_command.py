@@ -2,7 +2,7 @@
 
 Parses the options, calls :func:`fusedce_profile.explain.explain` and prints its conclusion.
 Exit codes (:mod:`fusedce_cli.exit_codes`): 0 ok, 1 a ``--model`` factory that failed (one
-line) or a back-end that failed in every calibration step (nothing judged; one line each), 2 bad usage or input (one line, before any work), 130 / 143 interrupted (the finished
+line) or a back-end that failed in every calibration step (nothing judged; one line per cause), 2 bad usage or input (one line, before any work), 130 / 143 interrupted (the finished
 steps are kept; ``--resume`` continues).
 """
 from __future__ import annotations
@@ -103,9 +103,12 @@ def explain(
     console.print(f"report: {out_dir / 'summary.md'}", markup=False)
     for sentence in e.failed_steps:
         typer.echo(f"note: {one_line(sentence)}", err=True)
+    by_message: dict[str, list[str]] = {}  # one line per cause: a --model factory that failed fails every back-end
     for backend, message in e.failed_backends.items():
-        typer.echo(f"error: {one_line(backend)} failed in every calibration step; the first: {one_line(message)}",
-                   err=True)
+        by_message.setdefault(message, []).append(backend)
+    for message, backends in by_message.items():
+        typer.echo(f"error: {one_line(', '.join(backends))} failed in every calibration step; the first: "
+                   f"{one_line(message)}", err=True)
     if as_json:
         print(json.dumps({"out": str(out_dir), "decided": e.decided, "prediction_only": e.prediction_only,
                           "conclusion": e.conclusion, "consistent": [h.label() for h in consistent],

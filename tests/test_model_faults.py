@@ -54,6 +54,12 @@ MODELS = textwrap.dedent('''
         while True:
             keep.append(bytearray(64 << 20))
 
+    def raises_in_a_step():
+        """Builds its shapes (on the meta device), raises where a step builds the real model."""
+        if torch.empty(0).device.type != "meta":
+            raise RuntimeError("no real tensors here")
+        return Wide()
+
     def two_arguments(a, b):
         return Wide()
 
@@ -130,6 +136,16 @@ def test_explain_calls_a_hostile_factory_in_its_box(fx, tmp_path, factory, line)
     assert line in result.output
     assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
     assert not out.exists()
+
+
+def test_a_factory_that_fails_only_in_the_steps_is_named_as_the_cause_once(fx, tmp_path):
+    """Its failure in every step is the factory's, not each back-end's: one line naming it."""
+    result = runner.invoke(app, ["explain", "--device", "cpu", "--model", "fx_models:raises_in_a_step", "--seq", "8",
+                                 "--naive", "3", "--fused", "2", "--card", "24", "--out", str(tmp_path / "run")])
+    assert result.exit_code == 1, result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "torch, fusedce failed in every calibration step" in errors[0], result.output
+    assert "--model fx_models:raises_in_a_step: the factory raised RuntimeError: no real tensors here" in errors[0]
 
 
 def test_a_hanging_factory_is_stopped_by_its_time_limit(fx, tmp_path):
@@ -235,3 +251,34 @@ def test_the_memory_check_counts_the_modules_parameters_not_a_formula(monkeypatc
     checks.check_model_fits(config, "cpu", 1, 8, parameters=10**6)  # 16 MB of state fits in 17 MB
     with pytest.raises(UsageError, match=r"\(0\.00 B parameters\) needs at least"):
         checks.check_model_fits(config, "cpu", 1, 8, parameters=2 * 10**6)
+
+
+def test_a_kill_9_during_the_factory_leaves_its_log_folder_to_the_next_command_only(fx, tmp_path, monkeypatch):
+    """The factory's worker logs to a scratch folder (no run folder exists yet); a command killed
+    with ``kill -9`` cannot remove it, the next command building a factory does. Another live
+    process's folder, a link and a file named so are left alone."""
+    import tempfile
+
+    from fusedce_profiler.instrument.scratch import scratch_folder
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    process = start_cli(["model", "--device", "cpu", "--model", "fx_models:hang", "--out", str(tmp_path / "run")],
+                        cli_env(fx, TMPDIR=str(scratch)))
+    try:
+        left = lambda: [p for p in scratch.glob(f"fusedce-factory-{process.pid}-*") if any(p.glob("worker-*.log"))]
+        wait_for(left, 120, "the factory's worker log", process)
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait(timeout=30)
+        assert workers_of(process.pid, wait_s=20) == []
+        assert left()  # a kill -9 removes nothing
+    finally:
+        kill_group(process)
+    (scratch / f"fusedce-factory-{os.getpid()}-live").mkdir()  # a live process's
+    (scratch / "fusedce-factory-999999999-link").symlink_to(tmp_path / "run", target_is_directory=True)
+    (scratch / "fusedce-factory-999999999-file").write_text("")
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    with scratch_folder("factory") as mine:
+        assert mine.parent == scratch and mine.name.startswith(f"fusedce-factory-{os.getpid()}-")
+    assert {p.name for p in scratch.iterdir()} == {
+        "fusedce-factory-999999999-file", "fusedce-factory-999999999-link", f"fusedce-factory-{os.getpid()}-live"}

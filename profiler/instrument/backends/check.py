@@ -20,10 +20,10 @@ first that ends the check named), :func:`check_job` (the worker's ``check-backen
 """
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 
 from fusedce_profiler.instrument.callables import CallableFailed, what_it_raised
+from fusedce_profiler.instrument.scratch import scratch_folder
 
 CHECK_TIMEOUT_S = 120.0
 """How long importing a back-end's module and reading its signature may take."""
@@ -78,7 +78,7 @@ def user_backend_problems(names: list[str], option: str = "--backend", *, timeou
     memory = default_max_rss_bytes() if memory_bytes is None else memory_bytes
     timeout_s = CHECK_TIMEOUT_S if timeout_s is None else timeout_s
     problems: dict[str, str | None] = {}
-    with tempfile.TemporaryDirectory(prefix="fusedce-check-") as scratch:
+    with scratch_folder("check") as scratch:  # a kill -9 leaves it to the next one
         worker = None
         try:
             for name in names:

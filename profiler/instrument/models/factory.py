@@ -13,11 +13,11 @@ as ``factory()`` or ``factory(config)`` (the documented signatures) or returns n
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 from fusedce_profiler.instrument.callables import CallableFailed
 from fusedce_profiler.instrument.models.configs import ModelConfig
+from fusedce_profiler.instrument.scratch import scratch_folder
 
 FACTORY_TIMEOUT_S = 300.0
 """Default time limit of one factory call, in seconds: a model is built in seconds; a minute-long
@@ -127,7 +127,7 @@ def describe_factory(target: str, given: ModelConfig | None, head_path: str | No
     memory = default_memory_guard_bytes() if memory_bytes is None else memory_bytes
     payload = {"target": target, "given": given.to_dict() if given else None, "head": head_path,
                "memory_bytes": memory}
-    with tempfile.TemporaryDirectory(prefix="fusedce-factory-") as scratch:
+    with scratch_folder("factory") as scratch:  # a kill -9 leaves it to the next one
         # its imports (torch) before the clock starts: the time limit is the factory's own
         worker = Worker(Path(log_dir) if log_dir is not None else Path(scratch), preload=("describe-model",))
         try:
