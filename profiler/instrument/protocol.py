@@ -45,6 +45,7 @@ from typing import Callable
 
 import torch
 
+from fusedce_profiler.instrument.tracing.names import readable
 from fusedce_profiler.instrument.tracing.quiet import quiet_third_party
 
 CUDA_ALLOCATOR = "cuda-allocator"
@@ -252,7 +253,9 @@ def replay_cpu_events(prof, names: list[str], baseline: int) -> list[Phase]:
     """
     timeline: list[tuple[int, int, str | None]] = []  # (time ns, byte delta, marker name)
     for event in prof.kineto_results.events():
-        event_name = event.name()
+        event_name = readable(event.name)  # None: a Python frame's, whose code was freed (never ours)
+        if event_name is None:
+            continue
         if event_name == "[memory]":
             if event.device_type() == torch.autograd.DeviceType.CPU:
                 timeline.append((event.start_ns(), event.nbytes(), None))

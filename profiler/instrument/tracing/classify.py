@@ -20,6 +20,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from fusedce_profiler.instrument.tracing.names import FREED, readable
+
 _TORCH_DIR = os.path.dirname(torch.__file__)
 _ELEMENTWISE_HINTS = ("_to_copy", "copy", "softmax", "log_softmax", "tanh", "div", "mul", "add", "sub", "exp",
                       "clone", "contiguous", "float", "where", "masked_fill", "neg", "sigmoid", "gelu", "silu",
@@ -156,12 +158,13 @@ class Classifier:
                     elif module is None and mod.self_ptr != self.model_id:
                         module = self.names.get(mod.self_ptr, mod.cls_name)
                 site = fields.callsite
-                file_name = site.file_name
+                file_name = readable(lambda: site.file_name) or FREED  # see tracing.names
+                function_name = readable(lambda: site.function_name) or FREED
                 if file_name.replace("\\", "/").rsplit("site-packages/", 1)[-1].startswith(OPTIMIZER_FILES):
                     optimizer = True
-                if not source and not _is_torch_file(file_name):
-                    source = f"{_short(file_name)}:{site.line_number} ({site.function_name})"
-                func = site.function_name.lower()
+                if not source and not _is_torch_file(file_name) and file_name != FREED:
+                    source = f"{_short(file_name)}:{site.line_number} ({function_name})"
+                func = function_name.lower()
                 if kind is None and ("cross_entropy" in func or func.endswith("loss") or "loss_" in func
                                      or "lce" in func):
                     loss_frame = True
