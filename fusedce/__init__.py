@@ -1,19 +1,20 @@
 """fusedce: a fused linear + cross-entropy loss that never materialises the N×V logits."""
-from fusedce.api import LinearCrossEntropyLoss, linear_cross_entropy
 from fusedce.options import IGNORE_INDEX
 
 __all__ = ["linear_cross_entropy", "LinearCrossEntropyLoss", "IGNORE_INDEX", "vocab_parallel_linear_cross_entropy",
            "vocab_shard_bounds"]
 __version__ = "0.1.0"
 
-_VOCAB_PARALLEL = ("vocab_parallel_linear_cross_entropy", "vocab_shard_bounds")
+_LAZY = {"linear_cross_entropy": "fusedce.api", "LinearCrossEntropyLoss": "fusedce.api",
+         "vocab_parallel_linear_cross_entropy": "fusedce.parallel", "vocab_shard_bounds": "fusedce.parallel"}
 
 
 def __getattr__(name: str):
-    """The vocabulary-parallel names, imported on first use: :mod:`fusedce.parallel` marks its
-    loss ``torch.compiler.disable``, which imports ``torch._dynamo`` (~1.2 s on a laptop-class CPU)."""
-    if name in _VOCAB_PARALLEL:
-        from fusedce import parallel
+    """The loss, imported on first use: ``import fusedce`` (and a command that reads only its
+    options, such as ``fusedce-profile``'s start) does not import torch (~1.2 s of CPU), nor
+    :mod:`fusedce.parallel`, whose ``torch.compiler.disable`` imports ``torch._dynamo`` (~1.2 s more)."""
+    if name in _LAZY:
+        import importlib
 
-        return getattr(parallel, name)
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'fusedce' has no attribute {name!r}")

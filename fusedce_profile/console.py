@@ -12,8 +12,8 @@ import time
 from contextlib import contextmanager
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pandas as pd
 from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -22,9 +22,10 @@ from rich.text import Text
 
 from fusedce_profiler.instrument.records import CellResult, CellSpec
 from fusedce_profiler.instrument.text import capped, one_line, printable, shorten
-from fusedce_reports.frame import BASELINE_BACKEND
-from fusedce_reports.tables import group_title
 from fusedce_reports.units import format_bytes, format_error, format_ms, format_percent, format_tokens, is_missing
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 PIPED_WIDTH = 120
@@ -157,6 +158,8 @@ _STATUS_STYLE = {"ok": "", "oom": "yellow", "error": "red", "timeout": "red", "s
 
 
 def _table(title: str, group: pd.DataFrame) -> Table:
+    from fusedce_reports.frame import BASELINE_BACKEND
+
     # Cells and title are Text, never markup: a back-end named "evil:[bold]x" is shown as written.
     table = Table(title=Text(shown(title)), title_justify="left", title_style="bold", header_style="bold",
                   pad_edge=False, box=box.SIMPLE_HEAD, collapse_padding=True)
@@ -191,5 +194,7 @@ def summary_tables(frame: pd.DataFrame) -> list[Table]:
     """One terse table per (device, mode, head, options) group, a row per cell: back-end,
     tokens, peak extra (``OOM`` or the status when it did not run), × floor, saving vs torch
     (``baseline`` on torch's row), time, parity (worst error with ✓ or ✗)."""
+    from fusedce_reports.tables import group_title
+
     return [_table(group_title(d, m, int(h), int(v), o), group)
             for (d, m, h, v, o), group in frame.groupby(["device", "mode", "hidden", "vocab", "options"], sort=False)]

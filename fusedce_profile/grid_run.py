@@ -26,7 +26,8 @@ from fusedce_profiler.grid.spec import GridSpec
 from fusedce_profiler.instrument.records import CellSpec
 from fusedce_profiler.instrument.text import count, one_line
 from fusedce_profiler.grid.plan import planned_cells, save_plan
-from fusedce_profiler.grid.runner import ResultNotStored, load_results, run_grid
+from fusedce_profiler.grid.runner import ResultNotStored, run_grid
+from fusedce_profiler.instrument.records import load_results
 from fusedce_profiler.instrument.records import FAILED_STATUSES, CellResult
 from fusedce_profiler.instrument.worker import WorkerDied
 from fusedce_reports import Report, build_report

@@ -26,7 +26,7 @@ import pandas as pd
 
 from fusedce_profiler.instrument import staging, store
 from fusedce_profiler.grid.plan import planned_cells
-from fusedce_profiler.grid.runner import load_results
+from fusedce_profiler.instrument.records import load_results
 from fusedce_reports import plots as plotting
 from fusedce_reports.environment import read_environment
 from fusedce_reports.findings import Finding, compute_findings

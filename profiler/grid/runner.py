@@ -59,6 +59,7 @@ from fusedce_profiler.grid.spec import GridSpec
 from fusedce_profiler.grid.memory_model import floor_bytes, predict
 from fusedce_profiler.instrument.protocol import CPU_WORKER_ENV, CPU_WORKER_WARM_UP, memory_source
 from fusedce_profiler.instrument.records import FAILED_STATUSES, CellResult, CellSpec
+from fusedce_profiler.instrument.records import load_results  # noqa: F401 - part of this API
 from fusedce_profiler.grid.cell import MeasureSettings
 from fusedce_profiler.instrument.worker import JobFailed, Worker, WorkerDied, default_max_rss_bytes
 
@@ -70,14 +71,6 @@ class ResultNotStored(OSError):
     def __init__(self, spec: CellSpec, cause: OSError) -> None:
         super().__init__(cause.errno, cause.strerror or str(cause), cause.filename)
         self.spec = spec
-
-
-def load_results(folder: str | Path) -> store.Loaded[CellResult]:
-    """The rows of a run folder's ``results.jsonl`` (the one reader; see :mod:`fusedce_profiler.instrument.store`)."""
-    path = Path(folder)
-    if path.is_dir():
-        path = path / store.RESULTS_FILE
-    return store.read_jsonl(path, CellResult.from_dict)
 
 
 @dataclass

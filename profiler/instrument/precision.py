@@ -20,9 +20,8 @@ Lightning's precision names are accepted as aliases wherever a mode is taken
 from __future__ import annotations
 
 import contextlib
+import functools
 from dataclasses import dataclass
-
-import torch
 
 MODES = ("amp-bf16", "amp-fp16", "bf16", "fp32")
 TRAINING_MODES = ("amp-bf16", "bf16", "fp32")
@@ -44,18 +43,20 @@ class Precision:
         return self.autocast or self.weight
 
 
-PRECISIONS: dict[str, Precision] = {
-    "amp-bf16": Precision(torch.bfloat16, torch.float32, torch.bfloat16),
-    "amp-fp16": Precision(torch.float16, torch.float32, torch.float16),
-    "bf16": Precision(torch.bfloat16, torch.bfloat16, None),
-    "fp32": Precision(torch.float32, torch.float32, None),
-}
-assert tuple(PRECISIONS) == MODES
+@functools.cache
+def _precisions() -> dict[str, Precision]:
+    """Each mode's dtypes (torch imported here: the names above serve a command's parsing without it)."""
+    import torch
+
+    return {"amp-bf16": Precision(torch.bfloat16, torch.float32, torch.bfloat16),
+            "amp-fp16": Precision(torch.float16, torch.float32, torch.float16),
+            "bf16": Precision(torch.bfloat16, torch.bfloat16, None),
+            "fp32": Precision(torch.float32, torch.float32, None)}
 
 
 def precision(mode: str) -> Precision:
     """The :class:`Precision` of ``mode``; ``ValueError`` naming the known modes otherwise."""
-    return PRECISIONS[canonical_mode(mode)]
+    return _precisions()[canonical_mode(mode)]
 
 
 def canonical_mode(name: str, allowed: tuple[str, ...] = MODES, what: str = "mode") -> str:
@@ -77,6 +78,8 @@ def canonical_mode(name: str, allowed: tuple[str, ...] = MODES, what: str = "mod
 
 def autocast(mode: str, device: str | torch.device) -> contextlib.AbstractContextManager:
     """The autocast context a forward of ``mode`` runs in on ``device`` (a no-op outside amp)."""
+    import torch
+
     dtype = precision(mode).autocast
     if dtype is None:
         return contextlib.nullcontext()
@@ -85,4 +88,6 @@ def autocast(mode: str, device: str | torch.device) -> contextlib.AbstractContex
 
 def dtype_bytes(dtype: torch.dtype) -> int:
     """Bytes per element of ``dtype``."""
+    import torch
+
     return torch.empty((), dtype=dtype).element_size()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -243,3 +243,11 @@ class CellResult:
             if missing:
                 raise ValueError(f"status 'ok' without its measurements ({', '.join(missing)} empty)")
         return cls(**values)
+
+
+def load_results(folder: str | Path) -> store.Loaded[CellResult]:
+    """The rows of a run folder's ``results.jsonl`` (the one reader; see :mod:`fusedce_profiler.instrument.store`)."""
+    path = Path(folder)
+    if path.is_dir():
+        path = path / store.RESULTS_FILE
+    return store.read_jsonl(path, CellResult.from_dict)
