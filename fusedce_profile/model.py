@@ -147,6 +147,7 @@ def model_command(*, out: str | Path | None = None, force: bool = False, resume:
                   console: Console | None = None, **options) -> CommandOutcome:
     """``fusedce-profile model``: :func:`profile_model` with the exit code and ``--json`` summary the
     command line needs (a signal ends it with :attr:`CommandOutcome.stopped` set, not raised)."""
+    plan = plan_model(**options)  # bad input refused before torch and matplotlib are imported
     from fusedce_profile.checks import nothing_measured
     from fusedce_profile.folders import report_errors, run_folder
     from fusedce_profile.interruption import interrupted_outcome, report_stopped
@@ -163,7 +164,6 @@ def model_command(*, out: str | Path | None = None, force: bool = False, resume:
     def say(line: str) -> None:
         console.print(line, markup=False)
 
-    plan = plan_model(**options)
     base = plan.base
     with run_folder(arguments.path(out, "--out"), force=force, resume=resume, kind="model") as out_dir:
         say(f"fusedce-profile model: {one_line(plan.source.describe())} "
