@@ -177,7 +177,7 @@ def _user_backend_problems(names: list[str], option: str) -> dict[str, str | Non
 
 def check_backends(names: Iterable[str], option: str = "--backend") -> None:
     """``UsageError`` naming the first back-end of ``names`` that cannot be used, and the fix; the
-    ``module:callable`` ones are checked together, in one worker."""
+    ``module:callable`` ones are checked one after another, each in a worker of its own."""
     from fusedce_profiler.instrument.backends import BUILTIN_BACKENDS, MODEL_BACKENDS
 
     names = list(names)

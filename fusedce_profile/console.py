@@ -88,7 +88,7 @@ def make_console(*, to_stderr: bool) -> Console:
     # Piped output (a log file) gets a fixed width wide enough for the tables, unless
     # COLUMNS says otherwise.
     width = None if stream.isatty() or os.environ.get("COLUMNS") else PIPED_WIDTH
-    return _PrintableConsole(file=stream, highlight=False, soft_wrap=True, width=width)
+    return _PrintableConsole(file=stream, highlight=False, soft_wrap=True, width=width, emoji=False)
 
 
 def error(message: str) -> None:
@@ -98,7 +98,11 @@ def error(message: str) -> None:
     if not sys.stderr.isatty():
         sys.stderr.write(f"error: {message}\n")
         return
-    Console(file=sys.stderr, highlight=False, soft_wrap=True).print(f"[bold red]error:[/] {message}", markup=True)
+    from rich.markup import escape
+
+    # the message is text as written: no markup of its own, no ":name:" read as an emoji
+    Console(file=sys.stderr, highlight=False, soft_wrap=True, emoji=False).print(
+        f"[bold red]error:[/] {escape(message)}", markup=True)
 
 
 def _cell_line(done: int, total: int | None, result: CellResult, out_dir: Path | None = None) -> str:
@@ -130,7 +134,8 @@ class CellProgress:
     def running(self) -> Iterator["CellProgress"]:
         if self.console.is_terminal:
             self._progress = Progress(
-                TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                # a back-end's name as written: no markup, no emoji
+                TextColumn("{task.description}", style="bold", markup=False), BarColumn(), MofNCompleteColumn(),
                 TextColumn("cells"), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
                 console=self.console, transient=True,
             )
@@ -143,7 +148,7 @@ class CellProgress:
     def start(self, spec: CellSpec) -> None:
         """A cell begins: the bar names the cell now running (not the last one finished)."""
         if self._progress is not None:
-            self._progress.update(self._task, description=f"{spec.backend} {format_tokens(spec.tokens)}")
+            self._progress.update(self._task, description=f"{shown(spec.backend)} {format_tokens(spec.tokens)}")
 
     def __call__(self, result: CellResult) -> None:
         self.done += 1

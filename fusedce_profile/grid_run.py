@@ -87,14 +87,18 @@ def json_summary(report: Report, exit_code: int) -> dict:
     }
 
 
-def finish(out_dir: Path, console: Console, *, stopped: KeyboardInterrupt | None = None) -> CommandOutcome:
+def finish(out_dir: Path, console: Console, *, stopped: KeyboardInterrupt | None = None,
+           after_run: bool = True) -> CommandOutcome:
     """Build the report of ``out_dir``, print it, and say what the run came to: its records, the
     exit code (1 when a parity check failed or a back-end failed in every one of its cells; 130/143
     when the run was ``stopped`` by a signal, whatever else) and the ``--json`` summary.
+    ``after_run``: a grid run just stored the cells (a failure then says they are kept and how to
+    report them); ``False`` for ``report`` of a folder, whose failure is only its own line.
     """
     placed = None
+    errors = report_errors(out_dir, "the finished cells") if after_run else os_errors()
     try:
-        with report_errors(out_dir, "the finished cells"), staging.all_or_nothing() as placed:  # all, or none
+        with errors, staging.all_or_nothing() as placed:  # all, or none
             report = build_report(out_dir)
     except KeyboardInterrupt as late:  # a signal while the report was being written
         if placed is not None and placed.done:  # it came as the files were put in place: the report is whole

@@ -19,6 +19,7 @@ its report and the other back-ends go on.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
@@ -174,14 +175,16 @@ def parity_command(*, out: str | Path | None = None, force: bool = False, resume
         if finished is None or not (out_dir / store.ENVIRONMENT_FILE).is_file():
             save_environment(out_dir, collect_environment())
 
-        def save(partial) -> None:  # saved after each back-end: a run cut short keeps what it trained
-            save_parity_report(out_dir, partial)
-            write_parity_report(out_dir)
+        def keep(partial) -> None:  # after each back-end: a run cut short keeps what it trained
+            with report_errors(out_dir, "the curves trained before"):
+                save_parity_report(out_dir, partial)
+            with contextlib.suppress(OSError):  # a page that cannot be written is said once, at the end
+                write_parity_report(out_dir)
 
         again = f"the same command and --resume --out {out_dir}"
         trainer = _CurveTrainer(settings, out_dir / store.LOGS_DIR)
         try:
-            result = run_parity(settings, progress=lambda name: say(f"  training with {name} ..."), on_curve=save,
+            result = run_parity(settings, progress=lambda name: say(f"  training with {name} ..."), on_curve=keep,
                                 finished=finished, train=trainer)
         except RuntimeError as exc:  # the torch reference itself failed
             raise UsageError(str(exc)) from None
@@ -198,7 +201,8 @@ def parity_command(*, out: str | Path | None = None, force: bool = False, resume
             trainer.close()
         try:
             with report_errors(out_dir, "the trained curves"):
-                save(result)
+                save_parity_report(out_dir, result)
+                write_parity_report(out_dir)
         except KeyboardInterrupt as stopped:
             return report_stopped(out_dir, stopped, [result], count(len(result.curves), "curve"), say)
     _print_result(result, say)

@@ -100,7 +100,7 @@ def _rebuilt(run_dir: Path, console: Console) -> tuple[str, CommandOutcome] | No
         return os.path.lexists(run_dir / name)
 
     if present(store.RESULTS_FILE):
-        return "grid", finish(run_dir, console)
+        return "grid", finish(run_dir, console, after_run=False)
     for kind, name in (("model", store.MODEL_RESULTS_FILE), ("parity", store.PARITY_FILE),
                        ("doctor", store.DOCTOR_FILE)):
         if present(name):

@@ -76,3 +76,30 @@ def test_the_progress_bar_names_the_cell_running_not_the_last_one_finished():
         assert bar.description == "fusedce 2k" and bar.completed == 1
         progress(second)
         assert bar.completed == 2
+
+
+def test_emoji_codes_and_markup_in_names_are_shown_as_written(monkeypatch, capsys):
+    """``:rocket:`` in a folder's name or ``:factory:`` in ``module:factory:x`` was printed as an
+    emoji; markup in an error's text, on a terminal, was obeyed; so was markup in the progress bar."""
+    from fusedce_profile.console import error, make_console
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    stdout = Terminal()
+    monkeypatch.setattr("sys.stdout", stdout)
+    make_console(to_stderr=False).print("writing to run:rocket:x and --model mod:factory:f", markup=False)
+    assert "writing to run:rocket:x and --model mod:factory:f" in stdout.getvalue()
+    stderr = Terminal()
+    monkeypatch.setattr("sys.stderr", stderr)
+    error("--model mod:factory:f [bold]raised[/bold]")
+    assert ":factory:f [bold]raised[/bold]" in stderr.getvalue()
+    console = Console(file=io.StringIO(), force_terminal=True, width=100)
+    progress = CellProgress(console, total=1)
+    evil = cell("evil:[red]x:rocket:", 1024, cpu=True)
+    with progress.running():
+        progress.start(evil.spec)
+        rendered = Console(file=io.StringIO(), width=100, emoji=False, color_system=None)
+        rendered.print(progress._progress)
+        assert "evil:[red]x:rocket: 1k" in rendered.file.getvalue()

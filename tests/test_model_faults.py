@@ -241,6 +241,23 @@ def test_a_signal_during_parity_keeps_the_trained_backends_and_marks_the_report(
     assert "Interrupted by SIGTERM after 1 of 2 back-ends" in summary and "fusedce" in summary
 
 
+def test_a_parity_page_that_cannot_be_written_is_one_line_and_the_curves_are_kept(tmp_path):
+    """The page is written after each curve as well as at the end: a page that is a folder (or a
+    full disk) there ended parity in a traceback."""
+    out = tmp_path / "run"
+    args = ["parity", "--device", "cpu", "--preset", "tiny", "--steps", "10", "--batch", "2", "--seq", "8",
+            "--backend", "fusedce", "--no-control", "--out", str(out)]
+    assert runner.invoke(app, args).exit_code == 0
+    (out / "summary.md").unlink()
+    (out / "summary.md").mkdir()
+    result = runner.invoke(app, [*args, "--resume"])
+    assert result.exit_code == 2, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    said = _plain(result.output)
+    assert f"{out}/summary.md: Is a directory; the trained curves are kept in {out}" in said, said
+    assert len(result.output.strip().splitlines()) <= 3 and (out / "parity.json").is_file()
+
+
 def test_the_memory_check_counts_the_modules_parameters_not_a_formula(monkeypatch):
     import fusedce_profile.checks as checks
     from fusedce_profile.errors import UsageError

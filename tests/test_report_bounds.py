@@ -232,6 +232,27 @@ def test_a_refusal_names_the_file_by_the_path_given(run, monkeypatch, planted):
     assert named in result.output and str(run.parent) not in result.output, result.output
 
 
+@pytest.mark.parametrize("planted", ["folder", "too many lines"])
+def test_report_refusing_a_results_file_names_it_and_offers_no_report_of_itself(run, monkeypatch, planted):
+    """A folder in place of ``results.jsonl`` was named by a file descriptor ("5: Is a directory");
+    a refused file got the advice to run ``report`` again, the command that just failed."""
+    from fusedce_profiler.instrument import confined
+
+    results = run / store.RESULTS_FILE
+    if planted == "folder":
+        results.unlink()
+        results.mkdir()
+        why = "run/results.jsonl: not a regular file"
+    else:
+        monkeypatch.setattr(confined, "MAX_LINES", 1)
+        results.write_text(results.read_text().splitlines()[0] + "\n" * 3)
+        why = "run/results.jsonl: more than 1 lines, over the limit"
+    monkeypatch.chdir(run.parent)
+    result = CliRunner().invoke(app, ["report", "run"])
+    assert result.exit_code == 2, result.output
+    assert why in _plain(result.output) and "writes the report" not in result.output, result.output
+
+
 def test_an_integer_past_a_floats_range_is_a_note_not_a_traceback(run):
     """JSON reads ``1`` followed by 400 zeros as an integer no float holds: a row or a timeline
     holding one in a number field is named, never a traceback."""

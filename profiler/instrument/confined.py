@@ -334,10 +334,11 @@ def jsonl_lines(path: str | Path, inside: str | Path | None = None) -> Iterator[
     :data:`MAX_LINE_BYTES` or more than :data:`MAX_LINES` lines."""
     path = Path(path)
     fd = open_inside(Path(inside) if inside is not None else path.parent, path)
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):  # before fdopen, which names a folder by its descriptor
+        os.close(fd)
+        raise FolderRefused(f"{path}: not a regular file")
     with os.fdopen(fd, "rb") as fh:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise FolderRefused(f"{path}: not a regular file")
         limit = size_limit(path)
         if info.st_size > limit:
             raise FolderRefused(f"{path}: {info.st_size} bytes, over the limit of {limit} bytes for this kind of file")

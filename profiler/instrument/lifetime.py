@@ -49,11 +49,13 @@ def die_with_parent(parent_pid: int, spare: int) -> None:
     if os.getppid() != parent_pid:  # the parent died before the death signal was armed
         end_worker(spare)
 
-    def watch() -> None:
+    # bound now, before any job's code runs: a back-end that replaces os.getppid (or time.sleep, or
+    # this module's functions) in its worker does not blind the watchdog
+    def watch(getppid=os.getppid, sleep=time.sleep, end=end_worker) -> None:
         while True:
-            time.sleep(1.0)
-            if os.getppid() != parent_pid:
-                end_worker(spare)
+            sleep(1.0)
+            if getppid() != parent_pid:
+                end(spare)
 
     threading.Thread(target=watch, name="parent-watchdog", daemon=True).start()
 
