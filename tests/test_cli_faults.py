@@ -7,6 +7,7 @@ test that starts one checks at the end that no worker outlived it (``processes.w
 """
 from __future__ import annotations
 
+import contextlib
 import html
 import json
 import os
@@ -14,6 +15,7 @@ import resource
 import signal
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -83,6 +85,8 @@ BACKENDS = textwrap.dedent('''
             os._exit(0)
         while not os.path.exists(path):
             time.sleep(0.05)
+        if os.environ.get("FX_DAEMON_EXIT"):  # then ends its own worker, as a crashing extension would
+            os._exit(0)
         return ok(hidden, weight, target, bias)
 
     def alters(hidden, weight, target, bias=None):  # alters its worker (the cell job, stdin), then trains
@@ -94,7 +98,11 @@ BACKENDS = textwrap.dedent('''
             pass
         return ok(hidden, weight, target, bias)
 
-    HOP = "import os, time\\nend = time.time() + 60\\nwhile time.time() < end:\\n    if os.fork():\\n        os._exit(0)\\n"
+    # forks and exits at every generation (with FX_HOPPER_SETSID also a new session: no group to
+    # kill), for 60 s at most; every 100th generation touches its heartbeat file
+    HOP = ("import os, time\\nbeat, n, end = {beat!r}, 0, time.time() + 60\\nwhile time.time() < end:\\n"
+           "    if os.fork():\\n        os._exit(0)\\n" + ("    os.setsid()\\n" if os.environ.get("FX_HOPPER_SETSID") else "")
+           + "    n += 1\\n    if n % 100 == 0:\\n        os.utime(beat)\\n")
 
     def hopper(hidden, weight, target, bias=None):  # a daemon that keeps changing its pid, then a hang
         import sys
@@ -102,8 +110,10 @@ BACKENDS = textwrap.dedent('''
             os.setsid()
             with open(os.environ["FX_HOPPER_GROUP"] + ".tmp", "w") as fh:
                 fh.write(str(os.getpid()))
+            beat = os.environ["FX_HOPPER_GROUP"] + ".beat"
+            open(beat, "w").close()
             os.rename(os.environ["FX_HOPPER_GROUP"] + ".tmp", os.environ["FX_HOPPER_GROUP"])
-            os.execvp(sys.executable, [sys.executable, "-S", "-c", HOP])
+            os.execvp(sys.executable, [sys.executable, "-S", "-c", HOP.format(beat=beat)])
         while True:
             time.sleep(1)
 
@@ -276,10 +286,12 @@ def test_kill_9_of_the_cli_takes_the_processes_a_backend_started_with_it(fx, tmp
                 os.kill(int(pid), signal.SIGKILL)
 
 
-@pytest.mark.parametrize("backend", ["daemon", "hang"])
+@pytest.mark.parametrize("backend", ["daemon", "hang", "exit"])
 def test_a_daemon_a_backend_starts_outside_its_group_ends_with_the_run(fx, tmp_path, monkeypatch, backend):
     """A back-end that leaves the worker's process group (fork, setsid, fork) is adopted by the
-    worker and killed when the worker ends: after a finished run, and after a timed-out cell.
+    worker and killed when the worker ends: after a finished run, after a timed-out cell, and when
+    the back-end ends the worker itself (the adopted daemon then passes to init: it bears the
+    worker's mark, and the command ends it).
 
     The command runs in this process (``CliRunner``): the process tree under test is the worker's
     (its child subreaper, its end), which is a process of its own either way; a CLI process above it
@@ -289,6 +301,8 @@ def test_a_daemon_a_backend_starts_outside_its_group_ends_with_the_run(fx, tmp_p
     pid_file = tmp_path / "daemon.pid"
     monkeypatch.setenv("FX_DAEMON_PID", str(pid_file))  # the worker inherits this process's environment
     monkeypatch.setenv("FX_HANG_MARK", str(tmp_path / "hang.mark"))
+    if backend == "exit":
+        monkeypatch.setenv("FX_DAEMON_EXIT", "1")
     if backend == "hang":  # the daemon starts in a finished cell; the next cell hangs and times out
         args = ["--backend", "fx_backends:daemon", "--backend", "fx_backends:hang", "--cell-timeout", "2"]
     else:
@@ -332,26 +346,40 @@ def _group_alive(group: int) -> bool:
     return False
 
 
+def _beating(beat: Path) -> bool:
+    """Whether the hopper touched its heartbeat file in the last half second."""
+    try:
+        return time.time() - beat.stat().st_mtime < 0.5
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.parametrize("session", ["kept", "new at every generation"])
 @pytest.mark.parametrize("end", ["timed-out cell", "kill -9"])
-def test_a_daemon_that_keeps_changing_its_pid_ends_with_the_run(fx, tmp_path, end):
+def test_a_daemon_that_keeps_changing_its_pid_ends_with_the_run(fx, tmp_path, end, session):
     """A back-end's daemon in a session of its own that forks and lets its parent exit, without
-    pause, outran a walk of the worker's children pid by pid: its process group is killed whole."""
-    group_file = tmp_path / "hopper.group"
+    pause, outran a walk of the worker's children pid by pid; one that also calls ``setsid`` at every
+    generation outran the kills of the process groups seen: each bears the worker's mark, and is
+    stopped, then killed."""
+    group_file, beat = tmp_path / "hopper.group", tmp_path / "hopper.group.beat"
     args = [*TINY, "--tokens", "16", "--backend", "fx_backends:hopper", "--cell-timeout", "3", "--out",
             str(tmp_path / "run")]
-    process = start_cli(args, cli_env(fx, FX_HOPPER_GROUP=str(group_file)))
-    group = None
+    hops = {"FX_HOPPER_SETSID": "1"} if session != "kept" else {}
+    process = start_cli(args, cli_env(fx, FX_HOPPER_GROUP=str(group_file), **hops))
     try:
         wait_for(group_file.exists, 120, "the back-end's daemon to start", process)
-        group = int(group_file.read_text())
+        wait_for(lambda: _beating(beat), 10, "the daemon to hop")
         if end == "kill -9":
             os.kill(process.pid, signal.SIGKILL)
         process.wait(timeout=60)
-        wait_for(lambda: not _group_alive(group), 15, "the daemon's process group to end")
+        wait_for(lambda: not _beating(beat), 15, "the daemon to end")
+        time.sleep(1.0)
+        assert not _beating(beat), "the daemon went on after a pause"
     finally:
         kill_group(process)
-        if group is not None and _group_alive(group):
-            os.killpg(group, signal.SIGKILL)
+        deadline = time.monotonic() + 70  # a survivor ends itself within 60 s
+        while _beating(beat) and time.monotonic() < deadline:
+            time.sleep(0.5)
 
 
 def test_a_fresh_worker_has_imported_its_jobs_before_the_job_clock_starts(tmp_path):

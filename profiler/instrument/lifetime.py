@@ -1,7 +1,7 @@
 """How a worker process ends with its parent, and takes what it started with it.
 
-The worker runs in its own session; four mechanisms keep it and everything a job starts from
-outliving the command (the worker module's docstring tells the whole story):
+The worker runs in its own session; these mechanisms keep it and everything a job starts from
+outliving the command (:class:`~fusedce_profiler.instrument.worker.Worker` starts them):
 
 - :func:`start_reaper`: a forked *reaper* waits on the read end of a *life pipe* whose write
   end only the parent holds; when the parent dies, however, it kills every process under the
@@ -12,6 +12,13 @@ outliving the command (the worker module's docstring tells the whole story):
 - :func:`adopt_orphans`: the worker is a child subreaper (``PR_SET_CHILD_SUBREAPER``), so a
   daemon a job starts (fork, ``setsid``, fork) becomes its child when its parent exits;
 - :func:`end_worker`: kills every process under the worker (:func:`kill_tree`), then its group.
+
+Every process under a worker also carries the worker's *mark* in its environment
+(:data:`MARK_VARIABLE`, inherited through fork and exec). :func:`kill_marked` finds them by it,
+wherever they are in the process tree: after a worker died on its own (its exit, a crash, the
+kernel's OOM killer: the daemons it adopted pass to init) and after a daemon that changes its
+session at every generation outran the tree walk. A job that clears its environment escapes the
+mark, not the walk.
 
 The death signal is SIGTERM, not SIGKILL: a worker killed outright would hand the daemons it
 adopted to init before anyone could find them. Whichever comes first, the worker's handler (at
@@ -30,6 +37,10 @@ import time
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
+
+MARK_VARIABLE = "FUSEDCE_WORKER_MARK"
+"""The environment variable holding a worker's mark (:func:`kill_marked`)."""
+_OWN_MARK = os.environ.get(MARK_VARIABLE)  # this worker's, read before any job's code can change it
 
 
 def _prctl(option: int, value: int) -> None:
@@ -73,10 +84,12 @@ def end_children(spare: int) -> None:
 
 
 def end_worker(spare: int) -> None:
-    """End this worker: every process under it (:func:`end_children`, ``spare``: the reaper), then
-    its whole group, this process included. Never returns."""
+    """End this worker: every process under it (:func:`end_children`, ``spare``: the reaper), those
+    that bear its mark, then its whole group, this process included. Never returns."""
     try:
         end_children(spare)
+        if _OWN_MARK:
+            kill_marked(_OWN_MARK, spare={spare})
     finally:
         os.killpg(0, signal.SIGKILL)
         os._exit(1)  # not reached: the group's SIGKILL ended this process
@@ -140,6 +153,40 @@ def kill_tree(root: int, spare: int) -> None:
         time.sleep(0.01)  # the worker adopts the orphans of those killed
 
 
+def _marked(entry: bytes) -> list[int]:
+    """The pids of this user's processes whose environment holds ``entry`` (``NAME=value``)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/environ", "rb") as fh:
+                    if entry in fh.read().split(b"\0"):
+                        found.append(int(name))
+            except OSError:  # gone, or another user's
+                pass
+    return found
+
+
+def kill_marked(mark: str, spare: set[int] = frozenset()) -> None:
+    """SIGKILL every process bearing ``mark`` (this process and ``spare`` left alive). Each one found
+    is first stopped (a stopped process cannot fork), and the search repeated until it finds none
+    not stopped yet (at most 100 times): a daemon that forks and exits at every generation is then
+    held whole when the kills land. Linux only (reads /proc); elsewhere nothing."""
+    if not os.path.isdir("/proc"):
+        return
+    entry, spare = f"{MARK_VARIABLE}={mark}".encode(), set(spare) | {os.getpid()}
+    stopped: set[int] = set()
+    for _ in range(100):
+        new = [pid for pid in _marked(entry) if pid not in spare and pid not in stopped]
+        if not new:
+            break
+        for pid in new:
+            _signal(os.kill, pid, signal.SIGSTOP)
+        stopped.update(new)
+    for pid in stopped:
+        _signal(os.kill, pid)
+
+
 def _group(pid: int) -> int:
     try:
         return os.getpgid(pid)
@@ -147,9 +194,9 @@ def _group(pid: int) -> int:
         return 0
 
 
-def _signal(send, target: int) -> None:
+def _signal(send, target: int, sig: int = signal.SIGKILL) -> None:
     try:
-        send(target, signal.SIGKILL)
+        send(target, sig)
     except (ProcessLookupError, PermissionError):
         pass
 
@@ -177,6 +224,8 @@ def start_reaper(life_fd: int) -> int:
             while os.read(life_fd, 1):
                 pass
             kill_tree(worker, spare=os.getpid())
+            if _OWN_MARK:
+                kill_marked(_OWN_MARK, spare={worker})
         finally:
             os.killpg(0, signal.SIGKILL)
             os._exit(0)

@@ -18,18 +18,13 @@ Job kinds (:data:`JOBS`): a grid ``cell``, model-mode ``training-step(s)``, the 
 user's model factory (``describe-model``) and loss wrapper (``doctor``) called in a box, a
 ``parity-curve``, a user back-end's ``check-backend``.
 
-Lifetime: the child runs in its own session (Ctrl-C and SIGTERM at the terminal reach only the
-parent, which stops the child and keeps its results valid) and everything under it dies with
-its parent, ``kill -9`` included. The parent holds the only write end of a *life pipe*; the
-child, first thing, forks a *reaper* that waits on the read end. When the parent dies the reaper
-reads end-of-file and kills every process under the worker, then the worker's process group (a
-compile helper, a data loader: a death signal to the worker alone would leave them with parent
-1). A back-end's daemon (fork, ``setsid``, fork) is still found under the worker, a *child
-subreaper* (``PR_SET_CHILD_SUBREAPER``) that adopts such orphans. The worker also gets SIGTERM
-from the kernel when its parent dies (``PR_SET_PDEATHSIG``; a watchdog thread polls the parent
-too) and its handler does what the reaper does, so a job that killed the reaper still ends.
+Lifetime (:mod:`fusedce_profiler.instrument.lifetime` tells how): the child runs in its own
+session (Ctrl-C and SIGTERM at the terminal reach only the parent, which stops the child and keeps
+its results valid), and everything under it dies with its parent, ``kill -9`` included: a *reaper*
+it forks waits on a *life pipe* only the parent writes, the kernel's death signal and a watchdog
+thread end it, it adopts the daemons its jobs start, and every process under it bears its mark.
 :meth:`Worker.close` ends its input (the worker kills what it started and exits), sends SIGTERM
-to a worker still busy, then kills the group (:mod:`fusedce_profiler.instrument.lifetime`).
+to a worker still busy, then kills its group and every process that bears its mark.
 
 Start-up: ``preload`` job kinds are imported and the ``warm_up`` callables run (such as the CPU
 profiler's first start) before the child says it is ready, so a job's time limit never counts a
@@ -52,6 +47,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+from fusedce_profiler.instrument.lifetime import MARK_VARIABLE, kill_marked
 from fusedce_profiler.instrument.memory_guard import default_max_rss_bytes, rss_bytes  # noqa: F401 - part of this API
 from fusedce_profiler.instrument.text import one_line
 
@@ -187,6 +183,7 @@ class Worker:
         life_read, self._life = os.pipe()  # the parent alone holds the write end (see the module docstring)
         child_env = dict(os.environ if env is None else env)
         child_env.setdefault("PYTHONUNBUFFERED", "1")
+        self._mark = child_env[MARK_VARIABLE] = f"{os.getpid()}-{time.monotonic_ns()}"  # lifetime.kill_marked
         # The child imports what the parent can (a user's back-end module on a path added at
         # run time): it gets the parent's sys.path ahead of its own.
         paths = [p for p in sys.path if p] + [p for p in child_env.get("PYTHONPATH", "").split(os.pathsep) if p]
@@ -382,6 +379,7 @@ class Worker:
                 os.killpg(self._process.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
+        kill_marked(self._mark)  # a daemon it adopted, orphaned when it died on its own, or one that outran its walk
         try:
             self._replies.close()
         except OSError:
