@@ -64,7 +64,7 @@ def explain(
 ) -> None:
     """Which configurations explain two nvidia-smi readings (naive vs fused): consistent, ruled out, and the run that decides."""
     from fusedce_profile.errors import UsageError
-    from fusedce_profile.explain import explain_plan, validate, what_the_stop_left
+    from fusedce_profile.explain import explain_plan, explanation_stamp, validate, what_the_stop_left
 
     console = make_console(to_stderr=as_json)
     with usage_errors():
@@ -81,6 +81,7 @@ def explain(
     except UsageError as exc:
         raise fail(str(exc)) from None
     out_dir = prepare_out(out, force, resume, kind="explain")
+    stamp_before = explanation_stamp(out_dir)  # an explanation stored before this run is not its own
     console.print(f"fusedce-profile explain: writing to {one_line(out_dir)}", markup=False)
     try:
         with stop_on_sigterm():
@@ -89,7 +90,7 @@ def explain(
     except UsageError as exc:
         raise fail(str(exc)) from None
     except KeyboardInterrupt as stopped:
-        console.print(what_the_stop_left(out_dir, stopped), markup=False)
+        console.print(what_the_stop_left(out_dir, stopped, stamp_before), markup=False)
         raise typer.Exit(interrupt_exit_code(stopped)) from None
     consistent = e.consistent
     verdict = "predictions only (CPU), no verdict" if e.prediction_only else ("decided" if e.decided else

@@ -31,7 +31,7 @@ from pathlib import Path
 from fusedce_profile import arguments
 from fusedce_profile.errors import UsageError
 from fusedce_profile.folders import os_errors
-from fusedce_profiler.instrument.confined import WRITE_SHARED_REFUSED
+from fusedce_profiler.instrument.confined import WRITE_SHARED_REFUSED, size_limit
 from fusedce_profiler.instrument.store import EXPLAIN_STEPS_FILE as STEPS_FILE
 from fusedce_profiler.instrument.text import count, one_line
 SEQ_CANDIDATES = (512, 1024, 2048)
@@ -277,6 +277,9 @@ def _cache_file(cache: str | Path | None) -> Path | None:
                              "or a new file's name")
         if info.st_nlink != 1:
             raise UsageError(f"--cache {path}: {WRITE_SHARED_REFUSED}")
+        if info.st_size > size_limit(path):  # what reading it would refuse, after the folder was made
+            raise UsageError(f"--cache {path}: {info.st_size} bytes, over the limit of {size_limit(path)} bytes "
+                             "for this kind of file")
     elif not path.parent.is_dir():
         raise UsageError(f"--cache {path}: its folder {path.parent} does not exist")
     return path
@@ -319,10 +322,24 @@ def explain_plan(plan: Plan, *, out: str | Path = "fusedce-explain", resume: boo
             runner.close()
 
 
-def what_the_stop_left(folder: Path, stopped: KeyboardInterrupt) -> str:
+def explanation_stamp(folder: Path) -> tuple[int, int] | None:
+    """Which ``explain.json`` the folder holds now (its inode and modification time; ``None``: none),
+    so that a stopped run can tell its own explanation from one stored before it began."""
+    from fusedce_profiler.instrument import store
+
+    try:
+        info = os.lstat(Path(folder) / store.EXPLAIN_FILE)
+    except OSError:
+        return None
+    return info.st_ino, info.st_mtime_ns
+
+
+def what_the_stop_left(folder: Path, stopped: KeyboardInterrupt, stamp_before: tuple[int, int] | None = None) -> str:
     """The line a stopped ``explain`` prints: its explanation whole (the signal came once it was
     stored), or the finished steps its folder keeps (none, before the first finished), the
-    report only where one was written, and how to continue."""
+    report only where one was written, and how to continue. ``stamp_before``: the folder's
+    :func:`explanation_stamp` when the run began (an explanation still that one is not the run's:
+    ``--resume`` with other readings judges them anew)."""
     from fusedce_profile.signals import signal_name
     from fusedce_profiler.instrument import store
     from fusedce_profiler.instrument.confined import FolderRefused
@@ -333,6 +350,7 @@ def what_the_stop_left(folder: Path, stopped: KeyboardInterrupt) -> str:
         whole = not load_explanation(folder).interrupted
     except (OSError, ValueError, FolderRefused):
         whole = False
+    whole = whole and (stamp_before is None or explanation_stamp(folder) != stamp_before)
     if whole:
         return f"stopped by {signal_name(stopped)} once the explanation was stored: report {one_line(folder)}/summary.md"
     try:

@@ -505,3 +505,32 @@ def test_gpu_readings_typed_in_gib_are_refused_naming_the_mib_figure():
     with pytest.raises(ValueError, match="--fused takes MiB"):
         check_readings_are_mib(ex.Observation(22785, 21.6, 24))
     check_readings_are_mib(ex.Observation(22785, 22155, 24))
+
+
+def test_a_stop_of_a_resumed_run_does_not_take_the_earlier_explanation_for_its_own(tmp_path):
+    """``--resume`` with other readings judges them anew: stopped before it stored its explanation,
+    the folder's is the earlier run's, and the line says the steps are kept, not "once stored"."""
+    from fusedce_profile.explain import explanation_stamp, what_the_stop_left
+    from fusedce_profile.signals import Terminated
+
+    out = tmp_path / "run"
+    assert _cli([*QUICK, "--naive", "3.2", "--fused", "2.9", "--card", "24", "--out", str(out)]).exit_code == 0
+    before = explanation_stamp(out)
+    assert before is not None
+    said = what_the_stop_left(out, Terminated(), before)
+    assert said.startswith("interrupted: ") and "kept" in said and "once the explanation was stored" not in said
+    ex.save_explanation(out, ex.load_explanation(out))  # the run's own, stored as it was stopped
+    assert what_the_stop_left(out, Terminated(), before).startswith("stopped by SIGTERM once the explanation was stored")
+
+
+def test_a_cache_over_its_size_limit_is_refused_before_the_folder_is_made(tmp_path):
+    from fusedce_profiler.instrument.confined import size_limit
+
+    cache = tmp_path / "steps.jsonl"
+    with open(cache, "wb") as fh:
+        fh.truncate(size_limit(cache) + 1)  # sparse: no disk used
+    out = tmp_path / "run"
+    result = _cli([*QUICK, "--naive", "3.2", "--fused", "2.9", "--card", "24", "--cache", str(cache), "--out", str(out)])
+    assert result.exit_code == 2, result.output
+    assert f"--cache {cache}: {size_limit(cache) + 1} bytes, over the limit" in " ".join(result.output.split())
+    assert not out.exists()
