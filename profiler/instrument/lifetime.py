@@ -120,37 +120,54 @@ def _state(pid: int) -> str:
         return ""
 
 
-def kill_tree(root: int, spare: int) -> None:
-    """SIGKILL every process under ``root`` (``root`` itself and ``spare`` left alive), in rounds
-    until two walks in a row find none alive (at most 50 rounds): ``root``, a child subreaper,
-    adopts the children of each one killed, so nothing under it escapes to init while it lives.
+def _descendants(root: int, skip: set[int]) -> list[int]:
+    """Every process under ``root`` (its children, theirs, ...), those in ``skip`` and their subtrees left out."""
+    tree, frontier, found = [], [root], set(skip) | {root}
+    while frontier:
+        children = [c for pid in frontier for c in _children_of(pid) if c not in found]
+        found.update(children)
+        tree.extend(children)
+        frontier = children
+    return tree
 
-    A daemon that forks and lets its parent exit, over and over, outruns kills by pid, and /proc's
-    lists of children, read while they change, can miss it in a walk. Its process group does not
-    change: each group seen under ``root`` (a zombie's included) but ``root``'s own is killed whole
-    in every round (``killpg``: the kernel lets no member fork out of a group being killed), then
-    every process found, by pid. Called by ``root`` itself, its exited children are reaped after
-    each round (a worker busy in a job reaps none: a fork loop leaves it thousands of zombies)."""
-    own_group, groups, quiet = os.getpgid(root), set(), 0
-    for _ in range(50):
-        tree, frontier, found = [], [root], {root, spare}
-        while frontier:
-            children = [c for pid in frontier for c in _children_of(pid) if c not in found]
-            found.update(children)
-            tree.extend(children)
-            frontier = children
-        groups |= {_group(pid) for pid in tree} - {own_group, 0}
-        for group in groups:
-            _signal(os.killpg, group)
-        alive = [pid for pid in tree if _state(pid) not in ("Z", "X", "")]
-        for pid in reversed(alive):
-            _signal(os.kill, pid)
+
+_QUIET_WALKS = 5
+"""Walks in a row that must find nothing new before the tree counts as held: /proc's lists of
+children, read while processes come and go, can miss one in a walk."""
+
+
+def kill_tree(root: int, spare: int) -> None:
+    """SIGKILL every process under ``root`` (``root`` itself and ``spare`` left alive).
+
+    Each process found is first *stopped* (SIGSTOP: a stopped process cannot fork), its process
+    group with it, and the tree walked again until :data:`_QUIET_WALKS` walks in a row find none
+    alive and not yet stopped (at most 1,000 walks); then every one is killed, with its group. ``root``, a child subreaper, adopts
+    the children of each process that exits, so a daemon that forks and lets its parent exit over
+    and over (whatever its session or group) stays under it: a walk (tens of microseconds) is
+    quicker than a fork, so the chase ends with the whole tree held. Called by ``root`` itself, its
+    exited children are reaped after each walk (a worker busy in a job reaps none: a fork loop
+    leaves it thousands of zombies)."""
+    own_group, held, groups, quiet = _group(root), set(), set(), 0
+    for _ in range(1000):
+        new = [pid for pid in _descendants(root, {spare}) if pid not in held and _state(pid) not in ("Z", "X", "")]
+        groups |= {_group(pid) for pid in new} - {own_group, 0}
+        for group in groups:  # a whole group at once: the kernel lets no member fork out of it
+            _signal(os.killpg, group, signal.SIGSTOP)
+        for pid in new:
+            _signal(os.kill, pid, signal.SIGSTOP)
+        held.update(new)
         if root == os.getpid():
             _reap()
-        quiet = 0 if alive else quiet + 1
-        if quiet == 2:
-            return
-        time.sleep(0.01)  # the worker adopts the orphans of those killed
+        quiet = 0 if new else quiet + 1
+        if quiet == _QUIET_WALKS:
+            break
+        time.sleep(0.0005)
+    for group in groups:
+        _signal(os.killpg, group)
+    for pid in held:
+        _signal(os.kill, pid)
+    if root == os.getpid():
+        _reap()
 
 
 def _marked(entry: bytes) -> list[int]:
@@ -169,20 +186,22 @@ def _marked(entry: bytes) -> list[int]:
 
 def kill_marked(mark: str, spare: set[int] = frozenset()) -> None:
     """SIGKILL every process bearing ``mark`` (this process and ``spare`` left alive). Each one found
-    is first stopped (a stopped process cannot fork), and the search repeated until it finds none
-    not stopped yet (at most 100 times): a daemon that forks and exits at every generation is then
-    held whole when the kills land. Linux only (reads /proc); elsewhere nothing."""
+    is first stopped (a stopped process cannot fork), and the search repeated until two in a row
+    find none not stopped yet (at most 100): a daemon that forks and exits at every generation is
+    then held whole when the kills land. Linux only (reads /proc); elsewhere nothing."""
     if not os.path.isdir("/proc"):
         return
     entry, spare = f"{MARK_VARIABLE}={mark}".encode(), set(spare) | {os.getpid()}
     stopped: set[int] = set()
+    quiet = 0
     for _ in range(100):
         new = [pid for pid in _marked(entry) if pid not in spare and pid not in stopped]
-        if not new:
-            break
         for pid in new:
             _signal(os.kill, pid, signal.SIGSTOP)
         stopped.update(new)
+        quiet = 0 if new else quiet + 1
+        if quiet == 2:
+            break
     for pid in stopped:
         _signal(os.kill, pid)
 
