@@ -68,7 +68,7 @@ def test_resume_never_truncates_a_results_file_linked_outside_the_folder(run):
     assert outside.read_bytes() == UNTOUCHED
 
 
-HARD_LINKED = "not a regular file of the folder alone (a hard link or a device)"
+HARD_LINKED = "not a regular file of the folder alone (a hard link, a named pipe, a folder or a device)"
 
 
 def test_resume_never_writes_into_a_hard_link_to_a_file_outside_the_folder(run):

@@ -534,3 +534,18 @@ def test_a_cache_over_its_size_limit_is_refused_before_the_folder_is_made(tmp_pa
     assert result.exit_code == 2, result.output
     assert f"--cache {cache}: {size_limit(cache) + 1} bytes, over the limit" in " ".join(result.output.split())
     assert not out.exists()
+
+
+def test_an_explanation_that_cannot_be_stored_keeps_the_steps_and_says_how_to_judge_them(tmp_path):
+    out = tmp_path / "run"
+    args = [*QUICK, "--naive", "3.2", "--fused", "2.9", "--card", "24", "--out", str(out)]
+    assert _cli(args).exit_code == 0
+    (out / "summary.md").unlink()
+    (out / "summary.md").mkdir()
+    result = _cli([*args, "--naive", "3.3", "--resume"])
+    assert result.exit_code == 2, result.output
+    said = " ".join(result.output.split())
+    assert f"summary.md: Is a directory; the finished steps are kept in {out}: the same command with --resume " \
+           f"--out {out} judges them once that is mended" in said, said
+    (out / "summary.md").rmdir()
+    assert _cli([*args, "--naive", "3.3", "--resume"]).exit_code == 0

@@ -101,8 +101,8 @@ def _relative_parts(folder: Path, path: Path) -> tuple[str, ...]:
 WRITE_LINK_REFUSED = "a symbolic link; a run folder's files are written in place, never through links"
 """Why the store refuses to write through a link (the text of its ``OSError``)."""
 
-WRITE_SHARED_REFUSED = ("not a regular file of the folder alone (a hard link or a device); a run folder's files "
-                        "are written in place, never through links")
+WRITE_SHARED_REFUSED = ("not a regular file of the folder alone (a hard link, a named pipe, a folder or a device); "
+                        "a run folder's files are written in place, never through links")
 """Why the store refuses to append to or truncate a file that has another name (a hard link to a
 file elsewhere would be written there), or is not a regular file (a pipe would block)."""
 
