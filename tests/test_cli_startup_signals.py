@@ -1,5 +1,5 @@
-"""A signal while the command line is still importing (seconds: torch, matplotlib) ends it in one
-line with its exit code — never a traceback of the import machinery, never silently."""
+"""A signal while the command line is still importing ends it in one line with its exit code —
+never a traceback of the import machinery, never silently."""
 from __future__ import annotations
 
 import signal
@@ -23,14 +23,16 @@ def test_a_signal_while_starting_is_one_line_and_its_exit_code(tmp_path, signum,
     try:
         import time
 
-        time.sleep(0.3)  # within the imports, which take seconds
+        time.sleep(0.05)  # within the interpreter's start and the imports (0.2 s: torch waits for first use)
         process.send_signal(signum)
         out, err = process.communicate(timeout=60)
     finally:
         kill_group(process)
     assert process.returncode == code, (out, err)
     name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
-    assert err.strip() == f"fusedce-profile: stopped by {name} while starting; nothing was run"
+    # on a loaded machine the signal can also land once the command began: one line either way
+    assert err.strip() in (f"fusedce-profile: stopped by {name} while starting; nothing was run",
+                           f"fusedce-profile: stopped by {name} before the command had anything to keep")
     assert not (tmp_path / "never").exists()
 
 
