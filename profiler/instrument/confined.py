@@ -19,8 +19,8 @@ readers turn those into "this row or file is damaged" notes, and a refused file 
 command instead.
 
 Public API: :class:`FolderRefused`, :func:`open_inside`, :func:`read_bytes`, :func:`loads`,
-:func:`jsonl_lines`, :func:`user_text`, :func:`check_nesting`, :func:`size_limit`, :func:`open_own_file`, :func:`not_own_file`,
-:func:`refuse_linked_folder`, :data:`SIZE_LIMITS`, :data:`MAX_NESTING`,
+:func:`jsonl_lines`, :func:`user_text`, :func:`check_nesting`, :func:`size_limit`, :func:`open_own_file`,
+:func:`not_own_file`, :func:`refuse_linked_folder`, :data:`SIZE_LIMITS`, :data:`MAX_NESTING`,
 :data:`MAX_LINE_BYTES`.
 """
 from __future__ import annotations

@@ -141,12 +141,12 @@ def kill_tree(root: int, spare: int) -> None:
 
     Each process found is first *stopped* (SIGSTOP: a stopped process cannot fork), its process
     group with it, and the tree walked again until :data:`_QUIET_WALKS` walks in a row find none
-    alive and not yet stopped (at most 1,000 walks); then every one is killed, with its group. ``root``, a child subreaper, adopts
-    the children of each process that exits, so a daemon that forks and lets its parent exit over
-    and over (whatever its session or group) stays under it: a walk (tens of microseconds) is
-    quicker than a fork, so the chase ends with the whole tree held. Called by ``root`` itself, its
-    exited children are reaped after each walk (a worker busy in a job reaps none: a fork loop
-    leaves it thousands of zombies)."""
+    alive and not yet stopped (at most 1,000 walks); then every one is killed, with its group.
+    ``root``, a child subreaper, adopts the children of each process that exits, so a daemon that
+    forks and lets its parent exit over and over (whatever its session or group) stays under it:
+    a walk (tens of microseconds) is quicker than a fork, so the chase ends with the whole tree
+    held. Called by ``root`` itself, its exited children are reaped after each walk (a worker busy
+    in a job reaps none: a fork loop leaves it thousands of zombies)."""
     own_group, held, groups, quiet = _group(root), set(), set(), 0
     for _ in range(1000):
         new = [pid for pid in _descendants(root, {spare}) if pid not in held and _state(pid) not in ("Z", "X", "")]
