@@ -346,6 +346,22 @@ def _group_alive(group: int) -> bool:
     return False
 
 
+def _holding(text: str) -> list[int]:
+    """Processes, stopped ones included (zombies left out), whose command line holds ``text``."""
+    found = []
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                named = text.encode() in fh.read()
+            with open(f"/proc/{entry}/stat") as fh:
+                state = fh.read().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if named and state != "Z":
+            found.append(int(entry))
+    return found
+
+
 def _beating(beat: Path) -> bool:
     """Whether the hopper touched its heartbeat file in the last half second."""
     try:
@@ -375,9 +391,13 @@ def test_a_daemon_that_keeps_changing_its_pid_ends_with_the_run(fx, tmp_path, en
         wait_for(lambda: not _beating(beat), 15, "the daemon to end")
         time.sleep(1.0)
         assert not _beating(beat), "the daemon went on after a pause"
+        assert not _holding(str(beat)), "a generation of the daemon was left (stopped, never killed)"
     finally:
         kill_group(process)
-        deadline = time.monotonic() + 70  # a survivor ends itself within 60 s
+        for pid in _holding(str(beat)):  # a stopped survivor would never end itself
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 70  # a running survivor ends itself within 60 s
         while _beating(beat) and time.monotonic() < deadline:
             time.sleep(0.5)
 

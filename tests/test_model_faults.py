@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import textwrap
+import time
 
 import pytest
 from typer.testing import CliRunner
@@ -272,8 +273,8 @@ def test_the_memory_check_counts_the_modules_parameters_not_a_formula(monkeypatc
 
 def test_a_kill_9_during_the_factory_leaves_its_log_folder_to_the_next_command_only(fx, tmp_path, monkeypatch):
     """The factory's worker logs to a scratch folder (no run folder exists yet); a command killed
-    with ``kill -9`` cannot remove it, the next command building a factory does. Another live
-    process's folder, a link and a file named so are left alone."""
+    with ``kill -9`` cannot remove it, a later command building a factory does once it is ten
+    minutes old. Another live process's folder, a link and a file named so are left alone."""
     import tempfile
 
     from fusedce_profiler.instrument.scratch import scratch_folder
@@ -294,7 +295,15 @@ def test_a_kill_9_during_the_factory_leaves_its_log_folder_to_the_next_command_o
     (scratch / f"fusedce-factory-{os.getpid()}-live").mkdir()  # a live process's
     (scratch / "fusedce-factory-999999999-link").symlink_to(tmp_path / "run", target_is_directory=True)
     (scratch / "fusedce-factory-999999999-file").write_text("")
+    (scratch / f"fusedce-factory-{'9' * 30}-x").mkdir()  # a name made to overflow a pid
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    with scratch_folder("factory"):  # the killed command's folder is newer than ten minutes: kept
+        pass
+    assert left()
+    old = time.time() - 3600
+    for folder in scratch.iterdir():
+        for path in [*folder.glob("*"), folder] if not folder.is_symlink() else []:
+            os.utime(path, (old, old))
     with scratch_folder("factory") as mine:
         assert mine.parent == scratch and mine.name.startswith(f"fusedce-factory-{os.getpid()}-")
     assert {p.name for p in scratch.iterdir()} == {

@@ -51,7 +51,7 @@ def test_model_report_does_not_say_not_active_for_fusedce_on_tiny(tmp_path):
 def test_a_step_that_makes_and_drops_code_is_recorded_and_attributed(tmp_path):
     """Code compiled during the step and freed before its end leaves profiler events whose names
     point into freed memory (unreadable as UTF-8 in most of them): the step is still recorded,
-    its phases and its attribution complete, and the logits named at a line that still exists."""
+    its phases and its attribution complete, and the logits named at the forward's line."""
     import warnings
 
     import torch
@@ -86,4 +86,4 @@ def test_a_step_that_makes_and_drops_code_is_recorded_and_attributed(tmp_path):
     assert {"forward", "backward"} <= {p.name for p in step.phases} and step.attribution is not None
     assert step.attribution.peak_bytes == sum(k.bytes for k in step.attribution.kinds) > 0
     sources = {t.source for t in step.attribution.large_tensors}
-    assert not any("<made" in s or "‹code freed" in s for s in sources), sources
+    assert any(s.startswith("test_trace.py:") and s.endswith("(forward)") for s in sources), sources  # the forward

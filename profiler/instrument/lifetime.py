@@ -16,9 +16,9 @@ outliving the command (:class:`~fusedce_profiler.instrument.worker.Worker` start
 Every process under a worker also carries the worker's *mark* in its environment
 (:data:`MARK_VARIABLE`, inherited through fork and exec). :func:`kill_marked` finds them by it,
 wherever they are in the process tree: after a worker died on its own (its exit, a crash, the
-kernel's OOM killer: the daemons it adopted pass to init) and after a daemon that changes its
-session at every generation outran the tree walk. A job that clears its environment escapes the
-mark, not the walk.
+kernel's OOM killer: the daemons it adopted pass to init). A job that clears its environment
+escapes the mark, not the walk; a daemon under init that forks and exits faster than a search of
+/proc escapes the mark too (:func:`kill_tree` holds it while the worker lives).
 
 The death signal is SIGTERM, not SIGKILL: a worker killed outright would hand the daemons it
 adopted to init before anyone could find them. Whichever comes first, the worker's handler (at
@@ -60,8 +60,8 @@ def die_with_parent(parent_pid: int, spare: int) -> None:
     if os.getppid() != parent_pid:  # the parent died before the death signal was armed
         end_worker(spare)
 
-    # bound now, before any job's code runs: a back-end that replaces os.getppid (or time.sleep, or
-    # this module's functions) in its worker does not blind the watchdog
+    # bound now, before any job's code runs: a back-end that replaces os.getppid, time.sleep or
+    # end_worker in its worker does not blind the watchdog (what end_worker calls is looked up then)
     def watch(getppid=os.getppid, sleep=time.sleep, end=end_worker) -> None:
         while True:
             sleep(1.0)
@@ -148,33 +148,36 @@ def kill_tree(root: int, spare: int) -> None:
     held. Called by ``root`` itself, its exited children are reaped after each walk (a worker busy
     in a job reaps none: a fork loop leaves it thousands of zombies)."""
     own_group, held, groups, quiet = _group(root), set(), set(), 0
-    for _ in range(1000):
-        new = [pid for pid in _descendants(root, {spare}) if pid not in held and _state(pid) not in ("Z", "X", "")]
-        groups |= {_group(pid) for pid in new} - {own_group, 0}
-        for group in groups:  # a whole group at once: the kernel lets no member fork out of it
-            _signal(os.killpg, group, signal.SIGSTOP)
-        for pid in new:
-            _signal(os.kill, pid, signal.SIGSTOP)
-        held.update(new)
+    try:
+        for _ in range(1000):
+            new = [pid for pid in _descendants(root, {spare}) if pid not in held and _state(pid) not in ("Z", "X", "")]
+            groups |= {_group(pid) for pid in new} - {own_group, 0}
+            for group in groups:  # a whole group at once: the kernel lets no member fork out of it
+                _signal(os.killpg, group, signal.SIGSTOP)
+            for pid in new:
+                _signal(os.kill, pid, signal.SIGSTOP)
+            held.update(new)
+            if root == os.getpid():
+                _reap()
+            quiet = 0 if new else quiet + 1
+            if quiet == _QUIET_WALKS:
+                break
+            time.sleep(0.0005)
+    finally:  # whatever ends the chase (a second signal), nothing it stopped is left stopped
+        for group in groups:
+            _signal(os.killpg, group)
+        for pid in held:
+            _signal(os.kill, pid)
         if root == os.getpid():
             _reap()
-        quiet = 0 if new else quiet + 1
-        if quiet == _QUIET_WALKS:
-            break
-        time.sleep(0.0005)
-    for group in groups:
-        _signal(os.killpg, group)
-    for pid in held:
-        _signal(os.kill, pid)
-    if root == os.getpid():
-        _reap()
 
 
 def _marked(entry: bytes) -> list[int]:
-    """The pids of this user's processes whose environment holds ``entry`` (``NAME=value``)."""
+    """The pids of this user's processes whose environment holds ``entry`` (``NAME=value``). A process
+    in uninterruptible sleep is passed over: reading its environment could wait as long as it does."""
     found = []
     for name in os.listdir("/proc"):
-        if name.isdigit():
+        if name.isdigit() and _state(int(name)) not in ("D", "Z", "X", ""):
             try:
                 with open(f"/proc/{name}/environ", "rb") as fh:
                     if entry in fh.read().split(b"\0"):
@@ -187,23 +190,26 @@ def _marked(entry: bytes) -> list[int]:
 def kill_marked(mark: str, spare: set[int] = frozenset()) -> None:
     """SIGKILL every process bearing ``mark`` (this process and ``spare`` left alive). Each one found
     is first stopped (a stopped process cannot fork), and the search repeated until two in a row
-    find none not stopped yet (at most 100): a daemon that forks and exits at every generation is
-    then held whole when the kills land. Linux only (reads /proc); elsewhere nothing."""
+    find none not stopped yet (at most 100). A search reads all of /proc (milliseconds): a daemon
+    under init that forks and exits faster than that is missed; under a living worker
+    :func:`kill_tree` holds it. Linux only (reads /proc); elsewhere nothing."""
     if not os.path.isdir("/proc"):
         return
     entry, spare = f"{MARK_VARIABLE}={mark}".encode(), set(spare) | {os.getpid()}
     stopped: set[int] = set()
     quiet = 0
-    for _ in range(100):
-        new = [pid for pid in _marked(entry) if pid not in spare and pid not in stopped]
-        for pid in new:
-            _signal(os.kill, pid, signal.SIGSTOP)
-        stopped.update(new)
-        quiet = 0 if new else quiet + 1
-        if quiet == 2:
-            break
-    for pid in stopped:
-        _signal(os.kill, pid)
+    try:
+        for _ in range(100):
+            new = [pid for pid in _marked(entry) if pid not in spare and pid not in stopped]
+            for pid in new:
+                _signal(os.kill, pid, signal.SIGSTOP)
+            stopped.update(new)
+            quiet = 0 if new else quiet + 1
+            if quiet == 2:
+                break
+    finally:  # nothing it stopped is left stopped
+        for pid in stopped:
+            _signal(os.kill, pid)
 
 
 def _group(pid: int) -> int:

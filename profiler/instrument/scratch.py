@@ -2,8 +2,8 @@
 
 :func:`scratch_folder` makes ``fusedce-<kind>-<pid>-XXXX`` in the temporary folder and removes it
 when the block ends. A command killed with ``kill -9`` cannot remove its own, so each new one
-first removes those of the same kind whose process is gone: what a killed command left lasts
-until the next command of the kind, never longer.
+first removes those of the same kind whose process is gone and that were untouched for ten
+minutes: what a killed command left lasts until a later command of the kind.
 
 Only folders of this user named so, directly in the temporary folder, are removed (never a link
 or a file; the walk inside does not follow links).
@@ -18,14 +18,20 @@ import re
 import shutil
 import stat
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
+
+
+_LEFT_AFTER_S = 600.0
+"""How long a folder must have been untouched before it counts as left behind (another PID
+namespace sharing the temporary folder can hold a live one whose pid is not seen here)."""
 
 
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+    except (ProcessLookupError, OverflowError):  # gone, or no pid at all (a folder named to trip this)
         return False
     except PermissionError:  # another user's process
         return True
@@ -48,8 +54,19 @@ def _remove_left_behind(kind: str, root: Path) -> None:
             info = os.lstat(path)
         except OSError:
             continue
-        if stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid():
+        if stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and _untouched(path, info):
             shutil.rmtree(path, ignore_errors=True)
+
+
+def _untouched(folder: Path, info: os.stat_result) -> bool:
+    """Whether ``folder`` and the files in it were last changed :data:`_LEFT_AFTER_S` ago or more."""
+    newest = info.st_mtime
+    for entry in os.scandir(folder):
+        try:
+            newest = max(newest, entry.stat(follow_symlinks=False).st_mtime)
+        except OSError:
+            pass
+    return time.time() - newest >= _LEFT_AFTER_S
 
 
 @contextlib.contextmanager
