@@ -34,6 +34,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
@@ -147,29 +148,49 @@ def kill_tree(root: int, spare: int) -> None:
     a walk (tens of microseconds) is quicker than a fork, so the chase ends with the whole tree
     held. Called by ``root`` itself, its exited children are reaped after each walk (a worker busy
     in a job reaps none: a fork loop leaves it thousands of zombies)."""
-    own_group, held, groups, quiet = _group(root), set(), set(), 0
+    own_group = _group(root)
+    _stop_then_kill(lambda: [pid for pid in _descendants(root, {spare}) if _state(pid) not in ("Z", "X", "")],
+                    quiet_walks=_QUIET_WALKS, walks=1000, pause_s=0.0005,
+                    groups_of=lambda pids: {_group(pid) for pid in pids} - {own_group, 0},
+                    after_walk=_reap if root == os.getpid() else None)
+
+
+def _stop_then_kill(find: Callable[[], list[int]], *, quiet_walks: int, walks: int, pause_s: float = 0.0,
+                    groups_of: Callable[[list[int]], set[int]] | None = None,
+                    after_walk: Callable[[], None] | None = None) -> None:
+    """Stop every process ``find`` gives (and, with ``groups_of``, their process groups, each whole
+    at once: the kernel lets no member fork out of a group being signalled), calling ``find``
+    again until ``quiet_walks`` calls in a row give none not yet stopped (at most ``walks``,
+    ``pause_s`` apart), then SIGKILL them all. The kill is in a ``finally``: whatever ends the
+    chase (a second signal), nothing it stopped is left stopped. ``after_walk``: run after each
+    call and after the kill (a root reaping its exited children)."""
+    held: set[int] = set()
+    groups: set[int] = set()
+    quiet = 0
     try:
-        for _ in range(1000):
-            new = [pid for pid in _descendants(root, {spare}) if pid not in held and _state(pid) not in ("Z", "X", "")]
-            groups |= {_group(pid) for pid in new} - {own_group, 0}
-            for group in groups:  # a whole group at once: the kernel lets no member fork out of it
+        for _ in range(walks):
+            new = [pid for pid in find() if pid not in held]
+            if groups_of is not None:
+                groups |= groups_of(new)
+            for group in groups:
                 _signal(os.killpg, group, signal.SIGSTOP)
             for pid in new:
                 _signal(os.kill, pid, signal.SIGSTOP)
             held.update(new)
-            if root == os.getpid():
-                _reap()
+            if after_walk is not None:
+                after_walk()
             quiet = 0 if new else quiet + 1
-            if quiet == _QUIET_WALKS:
+            if quiet == quiet_walks:
                 break
-            time.sleep(0.0005)
-    finally:  # whatever ends the chase (a second signal), nothing it stopped is left stopped
+            if pause_s:
+                time.sleep(pause_s)
+    finally:
         for group in groups:
             _signal(os.killpg, group)
         for pid in held:
             _signal(os.kill, pid)
-        if root == os.getpid():
-            _reap()
+        if after_walk is not None:
+            after_walk()
 
 
 def _marked(entry: bytes) -> list[int]:
@@ -196,20 +217,7 @@ def kill_marked(mark: str, spare: set[int] = frozenset()) -> None:
     if not os.path.isdir("/proc"):
         return
     entry, spare = f"{MARK_VARIABLE}={mark}".encode(), set(spare) | {os.getpid()}
-    stopped: set[int] = set()
-    quiet = 0
-    try:
-        for _ in range(100):
-            new = [pid for pid in _marked(entry) if pid not in spare and pid not in stopped]
-            for pid in new:
-                _signal(os.kill, pid, signal.SIGSTOP)
-            stopped.update(new)
-            quiet = 0 if new else quiet + 1
-            if quiet == 2:
-                break
-    finally:  # nothing it stopped is left stopped
-        for pid in stopped:
-            _signal(os.kill, pid)
+    _stop_then_kill(lambda: [pid for pid in _marked(entry) if pid not in spare], quiet_walks=2, walks=100)
 
 
 def _group(pid: int) -> int:
