@@ -51,16 +51,13 @@ class ExplainRun:
                 self._store(interrupted=True)
             raise
         with staging.signals_held():  # the finished explanation is stored whole; a signal now is taken after it
-            try:
-                return self._store(interrupted=False)
-            except OSError as exc:  # a full disk, a page that is a folder: the steps are kept, judged again on resume
-                from fusedce_profile.errors import UsageError
-                from fusedce_profile.folders import describe_os_error
-                from fusedce_profiler.instrument.text import one_line
+            from fusedce_profile.folders import report_errors
+            from fusedce_profiler.instrument.text import one_line
 
-                folder = one_line(self.out)
-                raise UsageError(f"{describe_os_error(exc)}; the finished steps are kept in {folder}: the same "
-                                 f"command with --resume --out {folder} judges them once that is mended") from None
+            # a full disk, a page that is a folder: the steps are kept, and judged again on resume
+            again = f"the same command with --resume --out {one_line(self.out)} judges them"
+            with report_errors(self.out, "the finished steps", again):
+                return self._store(interrupted=False)
 
     def _calibrate(self, run_job) -> None:
         from fusedce_profiler.instrument.records import FAILED_STATUSES

@@ -179,10 +179,11 @@ def os_errors(what: str = "") -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def report_errors(out_dir: Path, kept: str) -> Iterator[None]:
+def report_errors(out_dir: Path, kept: str, mend: str | None = None) -> Iterator[None]:
     """:func:`os_errors` for writing a run's report once its results are stored (``kept``: what
-    they are, "the finished cells"): the one line also says they are kept and how to report them
-    once the cause (a full disk, a page that is a folder) is mended."""
+    they are, "the finished cells"): the one line also says they are kept and what makes the report
+    once the cause (a full disk, a page that is a folder) is mended: ``mend``, by default
+    "`fusedce-profile report DIR` writes the report"."""
     from fusedce_profiler.instrument.text import one_line
 
     try:
@@ -190,8 +191,8 @@ def report_errors(out_dir: Path, kept: str) -> Iterator[None]:
             yield
     except UsageError as failed:
         folder = one_line(out_dir)
-        raise UsageError(f"{failed}; {kept} are kept in {folder}: `fusedce-profile report {folder}` writes the "
-                         "report once that is mended") from None
+        mend = mend or f"`fusedce-profile report {folder}` writes the report"
+        raise UsageError(f"{failed}; {kept} are kept in {folder}: {mend} once that is mended") from None
 
 
 def locking_into(held: list) -> Callable[[Path], None]:
