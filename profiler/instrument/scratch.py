@@ -61,11 +61,13 @@ def _remove_left_behind(kind: str, root: Path) -> None:
 def _untouched(folder: Path, info: os.stat_result) -> bool:
     """Whether ``folder`` and the files in it were last changed :data:`_LEFT_AFTER_S` ago or more."""
     newest = info.st_mtime
-    for entry in os.scandir(folder):
-        try:
-            newest = max(newest, entry.stat(follow_symlinks=False).st_mtime)
-        except OSError:
-            pass
+    try:
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                with contextlib.suppress(OSError):
+                    newest = max(newest, entry.stat(follow_symlinks=False).st_mtime)
+    except OSError:  # gone meanwhile, or unreadable: not ours to judge, so kept
+        return False
     return time.time() - newest >= _LEFT_AFTER_S
 
 
