@@ -148,3 +148,15 @@ def wait_for(predicate, timeout: float, what: str, process: subprocess.Popen | N
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {what}")
         time.sleep(0.1)
+
+
+def catches(pid: int, *signals: int) -> bool:
+    """Whether process ``pid`` has a handler of its own for every one of ``signals`` (its
+    ``SigCgt`` mask in /proc): from then on a signal reaches its code, not the default action."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    caught = int(next(line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:")), 16)
+    return all(caught >> (sig - 1) & 1 for sig in signals)
+

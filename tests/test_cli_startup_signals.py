@@ -6,7 +6,7 @@ import signal
 
 import pytest
 
-from processes import cli_env, kill_group, start_cli
+from processes import catches, cli_env, kill_group, start_cli
 
 pytestmark = pytest.mark.faults
 
@@ -23,7 +23,12 @@ def test_a_signal_while_starting_is_one_line_and_its_exit_code(tmp_path, signum,
     try:
         import time
 
-        time.sleep(0.05)  # within the interpreter's start and the imports (0.2 s: torch waits for first use)
+        # Aimed at the moment the start-up handlers are in place (the last of them: SIGHUP), within the
+        # imports (0.2 s: torch waits for first use). Earlier, the interpreter itself is starting and
+        # the kernel's default action ends it: no program can answer a signal before it runs.
+        deadline = time.monotonic() + 30
+        while not catches(process.pid, signal.SIGHUP) and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.002)
         process.send_signal(signum)
         out, err = process.communicate(timeout=60)
     finally:
