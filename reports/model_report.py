@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from fusedce_profiler.instrument.interruption import Interruption, read_interruption
-from fusedce_profiler.instrument import store
+from fusedce_profiler.instrument import staging, store
 from fusedce_profiler.judgements.fit import FitResult, load_fits
 from fusedce_profiler.instrument.step.jobs import ModelResult, load_model_results
 from fusedce_profiler.instrument.tracing.attribution import GROUPS, logits_verdict
@@ -362,7 +362,11 @@ def write_model_report(out_dir: Path) -> Path:
     """Render ``summary.md`` and the plots (``breakdown.png``; ``reserved.png`` on CUDA) from the
     folder's stored files alone: ``model_results.jsonl``, and ``fit.json``, ``environment.json``
     and ``interrupted.json`` when present."""
-    out_dir = Path(out_dir)
+    with staging.all_or_nothing():  # the page and its plots together, or none (a full disk, a signal)
+        return _write_model_report(Path(out_dir))
+
+
+def _write_model_report(out_dir: Path) -> Path:
     loaded = load_model_results(out_dir)
     fits, environment = load_fits(out_dir), read_environment(out_dir)
     # every table, plot and finding is of the first MAX_SHOWN_ROWS jobs (the run measures torch, the

@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from fusedce_profiler.instrument.interruption import Interruption, read_interruption
-from fusedce_profiler.instrument import store
+from fusedce_profiler.instrument import staging, store
 from fusedce_profiler.judgements.parity import (CONTROL, NOISE_FACTOR, CurveGap, ParityCurve, ParityReport, curve_gap,
                                                load_parity_report)
 from fusedce_reports.environment import environment_lines, read_environment
@@ -233,8 +233,9 @@ def write_parity_report(out_dir: Path) -> tuple[Path, ParityReport]:
     """Render ``summary.md`` and ``plots/parity_loss.png`` from the folder's ``parity.json`` (and
     ``environment.json``); returns the summary's path and the report (its ``passed`` decides
     the exit code)."""
-    out_dir = Path(out_dir)
-    report = load_parity_report(out_dir)
-    png = plot_parity(report, out_dir / store.PLOTS_DIR / PLOT_FILE)
-    text = render_parity_markdown(report, read_environment(out_dir), png, read_interruption(out_dir))
-    return store.write_text(out_dir / "summary.md", text), report
+    with staging.all_or_nothing():  # the page and its plot together, or none (a full disk, a signal)
+        out_dir = Path(out_dir)
+        report = load_parity_report(out_dir)
+        png = plot_parity(report, out_dir / store.PLOTS_DIR / PLOT_FILE)
+        text = render_parity_markdown(report, read_environment(out_dir), png, read_interruption(out_dir))
+        return store.write_text(out_dir / "summary.md", text), report

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from fusedce_profiler.instrument import store
+from fusedce_profiler.instrument import staging, store
 from fusedce_profiler.instrument.recording.records import RecordedStep, load_recorded_steps
 from fusedce_profiler.instrument.tracing.attribution import Attribution, logits_verdict
 from fusedce_reports.attribution_tables import attribution_table, detector_table, largest_term
@@ -326,7 +326,11 @@ def render_recorded_markdown(records: list[RecordedStep], environment: dict, plo
 
 def write_recorded_report(folder: str | Path) -> Path:
     """Render ``summary.md`` and ``plots/`` from the folder's stored files; returns the summary's path."""
-    folder = Path(folder)
+    with staging.all_or_nothing():  # the page and its plots together, or none (a full disk, a signal)
+        return _write_recorded_report(Path(folder))
+
+
+def _write_recorded_report(folder: Path) -> Path:
     loaded = load_recorded_steps(folder)
     if loaded.missing:
         raise FileNotFoundError(f"{folder}: no {store.RECORDED_STEPS_FILE}")

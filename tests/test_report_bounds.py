@@ -419,3 +419,25 @@ def test_a_stop_dropped_inside_a_callback_is_not_printed_as_an_ignored_exception
         sys.unraisablehook(unraisable(ValueError("another")))
     assert printed == [ValueError, ValueError]
     assert sys.unraisablehook is hook
+
+
+@pytest.mark.parametrize("example, write", [
+    ("model/model-eval", "fusedce_reports.model_report:write_model_report"),
+    ("model/parity", "fusedce_reports.parity_report:write_parity_report"),
+    ("recorded/lightning-bf16-mixed-h200", "fusedce_reports.recorded_report:write_recorded_report"),
+])
+def test_a_page_that_cannot_be_written_leaves_no_new_plot_beside_the_old_page(tmp_path, example, write):
+    """A run's own report is one set, as ``report``'s is: when its page cannot be written (a full
+    disk; here the page's name is a folder) no plot of the new set takes its place either."""
+    import importlib
+
+    folder = tmp_path / "run"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "examples" / example, folder)
+    shutil.rmtree(folder / store.PLOTS_DIR)
+    (folder / "summary.md").unlink()
+    (folder / "summary.md").mkdir()
+    module, function = write.split(":")
+    with pytest.raises(IsADirectoryError):
+        getattr(importlib.import_module(module), function)(folder)
+    assert not (folder / store.PLOTS_DIR).exists()
+    assert sorted(p.name for p in folder.iterdir() if p.name.startswith(".")) == []  # no temporary left

@@ -4,7 +4,8 @@ Every file :mod:`~fusedce_profiler.instrument.store` writes goes to a temporary 
 then renamed into place (:func:`place`). Inside :func:`all_or_nothing` the renames wait for the end
 of the block: when it ends normally they are all done together, shielded from Ctrl-C, SIGTERM and SIGHUP
 (a signal arriving meanwhile is taken right after them); when it ends by an exception — a signal,
-a full disk — every temporary is removed instead, and the folder holds exactly what it held. A
+a full disk — every temporary is removed instead, and the folder holds exactly what it held (so too
+when one of the files' names is taken by a folder: that is found before any rename). A
 file the block removes (:func:`remove`) goes with the renames. Reading back a file written in the
 block (the HTML page embeds the plots) finds its new content at :func:`newest`. A folder the block
 creates (:func:`make_folder`, a first report's ``plots/``) is removed again when the block fails and
@@ -16,6 +17,7 @@ Public API: :func:`all_or_nothing`, :func:`signals_held`, :class:`Placed`, :func
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import signal
 import sys
@@ -206,6 +208,10 @@ def all_or_nothing() -> Iterator[Placed]:
     with signals_held():
         pending = list(placed.written.items())
         try:
+            folders = [path for path, _ in pending if os.path.isdir(path) and not os.path.islink(path)]
+            if folders:  # a rename onto a folder would fail after the others were done: none is done
+                _abandon(placed)
+                raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(folders[0]))
             while pending:
                 path, temporary = pending[0]
                 os.replace(temporary, path)
