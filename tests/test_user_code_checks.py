@@ -45,6 +45,9 @@ MODULES = {
         def wrong(hidden):
             return hidden.sum()
 
+        def interrupts(hidden, weight, target, bias=None):
+            raise KeyboardInterrupt("from the back-end")
+
         def big(hidden, weight, target, bias=None):
             raise RuntimeError("M" * (5 << 20))  # over the 4 MiB a results line may hold
 
@@ -323,3 +326,15 @@ def test_a_lone_surrogate_in_a_message_and_a_flooded_reply_pipe_are_failed_cells
     assert "\\udc80" in (out / "summary.md").read_text()  # spelled out: no UTF-8 file or terminal takes it raw
     rebuilt = CliRunner().invoke(app, ["report", str(out)])
     assert rebuilt.exit_code == 1, rebuilt.output  # named back-ends failed; the folder reads back
+
+
+def test_a_backend_raising_keyboard_interrupt_is_a_failure_of_its_own_not_a_signal(modules, tmp_path):
+    """No signal reaches a worker from the terminal (it runs in its own session): a
+    ``KeyboardInterrupt`` there is the back-end's own exception, reported as raised — never as the
+    worker killed by SIGINT, never as the command stopped."""
+    out = tmp_path / "run"
+    result = CliRunner().invoke(app, [*TINY, "--backend", "torch", "--backend", "uc_backends:interrupts",
+                                      "--out", str(out)])
+    assert result.exit_code == 1, result.output
+    assert "KeyboardInterrupt: from the back-end" in result.output, result.output
+    assert "SIGINT" not in result.output and "interrupted" not in result.output.lower(), result.output

@@ -45,8 +45,8 @@ def _serve(parent_pid: int, reply_fd: int, life_fd: int, preload: list[str], war
         print(f"--- job {request['kind']} {json.dumps(request['payload'])}", flush=True)
         try:
             answer = {"ok": True, "reply": _load(JOBS[request["kind"]])(request["payload"])}
-        except Exception:
-            text = traceback.format_exc()
+        except (Exception, KeyboardInterrupt):  # no terminal's Ctrl-C reaches a worker (its own session):
+            text = traceback.format_exc()       # a KeyboardInterrupt here is the job's code raising it
             print(text, file=sys.stderr, flush=True)
             answer = {"ok": False, "error": text}
         answer["id"] = request.get("id")
