@@ -158,7 +158,7 @@ def parity_command(*, out: str | Path | None = None, force: bool = False, resume
     from fusedce_profiler.instrument.environment import collect_environment, save_environment
     from fusedce_profiler.instrument.interruption import clear_interruption
     from fusedce_profiler.judgements.parity import load_parity_report, save_parity_report
-    from fusedce_profiler.judgements.parity_training import run_parity
+    from fusedce_profiler.judgements.parity_training import ReferenceFailed, run_parity
     from fusedce_reports.parity_report import write_parity_report
 
     console = console or Console(quiet=True)
@@ -186,8 +186,10 @@ def parity_command(*, out: str | Path | None = None, force: bool = False, resume
         try:
             result = run_parity(settings, progress=lambda name: say(f"  training with {name} ..."), on_curve=keep,
                                 finished=finished, train=trainer)
-        except RuntimeError as exc:  # the torch reference itself failed
-            raise UsageError(str(exc)) from None
+        except ReferenceFailed as exc:  # a failed run, not bad input: nothing could be judged
+            say(f"parity: FAIL, nothing judged: {one_line(exc)}; logs in {one_line(out_dir / store.LOGS_DIR)}")
+            return CommandOutcome([], exit_codes.PARITY_FAILED, {"out": str(out_dir), "passed": False,
+                                                                 "error": str(exc)})
         except KeyboardInterrupt as stopped:
             if not (out_dir / store.PARITY_FILE).is_file():
                 say(f"\nInterrupted before the first comparison finished: nothing to report; continue with {again}")
@@ -224,8 +226,15 @@ def parity(*, preset: str | None = None, config: str | Path | None = None, tied:
     torch and each ``backend`` (default fusedce) from the same initialisation on the same batches, and
     judge each against torch (``loss_tol``: allowed relative difference of the final loss; ``control``:
     first train torch from weights moved by one rounding, the run's noise floor). Returns the stored
-    :class:`~fusedce_profiler.judgements.parity.ParityReport` (``passed`` is the verdict)."""
-    return parity_command(preset=preset, config=config, tied=tied, backend=backend, steps=steps, batch=batch,
-                          seq=seq, lr=lr, reduction=reduction, bias=bias, ignore_frac=ignore_frac, loss_tol=loss_tol,
-                          control=control, seed=seed, device=device, mode=mode, out=out, force=force, resume=resume,
-                          console=console).records_or_raise()[0]
+    :class:`~fusedce_profiler.judgements.parity.ParityReport` (``passed`` is the verdict); raises
+    :class:`~fusedce_profiler.judgements.parity_training.ReferenceFailed` when torch's own curve did not train."""
+    outcome = parity_command(preset=preset, config=config, tied=tied, backend=backend, steps=steps, batch=batch,
+                             seq=seq, lr=lr, reduction=reduction, bias=bias, ignore_frac=ignore_frac,
+                             loss_tol=loss_tol, control=control, seed=seed, device=device, mode=mode, out=out,
+                             force=force, resume=resume, console=console)
+    records = outcome.records_or_raise()
+    if not records:
+        from fusedce_profiler.judgements.parity_training import ReferenceFailed
+
+        raise ReferenceFailed(outcome.summary["error"])
+    return records[0]

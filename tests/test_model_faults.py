@@ -308,3 +308,42 @@ def test_a_kill_9_during_the_factory_leaves_its_log_folder_to_the_next_command_o
         assert mine.parent == scratch and mine.name.startswith(f"fusedce-factory-{os.getpid()}-")
     assert {p.name for p in scratch.iterdir()} == {
         "fusedce-factory-999999999-file", "fusedce-factory-999999999-link", f"fusedce-factory-{os.getpid()}-live"}
+
+
+def test_a_stored_reference_that_did_not_train_is_trained_again_on_resume(tmp_path):
+    """No run stores a failed torch curve, so one in the folder was put there by hand: ``--resume``
+    keeps none of its verdicts (they were judged against no reference) and trains again."""
+    out = tmp_path / "run"
+    args = ["parity", "--device", "cpu", "--preset", "tiny", "--steps", "10", "--batch", "2", "--seq", "8",
+            "--backend", "fusedce", "--no-control", "--out", str(out)]
+    assert runner.invoke(app, args).exit_code == 0
+    stored = json.loads((out / "parity.json").read_text())
+    reference = next(c for c in stored["curves"] if c["backend"] == "torch")
+    reference.update(status="error", message="planted")
+    (out / "parity.json").write_text(json.dumps(stored))
+    result = runner.invoke(app, [*args, "--resume"])
+    assert result.exit_code == 0, result.output
+    assert "training with torch" in result.output and "training with fusedce" in result.output
+    curves = json.loads((out / "parity.json").read_text())["curves"]
+    assert [c["status"] for c in curves] == ["ok", "ok"]
+
+
+def test_a_reference_that_fails_to_train_is_a_failed_run_in_one_line(tmp_path, monkeypatch):
+    """torch's own curve failing is a failed run (exit 1, nothing judged), not bad input; the Python
+    API raises it."""
+    from fusedce_profile.parity import _CurveTrainer, parity
+    from fusedce_profiler.judgements.parity import ParityCurve
+    from fusedce_profiler.judgements.parity_training import ReferenceFailed
+
+    monkeypatch.setattr(_CurveTrainer, "__call__",
+                        lambda self, name, perturbed: ParityCurve(name, status="error", message="no memory left"))
+    out = tmp_path / "run"
+    args = ["parity", "--device", "cpu", "--preset", "tiny", "--steps", "10", "--batch", "2", "--seq", "8",
+            "--backend", "fusedce", "--no-control", "--out", str(out)]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 1, result.output
+    assert result.output.strip().splitlines()[-1] == (
+        f"parity: FAIL, nothing judged: the torch reference run failed: error: no memory left; logs in {out}/logs")
+    with pytest.raises(ReferenceFailed, match="no memory left"):
+        parity(preset="tiny", device="cpu", steps=10, batch=2, seq=8, backend=["fusedce"], control=False,
+                   out=tmp_path / "api")

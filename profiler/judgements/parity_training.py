@@ -3,8 +3,8 @@
 gradient checks of each step — then judged against torch's
 (:mod:`fusedce_profiler.judgements.parity` defines the records and the judgement).
 
-Public API: :func:`run_parity`, :func:`train_curve`, :func:`build_model`, :func:`perturb_`, and the
-worker's side: :func:`run_curve_job` (the ``parity-curve`` job), :func:`warm_up_training`.
+Public API: :func:`run_parity`, :class:`ReferenceFailed`, :func:`train_curve`, :func:`build_model`,
+:func:`perturb_`, and the worker's side: :func:`run_curve_job` (the ``parity-curve`` job), :func:`warm_up_training`.
 """
 from __future__ import annotations
 
@@ -117,6 +117,10 @@ def warm_up_training() -> None:
     torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))])
 
 
+class ReferenceFailed(RuntimeError):
+    """torch's own curve did not train: nothing can be judged against it (the message says why)."""
+
+
 def run_curve_job(payload: dict) -> dict:
     """The worker's ``parity-curve`` job: ``{"settings": ParitySettings dict, "backend": name,
     "perturbed": bool}`` → the trained :class:`ParityCurve` as a dict (the chain is rebuilt from
@@ -139,13 +143,16 @@ def run_parity(settings: ParitySettings, progress: Callable[[str], None] | None 
     or a signal cuts the run.
     ``finished``: the stored report of a run of the same settings that was cut short; its curves
     and verdicts are kept and only what it had not trained runs (each run's batches depend on the
-    step only, so a kept curve is the curve this run would train).
+    step only, so a kept curve is the curve this run would train). One whose torch curve did not
+    train (no run stores such a report; a folder edited by hand can hold one) keeps nothing: its
+    verdicts were judged against no reference.
     ``train(name, perturbed)`` trains one curve (default:
     :func:`train_curve` in this process; the command trains each in a worker, :func:`run_curve_job`,
     where a back-end cannot end the run).
     """
     chain = MarkovChain(settings.config.vocab_size, seed=settings.seed)
-    same = finished is not None and finished.settings == settings
+    same = finished is not None and finished.settings == settings and any(
+        c.backend == REFERENCE and c.status == "ok" for c in finished.curves)
     kept = {c.backend: c for c in finished.curves} if same else {}
     judged = {v.backend: v for v in finished.verdicts} if same else {}
 
@@ -161,7 +168,7 @@ def run_parity(settings: ParitySettings, progress: Callable[[str], None] | None 
 
     reference = curve_of(REFERENCE)
     if reference.status != "ok":
-        raise RuntimeError(f"the torch reference run failed: {reference.status}: {reference.message}")
+        raise ReferenceFailed(f"the torch reference run failed: {reference.status}: {reference.message}")
     learned = reference.final_loss() < LEARN_FRACTION * reference.initial_loss()
     report = ParityReport(settings, [reference], [], chain.entropy_rate(), learned)
     if on_curve is not None and REFERENCE not in kept:  # a run cut short from here keeps the reference
