@@ -6,8 +6,8 @@ OK = 0
 PARITY_FAILED = 1
 """A check failed: a cell's relative error exceeded its mode's tolerance (``fusedce_profiler.instrument.tolerances``;
 a NaN loss or gradient is a failure), a doctor check failed, a named back-end failed in
-every cell (or job) of the run, every job of a ``model`` run failed, or a ``--model`` factory
-failed (raised, exited, hung, or outgrew its memory guard)."""
+every cell (or job) of the run, every job of a ``model`` run failed, torch's own ``parity`` curve did not train, or a
+``--model`` factory failed (raised, exited, hung, or outgrew its memory guard)."""
 
 CHECK_FAILED = PARITY_FAILED
 
