@@ -168,3 +168,42 @@ def test_killing_a_workers_tree_kills_each_process_group_found_whole(tmp_path):
     ''')
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == "True", done.stderr
+
+
+def test_a_group_seen_empty_is_never_signalled_again(tmp_path):
+    """The kernel frees a process group's id with its last member, and a fork loop can wrap the pids
+    round within a chase: a remembered id of an emptied group could name a stranger's group by the
+    final kill. Once a walk finds it empty, it is signalled no more."""
+    import subprocess
+    import sys
+    import textwrap
+
+    probe = textwrap.dedent('''
+        import os, signal, time
+        from fusedce_profiler.instrument import lifetime
+        leader = os.fork()
+        if leader == 0:
+            os.setsid()
+            time.sleep(60)
+            os._exit(0)
+        while lifetime._group(leader) != leader:
+            time.sleep(0.01)
+        walks, sent, killpg = [], [], os.killpg
+        def find():
+            walks.append(None)
+            if len(walks) == 1:
+                return [leader]
+            if len(walks) == 2:  # the group empties: its id is free for anyone from here
+                os.kill(leader, signal.SIGKILL)
+                os.waitpid(leader, 0)
+            return []
+        def logged(group, sig):
+            if sig:
+                sent.append((len(walks), group, sig))
+            return killpg(group, sig)
+        os.killpg = logged
+        lifetime._stop_then_kill(find, quiet_walks=3, walks=10, grouped=lambda pid: True)
+        print([walk for walk, group, sig in sent if group == leader])
+    ''')
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "[1]", done.stderr  # stopped once, at the walk that found it; never killed by id

@@ -151,28 +151,39 @@ def kill_tree(root: int, spare: int) -> None:
     own_group = _group(root)
     _stop_then_kill(lambda: [pid for pid in _descendants(root, {spare}) if _state(pid) not in ("Z", "X", "")],
                     quiet_walks=_QUIET_WALKS, walks=1000, pause_s=0.0005,
-                    groups_of=lambda pids: {_group(pid) for pid in pids} - {own_group, 0},
+                    grouped=lambda pid: _group(pid) not in (own_group, 0),
                     after_walk=_reap if root == os.getpid() else None)
 
 
 def _stop_then_kill(find: Callable[[], list[int]], *, quiet_walks: int, walks: int, pause_s: float = 0.0,
-                    groups_of: Callable[[list[int]], set[int]] | None = None,
+                    grouped: Callable[[int], bool] | None = None,
                     after_walk: Callable[[], None] | None = None) -> None:
-    """Stop every process ``find`` gives (and, with ``groups_of``, their process groups, each whole
-    at once: the kernel lets no member fork out of a group being signalled), calling ``find``
-    again until ``quiet_walks`` calls in a row give none not yet stopped (at most ``walks``,
-    ``pause_s`` apart), then SIGKILL them all. The kill is in a ``finally``: whatever ends the
-    chase (a second signal), nothing it stopped is left stopped. ``after_walk``: run after each
-    call and after the kill (a root reaping its exited children)."""
+    """Stop every process ``find`` gives (and the process group of each for which ``grouped`` is
+    true, whole at once: the kernel lets no member fork out of a group being signalled), calling
+    ``find`` again until ``quiet_walks`` calls in a row give none not yet stopped (at most
+    ``walks``, ``pause_s`` apart), then SIGKILL them all. The kill is in a ``finally``: whatever
+    ends the chase (a second signal), nothing it stopped is left stopped. ``after_walk``: run after
+    each call and after the kill (a root reaping its exited children).
+
+    A group is signalled only while it has lived through every walk since it was found: the kernel
+    frees a group's id once its last member is gone, and a fork loop can wrap the pids round within
+    the chase, so the remembered id of a group seen empty could by then name a stranger's group.
+    (Between two checks, milliseconds apart, the ids do not come round again: that takes tens of
+    thousands of forks.)"""
     held: set[int] = set()
     groups: set[int] = set()
+
+    def live_groups() -> set[int]:
+        groups.intersection_update([group for group in groups if _group_lives(group)])  # an emptied one, for good
+        return groups
+
     quiet = 0
     try:
         for _ in range(walks):
             new = [pid for pid in find() if pid not in held]
-            if groups_of is not None:
-                groups |= groups_of(new)
-            for group in groups:
+            if grouped is not None:
+                groups.update(_group(pid) for pid in new if grouped(pid))
+            for group in live_groups():
                 _signal(os.killpg, group, signal.SIGSTOP)
             for pid in new:
                 _signal(os.kill, pid, signal.SIGSTOP)
@@ -185,7 +196,7 @@ def _stop_then_kill(find: Callable[[], list[int]], *, quiet_walks: int, walks: i
             if pause_s:
                 time.sleep(pause_s)
     finally:
-        for group in groups:
+        for group in live_groups():
             _signal(os.killpg, group)
         for pid in held:
             _signal(os.kill, pid)
@@ -225,6 +236,15 @@ def _group(pid: int) -> int:
         return os.getpgid(pid)
     except ProcessLookupError:
         return 0
+
+
+def _group_lives(group: int) -> bool:
+    """Whether process group ``group`` has a member this user may signal."""
+    try:
+        os.killpg(group, 0)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
 
 
 def _signal(send, target: int, sig: int = signal.SIGKILL) -> None:
