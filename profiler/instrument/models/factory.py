@@ -73,7 +73,7 @@ def describe_job(payload: dict) -> dict:
     allows, else on the CPU) and describe the module; every failure, ``SystemExit`` included, is an
     answer, never a dead worker."""
     from fusedce_profiler.instrument.callables import load_callable
-    from fusedce_profiler.instrument.models.source import FactorySignatureError, UserSource
+    from fusedce_profiler.instrument.models.source import FactoryRaised, UserSource
 
     target = payload["target"]
     if payload.get("memory_bytes"):
@@ -82,9 +82,13 @@ def describe_job(payload: dict) -> dict:
     try:
         load_callable(target, "--model")  # importable and callable: else a usage error, as for --backend
         source = UserSource(target, given, head_path=payload.get("head"))
-    except (FactorySignatureError, ValueError) as exc:  # the first from _make, the second from the import
-        if not isinstance(exc, FactorySignatureError) and not str(exc).startswith(f"--model {target}"):
-            return {"ok": False, "message": f"--model {target}: the factory raised ValueError: {exc}"}
+    except FactoryRaised as exc:  # the factory's own exception, named in the message
+        out_of_memory = "DefaultCPUAllocator" in str(exc) or "out of memory" in str(exc).lower()
+        if out_of_memory and payload.get("memory_bytes"):
+            return {"ok": False, "message": f"--model {target}: the factory allocated more than the memory guard "
+                                            f"({payload['memory_bytes'] / 2**30:.1f} GiB) allows"}
+        return {"ok": False, "message": str(exc)}
+    except ValueError as exc:  # the tool's: the import, the factory's signature or return, its head not found
         return {"ok": False, "message": str(exc).splitlines()[0], "bad_signature": True}
     except SystemExit as exc:
         return {"ok": False, "message": f"--model {target}: the factory called sys.exit({exc.code!r})"}

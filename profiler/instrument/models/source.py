@@ -55,6 +55,11 @@ class FactorySignatureError(ValueError):
     returned something other than an ``nn.Module``."""
 
 
+class FactoryRaised(RuntimeError):
+    """A user's ``--model`` factory raised when it was called: the message names the factory and what
+    it raised (the exception itself is the ``__cause__``), never a back-end or an option of the tool."""
+
+
 class MissingDependency(RuntimeError):
     """An optional package a source needs is not installed (the message says what to install)."""
 
@@ -308,7 +313,13 @@ class UserSource(ModelSource):
             except TypeError as exc:
                 raise FactorySignatureError(
                     f"--model {self.target}: cannot be called as factory() or factory(config) ({exc})") from None
-        module = factory(*arguments)
+        try:
+            module = factory(*arguments)
+        except MemoryError:  # the process's memory guard: said as such by whoever set it
+            raise
+        except Exception as exc:
+            first = (str(exc).strip().splitlines() or [""])[0]
+            raise FactoryRaised(f"--model {self.target}: the factory raised {type(exc).__name__}: {first}") from exc
         if not isinstance(module, nn.Module):
             raise FactorySignatureError(f"--model {self.target} returned {type(module).__name__}, not an nn.Module")
         return module

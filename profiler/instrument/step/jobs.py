@@ -22,7 +22,8 @@ from fusedce_profiler.instrument import oom, store
 from fusedce_profiler.instrument.backends import Replacement
 from fusedce_profiler.instrument.models.configs import ModelConfig
 from fusedce_profiler.instrument.models.head import HeadInfo
-from fusedce_profiler.instrument.models.source import BuiltinSource, MissingDependency, ModelSource, source_from_dict
+from fusedce_profiler.instrument.models.source import (BuiltinSource, FactoryRaised, MissingDependency, ModelSource,
+                                                    source_from_dict)
 from fusedce_profiler.instrument.step.losses import BackendUnavailable, loss_options, resolve_step_loss
 from fusedce_profiler.instrument.records import STATUSES, is_backend_name
 from fusedce_profiler.instrument.schema import checked_fields
@@ -162,20 +163,6 @@ def _cap_cuda_memory(device: torch.device, limit: int) -> None:
     torch.cuda.set_per_process_memory_fraction(memory_fraction(limit, context, total), index)
 
 
-class _FactoryRaised(RuntimeError):
-    """A user's ``--model`` factory raised while a step built its model: the message names the factory,
-    not the back-end the step measured (the factory is what failed)."""
-
-
-def _build(source, device: torch.device, job: ModelJob):
-    try:
-        return source.build(device, attention=job.attention, checkpointing=job.checkpointing, seed=job.seed)
-    except Exception as exc:
-        if source.kind != "user" or oom.is_out_of_memory(exc) or isinstance(exc, ValueError):
-            raise  # an out-of-memory is the step's; a ValueError names the option it is about
-        raise _FactoryRaised(f"--model {source.target}: the factory raised {type(exc).__name__}: {exc}") from exc
-
-
 def run_job(job: ModelJob) -> ModelResult:
     """Build the model, warm up and measure one step with ``job.backend``, in this process."""
     device = torch.device(job.device)
@@ -189,7 +176,7 @@ def run_job(job: ModelJob) -> ModelResult:
         if job.memory_limit_bytes is not None and device.type == "cuda":
             _cap_cuda_memory(device, job.memory_limit_bytes)
         torch.manual_seed(job.seed)
-        built = _build(source, device, job)
+        built = source.build(device, attention=job.attention, checkpointing=job.checkpointing, seed=job.seed)
         if job.mode == "bf16":
             built.module.to(torch.bfloat16)
         result.head = built.head.info
@@ -210,7 +197,7 @@ def run_job(job: ModelJob) -> ModelResult:
             result.status, result.message = "oom", (str(exc).splitlines() or [type(exc).__name__])[0]
             return result
         result.status = "error"
-        named = str(exc) if isinstance(exc, _FactoryRaised) else f"{type(exc).__name__}: {exc}"
+        named = str(exc) if isinstance(exc, FactoryRaised) else f"{type(exc).__name__}: {exc}"
         result.message = f"{named}\n" + "".join(traceback.format_exc(limit=4))[-2000:]
         return result
     result.loss, result.time_ms, result.memory = outcome.loss, outcome.time_ms, outcome.memory
