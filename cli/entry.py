@@ -43,9 +43,28 @@ def command_starting() -> None:
         signal.signal(sig, handler if sig == signal.SIGINT else raise_terminated)
 
 
+def _standard_streams_open() -> None:
+    """A standard stream the shell closed (``>&-``, ``2>&-``) is opened on the null device: the run
+    goes on without its printing, and no file the run opens later takes the descriptor (where a
+    child process's output, or a stray print, would land in it)."""
+    for fd, name, flags in ((0, "stdin", os.O_RDONLY), (1, "stdout", os.O_WRONLY), (2, "stderr", os.O_WRONLY)):
+        try:
+            os.fstat(fd)
+            continue
+        except OSError:
+            pass
+        null = os.open(os.devnull, flags)
+        if null != fd:
+            os.dup2(null, fd)
+            os.close(null)
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(fd, "r" if fd == 0 else "w", encoding="utf-8", closefd=False))
+
+
 def main() -> None:
     """Install the start-up handlers, import the command line and run it; the handlers stay until
     the command starts (:func:`command_starting`), through building and parsing the command line."""
+    _standard_streams_open()
     watched = [sig for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
                if signal.getsignal(sig) is not signal.SIG_IGN]
     _previous.update({sig: signal.signal(sig, _stop_while_starting) for sig in watched})

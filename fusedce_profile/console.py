@@ -48,33 +48,42 @@ class _PrintableConsole(Console):
 
 
 class _UntilReaderLeaves:
-    """A text stream that writes into ``stream`` until its reader goes away (``| head -1`` exits):
-    from then on the stream's descriptor points at the null device and what is printed is dropped,
-    so a closed pipe stops the printing, never the run (which goes on writing its folder)."""
+    """A text stream that writes into ``stream`` until its reader goes away (``| head -1`` exits) or
+    it cannot be written (``>/dev/full``, a full disk): from then on the stream's descriptor points at
+    the null device and what is printed is dropped, so a lost output stops the printing, never the
+    run (which goes on writing its folder). A write error other than a closed pipe is said once on
+    stderr."""
 
     def __init__(self, stream) -> None:
         self._stream = stream
 
-    def _reader_left(self) -> None:
+    def _output_lost(self, exc: OSError) -> None:
         try:
             null = os.open(os.devnull, os.O_WRONLY)
             os.dup2(null, self._stream.fileno())  # every later write, the interpreter's too, goes nowhere
             os.close(null)
         except (OSError, ValueError):
             pass
+        if not isinstance(exc, BrokenPipeError) and self._stream is not sys.stderr:
+            try:
+                sys.stderr.write(f"fusedce-profile: the standard output cannot be written ({exc.strerror or exc}); "
+                                 "the run goes on without it\n")
+                sys.stderr.flush()
+            except (OSError, ValueError):
+                pass
 
     def write(self, text: str) -> int:
         try:
             return self._stream.write(text)
-        except BrokenPipeError:
-            self._reader_left()
+        except OSError as exc:
+            self._output_lost(exc)
             return len(text)
 
     def flush(self) -> None:
         try:
             self._stream.flush()
-        except BrokenPipeError:
-            self._reader_left()
+        except OSError as exc:
+            self._output_lost(exc)
 
     def __getattr__(self, name: str):
         return getattr(self._stream, name)

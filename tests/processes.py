@@ -108,9 +108,9 @@ def start_cli(args: list[str], env: dict, cwd: str | Path | None = None, *, pree
         if preexec is not None:
             preexec()
 
-    return subprocess.Popen([*command, *args], env=env, cwd=cwd or REPO, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                            preexec_fn=prepare, **kwargs)
+    kwargs.setdefault("stdout", subprocess.PIPE)
+    return subprocess.Popen([*command, *args], env=env, cwd=cwd or REPO, text=True, stderr=subprocess.PIPE,
+                            start_new_session=True, preexec_fn=prepare, **kwargs)
 
 
 def run_cli(args: list[str], env: dict, cwd: str | Path | None = None, *, timeout: float = 180,

@@ -402,6 +402,27 @@ def test_a_closed_stdout_stops_the_printing_not_the_run(tmp_path, monkeypatch):
     assert not (out / store.LOCK_FILE).exists()
 
 
+@pytest.mark.parametrize("stdout", ["closed", "/dev/full"])
+def test_a_standard_output_closed_or_full_from_the_start_is_a_run_without_its_printing(tmp_path, stdout):
+    """``grid ... >&-`` and ``grid ... >/dev/full`` ended in a traceback (exit 1), the second with an
+    empty run folder left. The run goes on, its folder whole; a full output is said once on stderr."""
+    from processes import start_cli
+
+    out = tmp_path / "run"
+    sink = open(os.devnull if stdout == "closed" else stdout, "w")
+    try:
+        process = start_cli([*TINY, "--tokens", "8", "--backend", "torch", "--out", str(out)], cli_env(),
+                            stdout=sink, preexec=(lambda: os.close(1)) if stdout == "closed" else None)
+    finally:
+        sink.close()
+    _, err = process.communicate(timeout=180)
+    assert process.returncode == 0, err
+    expected = [] if stdout == "closed" else [
+        "fusedce-profile: the standard output cannot be written (No space left on device); the run goes on without it"]
+    assert err.splitlines() == expected
+    assert (out / "summary.md").is_file() and len((out / store.RESULTS_FILE).read_text().splitlines()) == 1
+
+
 # --- a newline in a folder's name -------------------------------------------------------------
 
 def test_a_newline_in_the_folder_name_never_splits_the_error_line(tmp_path):

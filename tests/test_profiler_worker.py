@@ -207,3 +207,30 @@ def test_a_group_seen_empty_is_never_signalled_again(tmp_path):
     ''')
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == "[1]", done.stderr  # stopped once, at the walk that found it; never killed by id
+
+
+def test_the_commands_search_of_the_marks_kills_at_once_and_never_stops(tmp_path):
+    """The command searches the marks itself (closing a worker that died): a ``kill -9`` of it in the
+    middle of a stop-then-kill would leave what it had stopped stopped for good, parent 1. Each
+    process found is killed at once."""
+    import subprocess
+    import sys
+    import textwrap
+
+    probe = textwrap.dedent('''
+        import os, signal, subprocess, sys, time
+        from fusedce_profiler.instrument import lifetime
+        env = {**os.environ, lifetime.MARK_VARIABLE: "probe-%d" % os.getpid()}
+        daemon = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env,
+                                  start_new_session=True)
+        time.sleep(0.3)
+        sent, kill = [], os.kill
+        def logged(pid, sig):
+            sent.append(sig)
+            return kill(pid, sig)
+        os.kill = logged
+        lifetime.kill_marked(env[lifetime.MARK_VARIABLE])
+        print(daemon.wait(timeout=10), signal.SIGSTOP in sent)
+    ''')
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert done.stdout.split() == ["-9", "False"], (done.stdout, done.stderr)

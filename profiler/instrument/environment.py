@@ -25,11 +25,28 @@ import torch
 from fusedce_profiler.instrument.backends import installed_versions
 
 
+_TRITON_DISTRIBUTIONS = ("triton", "pytorch-triton", "pytorch-triton-rocm", "pytorch-triton-xpu")
+"""The names Triton is installed under (PyTorch's nightly and vendor builds rename it)."""
+
+
 def _triton_version() -> str | None:
-    try:
-        import triton
-    except ImportError:
+    """Triton's version, read from its installed metadata: importing it (a C extension whose start
+    calls back into Python) in the command's process would let a signal's exception arrive inside
+    that start, which aborts the process. A build without metadata is imported, signals held."""
+    from importlib.metadata import PackageNotFoundError, version
+    from importlib.util import find_spec
+
+    for name in _TRITON_DISTRIBUTIONS:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            pass
+    if find_spec("triton") is None:
         return None
+    from fusedce_profiler.instrument.staging import signals_held
+
+    with signals_held():
+        import triton
     return triton.__version__
 
 

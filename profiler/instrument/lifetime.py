@@ -157,13 +157,17 @@ def kill_tree(root: int, spare: int) -> None:
 
 def _stop_then_kill(find: Callable[[], list[int]], *, quiet_walks: int, walks: int, pause_s: float = 0.0,
                     grouped: Callable[[int], bool] | None = None,
-                    after_walk: Callable[[], None] | None = None) -> None:
+                    after_walk: Callable[[], None] | None = None, hold: bool = True) -> None:
     """Stop every process ``find`` gives (and the process group of each for which ``grouped`` is
     true, whole at once: the kernel lets no member fork out of a group being signalled), calling
     ``find`` again until ``quiet_walks`` calls in a row give none not yet stopped (at most
     ``walks``, ``pause_s`` apart), then SIGKILL them all. The kill is in a ``finally``: whatever
     ends the chase (a second signal), nothing it stopped is left stopped. ``after_walk``: run after
     each call and after the kill (a root reaping its exited children).
+
+    ``hold=False``: each process found is killed at once instead of stopped (a chase whose finding
+    does not need the tree kept whole). A ``finally`` runs on anything but SIGKILL: a process whose
+    own ``kill -9`` can end the chase (the command) must hold nothing stopped meanwhile.
 
     A group is signalled only while it has lived through every walk since it was found: the kernel
     frees a group's id once its last member is gone, and a fork loop can wrap the pids round within
@@ -186,7 +190,7 @@ def _stop_then_kill(find: Callable[[], list[int]], *, quiet_walks: int, walks: i
             for group in live_groups():
                 _signal(os.killpg, group, signal.SIGSTOP)
             for pid in new:
-                _signal(os.kill, pid, signal.SIGSTOP)
+                _signal(os.kill, pid, signal.SIGSTOP if hold else signal.SIGKILL)
             held.update(new)
             if after_walk is not None:
                 after_walk()
@@ -220,15 +224,18 @@ def _marked(entry: bytes) -> list[int]:
 
 
 def kill_marked(mark: str, spare: set[int] = frozenset()) -> None:
-    """SIGKILL every process bearing ``mark`` (this process and ``spare`` left alive). Each one found
-    is first stopped (a stopped process cannot fork), and the search repeated until two in a row
-    find none not stopped yet (at most 100). A search reads all of /proc (milliseconds): a daemon
-    under init that forks and exits faster than that is missed; under a living worker
-    :func:`kill_tree` holds it. Linux only (reads /proc); elsewhere nothing."""
+    """SIGKILL every process bearing ``mark`` (this process and ``spare`` left alive), each as soon as
+    a search finds it, searching again until two searches in a row find none new (at most 100).
+    Killed at once, not stopped first as :func:`kill_tree` does: the mark finds a process wherever
+    it is, so nothing needs holding still, and the command runs this search itself — a ``kill -9``
+    of it mid-search would leave what it had stopped stopped for good. A search reads all of /proc
+    (milliseconds): a daemon under init that forks and exits faster than that is missed; under a
+    living worker :func:`kill_tree` holds it. Linux only (reads /proc); elsewhere nothing."""
     if not os.path.isdir("/proc"):
         return
     entry, spare = f"{MARK_VARIABLE}={mark}".encode(), set(spare) | {os.getpid()}
-    _stop_then_kill(lambda: [pid for pid in _marked(entry) if pid not in spare], quiet_walks=2, walks=100)
+    _stop_then_kill(lambda: [pid for pid in _marked(entry) if pid not in spare], quiet_walks=2, walks=100,
+                    hold=False)
 
 
 def _group(pid: int) -> int:
