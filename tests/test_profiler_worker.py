@@ -234,3 +234,35 @@ def test_the_commands_search_of_the_marks_kills_at_once_and_never_stops(tmp_path
     ''')
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert done.stdout.split() == ["-9", "False"], (done.stdout, done.stderr)
+
+
+def test_the_mark_search_spares_a_process_older_than_the_worker_or_of_another_user(tmp_path):
+    """A job's code can hand its worker's mark to any process: one that started before the worker
+    never was under it, and (run as root) another user's is not the run's. Both are spared; a
+    process of this user started since is killed."""
+    import subprocess
+    import sys
+    import textwrap
+
+    probe = textwrap.dedent('''
+        import os, subprocess, sys, time
+        from fusedce_profiler.instrument import lifetime
+        env = {**os.environ, lifetime.MARK_VARIABLE: "probe-%d" % os.getpid()}
+        def sleep(**kwargs):
+            return subprocess.Popen(["sleep", "60"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kwargs)
+        older = sleep(env=env, start_new_session=True)
+        time.sleep(0.05)
+        worker = sleep()  # stands for the worker: its start is the search's bound
+        time.sleep(0.05)
+        newer = sleep(env=env, start_new_session=True)
+        stranger = sleep(env=env, start_new_session=True, user=65534) if os.getuid() == 0 else None
+        time.sleep(0.3)
+        lifetime.kill_marked(env[lifetime.MARK_VARIABLE], since=lifetime.started(worker.pid))
+        time.sleep(0.2)
+        print(older.poll(), newer.wait(timeout=10), stranger.poll() if stranger else None)
+        for process in (older, worker, stranger):
+            if process is not None:
+                process.kill()
+    ''')
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert done.stdout.split() == ["None", "-9", "None"], (done.stdout, done.stderr)

@@ -90,7 +90,7 @@ def end_worker(spare: int) -> None:
     try:
         end_children(spare)
         if _OWN_MARK:
-            kill_marked(_OWN_MARK, spare={spare})
+            kill_marked(_OWN_MARK, spare={spare}, since=started(os.getpid()))
     finally:
         os.killpg(0, signal.SIGKILL)
         os._exit(1)  # not reached: the group's SIGKILL ended this process
@@ -208,33 +208,51 @@ def _stop_then_kill(find: Callable[[], list[int]], *, quiet_walks: int, walks: i
             after_walk()
 
 
-def _marked(entry: bytes) -> list[int]:
-    """The pids of this user's processes whose environment holds ``entry`` (``NAME=value``). A process
-    in uninterruptible sleep is passed over: reading its environment could wait as long as it does."""
-    found = []
+def started(pid: int) -> int | None:
+    """When ``pid`` started, in clock ticks since boot (``None`` when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return int(fh.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _marked(entry: bytes, since: int | None) -> list[int]:
+    """The pids of this user's processes whose environment holds ``entry`` (``NAME=value``) and that
+    started at ``since`` (clock ticks since boot) or later. A process in uninterruptible sleep is
+    passed over: reading its environment could wait as long as it does."""
+    found, uid = [], os.getuid()
     for name in os.listdir("/proc"):
-        if name.isdigit() and _state(int(name)) not in ("D", "Z", "X", ""):
-            try:
-                with open(f"/proc/{name}/environ", "rb") as fh:
-                    if entry in fh.read().split(b"\0"):
-                        found.append(int(name))
-            except OSError:  # gone, or another user's
-                pass
+        if not name.isdigit() or _state(int(name)) in ("D", "Z", "X", ""):
+            continue
+        try:
+            if os.stat(f"/proc/{name}").st_uid != uid:  # root reads everyone's environment: only its own
+                continue
+            with open(f"/proc/{name}/environ", "rb") as fh:
+                marked = entry in fh.read().split(b"\0")
+        except OSError:  # gone, or another user's
+            continue
+        if marked and (since is None or (started(int(name)) or -1) >= since):
+            found.append(int(name))
     return found
 
 
-def kill_marked(mark: str, spare: set[int] = frozenset()) -> None:
+def kill_marked(mark: str, spare: set[int] = frozenset(), since: int | None = None) -> None:
     """SIGKILL every process bearing ``mark`` (this process and ``spare`` left alive), each as soon as
     a search finds it, searching again until two searches in a row find none new (at most 100).
     Killed at once, not stopped first as :func:`kill_tree` does: the mark finds a process wherever
     it is, so nothing needs holding still, and the command runs this search itself — a ``kill -9``
     of it mid-search would leave what it had stopped stopped for good. A search reads all of /proc
     (milliseconds): a daemon under init that forks and exits faster than that is missed; under a
-    living worker :func:`kill_tree` holds it. Linux only (reads /proc); elsewhere nothing."""
+    living worker :func:`kill_tree` holds it. Linux only (reads /proc); elsewhere nothing.
+
+    Only this user's processes are searched, and with ``since`` (:func:`started` of the worker) only
+    those started since the worker did: a process older than the worker never was under it,
+    whatever its environment holds (a job's code can hand the mark to anyone)."""
     if not os.path.isdir("/proc"):
         return
     entry, spare = f"{MARK_VARIABLE}={mark}".encode(), set(spare) | {os.getpid()}
-    _stop_then_kill(lambda: [pid for pid in _marked(entry) if pid not in spare], quiet_walks=2, walks=100,
+    _stop_then_kill(lambda: [pid for pid in _marked(entry, since) if pid not in spare], quiet_walks=2, walks=100,
                     hold=False)
 
 
@@ -285,7 +303,7 @@ def start_reaper(life_fd: int) -> int:
                 pass
             kill_tree(worker, spare=os.getpid())
             if _OWN_MARK:
-                kill_marked(_OWN_MARK, spare={worker})
+                kill_marked(_OWN_MARK, spare={worker}, since=started(worker))
         finally:
             os.killpg(0, signal.SIGKILL)
             os._exit(0)

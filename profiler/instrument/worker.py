@@ -47,7 +47,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from fusedce_profiler.instrument.lifetime import MARK_VARIABLE, kill_marked
+from fusedce_profiler.instrument.lifetime import MARK_VARIABLE, kill_marked, started
 from fusedce_profiler.instrument.memory_guard import default_max_rss_bytes, rss_bytes  # noqa: F401 - part of this API
 from fusedce_profiler.instrument.text import one_line
 
@@ -198,6 +198,7 @@ class Worker:
             os.close(write_end)
             os.close(life_read)
             log.close()
+        self._since = started(self._process.pid)  # lifetime.kill_marked: none of its processes is older
         self._replies = os.fdopen(read_end, "rb")
         self._buffer = bytearray()
         self._ready = False
@@ -379,7 +380,7 @@ class Worker:
                 os.killpg(self._process.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
-        kill_marked(self._mark)  # a daemon it adopted, orphaned when it died on its own, or one that outran its walk
+        kill_marked(self._mark, since=self._since)  # a daemon orphaned when it died, or one that outran its walk
         try:
             self._replies.close()
         except OSError:
