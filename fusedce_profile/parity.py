@@ -176,7 +176,12 @@ def parity_command(*, out: str | Path | None = None, force: bool = False, resume
             save_environment(out_dir, collect_environment())
 
         def keep(partial) -> None:  # after each back-end: a run cut short keeps what it trained
-            with report_errors(out_dir, "the curves trained before"):
+            if (out_dir / store.PARITY_FILE).is_file():
+                refused = report_errors(out_dir, "the curves trained before")
+            else:  # the first to be stored: nothing is kept yet
+                refused = report_errors(out_dir, "no curves",
+                                        f"the same command with --resume --out {one_line(out_dir)} trains them")
+            with refused:
                 save_parity_report(out_dir, partial)
             with contextlib.suppress(OSError):  # a page that cannot be written is said once, at the end
                 write_parity_report(out_dir)

@@ -356,3 +356,17 @@ def test_a_reference_that_fails_to_train_is_a_failed_run_in_one_line(tmp_path, m
     with pytest.raises(ReferenceFailed, match="no memory left"):
         parity(preset="tiny", device="cpu", steps=10, batch=2, seq=8, backend=["fusedce"], control=False,
                    out=tmp_path / "api")
+
+
+def test_a_first_curve_that_cannot_be_stored_says_nothing_is_kept(tmp_path):
+    """Before the first curve is stored nothing is kept: the line says so and how to go on, never
+    "the curves trained before are kept" with a ``report`` that would be refused."""
+    out = tmp_path / "run"
+    (out / "parity.json").mkdir(parents=True)  # as a disk full before the first curve was stored
+    args = ["parity", "--device", "cpu", "--preset", "tiny", "--steps", "10", "--batch", "2", "--seq", "8",
+            "--backend", "fusedce", "--no-control", "--out", str(out), "--resume"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, result.output
+    said = _plain(result.output)
+    assert (f"{out}/parity.json: Is a directory; no curves are kept in {out}: the same command with --resume "
+            f"--out {out} trains them once that is mended") in said, said
