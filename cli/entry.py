@@ -46,7 +46,8 @@ def command_starting() -> None:
 def _standard_streams_open() -> None:
     """A standard stream the shell closed (``>&-``, ``2>&-``) is opened on the null device: the run
     goes on without its printing, and no file the run opens later takes the descriptor (where a
-    child process's output, or a stray print, would land in it)."""
+    child process's output, or a stray print, would land in it). The output streams spell out what
+    their encoding cannot write (``PYTHONIOENCODING=ascii``) instead of failing on it."""
     for fd, name, flags in ((0, "stdin", os.O_RDONLY), (1, "stdout", os.O_WRONLY), (2, "stderr", os.O_WRONLY)):
         try:
             os.fstat(fd)
@@ -59,6 +60,11 @@ def _standard_streams_open() -> None:
             os.close(null)
         if getattr(sys, name) is None:
             setattr(sys, name, open(fd, "r" if fd == 0 else "w", encoding="utf-8", closefd=False))
+    for stream in (sys.stdout, sys.stderr):  # a character the output's encoding lacks is spelled out
+        try:
+            stream.reconfigure(errors="backslashreplace")
+        except (AttributeError, ValueError):  # not a text file of Python's own
+            pass
 
 
 def main() -> None:

@@ -13,12 +13,18 @@ def __getattr__(name: str):
     """The loss, imported on first use: ``import fusedce`` (and a command that reads only its
     options, such as ``fusedce-profile``'s start) does not import torch (~1.2 s of CPU), nor
     :mod:`fusedce.parallel`, whose ``torch.compiler.disable`` imports ``torch._dynamo`` (~1.2 s more)."""
-    if name in _LAZY:
-        import importlib
+    import importlib
 
+    if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
+    if name in _SUBMODULES:  # ``fusedce.api.…`` after a bare ``import fusedce``
+        return importlib.import_module(f"fusedce.{name}")
     raise AttributeError(f"module 'fusedce' has no attribute {name!r}")
 
 
+_SUBMODULES = ("api", "parallel", "options")
+"""The public submodules, reached as attributes of the package (each imported on first use)."""
+
+
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+    return sorted(set(globals()) | set(_LAZY) | set(_SUBMODULES))

@@ -423,6 +423,18 @@ def test_a_standard_output_closed_or_full_from_the_start_is_a_run_without_its_pr
     assert (out / "summary.md").is_file() and len((out / store.RESULTS_FILE).read_text().splitlines()) == 1
 
 
+def test_an_output_encoding_without_the_reports_characters_spells_them_out(tmp_path):
+    """``PYTHONIOENCODING=ascii``: a ``·`` or ``•`` the terminal cannot take ended a command in
+    exit 2 ("bad input"); it is spelled out instead."""
+    from processes import run_cli
+
+    out = tmp_path / "run"
+    done = run_cli([*TINY, "--tokens", "8", "--backend", "torch", "--out", str(out)],
+                   cli_env(PYTHONIOENCODING="ascii"))
+    assert done.returncode == 0, done.stderr
+    assert "\\u2022" in done.stdout and (out / "summary.md").is_file()
+
+
 # --- a newline in a folder's name -------------------------------------------------------------
 
 def test_a_newline_in_the_folder_name_never_splits_the_error_line(tmp_path):

@@ -32,3 +32,16 @@ def test_the_vocabulary_parallel_names_are_those_of_fusedce_parallel():
     assert fusedce.vocab_parallel_linear_cross_entropy is parallel.vocab_parallel_linear_cross_entropy
     assert fusedce.vocab_shard_bounds is parallel.vocab_shard_bounds
     assert set(fusedce.__all__) >= {"vocab_parallel_linear_cross_entropy", "vocab_shard_bounds"}
+
+
+def test_the_public_submodules_are_attributes_of_a_bare_import():
+    """``import fusedce`` then ``fusedce.api.linear_cross_entropy``: the submodule is imported on
+    first use, as the loss's names are; ``dir()`` lists both."""
+    import subprocess
+    import sys
+
+    probe = ("import fusedce, sys\nassert 'fusedce.api' not in sys.modules\n"
+             "print(fusedce.api.linear_cross_entropy is fusedce.linear_cross_entropy, 'api' in dir(fusedce))\n"
+             "import fusedce_reports\nprint('build_report' in dir(fusedce_reports))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert done.stdout.split() == ["True", "True", "True"], done.stderr

@@ -319,6 +319,29 @@ def test_a_kill_9_during_the_factory_leaves_its_log_folder_to_the_next_command_o
         "fusedce-factory-999999999-file", "fusedce-factory-999999999-link", f"fusedce-factory-{os.getpid()}-live"}
 
 
+def test_a_left_folder_with_a_fresh_file_anywhere_in_it_is_kept(tmp_path, monkeypatch):
+    """The sweep judges a folder by its newest entry at any depth: a check's worker logs to
+    ``logs/`` inside it, so an old folder with an old ``logs/`` can still hold a log being written."""
+    import tempfile
+
+    from fusedce_profiler.instrument.scratch import scratch_folder
+
+    left = tmp_path / "fusedce-check-999999999-x"
+    (left / "logs").mkdir(parents=True)
+    (left / "logs" / "worker.log").write_text("fresh")
+    old = time.time() - 3600
+    for path in (left / "logs", left):
+        os.utime(path, (old, old))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    with scratch_folder("check"):
+        pass
+    assert (left / "logs" / "worker.log").is_file()
+    os.utime(left / "logs" / "worker.log", (old, old))
+    with scratch_folder("check"):
+        pass
+    assert not left.exists()
+
+
 def test_a_stored_reference_that_did_not_train_is_trained_again_on_resume(tmp_path):
     """No run stores a failed torch curve, so one in the folder was put there by hand: ``--resume``
     keeps none of its verdicts (they were judged against no reference) and trains again."""

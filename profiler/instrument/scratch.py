@@ -58,14 +58,25 @@ def _remove_left_behind(kind: str, root: Path) -> None:
             shutil.rmtree(path, ignore_errors=True)
 
 
+_MOST_ENTRIES = 10_000
+"""Entries a left-behind folder may hold for the sweep to judge it (more: kept, not walked)."""
+
+
 def _untouched(folder: Path, info: os.stat_result) -> bool:
-    """Whether ``folder`` and the files in it were last changed :data:`_LEFT_AFTER_S` ago or more."""
-    newest = info.st_mtime
+    """Whether ``folder`` and everything in it (its subfolders' files too, links not followed) were
+    last changed :data:`_LEFT_AFTER_S` ago or more."""
+    newest, seen, pending = info.st_mtime, 0, [folder]
     try:
-        with os.scandir(folder) as entries:
-            for entry in entries:
-                with contextlib.suppress(OSError):
-                    newest = max(newest, entry.stat(follow_symlinks=False).st_mtime)
+        while pending:
+            with os.scandir(pending.pop()) as entries:
+                for entry in entries:
+                    seen += 1
+                    if seen > _MOST_ENTRIES:
+                        return False
+                    with contextlib.suppress(OSError):
+                        newest = max(newest, entry.stat(follow_symlinks=False).st_mtime)
+                        if entry.is_dir(follow_symlinks=False):
+                            pending.append(Path(entry.path))
     except OSError:  # gone meanwhile, or unreadable: not ours to judge, so kept
         return False
     return time.time() - newest >= _LEFT_AFTER_S
