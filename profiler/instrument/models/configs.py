@@ -13,7 +13,8 @@ A :class:`ModelConfig` comes from one of three places:
   ``tie_word_embeddings`` means untied;
 - :data:`PRESETS`, with the published numbers of common models (no download needed).
 
-Every problem is a ``ValueError`` naming the file and the field.
+Every problem is a ``ValueError`` naming the file and the field. :func:`preset_hf_config` writes a
+preset back as a Hugging Face ``config.json`` (the ``--hf PRESET`` models).
 """
 from __future__ import annotations
 
@@ -345,4 +346,30 @@ def _hf_architecture(raw: dict[str, Any]) -> dict[str, Any]:
     eps = raw.get("rms_norm_eps", raw.get("layer_norm_epsilon", raw.get("layer_norm_eps")))
     if eps is not None:
         out["norm_eps"] = float(eps)
+    return out
+
+
+# Our presets → the Hugging Face family that builds them.
+_HF_FAMILY = {"gpt2": "gpt2", "llama-3-8b": "llama", "gemma-2-2b": "gemma2", "qwen2.5-7b": "qwen2",
+              "mistral-nemo": "mistral", "user-gpt": "gpt2", "tiny": "llama"}
+
+
+def preset_hf_config(name: str) -> dict:
+    """A Hugging Face ``config.json`` dict with the shapes of our preset ``name``."""
+    c = get_preset(name)
+    family = _HF_FAMILY.get(name, "llama")
+    if family == "gpt2":
+        return {"model_type": "gpt2", "n_embd": c.hidden_size, "n_layer": c.num_hidden_layers,
+                "n_head": c.num_attention_heads, "n_inner": c.intermediate_size, "vocab_size": c.vocab_size,
+                "n_positions": c.max_position_embeddings, "tie_word_embeddings": c.tie_word_embeddings,
+                "activation_function": "gelu_new", "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
+    out = {"model_type": family, "hidden_size": c.hidden_size, "num_hidden_layers": c.num_hidden_layers,
+           "num_attention_heads": c.num_attention_heads, "num_key_value_heads": c.kv_heads,
+           "intermediate_size": c.intermediate_size, "vocab_size": c.vocab_size,
+           "max_position_embeddings": c.max_position_embeddings, "tie_word_embeddings": c.tie_word_embeddings,
+           "rms_norm_eps": c.norm_eps}
+    if c.head_dim:
+        out["head_dim"] = c.head_dim
+    if c.final_logit_softcapping:
+        out["final_logit_softcapping"] = c.final_logit_softcapping
     return out

@@ -37,18 +37,13 @@ from torch import nn
 
 from fusedce_profiler.instrument import confined
 from fusedce_profiler.instrument.callables import load_callable
-from fusedce_profiler.instrument.models.configs import ModelConfig, config_from_dict, get_preset, PRESETS
+from fusedce_profiler.instrument.models.configs import PRESETS, ModelConfig, config_from_dict, preset_hf_config
 from fusedce_profiler.instrument.models.gpt import ATTENTION_IMPLS, GPT
 from fusedce_profiler.instrument.models.head import Head, locate_head
 
 #: Attention implementations a Hugging Face model may be built with (those the installed
 #: transformers supports are checked when it is built).
 HF_ATTENTION_IMPLS = ("eager", "sdpa", "flex_attention", "flash_attention_2", "flash_attention_3")
-
-# Our presets → the Hugging Face family that builds them.
-_HF_FAMILY = {"gpt2": "gpt2", "llama-3-8b": "llama", "gemma-2-2b": "gemma2", "qwen2.5-7b": "qwen2",
-              "mistral-nemo": "mistral", "user-gpt": "gpt2", "tiny": "llama"}
-
 
 class FactorySignatureError(ValueError):
     """A ``--model`` factory that cannot be called as ``factory()`` / ``factory(config)``, or that
@@ -374,27 +369,6 @@ def _placeholder(name: str) -> ModelConfig:
 def _is_attention(module: nn.Module) -> bool:
     name = type(module).__name__.lower()
     return "attention" in name or name.endswith("attn") or "selfattn" in name
-
-
-def preset_hf_config(name: str) -> dict:
-    """A Hugging Face ``config.json`` dict with the shapes of our preset ``name``."""
-    c = get_preset(name)
-    family = _HF_FAMILY.get(name, "llama")
-    if family == "gpt2":
-        return {"model_type": "gpt2", "n_embd": c.hidden_size, "n_layer": c.num_hidden_layers,
-                "n_head": c.num_attention_heads, "n_inner": c.intermediate_size, "vocab_size": c.vocab_size,
-                "n_positions": c.max_position_embeddings, "tie_word_embeddings": c.tie_word_embeddings,
-                "activation_function": "gelu_new", "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
-    out = {"model_type": family, "hidden_size": c.hidden_size, "num_hidden_layers": c.num_hidden_layers,
-           "num_attention_heads": c.num_attention_heads, "num_key_value_heads": c.kv_heads,
-           "intermediate_size": c.intermediate_size, "vocab_size": c.vocab_size,
-           "max_position_embeddings": c.max_position_embeddings, "tie_word_embeddings": c.tie_word_embeddings,
-           "rms_norm_eps": c.norm_eps}
-    if c.head_dim:
-        out["head_dim"] = c.head_dim
-    if c.final_logit_softcapping:
-        out["final_logit_softcapping"] = c.final_logit_softcapping
-    return out
 
 
 def source_from_dict(raw: dict) -> ModelSource:
