@@ -275,7 +275,11 @@ def _one_line_usage(error, file=None) -> None:
         names.insert(0, ctx.info_name)
         ctx = ctx.parent
     where = " ".join(["fusedce-profile", *names])
-    sys.stderr.write(f"error: {error.format_message()} (see {where} --help)\n")
+    try:
+        sys.stderr.write(f"error: {error.format_message()} (see {where} --help)\n")
+        sys.stderr.flush()
+    except OSError:  # an error output that cannot be written: the exit code still says it
+        pass
 
 
 def _unhandled_stop(exc: SystemExit) -> KeyboardInterrupt | None:

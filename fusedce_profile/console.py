@@ -104,14 +104,18 @@ def error(message: str) -> None:
     """Print an error message to stderr (red on a terminal; one unwrapped line otherwise): one line,
     its newlines spelled out (:func:`~fusedce_profiler.instrument.text.one_line`)."""
     message = one_line(capped(message))
-    if not sys.stderr.isatty():
-        sys.stderr.write(f"error: {message}\n")
-        return
-    from rich.markup import escape
+    try:  # an error output that cannot be written (``2>/dev/full``) changes nothing of the exit code
+        if not sys.stderr.isatty():
+            sys.stderr.write(f"error: {message}\n")
+            sys.stderr.flush()
+            return
+        from rich.markup import escape
 
-    # the message is text as written: no markup of its own, no ":name:" read as an emoji
-    Console(file=sys.stderr, highlight=False, soft_wrap=True, emoji=False).print(
-        f"[bold red]error:[/] {escape(message)}", markup=True)
+        # the message is text as written: no markup of its own, no ":name:" read as an emoji
+        Console(file=sys.stderr, highlight=False, soft_wrap=True, emoji=False).print(
+            f"[bold red]error:[/] {escape(message)}", markup=True)
+    except OSError:
+        pass
 
 
 def _cell_line(done: int, total: int | None, result: CellResult, out_dir: Path | None = None) -> str:

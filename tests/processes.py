@@ -109,8 +109,9 @@ def start_cli(args: list[str], env: dict, cwd: str | Path | None = None, *, pree
             preexec()
 
     kwargs.setdefault("stdout", subprocess.PIPE)
-    return subprocess.Popen([*command, *args], env=env, cwd=cwd or REPO, text=True, stderr=subprocess.PIPE,
-                            start_new_session=True, preexec_fn=prepare, **kwargs)
+    kwargs.setdefault("stderr", subprocess.PIPE)
+    return subprocess.Popen([*command, *args], env=env, cwd=cwd or REPO, text=True, start_new_session=True,
+                            preexec_fn=prepare, **kwargs)
 
 
 def run_cli(args: list[str], env: dict, cwd: str | Path | None = None, *, timeout: float = 180,

@@ -75,6 +75,7 @@ def test_a_factory_that_fails_gives_one_line_naming_it_and_exit_1(doctor, tmp_pa
                      "--out", str(tmp_path / "d"))
     assert result.returncode == 1, result
     assert f"--model {factory}" in _lines(result)[-1] and said in _lines(result)[-1]
+    assert _lines(result)[-1].count("--model") == 1 and "FactoryRaised" not in _lines(result)[-1]  # named once
 
 
 def test_a_loss_doctor_cannot_call_is_exit_2_in_one_line(doctor, tmp_path):

@@ -423,6 +423,17 @@ def test_a_standard_output_closed_or_full_from_the_start_is_a_run_without_its_pr
     assert (out / "summary.md").is_file() and len((out / store.RESULTS_FILE).read_text().splitlines()) == 1
 
 
+@pytest.mark.parametrize("args", [["grid", "--tokens", "x"], ["report", "no-such-folder"]], ids=["typer", "own"])
+def test_bad_input_is_exit_2_when_the_error_output_cannot_be_written(tmp_path, args):
+    """``2>/dev/full``: the refusal's line cannot be written; its exit code still says bad input."""
+    from processes import start_cli
+
+    with open("/dev/full", "w") as full:
+        process = start_cli(args, cli_env(), cwd=tmp_path, stderr=full)
+    out, _ = process.communicate(timeout=120)
+    assert process.returncode == 2, out
+
+
 def test_an_output_encoding_without_the_reports_characters_spells_them_out(tmp_path):
     """``PYTHONIOENCODING=ascii``: a ``·`` or ``•`` the terminal cannot take ended a command in
     exit 2 ("bad input"); it is spelled out instead."""

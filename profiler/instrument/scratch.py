@@ -55,20 +55,23 @@ def _remove_left_behind(kind: str, root: Path) -> None:
         except OSError:
             continue
         if stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and _untouched(path, info):
-            shutil.rmtree(path, ignore_errors=True)
+            with contextlib.suppress(RecursionError):  # a tree changed since it was judged: left
+                shutil.rmtree(path, ignore_errors=True)
 
 
-_MOST_ENTRIES = 10_000
-"""Entries a left-behind folder may hold for the sweep to judge it (more: kept, not walked)."""
+_MOST_ENTRIES, _DEEPEST = 10_000, 8
+"""Entries, and levels of subfolders, a left-behind folder may hold for the sweep to judge it (more:
+kept, not walked; the tool's own hold a worker's log one level down)."""
 
 
 def _untouched(folder: Path, info: os.stat_result) -> bool:
     """Whether ``folder`` and everything in it (its subfolders' files too, links not followed) were
     last changed :data:`_LEFT_AFTER_S` ago or more."""
-    newest, seen, pending = info.st_mtime, 0, [folder]
+    newest, seen, pending = info.st_mtime, 0, [(folder, 0)]
     try:
         while pending:
-            with os.scandir(pending.pop()) as entries:
+            below, depth = pending.pop()
+            with os.scandir(below) as entries:
                 for entry in entries:
                     seen += 1
                     if seen > _MOST_ENTRIES:
@@ -76,7 +79,9 @@ def _untouched(folder: Path, info: os.stat_result) -> bool:
                     with contextlib.suppress(OSError):
                         newest = max(newest, entry.stat(follow_symlinks=False).st_mtime)
                         if entry.is_dir(follow_symlinks=False):
-                            pending.append(Path(entry.path))
+                            if depth == _DEEPEST:
+                                return False
+                            pending.append((Path(entry.path), depth + 1))
     except OSError:  # gone meanwhile, or unreadable: not ours to judge, so kept
         return False
     return time.time() - newest >= _LEFT_AFTER_S

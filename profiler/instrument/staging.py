@@ -5,7 +5,9 @@ then renamed into place (:func:`place`). Inside :func:`all_or_nothing` the renam
 of the block: when it ends normally they are all done together, shielded from Ctrl-C, SIGTERM and SIGHUP
 (a signal arriving meanwhile is taken right after them); when it ends by an exception — a signal,
 a full disk — every temporary is removed instead, and the folder holds exactly what it held (so too
-when one of the files' names is taken by a folder: that is found before any rename). A
+when one of the files' names is taken by a folder: that is found before any rename; a rename the
+file system refuses for another reason, an immutable file or a mount point, is found only when it
+is tried, and the files renamed before it stay in place). A
 file the block removes (:func:`remove`) goes with the renames. Reading back a file written in the
 block (the HTML page embeds the plots) finds its new content at :func:`newest`. A folder the block
 creates (:func:`make_folder`, a first report's ``plots/``) is removed again when the block fails and

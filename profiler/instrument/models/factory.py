@@ -82,8 +82,9 @@ def describe_job(payload: dict) -> dict:
     try:
         load_callable(target, "--model")  # importable and callable: else a usage error, as for --backend
         source = UserSource(target, given, head_path=payload.get("head"))
-    except FactoryRaised as exc:  # the factory's own exception, named in the message
-        out_of_memory = "DefaultCPUAllocator" in str(exc) or "out of memory" in str(exc).lower()
+    except FactoryRaised as exc:  # the factory's own end, named in the message (the exception is the cause)
+        out_of_memory = isinstance(exc.__cause__, MemoryError) or "DefaultCPUAllocator" in str(exc) or (
+            "out of memory" in str(exc).lower())
         if out_of_memory and payload.get("memory_bytes"):
             return {"ok": False, "message": f"--model {target}: the factory allocated more than the memory guard "
                                             f"({payload['memory_bytes'] / 2**30:.1f} GiB) allows"}

@@ -36,7 +36,7 @@ import torch
 from torch import nn
 
 from fusedce_profiler.instrument import confined
-from fusedce_profiler.instrument.callables import load_callable
+from fusedce_profiler.instrument.callables import load_callable, what_it_raised
 from fusedce_profiler.instrument.models.configs import PRESETS, ModelConfig, config_from_dict, preset_hf_config
 from fusedce_profiler.instrument.models.gpt import ATTENTION_IMPLS, GPT
 from fusedce_profiler.instrument.models.head import Head, locate_head
@@ -310,11 +310,10 @@ class UserSource(ModelSource):
                     f"--model {self.target}: cannot be called as factory() or factory(config) ({exc})") from None
         try:
             module = factory(*arguments)
-        except MemoryError:  # the process's memory guard: said as such by whoever set it
-            raise
-        except Exception as exc:
-            first = (str(exc).strip().splitlines() or [""])[0]
-            raise FactoryRaised(f"--model {self.target}: the factory raised {type(exc).__name__}: {first}") from exc
+        except BaseException as exc:  # runs in a worker: any end of the factory is the factory's (the cause)
+            what = what_it_raised(exc)
+            raise FactoryRaised(f"--model {self.target}: the factory "
+                                f"{what if isinstance(exc, SystemExit) else 'raised ' + what}") from exc
         if not isinstance(module, nn.Module):
             raise FactorySignatureError(f"--model {self.target} returned {type(module).__name__}, not an nn.Module")
         return module

@@ -47,6 +47,7 @@ def run_doctor_job(payload: dict) -> dict:
     import torch
 
     from fusedce_profiler.instrument.models.options import default_preset, source_from_options
+    from fusedce_profiler.instrument.models.source import FactoryRaised
     from fusedce_profiler.judgements.doctor.doctor import cpu_size_guard, load_wrapper, run_doctor, signature_error
 
     device = payload["device"]
@@ -82,7 +83,8 @@ def run_doctor_job(payload: dict) -> dict:
     except BaseException as exc:  # the factory's own failure, or its sys.exit
         what = f"--model {factory}" if factory else "the model's build"
         traceback.print_exc()
-        return {"ok": "user", "callable": what, "message": what_it_raised(exc)}
+        raised = exc.__cause__ if isinstance(exc, FactoryRaised) else exc  # the callable is named here already
+        return {"ok": "user", "callable": what, "message": what_it_raised(raised)}
     torch.manual_seed(payload.get("seed", 0))
     try:
         run = run_doctor(fn, built, source=source, device=device, mode=payload.get("mode"),
