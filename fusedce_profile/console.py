@@ -75,6 +75,8 @@ class _UntilReaderLeaves:
     def write(self, text: str) -> int:
         try:
             return self._stream.write(text)
+        except BlockingIOError:  # a descriptor someone made non-blocking, full for now: this text only is lost
+            return len(text)
         except OSError as exc:
             self._output_lost(exc)
             return len(text)
@@ -82,6 +84,8 @@ class _UntilReaderLeaves:
     def flush(self) -> None:
         try:
             self._stream.flush()
+        except BlockingIOError:
+            pass
         except OSError as exc:
             self._output_lost(exc)
 
