@@ -55,27 +55,26 @@ MODELS = textwrap.dedent('''
         while True:
             keep.append(bytearray(64 << 20))
 
-    def raises_in_a_step():
-        """Builds its shapes (on the meta device), raises where a step builds the real model."""
+    def _ends_in_a_step(end):
+        """Builds its shapes (on the meta device); ``end()`` where a step builds the real model."""
         if torch.empty(0).device.type != "meta":
-            raise RuntimeError("no real tensors here")
+            end()
         return Wide()
 
-    def value_error_in_a_step():
-        """As raises_in_a_step, with the exception the tool's own option checks raise too."""
-        if torch.empty(0).device.type != "meta":
-            raise ValueError("no real tensors here")
-        return Wide()
+    def _raise(exc):
+        raise exc
+
+    def raises_in_a_step():
+        return _ends_in_a_step(lambda: _raise(RuntimeError("no real tensors here")))
+
+    def value_error_in_a_step():  # the exception the tool's own option checks raise too
+        return _ends_in_a_step(lambda: _raise(ValueError("no real tensors here")))
 
     def interrupt_in_a_step():
-        if torch.empty(0).device.type != "meta":
-            raise KeyboardInterrupt("no real tensors here")
-        return Wide()
+        return _ends_in_a_step(lambda: _raise(KeyboardInterrupt("no real tensors here")))
 
     def exit_in_a_step():
-        if torch.empty(0).device.type != "meta":
-            sys.exit(7)
-        return Wide()
+        return _ends_in_a_step(lambda: sys.exit(7))
 
     def two_arguments(a, b):
         return Wide()
