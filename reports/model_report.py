@@ -358,15 +358,12 @@ def render_model_markdown(results: list[ModelResult], fits: list[FitResult], env
     return "\n".join(lines)
 
 
+@staging.all_or_nothing()  # the page and its plots together, or none (a full disk, a signal)
 def write_model_report(out_dir: Path) -> Path:
     """Render ``summary.md`` and the plots (``breakdown.png``; ``reserved.png`` on CUDA) from the
     folder's stored files alone: ``model_results.jsonl``, and ``fit.json``, ``environment.json``
     and ``interrupted.json`` when present."""
-    with staging.all_or_nothing():  # the page and its plots together, or none (a full disk, a signal)
-        return _write_model_report(Path(out_dir))
-
-
-def _write_model_report(out_dir: Path) -> Path:
+    out_dir = Path(out_dir)
     loaded = load_model_results(out_dir)
     fits, environment = load_fits(out_dir), read_environment(out_dir)
     # every table, plot and finding is of the first MAX_SHOWN_ROWS jobs (the run measures torch, the

@@ -229,13 +229,13 @@ def render_parity_markdown(report: ParityReport, environment: dict, plot: Path,
     return "\n".join(lines)
 
 
+@staging.all_or_nothing()  # the page and its plot together, or none (a full disk, a signal)
 def write_parity_report(out_dir: Path) -> tuple[Path, ParityReport]:
     """Render ``summary.md`` and ``plots/parity_loss.png`` from the folder's ``parity.json`` (and
     ``environment.json``); returns the summary's path and the report (its ``passed`` decides
     the exit code)."""
-    with staging.all_or_nothing():  # the page and its plot together, or none (a full disk, a signal)
-        out_dir = Path(out_dir)
-        report = load_parity_report(out_dir)
-        png = plot_parity(report, out_dir / store.PLOTS_DIR / PLOT_FILE)
-        text = render_parity_markdown(report, read_environment(out_dir), png, read_interruption(out_dir))
-        return store.write_text(out_dir / "summary.md", text), report
+    out_dir = Path(out_dir)
+    report = load_parity_report(out_dir)
+    png = plot_parity(report, out_dir / store.PLOTS_DIR / PLOT_FILE)
+    text = render_parity_markdown(report, read_environment(out_dir), png, read_interruption(out_dir))
+    return store.write_text(out_dir / "summary.md", text), report

@@ -324,13 +324,10 @@ def render_recorded_markdown(records: list[RecordedStep], environment: dict, plo
     return "\n".join(lines)
 
 
+@staging.all_or_nothing()  # the page and its plots together, or none (a full disk, a signal)
 def write_recorded_report(folder: str | Path) -> Path:
     """Render ``summary.md`` and ``plots/`` from the folder's stored files; returns the summary's path."""
-    with staging.all_or_nothing():  # the page and its plots together, or none (a full disk, a signal)
-        return _write_recorded_report(Path(folder))
-
-
-def _write_recorded_report(folder: Path) -> Path:
+    folder = Path(folder)
     loaded = load_recorded_steps(folder)
     if loaded.missing:
         raise FileNotFoundError(f"{folder}: no {store.RECORDED_STEPS_FILE}")

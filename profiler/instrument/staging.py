@@ -187,7 +187,8 @@ def _signals_noted() -> Iterator[list[int]]:
 def all_or_nothing() -> Iterator[Placed]:
     """Within the block, files written through the store and removed through :func:`remove` take
     their place only when the block ends without an exception, all together; see the module. A block
-    inside another joins it: its files take their place with the outer block's."""
+    inside another joins it: its files take their place with the outer block's. As a decorator
+    (``@all_or_nothing()``) each call of the function is such a block."""
     outer = _open_set.get()
     if outer is not None:
         yield outer

@@ -79,27 +79,27 @@ def describe_job(payload: dict) -> dict:
     if payload.get("memory_bytes"):
         _guard_memory(payload["memory_bytes"])
     given = ModelConfig(**payload["given"]) if payload.get("given") else None
+    over_guard = (f"allocated more than the memory guard ({payload['memory_bytes'] / 2**30:.1f} GiB) allows"
+                  if payload.get("memory_bytes") else None)
     try:
         load_callable(target, "--model")  # importable and callable: else a usage error, as for --backend
         source = UserSource(target, given, head_path=payload.get("head"))
     except FactoryRaised as exc:  # the factory's own end, named in the message (the exception is the cause)
         out_of_memory = isinstance(exc.__cause__, MemoryError) or "DefaultCPUAllocator" in str(exc) or (
             "out of memory" in str(exc).lower())
-        if out_of_memory and payload.get("memory_bytes"):
-            return {"ok": False, "message": f"--model {target}: the factory allocated more than the memory guard "
-                                            f"({payload['memory_bytes'] / 2**30:.1f} GiB) allows"}
+        if out_of_memory and over_guard:
+            return {"ok": False, "message": f"--model {target}: the factory {over_guard}"}
         return {"ok": False, "message": str(exc)}
     except ValueError as exc:  # the tool's: the import, the factory's signature or return, its head not found
         return {"ok": False, "message": str(exc).splitlines()[0], "bad_signature": True}
     except SystemExit as exc:
         return {"ok": False, "message": f"--model {target}: the factory called sys.exit({exc.code!r})"}
     except MemoryError:
-        return {"ok": False, "message": f"--model {target}: the factory allocated more than the memory guard "
-                                        f"({payload['memory_bytes'] / 2**30:.1f} GiB) allows"}
+        return {"ok": False, "message": f"--model {target}: the factory {over_guard or 'raised MemoryError'}"}
     except BaseException as exc:  # noqa: BLE001 - the user's code: any failure is one line
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        if "DefaultCPUAllocator" in first or "out of memory" in first.lower():
-            first = f"it allocated more than the memory guard ({payload['memory_bytes'] / 2**30:.1f} GiB) allows"
+        if over_guard and ("DefaultCPUAllocator" in first or "out of memory" in first.lower()):
+            first = f"it {over_guard}"
         return {"ok": False, "message": f"--model {target}: the factory raised {type(exc).__name__}: {first}"}
     return {"ok": True, "config": source.config.to_dict(), "parameters": source.parameters}
 
