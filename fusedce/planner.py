@@ -304,15 +304,19 @@ def _plan_recompute(n: int, h: int, v: int, hidden_dtype: torch.dtype, weight_dt
 
 def _plan_rows(n: int, per_row: int, budget: int, weight_dtype: torch.dtype, chunk_size: int | None,
                per_chunk: bool = False) -> int:
-    """Tokens per row chunk (≥ 1): ``per_row`` bytes each, at most two thirds of ``budget``."""
+    """Tokens per row chunk (≥ 1): ``per_row`` bytes each, at most two thirds of ``budget``; several
+    chunks are balanced, and the bytes they leave go to the columns (at 8192×3072×32064 in amp the
+    largest rows, 7854 + 338, took 52 blocks; two chunks of 4096 take 16: benchmarks/NOTES.md, design 13)."""
     n_eff = max(n, 1)
     if chunk_size is not None:
         return min(n_eff, chunk_size)
     if weight_dtype != torch.float32 and not per_chunk:
         return n_eff  # see the module docstring: avoids an fp32 copy of grad_weight
     share = budget * 2 // 3  # at most two thirds of the budget for row-sized buffers
-    rows = n_eff if n_eff * per_row <= share else max(MIN_ROWS, share // per_row)
-    return min(rows, n_eff)
+    if n_eff * per_row <= share:
+        return n_eff
+    fits = max(MIN_ROWS, share // per_row)
+    return max(_balanced_rows(n_eff, fits, n_eff), min(MIN_ROWS, n_eff))
 
 
 def _plan_cols(v: int, rows: int, left: int, weight_row: int, vocab_chunk_size: int | None,

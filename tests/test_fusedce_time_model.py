@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from fusedce.memory_model import predict_peak_bytes
-from fusedce.planner import ChunkPlan, MIN_PLANNED_TIME_FACTOR, gradient_floor_bytes, plan_chunks
+from fusedce.planner import ChunkPlan, MIN_PLANNED_TIME_FACTOR, default_budget_bytes, gradient_floor_bytes, plan_chunks
 from fusedce.time_model import HOST_S_PER_BLOCK_PASS, step_seconds
 
 ANCHOR_ROWS = [(8192, 768, 32777), (8192, 2304, 256000), (8192, 4096, 128256), (32768, 4096, 128256)]
@@ -116,3 +116,24 @@ def test_min_at_the_users_head_takes_the_block_shape_with_the_fewest_bytes_withi
     assert chosen == least
     assert chosen <= 1.78 * floor
     assert _plan(n, h, v, weight_dtype, "min").rows < n
+
+
+
+@pytest.mark.parametrize("n,h,v,hidden_dtype", [(8192, 3072, 32064, torch.bfloat16), (8192, 3072, 32064, torch.float32),
+                                                 (16384, 3584, 152064, torch.bfloat16),
+                                                 (32768, 4096, 128256, torch.bfloat16), (65536, 4096, 128256, torch.bfloat16)])
+def test_row_chunks_under_autocast_are_balanced_not_a_thin_remainder(n, h, v, hidden_dtype):
+    """Where the default budget cannot hold all N rows' fp32 grad_hidden sum (an fp32 weight), the rows
+    come in equal chunks (up to the alignment of 64 rows), not the largest that fit and a thin remainder
+    that walks the vocabulary again: at 8192×3072×32064 the largest rows (7854) left a chunk of 338 and
+    52 blocks; two chunks of 4096 take 16 (11.9 against 17.0 ms on an H100,
+    ``benchmarks/results/balanced-rows-h100-2026-12-05/``). The step's temporaries stay within the
+    default budget (plus the model's allowance for small tensors)."""
+    plan = plan_chunks(n, h, v, hidden_dtype=hidden_dtype, weight_dtype=torch.float32, compute_dtype=torch.bfloat16,
+                       scalar_loss=True, needs_grad=True, cuda=True, sm_count=132)
+    chunks = [r1 - r0 for r0, r1 in plan.row_chunks(n)]
+    assert len(chunks) > 1 and max(chunks) - min(chunks) < 64 * len(chunks), chunks
+    floor = gradient_floor_bytes(n, h, v, hidden_dtype, torch.float32)
+    predicted = predict_peak_bytes(n, h, v, hidden_dtype=hidden_dtype, weight_dtype=torch.float32,
+                                   compute_dtype=torch.bfloat16, sm_count=132)
+    assert predicted.step - floor <= default_budget_bytes(floor, n) + (32 << 20)
