@@ -1,8 +1,13 @@
-"""The packages stay readable: no module over 400 lines, no import cycle inside the profiler."""
+"""The packages stay readable: no module over 400 lines, no import cycle inside the profiler, and the
+repository's root holds the design's folders and files only."""
 from __future__ import annotations
 
 import ast
+import shutil
+import subprocess
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE_FOLDERS = ("fusedce", "profiler", "reports", "cli", "fusedce_profile")
@@ -19,6 +24,19 @@ def test_no_module_is_over_400_lines():
             if lines > MAX_LINES:
                 long.append(f"{path.relative_to(ROOT)}: {lines} lines")
     assert long == []
+
+
+#: What the repository's root may hold (tracked): the design's folders, the project's files.
+ROOT_ENTRIES = {".ci", ".gitignore", "README.md", "pyproject.toml", "benchmarks", "docs", "examples", "tests",
+                *PACKAGE_FOLDERS}
+
+
+def test_the_root_holds_only_the_design_s_folders_and_files():
+    """A stray file committed at the root (a pid file a script left, a scratch note) is caught here."""
+    if not (ROOT / ".git").exists() or shutil.which("git") is None:
+        pytest.skip("not a git checkout")
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert {line.split("/", 1)[0] for line in tracked.splitlines()} - ROOT_ENTRIES == set()
 
 
 def _module_name(path: Path) -> str:
