@@ -9,8 +9,10 @@ describe what is there; ``model``, ``parity``, ``doctor`` and ``explain`` (from
 """
 from __future__ import annotations
 
+import errno
 import importlib
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -177,6 +179,9 @@ def env(as_json: JsonOption = False) -> None:
     make_console(to_stderr=False).print("\n".join(environment_lines(environment)), markup=False)
 
 
+#: What an output that cannot take the command line's printing fails with: full, a closed pipe, gone, would block.
+_OUTPUT_LOST = (errno.ENOSPC, errno.EPIPE, errno.EIO, errno.EAGAIN, errno.EBADF)
+
 _SHORT_OPTION = {"ignore_index": "ignore", "label_smoothing": "smoothing", "reduction=sum": "sum",
                  "reduction=none": "none"}
 
@@ -341,6 +346,14 @@ def main() -> None:
         code = 0
     except FolderRefused as exc:
         code = fail(str(exc)).exit_code
+    except OSError as exc:  # the command line's own printing (--help, usage) to a full or closed output
+        if exc.errno not in _OUTPUT_LOST:
+            raise
+        code = 1
+        try:
+            sys.stderr.write(f"fusedce-profile: the output could not be written ({os.strerror(exc.errno)})\n")
+        except (OSError, ValueError):
+            pass
     except SystemExit as exc:
         if exc.code is not None and not isinstance(exc.code, int):
             raise  # a message to print: left to the interpreter

@@ -91,6 +91,22 @@ def _explained(run_dir: Path, console: Console) -> CommandOutcome:
     return CommandOutcome([load_explanation(run_dir)], exit_codes.OK)
 
 
+class _HeldLines:
+    """What a rebuilt report prints (``print`` calls, as to a rich ``Console``), held until its files
+    are in place and then said: a line naming the new report never comes before the report exists,
+    and a report that could not be put in place prints only the line that says why."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[tuple, dict]] = []
+
+    def print(self, *objects, **options) -> None:
+        self.calls.append((objects, options))
+
+    def say(self, console: Console) -> None:
+        for objects, options in self.calls:
+            console.print(*objects, **options)
+
+
 def _rebuilt(run_dir: Path, console: Console) -> tuple[str, CommandOutcome] | None:
     """The kind of folder ``run_dir`` is and its report rebuilt; ``None`` when it is none."""
     from fusedce_profile.grid_run import finish
@@ -125,12 +141,12 @@ def report_command(run_dir: str | Path, *, console: Console | None = None) -> Co
     run_dir = arguments.path(run_dir, "DIR")
     if not run_dir.is_dir():
         raise UsageError(f"{run_dir}: not a folder (give the folder a grid, model, parity or doctor run wrote)")
-    rebuilt, placed = None, None
+    rebuilt, placed, lines = None, None, _HeldLines()
     try:
         with held_for_report(run_dir), os_errors():  # a write that fails leaves the old report as it was
             try:
                 with staging.all_or_nothing() as placed:
-                    rebuilt = _rebuilt(run_dir, console)
+                    rebuilt = _rebuilt(run_dir, lines)
             except UsageError:
                 raise
             except ValueError as exc:  # a damaged stored file, named by its reader
@@ -138,6 +154,7 @@ def report_command(run_dir: str | Path, *, console: Console | None = None) -> Co
     except KeyboardInterrupt as stopped:
         code = interrupt_exit_code(stopped)
         if placed is not None and placed.done and rebuilt is not None:  # it came as the report was put in place
+            lines.say(console)
             console.print(f"stopped by {signal_name(stopped)} once the new report was in place: it is whole "
                           f"({one_line(run_dir)}/summary.md)", markup=False)
             return CommandOutcome(rebuilt[1].records, code, {**rebuilt[1].summary, "exit_code": code}, stopped)
@@ -148,6 +165,7 @@ def report_command(run_dir: str | Path, *, console: Console | None = None) -> Co
         raise UsageError(f"{run_dir}: no {store.RESULTS_FILE}, {store.MODEL_RESULTS_FILE}, {store.PARITY_FILE}, "
                          f"{store.DOCTOR_FILE} or {store.RECORDED_STEPS_FILE} here "
                          "(give the folder a grid, model, parity, doctor or recorded run wrote)")
+    lines.say(console)
     kind, outcome = rebuilt
     if kind in ("model", "parity", "doctor", "recorded"):  # their plots, listed once the new ones are in place
         outcome.summary["plots"] = _plots(run_dir)

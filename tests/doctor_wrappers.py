@@ -184,6 +184,17 @@ def exits_seven(model, batch):
     sys.exit(7)
 
 
+class Unprintable(BaseException):
+    """An exception whose message cannot be formed: its ``__str__`` raises."""
+
+    def __str__(self):
+        raise ValueError("the message exploded")
+
+
+def raises_unprintable(model, batch):
+    raise Unprintable()
+
+
 def hangs(model, batch):
     time.sleep(3600)
 

@@ -52,6 +52,17 @@ def test_a_loss_that_exits_gives_one_line_naming_it_and_exit_1(doctor, tmp_path,
     assert f"--loss {loss}" in last and said in last and "Traceback" not in result.stdout + result.stderr
 
 
+def test_a_loss_whose_exception_cannot_be_printed_is_still_one_line_naming_it(doctor, tmp_path):
+    """Its ``__str__`` raises: the line says so, naming the loss and what it raised (it was a traceback
+    of doctor's own error handling)."""
+    loss = "tests.doctor_wrappers:raises_unprintable"
+    result = doctor(*MODEL, "--loss", loss, "--out", str(tmp_path / "d"))
+    assert result.returncode == 1, result
+    last = _lines(result)[-1]
+    assert f"--loss {loss}" in last and "Unprintable: <its message could not be formed" in last, last
+    assert "Traceback" not in result.stdout + result.stderr
+
+
 def test_a_loss_that_hangs_is_stopped_at_the_time_limit(doctor, tmp_path):
     loss = "tests.doctor_wrappers:hangs"
     result = doctor(*MODEL, "--loss", loss, "--timeout", "3", "--out", str(tmp_path / "d"))

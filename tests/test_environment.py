@@ -29,3 +29,41 @@ def test_the_environment_is_collected_without_importing_triton():
     except PackageNotFoundError:
         installed = None
     assert done.stdout.split() == [str(installed), "False"], done.stderr
+
+
+def _damaged_distribution(folder, name: str, metadata: bytes | None) -> None:
+    """A ``name-9.9.dist-info`` in ``folder`` whose METADATA holds ``metadata`` (None: a folder in its place)."""
+    info = folder / f"{name}-9.9.dist-info"
+    info.mkdir()
+    if metadata is None:
+        (info / "METADATA").mkdir()
+    else:
+        (info / "METADATA").write_bytes(metadata)
+
+
+def test_damaged_package_metadata_is_recorded_as_unreadable_never_an_exception(tmp_path):
+    """A METADATA that is not UTF-8, a folder in its place, or one without a Version line: every
+    command records the environment first, so reading it must not end the command (a traceback in
+    ``env`` and ``doctor``, "bad input" in ``grid`` and ``model``). Such a library is shown as
+    installed with an unreadable version; Triton's own version then comes from Triton itself."""
+    import subprocess
+    import sys
+
+    _damaged_distribution(tmp_path, "lightning", b"Metadata-Version: 2.1\nName: lightning\nVersion: 2.0\xff\n")
+    _damaged_distribution(tmp_path, "transformers", None)
+    _damaged_distribution(tmp_path, "triton", b"Metadata-Version: 2.1\nName: triton\n")
+    probe = ("import json\nfrom fusedce_profiler.instrument.environment import collect_environment\n"
+             "found = collect_environment()\nprint(json.dumps([found['libraries'], found['triton']]))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
+                          env={**__import__("os").environ, "PYTHONPATH": str(tmp_path)})
+    assert done.returncode == 0, done.stderr
+    import json
+
+    libraries, triton = json.loads(done.stdout)
+    assert libraries["lightning"] == libraries["transformers"] == "unknown (its metadata cannot be read)"
+    try:
+        import triton as installed  # noqa: F401 - the real one, beside the damaged metadata
+
+        assert triton == installed.__version__
+    except ImportError:
+        assert triton == "unknown (its metadata cannot be read)"

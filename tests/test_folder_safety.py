@@ -434,6 +434,18 @@ def test_bad_input_is_exit_2_when_the_error_output_cannot_be_written(tmp_path, a
     assert process.returncode == 2, out
 
 
+@pytest.mark.parametrize("args", [["--help"], ["grid", "--help"]])
+def test_help_to_a_full_output_is_one_line_never_a_traceback(tmp_path, args):
+    """``--help >/dev/full``: the help text cannot be written; one line on stderr says so, exit 1."""
+    from processes import start_cli
+
+    with open("/dev/full", "w") as full:
+        process = start_cli(args, cli_env(), cwd=tmp_path, stdout=full)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 1 and "Traceback" not in err, err
+    assert err.splitlines() == ["fusedce-profile: the output could not be written (No space left on device)"]
+
+
 def test_an_output_encoding_without_the_reports_characters_spells_them_out(tmp_path):
     """``PYTHONIOENCODING=ascii``: a ``·`` or ``•`` the terminal cannot take ended a command in
     exit 2 ("bad input"); it is spelled out instead."""

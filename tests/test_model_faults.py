@@ -41,6 +41,14 @@ MODELS = textwrap.dedent('''
     def raises():
         raise RuntimeError("boom\\nsecond line")
 
+    class Unprintable(BaseException):
+        """An exception whose message cannot be formed: its __str__ raises."""
+        def __str__(self):
+            raise ValueError("the message exploded")
+
+    def unprintable():
+        raise Unprintable()
+
     def exit0():
         sys.exit(0)
 
@@ -75,6 +83,9 @@ MODELS = textwrap.dedent('''
 
     def exit_in_a_step():
         return _ends_in_a_step(lambda: sys.exit(7))
+
+    def unprintable_in_a_step():
+        return _ends_in_a_step(lambda: _raise(Unprintable()))
 
     def two_arguments(a, b):
         return Wide()
@@ -125,6 +136,8 @@ def test_the_parameter_count_is_the_factorys_modules_own(fx, tmp_path):
     ("raises", 1, "--model fx_models:raises: the factory raised RuntimeError: boom"),
     ("exit0", 1, "--model fx_models:exit0: the factory called sys.exit(0)"),
     ("exit7", 1, "--model fx_models:exit7: the factory called sys.exit(7)"),
+    ("unprintable", 1, "--model fx_models:unprintable: the factory raised Unprintable: <its message could not be "
+                       "formed: its __str__ raised ValueError>"),
     ("two_arguments", 2, "--model fx_models:two_arguments: cannot be called as factory() or factory(config)"),
     ("not_a_module", 2, "--model fx_models:not_a_module returned int, not an nn.Module"),
     ("missing", 2, "--model fx_models:missing"),
@@ -141,6 +154,7 @@ def test_a_hostile_factory_is_one_line_and_its_exit_code(fx, tmp_path, factory, 
 @pytest.mark.parametrize("factory, line", [
     ("raises", "--model fx_models:raises: the factory raised RuntimeError: boom"),
     ("exit7", "--model fx_models:exit7: the factory called sys.exit(7)"),
+    ("unprintable", "--model fx_models:unprintable: the factory raised Unprintable: <its message could not be formed"),
 ])
 def test_explain_calls_a_hostile_factory_in_its_box(fx, tmp_path, factory, line):
     """``explain`` builds the user's model as ``model`` does: in a worker, one line, exit 1 (it
@@ -158,7 +172,8 @@ def test_explain_calls_a_hostile_factory_in_its_box(fx, tmp_path, factory, line)
     ("raises_in_a_step", "raised RuntimeError: no real tensors here"),
     ("value_error_in_a_step", "raised ValueError: no real tensors here"),
     ("interrupt_in_a_step", "raised KeyboardInterrupt: no real tensors here"),
-    ("exit_in_a_step", "called sys.exit(7)")])
+    ("exit_in_a_step", "called sys.exit(7)"),
+    ("unprintable_in_a_step", "raised Unprintable: <its message could not be formed")])
 def test_a_factory_that_fails_only_in_the_steps_is_named_as_the_cause_once(fx, tmp_path, factory, raised):
     """Its failure in every step is the factory's, not each back-end's: one line naming it (whatever
     it raised: a ValueError too, which the tool's own option checks raise; a KeyboardInterrupt or a
@@ -374,6 +389,42 @@ def test_a_left_folder_nested_past_any_of_the_tools_is_kept_and_the_command_goes
     with scratch_folder("check") as mine:
         assert mine.is_dir()
     assert left.is_dir()
+
+
+def test_a_left_folder_with_a_file_system_mounted_inside_is_kept(tmp_path, monkeypatch):
+    """As root, an outside folder bind-mounted inside a dead process's scratch folder had its files
+    removed by the sweep (``rmtree`` crosses mount points; a bind mount has the same device). A folder
+    holding any mount point this process sees is kept; the same folder without one is removed."""
+    import tempfile
+
+    from fusedce_profiler.instrument import scratch
+    from fusedce_profiler.instrument.scratch import scratch_folder
+
+    left = tmp_path / "fusedce-check-999999999-mounted"
+    (left / "inside").mkdir(parents=True)
+    (left / "inside" / "theirs.txt").write_text("not the tool's")
+    old = time.time() - 3600
+    for path in (left / "inside" / "theirs.txt", left / "inside", left):
+        os.utime(path, (old, old))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(scratch, "_mount_points", lambda: ["/", os.path.realpath(left / "inside")])
+    with scratch_folder("check"):
+        pass
+    assert (left / "inside" / "theirs.txt").read_text() == "not the tool's"
+    monkeypatch.setattr(scratch, "_mount_points", lambda: ["/", str(tmp_path.parent)])  # above it: no matter
+    with scratch_folder("check"):
+        pass
+    assert not left.exists()
+
+
+def test_the_mount_table_is_read_with_its_escapes(tmp_path):
+    from fusedce_profiler.instrument.scratch import _mount_points
+
+    table = tmp_path / "mountinfo"
+    table.write_text("22 1 8:1 / / rw - ext4 /dev/sda1 rw\n"
+                     "40 22 8:1 /data /tmp/fusedce-check-1-a\\040b/in rw - ext4 /dev/sda1 rw\n")
+    assert _mount_points(str(table)) == ["/", "/tmp/fusedce-check-1-a b/in"]
+    assert _mount_points(str(tmp_path / "none")) == []
 
 
 def test_a_stored_reference_that_did_not_train_is_trained_again_on_resume(tmp_path):

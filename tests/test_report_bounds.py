@@ -211,6 +211,8 @@ def test_a_page_that_is_a_folder_is_named_in_one_line_and_nothing_is_replaced(ru
     assert result.exit_code == 2, result.output
     assert _plain(result.output).endswith(f"error: {run}/summary.md: Is a directory")
     assert (run / "report.html").read_text() == "old" and not list(run.glob(".*.tmp"))
+    # the only line: no "Report: …" claiming the new files came before the error said they were not written
+    assert len(result.output.strip().splitlines()) == 1 and "Report:" not in result.output, result.output
 
 
 @pytest.mark.parametrize("planted", ["page folder", "linked timeline"])

@@ -47,6 +47,7 @@ from pathlib import Path
 import torch
 
 from fusedce_profiler.instrument import oom
+from fusedce_profiler.instrument.callables import message_of
 from fusedce_profiler.instrument.backends import get_backend, options_of
 from fusedce_profiler.grid.inputs import CellInputs, make_inputs
 from fusedce_profiler.grid.memory_model import floor_bytes, predict
@@ -250,10 +251,10 @@ def _measure(spec: CellSpec, settings: MeasureSettings, backend, result: CellRes
         lap("timed")
     except Exception as exc:  # a back-end's failure is a result, not a crash of the grid
         if oom.is_out_of_memory(exc):
-            result.status, result.message = "oom", oom.first_line(str(exc))
-            result.oom_requested_bytes = oom.requested_bytes(str(exc))
+            result.status, result.message = "oom", oom.first_line(message_of(exc))
+            result.oom_requested_bytes = oom.requested_bytes(message_of(exc))
         else:
-            result.status, result.message = "error", f"{type(exc).__name__}: {oom.first_line(str(exc))}"
+            result.status, result.message = "error", f"{type(exc).__name__}: {oom.first_line(message_of(exc))}"
             result.extra["traceback"] = traceback.format_exc(limit=12)
             print(f"--- {spec.backend} failed:\n{result.extra['traceback']}", file=sys.stderr, flush=True)
         # numbers of a step that did not finish are not results

@@ -23,12 +23,24 @@ class CallableFailed(RuntimeError):
     memory guard. The message is one line naming the option and the callable (exit 1)."""
 
 
+def message_of(exc: BaseException) -> str:
+    """``str(exc)``, never raising: a user's exception may define a ``__str__`` that raises, and
+    the line that reports it must still be written (then it says the message could not be formed)."""
+    try:
+        return str(exc)
+    except Exception as error:  # noqa: BLE001 - whatever the user's __str__ raises
+        return f"<its message could not be formed: its __str__ raised {type(error).__name__}>"
+
+
 def what_it_raised(exc: BaseException) -> str:
     """One line for what a user's callable ended with: ``called sys.exit(3)``, or the exception's
     type and the first line of its message (at most 300 characters)."""
     if isinstance(exc, SystemExit):
-        return f"called sys.exit({exc.code!r})"
-    text = str(exc).strip().splitlines()
+        try:
+            return f"called sys.exit({exc.code!r})"
+        except Exception:  # noqa: BLE001 - a code object whose repr raises
+            return "called sys.exit"
+    text = message_of(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0][:300]}" if text else type(exc).__name__
 
 
@@ -56,9 +68,9 @@ def _import(module: str, option: str, target: str):
         if exc.name and (module == exc.name or module.startswith(exc.name + ".")):
             raise ValueError(f"{option} {target}: no module named {module!r} on Python's path; put the folder that "
                              f"holds it on PYTHONPATH (the current folder, {os.getcwd()}, is searched too)") from None
-        raise ValueError(f"{option} {target}: importing {module!r} failed: {type(exc).__name__}: {exc}") from None
+        raise ValueError(f"{option} {target}: importing {module!r} failed: {what_it_raised(exc)}") from None
     except Exception as exc:  # the module's own code raised
-        raise ValueError(f"{option} {target}: importing {module!r} failed: {type(exc).__name__}: {exc}") from None
+        raise ValueError(f"{option} {target}: importing {module!r} failed: {what_it_raised(exc)}") from None
 
 
 def load_callable(target: str, option: str) -> Any:

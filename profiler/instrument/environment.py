@@ -23,6 +23,7 @@ import sys
 import torch
 
 from fusedce_profiler.instrument.backends import installed_versions
+from fusedce_profiler.instrument.backends.base import UNREADABLE_VERSION, dist_version
 
 
 _TRITON_DISTRIBUTIONS = ("triton", "pytorch-triton", "pytorch-triton-rocm", "pytorch-triton-xpu")
@@ -32,22 +33,23 @@ _TRITON_DISTRIBUTIONS = ("triton", "pytorch-triton", "pytorch-triton-rocm", "pyt
 def _triton_version() -> str | None:
     """Triton's version, read from its installed metadata: importing it (a C extension whose start
     calls back into Python) in the command's process would let a signal's exception arrive inside
-    that start, which aborts the process. A build without metadata is imported, signals held."""
-    from importlib.metadata import PackageNotFoundError, version
+    that start, which aborts the process. A build without readable metadata is imported, signals
+    held; one that cannot be imported either is recorded as such, never an exception."""
     from importlib.util import find_spec
 
-    for name in _TRITON_DISTRIBUTIONS:
-        try:
-            return version(name)
-        except PackageNotFoundError:
-            pass
+    found = dist_version(*_TRITON_DISTRIBUTIONS)
+    if found is not None and found != UNREADABLE_VERSION:
+        return found
     if find_spec("triton") is None:
-        return None
+        return found
     from fusedce_profiler.instrument.staging import signals_held
 
-    with signals_held():
-        import triton
-    return triton.__version__
+    try:
+        with signals_held():
+            import triton
+        return str(triton.__version__)
+    except Exception:  # noqa: BLE001 - a damaged installation: the environment is still recorded
+        return found or UNREADABLE_VERSION
 
 
 def _driver_version() -> str | None:
@@ -66,15 +68,7 @@ LIBRARIES = ("transformers", "liger-kernel", "lightning")
 
 
 def _library_versions() -> dict[str, str]:
-    from importlib.metadata import PackageNotFoundError, version
-
-    out = {}
-    for name in LIBRARIES:
-        try:
-            out[name] = version(name)
-        except PackageNotFoundError:
-            out[name] = "not installed"
-    return out
+    return {name: dist_version(name) or "not installed" for name in LIBRARIES}
 
 
 def collect_environment() -> dict:

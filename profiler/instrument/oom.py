@@ -11,6 +11,8 @@ import re
 
 import torch
 
+from fusedce_profiler.instrument.callables import message_of
+
 #: torch.OutOfMemoryError (torch >= 2.5) or its older CUDA-only name.
 OutOfMemoryError = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
 
@@ -38,7 +40,7 @@ def is_out_of_memory(exc: BaseException | None) -> bool:
         seen.add(id(exc))
         if isinstance(exc, OutOfMemoryError):
             return True
-        text = str(exc).lower()
+        text = message_of(exc).lower()
         if any(marker in text for marker in _MESSAGES):
             return True
         exc = exc.__cause__ or exc.__context__

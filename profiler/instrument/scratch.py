@@ -6,7 +6,8 @@ first removes those of the same kind whose process is gone and that were untouch
 minutes: what a killed command left lasts until a later command of the kind.
 
 Only folders of this user named so, directly in the temporary folder, are removed (never a link
-or a file; the walk inside does not follow links).
+or a file; the walk inside does not follow links), and never one with a file system mounted
+inside it (a bind mount included): removing it would remove files that were never the tool's.
 
 Public API: :func:`scratch_folder`.
 """
@@ -45,6 +46,7 @@ def _remove_left_behind(kind: str, root: Path) -> None:
         names = os.listdir(root)
     except OSError:
         return
+    mounts = None
     for name in names:
         match = pattern.fullmatch(name)
         if match is None or _alive(int(match.group(1))):
@@ -54,7 +56,11 @@ def _remove_left_behind(kind: str, root: Path) -> None:
             info = os.lstat(path)
         except OSError:
             continue
-        if stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and _untouched(path, info):
+        if not (stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid()):
+            continue
+        mounts = _mount_points() if mounts is None else mounts
+        real = os.path.realpath(path)  # mountinfo names canonical paths
+        if not any(m == real or m.startswith(real + os.sep) for m in mounts) and _untouched(path, info):
             with contextlib.suppress(RecursionError):  # a tree changed since it was judged: left
                 shutil.rmtree(path, ignore_errors=True)
 
@@ -64,9 +70,24 @@ _MOST_ENTRIES, _DEEPEST = 10_000, 8
 kept, not walked; the tool's own hold a worker's log one level down)."""
 
 
+_OCTAL_ESCAPE = re.compile(r"\\([0-7]{3})")  # mountinfo writes a space in a path as \040
+
+
+def _mount_points(table_path: str = "/proc/self/mountinfo") -> list[str]:
+    """Every mount point this process sees (the mount table's fifth field, octal escapes decoded);
+    empty where there is no such file (then :func:`_untouched`'s device check remains)."""
+    try:
+        with open(table_path, encoding="utf-8", errors="surrogateescape") as table:
+            fields = [line.split() for line in table]
+    except OSError:
+        return []
+    return [_OCTAL_ESCAPE.sub(lambda m: chr(int(m.group(1), 8)), f[4]) for f in fields if len(f) > 4]
+
+
 def _untouched(folder: Path, info: os.stat_result) -> bool:
     """Whether ``folder`` and everything in it (its subfolders' files too, links not followed) were
-    last changed :data:`_LEFT_AFTER_S` ago or more."""
+    last changed :data:`_LEFT_AFTER_S` ago or more, all on ``folder``'s own device (a subfolder on
+    another is a mount point: kept)."""
     newest, seen, pending = info.st_mtime, 0, [(folder, 0)]
     try:
         while pending:
@@ -77,8 +98,11 @@ def _untouched(folder: Path, info: os.stat_result) -> bool:
                     if seen > _MOST_ENTRIES:
                         return False
                     with contextlib.suppress(OSError):
-                        newest = max(newest, entry.stat(follow_symlinks=False).st_mtime)
+                        entry_info = entry.stat(follow_symlinks=False)
+                        newest = max(newest, entry_info.st_mtime)
                         if entry.is_dir(follow_symlinks=False):
+                            if entry_info.st_dev != info.st_dev:
+                                return False
                             if depth == _DEEPEST:
                                 return False
                             pending.append((Path(entry.path), depth + 1))

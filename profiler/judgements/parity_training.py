@@ -16,6 +16,7 @@ import torch
 
 from fusedce.options import LossOptions
 from fusedce_profiler.instrument.backends import torch_loss
+from fusedce_profiler.instrument.callables import message_of, what_it_raised
 from fusedce_profiler.instrument.models.gpt import HiddenStatesGPT as GPT
 from fusedce_profiler.instrument.precision import autocast
 from fusedce_profiler.instrument.reference import relative_error
@@ -104,9 +105,9 @@ def train_curve(settings: ParitySettings, backend_name: str, chain: MarkovChain,
             optimizer.step()
             curve.losses.append(float(loss))
     except torch.OutOfMemoryError as exc:
-        curve.status, curve.message = "oom", str(exc).splitlines()[0]
+        curve.status, curve.message = "oom", (message_of(exc).splitlines() or ["out of memory"])[0]
     except Exception as exc:  # a back-end that crashes mid-run is a parity failure with evidence
-        curve.status, curve.message = "error", f"{type(exc).__name__}: {exc}"
+        curve.status, curve.message = "error", what_it_raised(exc)
     curve.seconds = time.perf_counter() - start
     return curve
 

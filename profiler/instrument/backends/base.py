@@ -83,13 +83,21 @@ def require(module: str) -> None:
         raise ImportError(f"No module named {module!r}")
 
 
+UNREADABLE_VERSION = "unknown (its metadata cannot be read)"
+
+
 def dist_version(*names: str) -> str | None:
-    """The installed version of the first distribution in ``names`` that is installed."""
+    """The installed version of the first distribution in ``names`` that is installed (``None``: none
+    is); :data:`UNREADABLE_VERSION` for one whose metadata is damaged (not UTF-8, a folder, no
+    ``Version``) — never an exception, since every command records the environment."""
     for name in names:
         try:
-            return importlib.metadata.version(name)
+            found = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
             continue
+        except Exception:  # noqa: BLE001 - a damaged METADATA: UnicodeDecodeError, OSError, ...
+            return UNREADABLE_VERSION
+        return found if isinstance(found, str) and found else UNREADABLE_VERSION
     return None
 
 

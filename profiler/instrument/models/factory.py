@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from fusedce_profiler.instrument.callables import CallableFailed
+from fusedce_profiler.instrument.callables import CallableFailed, message_of
 from fusedce_profiler.instrument.models.configs import ModelConfig
 from fusedce_profiler.instrument.scratch import scratch_folder
 
@@ -97,7 +97,8 @@ def describe_job(payload: dict) -> dict:
     except MemoryError:
         return {"ok": False, "message": f"--model {target}: the factory {over_guard or 'raised MemoryError'}"}
     except BaseException as exc:  # noqa: BLE001 - the user's code: any failure is one line
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        lines = message_of(exc).strip().splitlines()
+        first = lines[0][:300] if lines else ""
         if over_guard and ("DefaultCPUAllocator" in first or "out of memory" in first.lower()):
             first = f"it {over_guard}"
         return {"ok": False, "message": f"--model {target}: the factory raised {type(exc).__name__}: {first}"}

@@ -50,6 +50,7 @@ import torch
 from torch import nn
 
 from fusedce_profiler.instrument import capacity, store
+from fusedce_profiler.instrument.callables import what_it_raised
 from fusedce_profiler.instrument.confined import FolderRefused
 from fusedce_profiler.instrument.protocol import MemoryMeter
 from fusedce_profiler.instrument.recording.assemble import RecordedSubject, build_record
@@ -316,7 +317,7 @@ class StepRecorder:
         rec.mark("forward")
 
     def _abandon(self, rec: StepRecording, exc: BaseException) -> None:
-        warnings.warn(f"fusedce-profile: step {rec.index} is not recorded: {type(exc).__name__}: {exc}",
+        warnings.warn(f"fusedce-profile: step {rec.index} is not recorded: {what_it_raised(exc)}",
                       RuntimeWarning, stacklevel=4)
         rec.remove_hooks()
         for part in (rec.meter, rec.tracer):

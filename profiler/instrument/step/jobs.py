@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from fusedce_profiler.instrument import oom, store
+from fusedce_profiler.instrument.callables import message_of
 from fusedce_profiler.instrument.backends import Replacement
 from fusedce_profiler.instrument.models.configs import ModelConfig
 from fusedce_profiler.instrument.models.head import HeadInfo
@@ -194,10 +195,10 @@ def run_job(job: ModelJob) -> ModelResult:
         return result
     except Exception as exc:  # any back-end failure is a result, with its traceback tail
         if oom.is_out_of_memory(exc):
-            result.status, result.message = "oom", (str(exc).splitlines() or [type(exc).__name__])[0]
+            result.status, result.message = "oom", (message_of(exc).splitlines() or [type(exc).__name__])[0]
             return result
         result.status = "error"
-        named = str(exc) if isinstance(exc, FactoryRaised) else f"{type(exc).__name__}: {exc}"
+        named = message_of(exc) if isinstance(exc, FactoryRaised) else f"{type(exc).__name__}: {message_of(exc)}"
         result.message = f"{named}\n" + "".join(traceback.format_exc(limit=4))[-2000:]
         return result
     result.loss, result.time_ms, result.memory = outcome.loss, outcome.time_ms, outcome.memory

@@ -52,7 +52,7 @@ from typing import Callable
 import torch
 
 from fusedce.options import IGNORE_INDEX
-from fusedce_profiler.instrument.callables import load_callable
+from fusedce_profiler.instrument.callables import load_callable, what_it_raised
 from fusedce_profiler.instrument.models.source import BuiltModel, ModelSource
 from fusedce_profiler.instrument.tolerances import tolerance_for
 from fusedce_profiler.judgements.doctor.checks import JUDGES, Context, body_names, check_tie
@@ -189,8 +189,7 @@ def _judge_all(context: Context, results: dict[str, tuple[str, str]]) -> list[Ch
                 try:
                     results[key] = judges[key](context)
                 except Exception as exc:  # noqa: BLE001 - one check that cannot run does not end the others
-                    results[key] = ("unclear", f"the check could not run on this model: {type(exc).__name__}: "
-                                               f"{str(exc).splitlines()[0][:200] if str(exc) else ''}")
+                    results[key] = ("unclear", f"the check could not run on this model: {what_it_raised(exc)}")
         verdict, evidence = results[key]
         checks.append(Check(item, verdict, evidence, key, list(deps)))
     return checks

@@ -31,6 +31,7 @@ import contextlib
 import torch
 import torch.nn.functional as F
 
+from fusedce_profiler.instrument.callables import what_it_raised
 from fusedce_profiler.instrument.models.head import tensor_of
 from fusedce_profiler.instrument.precision import autocast
 from fusedce_profiler.judgements.doctor.checks import Context, close, norm
@@ -80,7 +81,7 @@ def _head_run(c: Context, training: bool) -> tuple[int, int, str | None]:
             try:
                 c.fn(model, c.batch)
             except Exception as exc:  # noqa: BLE001 - evidence
-                error = f"{type(exc).__name__}: {exc}"
+                error = what_it_raised(exc)
     finally:
         handle.remove()
         model.train()

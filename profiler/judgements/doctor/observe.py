@@ -35,6 +35,7 @@ from torch import nn
 from torch._subclasses.fake_tensor import is_fake
 from torch.overrides import TorchFunctionMode
 
+from fusedce_profiler.instrument.callables import what_it_raised
 from fusedce_profiler.instrument.models.head import tensor_of
 from fusedce_profiler.instrument.models.source import BuiltModel
 from fusedce_profiler.instrument.precision import autocast
@@ -311,8 +312,7 @@ def observe(built: BuiltModel, landmarks: Landmarks, loss_fn: Callable, batch: d
             loss.backward()
     except Exception as exc:  # the loss's own failure is evidence, not a crash of the doctor
         model.zero_grad(set_to_none=True)
-        return Observation(None, f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}",
-                           site=use.site)
+        return Observation(None, what_it_raised(exc), site=use.site)
     finally:
         for h in handles:
             h.remove()

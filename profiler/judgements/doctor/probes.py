@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from fusedce.options import IGNORE_INDEX
+from fusedce_profiler.instrument.callables import what_it_raised
 from fusedce_profiler.instrument.precision import autocast
 from fusedce_profiler.judgements.doctor.checks import Context, body_names, close, norm
 from fusedce_profiler.judgements.doctor.loss_options import shifted_cross_entropy
@@ -79,7 +80,7 @@ def _check_fresh(c: Context) -> tuple[str, str]:
             weight.sub_((rate * grad).to(weight))
         user1, ref1 = _value(c, c.fn), _value(c, reference)
     except Exception as exc:  # noqa: BLE001 - the user's loss failing here is evidence
-        return "fail", f"your loss raised when called a second time: {type(exc).__name__}: {exc}"
+        return "fail", f"your loss raised when called a second time: {what_it_raised(exc)}"
     finally:
         with torch.no_grad():
             weight.copy_(saved)
