@@ -67,3 +67,22 @@ def test_damaged_package_metadata_is_recorded_as_unreadable_never_an_exception(t
         assert triton == installed.__version__
     except ImportError:
         assert triton == "unknown (its metadata cannot be read)"
+
+
+def test_a_triton_whose_import_exits_is_recorded_not_obeyed(tmp_path):
+    """Unreadable metadata sends the version to Triton itself; an installation whose import calls
+    ``sys.exit(3)`` ended ``env`` with exit 3 and no word. The environment is recorded instead."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    _damaged_distribution(tmp_path, "triton", b"Metadata-Version: 2.1\nName: triton\n")
+    (tmp_path / "triton").mkdir()
+    (tmp_path / "triton" / "__init__.py").write_text("import sys\nsys.exit(3)\n")
+    probe = ("import json\nfrom fusedce_profiler.instrument.environment import collect_environment\n"
+             "print(json.dumps(collect_environment()['triton']))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == "unknown (its metadata cannot be read)"

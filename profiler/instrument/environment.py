@@ -48,7 +48,7 @@ def _triton_version() -> str | None:
         with signals_held():
             import triton
         return str(triton.__version__)
-    except Exception:  # noqa: BLE001 - a damaged installation: the environment is still recorded
+    except (Exception, SystemExit):  # noqa: BLE001 - a damaged (or hostile) installation: still recorded
         return found or UNREADABLE_VERSION
 
 
