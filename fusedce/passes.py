@@ -8,7 +8,9 @@ plain PyTorch).
 
 Forward (2·N·H·V FLOPs): for each block, x = h_i @ W_jᵀ, then fold it into the per-token
 running statistics (max, Σexp, c_y, Σc). Only the statistics (N floats each) survive; the
-per-token loss and lse are returned, and lse is saved for backward.
+per-token loss and lse are returned, and lse is saved for backward. Where tiled kernels run
+(:class:`~fusedce.block_math.TileMath`), a row chunk's forward takes one launch for the whole
+vocabulary (or, under autocast, one per chunk of converted weight rows the block buffer holds).
 
 Backward (6·N·H·V FLOPs): for each block, recompute x, turn it in place into
 d = g_n · ∂L_n/∂x (g the per-token upstream gradient), then
@@ -33,7 +35,7 @@ from typing import Callable
 import torch
 
 from fusedce.block_math import BlockMath, TileMath
-from fusedce.converter import Converter
+from fusedce.block_workspace import BlockWorkspace
 from fusedce.matmul import matmul_into
 from fusedce.options import LossOptions
 from fusedce.planner import ChunkPlan, block_row_stride  # noqa: F401 (block_row_stride: re-exported)
@@ -88,9 +90,9 @@ def forward(
     target, bias = _contiguous_vectors(target, bias)
     acc = accumulation_dtype(compute_dtype)
     stats = RowStats.empty(n, hidden.device, acc)
-    work = _Workspace(plan, hidden, weight, compute_dtype, acc)
-    col_chunks = plan.col_chunks(v)
+    work = BlockWorkspace(plan, hidden, weight, compute_dtype, acc)
     tiles = _tile_math(block_math, weight, compute_dtype)
+    converting = _converting_tile_math(block_math, weight, compute_dtype)
     need_sum = opts.label_smoothing > 0
     for r0, r1 in plan.row_chunks(n):  # a row chunk's slices are made once, not once per block
         h_i, target_i, stats_i = work.hidden_rows(r0, r1), target[r0:r1], stats.rows(r0, r1)
@@ -98,7 +100,11 @@ def forward(
                  and tiles.partial_bytes(r1 - r0, v) <= work.block_bytes  # its partials where the fp32 block would be
                  and tiles.tile_stats(h_i, weight, bias, offset, target_i, stats_i, work.block,
                                       softcap=opts.softcap_value, need_sum=need_sum))
-        for c0, c1 in [] if whole else col_chunks:
+        done = v if whole else 0  # the vocabulary columns [0, done) are folded into stats_i
+        if converting is not None:
+            done = _stats_in_wide_chunks(converting, work, h_i, weight, bias, offset, target_i, stats_i,
+                                         softcap=opts.softcap_value, need_sum=need_sum, plan_cols=plan.cols)
+        for c0, c1 in [(c, min(v, c + plan.cols)) for c in range(done, v, plan.cols)]:
             w_j = work.weight_rows(c0, c1)
             if (tiles is not None and tiles.tiles_supported(h_i, w_j)
                     and tiles.tile_stats(h_i, w_j, _columns(bias, c0, c1), offset + c0, target_i, stats_i,
@@ -149,7 +155,7 @@ def backward(
     grads = _Gradients.allocate(hidden, weight, acc, several_row_chunks=len(row_chunks) > 1,
                                 per_chunk=plan.per_chunk, need_hidden=need_hidden, need_weight=need_weight,
                                 need_bias=need_bias and bias is not None)
-    work = _Workspace(plan, hidden, weight, compute_dtype, acc, hidden_sum=need_hidden,
+    work = BlockWorkspace(plan, hidden, weight, compute_dtype, acc, hidden_sum=need_hidden,
                       ones=grads.bias is not None)
     col_chunks = plan.col_chunks(v)
     tiles = _tile_math(block_math, weight, compute_dtype)
@@ -309,75 +315,62 @@ class _Gradients:
         return self.hidden, self.weight, self.bias
 
 
-class _Workspace:
-    """The buffers a pass reuses for every block, allocated in this order.
-
-    ``block``: one (rows, cols) block of logits in the accumulation dtype, rows padded to
-    :func:`block_row_stride`; half of that for a ``tiled`` plan, whose kernels store only a block's
-    2-byte gradients (:meth:`narrow_block`; a block they refuse goes in pieces, :meth:`logit_pieces`).
-    ``hidden_sum`` (backward): (rows, H) accumulation-dtype sum of a row chunk's grad_hidden over
-    the vocabulary chunks. ``hidden_rows`` / ``weight_rows``:
-    row chunks of hidden / vocabulary chunks of weight in the compute dtype. ``ones``
-    (backward with a bias): (rows,) in the compute dtype, for grad_bias's column sums.
-    """
-
-    def __init__(self, plan: ChunkPlan, hidden: torch.Tensor, weight: torch.Tensor, compute_dtype: torch.dtype,
-                 acc: torch.dtype, *, hidden_sum: bool = False, ones: bool = False) -> None:
-        (n, h), v, device = hidden.shape, weight.shape[0], hidden.device
-        rows = min(plan.rows, n)
-        self._h = h
-        self.block = torch.empty(plan.block_elements(rows, v, device), device=device, dtype=acc)
-        self.hidden_sum = torch.empty(rows * h, device=device, dtype=acc) if hidden_sum else None
-        self.hidden_rows = Converter(hidden, plan.rows, compute_dtype)
-        self.weight_rows = Converter(weight, plan.cols, compute_dtype)
-        self.ones = torch.ones(rows, device=device, dtype=compute_dtype) if ones else None
-
-    def logits(self, h_i: torch.Tensor, w_j: torch.Tensor) -> torch.Tensor:
-        """x = h_i @ w_jᵀ for h_i (R, H) and w_j (C, H) in the compute dtype: an (R, C) view of
-        the block buffer in the accumulation dtype, unit column stride, padded row stride."""
-        rows, cols = h_i.shape[0], w_j.shape[0]
-        stride = block_row_stride(cols, self.block.device)
-        z = self.block[: rows * stride].view(rows, stride)[:, :cols]
-        matmul_into(z, h_i, w_j.t(), accumulate=False)
-        return z
-
-    @property
-    def block_bytes(self) -> int:
-        return self.block.numel() * self.block.element_size()
-
-    def narrow_block(self, rows: int, cols: int, dtype: torch.dtype) -> torch.Tensor:
-        """An (rows, cols) view of the block buffer in a 2-byte ``dtype``, rows padded to
-        :func:`block_row_stride` (16-byte aligned for cuBLAS): where the tiled kernel writes a
-        block's gradients without the fp32 logits (half the bytes an fp32 block takes)."""
-        stride = block_row_stride(cols, self.block.device)
-        return self.block.view(dtype)[: rows * stride].view(rows, stride)[:, :cols]
-
-    def logit_pieces(self, rows: int, c0: int, c1: int) -> list[tuple[int, int]]:
-        """Columns ``[c0, c1)`` of a block in pieces whose fp32 logits (:meth:`logits`) fit the
-        block buffer: the whole block, except in a ``tiled`` plan's buffer (half an fp32 block),
-        where a block the tiled kernels refuse goes in pieces of a multiple of 64 columns."""
-        fits = self.block.numel() // max(rows, 1)  # elements of a row's share of the buffer
-        if block_row_stride(c1 - c0, self.block.device) <= fits:
-            return [(c0, c1)]
-        pad = block_row_stride(1, self.block.device)  # a piece's padded rows fit too
-        width = fits // pad * pad
-        return [(s, min(c1, s + width)) for s in range(c0, c1, width)]
-
-    def hidden_sum_rows(self, rows: int) -> torch.Tensor | None:
-        """The first ``rows`` rows of ``hidden_sum`` as a (rows, H) view (None in forward)."""
-        if self.hidden_sum is None:
-            return None
-        return self.hidden_sum[: rows * self._h].view(rows, self._h)
-
-
 def _tile_math(block_math: BlockMath, weight: torch.Tensor, compute_dtype: torch.dtype) -> TileMath | None:
-    """The block math's tiled kernels (product and softmax math in one kernel), where they are
-    used: a weight already in the compute dtype (pure bf16/fp16). Under autocast (an fp32
-    weight converted chunk by chunk) they measured slower at the 8192×768×32777 head (13.8 ms
-    against 7.8, ``benchmarks/results/tiles-h200-2026-12-04/``), for a reason not yet found."""
+    """The block math's tiled kernels (product and softmax math in one kernel) for every block: a
+    weight already in the compute dtype (pure bf16/fp16). Under autocast (an fp32 weight converted
+    chunk by chunk) a tiled launch per block measured slower at the 8192×768×32777 head (13.8 ms
+    against 7.8, ``benchmarks/results/tiles-h200-2026-12-04/``: the host's cost of a launch with
+    tensor descriptors); there only the forward uses them, in wide chunks (:func:`_converting_tile_math`)."""
     if weight.dtype != compute_dtype or not isinstance(block_math, TileMath):
         return None
     return block_math
+
+
+def _converting_tile_math(block_math: BlockMath, weight: torch.Tensor, compute_dtype: torch.dtype
+                          ) -> TileMath | None:
+    """The block math's tiled kernels for an autocast forward (a weight converted to a 2-byte
+    compute dtype): :func:`_stats_in_wide_chunks` converts the weight into the block buffer in
+    chunks wider than the plan's blocks, and one launch multiplies and reduces each."""
+    if weight.dtype == compute_dtype or compute_dtype not in (torch.bfloat16, torch.float16) \
+            or not isinstance(block_math, TileMath):
+        return None
+    return block_math
+
+
+def _stats_in_wide_chunks(tiles: TileMath, work: "BlockWorkspace", h_i: torch.Tensor, weight: torch.Tensor,
+                          bias: torch.Tensor | None, offset: int, target_i: torch.Tensor, stats_i: RowStats, *,
+                          softcap: float, need_sum: bool, plan_cols: int) -> int:
+    """Forward of one row chunk under autocast, in as few launches as the block buffer allows.
+
+    The block buffer holds R × C fp32 logits in the block path; here it holds a chunk of weight
+    rows converted to the compute dtype (C'·H·c bytes) and the chunk's tile partials
+    (:meth:`TileMath.partial_bytes`), with C' ≥ C (at 8192×768×32777: the whole vocabulary against
+    2432 columns), and the tiled kernels multiply and reduce each chunk without writing its
+    logits. h_i (R, H) in the compute dtype; ``stats_i`` (R,) views, updated in place.
+
+    Only where the chunks are at least twice the plan's columns (or the whole vocabulary): a tiled
+    launch costs the host more than a block's product and reduction (tensor descriptors, a merge
+    launch), and at 8192×3072×32064 with ``"min"`` chunks as wide as its blocks took 22.3 ms
+    against 16.2 (``benchmarks/results/autocast-forward-h100-2026-12-05/``).
+
+    Returns the first vocabulary column not folded into ``stats_i``: 0 where the chunks would not
+    be wide enough or the kernels refuse the operands (the block path then takes the whole row
+    chunk), V when every column is done.
+    """
+    rows, (v, h) = h_i.shape[0], weight.shape
+    cols = work.weight_chunk_cols(rows, h, h_i.element_size(), tiles.partial_bytes)
+    if cols < min(v, 2 * plan_cols):
+        return 0
+    for c0 in range(0, v, cols):
+        c1 = min(v, c0 + cols)
+        w_j, scratch = work.weight_chunk_view(c1 - c0, h, h_i.dtype)
+        if not tiles.tiles_supported(h_i, w_j):  # checked before converting: a GPU without tensor-memory copies
+            return c0
+        w_j.copy_(weight[c0:c1])
+        if not tiles.tile_stats(h_i, w_j, _columns(bias, c0, c1), offset + c0, target_i, stats_i, scratch,
+                                softcap=softcap, need_sum=need_sum):
+            return c0  # a kernel variant this GPU cannot compile: nothing written for [c0, c1)
+    return v
 
 
 def _contiguous_vectors(target: torch.Tensor, bias: torch.Tensor | None):

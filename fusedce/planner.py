@@ -47,7 +47,8 @@ and O(N) per-token vectors. :func:`budget_bytes` reads it as:
   forward; nor ``"min"``, whose gradients held from forward to backward would be more than a
   recompute block) when it fits with at least 1024 rows per chunk (fewer would re-read and
   re-write grad_weight, V·H·4 bytes, too often: below ~630 rows that traffic costs more
-  than the 2·N·H·V it saves) — in practice at generous budgets such as ``"fast"``. Asked
+  than the 2·N·H·V it saves) — in practice at generous budgets such as ``"fast"`` — and H ≥ 2048:
+  the FLOPs it saves grow with H, the cost of its whole-vocabulary fp32 rows does not (design 14). Asked
   for by name (``strategy="precompute"``), it gets at least that many rows (or all N, or
   ``chunk_size``) whatever the budget: the budget doubles until they fit, as a recompute
   block never gets narrower than 1024 columns. Not for
@@ -77,6 +78,7 @@ MIN_COLS = 1024  # below this the GEMMs get thin and launches dominate
 MIN_ROWS = 1024
 ROW_ALIGN = 64
 PRECOMPUTE_MIN_ROWS = 1024
+PRECOMPUTE_MIN_HIDDEN = 2048  # "auto" precomputes only from this H (module docstring)
 ROW_PAD = 64  # elements: a CUDA block's rows are padded to this (see block_row_stride)
 MAX_SPLIT_K = 16
 FAST_SHARE = 7 / 8  # "fast": this share of the N×V compute-dtype logits torch.compile keeps
@@ -254,8 +256,9 @@ def _plan_within(n: int, h: int, v: int, hidden_dtype: torch.dtype, weight_dtype
                  strategy: str, explicit: bool, per_chunk: bool, scalar_loss: bool, needs_grad: bool, cuda: bool,
                  sm_count: int | None, tiled: bool = False) -> ChunkPlan:
     """The strategy and chunking for ``budget`` bytes of temporaries (see :func:`plan_chunks`)."""
-    if (strategy == "precompute" or strategy == "auto" and explicit and needs_grad) and scalar_loss \
-            and compute_dtype != torch.float16 and vocab_chunk_size is None:
+    chosen = strategy == "auto" and explicit and needs_grad and h >= PRECOMPUTE_MIN_HIDDEN
+    if (strategy == "precompute" or chosen) and scalar_loss and compute_dtype != torch.float16 \
+            and vocab_chunk_size is None:
         plan = _plan_precompute(n, h, v, hidden_dtype, weight_dtype, compute_dtype, budget, chunk_size, per_chunk,
                                 cuda, sm_count)
         wanted = min(max(n, 1), chunk_size or max(n, 1), PRECOMPUTE_MIN_ROWS)
@@ -304,9 +307,8 @@ def _plan_recompute(n: int, h: int, v: int, hidden_dtype: torch.dtype, weight_dt
 
 def _plan_rows(n: int, per_row: int, budget: int, weight_dtype: torch.dtype, chunk_size: int | None,
                per_chunk: bool = False) -> int:
-    """Tokens per row chunk (≥ 1): ``per_row`` bytes each, at most two thirds of ``budget``; several
-    chunks are balanced, and the bytes they leave go to the columns (at 8192×3072×32064 in amp the
-    largest rows, 7854 + 338, took 52 blocks; two chunks of 4096 take 16: benchmarks/NOTES.md, design 13)."""
+    """Tokens per row chunk (≥ 1): ``per_row`` bytes each, at most two thirds of ``budget``; several chunks
+    are balanced, the bytes they leave go to the columns (at 8192×3072×32064 amp: 16 blocks, not 52; design 13)."""
     n_eff = max(n, 1)
     if chunk_size is not None:
         return min(n_eff, chunk_size)
@@ -336,11 +338,9 @@ def _plan_cols(v: int, rows: int, left: int, weight_row: int, vocab_chunk_size: 
 def split_k_count(rows: int, h: int, v: int, sm_count: int | None) -> int:
     """Slices of K = V for precompute's grad_hidden = d @ W, an (R, V) @ (V, H) product.
 
-    Its output has only ⌈R/128⌉·⌈H/128⌉ tiles (4·6 = 24 for 448 × 768): most of an H200's
-    132 SMs would idle. S slices multiplied as one batched GEMM into S fp32 partial
-    products, then summed, give S times as many tiles. 1 without ``sm_count`` (not CUDA, or
-    no batched product with an fp32 result), when the output already fills the GPU twice,
-    or when K is short.
+    Its output has only ⌈R/128⌉·⌈H/128⌉ tiles (24 for 448 × 768): most of an H200's 132 SMs
+    would idle; S slices as one batched GEMM into S fp32 partials, then summed, give S times as
+    many. 1 without ``sm_count``, when the output fills the GPU twice, or when K is short.
     """
     if not sm_count:
         return 1

@@ -171,19 +171,83 @@ def test_a_tiled_plan_holds_half_an_fp32_block_and_twice_the_columns():
 def test_a_block_the_kernels_refuse_in_a_tiled_plan_goes_in_pieces_that_fit(launches, monkeypatch):
     """A tiled plan's buffer is half an fp32 block; a block the tiled kernels refuse (here: all
     of them) is multiplied in column pieces whose fp32 logits fit it, and the result holds."""
-    from fusedce import block_math_torch, passes
+    from fusedce import block_math_torch
+    from fusedce.block_workspace import BlockWorkspace
 
     pieces = []
-    logits = passes._Workspace.logits
+    logits = BlockWorkspace.logits
 
     def counted(self, h_i, w_j):
         pieces.append(w_j.shape[0])
         assert h_i.shape[0] * w_j.shape[0] <= self.block.numel()
         return logits(self, h_i, w_j)
 
-    monkeypatch.setattr(passes._Workspace, "logits", counted)
+    monkeypatch.setattr(BlockWorkspace, "logits", counted)
     monkeypatch.setattr(kernels, "tiles_supported", lambda h, w: False)
     _check(37, 24, 300, "mixed", "mean", vocab_chunk_size=256)
     assert launches == {"stats": 0, "grad": 0}
     assert max(pieces) < 256 and sum(pieces) == 2 * 300  # forward and backward, each column once
     del block_math_torch
+
+
+def _check_autocast(n, h, v, **kwargs):
+    """An fp32 weight (and bias) with 2-byte hidden under autocast: the weight is converted chunk by chunk."""
+    seed = seed_for("tiles-autocast", n, h, v, tuple(kwargs.items()))
+    hidden, weight, target, bias = make_inputs(n, h, v, seed=seed, with_bias=True, ignore_fraction=0.1,
+                                               dtype=DTYPE, device=DEVICE)
+    weight = weight.detach().float().requires_grad_()
+    bias = bias.detach().float().requires_grad_()
+    options = LossOptions(label_smoothing=0.1, z_loss=1e-3, softcap=8.0)
+
+    def fused(*a, **k):
+        with torch.autocast(DEVICE, dtype=DTYPE):
+            return fusedce.linear_cross_entropy(*a, impl="triton", **k)
+
+    got = run_fused(fused, hidden, weight, target, bias, **options.as_kwargs(), **kwargs)
+    want = reference_linear_cross_entropy(hidden, weight, target, bias, options, None)
+    assert_matches_reference(got, want, rtol=RTOL)
+
+
+def test_an_autocast_forward_converts_the_weight_into_the_block_buffer_in_wide_chunks(launches, monkeypatch):
+    """The plan's blocks are 128 columns of fp32 logits (37 × 128 × 4 bytes); the same bytes hold
+    512 columns of the weight converted to 2 bytes beside their partials: two tiled launches over
+    V = 600 instead of five blocks, and no converted chunk wider than the buffer."""
+    from fusedce.block_workspace import BlockWorkspace
+
+    widths = []
+    chunk_view = BlockWorkspace.weight_chunk_view
+
+    def counted(self, cols, h, dtype):
+        w, scratch = chunk_view(self, cols, h, dtype)
+        widths.append(cols)
+        assert w.untyped_storage().data_ptr() == self.block.untyped_storage().data_ptr()
+        assert scratch.data_ptr() >= w.data_ptr() + w.numel() * w.element_size()
+        return w, scratch
+
+    monkeypatch.setattr(BlockWorkspace, "weight_chunk_view", counted)
+    _check_autocast(37, 16, 600, vocab_chunk_size=128)
+    assert widths == [512, 88]
+    assert launches == {"stats": 2, "grad": 0}  # the backward keeps the block kernels under autocast
+
+
+@pytest.mark.parametrize("h,v,cols", [(64, 300, 48), (64, 1100, 512)])
+def test_an_autocast_forward_keeps_the_blocks_where_the_buffer_holds_no_chunk_twice_as_wide(launches, h, v, cols):
+    """H = 64: 256 columns of converted weight (32 KiB) do not fit a 37 × 48 fp32 block (7 KiB); a
+    37 × 512 block (74 KiB) holds 512 columns of weight, not the 1024 that would halve the launches."""
+    _check_autocast(37, h, v, vocab_chunk_size=cols)
+    assert launches == {"stats": 0, "grad": 0}
+
+
+def test_an_autocast_forward_refused_after_its_first_chunk_finishes_in_blocks(launches, monkeypatch):
+    """A chunk the tiled kernels refuse (here the second) and every column after it go through the
+    block kernels; the columns already folded are not folded again."""
+    stats = kernels.tile_stats
+    calls = []
+
+    def second_refused(*args, **kwargs):
+        calls.append(1)
+        return False if len(calls) == 2 else stats(*args, **kwargs)
+
+    monkeypatch.setattr(kernels, "tile_stats", second_refused)
+    _check_autocast(37, 16, 1100, vocab_chunk_size=128)  # chunks of 512: the second refused
+    assert len(calls) == 2
