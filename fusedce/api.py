@@ -52,8 +52,8 @@ def linear_cross_entropy(
             the gradients it returns (the *floor*: grad_hidden + grad_weight bytes). One of
             ``None``/``"default"`` (a tenth of the floor plus 96 MiB: ≤ 1.1 × floor + 128 MiB),
             ``"min"`` (5 % of the floor: the smallest blocks, ≤ 1.05 × floor where 1024 × 1024
-            blocks allow), ``"fast"`` (N·V·2 bytes in bf16, about what torch.compile holds:
-            gradients computed in forward where they fit), a float ``f ≥ 1.0`` (a peak of
+            blocks allow), ``"fast"`` (7/8 of N·V·2 bytes in bf16, below what torch.compile holds:
+            gradients computed in forward where they fit and H ≥ 2048, else wider blocks), a float ``f ≥ 1.0`` (a peak of
             f × floor), or an int (bytes). See :mod:`fusedce.planner` and DESIGN.md.
         strategy: "auto" (the planner picks from the budget), "recompute" (logits recomputed
             in backward: 8·N·H·V FLOPs, any reduction, any number of backwards) or
@@ -72,8 +72,8 @@ def linear_cross_entropy(
         fp32 loss (fp64 for fp64 inputs): a scalar, or ``target.shape`` for ``none``.
 
     Under ``torch.autocast`` the matrix products run in the autocast dtype (fp32 master
-    weights are converted chunk by chunk, never copied whole) and every reduction
-    accumulates in fp32.
+    weights are converted chunk by chunk, into buffers the memory budget counts) and every
+    reduction accumulates in fp32.
     """
     opts = LossOptions(ignore_index=ignore_index, reduction=reduction, label_smoothing=label_smoothing,
                        z_loss=z_loss, softcap=softcap)
