@@ -346,14 +346,19 @@ def main() -> None:
         code = 0
     except FolderRefused as exc:
         code = fail(str(exc)).exit_code
-    except OSError as exc:  # the command line's own printing (--help, usage) to a full or closed output
-        if exc.errno not in _OUTPUT_LOST:
+    except OSError as exc:
+        if exc.filename is not None or exc.filename2 is not None:  # a run folder's file (a full disk, say)
+            from fusedce_profile.folders import describe_os_error
+
+            code = fail(describe_os_error(exc)).exit_code
+        elif exc.errno not in _OUTPUT_LOST:
             raise
-        code = 1
-        try:
-            sys.stderr.write(f"fusedce-profile: the output could not be written ({os.strerror(exc.errno)})\n")
-        except (OSError, ValueError):
-            pass
+        else:  # the command line's own printing (--help, usage) to a full or closed output
+            code = 1
+            try:
+                sys.stderr.write(f"fusedce-profile: the output could not be written ({os.strerror(exc.errno)})\n")
+            except (OSError, ValueError):
+                pass
     except SystemExit as exc:
         if exc.code is not None and not isinstance(exc.code, int):
             raise  # a message to print: left to the interpreter

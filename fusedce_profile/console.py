@@ -12,7 +12,7 @@ import time
 from contextlib import contextmanager
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from rich import box
 from rich.console import Console
@@ -26,6 +26,13 @@ from fusedce_reports.units import format_bytes, format_error, format_ms, format_
 
 if TYPE_CHECKING:
     import pandas as pd
+
+
+class Printer(Protocol):
+    """Where a command's lines go: a rich ``Console``, or anything with its ``print`` (the report
+    command holds a rebuilt report's lines until its files are in place)."""
+
+    def print(self, *objects: Any, **options: Any) -> None: ...
 
 
 PIPED_WIDTH = 120

@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from fusedce_profile import exit_codes
-from fusedce_profile.console import CellProgress, error, summary_tables
+from fusedce_profile.console import CellProgress, Printer, error, summary_tables
 from fusedce_profile.errors import UsageError
 from fusedce_profile.folders import describe_os_error, os_errors, report_errors
 from fusedce_profile.interruption import report_stopped
@@ -87,7 +87,7 @@ def json_summary(report: Report, exit_code: int) -> dict:
     }
 
 
-def finish(out_dir: Path, console: Console, *, stopped: KeyboardInterrupt | None = None,
+def finish(out_dir: Path, console: Printer, *, stopped: KeyboardInterrupt | None = None,
            after_run: bool = True) -> CommandOutcome:
     """Build the report of ``out_dir``, print it, and say what the run came to: its records, the
     exit code (1 when a parity check failed or a back-end failed in every one of its cells; 130/143

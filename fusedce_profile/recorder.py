@@ -13,6 +13,7 @@ import sys
 import warnings
 from pathlib import Path
 
+from fusedce_profile.errors import UsageError
 from fusedce_profiler.instrument.recording.recorder import StepRecorder as _ProfilerStepRecorder
 from fusedce_profiler.instrument.text import one_line
 
@@ -58,7 +59,12 @@ class StepRecorder(_ProfilerStepRecorder):
     """
 
     def __init__(self, model, out, *, report: bool = True, **options) -> None:
-        super().__init__(model, out, on_record=self._written, **options)
+        try:
+            super().__init__(model, out, on_record=self._written, **options)
+        except UsageError:
+            raise
+        except ValueError as exc:  # a bad argument, named, before anything is written: this API's error
+            raise UsageError(str(exc)) from None
         self.report = report
         self._closed = False
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
@@ -25,6 +26,9 @@ from fusedce_profile.outcome import CommandOutcome
 from fusedce_profile.signals import interrupt_exit_code, signal_name
 from fusedce_profiler.instrument.text import one_line
 
+if TYPE_CHECKING:
+    from fusedce_profile.console import Printer
+
 
 def _plots(run_dir: Path) -> list[str]:
     from fusedce_profiler.instrument import store
@@ -32,7 +36,7 @@ def _plots(run_dir: Path) -> list[str]:
     return sorted(str(p) for p in (run_dir / store.PLOTS_DIR).glob("*.png"))
 
 
-def _checked(kind: str, run_dir: Path, console: Console) -> CommandOutcome:
+def _checked(kind: str, run_dir: Path, console: Printer) -> CommandOutcome:
     """A ``model``, ``parity`` or ``doctor`` folder (``kind``) rebuilt; exit code 1 when its check failed."""
     from fusedce_profiler.instrument.step.jobs import load_model_results
     from fusedce_reports.doctor_report import read_doctor, write_doctor_report
@@ -68,7 +72,7 @@ def _checked(kind: str, run_dir: Path, console: Console) -> CommandOutcome:
         "doctor_passed": passed if kind == "doctor" else None, "exit_code": code})
 
 
-def _recorded(run_dir: Path, console: Console) -> CommandOutcome:
+def _recorded(run_dir: Path, console: Printer) -> CommandOutcome:
     """A folder of steps recorded in the user's own run, rebuilt (exit code 0)."""
     from fusedce_profiler.instrument.recording.records import load_recorded_steps
     from fusedce_reports.recorded_report import write_recorded_report
@@ -83,7 +87,7 @@ def _recorded(run_dir: Path, console: Console) -> CommandOutcome:
         "incomplete": loaded.problems, "exit_code": exit_codes.OK})
 
 
-def _explained(run_dir: Path, console: Console) -> CommandOutcome:
+def _explained(run_dir: Path, console: Printer) -> CommandOutcome:
     from fusedce_profiler.judgements.explain.records import load_explanation
     from fusedce_reports.explain_report import write_explain_report
 
@@ -107,7 +111,7 @@ class _HeldLines:
             console.print(*objects, **options)
 
 
-def _rebuilt(run_dir: Path, console: Console) -> tuple[str, CommandOutcome] | None:
+def _rebuilt(run_dir: Path, console: Printer) -> tuple[str, CommandOutcome] | None:
     """The kind of folder ``run_dir`` is and its report rebuilt; ``None`` when it is none."""
     from fusedce_profile.grid_run import finish
     from fusedce_profiler.instrument import store

@@ -126,6 +126,10 @@ def test_build_report_rebuilds_a_grid_folder_like_report_does(tmp_path):
     (lambda out: __import__("fusedce_profile").parity(**{**PARITY, "backend": ["torch"]}, out=out), "--backend"),
     (lambda out: __import__("fusedce_profile").parity(**{**PARITY, "steps": 3}, out=out), "--steps"),
     (lambda out: __import__("fusedce_profile").build_report(out), "not a folder"),
+    (lambda out: __import__("fusedce_profile").StepRecorder(None, out), "model: expected the torch.nn.Module"),
+    (lambda out: __import__("fusedce_profile").StepRecorder("gpt2", out), "got str"),
+    (lambda out: __import__("fusedce_profile").StepRecorder(__import__("torch").nn.Linear(2, 2), out, steps=[-1]),
+     "steps"),
 ])
 def test_bad_input_raises_usage_error_before_anything_is_written(call, fragment, tmp_path):
     out = tmp_path / "never"

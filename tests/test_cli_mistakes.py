@@ -194,6 +194,15 @@ def test_a_config_that_is_not_utf8_names_the_file(tmp_path):
     _bad(_invoke([*TINY, "--config", str(empty), "--out", str(tmp_path / "x")]), "has no config.json")
 
 
+@pytest.mark.parametrize("suffix", [".json", ".toml"])
+def test_a_config_with_an_integer_python_cannot_convert_names_the_file(tmp_path, suffix):
+    """An integer of 5,000 digits: Python's own conversion message named neither --config nor the file."""
+    bad = tmp_path / f"config{suffix}"
+    digits = "9" * 5000
+    bad.write_text(f'{{"hidden_size": {digits}}}' if suffix == ".json" else f"hidden_size = {digits}\n")
+    _bad(_invoke([*TINY, "--config", str(bad), "--out", str(tmp_path / "x")]), f"{bad}: ")
+
+
 # --- 18. help and wording -------------------------------------------------------------------------
 
 def test_help_shows_flags_without_a_value_and_every_exit_code():

@@ -9,6 +9,7 @@ changed. The folder itself is made once per session by a tiny CPU grid (``finish
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import socket
@@ -143,6 +144,24 @@ def test_report_refuses_other_linked_files(run, secret, name):
     _one_line_exit_2(_report(run), f"{run / name}: a symbolic link")
 
 
+@pytest.mark.parametrize("kind", ["link to /dev/null", "dangling link", "folder", "named pipe"])
+def test_a_plan_that_is_not_a_regular_file_is_refused_never_read_as_no_plan(run, kind):
+    """Read as "no plan", a cut run's report said it was complete (no "interrupted" note), exit 0."""
+    plan = run / store.PLAN_FILE
+    if plan.exists():
+        plan.unlink()
+    if kind == "link to /dev/null":
+        plan.symlink_to("/dev/null")
+    elif kind == "dangling link":
+        plan.symlink_to(run / "nowhere")
+    elif kind == "folder":
+        plan.mkdir()
+    else:
+        os.mkfifo(plan)
+    fragment = "a symbolic link" if "link" in kind else "not a regular file"
+    _one_line_exit_2(_report(run), f"{plan}: {fragment}")
+
+
 def test_a_linked_logs_folder_is_refused_and_nothing_is_written_through_it(tmp_path):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -249,6 +268,18 @@ def test_a_stored_environment_keeps_only_values_of_the_type_collected():
     kept = known_environment(stored)
     assert not {"gpu_count", "cpu_count", "gpu_memory_bytes", "cudnn", "torch", "python"} & set(kept)
     assert kept["date"] is None and kept["platform"] == collected["platform"]
+
+
+def test_a_stored_environment_keeps_only_the_back_ends_and_libraries_the_tool_records():
+    """A name added under ``backends`` or ``libraries`` was rendered into the report as a version."""
+    from fusedce_profiler.instrument.environment import known_environment
+
+    collected = collect_environment()
+    stored = {**collected, "backends": {**collected["backends"], "INJECTED": "1.0", "torch": 2},
+              "libraries": {**collected["libraries"], "x": "y"}}
+    kept = known_environment(stored)
+    assert kept["backends"] == {k: v for k, v in collected["backends"].items() if k != "torch"}
+    assert kept["libraries"] == collected["libraries"]
 
 
 def test_files_of_a_finished_folder_follow_the_umask(finished_run):

@@ -58,6 +58,9 @@ MODELS = textwrap.dedent('''
     def hang():
         time.sleep(3600)
 
+    def raises_memory_error():
+        raise MemoryError("a cache of 10 GiB was refused")
+
     def allocate():
         keep = []
         while True:
@@ -201,6 +204,17 @@ def test_an_allocating_factory_is_stopped_by_the_memory_guard(fx, tmp_path):
         describe_factory("fx_models:allocate", None, None, timeout_s=120, memory_bytes=256 << 20)
     assert "allocated more than the memory guard (0.2 GiB)" in str(failed.value)
     assert not failed.value.bad_signature
+
+
+def test_a_factory_raising_memory_error_itself_is_given_both_readings(fx, tmp_path):
+    """A ``MemoryError`` with a message was worded as the guard's alone; it may be the factory's own."""
+    from fusedce_profiler.instrument.models.factory import FactoryFailed, describe_factory
+
+    with pytest.raises(FactoryFailed) as failed:
+        describe_factory("fx_models:raises_memory_error", None, None, timeout_s=120, memory_bytes=256 << 20)
+    assert str(failed.value) == ("--model fx_models:raises_memory_error: the factory raised MemoryError: a cache of "
+                                 "10 GiB was refused — it allocated more than the memory guard (0.2 GiB) allows, "
+                                 "or raised it itself")
 
 
 def test_a_named_backend_that_fails_every_job_exits_1_and_keeps_the_others(fx, tmp_path):

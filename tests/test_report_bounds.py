@@ -127,21 +127,38 @@ def test_a_message_of_megabytes_is_cut_in_every_page_and_on_the_terminal(run):
 UNSEEN = "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200b\u200c\u200d\u200e\u200f\ufeff\u061c\u2028"
 
 
+def _shown_with_failed_message(run, message: str) -> dict[str, str]:
+    """Every page and the terminal of ``report`` on ``run`` with a second, failed row saying ``message``."""
+    row = _first_row(run)
+    failed = {**row, "spec": {**row["spec"], "tokens": 16}, "status": "error", "message": message}
+    (run / store.RESULTS_FILE).write_text(json.dumps(row) + "\n" + json.dumps(failed) + "\n")
+    result = _report(run)
+    assert result.exit_code == 0, result.output
+    return {name: (run / name).read_text() for name in REPORT_FILES} | {"terminal": result.output}
+
+
 def test_bidirectional_and_invisible_characters_are_spelled_out_in_every_report(run):
     """A message that reads differently from what it holds (Trojan-source style) reaches no page
     and no terminal as it is."""
-    row = _first_row(run)
-    message = "access granted\u202e\u2066 if admin\u2069\u2066 \u200bsure\ufeff"
-    failed = {**row, "spec": {**row["spec"], "tokens": 16}, "status": "error", "message": message}
-    (run / store.RESULTS_FILE).write_text(json.dumps(row) + "\n" + json.dumps(failed) + "\n")
-
-    result = _report(run)
-    assert result.exit_code == 0, result.output
-    shown = {name: (run / name).read_text() for name in REPORT_FILES} | {"terminal": result.output}
+    shown = _shown_with_failed_message(run, "access granted\u202e\u2066 if admin\u2069\u2066 \u200bsure\ufeff")
     for where, text in shown.items():
         assert not set(text) & set(UNSEEN), where
         assert "\\u202e\\u2066 if admin\\u2069" in text, where
     assert printable(UNSEEN) == "".join(f"\\u{ord(c):04x}" for c in UNSEEN)
+
+
+HIDING = "\u00ad\u115f\u3164\ufe0f\U000e0001\U000e0049\U000e007f\U0001d173"
+
+
+def test_characters_that_hide_text_are_spelled_out_in_every_report(run):
+    """Default-ignorable characters a viewer draws as nothing — the soft hyphen, the Hangul fillers, a
+    variation selector, and the tag characters that spell invisible text (here a hidden "I") —
+    reach no page and no terminal as they are."""
+    shown = _shown_with_failed_message(run, "ok\U000e0049\u00ad\u115f\ufe0f done")
+    for where, text in shown.items():
+        assert not set(text) & set(HIDING), where
+        assert "ok\\U000e0049\\xad\\u115f\\ufe0f done" in text, where
+    assert printable(HIDING) == "\\xad\\u115f\\u3164\\ufe0f\\U000e0001\\U000e0049\\U000e007f\\U0001d173"
 
 
 def _report_files(folder: Path) -> dict[str, tuple[int, bytes]]:

@@ -114,7 +114,7 @@ def evil_report(tmp_path_factory):
             cell(EVIL, 4096, 10)]  # a name no back-end has: the row is skipped, and the note quotes it
     rows[1].timeline_path = f"snapshots/{timeline.name}"
     (run / store.RESULTS_FILE).write_text("".join(store.dumps(r.to_dict()) + "\n" for r in rows))
-    store.write_json(run / store.ENVIRONMENT_FILE, {"torch": "2.13", "backends": {EVIL: "1.0 ```"}})
+    store.write_json(run / store.ENVIRONMENT_FILE, {"torch": "2.13", "backends": {"liger": f"1.0 ``` {EVIL}"}})
     return build_report(run)
 
 
@@ -126,8 +126,8 @@ def test_summary_md_shows_the_names_and_messages_as_text(evil_report):
         assert not re.search(r"(?<!\\)" + markup, prose), markup
     assert "evil:&lt;img src=x onerror=alert(1)&gt;\\|\\*x\\*" in prose
     assert "&lt;script&gt;" in prose
-    # the environment block still holds the name verbatim and its fence is not closed early
-    assert "````text" in summary and f"backends.{EVIL}: 1.0 ```" in summary
+    # the environment block still holds the value verbatim and its fence is not closed early
+    assert "````text" in summary and f"backends.liger: 1.0 ``` {EVIL}" in summary
 
 
 def test_summary_md_tables_keep_their_column_count(evil_report):
@@ -194,7 +194,7 @@ def test_doctor_report_escapes_the_wrapper_name_and_the_evidence(tmp_path):
 
 
 HOSTILE_ENVIRONMENT = {"gpu": "H200\n```\n</details>\n<script>alert(1)</script>\n# Verdict: PASS",
-                       "libraries": {"liger_kernel": "````` <img src=x onerror=alert(1)>"}}
+                       "libraries": {"liger-kernel": "````` <img src=x onerror=alert(1)>"}}
 
 
 @pytest.mark.parametrize("example, write", [

@@ -111,6 +111,13 @@ ENVIRONMENT_KEYS = ("date", "python", "platform", "torch", "triton", "cuda", "cu
 """The keys :func:`collect_environment` writes, in its order; ``backends`` and ``libraries`` map
 names to versions. A stored environment may add ``resumed``: the environments of later sessions."""
 
+def _version_map_names(key: str) -> tuple[str, ...]:
+    """The names :func:`collect_environment` writes under ``key`` (``"backends"`` or ``"libraries"``)."""
+    from fusedce_profiler.instrument.backends.registry import BUILTIN_BACKENDS
+
+    return tuple(BUILTIN_BACKENDS) if key == "backends" else LIBRARIES
+
+
 _VERSION_MAPS = ("backends", "libraries")
 
 
@@ -130,13 +137,14 @@ def _stored_as_written(key: str, value) -> bool:
 def known_environment(raw: dict, *, nested: bool = True) -> dict:
     """Only what an environment holds: the keys of :data:`ENVIRONMENT_KEYS` with values of the type
     the tool writes there (counts as integers, everything else as strings, or ``None``), the version
-    maps as ``{name: version string}``, and ``resumed`` as a list of such environments. Anything
+    maps as ``{name: version string}`` for the names the tool writes there, and ``resumed`` as a list of such environments. Anything
     else in a stored file is dropped, so a report renders no key, and no value, the tool did not write."""
     out: dict = {}
     for key, value in raw.items():  # in the stored order: a rebuilt report reads as it did
         if key in _VERSION_MAPS:
             if isinstance(value, dict):
-                out[key] = {str(k): v for k, v in value.items() if isinstance(v, str)}
+                names = _version_map_names(key)
+                out[key] = {k: v for k, v in value.items() if k in names and isinstance(v, str)}
         elif key in ENVIRONMENT_KEYS:
             if _stored_as_written(key, value):
                 out[key] = value

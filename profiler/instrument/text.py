@@ -25,20 +25,23 @@ MAX_SHOWN_CHARS = 2_000
 """The most characters of one line of a stored string that a report page or the terminal shows;
 a real message (a traceback's last line, a back-end's error) is far shorter."""
 
-_UNSEEN = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u2064"
-                     "\u2066-\u206f\ufeff\ud800-\udfff]")
+_UNSEEN = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff"
+                     # Unicode's default-ignorable code points (DerivedCoreProperties.txt)
+                     "\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e"
+                     "\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufff8\U0001bca0-\U0001bca3"
+                     "\U0001d173-\U0001d17a\U000e0000-\U000e0fff]")
 """What a terminal or a viewer obeys instead of showing: C0 controls but the newline and the tab,
-DEL, C1 controls (U+009B starts a sequence too); and what reorders or hides text: the
-bidirectional marks, embeddings, overrides and isolates (U+061C, U+200E–U+200F, U+202A–U+202E,
-U+2066–U+2069), the zero-width and invisible characters (U+180E, U+200B–U+200D, U+2060–U+2064,
-U+206A–U+206F, U+FEFF) and the line and paragraph separators (U+2028, U+2029); and lone
-surrogates (U+D800–U+DFFF, what ``errors="surrogateescape"`` makes of a byte that is not UTF-8),
-which no UTF-8 file or terminal can take."""
+DEL, C1 controls (U+009B starts a sequence too), the line and paragraph separators (U+2028,
+U+2029); what reorders or hides text: Unicode's default-ignorable code points — the bidirectional
+marks, embeddings, overrides and isolates, the zero-width and invisible characters, the soft
+hyphen, the Hangul fillers, variation selectors, and the tag characters (U+E0000–U+E007F, which
+spell invisible text); and lone surrogates (U+D800–U+DFFF, what ``errors="surrogateescape"``
+makes of a byte that is not UTF-8), which no UTF-8 file or terminal can take."""
 
 
 def _spelled(match: re.Match) -> str:
     code = ord(match.group())
-    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
 
 
 def printable(text: str) -> str:

@@ -236,6 +236,8 @@ def load_config(path: str | Path) -> ModelConfig:
             raise ValueError(f"{path}: not valid TOML: {exc}") from None
         except RecursionError:
             raise ValueError(f"{path}: nested too deeply to read") from None
+        except ValueError as exc:  # a value Python cannot convert (an integer of more than 4,300 digits)
+            raise ValueError(f"{path}: {exc}") from None
         if set(raw) == {"model"} and isinstance(raw["model"], dict):
             raw = raw["model"]
     else:
@@ -243,6 +245,8 @@ def load_config(path: str | Path) -> ModelConfig:
             raw = json.loads(confined.check_nesting(text, path))
         except json.JSONDecodeError as exc:
             raise ValueError(f"{path}: not valid JSON: {exc}") from None
+        except ValueError as exc:  # a value Python cannot convert (an integer of more than 4,300 digits)
+            raise ValueError(f"{path}: {exc}") from None
     if not isinstance(raw, dict):
         raise ValueError(f"{path}: expected a JSON/TOML object of fields, got {type(raw).__name__}")
     config = config_from_dict(raw, source=str(path), default_name=path.parent.name if path.name == "config.json"

@@ -85,17 +85,17 @@ def describe_job(payload: dict) -> dict:
         load_callable(target, "--model")  # importable and callable: else a usage error, as for --backend
         source = UserSource(target, given, head_path=payload.get("head"))
     except FactoryRaised as exc:  # the factory's own end, named in the message (the exception is the cause)
-        out_of_memory = isinstance(exc.__cause__, MemoryError) or "DefaultCPUAllocator" in str(exc) or (
-            "out of memory" in str(exc).lower())
-        if out_of_memory and over_guard:
+        if isinstance(exc.__cause__, MemoryError) and over_guard:
+            return {"ok": False, "message": _memory_error(target, over_guard, exc.__cause__)}
+        if over_guard and ("DefaultCPUAllocator" in str(exc) or "out of memory" in str(exc).lower()):
             return {"ok": False, "message": f"--model {target}: the factory {over_guard}"}
         return {"ok": False, "message": str(exc)}
     except ValueError as exc:  # the tool's: the import, the factory's signature or return, its head not found
         return {"ok": False, "message": str(exc).splitlines()[0], "bad_signature": True}
     except SystemExit as exc:
         return {"ok": False, "message": f"--model {target}: the factory called sys.exit({exc.code!r})"}
-    except MemoryError:
-        return {"ok": False, "message": f"--model {target}: the factory {over_guard or 'raised MemoryError'}"}
+    except MemoryError as exc:
+        return {"ok": False, "message": _memory_error(target, over_guard, exc)}
     except BaseException as exc:  # noqa: BLE001 - the user's code: any failure is one line
         lines = message_of(exc).strip().splitlines()
         first = lines[0][:300] if lines else ""
@@ -103,6 +103,19 @@ def describe_job(payload: dict) -> dict:
             first = f"it {over_guard}"
         return {"ok": False, "message": f"--model {target}: the factory raised {type(exc).__name__}: {first}"}
     return {"ok": True, "config": source.config.to_dict(), "parameters": source.parameters}
+
+
+def _memory_error(target: str, over_guard: str | None, exc: MemoryError) -> str:
+    """The factory's ``MemoryError`` in one line. An allocation past the guard fails with one; so
+    does a factory that raises it itself: a bare one is an allocation's, one with a message may be
+    either, and the line says both (run the factory alone, without the guard, to tell them apart)."""
+    said = message_of(exc).strip().splitlines()
+    if not over_guard:
+        return f"--model {target}: the factory raised MemoryError" + (f": {said[0][:300]}" if said else "")
+    if not said:
+        return f"--model {target}: the factory {over_guard}"
+    return (f"--model {target}: the factory raised MemoryError: {said[0][:300]} — it {over_guard}, "
+            "or raised it itself")
 
 
 def _described(raw: object) -> tuple[ModelConfig, int] | FactoryFailed:

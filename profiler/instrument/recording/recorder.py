@@ -101,6 +101,10 @@ class StepRecorder:
                  batch: int | None = None, seq: int | None = None, trace: bool = True, snapshot: bool = True,
                  force: bool = False, append: bool = False,
                  on_record: Callable[[Path], None] | None = None) -> None:
+        if not isinstance(model, nn.Module):  # refused before the folder is made: the loop would fail at its step
+            raise ValueError(f"model: expected the torch.nn.Module being trained, got {type(model).__name__}")
+        if not isinstance(out, (str, os.PathLike)) or not str(out):
+            raise ValueError(f"out: expected a folder path, got {out!r:.60}")
         self.model = model
         self.out = Path(os.path.abspath(out))  # once: a later change of the current folder moves nothing
         listed = [steps] if isinstance(steps, (str, bytes)) else list(steps) if isinstance(steps, Iterable) else None
