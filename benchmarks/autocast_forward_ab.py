@@ -5,7 +5,7 @@
    (three launches a block: 14 blocks at 8192×768×32777). It now converts as many weight rows as the
    block buffer's bytes hold beside their tile partials and multiplies and reduces each such chunk in
    one tiled launch (the whole vocabulary at that head). ``*_blocks`` variants force the previous
-   path back (``passes._converting_tile_math`` patched to None) in the same process.
+   path back (``passes.converting_tile_math`` patched to None) in the same process.
 2. **Which plan ``"fast"`` should take.** ``"fast"`` plans the precompute strategy where it fits; in
    pure bf16 the tiled recompute of the default measured faster at the user's head (3.7 against
    4.6 ms, ``results/frontier-h100-2026-12-05/``). ``fast_recompute`` is ``"fast"``'s budget with
@@ -49,12 +49,12 @@ CASES = (
 @contextlib.contextmanager
 def block_forward():
     """The autocast forward as before: one converted chunk, product and reduction per block."""
-    original = passes._converting_tile_math
-    passes._converting_tile_math = lambda block_math, weight, compute_dtype: None
+    original = passes.converting_tile_math
+    passes.converting_tile_math = lambda block_math, weight, compute_dtype: None
     try:
         yield
     finally:
-        passes._converting_tile_math = original
+        passes.converting_tile_math = original
 
 
 def variants(mode: str, hidden, weight, target, bias):

@@ -41,6 +41,7 @@ from fusedce.options import LossOptions
 from fusedce.planner import ChunkPlan, block_row_stride  # noqa: F401 (block_row_stride: re-exported)
 from fusedce.stats import RowStats
 from fusedce.validation import out_of_range_targets, outside_vocabulary
+from fusedce.wide_forward import converting_tile_math, stats_in_wide_chunks
 
 
 def accumulation_dtype(compute_dtype: torch.dtype) -> torch.dtype:
@@ -92,7 +93,7 @@ def forward(
     stats = RowStats.empty(n, hidden.device, acc)
     work = BlockWorkspace(plan, hidden, weight, compute_dtype, acc)
     tiles = _tile_math(block_math, weight, compute_dtype)
-    converting = _converting_tile_math(block_math, weight, compute_dtype)
+    converting = converting_tile_math(block_math, weight, compute_dtype)
     need_sum = opts.label_smoothing > 0
     for r0, r1 in plan.row_chunks(n):  # a row chunk's slices are made once, not once per block
         h_i, target_i, stats_i = work.hidden_rows(r0, r1), target[r0:r1], stats.rows(r0, r1)
@@ -102,7 +103,7 @@ def forward(
                                       softcap=opts.softcap_value, need_sum=need_sum))
         done = v if whole else 0  # the vocabulary columns [0, done) are folded into stats_i
         if converting is not None:
-            done = _stats_in_wide_chunks(converting, work, h_i, weight, bias, offset, target_i, stats_i,
+            done = stats_in_wide_chunks(converting, work, h_i, weight, bias, offset, target_i, stats_i,
                                          softcap=opts.softcap_value, need_sum=need_sum, plan_cols=plan.cols)
         for c0, c1 in [(c, min(v, c + plan.cols)) for c in range(done, v, plan.cols)]:
             w_j = work.weight_rows(c0, c1)
@@ -156,9 +157,9 @@ def backward(
                                 per_chunk=plan.per_chunk, need_hidden=need_hidden, need_weight=need_weight,
                                 need_bias=need_bias and bias is not None)
     work = BlockWorkspace(plan, hidden, weight, compute_dtype, acc, hidden_sum=need_hidden,
-                      ones=grads.bias is not None)
+                          ones=grads.bias is not None)
     col_chunks = plan.col_chunks(v)
-    tiles = _tile_math(block_math, weight, compute_dtype)
+    tiles = _backward_tile_math(block_math)
     for i, (r0, r1) in enumerate(row_chunks):
         h_i = work.hidden_rows(r0, r1)
         target_i, lse_i, row_scale_i = target[r0:r1], lse[r0:r1], row_scale[r0:r1]
@@ -316,61 +317,25 @@ class _Gradients:
 
 
 def _tile_math(block_math: BlockMath, weight: torch.Tensor, compute_dtype: torch.dtype) -> TileMath | None:
-    """The block math's tiled kernels (product and softmax math in one kernel) for every block: a
-    weight already in the compute dtype (pure bf16/fp16). Under autocast (an fp32 weight converted
-    chunk by chunk) a tiled launch per block measured slower at the 8192×768×32777 head (13.8 ms
-    against 7.8, ``benchmarks/results/tiles-h200-2026-12-04/``: the host's cost of a launch with
-    tensor descriptors); there only the forward uses them, in wide chunks (:func:`_converting_tile_math`)."""
+    """The block math's tiled kernels (product and softmax math in one kernel) for every block of
+    the forward: a weight already in the compute dtype (pure bf16/fp16). Under autocast (an fp32
+    weight converted chunk by chunk) a tiled forward launch per block (partials, then a merge)
+    measured slower at the 8192×768×32777 head (13.8 ms against 7.8,
+    ``benchmarks/results/tiles-h200-2026-12-04/``: the host's cost of the launches); there the forward
+    uses them in wide chunks (:func:`fusedce.wide_forward.converting_tile_math`), the backward per block
+    (:func:`_backward_tile_math`)."""
     if weight.dtype != compute_dtype or not isinstance(block_math, TileMath):
         return None
     return block_math
 
 
-def _converting_tile_math(block_math: BlockMath, weight: torch.Tensor, compute_dtype: torch.dtype
-                          ) -> TileMath | None:
-    """The block math's tiled kernels for an autocast forward (a weight converted to a 2-byte
-    compute dtype): :func:`_stats_in_wide_chunks` converts the weight into the block buffer in
-    chunks wider than the plan's blocks, and one launch multiplies and reduces each."""
-    if weight.dtype == compute_dtype or compute_dtype not in (torch.bfloat16, torch.float16) \
-            or not isinstance(block_math, TileMath):
-        return None
-    return block_math
-
-
-def _stats_in_wide_chunks(tiles: TileMath, work: "BlockWorkspace", h_i: torch.Tensor, weight: torch.Tensor,
-                          bias: torch.Tensor | None, offset: int, target_i: torch.Tensor, stats_i: RowStats, *,
-                          softcap: float, need_sum: bool, plan_cols: int) -> int:
-    """Forward of one row chunk under autocast, in as few launches as the block buffer allows.
-
-    The block buffer holds R × C fp32 logits in the block path; here it holds a chunk of weight
-    rows converted to the compute dtype (C'·H·c bytes) and the chunk's tile partials
-    (:meth:`TileMath.partial_bytes`), with C' ≥ C (at 8192×768×32777: the whole vocabulary against
-    2432 columns), and the tiled kernels multiply and reduce each chunk without writing its
-    logits. h_i (R, H) in the compute dtype; ``stats_i`` (R,) views, updated in place.
-
-    Only where the chunks are at least twice the plan's columns (or the whole vocabulary): a tiled
-    launch costs the host more than a block's product and reduction (tensor descriptors, a merge
-    launch), and at 8192×3072×32064 with ``"min"`` chunks as wide as its blocks took 22.3 ms
-    against 16.2 (``benchmarks/results/autocast-forward-h100-2026-12-05/``).
-
-    Returns the first vocabulary column not folded into ``stats_i``: 0 where the chunks would not
-    be wide enough or the kernels refuse the operands (the block path then takes the whole row
-    chunk), V when every column is done.
-    """
-    rows, (v, h) = h_i.shape[0], weight.shape
-    cols = work.weight_chunk_cols(rows, h, h_i.element_size(), tiles.partial_bytes)
-    if cols < min(v, 2 * plan_cols):
-        return 0
-    for c0 in range(0, v, cols):
-        c1 = min(v, c0 + cols)
-        w_j, scratch = work.weight_chunk_view(c1 - c0, h, h_i.dtype)
-        if not tiles.tiles_supported(h_i, w_j):  # checked before converting: a GPU without tensor-memory copies
-            return c0
-        w_j.copy_(weight[c0:c1])
-        if not tiles.tile_stats(h_i, w_j, _columns(bias, c0, c1), offset + c0, target_i, stats_i, scratch,
-                                softcap=softcap, need_sum=need_sum):
-            return c0  # a kernel variant this GPU cannot compile: nothing written for [c0, c1)
-    return v
+def _backward_tile_math(block_math: BlockMath) -> TileMath | None:
+    """The block math's tiled kernels for the backward's blocks, on the weight as it is or on its
+    converted chunks (an fp32 weight under autocast): one launch computes a block's gradients from
+    its operands, where a product and a block kernel went through the fp32 logits, and the block
+    holds twice the columns (8192×768×32777 in amp: 4.62 → 3.86 ms,
+    ``benchmarks/results/amp-tiles-probe-h100-2026-12-05/``)."""
+    return block_math if isinstance(block_math, TileMath) else None
 
 
 def _contiguous_vectors(target: torch.Tensor, bias: torch.Tensor | None):

@@ -1,0 +1,111 @@
+"""Would the tiled kernels pay in the autocast backward? Measured in one process before building it.
+
+Under autocast (an fp32 weight converted chunk by chunk) the backward runs each block through cuBLAS
+(fp32 logits written) and the block kernel (read back, bf16 gradients written): five launches a
+block. The tiled kernel would compute the gradients from the converted chunk without the fp32 logits
+(four launches a block), and its block needs 2 bytes a logit, not 4: the same budget holds twice the
+columns, half the blocks. Design 10 measured tiled launches per block slower on the host; this probe
+asks whether half the blocks repay it.
+
+Variants per amp head (fp32 weight, bf16 hidden, bf16 autocast, default budget):
+
+- ``default``: as planned (the forward in wide chunks, the backward on the block kernels);
+- ``tiles``: the tiled kernels allowed for converted chunks (``passes._tile_math`` patched), same plan;
+- ``tiles_2x``: the same with twice the plan's columns (``vocab_chunk_size``): the block count a tiled
+  plan would have. Its buffer is still sized at 4 bytes a logit here, so only its time is the prediction;
+- ``torch_compile`` for the ratio.
+
+Median of ``--repeats`` CUDA-event timings, peak allocated above the inputs, the difference of the
+loss and gradients from the default's.
+
+    python3 benchmarks/amp_tiles_probe.py --out $OUT        (on the device; writes amp-tiles-probe.json)
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import fusedce  # noqa: E402
+from fusedce import passes, planner  # noqa: E402
+from fusedce.block_math import TileMath  # noqa: E402
+from fusedce.options import LossOptions  # noqa: E402
+from fusedce_profiler.instrument.backends import get_backend  # noqa: E402
+from benchmarks.tiles_ab import measure, rel, save_with_environment  # noqa: E402
+
+HEADS = ("8192x768x32777", "8192x3072x32064", "8192x4096x128256")
+
+
+@contextlib.contextmanager
+def tiles_for_converted_chunks(on: bool):
+    original = passes._tile_math
+    if on:
+        passes._tile_math = lambda block_math, weight, compute_dtype: (
+            block_math if isinstance(block_math, TileMath) else None)
+    try:
+        yield
+    finally:
+        passes._tile_math = original
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--repeats", type=int, default=9)
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for head in HEADS:
+        n, h, v = (int(x) for x in head.split("x"))
+        torch._dynamo.reset()
+        gen = torch.Generator(device="cuda").manual_seed(0)
+        hidden = torch.randn(n, h, device="cuda", generator=gen).bfloat16().requires_grad_()
+        weight = (torch.randn(v, h, device="cuda", generator=gen) * (3.0 / h ** 0.5)).requires_grad_()
+        target = torch.randint(0, v, (n,), device="cuda", generator=gen)
+        plan = planner.plan_chunks(n, h, v, hidden_dtype=torch.bfloat16, weight_dtype=torch.float32,
+                                   compute_dtype=torch.bfloat16, scalar_loss=True, needs_grad=True, cuda=True,
+                                   sm_count=torch.cuda.get_device_properties(0).multi_processor_count)
+        compiled = get_backend("torch-compile").make()
+        variants = {
+            "default": (False, {}),
+            "tiles": (True, {}),
+            "tiles_2x": (True, {"chunk_size": plan.rows, "vocab_chunk_size": 2 * plan.cols}),
+            "torch_compile": (False, None),
+        }
+        row = {"head": head, "plan": [plan.rows, plan.cols]}
+        results = {}
+        for name, (tiled, options) in variants.items():
+            def step(tiled=tiled, options=options):
+                hidden.grad = weight.grad = None
+                with tiles_for_converted_chunks(tiled):
+                    with torch.autocast("cuda", dtype=torch.bfloat16):
+                        loss = (compiled(hidden, weight, target, None, LossOptions()) if options is None else
+                                fusedce.linear_cross_entropy(hidden, weight, target, **options))
+                    loss.backward()
+                return loss.detach().float(), hidden.grad, weight.grad
+
+            result, peak, times = measure(step, hidden, weight, args.repeats)
+            results[name] = tuple(t.clone() for t in result)
+            row[f"{name}_peak_extra_bytes"] = peak
+            row[f"{name}_times_ms"] = times
+            row[f"{name}_median_ms"] = statistics.median(times)
+        for name in ("tiles", "tiles_2x"):
+            for label, a, b in zip(("loss", "grad_hidden", "grad_weight"), results[name], results["default"]):
+                row[f"{name}_{label}_rel_diff"] = rel(a, b)
+        rows.append(row)
+        print(json.dumps({k: (float(f"{x:.4g}") if isinstance(x, float) else x) for k, x in row.items()
+                          if not k.endswith("times_ms")}), flush=True)
+        del hidden, weight, target, results
+        torch.cuda.empty_cache()
+    save_with_environment(args.out / "amp-tiles-probe.json", rows)
+
+
+if __name__ == "__main__":
+    main()
