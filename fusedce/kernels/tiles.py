@@ -151,10 +151,10 @@ def tiles_planned(hidden: torch.Tensor, weight: torch.Tensor, compute_dtype: tor
                   device: torch.device | None = None) -> bool:
     """Whether a loss over ``hidden (N, H)`` and ``weight (V, H)`` computed in ``compute_dtype``
     will run its blocks through the tiled kernels, so that its plan may size a block at 2 bytes
-    a logit (:class:`fusedce.planner.ChunkPlan` ``tiled``): 2-byte operands laid out as
-    :func:`tiles_supported` needs, on a GPU with tensor-memory copies. Hidden rows and weight rows in
-    another dtype (an fp32 weight under autocast) are converted into contiguous buffers; rows of the
-    compute dtype must have the layout themselves. A block the kernels still refuse runs
+    a logit (:class:`fusedce.planner.ChunkPlan` ``tiled``): a weight already in the 2-byte compute
+    dtype (no chunk converted), laid out as :func:`tiles_supported` needs, on a GPU with
+    tensor-memory copies. Hidden rows in another dtype are converted into a contiguous buffer;
+    rows of this dtype must have the layout themselves. A block the kernels still refuse runs
     through the block kernels in pieces of the buffer's fp32 size (:mod:`fusedce.passes`).
     ``device``: where the loss runs (default: the weight's; the memory model asks about the
     current GPU with meta tensors, which allocate nothing)."""
@@ -164,10 +164,8 @@ def tiles_planned(hidden: torch.Tensor, weight: torch.Tensor, compute_dtype: tor
 
 def _layout_planned(hidden: torch.Tensor, weight: torch.Tensor, compute_dtype: torch.dtype) -> bool:
     """:func:`tiles_planned`'s dtype and layout conditions (any device)."""
-    def as_computed(t: torch.Tensor) -> torch.Tensor:  # a converted chunk: contiguous, in a fresh buffer
-        return t if t.dtype == compute_dtype else torch.empty((0, t.shape[1]), dtype=compute_dtype)
-
-    return _operands_fit(as_computed(hidden), as_computed(weight))
+    rows = hidden if hidden.dtype == compute_dtype else torch.empty((0, weight.shape[1]), dtype=compute_dtype)
+    return weight.dtype == compute_dtype and _operands_fit(rows, weight)
 
 
 def _operands_fit(h: torch.Tensor, w: torch.Tensor) -> bool:
