@@ -10,7 +10,7 @@ asks whether half the blocks repay it.
 Variants per amp head (fp32 weight, bf16 hidden, bf16 autocast, default budget):
 
 - ``default``: as planned (the forward in wide chunks, the backward on the block kernels);
-- ``tiles``: the tiled kernels allowed for converted chunks (``passes._tile_math`` patched), same plan;
+- ``tiles``: the tiled kernels allowed for converted chunks (``plan_probe.tiles_forced``), same plan;
 - ``tiles_2x``: the same with twice the plan's columns (``vocab_chunk_size``): the block count a tiled
   plan would have. Its buffer is still sized at 4 bytes a logit here, so only its time is the prediction;
 - ``torch_compile`` for the ratio.
@@ -22,7 +22,6 @@ loss and gradients from the default's.
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import statistics
@@ -34,33 +33,17 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import fusedce  # noqa: E402
-from fusedce import passes, planner  # noqa: E402
-from fusedce.block_math import TileMath  # noqa: E402
+from fusedce import planner  # noqa: E402
 from fusedce.options import LossOptions  # noqa: E402
 from fusedce_profiler.instrument.backends import get_backend  # noqa: E402
-from benchmarks.tiles_ab import measure, rel, save_with_environment  # noqa: E402
+from benchmarks.plan_probe import tiles_forced
+from benchmarks.tiles_ab import measure, probe_arguments, rel, save_with_environment  # noqa: E402
 
 HEADS = ("8192x768x32777", "8192x3072x32064", "8192x4096x128256")
 
 
-@contextlib.contextmanager
-def tiles_for_converted_chunks(on: bool):
-    original = passes._tile_math
-    if on:
-        passes._tile_math = lambda block_math, weight, compute_dtype: (
-            block_math if isinstance(block_math, TileMath) else None)
-    try:
-        yield
-    finally:
-        passes._tile_math = original
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--repeats", type=int, default=9)
-    args = parser.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
+    args = probe_arguments()
     rows = []
     for head in HEADS:
         n, h, v = (int(x) for x in head.split("x"))
@@ -84,7 +67,7 @@ def main() -> None:
         for name, (tiled, options) in variants.items():
             def step(tiled=tiled, options=options):
                 hidden.grad = weight.grad = None
-                with tiles_for_converted_chunks(tiled):
+                with tiles_forced() if tiled else contextlib.nullcontext():
                     with torch.autocast("cuda", dtype=torch.bfloat16):
                         loss = (compiled(hidden, weight, target, None, LossOptions()) if options is None else
                                 fusedce.linear_cross_entropy(hidden, weight, target, **options))

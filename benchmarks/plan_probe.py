@@ -20,7 +20,6 @@ default's.
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import statistics
@@ -35,7 +34,7 @@ import fusedce  # noqa: E402
 from fusedce import passes  # noqa: E402
 from fusedce.block_math import TileMath  # noqa: E402
 from fusedce.planner import plan_chunks  # noqa: E402
-from benchmarks.tiles_ab import measure, rel, save_with_environment  # noqa: E402
+from benchmarks.tiles_ab import measure, probe_arguments, rel, save_with_environment  # noqa: E402
 
 BF16_HEADS = ("8192x768x32777", "8192x4096x128256", "8192x2304x256000")
 AMP_HEADS = ("8192x768x32777",)
@@ -111,11 +110,7 @@ def variants(head: str, amp: bool, n: int, h: int, v: int):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--repeats", type=int, default=9)
-    args = parser.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
+    args = probe_arguments()
     rows = []
     cases = [(head, False) for head in BF16_HEADS] + [(head, True) for head in AMP_HEADS]
     for head, amp in cases:

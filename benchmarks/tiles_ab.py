@@ -65,6 +65,16 @@ def save_with_environment(path: Path, rows: list[dict]) -> None:
     path.write_text(json.dumps({"environment": collect_environment(), "results": rows}, indent=1))
 
 
+def probe_arguments() -> argparse.Namespace:
+    """``--out`` (made) and ``--repeats`` (default 9): the arguments every probe of the kernels takes."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--repeats", type=int, default=9)
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    return args
+
+
 def rel(a, b):
     return ((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-30)).item()
 

@@ -18,7 +18,7 @@ import importlib
 from pathlib import Path
 from typing import Iterable
 
-from fusedce_profile.recorder import StepRecorder, callback_recorder
+from fusedce_profile.recorder import StepRecorder, callback_arguments, callback_recorder
 
 FOLDER = "fusedce-profile"
 
@@ -44,7 +44,7 @@ def make_callback_class(package: str):
                      trace: bool = True, snapshot: bool = True, force: bool = False, append: bool = False,
                      report: bool = True) -> None:
             super().__init__()
-            self.steps, self.out = tuple(steps), out
+            self.steps, self.out = callback_arguments(steps, out)
             self.options = dict(label=label, fused=fused, head=head, vocab=vocab, trace=trace, snapshot=snapshot,
                                 force=force, append=append, report=report)
             self.recorder: StepRecorder | None = None

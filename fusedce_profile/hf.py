@@ -16,7 +16,7 @@ from typing import Iterable
 
 from transformers import TrainerCallback
 
-from fusedce_profile.recorder import StepRecorder, callback_recorder
+from fusedce_profile.recorder import StepRecorder, callback_arguments, callback_recorder
 
 FOLDER = "fusedce-profile"
 
@@ -32,7 +32,7 @@ class StepRecorderCallback(TrainerCallback):
     def __init__(self, steps: Iterable[int] = (2,), out: str | Path | None = None, *, label: str = "",
                  fused: bool | None = None, head: str | None = None, vocab: int | None = None, trace: bool = True,
                  snapshot: bool = True, force: bool = False, append: bool = False, report: bool = True) -> None:
-        self.steps, self.out = tuple(steps), out
+        self.steps, self.out = callback_arguments(steps, out)
         self.options = dict(label=label, fused=fused, head=head, vocab=vocab, trace=trace, snapshot=snapshot,
                             force=force, append=append, report=report)
         self.recorder: StepRecorder | None = None
@@ -67,7 +67,8 @@ class StepRecorderCallback(TrainerCallback):
             return
         if rec.recording:
             rec.finish()
-        if rec.device.type == "cuda":
+        device = rec.device
+        if device is not None and device.type == "cuda":
             self._note_reserved()
 
     def on_evaluate(self, args, state, control, **kwargs):

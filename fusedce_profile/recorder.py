@@ -12,9 +12,11 @@ import os
 import sys
 import warnings
 from pathlib import Path
+from typing import Iterable
 
 from fusedce_profile.errors import UsageError
 from fusedce_profiler.instrument.recording.recorder import StepRecorder as _ProfilerStepRecorder
+from fusedce_profiler.instrument.recording.arguments import checked_out, checked_steps
 from fusedce_profiler.instrument.text import one_line
 
 
@@ -91,6 +93,16 @@ def _free_sibling(folder: Path) -> Path:
     while os.path.lexists(candidate := folder.with_name(f"{folder.name}-{n}")):
         n += 1
     return candidate
+
+
+def callback_arguments(steps: Iterable[int], out: str | os.PathLike | None) -> tuple[tuple[int, ...], str | None]:
+    """A callback's ``steps`` and ``out`` (None: the trainer's folder), checked when the callback is made
+    as :class:`StepRecorder` checks them: :class:`~fusedce_profile.errors.UsageError` naming the argument,
+    never a ``TypeError`` in the middle of ``fit``."""
+    try:
+        return tuple(sorted(checked_steps(steps))), None if out is None else checked_out(out)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def callback_recorder(model, folder: Path, steps, options: dict) -> StepRecorder:

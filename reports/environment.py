@@ -9,6 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+MAX_SESSIONS_SHOWN = 20
+"""Later sessions of a run (``resumed``) listed one by one; the rest are counted in one line."""
+
+
 def read_environment(run_dir: Path) -> dict[str, Any]:
     """The stored environment of a run (:func:`fusedce_profiler.instrument.environment.load_environment`)."""
     from fusedce_profiler.instrument.environment import load_environment
@@ -26,9 +30,12 @@ def environment_lines(environment: dict[str, Any], prefix: str = "") -> list[str
         elif isinstance(value, (list, tuple)) and value and all(isinstance(v, dict) for v in value):
             # e.g. "resumed": the environments of later sessions of the same run; show
             # only what differs from this one, so an unchanged machine costs one line each.
-            for index, item in enumerate(value, start=1):
+            for index, item in enumerate(value[:MAX_SESSIONS_SHOWN], start=1):
                 changed = {k: v for k, v in item.items() if environment.get(k) != v}
                 lines.extend(environment_lines(changed, prefix=f"{name}[{index}].") or [f"{name}[{index}]: same"])
+            if len(value) > MAX_SESSIONS_SHOWN:
+                lines.append(f"{name}[{MAX_SESSIONS_SHOWN + 1}–{len(value)}]: {len(value) - MAX_SESSIONS_SHOWN:,} more "
+                             "sessions, not shown")
         elif isinstance(value, (list, tuple)):
             lines.append(f"{name}: {', '.join(str(v) for v in value)}")
         else:

@@ -185,3 +185,16 @@ def test_a_deeply_nested_hf_config_is_one_value_error_naming_the_reference(tmp_p
     path = _write(tmp_path, "config.json", '{"model_type": ' + "[" * 100_000 + "]" * 100_000 + "}")
     with pytest.raises(ValueError, match=r"--hf .*config.json.*nested deeper than the limit of 64 levels"):
         HFSource.from_reference(str(path))
+
+
+@pytest.mark.parametrize("field, value", [
+    ("ffn_factor", float("inf")), ("ffn_factor", float("nan")), ("norm_eps", float("-inf")), ("norm_eps", float("nan")),
+    ("norm_eps", True), ("norm_eps", "x"), ("final_logit_softcapping", float("inf")), ("lm_head_bias", 5),
+])
+def test_a_config_number_that_is_not_finite_or_of_its_kind_is_refused_naming_the_field(field, value):
+    """An infinite ffn_factor ended in an OverflowError traceback; a NaN or -inf norm_eps, an infinite
+    soft-cap or a bias of 5 were run (a NaN loss stored, or every job failed)."""
+    raw = {"hidden_size": 64, "vocab_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4, "ffn_factor": 4,
+           field: value}
+    with pytest.raises(ValueError, match=field):
+        config_from_dict(raw, source="c.json")

@@ -144,20 +144,25 @@ def test_report_refuses_other_linked_files(run, secret, name):
     _one_line_exit_2(_report(run), f"{run / name}: a symbolic link")
 
 
+def _make_not_regular(path: Path, kind: str) -> None:
+    """Put at ``path`` what no reader may take for a file: a link to ``/dev/null``, a dangling link, a folder or a named pipe."""
+    if kind == "link to /dev/null":
+        path.symlink_to("/dev/null")
+    elif kind == "dangling link":
+        path.symlink_to(path.parent / "nowhere")
+    elif kind == "folder":
+        path.mkdir()
+    else:
+        os.mkfifo(path)
+
+
 @pytest.mark.parametrize("kind", ["link to /dev/null", "dangling link", "folder", "named pipe"])
 def test_a_plan_that_is_not_a_regular_file_is_refused_never_read_as_no_plan(run, kind):
     """Read as "no plan", a cut run's report said it was complete (no "interrupted" note), exit 0."""
     plan = run / store.PLAN_FILE
     if plan.exists():
         plan.unlink()
-    if kind == "link to /dev/null":
-        plan.symlink_to("/dev/null")
-    elif kind == "dangling link":
-        plan.symlink_to(run / "nowhere")
-    elif kind == "folder":
-        plan.mkdir()
-    else:
-        os.mkfifo(plan)
+    _make_not_regular(plan, kind)
     fragment = "a symbolic link" if "link" in kind else "not a regular file"
     _one_line_exit_2(_report(run), f"{plan}: {fragment}")
 
@@ -361,3 +366,24 @@ def test_a_pipe_in_place_of_a_record_is_named_not_waited_on(run, name):
     (run / store.RESULTS_FILE).unlink()
     os.mkfifo(run / name)
     _one_line_exit_2(_report(run), f"{run / name}: not a regular file")
+
+
+@pytest.mark.parametrize("name", ["interrupted.json", store.FIT_FILE])
+@pytest.mark.parametrize("kind", ["link to /dev/null", "dangling link", "folder", "named pipe"])
+def test_a_mark_or_fit_file_that_is_not_a_regular_file_is_refused_never_read_as_absent(tmp_path, name, kind):
+    """Read as absent, a cut run's report no longer said it was interrupted."""
+    from fusedce_profiler.instrument.interruption import read_interruption
+    from fusedce_profiler.judgements.fit import load_fits
+
+    path = tmp_path / name
+    _make_not_regular(path, kind)
+    with pytest.raises(confined.FolderRefused, match=str(path)):
+        read_interruption(tmp_path) if name == "interrupted.json" else load_fits(tmp_path)
+
+
+def test_a_damaged_interruption_mark_is_named_never_ignored(tmp_path):
+    from fusedce_profiler.instrument.interruption import read_interruption
+
+    (tmp_path / "interrupted.json").write_text("{")
+    with pytest.raises(ValueError, match="interrupted.json"):
+        read_interruption(tmp_path)

@@ -86,3 +86,12 @@ def test_a_triton_whose_import_exits_is_recorded_not_obeyed(tmp_path):
                           env={**os.environ, "PYTHONPATH": str(tmp_path)})
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == "unknown (its metadata cannot be read)"
+
+
+def test_later_sessions_beyond_twenty_are_counted_in_one_line():
+    """340,000 empty sessions under ``resumed`` (within the file's size limit) made a 340,000-line summary."""
+    from fusedce_reports.environment import MAX_SESSIONS_SHOWN, environment_lines
+
+    lines = environment_lines({"torch": "2.13", "resumed": [{}] * 340_000})
+    assert len(lines) == 1 + MAX_SESSIONS_SHOWN + 1
+    assert lines[-1] == f"resumed[{MAX_SESSIONS_SHOWN + 1}–340000]: 339,980 more sessions, not shown"

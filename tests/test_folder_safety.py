@@ -479,3 +479,18 @@ def test_a_run_folder_file_that_cannot_be_written_is_named_never_taken_for_the_t
                           env=cli_env())
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     assert done.stderr.splitlines() == ["error: run/environment.json: No space left on device"]
+
+
+def test_a_lock_note_that_cannot_be_written_is_not_left_behind(tmp_path, monkeypatch):
+    """On a full disk the note was created, its write failed, and the empty ``.lock`` stayed in a finished folder."""
+    import errno
+
+    from fusedce_profiler.instrument import runlock
+
+    def full(fd, length):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(runlock.os, "ftruncate", full)
+    with pytest.raises(OSError, match="No space left on device"):
+        runlock.RunLock(tmp_path).acquire()
+    assert not os.path.lexists(tmp_path / runlock.LOCK_FILE)

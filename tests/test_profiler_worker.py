@@ -266,3 +266,23 @@ def test_the_mark_search_spares_a_process_older_than_the_worker_or_of_another_us
     ''')
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert done.stdout.split() == ["None", "-9", "None"], (done.stdout, done.stderr)
+
+
+def test_a_worker_that_died_silently_on_a_full_disk_is_an_os_error_naming_its_log(tmp_path, monkeypatch):
+    """On a full disk the worker could not write its log and died without a word: the job (a user's loss
+    under ``doctor``) was blamed, "the worker exited with code 1", and the named log was empty."""
+    import errno
+    import signal
+
+    from fusedce_profiler.instrument import worker as worker_module
+
+    monkeypatch.setattr(worker_module, "disk_full", lambda folder: True)
+    worker = Worker(tmp_path / "logs")
+    try:
+        worker.wait_ready()
+        os.kill(worker.pid, signal.SIGKILL)
+        with pytest.raises(OSError) as raised:
+            worker.call("environment", timeout_s=60)
+        assert raised.value.errno == errno.ENOSPC and raised.value.filename == str(worker.log_path)
+    finally:
+        worker.close()

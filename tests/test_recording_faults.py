@@ -119,3 +119,41 @@ def test_the_hf_callback_warns_and_training_goes_on(where, request, hf_callback,
             callback.on_step_end(args, state, None)
         callback.on_train_end(args, state, None)
     assert state.global_step == 3
+
+
+class _ParametersRaise(WrappedHeadLM):
+    def parameters(self, recurse: bool = True):
+        raise RuntimeError("parameters() of a model that lists them lazily")
+
+
+def test_a_model_whose_parameters_raise_is_a_warning_and_training_goes_on(tmp_path):
+    """The recorder asked the model's device at the recorded step, unguarded: the user's loop died."""
+    model = _ParametersRaise()
+    recorder = StepRecorder(model, tmp_path / "r", steps=(1,), trace=False, report=False)
+    optimizer = torch.optim.SGD(torch.nn.Module.parameters(model), lr=1e-3)
+    with pytest.warns(RuntimeWarning, match=r"step 1 is not recorded: the model's parameters\(\) raised"):
+        for i in range(3):
+            with recorder.step():
+                _loss(model, _batch(i)).backward()
+                optimizer.step()
+    recorder.close()
+    assert recorder.count == 3 and recorder.records == []
+
+
+@pytest.mark.parametrize("steps, out, fragment", [
+    (range(10**9), "r", "more than the 20,000 steps"), (__import__("itertools").count(), "r", "more than the 20,000"),
+    (5, "r", "steps must be"), ((2,), "", "out: expected a folder path"), ((2,), 123, "out: expected a folder path"),
+    ((2,), b"r", "out: expected a folder path"), ((2,), "a\x00b", "out: a path cannot hold a NUL"),
+])
+def test_recorders_and_callbacks_refuse_bad_arguments_naming_them(tmp_path, lightning_callback, hf_callback, steps,
+                                                                  out, fragment):
+    """An endless ``steps`` was listed before the limit was checked (out of memory); a callback took
+    ``out=""`` for the current folder and raised a bare ``TypeError`` for ``steps=5`` or ``out=123``."""
+    from fusedce_profile.errors import UsageError
+
+    os.chdir(tmp_path)
+    for make in (lambda: StepRecorder(WrappedHeadLM(), out, steps=steps), lambda: lightning_callback(steps, out),
+                 lambda: hf_callback(steps, out)):
+        with pytest.raises(UsageError, match=fragment):
+            make()
+    assert os.listdir(tmp_path) == []

@@ -181,3 +181,11 @@ def test_a_value_the_writer_never_stores_is_refused_naming_it(example, name, pat
             load_parity_report(run)
     else:
         assert message in load_recorded_steps(run).skipped[0].reason
+
+
+def test_a_module_name_python_imports_is_a_back_end_name_and_a_formula_never_is():
+    """``café:loss`` passed the back-end check, then every cell's row was refused as "not a valid row"."""
+    from fusedce_profiler.instrument.records import is_backend_name
+
+    assert all(map(is_backend_name, ["torch", "fusedce-min", "café:loss", "pkg.mod:make_loss", "x.y:z.w"]))
+    assert not any(map(is_backend_name, ["=x:y", "+1", "a:b:c", "a:", "torch\n=1", "m:\u200b", "@SUM(A1)"]))

@@ -8,6 +8,7 @@ the reports read it to say, at the top, that what they show is partial.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+import os
 from pathlib import Path
 
 from fusedce_profiler.instrument import store
@@ -35,15 +36,17 @@ def mark_interrupted(folder: str | Path, interruption: Interruption) -> Path:
 
 
 def read_interruption(folder: str | Path) -> Interruption | None:
-    """The folder's stored interruption, ``None`` when its run was not stopped (or the mark is unreadable)."""
+    """The folder's stored interruption, ``None`` when its run was not stopped; ``ValueError`` naming the
+    file when the mark is damaged, and a link, pipe or folder in its place refused as every run file is
+    (:mod:`fusedce_profiler.instrument.confined`): a cut run's report never reads as a finished one's."""
     path = Path(folder) / INTERRUPTED_FILE
-    if not path.is_file():
+    if not os.path.lexists(path):
         return None
+    raw = store.read_json(path)
     try:
-        raw = store.read_json(path)
         return Interruption(str(raw["signal"]), str(raw["finished"]), str(raw["continue_with"]))
-    except (ValueError, KeyError, TypeError, OSError):
-        return None
+    except (KeyError, TypeError):
+        raise ValueError(f"{path}: not an interruption mark (signal, finished, continue_with)") from None
 
 
 def clear_interruption(folder: str | Path) -> None:

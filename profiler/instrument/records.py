@@ -21,16 +21,18 @@ from fusedce_profiler.instrument.schema import build
 from fusedce_profiler.instrument import store
 from fusedce_profiler.instrument.fields import MAX_DIMENSION, device_field, float_field, int_field, time_field
 
-_NAME = r"[A-Za-z][A-Za-z0-9_.\-]*"
-_DOTTED = r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*"
-_BACKEND_NAME = re.compile(rf"{_NAME}|{_DOTTED}:{_DOTTED}")
+_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.\-]*")
 
 
 def is_backend_name(name: str) -> bool:
     """Whether ``name`` can name a back-end: a name (a letter, then letters, digits, ``_``, ``.``,
-    ``-``: the built-in names and the benchmarks' variants) or ``package.module:callable``.
-    Nothing else is read back from a folder, so no stored name starts a spreadsheet formula."""
-    return bool(_BACKEND_NAME.fullmatch(name))
+    ``-``: the built-in names and the benchmarks' variants) or ``package.module:callable``, each part
+    a Python identifier (``café:loss`` too, as Python imports it). Nothing else is read back from a
+    folder, so no stored name starts a spreadsheet formula (no identifier starts with ``=+-@``)."""
+    if _NAME.fullmatch(name):
+        return True
+    module, colon, attribute = name.partition(":")
+    return bool(colon) and all(part.isidentifier() for text in (module, attribute) for part in text.split("."))
 
 
 def _stored_path(value: Any, name: str, under: str | None = None) -> str | None:

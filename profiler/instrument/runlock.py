@@ -5,6 +5,7 @@ Public API: :data:`LOCK_FILE`, :class:`RunLock`, :class:`FolderInUse`, :func:`li
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from pathlib import Path
@@ -62,12 +63,17 @@ class RunLock:
         except BlockingIOError:
             os.close(fd)
             raise FolderInUse(self.folder, self._holder()) from None
+        opened = False
         try:  # a linked, hard-linked or piped note is refused, never written through or waited on
             note = confined.open_own_file(LOCK_FILE, os.O_WRONLY | os.O_CREAT, self.path, dir_fd=fd)
+            opened = True
             os.ftruncate(note, 0)  # only once it is known to be the folder's own file
             with os.fdopen(note, "w", encoding="utf-8") as fh:
                 fh.write(f"pid {os.getpid()} since {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
         except OSError as exc:
+            if opened:  # the folder's own note, which could not be written (a full disk): none is left behind
+                with contextlib.suppress(OSError):
+                    os.unlink(LOCK_FILE, dir_fd=fd)
             os.close(fd)  # closing the folder releases the lock
             exc.filename = str(self.path)  # opened relative to the folder: name the whole path
             raise

@@ -36,6 +36,7 @@ Public API: :class:`Worker`, :class:`WorkerDied`, :class:`JobFailed`, :data:`JOB
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import select
@@ -50,6 +51,7 @@ from typing import TypeVar
 from fusedce_profiler.instrument.lifetime import MARK_VARIABLE, kill_marked, started
 from fusedce_profiler.instrument.memory_guard import default_max_rss_bytes, rss_bytes  # noqa: F401 - part of this API
 from fusedce_profiler.instrument.text import one_line
+from fusedce_profiler.instrument.worker_log import describe_exit, disk_full, log_tail
 
 T = TypeVar("T")
 
@@ -65,7 +67,6 @@ JOBS = {
     "check-backend": "fusedce_profiler.instrument.backends.check:check_job",
 }
 
-_LOG_TAIL_LINES = 15
 _MAX_REPLY_BYTES = 256 << 20  # a reply is a few MiB at most (a parity curve's losses)
 _START_TIMEOUT_S = 300.0  # how long a child may take to start (import the standard library and this module)
 
@@ -132,35 +133,6 @@ def _reply(answer: object, token: str) -> dict | None:
     ok = isinstance(answer, dict) and answer.get("id") == token and (
         "reply" in answer if answer.get("ok") is True else answer.get("ok") is False and "error" in answer)
     return answer if ok and isinstance(answer.get("error", ""), str) else None
-
-
-_NOT_LAST_WORDS = (
-    "--- job ",  # the parent's own request headers
-    "USDT:",  # the CPU profiler's chatter
-    # a compiled extension's leak report, printed as the interpreter exits whatever ended it
-    "nanobind: ", " - leaked ", " - ... skipped remainder", "See https://nanobind.",
-)
-"""Log lines that are never what ended a worker, so never named as its cause."""
-
-
-def _tail(path: Path) -> str:
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return ""
-    lines = [line for line in text.strip().splitlines() if not line.startswith(_NOT_LAST_WORDS)]
-    return "\n".join(lines[-_LOG_TAIL_LINES:])
-
-
-def _describe_exit(code: int | None) -> str:
-    if code is None:
-        return "the worker stopped answering"
-    if code < 0:
-        try:
-            return f"the worker was killed by signal {signal.Signals(-code).name}"
-        except ValueError:
-            return f"the worker was killed by signal {-code}"
-    return f"the worker exited with code {code}"
 
 
 class Worker:
@@ -277,17 +249,17 @@ class Worker:
             if self._garbled:
                 self.close()
                 raise WorkerDied(f"the worker's reply pipe carried more than {_MAX_REPLY_BYTES >> 20} MiB without a "
-                                 "line end (the job's code wrote to it)", self.log_path, _tail(self.log_path))
+                                 "line end (the job's code wrote to it)", self.log_path, log_tail(self.log_path))
             if self._over_memory:
                 self.close()
                 raise WorkerDied(f"the worker grew past the memory limit of {max_rss_bytes / 2**30:.3g} GiB and was "
-                                 "killed", self.log_path, _tail(self.log_path), over_memory=True)
+                                 "killed", self.log_path, log_tail(self.log_path), over_memory=True)
             raise self._died(timed_out=timed_out)
         answer = _reply(parsed, token)
         if answer is None:  # the channel is out of step: nothing more it carries can be trusted
             self.close()
             raise WorkerDied("the worker's reply pipe carried a line the tool did not write (the job's code "
-                             "wrote to it)", self.log_path, _tail(self.log_path))
+                             "wrote to it)", self.log_path, log_tail(self.log_path))
         self._answered.add(token)
         if not answer["ok"]:
             raise JobFailed(kind, answer["error"].strip(), self.log_path)
@@ -298,7 +270,7 @@ class Worker:
         except Exception as exc:  # noqa: BLE001 - any reply the reader cannot take is the worker's fault
             self.close()
             raise WorkerDied(f"the worker's reply to the {kind} job did not have its shape ({one_line(exc)}; the "
-                             "job's code wrote to the reply pipe?)", self.log_path, _tail(self.log_path)) from None
+                             "job's code wrote to the reply pipe?)", self.log_path, log_tail(self.log_path)) from None
 
     def wait_ready(self) -> None:
         """Wait until the child has started (its ``preload`` imported): :class:`WorkerDied` with
@@ -343,11 +315,15 @@ class Worker:
         return line, False
 
     def _died(self, timed_out: bool, at_start: bool = False) -> WorkerDied:
+        """The worker's end as :class:`WorkerDied`; ``OSError`` (no space left, naming its log) when it
+        died without a word on a full disk: it could not write its log, which is no failure of the job."""
         self.close()
-        reason = "timed out" if timed_out else _describe_exit(self._process.returncode)
+        if not timed_out and not log_tail(self.log_path) and disk_full(self.log_path.parent):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.log_path))
+        reason = "timed out" if timed_out else describe_exit(self._process.returncode)
         if at_start:
             reason = f"the worker (python -m fusedce_profiler.instrument.worker_child) died at start-up: {reason.removeprefix('the worker ')}"
-        return WorkerDied(reason, self.log_path, _tail(self.log_path), timed_out=timed_out, at_start=at_start)
+        return WorkerDied(reason, self.log_path, log_tail(self.log_path), timed_out=timed_out, at_start=at_start)
 
     def close(self) -> None:
         """Stop the child: end its input, then kill its process group if it lingers. A child still

@@ -15,6 +15,7 @@ run's folder.
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Callable
@@ -181,7 +182,7 @@ def _best(raw: object, where: str) -> ModelResult | None:
 def load_fits(folder: Path) -> list[FitResult]:
     """The ``--fit`` searches of a folder (``[]`` when it has none); ``ValueError`` naming the file."""
     path = Path(folder) / store.FIT_FILE
-    if not path.is_file():
+    if not os.path.lexists(path):  # anything else there (a link, a pipe, a folder) is read, and refused, as such
         return []
     raw = store.read_json(path)
     fits = []

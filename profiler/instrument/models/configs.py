@@ -41,6 +41,11 @@ _GATED_FAMILIES = {
 _LAYERNORM_FAMILIES = {"gpt2", "gpt_neo", "gpt_neox", "gptj", "opt", "bloom", "phi", "falcon", "starcoder2"}
 
 
+def _finite_number(value: Any) -> bool:
+    """An int or a float that is neither a bool, NaN nor infinite (a config's numbers)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     """A decoder-only transformer's shape.
@@ -94,10 +99,13 @@ class ModelConfig:
         if self.position not in POSITIONS:
             raise ValueError(f"{where}: position must be one of {POSITIONS}, got {self.position!r}")
         cap = self.final_logit_softcapping
-        if cap is not None and not (isinstance(cap, (int, float)) and not isinstance(cap, bool) and cap > 0):
-            raise ValueError(f"{where}: final_logit_softcapping must be a positive number or null, got {cap!r}")
-        if not isinstance(self.tie_word_embeddings, bool):
-            raise ValueError(f"{where}: tie_word_embeddings must be true or false, got {self.tie_word_embeddings!r}")
+        if cap is not None and not (_finite_number(cap) and cap > 0):
+            raise ValueError(f"{where}: final_logit_softcapping must be a positive finite number or null, got {cap!r}")
+        if not (_finite_number(self.norm_eps) and self.norm_eps > 0):
+            raise ValueError(f"{where}: norm_eps must be a positive finite number, got {self.norm_eps!r}")
+        for flag in ("tie_word_embeddings", "lm_head_bias"):
+            if not isinstance(getattr(self, flag), bool):
+                raise ValueError(f"{where}: {flag} must be true or false, got {getattr(self, flag)!r}")
 
     @property
     def kv_heads(self) -> int:
@@ -317,8 +325,8 @@ def config_from_dict(raw: dict[str, Any], *, source: str = "<dict>", default_nam
 
 def _intermediate_size(raw: dict[str, Any], explicit: Any, hidden: int, hf: bool, source: str) -> int:
     factor = raw.get("ffn_factor")
-    if factor is not None and (isinstance(factor, bool) or not isinstance(factor, (int, float)) or factor <= 0):
-        raise ValueError(f"{source}: ffn_factor must be a positive number, got {factor!r}")
+    if factor is not None and not (_finite_number(factor) and factor > 0):
+        raise ValueError(f"{source}: ffn_factor must be a positive finite number, got {factor!r}")
     if explicit is not None:
         if isinstance(explicit, bool) or not isinstance(explicit, int) or explicit <= 0:
             raise ValueError(f"{source}: intermediate_size must be a positive integer, got {explicit!r}")

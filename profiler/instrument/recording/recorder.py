@@ -43,16 +43,16 @@ import threading
 import time
 import warnings
 from pathlib import Path
-from numbers import Integral
 from typing import Callable, Iterable
 
 import torch
 from torch import nn
 
-from fusedce_profiler.instrument import capacity, store
+from fusedce_profiler.instrument import store
 from fusedce_profiler.instrument.callables import what_it_raised
 from fusedce_profiler.instrument.confined import FolderRefused
 from fusedce_profiler.instrument.protocol import MemoryMeter
+from fusedce_profiler.instrument.recording.arguments import checked_out, checked_steps
 from fusedce_profiler.instrument.recording.assemble import RecordedSubject, build_record
 from fusedce_profiler.instrument.recording.folder import take_folder
 from fusedce_profiler.instrument.recording.landmarks import batch_shape, find_embedding, find_final_norm, find_head
@@ -103,19 +103,9 @@ class StepRecorder:
                  on_record: Callable[[Path], None] | None = None) -> None:
         if not isinstance(model, nn.Module):  # refused before the folder is made: the loop would fail at its step
             raise ValueError(f"model: expected the torch.nn.Module being trained, got {type(model).__name__}")
-        if not isinstance(out, (str, os.PathLike)) or not str(out):
-            raise ValueError(f"out: expected a folder path, got {out!r:.60}")
         self.model = model
-        self.out = Path(os.path.abspath(out))  # once: a later change of the current folder moves nothing
-        listed = [steps] if isinstance(steps, (str, bytes)) else list(steps) if isinstance(steps, Iterable) else None
-        if listed is None or not all(isinstance(s, Integral) and not isinstance(s, bool) for s in listed):
-            raise ValueError(f"steps must be 0-based step indices (integers ≥ 0), got {steps!r}")
-        self.steps = frozenset(int(s) for s in listed)
-        if any(s < 0 for s in self.steps):
-            raise ValueError(f"steps must be 0-based step indices (≥ 0), got {sorted(self.steps)}")
-        if len(self.steps) > capacity.MAX_RECORDED_STEPS:
-            raise ValueError(f"steps: {len(self.steps):,} steps, more than the {capacity.MAX_RECORDED_STEPS:,} a folder "
-                             f"holds (one line each of {store.RECORDED_STEPS_FILE})")
+        self.out = Path(os.path.abspath(checked_out(out)))  # once: a later change of the current folder moves nothing
+        self.steps = checked_steps(steps)
         self.label, self.fused, self.head_path = label, fused, head
         self.vocab, self.batch, self.seq = vocab, batch, seq
         self.trace, self.snapshot, self.on_record = trace, snapshot, on_record
@@ -179,7 +169,9 @@ class StepRecorder:
         """Begin recording step ``index`` (the callbacks' form of ``with recorder.step(index)``)."""
         if self.wants(index):
             self.count = index + 1
-            self._begin(self._recording(index))
+            rec = self._recording(index)
+            if rec is not NOOP:
+                self._begin(rec)
 
     def finish(self, loss: float | None = None) -> RecordedStep | None:
         """End the recording begun by :meth:`start`; returns its record (``None`` if none)."""
@@ -218,14 +210,19 @@ class StepRecorder:
 
     # -- evaluation passes ------------------------------------------------------------------
     @property
-    def device(self) -> torch.device:
-        param = next(self.model.parameters(), None)
+    def device(self) -> torch.device | None:
+        """The device of the model's first parameter (the CPU without one); None when the model cannot
+        list them (its ``parameters()`` raised): then no step is recorded, and the training goes on."""
+        try:
+            param = next(self.model.parameters(), None)
+        except Exception:  # noqa: BLE001 - the user's model: profiling never stops its training
+            return None
         return param.device if param is not None else torch.device("cpu")
 
     def reserved_now(self) -> tuple[int | None, int | None]:
         """(reserved, highest reserved) bytes of the model's CUDA device now; (None, None) off CUDA."""
         device = self.device
-        if device.type != "cuda":
+        if device is None or device.type != "cuda":
             return None, None
         return torch.cuda.memory_reserved(device), torch.cuda.max_memory_reserved(device)
 
@@ -251,9 +248,15 @@ class StepRecorder:
         self.passes.append(EvalPass(kind, int(before_step), reserved_before, reserved, max_reserved_before, high))
 
     # -- internals ------------------------------------------------------------------------------
-    def _recording(self, index: int) -> StepRecording:
+    def _recording(self, index: int) -> StepRecording | contextlib.nullcontext:
+        device = self.device
+        if device is None:
+            self._done.add(index)
+            warnings.warn(f"fusedce-profile: step {index} is not recorded: the model's parameters() raised",
+                          RuntimeWarning, stacklevel=3)
+            return NOOP
         shape = (self.batch, self.seq) if self.batch and self.seq else None
-        return StepRecording(index, device=self.device, shape=shape, begin=self._begin, end=self._end)
+        return StepRecording(index, device=device, shape=shape, begin=self._begin, end=self._end)
 
     def _subject(self) -> RecordedSubject:
         return RecordedSubject(self.model, self._head, self.vocab, self.label, self.fused, self.out,
@@ -295,7 +298,7 @@ class StepRecorder:
         from fusedce_profiler.instrument.snapshot import SnapshotRecorder
         from fusedce_profiler.instrument.tracing.trace import StepTracer
 
-        device = self.device
+        device = rec.device
         self._locate()
         if device.type == "cuda":
             torch.cuda.synchronize(device)
@@ -338,7 +341,7 @@ class StepRecorder:
     def _end(self, rec: StepRecording, ok: bool) -> RecordedStep | None:
         if self._active is not rec:
             return None
-        device = self.device
+        device = rec.device
         try:
             if device.type == "cuda":
                 torch.cuda.synchronize(device)

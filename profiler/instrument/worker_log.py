@@ -1,0 +1,49 @@
+"""What a worker that ended left behind, read for its message: the last lines of its log, how it
+exited, and whether its disk was full (:mod:`fusedce_profiler.instrument.worker`)."""
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+LOG_TAIL_LINES = 15
+"""Lines of a dead worker's log its message carries."""
+
+_NOT_LAST_WORDS = (
+    "--- job ",  # the parent's own request headers
+    "USDT:",  # the CPU profiler's chatter
+    # a compiled extension's leak report, printed as the interpreter exits whatever ended it
+    "nanobind: ", " - leaked ", " - ... skipped remainder", "See https://nanobind.",
+)
+"""Log lines that are never what ended a worker, so never named as its cause."""
+
+
+def log_tail(path: Path) -> str:
+    """The last :data:`LOG_TAIL_LINES` lines of a worker's log that can say what ended it ("" if none)."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    lines = [line for line in text.strip().splitlines() if not line.startswith(_NOT_LAST_WORDS)]
+    return "\n".join(lines[-LOG_TAIL_LINES:])
+
+
+def disk_full(folder: Path) -> bool:
+    """Whether the file system of ``folder`` has less than 64 KiB left (a worker's log cannot be written)."""
+    try:
+        stats = os.statvfs(folder)
+    except OSError:
+        return False
+    return stats.f_bavail * stats.f_frsize < 64 << 10
+
+
+def describe_exit(code: int | None) -> str:
+    """How a worker with exit status ``code`` ended, in words (``None``: it is still running)."""
+    if code is None:
+        return "the worker stopped answering"
+    if code < 0:
+        try:
+            return f"the worker was killed by signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"the worker was killed by signal {-code}"
+    return f"the worker exited with code {code}"
