@@ -141,7 +141,7 @@ def test_a_model_whose_parameters_raise_is_a_warning_and_training_goes_on(tmp_pa
 
 
 @pytest.mark.parametrize("steps, out, fragment", [
-    (range(10**9), "r", "more than the 20,000 steps"), (__import__("itertools").count(), "r", "more than the 20,000"),
+    (range(10**9), "r", "more than the 20,000 a folder holds"), (__import__("itertools").count(), "r", "more than the 20,000"),
     (5, "r", "steps must be"), ((2,), "", "out: expected a folder path"), ((2,), 123, "out: expected a folder path"),
     ((2,), b"r", "out: expected a folder path"), ((2,), "a\x00b", "out: a path cannot hold a NUL"),
 ])

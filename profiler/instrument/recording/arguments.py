@@ -19,7 +19,7 @@ def checked_steps(steps: Iterable[int]) -> frozenset[int]:
     if listed is None or not all(isinstance(s, Integral) and not isinstance(s, bool) for s in listed):
         raise ValueError(f"steps must be 0-based step indices (integers ≥ 0), got {steps!r:.80}")
     if len(listed) > capacity.MAX_RECORDED_STEPS:
-        raise ValueError(f"steps: more than the {capacity.MAX_RECORDED_STEPS:,} steps a folder holds "
+        raise ValueError(f"steps: more than the {capacity.MAX_RECORDED_STEPS:,} a folder holds "
                          f"(one line each of {store.RECORDED_STEPS_FILE})")
     if any(s < 0 for s in listed):
         raise ValueError(f"steps must be 0-based step indices (≥ 0), got {sorted(listed)[:8]}")
