@@ -106,4 +106,3 @@ class BlockWorkspace:
         if self.hidden_sum is None:
             return None
         return self.hidden_sum[: rows * self._h].view(rows, self._h)
-

@@ -105,7 +105,7 @@ def forward(
         if converting is not None:
             done = stats_in_wide_chunks(converting, work, h_i, weight, bias, offset, target_i, stats_i,
                                          softcap=opts.softcap_value, need_sum=need_sum, plan_cols=plan.cols)
-        for c0, c1 in [(c, min(v, c + plan.cols)) for c in range(done, v, plan.cols)]:
+        for c0, c1 in plan.col_chunks(v, start=done):
             w_j = work.weight_rows(c0, c1)
             if (tiles is not None and tiles.tiles_supported(h_i, w_j)
                     and tiles.tile_stats(h_i, w_j, _columns(bias, c0, c1), offset + c0, target_i, stats_i,

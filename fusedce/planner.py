@@ -124,8 +124,8 @@ class ChunkPlan:
     def row_chunks(self, n: int) -> list[tuple[int, int]]:
         return [(r, min(n, r + self.rows)) for r in range(0, n, self.rows)]
 
-    def col_chunks(self, v: int) -> list[tuple[int, int]]:
-        return [(c, min(v, c + self.cols)) for c in range(0, v, self.cols)]
+    def col_chunks(self, v: int, start: int = 0) -> list[tuple[int, int]]:
+        return [(c, min(v, c + self.cols)) for c in range(start, v, self.cols)]
 
 
 def dtype_bytes(dtype: torch.dtype) -> int:

@@ -63,8 +63,6 @@ class StepRecorder(_ProfilerStepRecorder):
     def __init__(self, model, out, *, report: bool = True, **options) -> None:
         try:
             super().__init__(model, out, on_record=self._written, **options)
-        except UsageError:
-            raise
         except ValueError as exc:  # a bad argument, named, before anything is written: this API's error
             raise UsageError(str(exc)) from None
         self.report = report

@@ -13,7 +13,6 @@ or a damaged stored file, raises :class:`~fusedce_profile.errors.UsageError`.
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -116,8 +115,8 @@ def _rebuilt(run_dir: Path, console: Printer) -> tuple[str, CommandOutcome] | No
     from fusedce_profile.grid_run import finish
     from fusedce_profiler.instrument import store
 
-    def present(name: str) -> bool:  # a link or a pipe too: its reader refuses it in one line
-        return os.path.lexists(run_dir / name)
+    def present(name: str) -> bool:
+        return store.present(run_dir / name)
 
     if present(store.RESULTS_FILE):
         return "grid", finish(run_dir, console, after_run=False)

@@ -6,7 +6,6 @@ Public API: :func:`save_plan`, :func:`planned_cells`.
 from __future__ import annotations
 
 from dataclasses import asdict
-import os
 from pathlib import Path
 
 from fusedce_profiler.instrument import store
@@ -22,7 +21,7 @@ def planned_cells(folder: str | Path) -> list[CellSpec] | None:
     """The cells of ``plan.json``; ``None`` when there is none; ``ValueError`` naming the file
     when it cannot be read as a plan."""
     path = Path(folder) / store.PLAN_FILE
-    if not os.path.lexists(path):  # anything else there (a link, a pipe, a folder) is read, and refused, as such
+    if not store.present(path):
         return None
     raw = store.read_json(path)
     try:

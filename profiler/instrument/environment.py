@@ -111,6 +111,7 @@ ENVIRONMENT_KEYS = ("date", "python", "platform", "torch", "triton", "cuda", "cu
 """The keys :func:`collect_environment` writes, in its order; ``backends`` and ``libraries`` map
 names to versions. A stored environment may add ``resumed``: the environments of later sessions."""
 
+
 def _version_map_names(key: str) -> tuple[str, ...]:
     """The names :func:`collect_environment` writes under ``key`` (``"backends"`` or ``"libraries"``)."""
     from fusedce_profiler.instrument.backends.registry import BUILTIN_BACKENDS
@@ -137,8 +138,9 @@ def _stored_as_written(key: str, value) -> bool:
 def known_environment(raw: dict, *, nested: bool = True) -> dict:
     """Only what an environment holds: the keys of :data:`ENVIRONMENT_KEYS` with values of the type
     the tool writes there (counts as integers, everything else as strings, or ``None``), the version
-    maps as ``{name: version string}`` for the names the tool writes there, and ``resumed`` as a list of such environments. Anything
-    else in a stored file is dropped, so a report renders no key, and no value, the tool did not write."""
+    maps as ``{name: version string}`` for the names the tool writes there, and ``resumed`` as a list
+    of such environments. Anything else in a stored file is dropped, so a report renders no key, and
+    no value, the tool did not write."""
     out: dict = {}
     for key, value in raw.items():  # in the stored order: a rebuilt report reads as it did
         if key in _VERSION_MAPS:
@@ -160,7 +162,7 @@ def load_environment(folder: str | Path) -> dict:
     from fusedce_profiler.instrument import store
 
     path = Path(folder) / store.ENVIRONMENT_FILE
-    if not os.path.lexists(path):
+    if not store.present(path):
         return {}
     raw = store.read_json(path)
     if not isinstance(raw, dict):

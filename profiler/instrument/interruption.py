@@ -8,7 +8,6 @@ the reports read it to say, at the top, that what they show is partial.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-import os
 from pathlib import Path
 
 from fusedce_profiler.instrument import store
@@ -40,7 +39,7 @@ def read_interruption(folder: str | Path) -> Interruption | None:
     file when the mark is damaged, and a link, pipe or folder in its place refused as every run file is
     (:mod:`fusedce_profiler.instrument.confined`): a cut run's report never reads as a finished one's."""
     path = Path(folder) / INTERRUPTED_FILE
-    if not os.path.lexists(path):
+    if not store.present(path):
         return None
     raw = store.read_json(path)
     try:

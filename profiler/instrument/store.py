@@ -365,6 +365,13 @@ def write_pickle(path: str | Path, value: Any) -> Path:
     return write_bytes(path, pickle.dumps(scrub.scrub_value(value, _names(path))))
 
 
+def present(path: str | Path) -> bool:
+    """Whether anything is at ``path``: a run file counts as there when its name is taken at all. A link,
+    a pipe or a folder in its place is then read, and refused, as such (:func:`read_json`); taken for
+    absent, it would silently drop what the file says (a cut run's plan or mark, a fit's result)."""
+    return os.path.lexists(path)
+
+
 def read_json(path: str | Path, inside: str | Path | None = None) -> Any:
     """A JSON file of a run folder, read under the rules of :mod:`fusedce_profiler.instrument.confined`
     from inside the folder ``inside`` (default: its own): ``ValueError`` naming the file when it

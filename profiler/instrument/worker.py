@@ -318,12 +318,13 @@ class Worker:
         """The worker's end as :class:`WorkerDied`; ``OSError`` (no space left, naming its log) when it
         died without a word on a full disk: it could not write its log, which is no failure of the job."""
         self.close()
-        if not timed_out and not log_tail(self.log_path) and disk_full(self.log_path.parent):
+        tail = log_tail(self.log_path)
+        if not timed_out and not tail and disk_full(self.log_path.parent):
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.log_path))
         reason = "timed out" if timed_out else describe_exit(self._process.returncode)
         if at_start:
             reason = f"the worker (python -m fusedce_profiler.instrument.worker_child) died at start-up: {reason.removeprefix('the worker ')}"
-        return WorkerDied(reason, self.log_path, log_tail(self.log_path), timed_out=timed_out, at_start=at_start)
+        return WorkerDied(reason, self.log_path, tail, timed_out=timed_out, at_start=at_start)
 
     def close(self) -> None:
         """Stop the child: end its input, then kill its process group if it lingers. A child still

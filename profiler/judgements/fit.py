@@ -15,7 +15,6 @@ run's folder.
 from __future__ import annotations
 
 import dataclasses
-import os
 from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Callable
@@ -182,7 +181,7 @@ def _best(raw: object, where: str) -> ModelResult | None:
 def load_fits(folder: Path) -> list[FitResult]:
     """The ``--fit`` searches of a folder (``[]`` when it has none); ``ValueError`` naming the file."""
     path = Path(folder) / store.FIT_FILE
-    if not os.path.lexists(path):  # anything else there (a link, a pipe, a folder) is read, and refused, as such
+    if not store.present(path):
         return []
     raw = store.read_json(path)
     fits = []
