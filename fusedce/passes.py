@@ -159,7 +159,7 @@ def backward(
     work = BlockWorkspace(plan, hidden, weight, compute_dtype, acc, hidden_sum=need_hidden,
                           ones=grads.bias is not None)
     col_chunks = plan.col_chunks(v)
-    tiles = _tile_math(block_math, weight, compute_dtype)
+    tiles = _backward_tile_math(block_math)
     for i, (r0, r1) in enumerate(row_chunks):
         h_i = work.hidden_rows(r0, r1)
         target_i, lse_i, row_scale_i = target[r0:r1], lse[r0:r1], row_scale[r0:r1]
@@ -318,15 +318,24 @@ class _Gradients:
 
 def _tile_math(block_math: BlockMath, weight: torch.Tensor, compute_dtype: torch.dtype) -> TileMath | None:
     """The block math's tiled kernels (product and softmax math in one kernel) for every block of
-    a pass: a weight already in the compute dtype (pure bf16/fp16). Under autocast (an fp32
+    the forward: a weight already in the compute dtype (pure bf16/fp16). Under autocast (an fp32
     weight converted chunk by chunk) a tiled forward launch per block (partials, then a merge)
     measured slower at the 8192×768×32777 head (13.8 ms against 7.8,
     ``benchmarks/results/tiles-h200-2026-12-04/``: the host's cost of the launches); there the forward
-    uses them in wide chunks (:func:`fusedce.wide_forward.converting_tile_math`) and the backward's
-    blocks take the block kernels (a tiled backward there: ``benchmarks/NOTES.md``, design 14)."""
+    uses them in wide chunks (:func:`fusedce.wide_forward.converting_tile_math`), the backward per block
+    (:func:`_backward_tile_math`)."""
     if weight.dtype != compute_dtype or not isinstance(block_math, TileMath):
         return None
     return block_math
+
+
+def _backward_tile_math(block_math: BlockMath) -> TileMath | None:
+    """The block math's tiled kernels for the backward's blocks, on the weight as it is or on its
+    converted chunks (an fp32 weight under autocast): one launch computes a block's gradients from
+    its operands, where a product and a block kernel went through the fp32 logits, and the block
+    holds twice the columns (8192×768×32777 in amp: 4.62 → 3.86 ms,
+    ``benchmarks/results/amp-tiles-probe-h100-2026-12-05/``)."""
+    return block_math if isinstance(block_math, TileMath) else None
 
 
 def _contiguous_vectors(target: torch.Tensor, bias: torch.Tensor | None):

@@ -299,7 +299,7 @@ def _plan_recompute(n: int, h: int, v: int, hidden_dtype: torch.dtype, weight_dt
     per_row = h * (4 + (c if hidden_dtype != compute_dtype else 0))  # accumulator (+ converted row)
     rows = _plan_rows(n, per_row, budget, weight_dtype, chunk_size, per_chunk)
     weight_row = h * c if weight_dtype != compute_dtype else 0  # a converted weight row
-    tiled = tiled and weight_dtype == compute_dtype and c == TILED_LOGIT_BYTES
+    tiled = tiled and c == TILED_LOGIT_BYTES
     cols = _plan_cols(v, rows, budget - rows * per_row, weight_row, vocab_chunk_size,
                       TILED_LOGIT_BYTES if tiled else 4)
     return ChunkPlan(rows=rows, cols=cols, per_chunk=per_chunk and rows < max(n, 1), tiled=tiled)

@@ -32,9 +32,10 @@ def stats_in_wide_chunks(tiles: TileMath, work: BlockWorkspace, h_i: torch.Tenso
     2432 columns), and the tiled kernels multiply and reduce each chunk without writing its
     logits. h_i (R, H) in the compute dtype; ``stats_i`` (R,) views, updated in place.
 
-    Only where the chunks are at least twice the plan's columns (or the whole vocabulary): a tiled
-    launch costs the host more than a block's product and reduction (tensor descriptors, a merge
-    launch), and at 8192×3072×32064 with ``"min"`` chunks as wide as its blocks took 22.3 ms
+    Only where the chunks are at least twice the block path's columns (the plan's, or the half of
+    them whose fp32 logits fit a tiled plan's buffer; or the whole vocabulary): a tiled launch costs
+    the host more than a block's product and reduction (tensor descriptors, a merge launch), and at
+    8192×3072×32064 with ``"min"`` chunks as wide as its blocks took 22.3 ms
     against 16.2 (``benchmarks/results/autocast-forward-h100-2026-12-05/``).
 
     Returns the first vocabulary column not folded into ``stats_i``: 0 where the chunks would not
@@ -43,7 +44,8 @@ def stats_in_wide_chunks(tiles: TileMath, work: BlockWorkspace, h_i: torch.Tenso
     """
     rows, (v, h) = h_i.shape[0], weight.shape
     cols = work.weight_chunk_cols(rows, h, h_i.element_size(), tiles.partial_bytes)
-    if cols < min(v, 2 * plan_cols):
+    block_cols = min(plan_cols, work.block_bytes // max(1, rows * 4))  # the block path's fp32 logits a launch
+    if cols < min(v, 2 * block_cols):
         return 0
     for c0 in range(0, v, cols):
         c1 = min(v, c0 + cols)

@@ -160,12 +160,45 @@ def test_a_tiled_plan_holds_half_an_fp32_block_and_twice_the_columns():
                 scalar_loss=True, needs_grad=True, cuda=True, sm_count=132)
     blocks, tiled = plan_chunks(8192, 768, 32777, **args), plan_chunks(8192, 768, 32777, **args, tiled=True)
     assert (blocks.cols, tiled.cols, tiled.tiled, blocks.tiled) == (2432, 4864, True, False)
-    assert plan_chunks(8192, 768, 32777, **{**args, "weight_dtype": torch.float32}, tiled=True).tiled is False
+    autocast = {**args, "weight_dtype": torch.float32}  # the fp32 weight converted chunk by chunk: 2432 → 4736
+    assert (plan_chunks(8192, 768, 32777, **autocast).cols, plan_chunks(8192, 768, 32777, **autocast, tiled=True).cols
+            ) == (2432, 4736)
+    assert plan_chunks(8192, 768, 32777, **{**args, "compute_dtype": torch.float32}, tiled=True).tiled is False
     model = dict(hidden_dtype=torch.bfloat16, weight_dtype=torch.bfloat16, compute_dtype=torch.bfloat16,
                  sm_count=132)
     same_budget = predict_peak_bytes(8192, 768, 32777, **model, tiled=True).step - \
         predict_peak_bytes(8192, 768, 32777, **model, tiled=False).step
     assert abs(same_budget) < (1 << 20)  # twice the columns in the same bytes
+
+
+@pytest.mark.parametrize("tensors", ["real", "meta", "fake"])
+def test_the_tiled_plan_is_judged_without_reading_an_address(tensors):
+    """The plan's layout check reads shapes, strides and storage offsets only: under
+    ``torch.compile`` the operands are fake tensors (no address) and a converted chunk has no
+    buffer yet. A 2-byte compute dtype and H a multiple of 8 make a converted operand fit; an
+    operand already in the compute dtype must also be laid out for the descriptors."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    def check():
+        bf16, fp32 = torch.bfloat16, torch.float32
+        make = (lambda shape, dtype: torch.empty(shape, dtype=dtype, device="meta")) if tensors == "meta" \
+            else (lambda shape, dtype: torch.empty(shape, dtype=dtype))
+        wide = make((64, 40), bf16)
+        return [tiles._layout_planned(make((64, 32), fp32), make((100, 32), fp32), bf16),  # autocast: converted
+                tiles._layout_planned(make((64, 32), bf16), make((100, 32), fp32), bf16),
+                tiles._layout_planned(make((64, 32), bf16), make((100, 32), bf16), bf16),
+                tiles._layout_planned(make((64, 12), fp32), make((100, 12), fp32), bf16),  # rows of 24 bytes
+                tiles._layout_planned(make((64, 32), fp32), make((100, 32), fp32), fp32),  # 4-byte compute
+                tiles._layout_planned(wide[:, 8:40], make((100, 32), bf16), bf16),  # 16 bytes in, row stride 40
+                tiles._layout_planned(wide[:, 4:36], make((100, 32), bf16), bf16),  # 8 bytes into its storage
+                tiles._layout_planned(make((32, 64), bf16).t(), make((100, 32), bf16), bf16)]  # column-major
+
+    if tensors == "fake":
+        with FakeTensorMode():
+            got = check()
+    else:
+        got = check()
+    assert got == [True, True, True, False, False, True, False, False]
 
 
 def test_a_block_the_kernels_refuse_in_a_tiled_plan_goes_in_pieces_that_fit(launches, monkeypatch):
@@ -209,9 +242,9 @@ def _check_autocast(n, h, v, **kwargs):
 
 
 def test_an_autocast_forward_converts_the_weight_into_the_block_buffer_in_wide_chunks(launches, monkeypatch):
-    """The plan's blocks are 128 columns of fp32 logits (37 × 128 × 4 bytes); the same bytes hold
-    512 columns of the weight converted to 2 bytes beside their partials: two tiled launches over
-    V = 600 instead of five blocks, and no converted chunk wider than the buffer."""
+    """The plan's blocks are 128 columns of 2-byte gradients (37 × 128 × 2 bytes, 64 columns of fp32
+    logits); the same bytes hold 256 columns of the weight converted to 2 bytes beside their
+    partials: three tiled launches over V = 600 instead of ten pieces, and no chunk wider than the buffer."""
     from fusedce.block_workspace import BlockWorkspace
 
     widths = []
@@ -226,16 +259,17 @@ def test_an_autocast_forward_converts_the_weight_into_the_block_buffer_in_wide_c
 
     monkeypatch.setattr(BlockWorkspace, "weight_chunk_view", counted)
     _check_autocast(37, 16, 600, vocab_chunk_size=128)
-    assert widths == [512, 88]
-    assert launches == {"stats": 2, "grad": 0}  # the backward keeps the block kernels under autocast
+    assert widths == [256, 256, 88]  # a tiled plan's buffer: 37 × 128 × 2 bytes
+    assert launches == {"stats": 3, "grad": 5}  # the backward's blocks tiled, on converted chunks
 
 
 @pytest.mark.parametrize("h,v,cols", [(64, 300, 48), (64, 1100, 512)])
 def test_an_autocast_forward_keeps_the_blocks_where_the_buffer_holds_no_chunk_twice_as_wide(launches, h, v, cols):
-    """H = 64: 256 columns of converted weight (32 KiB) do not fit a 37 × 48 fp32 block (7 KiB); a
-    37 × 512 block (74 KiB) holds 512 columns of weight, not the 1024 that would halve the launches."""
+    """H = 64: 256 columns of converted weight (32 KiB) do not fit a 37 × 48 tiled block (3.5 KiB); a
+    37 × 512 one (37 KiB) holds 256 columns of weight, no more than the block path's 256-column
+    pieces of fp32 logits, so the wide chunks would not halve the forward's launches."""
     _check_autocast(37, h, v, vocab_chunk_size=cols)
-    assert launches == {"stats": 0, "grad": 0}
+    assert launches["stats"] == 0 and launches["grad"] == -(-v // cols)
 
 
 def test_an_autocast_forward_refused_after_its_first_chunk_finishes_in_blocks(launches, monkeypatch):

@@ -151,10 +151,10 @@ def tiles_planned(hidden: torch.Tensor, weight: torch.Tensor, compute_dtype: tor
                   device: torch.device | None = None) -> bool:
     """Whether a loss over ``hidden (N, H)`` and ``weight (V, H)`` computed in ``compute_dtype``
     will run its blocks through the tiled kernels, so that its plan may size a block at 2 bytes
-    a logit (:class:`fusedce.planner.ChunkPlan` ``tiled``): a weight already in the 2-byte compute
-    dtype (no chunk converted), laid out as :func:`tiles_supported` needs, on a GPU with
-    tensor-memory copies. Hidden rows in another dtype are converted into a contiguous buffer;
-    rows of this dtype must have the layout themselves. A block the kernels still refuse runs
+    a logit (:class:`fusedce.planner.ChunkPlan` ``tiled``): 2-byte operands laid out as
+    :func:`tiles_supported` needs, on a GPU with tensor-memory copies. Hidden rows and weight rows in
+    another dtype (an fp32 weight under autocast) are converted into contiguous buffers; rows of the
+    compute dtype must have the layout themselves. A block the kernels still refuse runs
     through the block kernels in pieces of the buffer's fp32 size (:mod:`fusedce.passes`).
     ``device``: where the loss runs (default: the weight's; the memory model asks about the
     current GPU with meta tensors, which allocate nothing)."""
@@ -163,9 +163,18 @@ def tiles_planned(hidden: torch.Tensor, weight: torch.Tensor, compute_dtype: tor
 
 
 def _layout_planned(hidden: torch.Tensor, weight: torch.Tensor, compute_dtype: torch.dtype) -> bool:
-    """:func:`tiles_planned`'s dtype and layout conditions (any device)."""
-    rows = hidden if hidden.dtype == compute_dtype else torch.empty((0, weight.shape[1]), dtype=compute_dtype)
-    return weight.dtype == compute_dtype and _operands_fit(rows, weight)
+    """:func:`tiles_planned`'s dtype and layout conditions (any device), from shapes, strides and
+    storage offsets alone: no address is read, since under ``torch.compile`` the operands are fake
+    tensors and a converted operand's buffer does not exist yet. An operand in another dtype will be
+    a contiguous buffer of ``compute_dtype``, which fits when its rows hold a multiple of 8
+    elements (16 bytes); an operand of ``compute_dtype`` needs unit column stride, a row stride of a
+    multiple of 8 and a start 16 bytes into its storage (the allocator aligns storages; an operand
+    whose address is still misaligned is refused at the launch, :func:`tiles_supported`)."""
+    if (compute_dtype not in (torch.bfloat16, torch.float16) or hidden.dim() != 2 or weight.dim() != 2
+            or hidden.shape[1] != weight.shape[1] or hidden.shape[1] % 8):
+        return False
+    return all(t.dtype != compute_dtype or (t.stride(1) == 1 and t.stride(0) % 8 == 0 and t.storage_offset() % 8 == 0)
+               for t in (hidden, weight))
 
 
 def _operands_fit(h: torch.Tensor, w: torch.Tensor) -> bool:
