@@ -163,18 +163,18 @@ def tiles_planned(hidden: torch.Tensor, weight: torch.Tensor, compute_dtype: tor
 
 
 def _layout_planned(hidden: torch.Tensor, weight: torch.Tensor, compute_dtype: torch.dtype) -> bool:
-    """:func:`tiles_planned`'s dtype and layout conditions (any device), from shapes, strides and
-    storage offsets alone: no address is read, since under ``torch.compile`` the operands are fake
-    tensors and a converted operand's buffer does not exist yet. An operand in another dtype will be
-    a contiguous buffer of ``compute_dtype``, which fits when its rows hold a multiple of 8
-    elements (16 bytes); an operand of ``compute_dtype`` needs unit column stride, a row stride of a
-    multiple of 8 and a start 16 bytes into its storage (the allocator aligns storages; an operand
-    whose address is still misaligned is refused at the launch, :func:`tiles_supported`)."""
+    """:func:`tiles_planned`'s dtype and layout conditions (any device), from dtypes, shapes and
+    strides alone: Dynamo traces this under ``torch.compile`` (fake tensors: no address; neither
+    ``data_ptr`` nor ``storage_offset`` can be traced), and a converted operand's buffer does not
+    exist yet. An operand in another dtype will be a contiguous buffer of ``compute_dtype``, which
+    fits when its rows hold a multiple of 8 elements (16 bytes); an operand of ``compute_dtype``
+    needs unit column stride and a row stride of a multiple of 8. Its address is checked at the
+    launch (:func:`tiles_supported`): a misaligned one runs through the block kernels in pieces of
+    the buffer's fp32 size, correct and slower."""
     if (compute_dtype not in (torch.bfloat16, torch.float16) or hidden.dim() != 2 or weight.dim() != 2
             or hidden.shape[1] != weight.shape[1] or hidden.shape[1] % 8):
         return False
-    return all(t.dtype != compute_dtype or (t.stride(1) == 1 and t.stride(0) % 8 == 0 and t.storage_offset() % 8 == 0)
-               for t in (hidden, weight))
+    return all(t.dtype != compute_dtype or (t.stride(1) == 1 and t.stride(0) % 8 == 0) for t in (hidden, weight))
 
 
 def _operands_fit(h: torch.Tensor, w: torch.Tensor) -> bool:
