@@ -21,10 +21,14 @@ def read_environment(run_dir: Path) -> dict[str, Any]:
 
 
 def environment_lines(environment: dict[str, Any], prefix: str = "") -> list[str]:
-    """``key: value`` lines, nested keys joined with dots, lists joined with commas."""
+    """``key: value`` lines, nested keys joined with dots, lists joined with commas; each one line
+    (:func:`~fusedce_profiler.instrument.text.one_line`: a stored newline is written ``\\n``, so no
+    value of a folder's ``environment.json`` adds lines to a page or ends its code block)."""
+    from fusedce_profiler.instrument.text import one_line
+
     lines = []
     for key, value in environment.items():
-        name = f"{prefix}{key}"
+        name = f"{prefix}{one_line(key)}"
         if isinstance(value, dict):
             lines.extend(environment_lines(value, prefix=f"{name}."))
         elif isinstance(value, (list, tuple)) and value and all(isinstance(v, dict) for v in value):
@@ -37,7 +41,7 @@ def environment_lines(environment: dict[str, Any], prefix: str = "") -> list[str
                 lines.append(f"{name}[{MAX_SESSIONS_SHOWN + 1}–{len(value)}]: {len(value) - MAX_SESSIONS_SHOWN:,} more "
                              "sessions, not shown")
         elif isinstance(value, (list, tuple)):
-            lines.append(f"{name}: {', '.join(str(v) for v in value)}")
+            lines.append(f"{name}: {one_line(', '.join(str(v) for v in value))}")
         else:
-            lines.append(f"{name}: {'–' if value is None else value}")
+            lines.append(f"{name}: {'–' if value is None else one_line(value)}")
     return lines

@@ -198,3 +198,27 @@ def test_a_config_number_that_is_not_finite_or_of_its_kind_is_refused_naming_the
            field: value}
     with pytest.raises(ValueError, match=field):
         config_from_dict(raw, source="c.json")
+
+
+@pytest.mark.parametrize("hidden, factor", [(64, 1e308), (10**400, 4)])
+def test_a_finite_ffn_factor_whose_width_overflows_is_refused_naming_it(hidden, factor):
+    """``ffn_factor × hidden_size`` past a float's range (a finite factor of 1e308, or a 401-digit width)
+    ended in an OverflowError traceback, exit 1."""
+    raw = {"hidden_size": hidden, "vocab_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4,
+           "ffn_factor": factor}
+    with pytest.raises(ValueError, match=r"^c\.json: ffn_factor=.* past a float's range; give intermediate_size$"):
+        config_from_dict(raw, source="c.json")
+    with pytest.raises(ValueError, match=r"^c\.json: ffn_factor="):
+        config_from_dict({**raw, "intermediate_size": 256}, source="c.json")
+
+
+@pytest.mark.parametrize("family, key, value", [
+    ("llama", "rms_norm_eps", [1]), ("gpt2", "layer_norm_epsilon", {"a": 1}), ("llama", "rms_norm_eps", "abc"),
+    ("llama", "rms_norm_eps", float("nan")), ("gpt2", "layer_norm_epsilon", 0),
+])
+def test_a_hugging_face_norm_epsilon_of_the_wrong_kind_is_refused_naming_the_file_and_field(family, key, value):
+    """A list or an object ended in a TypeError traceback; a string in a line naming neither file nor field."""
+    raw = {"model_type": family, "hidden_size": 64, "vocab_size": 256, "num_hidden_layers": 2,
+           "num_attention_heads": 4, "intermediate_size": 128, key: value}
+    with pytest.raises(ValueError, match=rf"^config\.json: {key} must be a positive finite number, got "):
+        config_from_dict(raw, source="config.json")

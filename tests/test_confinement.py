@@ -381,9 +381,28 @@ def test_a_mark_or_fit_file_that_is_not_a_regular_file_is_refused_never_read_as_
         read_interruption(tmp_path) if name == "interrupted.json" else load_fits(tmp_path)
 
 
-def test_a_damaged_interruption_mark_is_named_never_ignored(tmp_path):
+@pytest.mark.parametrize("text", ["{", '{"signal": 5, "finished": [1, 2], "continue_with": {"a": null}}',
+                                  '{"signal": "SIGTERM", "finished": "1 of 2 jobs"}'])
+def test_a_damaged_or_mistyped_interruption_mark_is_named_never_ignored_or_shown(tmp_path, text):
+    """A mark of numbers, lists and objects was shown as "Interrupted by 5 after [1, 2] …", exit 0."""
     from fusedce_profiler.instrument.interruption import read_interruption
 
-    (tmp_path / "interrupted.json").write_text("{")
+    (tmp_path / "interrupted.json").write_text(text)
     with pytest.raises(ValueError, match="interrupted.json"):
         read_interruption(tmp_path)
+
+
+@pytest.mark.parametrize("kind", ["link to /dev/null", "dangling link", "named pipe", "folder"])
+def test_a_new_run_clears_any_file_holding_the_marks_name_or_refuses_a_folder_before_it_runs(tmp_path, kind):
+    """``model --force`` left a pipe in its place, measured every job, then refused to write its report."""
+    from fusedce_profiler.instrument.interruption import clear_interruption
+
+    path = tmp_path / "interrupted.json"
+    _make_not_regular(path, kind)
+    if kind == "folder":
+        with pytest.raises(ValueError, match=f"^{path}: a folder where a run keeps its interruption mark"):
+            clear_interruption(tmp_path)
+        assert path.is_dir()
+    else:
+        clear_interruption(tmp_path)
+        assert not os.path.lexists(path) and os.path.exists("/dev/null")

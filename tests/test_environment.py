@@ -95,3 +95,18 @@ def test_later_sessions_beyond_twenty_are_counted_in_one_line():
     lines = environment_lines({"torch": "2.13", "resumed": [{}] * 340_000})
     assert len(lines) == 1 + MAX_SESSIONS_SHOWN + 1
     assert lines[-1] == f"resumed[{MAX_SESSIONS_SHOWN + 1}–340000]: 339,980 more sessions, not shown"
+
+
+def test_a_stored_newline_is_spelled_so_no_value_adds_lines_or_ends_the_code_block():
+    """A folder's ``platform`` holding a fence and a heading rendered as live Markdown in ``summary.md``,
+    and 330,000 newlines made a 330,000-line page."""
+    from fusedce_reports.environment import environment_lines
+    from fusedce_reports.escape import code_block
+
+    payload = "Linux\n```\n\n# INJECTED HEADING\n\n[fix](https://example.invalid/fix.sh)\n```text"
+    lines = environment_lines({"platform": payload, "k\ney": ["a\nb", "c"], "many": "x\n" * 330_000})
+    assert lines[:2] == ["platform: Linux\\n```\\n\\n# INJECTED HEADING\\n\\n[fix](https://example.invalid/fix.sh)"
+                         "\\n```text", "k\\ney: a\\nb, c"]
+    block = code_block(lines)
+    assert len(block) == 2 + 3 and not any(line.startswith("#") for line in block)
+    assert len(block[3]) < 2_100  # the long value cut at the page's limit for one line

@@ -53,6 +53,20 @@ def test_a_killed_holder_leaves_a_folder_the_next_run_can_lock(tmp_path):
         assert (tmp_path / store.LOCK_FILE).read_text().startswith(f"pid {os.getpid()} ")
 
 
+def test_a_file_system_out_of_inodes_names_the_file_not_a_temporary_never_made(tmp_path, monkeypatch):
+    """``report`` with no inode left named ``plots/.peak_memory.png.1cf16sus.tmp``, which does not exist."""
+    import tempfile
+
+    def no_inode(prefix, suffix, dir):
+        raise OSError(errno.ENOSPC, "No space left on device", os.path.join(dir, f"{prefix}1cf16sus{suffix}"))
+
+    monkeypatch.setattr(tempfile, "mkstemp", no_inode)
+    with pytest.raises(OSError) as failed:
+        store.write_bytes(tmp_path / "peak_memory.png", b"png")
+    assert failed.value.filename == str(tmp_path / "peak_memory.png") and failed.value.errno == errno.ENOSPC
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_failed_write_names_the_file_and_leaves_no_temporary(tmp_path, monkeypatch):
     (tmp_path / "report.html").write_text("old")
 

@@ -286,3 +286,28 @@ def test_a_worker_that_died_silently_on_a_full_disk_is_an_os_error_naming_its_lo
         assert raised.value.errno == errno.ENOSPC and raised.value.filename == str(worker.log_path)
     finally:
         worker.close()
+
+
+def test_a_job_that_ends_its_worker_silently_on_a_nearly_full_disk_is_the_jobs_failure(tmp_path, monkeypatch):
+    """The job's header reached the log, so the log could be written: a job that ends its worker
+    without a word (a loss calling ``os._exit(1)``) is that job's failure, exit code and all, even
+    where little space is left — never "No space left on device" naming a log that was written."""
+    from fusedce_profiler.instrument import worker as worker_module
+
+    (tmp_path / "sitecustomize.py").write_text(textwrap.dedent('''
+        import os, sys
+        if "fusedce_profiler.instrument.worker_child" in sys.orig_argv:
+            import fusedce_profiler.instrument.environment as environment
+            environment.environment_job = lambda payload: os._exit(1)
+    '''))
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    monkeypatch.setattr(worker_module, "disk_full", lambda folder: True)
+    worker = Worker(tmp_path / "logs")
+    try:
+        with pytest.raises(WorkerDied) as died:
+            worker.call("environment", timeout_s=60)
+        assert died.value.reason == "the worker exited with code 1" and not died.value.at_start
+        assert worker.log_path.read_text().startswith("--- job environment")
+    finally:
+        worker.close()
+    assert workers_of(os.getpid(), wait_s=5) == []

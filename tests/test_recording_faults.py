@@ -144,11 +144,13 @@ def test_a_model_whose_parameters_raise_is_a_warning_and_training_goes_on(tmp_pa
     (range(10**9), "r", "more than the 20,000 a folder holds"), (__import__("itertools").count(), "r", "more than the 20,000"),
     (5, "r", "steps must be"), ((2,), "", "out: expected a folder path"), ((2,), 123, "out: expected a folder path"),
     ((2,), b"r", "out: expected a folder path"), ((2,), "a\x00b", "out: a path cannot hold a NUL"),
+    ((2,), "o\ud800", "out: a path cannot hold '\\\\ud800'"),
 ])
 def test_recorders_and_callbacks_refuse_bad_arguments_naming_them(tmp_path, lightning_callback, hf_callback, steps,
                                                                   out, fragment):
     """An endless ``steps`` was listed before the limit was checked (out of memory); a callback took
-    ``out=""`` for the current folder and raised a bare ``TypeError`` for ``steps=5`` or ``out=123``."""
+    ``out=""`` for the current folder and raised a bare ``TypeError`` for ``steps=5`` or ``out=123``, and
+    took a lone surrogate (which no file system encoding writes) and raised at the start of training."""
     from fusedce_profile.errors import UsageError
 
     os.chdir(tmp_path)

@@ -7,6 +7,7 @@ the reports read it to say, at the top, that what they show is partial.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -42,14 +43,23 @@ def read_interruption(folder: str | Path) -> Interruption | None:
     if not store.present(path):
         return None
     raw = store.read_json(path)
-    try:
-        return Interruption(str(raw["signal"]), str(raw["finished"]), str(raw["continue_with"]))
-    except (KeyError, TypeError):
-        raise ValueError(f"{path}: not an interruption mark (signal, finished, continue_with)") from None
+    fields = [field.name for field in dataclasses.fields(Interruption)]
+    if not (isinstance(raw, dict) and set(raw) == set(fields) and all(isinstance(raw[f], str) for f in fields)):
+        raise ValueError(f"{path}: not an interruption mark (an object of the strings {', '.join(fields)})")
+    return Interruption(**raw)
 
 
 def clear_interruption(folder: str | Path) -> None:
-    """Remove the mark (a run starts again in the folder); a link is removed, never followed."""
+    """Remove the mark (a run starts again in the folder), whatever file holds its name: a link is
+    removed, never followed, and a pipe too; a folder in its place is refused (``ValueError`` naming
+    it) before the run measures anything, whose report would refuse it after."""
     path = Path(folder) / INTERRUPTED_FILE
-    if path.is_symlink() or path.is_file():
+    try:
         path.unlink()
+    except FileNotFoundError:
+        pass
+    except OSError:  # EISDIR on Linux, EPERM elsewhere
+        if not path.is_dir() or path.is_symlink():
+            raise
+        raise ValueError(f"{path}: a folder where a run keeps its interruption mark; remove it, or give "
+                         "another --out") from None

@@ -51,7 +51,7 @@ from typing import TypeVar
 from fusedce_profiler.instrument.lifetime import MARK_VARIABLE, kill_marked, started
 from fusedce_profiler.instrument.memory_guard import default_max_rss_bytes, rss_bytes  # noqa: F401 - part of this API
 from fusedce_profiler.instrument.text import one_line
-from fusedce_profiler.instrument.worker_log import describe_exit, disk_full, log_tail
+from fusedce_profiler.instrument.worker_log import describe_exit, disk_full, log_incomplete, log_tail
 
 T = TypeVar("T")
 
@@ -175,6 +175,7 @@ class Worker:
         self._buffer = bytearray()
         self._ready = False
         self._in_job = False  # a job was sent and its reply not read
+        self._jobs_sent = 0  # the child logs a header line for each before running it
         self._max_rss: int | None = None
         self._over_memory = False
         self._garbled = False  # the reply pipe filled with bytes that are no reply
@@ -227,6 +228,7 @@ class Worker:
         token = os.urandom(8).hex()  # the reply carries it; a line the job's own code wrote to the pipe does not
         message = json.dumps({"kind": kind, "payload": payload or {}, "id": token}) + "\n"
         self._in_job = True
+        self._jobs_sent += 1
         try:
             self._process.stdin.write(message.encode())
             self._process.stdin.flush()
@@ -316,10 +318,13 @@ class Worker:
 
     def _died(self, timed_out: bool, at_start: bool = False) -> WorkerDied:
         """The worker's end as :class:`WorkerDied`; ``OSError`` (no space left, naming its log) when it
-        died without a word on a full disk: it could not write its log, which is no failure of the job."""
+        died without a word on a full disk and its log lacks what it had to write (a job's header, or
+        anything at start-up): it could not write its log, which is no failure of the job. A job that
+        ends its worker silently on a nearly full disk, its header written, is the job's failure."""
         self.close()
         tail = log_tail(self.log_path)
-        if not timed_out and not tail and disk_full(self.log_path.parent):
+        if (not timed_out and not tail and log_incomplete(self.log_path, self._jobs_sent)
+                and disk_full(self.log_path.parent)):
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.log_path))
         reason = "timed out" if timed_out else describe_exit(self._process.returncode)
         if at_start:

@@ -13,6 +13,7 @@ import traceback
 
 from fusedce_profiler.instrument.lifetime import adopt_orphans, die_with_parent, end_children, end_worker, start_reaper
 from fusedce_profiler.instrument.worker import JOBS
+from fusedce_profiler.instrument.worker_log import JOB_HEADER
 
 
 def _load(target: str):
@@ -42,7 +43,7 @@ def _serve(parent_pid: int, reply_fd: int, life_fd: int, preload: list[str], war
     replies.flush()
     for raw in sys.stdin.buffer:
         request = json.loads(raw)
-        print(f"--- job {request['kind']} {json.dumps(request['payload'])}", flush=True)
+        print(f"{JOB_HEADER}{request['kind']} {json.dumps(request['payload'])}", flush=True)
         try:
             answer = {"ok": True, "reply": _load(JOBS[request["kind"]])(request["payload"])}
         except (Exception, KeyboardInterrupt):  # no terminal's Ctrl-C reaches a worker (its own session):

@@ -9,8 +9,11 @@ from pathlib import Path
 LOG_TAIL_LINES = 15
 """Lines of a dead worker's log its message carries."""
 
+JOB_HEADER = "--- job "
+"""How the child's log line before each job begins (``worker_child``)."""
+
 _NOT_LAST_WORDS = (
-    "--- job ",  # the parent's own request headers
+    JOB_HEADER,  # the child's own line before each job
     "USDT:",  # the CPU profiler's chatter
     # a compiled extension's leak report, printed as the interpreter exits whatever ended it
     "nanobind: ", " - leaked ", " - ... skipped remainder", "See https://nanobind.",
@@ -26,6 +29,18 @@ def log_tail(path: Path) -> str:
         return ""
     lines = [line for line in text.strip().splitlines() if not line.startswith(_NOT_LAST_WORDS)]
     return "\n".join(lines[-LOG_TAIL_LINES:])
+
+
+def log_incomplete(path: Path, jobs_sent: int) -> bool:
+    """Whether a worker's log lacks what its child had to write: a :data:`JOB_HEADER` line for each
+    of the ``jobs_sent`` jobs, or, where none was sent, any byte (a log that cannot be read: True)."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return True
+    if jobs_sent == 0:
+        return not text
+    return sum(line.startswith(JOB_HEADER) for line in text.splitlines()) < jobs_sent
 
 
 def disk_full(folder: Path) -> bool:

@@ -312,7 +312,7 @@ def config_from_dict(raw: dict[str, Any], *, source: str = "<dict>", default_nam
         if value is not None:
             fields[key] = value
     if hf:
-        fields.update(_hf_architecture(raw))
+        fields.update(_hf_architecture(raw, source))
     else:
         for key in ("norm", "mlp", "position"):
             if key in raw:
@@ -330,12 +330,12 @@ def _intermediate_size(raw: dict[str, Any], explicit: Any, hidden: int, hf: bool
     if explicit is not None:
         if isinstance(explicit, bool) or not isinstance(explicit, int) or explicit <= 0:
             raise ValueError(f"{source}: intermediate_size must be a positive integer, got {explicit!r}")
-        if factor is not None and explicit != round(factor * hidden):
+        if factor is not None and explicit != round(_ffn_width(factor, hidden, source)):
             raise ValueError(f"{source}: intermediate_size={explicit} disagrees with "
                              f"ffn_factor={factor} × hidden_size={hidden}; give one of them")
         return explicit
     if factor is not None:
-        size = factor * hidden
+        size = _ffn_width(factor, hidden, source)
         if not math.isclose(size, round(size), abs_tol=1e-6):
             raise ValueError(f"{source}: ffn_factor={factor} × hidden_size={hidden} is not an integer width")
         return round(size)
@@ -344,7 +344,20 @@ def _intermediate_size(raw: dict[str, Any], explicit: Any, hidden: int, hf: bool
     raise ValueError(f"{source}: missing MLP width: give intermediate_size or ffn_factor")
 
 
-def _hf_architecture(raw: dict[str, Any]) -> dict[str, Any]:
+def _ffn_width(factor: float, hidden: int, source: str) -> float:
+    """``factor × hidden``, refused where a finite factor and a positive width overflow a float."""
+    try:
+        size = factor * hidden
+        finite = math.isfinite(size)
+    except OverflowError:  # a float times an integer, or an integer, past a float's range
+        finite = False
+    if not finite:
+        raise ValueError(f"{source}: ffn_factor={factor} × hidden_size={hidden} is past a float's range; "
+                         "give intermediate_size")
+    return size
+
+
+def _hf_architecture(raw: dict[str, Any], source: str) -> dict[str, Any]:
     """Norm, MLP and position flavour of a Hugging Face config, from its family and keys."""
     family = str(raw.get("model_type", "gpt2" if "n_embd" in raw else "")).lower()
     act = str(raw.get("hidden_act") or raw.get("hidden_activation") or raw.get("activation_function") or "")
@@ -355,9 +368,13 @@ def _hf_architecture(raw: dict[str, Any]) -> dict[str, Any]:
         "norm": "rmsnorm" if rms else "layernorm",
         "position": "rope" if ("rope_theta" in raw or family in _GATED_FAMILIES) else "learned",
     }
-    eps = raw.get("rms_norm_eps", raw.get("layer_norm_epsilon", raw.get("layer_norm_eps")))
-    if eps is not None:
-        out["norm_eps"] = float(eps)
+    for key in ("rms_norm_eps", "layer_norm_epsilon", "layer_norm_eps"):
+        if key in raw and raw[key] is not None:
+            eps = raw[key]
+            if not (_finite_number(eps) and eps > 0):
+                raise ValueError(f"{source}: {key} must be a positive finite number, got {eps!r}")
+            out["norm_eps"] = float(eps)
+            break
     return out
 
 

@@ -28,10 +28,16 @@ def checked_steps(steps: Iterable[int]) -> frozenset[int]:
 
 def checked_out(out: str | os.PathLike) -> str:
     """``out`` as a path string; ``ValueError`` naming ``out`` for what names no folder (not a path, blank,
-    a NUL character)."""
+    a NUL character, a character the file system's encoding cannot write: a lone surrogate that no
+    undecodable byte stands for)."""
     text = os.fspath(out) if isinstance(out, (str, os.PathLike)) else None
     if not isinstance(text, str) or not text.strip():
         raise ValueError(f"out: expected a folder path, got {out!r:.60}")
     if "\x00" in text:
         raise ValueError(f"out: a path cannot hold a NUL character, got {out!r:.60}")
+    try:
+        os.fsencode(text)
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"out: a path cannot hold {text[exc.start]!r} (not a character the file system's "
+                         f"encoding writes), got {out!r:.60}") from None
     return text
