@@ -331,8 +331,8 @@ def _intermediate_size(raw: dict[str, Any], explicit: Any, hidden: int, hf: bool
         if isinstance(explicit, bool) or not isinstance(explicit, int) or explicit <= 0:
             raise ValueError(f"{source}: intermediate_size must be a positive integer, got {explicit!r}")
         if factor is not None and explicit != round(_ffn_width(factor, hidden, source)):
-            raise ValueError(f"{source}: intermediate_size={explicit} disagrees with "
-                             f"ffn_factor={factor} × hidden_size={hidden}; give one of them")
+            raise ValueError(f"{source}: intermediate_size={explicit} disagrees with ffn_factor={factor} × "
+                             f"hidden_size={hidden}; give one of them")
         return explicit
     if factor is not None:
         size = _ffn_width(factor, hidden, source)
@@ -348,11 +348,11 @@ def _ffn_width(factor: float, hidden: int, source: str) -> float:
     """``factor × hidden``, refused where a finite factor and a positive width overflow a float."""
     try:
         size = factor * hidden
-        finite = math.isfinite(size)
+        if math.isfinite(size):
+            return size
     except OverflowError:  # a float times an integer, or an integer, past a float's range
-        finite = False
-    if not finite:
-        raise ValueError(f"{source}: ffn_factor={factor} × hidden_size={hidden} is past a float's range; "
+        pass
+    raise ValueError(f"{source}: ffn_factor={factor} × hidden_size={hidden} is past a float's range; "
                          "give intermediate_size")
     return size
 
@@ -368,14 +368,10 @@ def _hf_architecture(raw: dict[str, Any], source: str) -> dict[str, Any]:
         "norm": "rmsnorm" if rms else "layernorm",
         "position": "rope" if ("rope_theta" in raw or family in _GATED_FAMILIES) else "learned",
     }
-    for key in ("rms_norm_eps", "layer_norm_epsilon", "layer_norm_eps"):
-        if key in raw and raw[key] is not None:
-            eps = raw[key]
-            if not (_finite_number(eps) and eps > 0):
-                raise ValueError(f"{source}: {key} must be a positive finite number, got {eps!r}")
-            out["norm_eps"] = float(eps)
-            break
-    return out
+    key = next((k for k in ("rms_norm_eps", "layer_norm_epsilon", "layer_norm_eps") if raw.get(k) is not None), None)
+    if key is not None and not (_finite_number(raw[key]) and raw[key] > 0):
+        raise ValueError(f"{source}: {key} must be a positive finite number, got {raw[key]!r}")
+    return out if key is None else {**out, "norm_eps": float(raw[key])}
 
 
 # Our presets → the Hugging Face family that builds them.
