@@ -12,10 +12,7 @@ allocated above the inputs, the difference of loss and gradients, and torch.comp
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
-import json
-import statistics
 import sys
 from pathlib import Path
 
@@ -28,7 +25,8 @@ from fusedce import passes  # noqa: E402
 from fusedce.kernels import tiles  # noqa: E402
 from fusedce.options import LossOptions  # noqa: E402
 from fusedce_profiler.instrument.backends import get_backend  # noqa: E402
-from benchmarks.tiles_ab import measure, rel, save_with_environment  # noqa: E402
+from benchmarks.tiles_ab import (add_differences, amp_inputs, amp_step, print_row, probe_arguments,  # noqa: E402
+                                 save_with_environment, timed_variant)
 
 HEADS = ("8192x768x32777", "8192x3072x32064", "8192x4096x128256", "8192x2304x256000", "16384x3584x152064")
 
@@ -47,43 +45,23 @@ def previous_rule(on: bool):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--repeats", type=int, default=9)
-    args = parser.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
+    args = probe_arguments()
     rows = []
     for head in HEADS:
-        n, h, v = (int(x) for x in head.split("x"))
         torch._dynamo.reset()
-        gen = torch.Generator(device="cuda").manual_seed(0)
-        hidden = torch.randn(n, h, device="cuda", generator=gen).bfloat16().requires_grad_()
-        weight = (torch.randn(v, h, device="cuda", generator=gen) * (3.0 / h ** 0.5)).requires_grad_()
-        target = torch.randint(0, v, (n,), device="cuda", generator=gen)
+        hidden, weight, target = amp_inputs(head)
         compiled = get_backend("torch-compile").make()
         row, results = {"head": head}, {}
         for name in ("default", "previous", "torch_compile"):
-            def step(name=name):
-                hidden.grad = weight.grad = None
-                with previous_rule(name == "previous"):
-                    with torch.autocast("cuda", dtype=torch.bfloat16):
-                        loss = (compiled(hidden, weight, target, None, LossOptions()) if name == "torch_compile"
-                                else fusedce.linear_cross_entropy(hidden, weight, target))
-                    loss.backward()
-                return loss.detach().float(), hidden.grad, weight.grad
-
-            result, peak, times = measure(step, hidden, weight, args.repeats)
-            results[name] = tuple(t.clone() for t in result)
-            row[f"{name}_peak_extra_bytes"] = peak
-            row[f"{name}_times_ms"] = times
-            row[f"{name}_median_ms"] = statistics.median(times)
-        for label, a, b in zip(("loss", "grad_hidden", "grad_weight"), results["default"], results["previous"]):
-            row[f"{label}_rel_diff"] = rel(a, b)
+            loss_fn = ((lambda: compiled(hidden, weight, target, None, LossOptions())) if name == "torch_compile"
+                       else lambda: fusedce.linear_cross_entropy(hidden, weight, target))
+            step = amp_step(hidden, weight, loss_fn, context=lambda name=name: previous_rule(name == "previous"))
+            results[name] = timed_variant(row, name, step, hidden, weight, args.repeats)
+        add_differences(row, results["default"], results["previous"])
         row["speedup"] = row["previous_median_ms"] / row["default_median_ms"]
         row["default_vs_compile"] = row["default_median_ms"] / row["torch_compile_median_ms"]
         rows.append(row)
-        print(json.dumps({k: (float(f"{x:.4g}") if isinstance(x, float) else x) for k, x in row.items()
-                          if not k.endswith("times_ms")}), flush=True)
+        print_row(row)
         del hidden, weight, target, results
         torch.cuda.empty_cache()
     save_with_environment(args.out / "amp-tiled-plan-ab.json", rows)

@@ -23,8 +23,6 @@ loss and gradients from the default's.
 from __future__ import annotations
 
 import contextlib
-import json
-import statistics
 import sys
 from pathlib import Path
 
@@ -37,7 +35,8 @@ from fusedce import planner  # noqa: E402
 from fusedce.options import LossOptions  # noqa: E402
 from fusedce_profiler.instrument.backends import get_backend  # noqa: E402
 from benchmarks.plan_probe import tiles_forced
-from benchmarks.tiles_ab import measure, probe_arguments, rel, save_with_environment  # noqa: E402
+from benchmarks.tiles_ab import (add_differences, amp_inputs, amp_step, print_row, probe_arguments,  # noqa: E402
+                                 save_with_environment, timed_variant)
 
 HEADS = ("8192x768x32777", "8192x3072x32064", "8192x4096x128256")
 
@@ -48,10 +47,7 @@ def main() -> None:
     for head in HEADS:
         n, h, v = (int(x) for x in head.split("x"))
         torch._dynamo.reset()
-        gen = torch.Generator(device="cuda").manual_seed(0)
-        hidden = torch.randn(n, h, device="cuda", generator=gen).bfloat16().requires_grad_()
-        weight = (torch.randn(v, h, device="cuda", generator=gen) * (3.0 / h ** 0.5)).requires_grad_()
-        target = torch.randint(0, v, (n,), device="cuda", generator=gen)
+        hidden, weight, target = amp_inputs(head)
         plan = planner.plan_chunks(n, h, v, hidden_dtype=torch.bfloat16, weight_dtype=torch.float32,
                                    compute_dtype=torch.bfloat16, scalar_loss=True, needs_grad=True, cuda=True,
                                    sm_count=torch.cuda.get_device_properties(0).multi_processor_count)
@@ -65,26 +61,15 @@ def main() -> None:
         row = {"head": head, "plan": [plan.rows, plan.cols]}
         results = {}
         for name, (tiled, options) in variants.items():
-            def step(tiled=tiled, options=options):
-                hidden.grad = weight.grad = None
-                with tiles_forced() if tiled else contextlib.nullcontext():
-                    with torch.autocast("cuda", dtype=torch.bfloat16):
-                        loss = (compiled(hidden, weight, target, None, LossOptions()) if options is None else
-                                fusedce.linear_cross_entropy(hidden, weight, target, **options))
-                    loss.backward()
-                return loss.detach().float(), hidden.grad, weight.grad
-
-            result, peak, times = measure(step, hidden, weight, args.repeats)
-            results[name] = tuple(t.clone() for t in result)
-            row[f"{name}_peak_extra_bytes"] = peak
-            row[f"{name}_times_ms"] = times
-            row[f"{name}_median_ms"] = statistics.median(times)
+            step = amp_step(hidden, weight, (lambda: compiled(hidden, weight, target, None, LossOptions()))
+                            if options is None else
+                            lambda options=options: fusedce.linear_cross_entropy(hidden, weight, target, **options),
+                            context=tiles_forced if tiled else contextlib.nullcontext)
+            results[name] = timed_variant(row, name, step, hidden, weight, args.repeats)
         for name in ("tiles", "tiles_2x"):
-            for label, a, b in zip(("loss", "grad_hidden", "grad_weight"), results[name], results["default"]):
-                row[f"{name}_{label}_rel_diff"] = rel(a, b)
+            add_differences(row, results[name], results["default"], prefix=f"{name}_")
         rows.append(row)
-        print(json.dumps({k: (float(f"{x:.4g}") if isinstance(x, float) else x) for k, x in row.items()
-                          if not k.endswith("times_ms")}), flush=True)
+        print_row(row)
         del hidden, weight, target, results
         torch.cuda.empty_cache()
     save_with_environment(args.out / "amp-tiles-probe.json", rows)

@@ -16,8 +16,6 @@ gradients, the block count, and the loss and gradients' difference between the t
 from __future__ import annotations
 
 import argparse
-import json
-import statistics
 import sys
 from pathlib import Path
 
@@ -28,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import fusedce  # noqa: E402
 from fusedce import planner  # noqa: E402
-from benchmarks.tiles_ab import measure, rel, save_with_environment  # noqa: E402
+from benchmarks.tiles_ab import add_differences, print_row, save_with_environment, timed_variant  # noqa: E402
 
 HEADS = ("8192x3072x32064", "16384x3584x152064", "32768x4096x128256", "8192x768x32777")
 
@@ -94,18 +92,13 @@ def main() -> None:
         }
         results = {}
         for name, step in variants.items():
-            results[name], row[f"{name}_peak_extra_bytes"], times = measure(step, hidden, weight, args.repeats)
-            row[f"{name}_times_ms"] = times
-            row[f"{name}_median_ms"] = statistics.median(times)
-            results[name] = tuple(t.clone() for t in results[name])
-        for label, a, b in zip(("loss", "grad_hidden", "grad_weight"), results["balanced"], results["previous"]):
-            row[f"{label}_rel_diff"] = rel(a, b)
+            results[name] = timed_variant(row, name, step, hidden, weight, args.repeats)
+        add_differences(row, results["balanced"], results["previous"])
         row["speedup"] = row["previous_median_ms"] / row["balanced_median_ms"]
         row["balanced_vs_compile"] = row["balanced_median_ms"] / row["torch_compile_median_ms"]
         row["previous_vs_compile"] = row["previous_median_ms"] / row["torch_compile_median_ms"]
         rows_out.append(row)
-        print(json.dumps({k: (float(f"{x:.4g}") if isinstance(x, float) else x) for k, x in row.items()
-                          if not k.endswith("times_ms")}), flush=True)
+        print_row(row)
         del hidden, weight, target, results
         torch.cuda.empty_cache()
     save_with_environment(args.out / f"balanced-rows-ab-{args.hidden_dtype}.json", rows_out)

@@ -11,6 +11,7 @@ False (cuBLAS into an fp32 block, then the block kernels).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
@@ -79,6 +80,54 @@ def rel(a, b):
     return ((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-30)).item()
 
 
+def amp_inputs(head: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """An amp head "NxHxV" on the GPU, seeded: bf16 hidden (N, H), an fp32 weight (V, H) scaled to
+    logits of std ≈ 3, targets (N,); hidden and weight require gradients."""
+    n, h, v = (int(x) for x in head.split("x"))
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    hidden = torch.randn(n, h, device="cuda", generator=gen).bfloat16().requires_grad_()
+    weight = (torch.randn(v, h, device="cuda", generator=gen) * (3.0 / h ** 0.5)).requires_grad_()
+    return hidden, weight, torch.randint(0, v, (n,), device="cuda", generator=gen)
+
+
+def amp_step(hidden, weight, loss_fn, context=contextlib.nullcontext):
+    """One forward (``loss_fn()`` under bf16 autocast, inside ``context()``) and backward: a variant's
+    ``run()`` for :func:`measure`, returning the :data:`OUTPUTS`."""
+    def run():
+        hidden.grad = weight.grad = None
+        with context():
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = loss_fn()
+            loss.backward()
+        return loss.detach().float(), hidden.grad, weight.grad
+    return run
+
+
+OUTPUTS = ("loss", "grad_hidden", "grad_weight")
+"""What a variant's ``run()`` returns, in order."""
+
+
+def timed_variant(row: dict, name: str, run, hidden, weight, repeats: int) -> tuple:
+    """:func:`measure` one variant into ``row`` (``{name}_peak_extra_bytes``, ``{name}_times_ms``,
+    ``{name}_median_ms``); its results, cloned (the next variant overwrites the gradients)."""
+    result, row[f"{name}_peak_extra_bytes"], times = measure(run, hidden, weight, repeats)
+    row[f"{name}_times_ms"] = times
+    row[f"{name}_median_ms"] = statistics.median(times)
+    return tuple(t.clone() for t in result)
+
+
+def add_differences(row: dict, got: tuple, want: tuple, prefix: str = "") -> None:
+    """The relative differences of two variants' :data:`OUTPUTS` into ``row`` (``{prefix}{output}_rel_diff``)."""
+    for label, a, b in zip(OUTPUTS, got, want):
+        row[f"{prefix}{label}_rel_diff"] = rel(a, b)
+
+
+def print_row(row: dict) -> None:
+    """One line of JSON: the row without its lists of times, floats to 4 significant digits."""
+    print(json.dumps({k: (float(f"{x:.4g}") if isinstance(x, float) else x) for k, x in row.items()
+                      if not k.endswith("times_ms")}), flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, required=True)
@@ -100,17 +149,13 @@ def main() -> None:
             results = {}
             for path in ("blocks", "tiles"):
                 kernels.tiles_supported = tiled if path == "tiles" else (lambda h_, w_: False)
-                results[path], row[f"{path}_peak_extra_bytes"], times = measure(
-                    lambda: step(hidden, weight, target, mode), hidden, weight, args.repeats)
-                row[f"{path}_times_ms"] = times
-                row[f"{path}_median_ms"] = statistics.median(times)
+                results[path] = timed_variant(row, path, lambda: step(hidden, weight, target, mode), hidden, weight,
+                                              args.repeats)
             kernels.tiles_supported = tiled
-            for name, a, b in zip(("loss", "grad_hidden", "grad_weight"), results["tiles"], results["blocks"]):
-                row[f"{name}_rel_diff"] = rel(a, b)
+            add_differences(row, results["tiles"], results["blocks"])
             row["speedup"] = row["blocks_median_ms"] / row["tiles_median_ms"]
             rows.append(row)
-            print(json.dumps({k: (float(f"{x:.4g}") if isinstance(x, float) else x) for k, x in row.items()
-                              if not isinstance(x, list)}), flush=True)
+            print_row(row)
             del hidden, weight, target, results
             torch.cuda.empty_cache()
     save_with_environment(args.out / "tiles-ab.json", rows)
