@@ -144,10 +144,10 @@ def prepare_out_dir(out: Path | None, *, force: bool, resume: bool,
         _refuse_live_runs_below(out)
         for name in RUN_ARTEFACTS:
             path = out / name
-            if path.is_symlink() or path.is_file():
-                path.unlink()  # a link is removed, never followed
-            elif path.is_dir():
+            if path.is_dir() and not path.is_symlink():
                 shutil.rmtree(path)
+            elif os.path.lexists(path):
+                path.unlink()  # a file, a pipe, a link (removed, never followed): whatever holds the name
         return out
     out.mkdir(parents=True, exist_ok=True)
     if lock is not None:

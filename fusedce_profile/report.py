@@ -142,6 +142,8 @@ def report_command(run_dir: str | Path, *, console: Console | None = None) -> Co
 
     console = console or Console(quiet=True)
     run_dir = arguments.path(run_dir, "DIR")
+    if run_dir is None:
+        raise UsageError("DIR: expected the folder a run wrote, got None")
     if not run_dir.is_dir():
         raise UsageError(f"{run_dir}: not a folder (give the folder a grid, model, parity or doctor run wrote)")
     rebuilt, placed, lines = None, None, _HeldLines()

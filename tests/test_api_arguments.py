@@ -32,6 +32,7 @@ LOSS = {"loss": "test_model_doctor:correct"}
     ("doctor", {**LOSS, "device": 5}, "--device 5: expected a string"),
     ("explain", {**EXPLAIN, "out": 5}, "--out 5: expected a path"),
     ("build_report", {"run_dir": 5}, "DIR 5: expected a path"),
+    ("build_report", {"run_dir": None}, "DIR: expected the folder a run wrote, got None"),
 ])
 def test_an_argument_of_the_wrong_kind_is_a_usage_error_naming_it(function, arguments, line, tmp_path,
                                                                    monkeypatch):

@@ -73,3 +73,17 @@ def test_force_removes_a_linked_artefact_without_following_it(tmp_path):
     (run / "plan.json").write_text("{}")
     prepare_out_dir(run, force=True, resume=False)
     assert not list(run.iterdir()) and (target / "keep.png").exists()
+
+
+def test_force_removes_a_pipe_holding_a_run_files_name(tmp_path):
+    """``model --force`` left a named pipe as ``fit.json`` (or ``interrupted.json``), measured every job,
+    then refused to write the report its own folder would need."""
+    import os
+
+    run = tmp_path / "run"
+    run.mkdir()
+    for name in ("fit.json", "interrupted.json", "results.jsonl"):
+        os.mkfifo(run / name)
+    (run / "model_results.jsonl").write_text("")
+    prepare_out_dir(run, force=True, resume=False)
+    assert not list(run.iterdir())

@@ -208,13 +208,13 @@ def test_a_finite_ffn_factor_whose_width_overflows_is_refused_naming_it(hidden, 
            "ffn_factor": factor}
     with pytest.raises(ValueError, match=r"^c\.json: ffn_factor=.* past a float's range; give intermediate_size$"):
         config_from_dict(raw, source="c.json")
-    with pytest.raises(ValueError, match=r"^c\.json: ffn_factor="):
+    with pytest.raises(ValueError, match=r"^c\.json: intermediate_size=256 disagrees with ffn_factor=.*give one of them$"):
         config_from_dict({**raw, "intermediate_size": 256}, source="c.json")
 
 
 @pytest.mark.parametrize("family, key, value", [
     ("llama", "rms_norm_eps", [1]), ("gpt2", "layer_norm_epsilon", {"a": 1}), ("llama", "rms_norm_eps", "abc"),
-    ("llama", "rms_norm_eps", float("nan")), ("gpt2", "layer_norm_epsilon", 0),
+    ("llama", "rms_norm_eps", float("nan")), ("gpt2", "layer_norm_epsilon", 0), ("llama", "rms_norm_eps", 10**400),
 ])
 def test_a_hugging_face_norm_epsilon_of_the_wrong_kind_is_refused_naming_the_file_and_field(family, key, value):
     """A list or an object ended in a TypeError traceback; a string in a line naming neither file nor field."""
@@ -222,3 +222,18 @@ def test_a_hugging_face_norm_epsilon_of_the_wrong_kind_is_refused_naming_the_fil
            "num_attention_heads": 4, "intermediate_size": 128, key: value}
     with pytest.raises(ValueError, match=rf"^config\.json: {key} must be a positive finite number, got "):
         config_from_dict(raw, source="config.json")
+
+
+@pytest.mark.parametrize("field", ["head_dim", "num_hidden_layers", "max_position_embeddings", "num_key_value_heads",
+                                   "ffn_factor"])
+def test_a_size_past_the_command_lines_limit_is_refused_naming_the_field(field):
+    """A 331-digit ``head_dim`` or layer count ended in an OverflowError traceback; a 331-digit
+    ``max_position_embeddings`` ran every step of ``explain``, then its own record was refused."""
+    raw = {"hidden_size": 64, "vocab_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4,
+           "intermediate_size": 128, field: 10**330}
+    with pytest.raises(ValueError, match=f"{field} must be a positive"):
+        config_from_dict(raw, source="c.json")
+    raw[field] = 2**31 if field != "ffn_factor" else 2.0
+    if field != "ffn_factor":
+        with pytest.raises(ValueError, match=f"{field} must be a positive integer up to 2³¹ − 1, got 2147483648"):
+            config_from_dict(raw, source="c.json")

@@ -202,6 +202,15 @@ def test_the_tiled_plan_is_judged_without_reading_an_address(tensors):
     assert got == [True, True, True, False, False, True, True, False]
 
 
+def test_the_tiled_plans_layout_check_traces_under_a_fullgraph_compile():
+    """Dynamo traces the check (``torch.compile(fullgraph=True)`` of a loss decides its plan while
+    tracing): reading ``storage_offset()`` or ``data_ptr()`` there fails the whole compile."""
+    compiled = torch.compile(lambda h, w: torch.zeros(()) if tiles._layout_planned(h, w, torch.float16) else
+                             torch.ones(()), fullgraph=True, backend="eager")
+    assert compiled(torch.empty(4, 16), torch.empty(8, 16)).item() == 0.0
+    assert compiled(torch.empty(4, 12), torch.empty(8, 12)).item() == 1.0
+
+
 def test_a_block_the_kernels_refuse_in_a_tiled_plan_goes_in_pieces_that_fit(launches, monkeypatch):
     """A tiled plan's buffer is half an fp32 block; a block the tiled kernels refuse (here: all
     of them) is multiplied in column pieces whose fp32 logits fit it, and the result holds."""
@@ -264,6 +273,24 @@ def test_an_autocast_forward_converts_the_weight_into_the_block_buffer_in_wide_c
     assert launches == {"stats": 3, "grad": 5}  # the backward's blocks tiled, on converted chunks
 
 
+def test_an_autocast_forward_takes_chunks_twice_the_block_paths_fp32_columns_in_a_tiled_plan(launches, monkeypatch):
+    """A tiled plan's buffer holds half its columns of fp32 logits (the block path's pieces: 96 of the
+    plan's 192 here); converted chunks of H = 24 are 256 columns wide — narrower than twice the
+    plan's columns, more than twice the pieces' — so they go in wide launches."""
+    from fusedce.block_workspace import BlockWorkspace
+
+    widths = []
+    chunk_view = BlockWorkspace.weight_chunk_view
+
+    def counted(self, cols, h, dtype):
+        widths.append(cols)
+        return chunk_view(self, cols, h, dtype)
+
+    monkeypatch.setattr(BlockWorkspace, "weight_chunk_view", counted)
+    _check_autocast(37, 24, 600, vocab_chunk_size=192)
+    assert widths == [256, 256, 88] and launches["stats"] == 3
+
+
 @pytest.mark.parametrize("h,v,cols", [(64, 300, 48), (64, 1100, 512)])
 def test_an_autocast_forward_keeps_the_blocks_where_the_buffer_holds_no_chunk_twice_as_wide(launches, h, v, cols):
     """H = 64: 256 columns of converted weight (32 KiB) do not fit a 37 × 48 tiled block (3.5 KiB); a
@@ -284,5 +311,5 @@ def test_an_autocast_forward_refused_after_its_first_chunk_finishes_in_blocks(la
         return False if len(calls) == 2 else stats(*args, **kwargs)
 
     monkeypatch.setattr(kernels, "tile_stats", second_refused)
-    _check_autocast(37, 16, 1100, vocab_chunk_size=128)  # chunks of 512: the second refused
+    _check_autocast(37, 16, 1100, vocab_chunk_size=128)  # chunks of 256 in a tiled plan's buffer: the second refused
     assert len(calls) == 2

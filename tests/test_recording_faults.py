@@ -159,3 +159,26 @@ def test_recorders_and_callbacks_refuse_bad_arguments_naming_them(tmp_path, ligh
         with pytest.raises(UsageError, match=fragment):
             make()
     assert os.listdir(tmp_path) == []
+
+
+def test_a_folder_replaced_by_a_link_mid_run_is_never_written_through(tmp_path):
+    """The recorder's folder swapped for a link to another folder between two steps: the next step's
+    row was appended to the other folder's ``recorded_steps.jsonl``, then came the warning."""
+    import shutil
+
+    folder, elsewhere = tmp_path / "r", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    recorder = StepRecorder(WrappedHeadLM(), folder, steps=(0, 2), trace=False)
+    model = recorder.model
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    with pytest.warns(RuntimeWarning, match="writing step 2 .* a symbolic link"):
+        for i in range(3):
+            if i == 2:
+                shutil.move(folder, tmp_path / "moved")
+                folder.symlink_to(elsewhere)
+            with recorder.step():
+                _loss(model, _batch(i)).backward()
+                optimizer.step()
+                optimizer.zero_grad()
+        recorder.close()
+    assert list(elsewhere.iterdir()) == [] and [r.step for r in recorder.records] == [0]

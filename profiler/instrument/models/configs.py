@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,9 +42,11 @@ _GATED_FAMILIES = {
 _LAYERNORM_FAMILIES = {"gpt2", "gpt_neo", "gpt_neox", "gptj", "opt", "bloom", "phi", "falcon", "starcoder2"}
 
 
+_MAX_SIZE = 2**31 - 1  # the largest size a config may give (the command line's too): a larger one is no model
+
 def _finite_number(value: Any) -> bool:
-    """An int or a float that is neither a bool, NaN nor infinite (a config's numbers)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    """An int or a float that is neither a bool, NaN, infinite nor past a float's range (a config's numbers)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) <= sys.float_info.max
 
 
 @dataclass(frozen=True)
@@ -76,22 +79,19 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         where = f"model config {self.name!r} ({self.source})"
-        for key in ("hidden_size", "vocab_size", "num_hidden_layers", "num_attention_heads",
-                    "intermediate_size", "max_position_embeddings"):
-            value = getattr(self, key)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{where}: {key} must be a positive integer, got {value!r}")
-        if self.num_key_value_heads is not None:
-            kv = self.num_key_value_heads
-            if isinstance(kv, bool) or not isinstance(kv, int) or kv <= 0 or self.num_attention_heads % kv:
-                raise ValueError(f"{where}: num_key_value_heads must be a positive divisor of "
-                                 f"num_attention_heads={self.num_attention_heads}, got {kv!r}")
+        sizes = ("hidden_size", "vocab_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                 "max_position_embeddings", "head_dim", "num_key_value_heads")
+        for key, value in ((key, getattr(self, key)) for key in sizes):  # the last two may be None
+            if (value is not None or key in sizes[:-2]) and (
+                    isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= _MAX_SIZE):
+                raise ValueError(f"{where}: {key} must be a positive integer up to 2³¹ − 1, got {value!r:.40}")
+        kv = self.num_key_value_heads
+        if kv is not None and self.num_attention_heads % kv:
+            raise ValueError(f"{where}: num_key_value_heads must be a positive divisor of "
+                             f"num_attention_heads={self.num_attention_heads}, got {kv!r}")
         if self.head_dim is None and self.hidden_size % self.num_attention_heads:
             raise ValueError(f"{where}: hidden_size={self.hidden_size} is not divisible by "
                              f"num_attention_heads={self.num_attention_heads} (give head_dim)")
-        if self.head_dim is not None and (isinstance(self.head_dim, bool) or not isinstance(self.head_dim, int)
-                                          or self.head_dim <= 0):
-            raise ValueError(f"{where}: head_dim must be a positive integer, got {self.head_dim!r}")
         if self.norm not in NORMS:
             raise ValueError(f"{where}: norm must be one of {NORMS}, got {self.norm!r}")
         if self.mlp not in MLPS:
@@ -330,12 +330,16 @@ def _intermediate_size(raw: dict[str, Any], explicit: Any, hidden: int, hf: bool
     if explicit is not None:
         if isinstance(explicit, bool) or not isinstance(explicit, int) or explicit <= 0:
             raise ValueError(f"{source}: intermediate_size must be a positive integer, got {explicit!r}")
-        if factor is not None and explicit != round(_ffn_width(factor, hidden, source)):
+        width = None if factor is None else _ffn_width(factor, hidden)
+        if width is not None and not (math.isfinite(width) and explicit == round(width)):
             raise ValueError(f"{source}: intermediate_size={explicit} disagrees with ffn_factor={factor} × "
                              f"hidden_size={hidden}; give one of them")
         return explicit
     if factor is not None:
-        size = _ffn_width(factor, hidden, source)
+        size = _ffn_width(factor, hidden)
+        if not math.isfinite(size):
+            raise ValueError(f"{source}: ffn_factor={factor} × hidden_size={hidden} is past a float's range; give "
+                             "intermediate_size")
         if not math.isclose(size, round(size), abs_tol=1e-6):
             raise ValueError(f"{source}: ffn_factor={factor} × hidden_size={hidden} is not an integer width")
         return round(size)
@@ -344,17 +348,12 @@ def _intermediate_size(raw: dict[str, Any], explicit: Any, hidden: int, hf: bool
     raise ValueError(f"{source}: missing MLP width: give intermediate_size or ffn_factor")
 
 
-def _ffn_width(factor: float, hidden: int, source: str) -> float:
-    """``factor × hidden``, refused where a finite factor and a positive width overflow a float."""
+def _ffn_width(factor: float, hidden: int) -> float:
+    """``factor × hidden`` as a float; infinite where it is past a float's range."""
     try:
-        size = factor * hidden
-        if math.isfinite(size):
-            return size
-    except OverflowError:  # a float times an integer, or an integer, past a float's range
-        pass
-    raise ValueError(f"{source}: ffn_factor={factor} × hidden_size={hidden} is past a float's range; "
-                         "give intermediate_size")
-    return size
+        return float(factor * hidden)
+    except OverflowError:
+        return math.inf
 
 
 def _hf_architecture(raw: dict[str, Any], source: str) -> dict[str, Any]:

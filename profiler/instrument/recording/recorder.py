@@ -48,7 +48,7 @@ from typing import Callable, Iterable
 import torch
 from torch import nn
 
-from fusedce_profiler.instrument import store
+from fusedce_profiler.instrument import confined, store
 from fusedce_profiler.instrument.callables import what_it_raised
 from fusedce_profiler.instrument.confined import FolderRefused
 from fusedce_profiler.instrument.protocol import MemoryMeter
@@ -366,6 +366,7 @@ class StepRecorder:
             self._abandon(rec, exc)
             return None
         try:
+            confined.refuse_linked_folder(self.out)  # replaced by a link mid-run: nothing read or written through it
             if self._stored is None:  # counted once: the lines earlier sessions appended
                 self._stored = store.count_lines(self.out / store.RECORDED_STEPS_FILE)
             append_recorded_step(self.out, record, self._stored)

@@ -17,7 +17,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fusedce_profiler.instrument import store
+from fusedce_profiler.instrument import confined, store
 from fusedce_profiler.instrument.models.head import HeadInfo
 from fusedce_profiler.instrument.schema import build, checked_fields
 from fusedce_profiler.instrument.tracing.attribution import Attribution
@@ -170,10 +170,12 @@ def append_recorded_step(folder: str | Path, record: RecordedStep, stored: int |
     ``stored``: how many lines the file holds already (counted when ``None``). A file that holds
     :data:`~fusedce_profiler.instrument.capacity.MAX_RECORDED_STEPS` lines (across all the
     sessions that appended to it) or would pass its size limit takes no more:
-    :class:`~fusedce_profiler.instrument.store.FileFull` naming the file."""
+    :class:`~fusedce_profiler.instrument.store.FileFull` naming the file. A folder that is a symbolic link
+    is refused (:class:`~fusedce_profiler.instrument.confined.FolderRefused`) before anything is read or written."""
     from fusedce_profiler.instrument.capacity import MAX_RECORDED_STEPS
 
     path = Path(folder) / store.RECORDED_STEPS_FILE
+    confined.refuse_linked_folder(folder)  # replaced by a link since it was taken: never written through
     path.parent.mkdir(parents=True, exist_ok=True)
     store.cut_partial_line(path)
     stored = store.count_lines(path) if stored is None else stored
