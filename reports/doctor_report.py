@@ -18,6 +18,7 @@ from fusedce_profiler.judgements.doctor.precision import SAFETY
 from fusedce_profiler.judgements.doctor.records import DoctorRun
 from fusedce_reports.environment import environment_lines, read_environment
 from fusedce_reports.escape import code_block, markdown_text
+from fusedce_reports.listing import listed
 from fusedce_reports.markdown import markdown_table
 
 VERDICT_MEANING = (
@@ -31,7 +32,9 @@ def spread_sentence(spread: dict) -> str:
     """What the run's precision policy does to the model's own loss, and the tolerances it gives."""
     if spread.get("mode") == "fp32":
         return f"fp32, the fp32 floor {spread.get('tolerance', 0):.1e} for the loss and every gradient"
-    groups = ", ".join(f"{k} {v:.1e}" for k, v in (spread.get("groups") or {}).items())
+    shown, _ = listed(list((spread.get("groups") or {}).items()), "groups", store.DOCTOR_FILE)
+    groups = ", ".join(f"{k} {v:.1e}" for k, v in shown)
+    groups += f" and {len(spread['groups']) - len(shown):,} more groups" if len(shown) < len(spread.get("groups") or {}) else ""
     return (f"{spread.get('mode')} against fp32 on the model's own loss over {spread.get('samples')} batches moves "
             f"the loss by {spread.get('loss', 0):.1e} and the gradients by {groups or '–'}; each tolerance is "
             f"{SAFETY:g} × that spread, at least {spread.get('floor', 0):.0e}")
@@ -47,8 +50,9 @@ def read_doctor(folder: Path) -> DoctorRun:
 
 
 def doctor_table(run: DoctorRun) -> pd.DataFrame:
-    """One row per item: item, verdict, evidence."""
-    return pd.DataFrame([{"item": c.item, "verdict": c.verdict, "evidence": c.evidence} for c in run.checks],
+    """One row per item, of the first :data:`~fusedce_reports.listing.MAX_LISTED`: item, verdict, evidence."""
+    checks, _ = listed(run.checks, "checks", store.DOCTOR_FILE)
+    return pd.DataFrame([{"item": c.item, "verdict": c.verdict, "evidence": c.evidence} for c in checks],
                         columns=["item", "verdict", "evidence"])
 
 
@@ -76,8 +80,11 @@ def render_doctor_markdown(run: DoctorRun, environment: dict) -> str:
     lines += [f"Loss wrapper {wrapper}, checked{model} ({where}{size}{batch}) against the model's own forward "
               f"and cross-entropy: {len(run.checks)} items, {len(failed)} failed.", ""]
     if failed:
-        lines += [f"**Failed:** {markdown_text('; '.join(failed), line_start=False)}.", ""]
-    lines += [markdown_table(doctor_table(run)), "", VERDICT_MEANING, ""]
+        named, _ = listed(failed, "failed items", store.DOCTOR_FILE)
+        more = f" and {len(failed) - len(named):,} more" if len(failed) > len(named) else ""
+        lines += [f"**Failed:** {markdown_text('; '.join(named), line_start=False)}{more}.", ""]
+    lines += [markdown_table(doctor_table(run)), ""] + listed(run.checks, "checks", store.DOCTOR_FILE)[1]
+    lines += [VERDICT_MEANING, ""]
     if run.spread:
         lines += [f"Tolerances: {markdown_text(spread_sentence(run.spread), line_start=False)}.", ""]
     if run.head:
@@ -86,10 +93,12 @@ def render_doctor_markdown(run: DoctorRun, environment: dict) -> str:
         lines += [f"The LM head: {markdown_text(str(run.head.get('path', '?')), line_start=False)} "
                   f"(V={run.head.get('vocab')}, H={run.head.get('hidden')}, {bias}, {tie}).", ""]
     if run.losses:
+        losses, left_out = listed(list(run.losses.items()), "loss values", store.DOCTOR_FILE)
         table = pd.DataFrame([{"loss": name, "value": _loss_text(value)}
-                              for name, value in run.losses.items()], columns=["loss", "value"])
+                              for name, value in losses], columns=["loss", "value"])
         lines += ["Loss values on the doctor's batch: yours, the model's own (the reference), and the "
                   "reference with each known mistake, to compare yours with:", "", markdown_table(table), ""]
+        lines += left_out
     if environment:
         lines += ["<details><summary>Environment</summary>", ""] + code_block(environment_lines(environment))
         lines += ["", "</details>", ""]

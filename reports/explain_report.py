@@ -15,6 +15,7 @@ from fusedce_profiler.instrument import store
 from fusedce_profiler.judgements.explain.records import MIB, Explanation, Hypothesis, load_explanation
 from fusedce_reports.environment import environment_lines, read_environment
 from fusedce_reports.escape import code_block, markdown_text
+from fusedce_reports.listing import listed
 from fusedce_reports.markdown import markdown_table
 from fusedce_reports.units import format_bytes
 
@@ -50,8 +51,9 @@ def hypotheses_table(hypotheses: list[Hypothesis], limit: int) -> pd.DataFrame:
 
 
 def calibration_table(explanation: Explanation) -> pd.DataFrame:
+    """One row per calibration, of the first :data:`~fusedce_reports.listing.MAX_LISTED`."""
     rows = []
-    for c in explanation.calibrations:
+    for c in listed(explanation.calibrations, "calibrations", store.EXPLAIN_FILE)[0]:
         rows.append({"back-end": c.backend, "family": c.family.label(),
                      "measured peak": ", ".join(f"B={b}: {_mib(f) if f is not None else s}"
                                                 for b, f, s in zip(c.batches, c.figures, c.statuses)),
@@ -61,7 +63,16 @@ def calibration_table(explanation: Explanation) -> pd.DataFrame:
 
 
 def render_explain_markdown(e: Explanation, environment: dict | None = None) -> str:
+    """The whole ``summary.md``; each stored list shown up to :data:`~fusedce_reports.listing.MAX_LISTED`
+    items, the rest counted in one line."""
     o = e.observation
+    source = store.EXPLAIN_FILE
+    failed_backends, more_backends = listed(list(e.failed_backends.items()), "failed back-ends", source)
+    failed_steps, more_steps = listed(e.failed_steps, "failed-step sentences", source)
+    notes, more_notes = listed(e.notes, "notes", source)
+    confirmations, more_confirmations = listed(e.confirmations, "full-size steps", source)
+    ruled_out, more_ruled_out = listed(e.ruled_out_families, "ruled-out families", source)
+    others, more_others = listed(e.others, "other causes", source)
     stated = [f"{k}={getattr(o, k)}" for k in ("batch", "seq", "attention", "tied", "checkpointing", "eval_step",
                                                "fused_active", "context_mib") if getattr(o, k) is not None]
     title = (f"# fusedce-profile explain: {_reading(o.naive_mib)} → {_reading(o.fused_mib)} MiB on a "
@@ -81,25 +92,26 @@ def render_explain_markdown(e: Explanation, environment: dict | None = None) -> 
     if e.failed_backends or e.failed_steps:
         lines += ["## Failed calibration steps", ""] + \
             [f"- {markdown_text(f'{backend} failed in every one; the first, {message}', line_start=False)}"
-             for backend, message in e.failed_backends.items()] + \
-            [f"- {markdown_text(sentence, line_start=False)}" for sentence in e.failed_steps] + [""]
+             for backend, message in failed_backends] + \
+            [f"- {markdown_text(sentence, line_start=False)}" for sentence in failed_steps] + [""] + more_backends + more_steps
     if e.notes:
-        lines += [markdown_text(n) for n in e.notes] + [""]
+        lines += [markdown_text(n) for n in notes] + [""] + more_notes
     if e.confirmations:
         lines += ["## Full-size steps (measured under the card's cap)", ""] + \
-            [f"- {markdown_text(c, line_start=False)}" for c in e.confirmations] + [""]
+            [f"- {markdown_text(c, line_start=False)}" for c in confirmations] + [""] + more_confirmations
     if e.separation is not None:
         lines += ["## The measurement that would separate them", "", markdown_text(e.separation.sentence + "."), ""]
         if e.separation.predictions:
+            predictions, more_predictions = listed(e.separation.predictions, "predicted outcomes", source)
             lines += [markdown_table(pd.DataFrame([{"outcome": name, "predicted": f"{value:,.2f} {unit}"}
-                                                   for name, value, unit in e.separation.predictions])), ""]
+                                                   for name, value, unit in predictions])), ""] + more_predictions
     if e.ruled_out_families:
         lines += ["## Ruled out at every batch size", ""] + \
-            [f"- {markdown_text(s, line_start=False)}" for s in e.ruled_out_families] + [""]
+            [f"- {markdown_text(s, line_start=False)}" for s in ruled_out] + [""] + more_ruled_out
     if e.others:
         lines += ["## Other causes", "", markdown_table(pd.DataFrame(
             [{"cause": o.name, "verdict": "consistent" if o.consistent else "ruled out", "numbers": o.why}
-             for o in e.others])), ""]
+             for o in others])), ""] + more_others
     consistent = [h for h in e.hypotheses if h.consistent]
     ruled = [h for h in e.hypotheses if not h.consistent]
     lines += [f"## Consistent with the readings ({len(consistent)})", ""]
@@ -107,6 +119,7 @@ def render_explain_markdown(e: Explanation, environment: dict | None = None) -> 
     lines += [f"## Ruled out ({len(ruled)}; the 20 closest)", ""]
     lines += [markdown_table(hypotheses_table(ruled, 20)) if ruled else "None.", ""]
     lines += ["## Calibration steps (measured)", "", markdown_table(calibration_table(e)), ""]
+    lines += listed(e.calibrations, "calibrations", source)[1]
     if environment:
         lines += ["<details><summary>Environment</summary>", ""] + code_block(environment_lines(environment), "") + [
             "</details>", ""]

@@ -7,6 +7,7 @@ and ``environment.json``: :func:`write_parity_report` redoes a folder from those
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,7 +16,7 @@ import pandas as pd
 from fusedce_profiler.instrument.interruption import Interruption, read_interruption
 from fusedce_profiler.instrument import staging, store
 from fusedce_profiler.judgements.parity import (CONTROL, NOISE_FACTOR, CurveGap, ParityCurve, ParityReport, curve_gap,
-                                               load_parity_report)
+                                               load_parity_report, relative_difference)
 from fusedce_reports.environment import environment_lines, read_environment
 from fusedce_reports.escape import code_block, markdown_text, plot_text
 from fusedce_reports.figures import new_figure, save_figure
@@ -24,14 +25,48 @@ from fusedce_reports.palette import backend_style
 
 PLOT_FILE = "parity_loss.png"
 
+MAX_CURVES_SHOWN = 40
+"""Compared back-ends listed in the table and the sentences (the first ones, in the stored order);
+the rest are counted in one line: ``parity.json`` keeps every curve."""
 
-def parity_gaps(report: ParityReport) -> list[CurveGap]:
-    """Each compared back-end's per-step gap to torch (back-ends with no losses left out),
-    thresholded at the final-loss tolerance. Recomputed from the stored losses, so a
-    ``parity.json`` without the peak step rebuilds with it."""
+MAX_CURVES_DRAWN = 12
+"""Compared back-ends drawn in the plot (the first ones), besides torch."""
+
+PLOT_LIMIT = 1e100
+"""A loss (or a per-step gap) beyond ±this is not drawn: an axis spanning ±1.8e308 overflows the
+plotting's arithmetic. The table and the sentences keep the stored values; the page counts what the
+plot left out."""
+
+
+def parity_gaps(report: ParityReport, limit: int = MAX_CURVES_SHOWN) -> list[CurveGap]:
+    """Each compared back-end's per-step gap to torch (back-ends with no losses left out), of the
+    first ``limit`` compared curves, thresholded at the final-loss tolerance. Recomputed from the
+    stored losses, so a ``parity.json`` without the peak step rebuilds with it."""
     ref = report.curves[0]
-    gaps = (curve_gap(c, ref, report.settings.loss_tolerance) for c in report.curves[1:])
+    gaps = (curve_gap(c, ref, report.settings.loss_tolerance) for c in report.curves[1:1 + limit])
     return [g for g in gaps if g is not None]
+
+
+def left_out_line(report: ParityReport) -> str | None:
+    """The sentence saying how many compared back-ends the table and the plot leave out
+    (``None`` when they show every one)."""
+    compared = len(report.curves) - 1 + len(report.not_run)
+    if compared <= MAX_CURVES_DRAWN:
+        return None
+    listed = min(compared, MAX_CURVES_SHOWN)
+    return (f"Showing {listed:,} of {compared:,} back-ends in the table and the sentences, "
+            f"{min(MAX_CURVES_DRAWN, len(report.curves) - 1):,} in the plot; parity.json keeps every curve.")
+
+
+def _drawable(values: list[float]) -> list[float]:
+    """``values`` with what cannot be drawn (not finite, beyond ±:data:`PLOT_LIMIT`) as NaN: a gap in the line."""
+    return [v if math.isfinite(v) and abs(v) <= PLOT_LIMIT else math.nan for v in values]
+
+
+def undrawn_losses(report: ParityReport) -> int:
+    """Finite losses of the drawn curves that the plot leaves out (beyond ±:data:`PLOT_LIMIT`)."""
+    return sum(1 for c in report.curves[:1 + MAX_CURVES_DRAWN] for v in c.losses
+               if math.isfinite(v) and abs(v) > PLOT_LIMIT)
 
 
 def _not_compared(curve: ParityCurve, reference: ParityCurve) -> str | None:
@@ -91,7 +126,7 @@ def gap_sentences(report: ParityReport) -> list[GapSentence]:
         else:
             detail += f"never above {gap.threshold:.0e}; "
         detail += f"its loss above torch's on {gap.higher} of {len(gap.diffs)} steps; "
-        final = abs(curve.final_loss() - ref.final_loss()) / abs(ref.final_loss())
+        final = relative_difference(curve.final_loss(), ref.final_loss())
         detail += f"final loss {_percent(final)} apart"
         if curve.seconds is not None:
             detail += f"; trained in {curve.seconds:.{1 if curve.seconds < 10 else 0}f} s"
@@ -99,16 +134,17 @@ def gap_sentences(report: ParityReport) -> list[GapSentence]:
     return sentences
 
 
-def parity_table(report: ParityReport) -> pd.DataFrame:
-    """One row per back-end (torch first, the reference): verdict, final loss, its relative
-    difference to torch's, the largest per-step difference, the worst gradient error, why."""
+def parity_table(report: ParityReport, limit: int = MAX_CURVES_SHOWN) -> pd.DataFrame:
+    """One row per back-end (torch first, the reference), of the first ``limit`` compared ones
+    (:func:`left_out_line` counts the rest): verdict, final loss, its relative difference to
+    torch's, the largest per-step difference, the worst gradient error, why."""
     rows = []
     ref = report.curves[0]
     rows.append({"back-end": ref.backend, "verdict": "reference", "final loss": _final_loss_text(ref),
                  "final loss rel. diff": "–", "max per-step rel. diff": "–", "worst gradient rel. err": "–",
                  "why": ref.divergence() or ""})
-    gaps = {g.backend: g for g in parity_gaps(report)}
-    for curve, v in zip(report.curves[1:], report.verdicts):
+    gaps = {g.backend: g for g in parity_gaps(report, limit)}
+    for curve, v in zip(report.curves[1:1 + limit], report.verdicts):
         gap = gaps.get(curve.backend)
         why = _not_compared(curve, ref) if curve.losses else None
         verdict = {True: "pass", False: "FAIL", None: "skipped"}[v.passed]
@@ -127,7 +163,7 @@ def parity_table(report: ParityReport) -> pd.DataFrame:
                                         if v.worst_grad_error is not None else "–"),
             "why": "; ".join(dict.fromkeys([*v.reasons, *([why] if why else [])])),
         })
-    for name in report.not_run:
+    for name in report.not_run[:max(0, limit - len(rows) + 1)]:
         rows.append({"back-end": name, "verdict": "not run", "final loss": "–", "final loss rel. diff": "–",
                      "max per-step rel. diff": "–", "worst gradient rel. err": "–",
                      "why": "the run ended before this back-end trained"})
@@ -135,23 +171,26 @@ def parity_table(report: ParityReport) -> pd.DataFrame:
 
 
 def plot_parity(report: ParityReport, path: Path) -> Path:
-    """Loss curves of every back-end (top) and their relative difference to torch (bottom)."""
-    names = [c.backend for c in report.curves]
+    """Loss curves of torch and the first :data:`MAX_CURVES_DRAWN` compared back-ends (top) and their
+    relative difference to torch (bottom); values beyond ±:data:`PLOT_LIMIT` are not drawn."""
+    curves = report.curves[:1 + MAX_CURVES_DRAWN]
+    names = [c.backend for c in curves]
     fig, (top, bottom) = new_figure((9, 7), 2, 1, sharex=True, gridspec_kw={"height_ratios": [2, 1]})
     ref = report.curves[0]
-    for curve in report.curves:
+    for curve in curves:
         if not curve.losses:
             continue
         style = backend_style(curve.backend, names)
         is_ref = curve is ref  # drawn dashed on top, so identical curves stay visible
-        top.plot(range(len(curve.losses)), curve.losses, color=style["color"], linewidth=style["linewidth"],
-                 linestyle="--" if is_ref else "-", zorder=4 if is_ref else 2, label=plot_text(curve.backend))
-    for gap in parity_gaps(report):
+        top.plot(range(len(curve.losses)), _drawable(curve.losses), color=style["color"],
+                 linewidth=style["linewidth"], linestyle="--" if is_ref else "-", zorder=4 if is_ref else 2,
+                 label=plot_text(curve.backend))
+    for gap in parity_gaps(report, MAX_CURVES_DRAWN):
         style = backend_style(gap.backend, names)
-        diff = [d if d > 0 else float("nan") for d in gap.diffs]
+        diff = _drawable([d if d > 0 else float("nan") for d in gap.diffs])
         bottom.semilogy(range(len(diff)), diff, color=style["color"], label=plot_text(
             f"{gap.backend}: max {_percent(gap.peak)} at step {gap.peak_step} (gaps: equal losses)"))
-        if gap.peak > 0:
+        if 0 < gap.peak <= PLOT_LIMIT:
             bottom.plot([gap.peak_step], [gap.peak], marker="v", color=style["color"], markersize=8,
                         linestyle="none")
     top.axhline(report.entropy_rate, color="black", linestyle=":", linewidth=1,
@@ -216,6 +255,7 @@ def render_parity_markdown(report: ParityReport, environment: dict, plot: Path,
               f"of eager torch in fp32 on the same weights, at steps {', '.join(map(str, s.check_steps))}."]
     lines += _noise_lines(report)
     lines += ["", markdown_table(parity_table(report)), ""]
+    lines += [line for line in (left_out_line(report),) if line] + [""] * bool(left_out_line(report))
     gaps = gap_sentences(report)
     if gaps:
         lines += ["## Loss curves against torch, step by step", "",
@@ -224,6 +264,9 @@ def render_parity_markdown(report: ParityReport, environment: dict, plot: Path,
                   "similar amount along the run, the gap is the trajectory's sensitivity to rounding, not "
                   "one back-end's error.", ""] + [f"- {gap.markdown()}" for gap in gaps] + [""]
     lines += [f"![loss curves](plots/{plot.name})", ""]
+    if undrawn_losses(report):
+        lines += [f"{undrawn_losses(report):,} stored losses beyond ±{PLOT_LIMIT:.0e} are not drawn (the plot cannot "
+                  "span them); the table uses them as stored.", ""]
     lines += ["<details><summary>Environment</summary>", ""] + code_block(environment_lines(environment or {}), "")
     lines += ["</details>", ""]
     return "\n".join(lines)

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import torch
 
-from fusedce_profiler.instrument import store
+from fusedce_profiler.instrument import capacity, store
 from fusedce_profiler.instrument.schema import build
 from fusedce_profiler.instrument.models.configs import ModelConfig
 from fusedce_profiler.instrument.precision import TRAINING_MODES, canonical_mode
@@ -172,6 +172,15 @@ class ParityReport:
         return [b for b in self.settings.backends if b not in done]
 
 
+def relative_difference(value: float, reference: float) -> float:
+    """``|value − reference| / |reference|``: 0 for equal values, ∞ against a zero reference
+    (never a ``ZeroDivisionError``; NaN when either is NaN)."""
+    gap = abs(value - reference)
+    if reference == 0:
+        return 0.0 if gap == 0 else math.inf
+    return gap / abs(reference)
+
+
 @dataclass
 class CurveGap:
     """How far one back-end's loss curve strays from torch's, step by step.
@@ -228,7 +237,7 @@ def judge(settings: ParitySettings, curve: ParityCurve, reference: ParityCurve,
         return verdict
     gap = curve_gap(curve, reference, settings.loss_tolerance)
     verdict.max_step_rel_diff, verdict.max_step_rel_diff_step = gap.peak, gap.peak_step
-    verdict.final_loss_rel_diff = abs(curve.final_loss() - reference.final_loss()) / abs(reference.final_loss())
+    verdict.final_loss_rel_diff = relative_difference(curve.final_loss(), reference.final_loss())
     verdict.loss_limit = settings.loss_tolerance
     if noise_floor is not None:
         verdict.loss_limit = max(settings.loss_tolerance, NOISE_FACTOR * noise_floor)
@@ -265,8 +274,48 @@ def load_parity_report(folder: Path) -> ParityReport:
             # runs recorded before the control existed had none
             raw = {**raw, "settings": {"control": False, **raw["settings"]}}
         report = build(ParityReport, raw)
-        if not (math.isfinite(report.entropy_rate) and report.entropy_rate >= 0):  # the writer computes it from V
-            raise ValueError(f"entropy_rate must be a finite number ≥ 0, got {report.entropy_rate!r}")
+        check_stored_report(report)
         return report
     except ValueError as exc:
         raise ValueError(f"{path}: not a parity report ({exc})") from None
+
+
+def check_stored_report(report: ParityReport) -> None:
+    """``ValueError`` naming the field of what :func:`~fusedce_profiler.judgements.parity_training.run_parity`
+    never stores: no torch curve first (every run stores it before any other), a torch curve without
+    losses or whose loss at step 0 is not above 0 (an untrained model's cross-entropy), a negative loss
+    of torch or its control, more losses than steps (one per step), more curves or verdicts than the
+    settings' back-ends give, more than ``parity.json`` can hold (the command refuses such a run before
+    it trains: :func:`~fusedce_profiler.instrument.capacity.parity_problem`), an entropy rate above ln V,
+    a final-loss tolerance outside (0, 1) (``--loss-tol``'s range)."""
+    s = report.settings
+    if not (math.isfinite(report.entropy_rate) and report.entropy_rate >= 0):  # the writer computes it from V
+        raise ValueError(f"entropy_rate must be a finite number ≥ 0, got {report.entropy_rate!r}")
+    if report.entropy_rate > math.log(s.config.vocab_size) * (1 + 1e-9):  # a chain over V tokens: at most ln V
+        raise ValueError(f"entropy_rate must be at most ln V = {math.log(s.config.vocab_size):.3f}, "
+                         f"got {report.entropy_rate!r}")
+    if not report.curves or report.curves[0].backend != REFERENCE:
+        raise ValueError(f"curves: the first curve must be the {REFERENCE} reference (every run stores it first), got "
+                         + (repr(report.curves[0].backend[:80]) if report.curves else "no curve"))
+    if not report.curves[0].losses:
+        raise ValueError(f"curves[0].losses: the {REFERENCE} reference has no loss (a run stores one per step)")
+    if not report.curves[0].losses[0] > 0:  # an untrained model's cross-entropy: about ln V
+        raise ValueError(f"curves[0].losses[0]: torch's loss at step 0 must be above 0, got {report.curves[0].losses[0]!r}")
+    if not 0 < s.loss_tolerance < 1:
+        raise ValueError(f"settings.loss_tolerance must be in (0, 1), got {s.loss_tolerance!r}")
+    for index, curve in enumerate(report.curves):
+        if curve.backend in (REFERENCE, CONTROL) and any(loss < 0 for loss in curve.losses):
+            raise ValueError(f"curves[{index}].losses: torch's cross-entropy is never negative, got "
+                             f"{min(curve.losses)!r}")
+        if len(curve.losses) > s.steps:
+            raise ValueError(f"curves[{index}].losses: {len(curve.losses):,} losses, more than settings.steps "
+                             f"({s.steps:,}; one per step)")
+    runs = 1 + bool(s.control) + len([b for b in s.backends if b != REFERENCE])
+    if len(report.curves) > runs:
+        raise ValueError(f"curves: {len(report.curves):,} curves, more than the {runs:,} the settings train "
+                         "(torch, the control, each of settings.backends)")
+    if len(report.verdicts) > len(report.curves) - 1:
+        raise ValueError(f"verdicts: {len(report.verdicts):,} verdicts for {len(report.curves) - 1:,} compared curves")
+    if capacity.parity_problem(runs, s.steps) is not None:
+        raise ValueError(f"settings.backends: {runs:,} training runs of {s.steps:,} steps would not fit "
+                         f"{store.PARITY_FILE}'s size limit: the parity command refuses such a run before it trains")

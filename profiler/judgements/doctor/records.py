@@ -110,4 +110,31 @@ class DoctorRun:
             run.head = checked_fields(HeadInfo, run.head, "head")
         if run.spread:
             run.spread = checked_fields(Spread, run.spread, "spread")
+        run.check_values()
         return run
+
+    def check_values(self) -> None:
+        """``ValueError`` naming the field of a number ``doctor`` never stores: a negative size or count,
+        a tolerance or a measured spread that is NaN or negative (the writer computes them as relative
+        errors, at least the fp32 floor; an overflowing low-precision loss can make one infinite)."""
+        for name in ("batch", "seq", "parameters", "rank"):
+            _at_least(getattr(self, name), 0, name)
+        _at_least(self.world_size, 1, "world_size")
+        _non_negative(self.tolerance, "tolerance")
+        if self.spread:
+            _at_least(self.spread["samples"], 0, "spread.samples")
+            for name in ("loss", "gradient", "tolerance", "floor", "loss_tolerance"):
+                if name in self.spread:
+                    _non_negative(self.spread[name], f"spread.{name}")
+            for group, value in (self.spread.get("groups") or {}).items():
+                _non_negative(value, f"spread.groups.{group[:80]}")
+
+
+def _at_least(value: int, low: int, name: str) -> None:
+    if not value >= low:
+        raise ValueError(f"{name} must be at least {low}, got {value!r}")
+
+
+def _non_negative(value: float, name: str) -> None:
+    if not value >= 0:  # NaN too
+        raise ValueError(f"{name} must be a number ≥ 0, got {value!r}")

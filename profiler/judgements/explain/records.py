@@ -23,6 +23,7 @@ Markdown is rendered by :mod:`fusedce_reports.explain_report`.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -300,5 +301,14 @@ def load_explanation(folder: Path) -> Explanation:
 
 def explanation_from_dict(raw: dict) -> Explanation:
     """A stored explanation, every field checked against its dataclass
-    (:func:`~fusedce_profiler.instrument.schema.build`: ``ValueError`` naming the field)."""
-    return build(Explanation, raw)
+    (:func:`~fusedce_profiler.instrument.schema.build`: ``ValueError`` naming the field), and its
+    readings as ``explain`` takes them: finite and above 0 (it refuses ``--card 0`` or a NaN reading
+    before anything runs)."""
+    explanation = build(Explanation, raw)
+    o = explanation.observation
+    for name in ("naive_mib", "fused_mib", "total_gib"):
+        if not (math.isfinite(getattr(o, name)) and getattr(o, name) > 0):
+            raise ValueError(f"observation.{name} must be a finite number above 0, got {getattr(o, name)!r}")
+    if o.context_mib is not None and not (math.isfinite(o.context_mib) and o.context_mib >= 0):
+        raise ValueError(f"observation.context_mib must be a finite number ≥ 0, got {o.context_mib!r}")
+    return explanation
