@@ -233,7 +233,7 @@ def test_a_size_past_the_command_lines_limit_is_refused_naming_the_field(field):
            "intermediate_size": 128, field: 10**330}
     with pytest.raises(ValueError, match=f"{field} must be a positive"):
         config_from_dict(raw, source="c.json")
-    raw[field] = 2**31 if field != "ffn_factor" else 2.0
+    raw[field] = 2**63 if field != "ffn_factor" else 2.0
     if field != "ffn_factor":
-        with pytest.raises(ValueError, match=f"{field} must be a positive integer up to 2³¹ − 1, got 2147483648"):
+        with pytest.raises(ValueError, match=f"{field} must be a positive integer up to 2⁶³ − 1, got 9223372036854775808"):
             config_from_dict(raw, source="c.json")

@@ -42,7 +42,7 @@ _GATED_FAMILIES = {
 _LAYERNORM_FAMILIES = {"gpt2", "gpt_neo", "gpt_neox", "gptj", "opt", "bloom", "phi", "falcon", "starcoder2"}
 
 
-_MAX_SIZE = 2**31 - 1  # the largest size a config may give (the command line's too): a larger one is no model
+_MAX_SIZE = 2**63 - 1  # the largest size a config may give (a tensor dimension's): a larger one is no model
 
 def _finite_number(value: Any) -> bool:
     """An int or a float that is neither a bool, NaN, infinite nor past a float's range (a config's numbers)."""
@@ -84,7 +84,7 @@ class ModelConfig:
         for key, value in ((key, getattr(self, key)) for key in sizes):  # the last two may be None
             if (value is not None or key in sizes[:-2]) and (
                     isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= _MAX_SIZE):
-                raise ValueError(f"{where}: {key} must be a positive integer up to 2³¹ − 1, got {value!r:.40}")
+                raise ValueError(f"{where}: {key} must be a positive integer up to 2⁶³ − 1, got {value!r:.40}")
         kv = self.num_key_value_heads
         if kv is not None and self.num_attention_heads % kv:
             raise ValueError(f"{where}: num_key_value_heads must be a positive divisor of "
