@@ -18,7 +18,7 @@ from fusedce_profiler.judgements.doctor.precision import SAFETY
 from fusedce_profiler.judgements.doctor.records import DoctorRun
 from fusedce_reports.environment import environment_lines, read_environment
 from fusedce_reports.escape import code_block, markdown_text
-from fusedce_reports.listing import listed
+from fusedce_reports.listing import and_more, listed
 from fusedce_reports.markdown import markdown_table
 
 VERDICT_MEANING = (
@@ -32,9 +32,9 @@ def spread_sentence(spread: dict) -> str:
     """What the run's precision policy does to the model's own loss, and the tolerances it gives."""
     if spread.get("mode") == "fp32":
         return f"fp32, the fp32 floor {spread.get('tolerance', 0):.1e} for the loss and every gradient"
-    shown, _ = listed(list((spread.get("groups") or {}).items()), "groups", store.DOCTOR_FILE)
-    groups = ", ".join(f"{k} {v:.1e}" for k, v in shown)
-    groups += f" and {len(spread['groups']) - len(shown):,} more groups" if len(shown) < len(spread.get("groups") or {}) else ""
+    all_groups = list((spread.get("groups") or {}).items())
+    shown, _ = listed(all_groups, "groups", store.DOCTOR_FILE)
+    groups = ", ".join(f"{k} {v:.1e}" for k, v in shown) + and_more(all_groups, shown, "groups")
     return (f"{spread.get('mode')} against fp32 on the model's own loss over {spread.get('samples')} batches moves "
             f"the loss by {spread.get('loss', 0):.1e} and the gradients by {groups or '–'}; each tolerance is "
             f"{SAFETY:g} × that spread, at least {spread.get('floor', 0):.0e}")
@@ -81,8 +81,7 @@ def render_doctor_markdown(run: DoctorRun, environment: dict) -> str:
               f"and cross-entropy: {len(run.checks)} items, {len(failed)} failed.", ""]
     if failed:
         named, _ = listed(failed, "failed items", store.DOCTOR_FILE)
-        more = f" and {len(failed) - len(named):,} more" if len(failed) > len(named) else ""
-        lines += [f"**Failed:** {markdown_text('; '.join(named), line_start=False)}{more}.", ""]
+        lines += [f"**Failed:** {markdown_text('; '.join(named), line_start=False)}{and_more(failed, named)}.", ""]
     lines += [markdown_table(doctor_table(run)), ""] + listed(run.checks, "checks", store.DOCTOR_FILE)[1]
     lines += [VERDICT_MEANING, ""]
     if run.spread:

@@ -7,7 +7,7 @@ every item).
 """
 from __future__ import annotations
 
-from typing import Sequence, TypeVar
+from typing import Sequence, Sized, TypeVar
 
 T = TypeVar("T")
 
@@ -24,3 +24,10 @@ def listed(items: Sequence[T], what: str, source: str) -> tuple[list[T], list[st
         return shown, []
     return shown, [f"Showing {MAX_LISTED:,} of {len(items):,} {what}; {len(items) - MAX_LISTED:,} more are in "
                    f"{source}, not shown.", ""]
+
+
+def and_more(items: Sized, shown: Sized, noun: str = "") -> str:
+    """``" and N more"`` (``" and N more {noun}"``) for the ``items`` a sentence leaves out after naming
+    ``shown`` (:func:`listed`'s first part); ``""`` when it names them all."""
+    left = len(items) - len(shown)
+    return f" and {left:,} more{f' {noun}' if noun else ''}" if left > 0 else ""
