@@ -107,7 +107,7 @@ def linear_cross_entropy(
         return loss
     per_token, _ = custom_op.forward_op(hidden2d, weight, target1d, bias, ignore_index, float(label_smoothing),
                                         float(z_loss), opts.softcap_value, compute_dtype, impl, plan.rows, plan.cols,
-                                        plan.per_chunk, plan.tiled)
+                                        plan.per_chunk, plan.tiled, plan.hidden_rows, plan.hidden_cols)
     return _reduce(per_token, target, target1d, reduction, ignore_index)
 
 

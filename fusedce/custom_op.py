@@ -44,10 +44,12 @@ def forward_op(
     hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, bias: Optional[torch.Tensor],
     ignore_index: int, label_smoothing: float, z_loss: float, softcap: float,
     compute_dtype: torch.dtype, impl: str, rows: int, cols: int, per_chunk: bool = False, tiled: bool = False,
+    hidden_rows: int = 0, hidden_cols: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(loss per token (N,), lse (N,)), fp32 (fp64 for fp64 compute). hidden is (N, H).
-    ``per_chunk`` is backward's (a bf16/fp16 grad_weight rounded once per row chunk);
-    ``rows``, ``cols``, ``tiled``: the :class:`~fusedce.planner.ChunkPlan`."""
+    ``per_chunk``, ``hidden_rows``, ``hidden_cols`` are backward's (a bf16/fp16 grad_weight rounded
+    once per row chunk; a split backward's grad_hidden blocks); ``rows``, ``cols``, ``tiled``: the
+    :class:`~fusedce.planner.ChunkPlan`."""
     opts = _options(ignore_index, label_smoothing, z_loss, softcap)
     plan = ChunkPlan(rows=rows, cols=cols, tiled=tiled)
     return passes.forward(hidden, weight, target, bias, opts, compute_dtype, plan, _block_math(impl))
@@ -55,7 +57,7 @@ def forward_op(
 
 @forward_op.register_fake
 def _forward_fake(hidden, weight, target, bias, ignore_index, label_smoothing, z_loss, softcap,
-                  compute_dtype, impl, rows, cols, per_chunk=False, tiled=False):
+                  compute_dtype, impl, rows, cols, per_chunk=False, tiled=False, hidden_rows=0, hidden_cols=0):
     acc = passes.accumulation_dtype(compute_dtype)
     n = hidden.shape[0]
     return hidden.new_empty((n,), dtype=acc), hidden.new_empty((n,), dtype=acc)
@@ -67,11 +69,12 @@ def backward_op(
     bias: Optional[torch.Tensor], lse: torch.Tensor,
     ignore_index: int, label_smoothing: float, z_loss: float, softcap: float,
     compute_dtype: torch.dtype, impl: str, rows: int, cols: int, per_chunk: bool, tiled: bool,
-    need_hidden: bool, need_weight: bool, need_bias: bool,
+    need_hidden: bool, need_weight: bool, need_bias: bool, hidden_rows: int = 0, hidden_cols: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(grad_hidden, grad_weight, grad_bias); a gradient not asked for is an empty tensor."""
     opts = _options(ignore_index, label_smoothing, z_loss, softcap)
-    plan = ChunkPlan(rows=rows, cols=cols, per_chunk=per_chunk, tiled=tiled)
+    plan = ChunkPlan(rows=rows, cols=cols, per_chunk=per_chunk, tiled=tiled, hidden_rows=hidden_rows,
+                     hidden_cols=hidden_cols)
     gh, gw, gb = passes.backward(grad_loss, hidden, weight, target, bias, lse, opts, compute_dtype, plan,
                                   _block_math(impl), need_hidden=need_hidden, need_weight=need_weight,
                                   need_bias=need_bias)
@@ -81,7 +84,8 @@ def backward_op(
 
 @backward_op.register_fake
 def _backward_fake(grad_loss, hidden, weight, target, bias, lse, ignore_index, label_smoothing, z_loss,
-                   softcap, compute_dtype, impl, rows, cols, per_chunk, tiled, need_hidden, need_weight, need_bias):
+                   softcap, compute_dtype, impl, rows, cols, per_chunk, tiled, need_hidden, need_weight, need_bias,
+                   hidden_rows=0, hidden_cols=0):
     return (torch.empty_like(hidden) if need_hidden else hidden.new_empty((0,)),
             weight.new_empty(weight.shape) if need_weight else hidden.new_empty((0,)),
             bias.new_empty(bias.shape) if (need_bias and bias is not None) else hidden.new_empty((0,)))
@@ -89,19 +93,20 @@ def _backward_fake(grad_loss, hidden, weight, target, bias, lse, ignore_index, l
 
 def _setup_context(ctx, inputs, output):
     (hidden, weight, target, bias, ignore_index, label_smoothing, z_loss, softcap,
-     compute_dtype, impl, rows, cols, per_chunk, tiled) = inputs
+     compute_dtype, impl, rows, cols, per_chunk, tiled, hidden_rows, hidden_cols) = inputs
     _, lse = output
     ctx.save_for_backward(hidden, weight, target, bias, lse)
     ctx.args = (ignore_index, label_smoothing, z_loss, softcap, compute_dtype, impl, rows, cols, per_chunk, tiled)
+    ctx.split = (hidden_rows, hidden_cols)
 
 
 def _backward(ctx, grad_loss, _grad_lse):
     hidden, weight, target, bias, lse = ctx.saved_tensors
     need = ctx.needs_input_grad
     gh, gw, gb = backward_op(grad_loss, hidden, weight, target, bias, lse, *ctx.args,
-                             need[0], need[1], bias is not None and need[3])
+                             need[0], need[1], bias is not None and need[3], *ctx.split)
     return (gh if need[0] else None, gw if need[1] else None, None,
-            gb if (bias is not None and need[3]) else None) + (None,) * 10
+            gb if (bias is not None and need[3]) else None) + (None,) * 12
 
 
 forward_op.register_autograd(_backward, setup_context=_setup_context)

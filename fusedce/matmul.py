@@ -117,7 +117,7 @@ def split_k_sm_count(device: torch.device, dtype: torch.dtype) -> int | None:
 def split_k_matmul_into(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, partials: torch.Tensor | None) -> None:
     """``out = a @ b`` (out (M, N) fp32, a (M, K), b (K, N) in one low-precision dtype), K
     split over ``partials.shape[0]`` slices multiplied side by side (see
-    :func:`fusedce.planner.split_k_count`), then summed in a fixed order (deterministic).
+    :func:`fusedce.precompute_plan.split_k_count`), then summed in a fixed order (deterministic).
 
     ``partials``: an fp32 buffer of at least (S, M, N) elements, or None for one product.
     Slices start at multiples of 64 elements; the K % S leftover is one more thin product.

@@ -128,18 +128,30 @@ def _predict(n: int, h: int, v: int, plan: ChunkPlan, hidden_dtype: torch.dtype,
     """The model for ``v`` vocabulary rows walked with ``plan``; ``collective_rows`` (R,)
     vectors of the vocabulary-parallel forward's statistics buffer (0 in one process)."""
     acc = dtype_bytes(accumulation_dtype(compute_dtype))
-    rows, cols = min(plan.rows, max(n, 1)), min(plan.cols, v)
-    workspace = _workspace_bytes(plan, rows, cols, h, hidden_dtype, weight_dtype, compute_dtype, impl)
-    forward_extra, backward_extra = (_torch_path_bytes(rows, cols, h, compute_dtype, has_bias and dtype_bytes(
-        bias_dtype or weight_dtype) != acc) if impl == "torch" else (0, 0))
+    narrow_bias = has_bias and dtype_bytes(bias_dtype or weight_dtype) != acc
+
+    def blocks(one_pass: ChunkPlan, widest: int | None) -> tuple[int, int, int, int]:
+        """(rows, workspace, PyTorch path's forward extra, its backward extra) of one pass's blocks."""
+        rows, cols = min(one_pass.rows, max(n, 1)), min(one_pass.cols, v)
+        extra = (_torch_path_bytes(rows, cols, h, compute_dtype, narrow_bias, widest) if impl == "torch"
+                 else (0, 0))
+        return rows, _workspace_bytes(one_pass, rows, cols, h, hidden_dtype, weight_dtype, compute_dtype, impl), *extra
+
+    split = plan.hidden_rows > 0  # a split's weight pass adds no product into an fp32 sum (module docstring)
+    rows, workspace, forward_extra, backward_extra = blocks(plan.weight_pass(), 0 if split else None)
     forward_extra += collective_rows * rows * acc
     per_token = n * acc
     # forward: 4 running statistics + lse + loss + a few (N,) temporaries of the loss formula
     forward = 8 * per_token + workspace + forward_extra
     # backward: saved lse and the loss stay alive; gradients are allocated up front
-    backward = (6 * per_token + _gradient_bytes(n, h, v, plan, hidden_dtype, weight_dtype, compute_dtype, has_bias,
-                                                bias_dtype)
-                + rows * h * acc + workspace + backward_extra)
+    gradients = _gradient_bytes(n, h, v, plan, hidden_dtype, weight_dtype, compute_dtype, has_bias, bias_dtype)
+    hidden_pass = plan.hidden_pass()
+    if hidden_pass is None:
+        backward = 6 * per_token + gradients + rows * h * acc + workspace + backward_extra
+    else:  # grad_hidden's pass (its accumulator, no weight gradient yet), then the weight's (no accumulator)
+        hidden_rows, hidden_workspace, _, hidden_extra = blocks(hidden_pass, min(plan.hidden_rows, max(n, 1)))
+        first = 6 * per_token + n * h * dtype_bytes(hidden_dtype) + hidden_rows * h * acc + hidden_workspace
+        backward = max(first + hidden_extra, 6 * per_token + gradients + workspace + backward_extra)
     return MemoryPrediction(forward=forward, backward=backward, plan=plan)
 
 
@@ -160,7 +172,7 @@ def _workspace_bytes(plan: ChunkPlan, rows: int, cols: int, h: int, hidden_dtype
 
 
 def _torch_path_bytes(rows: int, cols: int, h: int, compute_dtype: torch.dtype,
-                      narrow_bias: bool = False) -> tuple[int, int]:
+                      narrow_bias: bool = False, widest: int | None = None) -> tuple[int, int]:
     """What the PyTorch path holds beyond the Triton path's buffers, (forward, backward).
 
     Forward: exp(z − max) is one more block (it outlives the matmul's own temporary); with a
@@ -168,14 +180,15 @@ def _torch_path_bytes(rows: int, cols: int, h: int, compute_dtype: torch.dtype,
     block exists, which outweighs chunk_stats' three row vectors by (cols − 3·rows) · acc.
     Backward: the cast logit gradients are a block of their own, and without cuBLAS's fp32
     output each product exists once in the compute dtype before it is added into its fp32
-    accumulator, a slice of rows at a time.
+    accumulator, a slice of rows at a time: the larger of grad_hidden's (rows × H) and a summed
+    grad_weight's (cols × H), ``widest`` rows of H (None: max(rows, cols); 0: no such product).
     """
     acc_dtype = accumulation_dtype(compute_dtype)
     acc, c = dtype_bytes(acc_dtype), dtype_bytes(compute_dtype)
     forward = rows * cols * acc + (max(0, cols - 3 * rows) * acc if narrow_bias else 0)
     if compute_dtype == acc_dtype:
         return forward, 0
-    widest = max(cols, rows)
+    widest = max(cols, rows) if widest is None else widest
     return forward, rows * cols * c + widest * h * c + min(widest, add_slice_rows(h, acc)) * h * acc
 
 

@@ -13,6 +13,7 @@ import torch
 
 from fusedce.planner import (COL_ALIGN, MIN_COLS, MIN_PLANNED_TIME_FACTOR, MIN_ROWS, ROW_ALIGN, ChunkPlan,
                              _low_precision, dtype_bytes)
+from fusedce.split_plan import SPLIT_TIME_FACTOR, split_temporaries
 from fusedce.time_model import step_seconds
 
 
@@ -20,7 +21,8 @@ from fusedce.time_model import step_seconds
 def within_time_of(default: ChunkPlan, n: int, h: int, v: int, plan: ChunkPlan, *, hidden_dtype: torch.dtype,
                    weight_dtype: torch.dtype, compute_dtype: torch.dtype, per_chunk: bool) -> ChunkPlan:
     """``plan`` (the 5 %-of-the-floor plan) if its modelled time (:mod:`fusedce.time_model`)
-    is within :data:`MIN_PLANNED_TIME_FACTOR` of the ``default`` plan's, else the recompute
+    is within :data:`MIN_PLANNED_TIME_FACTOR` of the ``default`` plan's (a split backward's, within
+    :data:`~fusedce.split_plan.SPLIT_TIME_FACTOR`: its extra pass is GEMM work), else the recompute
     block shape with the fewest bytes of temporaries (:func:`_recompute_bytes`) among those
     within that time (the default plan's own shape at worst).
 
@@ -39,7 +41,7 @@ def within_time_of(default: ChunkPlan, n: int, h: int, v: int, plan: ChunkPlan, 
         return step_seconds(n, h, v, candidate, convert_weight=convert_weight, compute_bytes=c)
 
     limit = MIN_PLANNED_TIME_FACTOR * seconds(default)
-    if seconds(plan) <= limit:
+    if seconds(plan) <= (SPLIT_TIME_FACTOR * seconds(default) if plan.hidden_rows else limit):
         return plan
     n_eff = max(n, 1)
     row_options = [n_eff]
@@ -69,11 +71,16 @@ def _recompute_bytes(n: int, h: int, v: int, plan: ChunkPlan, hidden_dtype: torc
     """Bytes of a recompute plan's temporaries (:mod:`fusedce.planner`'s table): the fp32
     grad_hidden sum and converted hidden chunk per row, the fp32 block and converted weight
     chunk per column (the block :attr:`~fusedce.planner.ChunkPlan.block_logit_bytes` a logit), and a
-    bf16/fp16 weight's V·H·4 gradient sum when its rows come in several chunks without ``per_chunk``."""
+    bf16/fp16 weight's V·H·4 gradient sum when its rows come in several chunks without ``per_chunk``;
+    a split backward's, its larger pass's (:func:`fusedce.split_plan.split_temporaries`)."""
     c = dtype_bytes(compute_dtype)
     rows, cols = min(plan.rows, max(n, 1)), min(plan.cols, v)
-    per_row = h * (4 + (c if hidden_dtype != compute_dtype else 0))
+    converted_row = h * c if hidden_dtype != compute_dtype else 0
+    per_row = h * 4 + converted_row
     weight_row = h * c if weight_dtype != compute_dtype else 0
+    if plan.hidden_rows:
+        return split_temporaries(n, rows, cols, plan.hidden_rows, min(plan.hidden_cols, v), per_row, converted_row,
+                                 weight_row, plan.block_logit_bytes)
     weight_sum = v * h * 4 if _low_precision(weight_dtype, compute_dtype) and rows < max(n, 1) \
         and not plan.per_chunk else 0
     return rows * per_row + cols * (rows * plan.block_logit_bytes + weight_row) + weight_sum

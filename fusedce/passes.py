@@ -144,7 +144,21 @@ def backward(
     to this); ``lse`` (N,) is forward's. A gradient not asked for is None. For fp16 compute
     the blocks' gradients are scaled by a power of two (:func:`_row_scale`). With ``shard``,
     grad_weight and grad_bias are the shard's rows and grad_hidden is summed over the shards.
+    A split plan (:meth:`~fusedce.planner.ChunkPlan.hidden_pass`) runs grad_hidden's blocks first,
+    then grad_weight's and grad_bias's (:mod:`fusedce.split_plan`).
     """
+    hidden_pass = plan.hidden_pass()
+    need_bias = need_bias and bias is not None
+    if hidden_pass is not None and need_hidden and (need_weight or need_bias):
+        def run(one_pass: ChunkPlan, **needs: bool):
+            return backward(grad_loss, hidden, weight, target, bias, lse, opts, compute_dtype, one_pass, block_math,
+                            shard=shard, **needs)
+
+        grad_hidden, _, _ = run(hidden_pass, need_weight=False, need_bias=False)
+        _, grad_weight, grad_bias = run(plan.weight_pass(), need_hidden=False, need_weight=need_weight,
+                                        need_bias=need_bias)
+        return grad_hidden, grad_weight, grad_bias
+    plan = hidden_pass if hidden_pass is not None and need_hidden else plan.weight_pass()
     n = hidden.shape[0]
     v = weight.shape[0]
     vocab, offset = (v, 0) if shard is None else (shard.size, shard.start)
@@ -155,7 +169,7 @@ def backward(
     row_chunks = plan.row_chunks(n)
     grads = _Gradients.allocate(hidden, weight, acc, several_row_chunks=len(row_chunks) > 1,
                                 per_chunk=plan.per_chunk, need_hidden=need_hidden, need_weight=need_weight,
-                                need_bias=need_bias and bias is not None)
+                                need_bias=need_bias)
     work = BlockWorkspace(plan, hidden, weight, compute_dtype, acc, hidden_sum=need_hidden,
                           ones=grads.bias is not None)
     col_chunks = plan.col_chunks(v)

@@ -56,8 +56,9 @@ and O(N) per-token vectors. :func:`budget_bytes` reads it as:
 
 **grad_weight of a bf16/fp16 weight summed over row chunks** (``grad_weight_accumulation``):
 ``"fp32"`` (default, exact: one rounding of an fp32 sum) either takes all N rows in one
-chunk (recompute: then grad_hidden's fp32 accumulator is N·H·4) or sums in a V·H·4
-accumulator; ``"per_chunk"`` adds each row chunk's product into the bf16/fp16 gradient
+chunk (recompute: then grad_hidden's fp32 accumulator is N·H·4; where that one pass would
+hold twice the budget, the backward runs in two passes instead, :mod:`fusedce.split_plan`)
+or sums in a V·H·4 accumulator; ``"per_chunk"`` adds each row chunk's product into the bf16/fp16 gradient
 itself (one rounding per row chunk, Liger-Kernel's policy; error: DESIGN.md), so row chunks
 cost nothing extra. An fp32 weight's gradient is always summed in place, exactly.
 """
@@ -99,6 +100,9 @@ class ChunkPlan:
     (recompute): the tiled kernels run the blocks (:mod:`fusedce.kernels.tiles`), so a block
     buffer holds a block's gradients in the 2-byte compute dtype, never its fp32 logits:
     :attr:`block_logit_bytes` is 2, and the same bytes hold twice the columns.
+    ``hidden_rows`` > 0 (recompute): the backward runs in two passes
+    (:mod:`fusedce.split_plan`): grad_hidden over blocks of ``hidden_rows`` × ``hidden_cols``,
+    then grad_weight and grad_bias over blocks of ``rows`` × ``cols``; 0: one pass.
     """
 
     rows: int
@@ -107,6 +111,18 @@ class ChunkPlan:
     per_chunk: bool = False
     split_k: int = 1
     tiled: bool = False
+    hidden_rows: int = 0
+    hidden_cols: int = 0
+
+    def hidden_pass(self) -> "ChunkPlan | None":
+        """The plan of a split backward's grad_hidden pass (None when the backward is one pass)."""
+        if not self.hidden_rows:
+            return None
+        return ChunkPlan(rows=self.hidden_rows, cols=self.hidden_cols, tiled=self.tiled)
+
+    def weight_pass(self) -> "ChunkPlan":
+        """The plan of the blocks that sum grad_weight and grad_bias (and, in one pass, grad_hidden)."""
+        return ChunkPlan(rows=self.rows, cols=self.cols, per_chunk=self.per_chunk, tiled=self.tiled)
 
     @property
     def block_logit_bytes(self) -> int:
@@ -256,17 +272,19 @@ def _plan_within(n: int, h: int, v: int, hidden_dtype: torch.dtype, weight_dtype
                  strategy: str, explicit: bool, per_chunk: bool, scalar_loss: bool, needs_grad: bool, cuda: bool,
                  sm_count: int | None, tiled: bool = False) -> ChunkPlan:
     """The strategy and chunking for ``budget`` bytes of temporaries (see :func:`plan_chunks`)."""
+    from fusedce.precompute_plan import plan_precompute  # it builds on this module's sizing
+
     chosen = strategy == "auto" and explicit and needs_grad and h >= PRECOMPUTE_MIN_HIDDEN
     if (strategy == "precompute" or chosen) and scalar_loss and compute_dtype != torch.float16 \
             and vocab_chunk_size is None:
-        plan = _plan_precompute(n, h, v, hidden_dtype, weight_dtype, compute_dtype, budget, chunk_size, per_chunk,
+        plan = plan_precompute(n, h, v, hidden_dtype, weight_dtype, compute_dtype, budget, chunk_size, per_chunk,
                                 cuda, sm_count)
         wanted = min(max(n, 1), chunk_size or max(n, 1), PRECOMPUTE_MIN_ROWS)
         if strategy == "precompute":
             grown = max(budget, 1)
             while plan.rows < wanted:  # asked for by name: the budget yields to the rows it needs
                 grown *= 2
-                plan = _plan_precompute(n, h, v, hidden_dtype, weight_dtype, compute_dtype, grown, chunk_size,
+                plan = plan_precompute(n, h, v, hidden_dtype, weight_dtype, compute_dtype, grown, chunk_size,
                                         per_chunk, cuda, sm_count)
             return plan
         if plan.rows >= wanted:
@@ -296,12 +314,20 @@ def _plan_recompute(n: int, h: int, v: int, hidden_dtype: torch.dtype, weight_dt
                     compute_dtype: torch.dtype, budget: int, chunk_size: int | None, vocab_chunk_size: int | None,
                     per_chunk: bool, tiled: bool = False) -> ChunkPlan:
     c = dtype_bytes(compute_dtype)
-    per_row = h * (4 + (c if hidden_dtype != compute_dtype else 0))  # accumulator (+ converted row)
+    converted_row = h * c if hidden_dtype != compute_dtype else 0
+    per_row = h * 4 + converted_row  # accumulator (+ converted row)
     rows = _plan_rows(n, per_row, budget, weight_dtype, chunk_size, per_chunk)
     weight_row = h * c if weight_dtype != compute_dtype else 0  # a converted weight row
     tiled = tiled and c == TILED_LOGIT_BYTES
-    cols = _plan_cols(v, rows, budget - rows * per_row, weight_row, vocab_chunk_size,
-                      TILED_LOGIT_BYTES if tiled else 4)
+    logit_bytes = TILED_LOGIT_BYTES if tiled else 4
+    if chunk_size is None and rows * per_row > budget * 2 // 3 and _low_precision(weight_dtype, compute_dtype):
+        from fusedce.split_plan import split_backward  # it builds on this module's sizing
+
+        split = split_backward(n, v, per_row, converted_row, weight_row, budget, vocab_chunk_size, logit_bytes)
+        if split is not None:
+            return ChunkPlan(rows=rows, cols=split.cols, tiled=tiled, hidden_rows=split.hidden_rows,
+                             hidden_cols=split.hidden_cols)
+    cols = _plan_cols(v, rows, budget - rows * per_row, weight_row, vocab_chunk_size, logit_bytes)
     return ChunkPlan(rows=rows, cols=cols, per_chunk=per_chunk and rows < max(n, 1), tiled=tiled)
 
 
@@ -333,56 +359,6 @@ def _plan_cols(v: int, rows: int, left: int, weight_row: int, vocab_chunk_size: 
         return v
     cols = max(MIN_COLS, cols // COL_ALIGN * COL_ALIGN)
     return min(cols, v)
-
-
-def split_k_count(rows: int, h: int, v: int, sm_count: int | None) -> int:
-    """Slices of K = V for precompute's grad_hidden = d @ W, an (R, V) @ (V, H) product.
-
-    Its output has only ⌈R/128⌉·⌈H/128⌉ tiles (24 for 448 × 768): most of an H200's 132 SMs
-    would idle; S slices as one batched GEMM into S fp32 partials, then summed, give S times as
-    many. 1 without ``sm_count``, when the output fills the GPU twice, or when K is short.
-    """
-    if not sm_count:
-        return 1
-    tiles = -(-rows // 128) * -(-h // 128)
-    return max(1, min(MAX_SPLIT_K, (2 * sm_count) // max(tiles, 1), v // 1024))
-
-
-def _plan_precompute(n: int, h: int, v: int, hidden_dtype: torch.dtype, weight_dtype: torch.dtype,
-                     compute_dtype: torch.dtype, budget: int, chunk_size: int | None, per_chunk: bool, cuda: bool,
-                     sm_count: int | None) -> ChunkPlan:
-    """The precompute plan whose buffers (module docstring) fit ``budget``: rows balanced
-    over the chunks and a multiple of 64 where possible; rows may come out below 1024 (the
-    caller decides) and are at least 1."""
-    c = dtype_bytes(compute_dtype)
-    acc = 8 if compute_dtype == torch.float64 else 4
-    stride = -(-v // ROW_PAD) * ROW_PAD if cuda else v
-    fixed = v * h * c if weight_dtype != compute_dtype else 0
-    per_row = stride * acc + (h * c if hidden_dtype != compute_dtype else 0)
-    limit = min(max(n, 1), chunk_size or max(n, 1))
-
-    def fit(extra_fixed: int) -> tuple[int, int]:
-        """(rows, splits) within the budget less ``fixed + extra_fixed``."""
-        left = max(0, budget - fixed - extra_fixed)
-        splits = 1
-        rows = left // per_row
-        for _ in range(3):  # the split count depends on the rows and the rows on the split's buffers
-            want = split_k_count(min(max(rows, 1), limit), h, v, sm_count)
-            cost = per_row + ((want + 1) * h * acc if want > 1 else 0)
-            rows, splits = left // cost, want
-        return _balanced_rows(n, min(rows, limit), limit), splits
-
-    rows, splits = fit(0)
-    accumulate = _low_precision(weight_dtype, compute_dtype) and not per_chunk
-    if rows < max(n, 1) and accumulate:
-        rows, splits = fit(v * h * acc)  # a bf16/fp16 grad_weight summed over row chunks in fp32
-    splits = min(splits, split_k_count(rows, h, v, sm_count))
-    better = split_k_count(rows, h, v, sm_count)  # balancing may have shrunk the rows: a wider split may fit
-    if better > splits and rows * (per_row + (better + 1) * h * acc) <= budget - fixed - (
-            v * h * acc if accumulate and rows < max(n, 1) else 0):
-        splits = better
-    several = rows < max(n, 1)
-    return ChunkPlan(rows=rows, cols=v, strategy="precompute", per_chunk=per_chunk and several, split_k=splits)
 
 
 def _balanced_rows(n: int, fits: int, limit: int) -> int:

@@ -18,6 +18,9 @@ Per block of R rows × C columns (H the hidden size, c bytes of the compute dtyp
                          + 6·C·H bytes when an fp32 weight chunk is converted (read 4, write 2)
                backward  6·R·C·H FLOPs; 14·R·C bytes (written 4, read 4, gradient written 2,
                          read by two products 2 + 2) + the same conversion
+    split      a recompute plan whose backward runs in two passes (``plan.hidden_rows``): the
+               blocks above without the grad_hidden product (6·R·C·H FLOPs), then the grad_hidden
+               pass's blocks: 4·R·C·H FLOPs, 14·R·C bytes, one host pass each
     precompute one pass per row chunk of R × V: 6·R·V·H FLOPs, 14·R·V bytes, and the
                grad_weight sum read and written (V·H·8 bytes in fp32, V·H·2c rounded per chunk);
                host cost of two block passes
@@ -59,13 +62,22 @@ def step_seconds(n: int, h: int, v: int, plan: "ChunkPlan", *, convert_weight: b
         if convert_weight:
             device += 6 * v * h / HBM_BYTES_PER_S  # one bf16 copy of the fp32 weight
         return FIXED_S + max(device, host)
+    split = plan.hidden_rows > 0  # the backward's grad_hidden pass has blocks of its own
     for rows, row_count in _chunk_sizes(n, plan.rows):
         for cols, col_count in _chunk_sizes(v, plan.cols):
             blocks = row_count * col_count
             conversion = 2 * 6 * cols * h if convert_weight else 0  # in each pass
-            device += blocks * (8 * rows * cols * h / GEMM_FLOPS_PER_S
+            device += blocks * ((6 if split else 8) * rows * cols * h / GEMM_FLOPS_PER_S
                                 + (22 * rows * cols + conversion) / HBM_BYTES_PER_S)
             host += blocks * 2 * HOST_S_PER_BLOCK_PASS
+    if split:
+        for rows, row_count in _chunk_sizes(n, plan.hidden_rows):
+            for cols, col_count in _chunk_sizes(v, plan.hidden_cols):
+                blocks = row_count * col_count
+                conversion = 6 * cols * h if convert_weight else 0
+                device += blocks * (4 * rows * cols * h / GEMM_FLOPS_PER_S
+                                    + (14 * rows * cols + conversion) / HBM_BYTES_PER_S)
+                host += blocks * HOST_S_PER_BLOCK_PASS
     return FIXED_S + max(device, host)
 
 

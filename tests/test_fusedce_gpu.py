@@ -251,6 +251,7 @@ STRATEGY_KNOBS = {
     "budget-fast": {"memory_budget": "fast"},
     "budget-min": {"memory_budget": "min"},
     "fast-per-chunk": {"memory_budget": "fast", "grad_weight_accumulation": "per_chunk", "chunk_size": 1024},
+    "split-backward": {"memory_budget": 8 << 20},  # bf16: grad_hidden's pass in row chunks of 1408
 }
 
 
@@ -268,7 +269,7 @@ def test_every_strategy_is_as_accurate_as_eager(record_property, knobs, case_nam
     )
 
 
-@pytest.mark.parametrize("knobs", ["precompute-row-chunks", "budget-fast", "fast-per-chunk"])
+@pytest.mark.parametrize("knobs", ["precompute-row-chunks", "budget-fast", "fast-per-chunk", "split-backward"])
 def test_strategies_are_bitwise_deterministic_on_cuda(knobs):
     runs = []
     for _ in range(3):
@@ -470,6 +471,30 @@ def test_memory_model_predicts_the_measured_peak(record_property, weight_dtype):
     record_property("measured_bytes", measured)
     record_property("predicted_bytes", predicted)
     assert abs(predicted - measured) <= 2 * 2**20, (predicted, measured)
+
+
+def test_memory_model_predicts_a_split_backwards_measured_peak(record_property):
+    """A bf16 head whose one pass would hold twice its budget: the backward in two passes
+    (fusedce/split_plan.py), predicted within 2 MiB, below the one-pass plan's measured peak."""
+    from fusedce.memory_model import predict_peak_bytes
+
+    n, h, v = 8192, 768, 32777
+    hidden, weight, target, _ = make_inputs(n, h, v, seed=seed_for("gpu-split"), device=DEVICE,
+                                            dtype=torch.bfloat16)
+    peaks = {}
+    for name, budget in (("split", 8 << 20), ("one pass", None)):
+        def step():
+            hidden.grad = weight.grad = None
+            fused_triton(hidden, weight, target, memory_budget=budget).backward()
+
+        prediction = predict_peak_bytes(n, h, v, hidden_dtype=torch.bfloat16, weight_dtype=torch.bfloat16,
+                                        compute_dtype=torch.bfloat16, memory_budget=budget)
+        assert bool(prediction.plan.hidden_rows) == (name == "split"), prediction.plan
+        peaks[name] = measured = measured_peak_extra(step, hidden, weight)
+        record_property(f"{name}_measured_bytes", measured)
+        record_property(f"{name}_predicted_bytes", prediction.step)
+        assert abs(prediction.step - measured) <= 2 * 2**20, (name, prediction, measured)
+    assert peaks["split"] < peaks["one pass"]
 
 
 @pytest.mark.parametrize("weight_dtype", [torch.bfloat16, torch.float32], ids=["bf16", "amp"])

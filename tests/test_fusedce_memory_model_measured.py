@@ -6,10 +6,11 @@ hold fusedce's measured peak extra for the ANCHORS rows; the model
 band (±5% or ±64 MiB). A change to the chunk planner or the chunked loop that moves the
 peak fails here until the GPU figures are measured again.
 
-One row of that file ran a plan the planner no longer makes (32768×4096×128256 in amp, before row
-chunks were balanced): it is predicted with that plan forced, and the balanced plans are checked
-against the A/B that measured both plans side by side on an H100
-(``benchmarks/results/balanced-rows-h100-2026-12-05/``).
+Two rows of that file ran a plan the planner no longer makes, each predicted with that plan forced:
+32768×4096×128256 in amp, before row chunks were balanced (the balanced plans are checked against
+the A/B that measured both plans side by side on an H100,
+``benchmarks/results/balanced-rows-h100-2026-12-05/``), and the same head in bf16, before its
+backward was split in two passes (fusedce/split_plan.py: one pass of all 32768 rows then).
 """
 import json
 from pathlib import Path
@@ -24,7 +25,7 @@ RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "nvid
 BALANCED = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "balanced-rows-h100-2026-12-05"
 MiB = 1 << 20
 #: (tokens, hidden, vocab, mode) → (rows, cols) of a row measured with a plan the planner has since changed.
-PLAN_MEASURED = {(32768, 4096, 128256, "amp-bf16"): (13685, 1664)}
+PLAN_MEASURED = {(32768, 4096, 128256, "amp-bf16"): (13685, 1664), (32768, 4096, 128256, "bf16"): (32768, None)}
 
 
 def _fusedce_cells():
