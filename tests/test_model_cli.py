@@ -68,18 +68,13 @@ def test_bad_config_file_exits_2_naming_the_field(tmp_path):
     assert "ffn_factor" in result.output
 
 
-def test_parity_exit_codes_and_report(tmp_path):
-    common = ["parity", "--device", "cpu", "--steps", "40", "--batch", "4", "--seq", "32"]
+def test_parity_passes_fusedce_with_exit_0_and_draws_its_curves(tmp_path):
+    """The failing exit code (1) and its report: the next test, on the same settings."""
+    common = ["parity", "--device", "cpu", "--steps", "20", "--batch", "2", "--seq", "16"]
     ok = runner.invoke(app, common + ["--backend", "fusedce", "--out", str(tmp_path / "ok")])
     assert ok.exit_code == 0, ok.output
     assert (tmp_path / "ok" / "plots" / "parity_loss.png").stat().st_size > 5000
     assert "PASS" in (tmp_path / "ok" / "summary.md").read_text()
-    bad = runner.invoke(app, common + ["--backend", f"{__name__}:scaled_loss", "--out", str(tmp_path / "bad")])
-    assert bad.exit_code == 1, bad.output
-    saved = json.loads((tmp_path / "bad" / "parity.json").read_text())
-    verdicts = {v["backend"]: v for v in saved["verdicts"]}
-    assert verdicts[f"{__name__}:scaled_loss"]["passed"] is False
-    assert "Noise floor: the control" in (tmp_path / "bad" / "summary.md").read_text()
 
 
 def test_doctor_exit_codes(tmp_path, monkeypatch):
@@ -100,6 +95,9 @@ def test_parity_compares_several_backends_with_a_seed_and_reports_each_ones_gap(
     assert result.exit_code == 1, result.output  # the scaled loss diverges; fusedce does not
     saved = json.loads((out / "parity.json").read_text())
     assert saved["settings"]["seed"] == 3
+    verdicts = {v["backend"]: v for v in saved["verdicts"]}
+    assert verdicts[f"{__name__}:scaled_loss"]["passed"] is False and verdicts["fusedce"]["passed"] is True
+    assert "Noise floor: the control" in (out / "summary.md").read_text()
     assert [c["backend"] for c in saved["curves"]] == ["torch", "torch, perturbed", "fusedce",
                                                        f"{__name__}:scaled_loss"]
     text = (out / "summary.md").read_text()
