@@ -92,8 +92,9 @@ def make_callback_class(package: str):
                 rec.finish()
 
         def on_exception(self, trainer, pl_module, exception) -> None:
-            if self.recorder is not None:
+            if self.recorder is not None:  # Lightning runs no teardown hook after an exception
                 self.recorder.abort()
+                self.recorder.close()
 
         def teardown(self, trainer, pl_module, stage: str) -> None:
             if stage == "fit" and self.recorder is not None:

@@ -7,7 +7,9 @@ named step; a step spans its gradient-accumulation micro-batches), ``on_pre_opti
 (the optimizer mark), ``on_step_end`` (ends it; also notes the reserved bytes an evaluation
 would start from), ``on_evaluate`` (an evaluation pass and what it left reserved). The
 backward mark comes from the recorder's own ``backward()`` wrapper (``accelerate`` calls
-``loss.backward()``).
+``loss.backward()``). ``Trainer`` gives callbacks no event when a step raises: a recording left
+open by a step that raised ends unrecorded at the next step's ``on_step_begin`` (a later
+``train()``) or when the process exits, which also releases the folder.
 """
 from __future__ import annotations
 
@@ -52,6 +54,8 @@ class StepRecorderCallback(TrainerCallback):
 
     def on_step_begin(self, args, state, control, **kwargs):
         rec = self.recorder
+        if rec is not None and rec.recording:  # a step that raised out of an earlier train(): it ends unrecorded
+            rec.abort()
         if rec is not None:
             rec.seen(state.global_step)
         if rec is not None and not rec.recording and rec.wants(state.global_step):

@@ -182,3 +182,50 @@ def test_a_folder_replaced_by_a_link_mid_run_is_never_written_through(tmp_path):
                 optimizer.zero_grad()
         recorder.close()
     assert list(elsewhere.iterdir()) == [] and [r.step for r in recorder.records] == [0]
+
+
+def _recording_is_off() -> bool:
+    """Tensor.backward is torch's own again and no profiler runs (what a recorded step changed is undone)."""
+    return not hasattr(torch.Tensor.backward, "__wrapped__") and not torch.autograd.profiler._is_profiler_enabled
+
+
+def test_a_lightning_step_that_raises_ends_its_recording_and_releases_the_folder(tmp_path, lightning_callback):
+    """Lightning runs ``on_exception`` and no teardown hook after an exception: the callback ends the
+    step unrecorded there and releases the folder, so it holds no lock while the process goes on."""
+    trainer, model = _Trainer(tmp_path / "logs"), WrappedHeadLM()
+    callback = lightning_callback(steps=(0,), out=tmp_path / "rec")
+    callback.setup(trainer, model, "fit")
+    callback.on_train_batch_start(trainer, model, _batch(0), 0)
+    assert callback.recorder.recording and not _recording_is_off()
+    callback.on_exception(trainer, model, ValueError("the user's bug in the recorded step"))
+    assert _recording_is_off() and not (tmp_path / "rec" / store.LOCK_FILE).exists()
+
+
+def test_a_hugging_face_step_that_raises_ends_its_recording_at_the_next_step(tmp_path, hf_callback):
+    """``Trainer`` has no exception event: the next ``train()``'s first step ends the open recording."""
+    model = WrappedHeadLM()
+    args = types.SimpleNamespace(output_dir=str(tmp_path / "out"))
+    state = types.SimpleNamespace(global_step=0, is_world_process_zero=True)
+    callback = hf_callback(steps=(0,), trace=False)
+    callback.on_train_begin(args, state, None, model=model)
+    callback.on_step_begin(args, state, None)  # the step raises here: no further event
+    assert callback.recorder.recording and not _recording_is_off()
+    callback.on_train_begin(args, state, None, model=model)  # the user calls train() again
+    callback.on_step_begin(args, state, None)
+    assert not callback.recorder.recording and _recording_is_off()
+    callback.on_train_end(args, state, None)
+    assert not (tmp_path / "out" / "fusedce-profile" / store.LOCK_FILE).exists()
+
+
+def test_a_process_that_exits_inside_a_recorded_step_ends_it_and_leaves_no_lock(tmp_path):
+    """A loop that raised out of a recorded step and caught it, then ended: the recorder ends the step
+    unrecorded at exit (before the interpreter tears the profiler down) and releases the folder."""
+    folder = tmp_path / "rec"
+    script = ("import torch\nfrom fusedce_profile import StepRecorder\n"
+              f"rec = StepRecorder(torch.nn.Linear(4, 4), {str(folder)!r}, steps=(0,))\n"
+              "try:\n    with rec.step():\n        raise ValueError('the user bug')\nexcept ValueError:\n    pass\n"
+              "rec2 = StepRecorder(torch.nn.Linear(4, 4), " + repr(str(tmp_path / "rec2")) + ", steps=(0,))\n"
+              "rec2.start(0)\nprint('left open', rec2.recording, flush=True)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "left open True" in done.stdout, done.stderr
+    assert not (folder / store.LOCK_FILE).exists() and not (tmp_path / "rec2" / store.LOCK_FILE).exists()

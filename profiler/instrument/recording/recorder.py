@@ -37,11 +37,13 @@ report, is :mod:`fusedce_profile`).
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import threading
 import time
 import warnings
+import weakref
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -76,6 +78,17 @@ def _is_rank_zero() -> bool:
     return os.environ.get("RANK", "0") == "0"
 
 
+_OPEN: weakref.WeakSet = weakref.WeakSet()  # the recorders holding a folder's lock
+
+
+@atexit.register
+def _close_at_exit() -> None:
+    """A recorder left open (a loop raised out of a recorded step): its step ends unrecorded before the
+    interpreter tears the profiler down, and its folder is released."""
+    for recorder in list(_OPEN):
+        with contextlib.suppress(Exception):
+            recorder.abort()
+            recorder.close()
 
 class StepRecorder:
     """Record the named steps of a training loop into the run folder ``out``.
@@ -124,6 +137,7 @@ class StepRecorder:
         if self.enabled:
             try:
                 self._lock = take_folder(self.out, force=force, append=append)
+                _OPEN.add(self)
             except FileExistsError:  # a recording is there: the caller must say replace or add
                 raise
             except (OSError, store.FolderInUse, FolderRefused) as exc:
@@ -138,10 +152,10 @@ class StepRecorder:
         if self._lock is not None:
             self._lock.release()
             self._lock = None
+        _OPEN.discard(self)
 
     def unreached(self) -> list[int]:
-        """The requested steps that were never recorded because the run never reached them
-        (a step that was reached but failed to record is not among them), in order."""
+        """The requested steps the run never reached, in order (not those reached but left unrecorded)."""
         return sorted(s for s in self.steps if s not in self._done and s >= self.count)
 
     def seen(self, index: int) -> None:
@@ -161,8 +175,7 @@ class StepRecorder:
         return self._recording(index)
 
     def wants(self, index: int) -> bool:
-        """Whether step ``index`` would be recorded (for integrations that start and end a
-        recording from separate callbacks)."""
+        """Whether step ``index`` would be recorded (for integrations starting and ending it apart)."""
         return self.enabled and index in self.steps and index not in self._done and self._active is None
 
     def start(self, index: int) -> None:
