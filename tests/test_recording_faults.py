@@ -229,3 +229,30 @@ def test_a_process_that_exits_inside_a_recorded_step_ends_it_and_leaves_no_lock(
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and "left open True" in done.stdout, done.stderr
     assert not (folder / store.LOCK_FILE).exists() and not (tmp_path / "rec2" / store.LOCK_FILE).exists()
+
+
+@pytest.mark.parametrize("swapped", ["folder", "parent"])
+def test_a_run_folder_moved_mid_run_is_never_written_through_its_path(tmp_path, swapped):
+    """A locked folder (or a folder above it) replaced by a link to another folder: appending a row,
+    writing a page and recording a step all refuse, and nothing is made in the other folder."""
+    from fusedce_profiler.instrument.confined import FolderRefused
+
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "o").mkdir(parents=True)
+    folder = tmp_path / "a" / "o"
+    model = WrappedHeadLM()
+    recorder = StepRecorder(model, folder, steps=(0, 1), trace=False)
+    with recorder.step():
+        _loss(model, _batch(0)).backward()
+    moved = tmp_path / "a" if swapped == "parent" else folder
+    moved.rename(tmp_path / "moved")
+    moved.symlink_to(elsewhere if swapped == "parent" else elsewhere / "o")
+    with pytest.raises(FolderRefused, match="not the folder this run locked"):
+        store.append_jsonl(folder / "results.jsonl", {"row": 1})
+    with pytest.raises(FolderRefused, match="not the folder this run locked"):
+        store.write_text(folder / "plots" / "page.md", "text")
+    with pytest.warns(RuntimeWarning, match="writing step 1"):
+        with recorder.step():
+            _loss(model, _batch(1)).backward()
+    recorder.close()
+    assert not any(path.is_file() for path in elsewhere.rglob("*")), sorted(elsewhere.rglob("*"))

@@ -34,6 +34,8 @@ from collections.abc import Iterator
 from pathlib import Path, PurePath
 from typing import Any
 
+from fusedce_profiler.instrument import folder_identity
+
 MIB = 1 << 20
 
 SIZE_LIMITS = {
@@ -99,6 +101,8 @@ def _relative_parts(folder: Path, path: Path) -> tuple[str, ...]:
 
 
 WRITE_LINK_REFUSED = "a symbolic link; a run folder's files are written in place, never through links"
+MOVED = ("not the folder this run locked (moved or replaced since, or a folder above it); nothing is written "
+         "through its path")
 """Why the store refuses to write through a link (the text of its ``OSError``)."""
 
 WRITE_SHARED_REFUSED = ("not a regular file of the folder alone (a hard link, a named pipe, a folder or a device); "
@@ -167,6 +171,38 @@ def _refused_link(path: Path) -> FolderRefused:
                          "never through links")
 
 
+def _check_locked(folder: Path, fd: int) -> None:
+    """:class:`FolderRefused` when ``fd`` (``folder`` opened) is not the folder this process locked there."""
+    if not folder_identity.is_locked_one(folder, fd):
+        raise FolderRefused(f"{folder}: {MOVED}")
+
+
+def check_locked_ancestors(path: str | Path) -> None:
+    """:class:`FolderRefused` when a folder this process locked above ``path`` is gone from its path,
+    moved, or replaced (by a link, or through a folder above it): checked before a file is made there."""
+    absolute = os.path.abspath(path)
+    for folder in folder_identity.locked_above(absolute):
+        try:
+            fd = os.open(folder, _OPEN_DIR)
+        except OSError:
+            raise FolderRefused(f"{folder}: {MOVED}") from None
+        try:
+            _check_locked(Path(folder), fd)
+        finally:
+            os.close(fd)
+
+
+def check_folder(folder: str | Path) -> None:
+    """:class:`FolderRefused` when ``folder`` is now a symbolic link or not the folder this process locked
+    there; ``FileNotFoundError`` when it is gone (nothing is made in its place)."""
+    refuse_linked_folder(folder)
+    fd = os.open(folder, _OPEN_DIR)
+    try:
+        _check_locked(Path(folder), fd)
+    finally:
+        os.close(fd)
+
+
 def open_inside(folder: str | Path, path: str | Path, flags: int = _OPEN_READ, mode: int = 0o666) -> int:
     """A file descriptor of ``path``, a file below ``folder``, opened without following a link
     at or below ``folder``; the caller closes it.
@@ -178,8 +214,14 @@ def open_inside(folder: str | Path, path: str | Path, flags: int = _OPEN_READ, m
     folder, path = Path(folder), Path(path)
     parts = _relative_parts(folder, path)
     below = [folder.joinpath(*parts[:index + 1]) for index in range(len(parts))]  # as the caller named them
-    fd = os.open(folder, os.O_RDONLY | os.O_CLOEXEC | os.O_DIRECTORY)
     try:
+        fd = os.open(folder, _OPEN_DIR)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR) and folder.is_symlink():
+            raise _refused_link(folder) from None
+        raise
+    try:
+        _check_locked(folder, fd)
         for part, named in zip(parts[:-1], below):
             try:
                 inner = os.open(part, _OPEN_DIR, dir_fd=fd)

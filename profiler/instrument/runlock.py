@@ -10,7 +10,7 @@ import os
 import time
 from pathlib import Path
 
-from fusedce_profiler.instrument import confined
+from fusedce_profiler.instrument import confined, folder_identity
 
 LOCK_FILE = ".lock"
 
@@ -78,6 +78,7 @@ class RunLock:
             exc.filename = str(self.path)  # opened relative to the folder: name the whole path
             raise
         RunLock._held[key] = [fd, 1]
+        folder_identity.note_locked_folder(self.folder, fd)
         RunLock.taken.append(self.folder)
         self._key = key
         return self
@@ -99,6 +100,7 @@ class RunLock:
         entry[1] -= 1
         if entry[1] == 0:
             del RunLock._held[self._key]
+            folder_identity.note_locked_folder(self.folder, None)
             try:
                 os.unlink(LOCK_FILE, dir_fd=entry[0])  # while still held: no one else wrote it
             except OSError:

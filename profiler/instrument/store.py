@@ -222,12 +222,12 @@ def append_jsonl(path: str | Path, record: dict) -> None:
     """Append one record as a line, flushed and fsync'ed (a kill loses at most this line).
 
     The record's strings are scrubbed of the machine's names and cut at :data:`~fusedce_profiler.instrument.text.MAX_STORED_CHARS`.
-    The file is opened without following a link: a link is refused (``OSError`` ``ELOOP`` naming
-    it); a new file follows the umask. A line that would take the file over its size limit is not written
+    The file is opened without following a link (``OSError`` ``ELOOP`` naming it); a new file follows the umask. A line that would take the file over its size limit is not written
     (:class:`FileFull` naming the file and the limit): a folder never holds what its reader refuses."""
     path = Path(path)
     line = (dumps(scrub.scrub_value(capped_strings(record), _names(path)), sort_keys=True) + "\n").encode("utf-8")
-    fd = confined.open_own_file(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, path)  # nor through a hard link or pipe
+    confined.check_locked_ancestors(path)  # the run's folder moved or replaced: refused
+    fd = confined.open_own_file(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, path)  # nor a hard link or pipe
     limit = confined.size_limit(path)
     if os.fstat(fd).st_size + len(line) > limit or len(line) > confined.MAX_LINE_BYTES:
         os.close(fd)
@@ -287,6 +287,7 @@ def write_stream(path: str | Path, write: Callable[[BinaryIO], object]) -> Path:
     file is streamed, never held whole in memory). A linked parent folder is refused; the file
     follows the umask."""
     path = Path(path)
+    confined.check_locked_ancestors(path)  # the run's folder moved or replaced: nothing made through its path
     staging.make_folder(path.parent)
     _refuse_link(path.parent)  # a linked plots/ or snapshots/ would take the file out of the folder
     try:

@@ -379,7 +379,7 @@ class StepRecorder:
             self._abandon(rec, exc)
             return None
         try:
-            confined.refuse_linked_folder(self.out)  # replaced by a link mid-run: nothing read or written through it
+            confined.check_folder(self.out)  # replaced or moved mid-run: nothing read or written through its path
             if self._stored is None:  # counted once: the lines earlier sessions appended
                 self._stored = store.count_lines(self.out / store.RECORDED_STEPS_FILE)
             append_recorded_step(self.out, record, self._stored)

@@ -175,8 +175,7 @@ def append_recorded_step(folder: str | Path, record: RecordedStep, stored: int |
     from fusedce_profiler.instrument.capacity import MAX_RECORDED_STEPS
 
     path = Path(folder) / store.RECORDED_STEPS_FILE
-    confined.refuse_linked_folder(folder)  # replaced by a link since it was taken: never written through
-    path.parent.mkdir(parents=True, exist_ok=True)
+    confined.check_folder(folder)  # replaced or moved since it was taken: never written through, nothing made
     store.cut_partial_line(path)
     stored = store.count_lines(path) if stored is None else stored
     if stored >= MAX_RECORDED_STEPS:
