@@ -131,6 +131,14 @@ def _rebuilt(run_dir: Path, console: Printer) -> tuple[str, CommandOutcome] | No
     return None
 
 
+def _no_records(run_dir: Path) -> UsageError:
+    from fusedce_profiler.instrument import store
+
+    return UsageError(f"{run_dir}: no {store.RESULTS_FILE}, {store.MODEL_RESULTS_FILE}, {store.PARITY_FILE}, "
+                      f"{store.DOCTOR_FILE} or {store.RECORDED_STEPS_FILE} here "
+                      "(give the folder a grid, model, parity, doctor or recorded run wrote)")
+
+
 def report_command(run_dir: str | Path, *, console: Console | None = None) -> CommandOutcome:
     """:func:`build_report` with the exit code and ``--json`` summary the command line needs.
 
@@ -146,6 +154,10 @@ def report_command(run_dir: str | Path, *, console: Console | None = None) -> Co
         raise UsageError("DIR: expected the folder a run wrote, got None")
     if not run_dir.is_dir():
         raise UsageError(f"{run_dir}: not a folder (give the folder a grid, model, parity or doctor run wrote)")
+    records = (store.RESULTS_FILE, store.MODEL_RESULTS_FILE, store.PARITY_FILE, store.DOCTOR_FILE,
+               store.RECORDED_STEPS_FILE, store.EXPLAIN_FILE)
+    if not any(store.present(run_dir / name) for name in records):  # before its lock: a stranger's .lock is theirs
+        raise _no_records(run_dir)
     rebuilt, placed, lines = None, None, _HeldLines()
     try:
         with held_for_report(run_dir), os_errors():  # a write that fails leaves the old report as it was
@@ -167,9 +179,7 @@ def report_command(run_dir: str | Path, *, console: Console | None = None) -> Co
                       markup=False)
         return CommandOutcome([], code, {"interrupted": signal_name(stopped), "exit_code": code}, stopped)
     if rebuilt is None:
-        raise UsageError(f"{run_dir}: no {store.RESULTS_FILE}, {store.MODEL_RESULTS_FILE}, {store.PARITY_FILE}, "
-                         f"{store.DOCTOR_FILE} or {store.RECORDED_STEPS_FILE} here "
-                         "(give the folder a grid, model, parity, doctor or recorded run wrote)")
+        raise _no_records(run_dir)
     lines.say(console)
     kind, outcome = rebuilt
     if kind in ("model", "parity", "doctor", "recorded"):  # their plots, listed once the new ones are in place

@@ -406,3 +406,15 @@ def test_a_new_run_clears_any_file_holding_the_marks_name_or_refuses_a_folder_be
     else:
         clear_interruption(tmp_path)
         assert not os.path.lexists(path) and os.path.exists("/dev/null")
+
+
+def test_report_of_a_folder_no_run_wrote_leaves_its_lock_file_alone(tmp_path):
+    """Another program's ``.lock`` in a folder holding no record: refused before the report's own lock
+    is taken, so that file is neither truncated nor removed."""
+    folder = tmp_path / "X"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("mine")
+    (folder / ".lock").write_text("another program's lock\n")
+    result = CliRunner().invoke(app, ["report", str(folder)])
+    assert result.exit_code == 2 and "no results.jsonl" in result.output
+    assert (folder / ".lock").read_text() == "another program's lock\n"

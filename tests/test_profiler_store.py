@@ -53,17 +53,19 @@ def test_a_killed_holder_leaves_a_folder_the_next_run_can_lock(tmp_path):
         assert (tmp_path / store.LOCK_FILE).read_text().startswith(f"pid {os.getpid()} ")
 
 
-def test_a_file_system_out_of_inodes_names_the_file_not_a_temporary_never_made(tmp_path, monkeypatch):
-    """``report`` with no inode left named ``plots/.peak_memory.png.1cf16sus.tmp``, which does not exist."""
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EACCES, errno.EPERM])
+def test_a_folder_that_takes_no_new_file_names_the_file_not_a_temporary_never_made(tmp_path, monkeypatch, code):
+    """``report`` with no inode left, or a ``plots/`` it may not write, named
+    ``plots/.peak_memory.png.1cf16sus.tmp``, which does not exist."""
     import tempfile
 
-    def no_inode(prefix, suffix, dir):
-        raise OSError(errno.ENOSPC, "No space left on device", os.path.join(dir, f"{prefix}1cf16sus{suffix}"))
+    def refused(prefix, suffix, dir):
+        raise OSError(code, os.strerror(code), os.path.join(dir, f"{prefix}1cf16sus{suffix}"))
 
-    monkeypatch.setattr(tempfile, "mkstemp", no_inode)
+    monkeypatch.setattr(tempfile, "mkstemp", refused)
     with pytest.raises(OSError) as failed:
         store.write_bytes(tmp_path / "peak_memory.png", b"png")
-    assert failed.value.filename == str(tmp_path / "peak_memory.png") and failed.value.errno == errno.ENOSPC
+    assert failed.value.filename == str(tmp_path / "peak_memory.png") and failed.value.errno == code
     assert list(tmp_path.iterdir()) == []
 
 

@@ -292,9 +292,8 @@ def write_stream(path: str | Path, write: Callable[[BinaryIO], object]) -> Path:
     _refuse_link(path.parent)  # a linked plots/ or snapshots/ would take the file out of the folder
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    except OSError as exc:  # no inode left: the message names the file, not a temporary never made
-        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            exc.filename = str(path)
+    except OSError as exc:  # no inode left, no permission: the message names the file, not a temporary never made
+        exc.filename = str(path)
         raise
     try:
         os.fchmod(fd, 0o666 & ~_umask())  # mkstemp creates 0600; a run folder's files follow the umask
