@@ -142,10 +142,10 @@ def prepare_out_dir(out: Path | None, *, force: bool, resume: bool,
         if resume:
             return out
         _refuse_live_runs_below(out)
-        for name in RUN_ARTEFACTS:
-            path = out / name
+        for name in sorted(RUN_ARTEFACTS, key=lambda name: name in RUN_RECORDS):  # records last: a failure
+            path = out / name                                                  # leaves a folder its report reads
             if path.is_dir() and not path.is_symlink():
-                shutil.rmtree(path)
+                shutil.rmtree(path, onerror=_raise_naming_the_path)
             elif os.path.lexists(path):
                 path.unlink()  # a file, a pipe, a link (removed, never followed): whatever holds the name
         return out
@@ -153,6 +153,14 @@ def prepare_out_dir(out: Path | None, *, force: bool, resume: bool,
     if lock is not None:
         lock(out)
     return out
+
+
+def _raise_naming_the_path(function, path: str, exc_info) -> None:
+    """``shutil.rmtree``'s error handler: the error names the whole path (its own names only the entry)."""
+    exc = exc_info[1]
+    if isinstance(exc, OSError):
+        exc.filename = path
+    raise exc
 
 
 def describe_os_error(exc: OSError) -> str:

@@ -494,3 +494,29 @@ def test_a_lock_note_that_cannot_be_written_is_not_left_behind(tmp_path, monkeyp
     with pytest.raises(OSError, match="No space left on device"):
         runlock.RunLock(tmp_path).acquire()
     assert not os.path.lexists(tmp_path / runlock.LOCK_FILE)
+
+
+def test_force_that_cannot_empty_plots_names_the_file_and_keeps_the_records(tmp_path, monkeypatch):
+    """A plot that cannot be removed (an immutable file, a folder owned by another user): the error names
+    the whole path, and the run's records are removed last, so the folder is still its run's."""
+    import errno
+
+    from fusedce_profile.folders import prepare_out_dir
+
+    out = tmp_path / "g"
+    (out / "plots").mkdir(parents=True)
+    (out / "plots" / "frontier.png").write_bytes(b"png")
+    (out / "results.jsonl").write_text("{}\n")
+    (out / "summary.md").write_text("page")
+    real_unlink = os.unlink
+
+    def refused(path, *args, **kwargs):
+        if os.fspath(path).endswith("frontier.png"):
+            raise PermissionError(errno.EPERM, "Operation not permitted", os.fspath(path))
+        return real_unlink(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "unlink", refused)
+    with pytest.raises(PermissionError) as failed:
+        prepare_out_dir(out, force=True, resume=False)
+    assert failed.value.filename == str(out / "plots" / "frontier.png")
+    assert (out / "results.jsonl").is_file()
