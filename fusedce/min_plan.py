@@ -13,7 +13,7 @@ import torch
 
 from fusedce.planner import (COL_ALIGN, MIN_COLS, MIN_PLANNED_TIME_FACTOR, MIN_ROWS, ROW_ALIGN, ChunkPlan,
                              _low_precision, dtype_bytes)
-from fusedce.split_plan import SPLIT_TIME_FACTOR, split_temporaries
+from fusedce import split_plan  # a module: it imports the planner, which imports this one
 from fusedce.time_model import step_seconds
 
 
@@ -41,7 +41,7 @@ def within_time_of(default: ChunkPlan, n: int, h: int, v: int, plan: ChunkPlan, 
         return step_seconds(n, h, v, candidate, convert_weight=convert_weight, compute_bytes=c)
 
     limit = MIN_PLANNED_TIME_FACTOR * seconds(default)
-    if seconds(plan) <= (SPLIT_TIME_FACTOR * seconds(default) if plan.hidden_rows else limit):
+    if seconds(plan) <= (split_plan.SPLIT_TIME_FACTOR * seconds(default) if plan.hidden_rows else limit):
         return plan
     n_eff = max(n, 1)
     row_options = [n_eff]
@@ -79,8 +79,8 @@ def _recompute_bytes(n: int, h: int, v: int, plan: ChunkPlan, hidden_dtype: torc
     per_row = h * 4 + converted_row
     weight_row = h * c if weight_dtype != compute_dtype else 0
     if plan.hidden_rows:
-        return split_temporaries(n, rows, cols, plan.hidden_rows, min(plan.hidden_cols, v), per_row, converted_row,
-                                 weight_row, plan.block_logit_bytes)
+        return split_plan.split_temporaries(n, rows, cols, plan.hidden_rows, min(plan.hidden_cols, v), per_row,
+                                            converted_row, weight_row, plan.block_logit_bytes)
     weight_sum = v * h * 4 if _low_precision(weight_dtype, compute_dtype) and rows < max(n, 1) \
         and not plan.per_chunk else 0
     return rows * per_row + cols * (rows * plan.block_logit_bytes + weight_row) + weight_sum
