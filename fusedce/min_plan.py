@@ -79,7 +79,7 @@ def _recompute_bytes(n: int, h: int, v: int, plan: ChunkPlan, hidden_dtype: torc
     per_row = h * 4 + converted_row
     weight_row = h * c if weight_dtype != compute_dtype else 0
     if plan.hidden_rows:
-        return split_plan.split_temporaries(n, rows, cols, plan.hidden_rows, min(plan.hidden_cols, v), per_row,
+        return split_plan.split_temporaries(rows, cols, plan.hidden_rows, min(plan.hidden_cols, v), per_row,
                                             converted_row, weight_row, plan.block_logit_bytes)
     weight_sum = v * h * 4 if _low_precision(weight_dtype, compute_dtype) and rows < max(n, 1) \
         and not plan.per_chunk else 0

@@ -260,8 +260,8 @@ def plan_chunks(
     plan = plan_for(budget)
     if memory_budget == "min" and strategy != "precompute" and chunk_size is None and vocab_chunk_size is None:
         plan = min_plan.within_time_of(plan_for(default_budget_bytes(floor, n), explicit=False), n, h, v, plan,
-                               hidden_dtype=hidden_dtype, weight_dtype=weight_dtype, compute_dtype=compute_dtype,
-                               per_chunk=per_chunk)
+                                       hidden_dtype=hidden_dtype, weight_dtype=weight_dtype,
+                                       compute_dtype=compute_dtype, per_chunk=per_chunk)
     return plan
 
 
@@ -273,15 +273,15 @@ def _plan_within(n: int, h: int, v: int, hidden_dtype: torch.dtype, weight_dtype
     chosen = strategy == "auto" and explicit and needs_grad and h >= PRECOMPUTE_MIN_HIDDEN
     if (strategy == "precompute" or chosen) and scalar_loss and compute_dtype != torch.float16 \
             and vocab_chunk_size is None:
-        plan = precompute_plan.plan_precompute(n, h, v, hidden_dtype, weight_dtype, compute_dtype, budget, chunk_size, per_chunk,
-                                cuda, sm_count)
+        plan = precompute_plan.plan_precompute(n, h, v, hidden_dtype, weight_dtype, compute_dtype, budget,
+                                               chunk_size, per_chunk, cuda, sm_count)
         wanted = min(max(n, 1), chunk_size or max(n, 1), PRECOMPUTE_MIN_ROWS)
         if strategy == "precompute":
             grown = max(budget, 1)
             while plan.rows < wanted:  # asked for by name: the budget yields to the rows it needs
                 grown *= 2
-                plan = precompute_plan.plan_precompute(n, h, v, hidden_dtype, weight_dtype, compute_dtype, grown, chunk_size,
-                                        per_chunk, cuda, sm_count)
+                plan = precompute_plan.plan_precompute(n, h, v, hidden_dtype, weight_dtype, compute_dtype, grown,
+                                                       chunk_size, per_chunk, cuda, sm_count)
             return plan
         if plan.rows >= wanted:
             return plan
@@ -316,8 +316,11 @@ def _plan_recompute(n: int, h: int, v: int, hidden_dtype: torch.dtype, weight_dt
     weight_row = h * c if weight_dtype != compute_dtype else 0  # a converted weight row
     tiled = tiled and c == TILED_LOGIT_BYTES
     logit_bytes = TILED_LOGIT_BYTES if tiled else 4
+    # only where the grad_hidden sum itself passes its share of the budget: a split cuts that sum, never
+    # the N-row blocks of its weight pass
     if chunk_size is None and rows * per_row > budget * 2 // 3 and _low_precision(weight_dtype, compute_dtype):
-        split = split_plan.split_backward(n, v, per_row, converted_row, weight_row, budget, vocab_chunk_size, logit_bytes)
+        split = split_plan.split_backward(n, v, per_row, converted_row, weight_row, budget, vocab_chunk_size,
+                                          logit_bytes)
         if split is not None:
             return ChunkPlan(rows=rows, cols=split.cols, tiled=tiled, hidden_rows=split.hidden_rows,
                              hidden_cols=split.hidden_cols)

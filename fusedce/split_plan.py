@@ -72,7 +72,7 @@ def split_backward(n: int, v: int, per_row: int, converted_row: int, weight_row:
     return SplitBlocks(hidden_rows=hidden_rows, hidden_cols=hidden_cols, cols=cols)
 
 
-def split_temporaries(n: int, plan_rows: int, plan_cols: int, hidden_rows: int, hidden_cols: int, per_row: int,
+def split_temporaries(plan_rows: int, plan_cols: int, hidden_rows: int, hidden_cols: int, per_row: int,
                       converted_row: int, weight_row: int, logit_bytes: int) -> int:
     """Bytes of a split plan's temporaries: the larger pass's (see the module docstring)."""
     hidden_pass = hidden_rows * per_row + hidden_cols * (hidden_rows * logit_bytes + weight_row)

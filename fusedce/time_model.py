@@ -63,22 +63,29 @@ def step_seconds(n: int, h: int, v: int, plan: "ChunkPlan", *, convert_weight: b
             device += 6 * v * h / HBM_BYTES_PER_S  # one bf16 copy of the fp32 weight
         return FIXED_S + max(device, host)
     split = plan.hidden_rows > 0  # the backward's grad_hidden pass has blocks of its own
-    for rows, row_count in _chunk_sizes(n, plan.rows):
-        for cols, col_count in _chunk_sizes(v, plan.cols):
-            blocks = row_count * col_count
-            conversion = 2 * 6 * cols * h if convert_weight else 0  # in each pass
-            device += blocks * ((6 if split else 8) * rows * cols * h / GEMM_FLOPS_PER_S
-                                + (22 * rows * cols + conversion) / HBM_BYTES_PER_S)
-            host += blocks * 2 * HOST_S_PER_BLOCK_PASS
+    device, host = _block_seconds(n, h, v, plan.rows, plan.cols, flops=6 if split else 8, traffic=22, passes=2,
+                                  convert_weight=convert_weight)
     if split:
-        for rows, row_count in _chunk_sizes(n, plan.hidden_rows):
-            for cols, col_count in _chunk_sizes(v, plan.hidden_cols):
-                blocks = row_count * col_count
-                conversion = 6 * cols * h if convert_weight else 0
-                device += blocks * (4 * rows * cols * h / GEMM_FLOPS_PER_S
-                                    + (14 * rows * cols + conversion) / HBM_BYTES_PER_S)
-                host += blocks * HOST_S_PER_BLOCK_PASS
+        hidden_device, hidden_host = _block_seconds(n, h, v, plan.hidden_rows, plan.hidden_cols, flops=4, traffic=14,
+                                                    passes=1, convert_weight=convert_weight)
+        device, host = device + hidden_device, host + hidden_host
     return FIXED_S + max(device, host)
+
+
+def _block_seconds(n: int, h: int, v: int, row_step: int, col_step: int, *, flops: int, traffic: int, passes: int,
+                   convert_weight: bool) -> tuple[float, float]:
+    """(device, host) seconds of the ``row_step`` × ``col_step`` blocks of an (N, V) walk, each taking
+    ``flops``·R·C·H FLOPs, ``traffic``·R·C bytes, and ``passes`` host passes (each converting the fp32
+    weight chunk, 6·C·H bytes, when ``convert_weight``)."""
+    device = host = 0.0
+    for rows, row_count in _chunk_sizes(n, row_step):
+        for cols, col_count in _chunk_sizes(v, col_step):
+            blocks = row_count * col_count
+            conversion = passes * 6 * cols * h if convert_weight else 0
+            device += blocks * (flops * rows * cols * h / GEMM_FLOPS_PER_S
+                                + (traffic * rows * cols + conversion) / HBM_BYTES_PER_S)
+            host += blocks * passes * HOST_S_PER_BLOCK_PASS
+    return device, host
 
 
 def _chunk_sizes(total: int, step: int) -> list[tuple[int, int]]:

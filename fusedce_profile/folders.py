@@ -142,8 +142,9 @@ def prepare_out_dir(out: Path | None, *, force: bool, resume: bool,
         if resume:
             return out
         _refuse_live_runs_below(out)
-        for name in sorted(RUN_ARTEFACTS, key=lambda name: name in RUN_RECORDS):  # records last: a failure
-            path = out / name                                                  # leaves a folder its report reads
+        # the records last: a removal that fails leaves a folder its report still reads
+        for name in sorted(RUN_ARTEFACTS, key=lambda name: name in RUN_RECORDS):
+            path = out / name
             if path.is_dir() and not path.is_symlink():
                 shutil.rmtree(path, onerror=_raise_naming_the_path)
             elif os.path.lexists(path):

@@ -54,11 +54,12 @@ class StepRecorderCallback(TrainerCallback):
 
     def on_step_begin(self, args, state, control, **kwargs):
         rec = self.recorder
-        if rec is not None and rec.recording:  # a step that raised out of an earlier train(): it ends unrecorded
+        if rec is None:
+            return
+        if rec.recording:  # a step that raised out of an earlier train(): it ends unrecorded
             rec.abort()
-        if rec is not None:
-            rec.seen(state.global_step)
-        if rec is not None and not rec.recording and rec.wants(state.global_step):
+        rec.seen(state.global_step)
+        if rec.wants(state.global_step):  # not while a recording is open
             rec.start(state.global_step)
 
     def on_pre_optimizer_step(self, args, state, control, **kwargs):

@@ -12,7 +12,7 @@ import torch
 
 import fusedce
 from fusedce.memory_model import predict_peak_bytes
-from fusedce.planner import plan_chunks
+from fusedce.planner import ChunkPlan, plan_chunks
 from fusedce.time_model import step_seconds
 from fusedce_profiler.instrument.protocol import MemoryMeter, settle
 from reference import OPTION_CASES, make_inputs, reference_linear_cross_entropy, relative_error, run_fused, seed_for
@@ -49,7 +49,7 @@ def test_a_split_costs_one_more_logits_pass_in_the_time_model():
     """10·N·H·V FLOPs instead of 8: at Llama-3's head the split's modelled time is 1.2–1.3 × one pass's."""
     n, h, v = 32768, 4096, 128256
     split = _plan(n, h, v, BF16)
-    one_pass = fusedce.planner.ChunkPlan(rows=split.rows, cols=split.cols, tiled=True)
+    one_pass = ChunkPlan(rows=split.rows, cols=split.cols, tiled=True)
     ratio = step_seconds(n, h, v, split, convert_weight=False) / step_seconds(n, h, v, one_pass,
                                                                               convert_weight=False)
     assert 1.2 < ratio < 1.3, ratio

@@ -101,9 +101,11 @@ def _relative_parts(folder: Path, path: Path) -> tuple[str, ...]:
 
 
 WRITE_LINK_REFUSED = "a symbolic link; a run folder's files are written in place, never through links"
+"""Why the store refuses to write through a link (the text of its ``OSError``)."""
+
 MOVED = ("not the folder this run locked (moved or replaced since, or a folder above it); nothing is written "
          "through its path")
-"""Why the store refuses to write through a link (the text of its ``OSError``)."""
+"""Why a run's folder is refused once its path no longer leads to the folder it locked."""
 
 WRITE_SHARED_REFUSED = ("not a regular file of the folder alone (a hard link, a named pipe, a folder or a device); "
                         "a run folder's files are written in place, never through links")

@@ -222,8 +222,9 @@ def append_jsonl(path: str | Path, record: dict) -> None:
     """Append one record as a line, flushed and fsync'ed (a kill loses at most this line).
 
     The record's strings are scrubbed of the machine's names and cut at :data:`~fusedce_profiler.instrument.text.MAX_STORED_CHARS`.
-    The file is opened without following a link (``OSError`` ``ELOOP`` naming it); a new file follows the umask. A line that would take the file over its size limit is not written
-    (:class:`FileFull` naming the file and the limit): a folder never holds what its reader refuses."""
+    The file is opened without following a link (``OSError`` ``ELOOP`` naming it); a new file follows
+    the umask. A line that would take the file over its size limit is not written (:class:`FileFull`
+    naming the file and the limit): a folder never holds what its reader refuses."""
     path = Path(path)
     line = (dumps(scrub.scrub_value(capped_strings(record), _names(path)), sort_keys=True) + "\n").encode("utf-8")
     confined.check_locked_ancestors(path)  # the run's folder moved or replaced: refused
