@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import os
 import stat
 from collections.abc import Callable
@@ -64,7 +63,7 @@ def _device(device: str | None) -> str:
 
 def step_key(job) -> str:
     """The key a finished step is stored under: a hash of its job's fields."""
-    return hashlib.sha1(json.dumps(dataclasses.asdict(job), sort_keys=True, default=str).encode()).hexdigest()
+    return hashlib.sha1(job.key().encode()).hexdigest()
 
 
 def _same_file(a: Path, b: Path) -> bool:

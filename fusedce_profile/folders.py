@@ -25,7 +25,7 @@ from fusedce_profiler.instrument.kinds import a_kind, other_kind
 
 # What a run writes into its folder; ``--force`` removes these and nothing else.
 RUN_ARTEFACTS = (store.RESULTS_FILE, "results.csv", "summary.md", "report.html", store.ENVIRONMENT_FILE,
-                 store.PLAN_FILE, store.MODEL_RESULTS_FILE, store.EXPLAIN_STEPS_FILE, store.FIT_FILE, store.PARITY_FILE,
+                 store.PLAN_FILE, store.MODEL_PLAN_FILE, store.MODEL_RESULTS_FILE, store.EXPLAIN_STEPS_FILE, store.FIT_FILE, store.PARITY_FILE,
                  store.DOCTOR_FILE, store.EXPLAIN_FILE, store.RECORDED_STEPS_FILE, INTERRUPTED_FILE, store.PLOTS_DIR,
                  store.SNAPSHOTS_DIR, store.LOGS_DIR)
 

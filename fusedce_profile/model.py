@@ -19,7 +19,6 @@ time limit (``factory_timeout``) and a memory guard; one that fails raises
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -82,11 +81,6 @@ def plan_model(*, preset=None, config=None, tied=None, hf=None, model=None, head
     return ModelPlan(source, base, tuple(jobs), tuple(named) if named else None, fit, fit_axis, fit_max)
 
 
-def _key(job) -> str:
-    """A job as a string, to find its stored row (a job holds a dict: it is not hashable)."""
-    return json.dumps(dataclasses.asdict(job), sort_keys=True, default=str)
-
-
 def _job_line(job, result) -> str:
     """The progress line of one finished job."""
     from fusedce_profiler.instrument.text import shorten
@@ -133,7 +127,7 @@ def _run_jobs(plan: ModelPlan, out_dir: Path, done: dict, say) -> dict:
 
     measured = {}
     for job in plan.jobs:
-        result = done.get(_key(job))
+        result = done.get(job.key())
         if result is None:
             result = run_job_in_worker(job, out_dir / store.LOGS_DIR)
             append_model_result(out_dir, result)
@@ -155,6 +149,7 @@ def model_command(*, out: str | Path | None = None, force: bool = False, resume:
     from fusedce_profiler.instrument.interruption import clear_interruption
     from fusedce_profiler.instrument.environment import collect_environment, save_environment
     from fusedce_profiler.instrument.step.jobs import load_model_results
+    from fusedce_profiler.instrument.step.plan import save_model_plan
     from fusedce_profiler.judgements.fit import FitResult, fit_backends
     from fusedce_reports.model_report import write_model_report
     from fusedce_reports.units import GIB, format_bytes
@@ -169,8 +164,11 @@ def model_command(*, out: str | Path | None = None, force: bool = False, resume:
         say(f"fusedce-profile model: {one_line(plan.source.describe())} "
             f"({plan.source.parameters / 1e6:.1f} M parameters), "
             f"B={base.batch} T={base.seq}, {base.mode}, {base.device}; writing to {one_line(out_dir)}")
+        done = {r.job.key(): r for r in load_model_results(out_dir).records} if resume else {}
+        if resume:
+            _check_same_plan(out_dir, plan.jobs, set(done))
+        save_model_plan(out_dir, plan.jobs)
         clear_interruption(out_dir)
-        done = {_key(r.job): r for r in load_model_results(out_dir).records} if resume else {}
         if not done or not (out_dir / store.ENVIRONMENT_FILE).is_file():
             save_environment(out_dir, collect_environment())
         fits = []
@@ -197,9 +195,9 @@ def model_command(*, out: str | Path | None = None, force: bool = False, resume:
             return report_stopped(out_dir, stopped, results, count(len(results), "job"), say)
         say(f"report: {report_path}")
         results = list(load_model_results(out_dir).records)
-    latest = {_key(r.job): r for r in results}  # a job's row is the last one stored for it
-    summary = {"out": str(out_dir), "results": [_summary_row(job, latest[_key(job)]) for job in plan.jobs
-                                                if _key(job) in latest],
+    latest = {r.job.key(): r for r in results}  # a job's row is the last one stored for it
+    summary = {"out": str(out_dir), "results": [_summary_row(job, latest[job.key()]) for job in plan.jobs
+                                                if job.key() in latest],
                "fit": [{"backend": f.backend, "axis": f.axis, "largest": f.search.largest} for f in fits]}
     code = exit_codes.OK
     if nothing_measured([row["status"] for row in summary["results"]]):
@@ -210,6 +208,21 @@ def model_command(*, out: str | Path | None = None, force: bool = False, resume:
             say(f"{name} failed in every job (see the lines above and logs/): exit code 1")
             code = exit_codes.CHECK_FAILED
     return CommandOutcome(results, code, summary)
+
+
+def _check_same_plan(out_dir: Path, jobs: list, finished: set[str]) -> None:
+    """``UsageError`` when ``--resume`` would drop jobs the folder's run set out to measure
+    (``model_plan.json``) and has not finished: a resume given other options would measure other
+    jobs into that folder and leave the first run unfinished. Adding jobs, or leaving out finished
+    ones, is allowed."""
+    from fusedce_profiler.instrument.step.plan import dropped_jobs
+
+    dropped, planned = dropped_jobs(out_dir, jobs, finished)
+    if dropped:
+        job = dropped[0]
+        raise UsageError(f"--resume: {one_line(out_dir)} holds a run planned with other jobs ({len(dropped)} "
+                         f"unfinished of its {planned} are not in this command's, e.g. {job.label} at "
+                         f"B={job.batch} T={job.seq}, {job.mode}); give the options of the command that started it")
 
 
 def _fit_probe(job, out_dir: Path):

@@ -59,9 +59,14 @@ os.environ[SESSION_VARIABLE] = uuid.uuid4().hex
 def no_process_left_behind():
     """Fail the session if a worker (or a CLI run) a test started is still alive at the end."""
     yield
-    left = {pid: f"pid {pid}: {args}" for pid, args in session_processes(os.environ[SESSION_VARIABLE], wait_s=10)}
+    from fusedce_profiler.instrument.template import close_template, template_pids
+
+    templates = set(template_pids())  # this process's worker templates live as long as it does, by design
+    left = {pid: f"pid {pid}: {args}" for pid, args in session_processes(os.environ[SESSION_VARIABLE], wait_s=10,
+                                                                         spare=templates)}
     for pid in workers_of(os.getpid()):  # the wait above was long enough
         left[pid] = f"pid {pid}: a worker of this test process"
+    close_template()
     if left:
         pytest.fail("processes started by the tests are still alive:\n" + "\n".join(left.values()), pytrace=False)
 

@@ -27,6 +27,14 @@ def _alive(pid: str) -> bool:
         return False
 
 
+def _parent(pid: str) -> int:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return int(fh.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
 def _cmdline(pid: str) -> list[bytes]:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as fh:
@@ -37,12 +45,13 @@ def _cmdline(pid: str) -> list[bytes]:
 
 def workers_of(parent_pid: int, wait_s: float = 0.0) -> list[int]:
     """Pids of live ``fusedce_profiler.instrument.worker`` processes started by ``parent_pid`` (waits up to ``wait_s``
-    for them to go)."""
+    for them to go): fresh ones, and those forked from its worker template (whose command line they
+    share); the template itself, which lives as long as ``parent_pid`` by design, is not one."""
     deadline = time.monotonic() + wait_s
     while True:
         found = [int(pid) for pid in os.listdir("/proc") if pid.isdigit()
                  and b"fusedce_profiler.instrument.worker_child" in (args := _cmdline(pid)) and str(parent_pid).encode() in args
-                 and _alive(pid)]
+                 and _alive(pid) and not (b"template" in args and _parent(pid) == parent_pid)]
         if not found or time.monotonic() >= deadline:
             return found
         time.sleep(0.1)
@@ -54,15 +63,15 @@ def is_ours(args: list[bytes]) -> bool:
             or any(a == b"-m" and b == b"cli" for a, b in zip(args, args[1:])))
 
 
-def session_processes(marker: str, wait_s: float = 0.0) -> list[tuple[int, str]]:
+def session_processes(marker: str, wait_s: float = 0.0, spare: set[int] = frozenset()) -> list[tuple[int, str]]:
     """(pid, command line) of live workers and CLI runs (:func:`is_ours`) other than this
-    process whose environment holds ``SESSION_VARIABLE=marker``."""
+    process and ``spare`` whose environment holds ``SESSION_VARIABLE=marker``."""
     entry = f"{SESSION_VARIABLE}={marker}".encode()
     deadline = time.monotonic() + wait_s
     while True:
         found = []
         for pid in os.listdir("/proc"):
-            if not pid.isdigit() or int(pid) == os.getpid() or not is_ours(args := _cmdline(pid)):
+            if not pid.isdigit() or int(pid) in {os.getpid(), *spare} or not is_ours(args := _cmdline(pid)):
                 continue
             try:
                 with open(f"/proc/{pid}/environ", "rb") as fh:

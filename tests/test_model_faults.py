@@ -274,6 +274,33 @@ def test_model_resume_measures_only_the_missing_jobs_and_clears_the_mark(tmp_pat
 
 
 @pytest.mark.slow
+def test_a_model_resume_with_other_options_is_refused_before_it_drops_the_unfinished_jobs(tmp_path):
+    """A run cut before its second job leaves that job in ``model_plan.json`` only: a ``--resume``
+    with another batch would measure other jobs beside the first run's and drop that one."""
+    out = tmp_path / "run"
+    args = ["model", "--device", "cpu", "--preset", "tiny", "--seq", "8", "--no-trace", "--out", str(out)]
+    first = runner.invoke(app, [*args, "--batch", "1", "--backend", "torch"])
+    assert first.exit_code == 0, first.output
+    plan = json.loads((out / "model_plan.json").read_text())
+    unfinished = {**plan["jobs"][0], "backend": "fusedce"}  # as a run stopped before its second job leaves it
+    (out / "model_plan.json").write_text(json.dumps({"jobs": plan["jobs"] + [unfinished]}))
+    rows = (out / "model_results.jsonl").read_text()
+
+    other = runner.invoke(app, [*args, "--batch", "2", "--backend", "torch", "--backend", "fusedce", "--resume"])
+    assert other.exit_code == 2, other.output
+    assert (f"--resume: {out} holds a run planned with other jobs (1 unfinished of its 2 are not in this "
+            "command's, e.g. fusedce at B=1 T=8, amp-bf16); give the options of the command that started it"
+            ) in " ".join(_plain(other.output).split())
+    assert len(json.loads((out / "model_plan.json").read_text())["jobs"]) == 2  # nothing replaced
+    assert (out / "model_results.jsonl").read_text() == rows
+
+    same = runner.invoke(app, [*args, "--batch", "1", "--backend", "torch", "--backend", "fusedce", "--resume"])
+    assert same.exit_code == 0, same.output
+    stored = [json.loads(line)["job"]["backend"] for line in (out / "model_results.jsonl").read_text().splitlines()]
+    assert stored == ["torch", "fusedce"]  # the finished job kept, the unfinished one measured
+
+
+@pytest.mark.slow
 def test_a_signal_during_parity_keeps_the_trained_backends_and_marks_the_report(fx, tmp_path):
     out, mark = tmp_path / "run", tmp_path / "hung"
     process = start_cli(["parity", "--device", "cpu", "--preset", "tiny", "--steps", "10", "--batch", "2", "--seq",

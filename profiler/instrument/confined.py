@@ -40,7 +40,7 @@ MIB = 1 << 20
 
 SIZE_LIMITS = {
     "environment.json": 1 * MIB,
-    "plan.json": 16 * MIB,
+    "plan.json": 16 * MIB, "model_plan.json": 16 * MIB,
     "parity.json": 16 * MIB,
     "doctor.json": 16 * MIB,
     "explain.json": 16 * MIB,

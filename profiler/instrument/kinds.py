@@ -13,7 +13,7 @@ from pathlib import Path
 
 from fusedce_profiler.instrument import store
 
-KIND_RECORDS = {"grid": (store.RESULTS_FILE, store.PLAN_FILE), "model": (store.MODEL_RESULTS_FILE, store.FIT_FILE),
+KIND_RECORDS = {"grid": (store.RESULTS_FILE, store.PLAN_FILE), "model": (store.MODEL_RESULTS_FILE, store.FIT_FILE, store.MODEL_PLAN_FILE),
                 "parity": (store.PARITY_FILE,), "doctor": (store.DOCTOR_FILE,),
                 "explain": (store.EXPLAIN_FILE, store.EXPLAIN_STEPS_FILE), "recorded": (store.RECORDED_STEPS_FILE,)}
 """Each kind of run by the records only it writes (``environment.json`` and the interruption mark

@@ -42,6 +42,28 @@ _PR_SET_CHILD_SUBREAPER = 36
 MARK_VARIABLE = "FUSEDCE_WORKER_MARK"
 """The environment variable holding a worker's mark (:func:`kill_marked`)."""
 _OWN_MARK = os.environ.get(MARK_VARIABLE)  # this worker's, read before any job's code can change it
+MARK_PLACEHOLDER = "-" * 64
+"""The mark a worker template starts with: room in its environment block for a forked worker's own
+(:func:`stamp_mark`)."""
+
+
+def stamp_mark(mark: str) -> None:
+    """Make ``mark`` this process's (a worker forked from a template, whose environment block is the
+    template's): set it where :func:`kill_marked` reads it, the block ``/proc/PID/environ`` shows and
+    forks inherit (changing ``os.environ`` changes only what an ``exec`` passes on), by writing it over
+    :data:`MARK_PLACEHOLDER`, ended by a NUL. ``ValueError`` when the block holds no placeholder."""
+    global _OWN_MARK
+    entry = f"{MARK_VARIABLE}={MARK_PLACEHOLDER}".encode()
+    with open("/proc/self/stat", "rb") as stat:  # fields 50 and 51: where the block begins and ends
+        fields = stat.read().rsplit(b")", 1)[1].split()
+    begin, end = int(fields[47]), int(fields[48])
+    block = ctypes.string_at(begin, end - begin)
+    at = 0 if block.startswith(entry) else block.find(b"\0" + entry) + 1  # 0: not found, or first
+    value = mark.encode() + b"\0"
+    if not block.startswith(entry, at) or len(value) > len(MARK_PLACEHOLDER):
+        raise ValueError("no room for the mark in this process's environment block")
+    ctypes.memmove(begin + at + len(MARK_VARIABLE) + 1, value, len(value))
+    _OWN_MARK = mark
 
 
 def _prctl(option: int, value: int) -> None:

@@ -1,7 +1,9 @@
 """Worker processes: every measurement runs in a child Python process, never in the parent.
 
-A :class:`Worker` starts ``python -m fusedce_profiler.instrument.worker_child`` (a fresh interpreter: no CUDA
-context, allocator state or compiled-kernel cache inherited) and sends it jobs, one JSON
+A :class:`Worker` starts ``python -m fusedce_profiler.instrument.worker_child`` (no CUDA context, allocator
+state or compiled-kernel cache inherited): forked from this process's worker template, which has
+imported torch once (:mod:`fusedce_profiler.instrument.template`), or as a fresh interpreter where
+the template cannot serve it. It sends the child jobs, one JSON
 line each on its stdin: ``{"kind": K, "payload": {...}, "id": T}``. The child answers each with one
 JSON line on a private pipe: ``{"ok": true, "reply": ..., "id": T}`` or ``{"ok": false, "error": ...,
 "id": T}``; a line of any other shape or token (the job's own code writing to the pipe) ends the
@@ -49,6 +51,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from fusedce_profiler.instrument.lifetime import MARK_VARIABLE, kill_marked, started
+from fusedce_profiler.instrument.template import forked_worker
 from fusedce_profiler.instrument.memory_guard import default_max_rss_bytes, rss_bytes  # noqa: F401 - part of this API
 from fusedce_profiler.instrument.text import one_line
 from fusedce_profiler.instrument.worker_log import describe_exit, disk_full, log_incomplete, log_tail
@@ -161,11 +164,13 @@ class Worker:
         paths = [p for p in sys.path if p] + [p for p in child_env.get("PYTHONPATH", "").split(os.pathsep) if p]
         child_env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
         try:
-            self._process = subprocess.Popen(
-                [sys.executable, "-m", "fusedce_profiler.instrument.worker_child", str(os.getpid()), str(write_end),
-                 str(life_read), ",".join(preload), ",".join(warm_up)],
-                stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, pass_fds=(write_end, life_read),
-                start_new_session=True, env=child_env)
+            self._process = forked_worker(child_env, log.fileno(), write_end, life_read, preload, warm_up)
+            if self._process is None:
+                self._process = subprocess.Popen(
+                    [sys.executable, "-m", "fusedce_profiler.instrument.worker_child", str(os.getpid()),
+                     str(write_end), str(life_read), ",".join(preload), ",".join(warm_up)],
+                    stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, pass_fds=(write_end, life_read),
+                    start_new_session=True, env=child_env)
         finally:
             os.close(write_end)
             os.close(life_read)

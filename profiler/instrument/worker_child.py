@@ -1,7 +1,11 @@
 """The worker's child side: ``python -m fusedce_profiler.instrument.worker_child PARENT REPLY_FD LIFE_FD
 PRELOAD WARM_UP`` — serve the jobs of :data:`~fusedce_profiler.instrument.worker.JOBS` read from stdin,
 one JSON reply line each on the private pipe ``REPLY_FD`` (the protocol, the lifetime and the start-up
-are described in :mod:`fusedce_profiler.instrument.worker`)."""
+are described in :mod:`fusedce_profiler.instrument.worker`).
+
+``python -m fusedce_profiler.instrument.worker_child template PARENT SOCKET_FD`` is the worker template
+instead (:mod:`fusedce_profiler.instrument.template`): it imports :data:`TEMPLATE_IMPORTS` and
+forks a worker for each request; the worker runs :func:`serve` as a fresh one does."""
 from __future__ import annotations
 
 import gc
@@ -59,9 +63,40 @@ def _serve(parent_pid: int, reply_fd: int, life_fd: int, preload: list[str], war
     return 0
 
 
+def serve(arguments: list[str]) -> int:
+    """Serve jobs as the command line ``PARENT REPLY_FD LIFE_FD PRELOAD WARM_UP`` says."""
+    return _serve(int(arguments[0]), int(arguments[1]), int(arguments[2]), [k for k in arguments[3].split(",") if k],
+                  [t for t in arguments[4].split(",") if t])
+
+
+TEMPLATE_IMPORTS = ("torch", *dict.fromkeys(t.partition(":")[0] for t in JOBS.values()))
+"""What a worker template imports before it forks any worker: torch and the job kinds' modules, which
+every worker imports (a warm-up's further imports stay each worker's own, as in a fresh one)."""
+
+
+def _as_interpreter(arguments: list[str]) -> int:
+    """:func:`serve` in a worker forked from the template, ending as an interpreter would: a
+    ``SystemExit``'s code (its message and 1 for one that is not a number), a traceback and 1."""
+    try:
+        return serve(arguments)
+    except SystemExit as exc:
+        if exc.code is None or isinstance(exc.code, int):
+            return exc.code or 0
+        print(exc.code, file=sys.stderr)
+        return 1
+    except BaseException:  # never back into the template's loop
+        traceback.print_exc()
+        return 1
+
+
 if __name__ == "__main__":
-    code = _serve(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), [k for k in sys.argv[4].split(",") if k],
-                  [t for t in sys.argv[5].split(",") if t])
+    if sys.argv[1] == "template":
+        from fusedce_profiler.instrument.template import serve_template
+
+        forked = serve_template(int(sys.argv[3]), list(TEMPLATE_IMPORTS))  # returns in the template's forks
+        code = forked if isinstance(forked, int) else _as_interpreter(forked)
+    else:
+        code = serve(sys.argv[1:])
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)  # no interpreter teardown (see the module docstring)

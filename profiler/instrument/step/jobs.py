@@ -10,6 +10,7 @@ an exception; so is a back-end that cannot run here (``"skipped"``) and any othe
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import time
 import traceback
@@ -88,6 +89,11 @@ class ModelJob:
         if not is_backend_name(values["backend"]):
             raise ValueError(f"job.backend must be a back-end name or 'module:callable', got {values['backend']!r}")
         return cls(**values)
+
+    def key(self) -> str:
+        """A stable identifier: two jobs with equal keys are the same measurement (a job holds a
+        dict, so it is not hashable itself)."""
+        return json.dumps(dataclasses.asdict(self), sort_keys=True, default=str)
 
     @property
     def label(self) -> str:

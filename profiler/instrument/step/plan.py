@@ -1,0 +1,46 @@
+"""A model run's plan: every job it sets out to measure (``model_plan.json``), stored before it
+measures any, so that a ``--resume`` given other options is refused before it drops the jobs the
+first run had not finished (as a grid's ``plan.json`` does for its cells).
+
+Public API: :func:`save_model_plan`, :func:`planned_jobs`, :func:`dropped_jobs`.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+
+from fusedce_profiler.instrument import store
+from fusedce_profiler.instrument.step.jobs import ModelJob
+
+
+def save_model_plan(folder: str | Path, jobs: list[ModelJob]) -> Path:
+    """Store the jobs a model run sets out to measure (``model_plan.json``), before it measures any."""
+    return store.write_json(Path(folder) / store.MODEL_PLAN_FILE, {"jobs": [asdict(job) for job in jobs]})
+
+
+def planned_jobs(folder: str | Path) -> list[ModelJob] | None:
+    """The jobs of ``model_plan.json``; ``None`` when there is none; ``ValueError`` naming the file
+    when it cannot be read as a plan."""
+    path = Path(folder) / store.MODEL_PLAN_FILE
+    if not store.present(path):
+        return None
+    raw = store.read_json(path)
+    try:
+        if not isinstance(raw, dict) or not isinstance(raw.get("jobs"), list):
+            raise ValueError("expected an object with a list of jobs")
+        return [ModelJob.from_dict(job) for job in raw["jobs"]]
+    except (ValueError, TypeError, KeyError) as exc:
+        raise ValueError(f"{path}: not a plan of jobs ({exc})") from None
+
+
+def dropped_jobs(folder: str | Path, jobs: list[ModelJob], finished: set[str]) -> tuple[list[ModelJob], int]:
+    """``(dropped, planned)``: the jobs the folder's stored plan holds that are neither in ``jobs``
+    nor among the ``finished`` keys (:meth:`ModelJob.key`), and how many jobs that plan holds. A
+    folder without a readable plan drops nothing (an unreadable one is replaced by the new plan)."""
+    try:
+        stored = planned_jobs(folder)
+    except ValueError:
+        return [], 0
+    keys = {job.key() for job in jobs}
+    stored = stored or []
+    return [job for job in stored if job.key() not in keys and job.key() not in finished], len(stored)

@@ -1,0 +1,353 @@
+"""The worker template: one pre-imported interpreter per process that starts workers, forking each
+worker instead of starting a fresh interpreter that imports torch again (2–3 s of CPU a worker).
+
+**What a worker keeps.** A forked worker is the worker a fresh start makes, everywhere the tool can
+tell: the template imports modules only (torch and every job kind's module of
+:data:`~fusedce_profiler.instrument.worker.JOBS`, which every worker imports) and runs nothing — no tensor op, no
+Python thread, no CUDA context, no allocator state, no compiled kernel exists in it to inherit; it
+says so when it is ready, or it is not used. (``import torch`` starts one idle native thread; a
+fork copies only the forking thread, as in PyTorch's own forked data-loader workers.) The worker
+then takes its own session, its standard streams (the job pipe and its log), its environment and
+the parent's ``sys.path`` as a fresh start is given them, and runs the same serving loop
+(:func:`~fusedce_profiler.instrument.worker_child.serve`), warm-ups included, before it says it is
+ready.
+
+**Whose child it is.** The template's: it waits for each worker and sends the parent its exit
+status (a segfault, the OOM killer's signal), which :class:`ForkedProcess` reads as
+:class:`subprocess.Popen` does. The worker's parent-death signal and watchdog watch the template,
+which ends when the parent does; its reaper waits on the parent's life pipe and its mark is its own
+(:func:`~fusedce_profiler.instrument.lifetime.stamp_mark`), as a fresh worker's.
+
+**When a worker starts fresh instead.** Not on Linux; ``FUSEDCE_WORKER_TEMPLATE=0``; a template
+that failed to start or to fork (not tried again in that process); a ``PYTHONPATH`` holding a
+start-up hook (``sitecustomize.py``, ``usercustomize.py``), which a fresh interpreter runs. A worker is forked only from a
+template whose environment equals its own in every variable read when an interpreter, torch,
+Triton or a maths library starts (:func:`import_time_variables`: those would not take effect in
+an interpreter that has already started); a process keeps a template for each of
+:data:`MAX_TEMPLATES` such sets, and starts a worker of another set fresh.
+
+**Lifetime.** The template runs in its own session and reads requests on a socket whose other end
+only its parent holds; the end of that socket (the parent's exit, ``kill -9`` included) ends it.
+Workers never hold it.
+
+Public API: :func:`forked_worker`, :func:`template_for`, :func:`template_pids`, :func:`close_template`, :data:`MAX_TEMPLATES`, :class:`ForkedProcess`,
+:func:`import_time_variables`, :data:`SWITCH`.
+"""
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+from fusedce_profiler.instrument.lifetime import MARK_PLACEHOLDER, MARK_VARIABLE
+
+SWITCH = "FUSEDCE_WORKER_TEMPLATE"
+"""``0`` in the environment: every worker starts as a fresh interpreter."""
+
+_IMPORT_TIME_PREFIXES = ("PYTHON", "LD_", "TORCH", "PYTORCH", "TRITON", "CUDA", "NVIDIA", "OMP_", "MKL", "KMP_",
+                         "GOMP_", "OPENBLAS", "MALLOC", "NCCL", "HIP", "ROCM", "DNNL", "ONEDNN", "XDG_CACHE")
+_APPLIED_AT_FORK = {"PYTHONPATH", "PYTHONUNBUFFERED"}  # the fork sets these itself
+_START_TIMEOUT_S = 300.0
+_REQUEST_BYTES = 1 << 20  # one fork request: the environment, sys.path and the worker's arguments
+
+
+def import_time_variables(env: dict) -> dict:
+    """The variables of ``env`` read when an interpreter, torch, Triton or a maths library starts
+    (by name prefix), but the two the fork sets itself."""
+    return {k: v for k, v in env.items() if k.startswith(_IMPORT_TIME_PREFIXES) and k not in _APPLIED_AT_FORK}
+
+
+class ForkedProcess:
+    """A forked worker (the template's child), with the part of :class:`subprocess.Popen`'s API the
+    worker uses: ``pid``, ``stdin``, ``returncode``, :meth:`poll`, :meth:`wait`, :meth:`send_signal`,
+    :meth:`kill`. Its exit status comes from the template, which waits for it."""
+
+    def __init__(self, pid: int, stdin, template: "_Template") -> None:
+        self.pid, self.stdin, self.returncode, self._template = pid, stdin, None, template
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self.returncode = self._template.exit_status(self.pid)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(f"worker {self.pid}", timeout)
+            time.sleep(0.01)
+        return self.returncode
+
+    def send_signal(self, signum: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, signum)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+class _Template:
+    """The parent's side: the template process, the socket its requests and answers go through,
+    and the exit statuses of its workers it has sent (pid → ``Popen.returncode``)."""
+
+    def __init__(self, env: dict) -> None:
+        self.owner, self.variables, self.statuses, self.ended = os.getpid(), import_time_variables(env), {}, False
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "fusedce_profiler.instrument.worker_child", "template",
+                 str(os.getpid()), str(theirs.fileno())],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                pass_fds=(theirs.fileno(),), start_new_session=True, env=env)
+        finally:
+            theirs.close()
+        self.socket = ours
+        try:
+            ready = self._receive(_START_TIMEOUT_S)
+        except BaseException:
+            self.close()
+            raise
+        if ready != {"ready": True}:
+            self.close()
+            raise OSError(f"the worker template did not start: {ready!r}")
+
+    def _next(self, timeout_s: float | None) -> dict | None:
+        """The next message (``None``: none within ``timeout_s``); a worker's exit status is kept."""
+        self.socket.settimeout(timeout_s)
+        try:
+            data = self.socket.recv(_REQUEST_BYTES)
+        except (BlockingIOError, TimeoutError):
+            return None
+        if not data:
+            self.ended = True
+            raise OSError("the worker template ended")
+        message = json.loads(data)
+        if isinstance(message, dict) and set(message) == {"exited", "status"}:
+            self.statuses[message["exited"]] = message["status"]
+            return {}
+        return message
+
+    def _receive(self, timeout_s: float) -> object:
+        """The next message that is not an exit status; ``OSError`` when none comes in time."""
+        deadline = time.monotonic() + timeout_s
+        while (message := self._next(max(0.0, deadline - time.monotonic()))) == {}:
+            pass
+        if message is None:
+            raise OSError(f"the worker template did not answer within {timeout_s:g} s")
+        return message
+
+    def exit_status(self, pid: int) -> int | None:
+        """Worker ``pid``'s ``returncode`` once it has exited (``None`` while it runs). A template
+        that ended (killed) left its workers to init: one gone then counts as killed."""
+        try:
+            while not self.ended and self._next(0.0) is not None:
+                pass
+        except OSError:
+            pass
+        if pid in self.statuses:
+            return self.statuses.pop(pid)
+        if self.ended and not os.path.exists(f"/proc/{pid}"):
+            return -signal.SIGKILL
+        return None
+
+    def fork(self, arguments: list[str], env: dict, fds: tuple[int, int, int, int]) -> int:
+        """Fork a worker: ``arguments`` are the worker's command line after its parent (the
+        template), with its reply and life pipes at fds 3 and 4; ``fds``: (job input, log, reply
+        pipe, life pipe)."""
+        path = [p for p in sys.path if p] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+        request = json.dumps({"arguments": arguments, "env": env, "cwd": os.getcwd(),
+                              "path": list(dict.fromkeys(path))}).encode()
+        socket.send_fds(self.socket, [request], list(fds))
+        answer = self._receive(30.0)
+        if not isinstance(answer, dict) or not isinstance(answer.get("pid"), int):
+            raise OSError(f"the worker template could not fork: {answer!r}")
+        return answer["pid"]
+
+    def close(self) -> None:
+        self.socket.close()
+        try:
+            self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+MAX_TEMPLATES = 2
+"""Templates one process keeps, one per set of start-time variables (a CPU grid's workers run
+with malloc and OpenMP settings of their own): a worker of a third set starts fresh."""
+
+_TEMPLATES: dict[frozenset, _Template] = {}
+_OWNER = os.getpid()  # whose templates _TEMPLATES holds (a fork of this process holds none)
+_FAILED = False  # a template failed in this process: workers start fresh from now on
+
+
+def template_for(env: dict) -> _Template | None:
+    """The template a worker of environment ``env`` is forked from, started now if need be (see the
+    module docstring); ``None``: start the worker fresh."""
+    global _OWNER, _FAILED
+    if _OWNER != os.getpid():  # a forked copy of this module's state: those templates are not ours
+        _TEMPLATES.clear()
+        _OWNER, _FAILED = os.getpid(), False
+    if (_FAILED or env.get(SWITCH, os.environ.get(SWITCH)) == "0" or sys.platform != "linux"
+            or _startup_hooks(env.get("PYTHONPATH", ""))):
+        return None
+    key = frozenset(import_time_variables(env).items())
+    if key not in _TEMPLATES:
+        if len(_TEMPLATES) >= MAX_TEMPLATES:
+            return None
+        try:
+            _TEMPLATES[key] = _Template({**env, MARK_VARIABLE: MARK_PLACEHOLDER})
+        except (OSError, ValueError):
+            _FAILED = True
+            return None
+    return _TEMPLATES[key]
+
+
+def template_failed() -> None:
+    """A template could not fork a worker: templates are closed and not used again in this process."""
+    global _FAILED
+    _FAILED = True
+    close_template()
+
+
+def _startup_hooks(path: str) -> list[str]:
+    """The start-up hooks (``sitecustomize.py``, ``usercustomize.py``) in the folders of ``path``
+    (a ``PYTHONPATH``): an interpreter runs them when it starts, so a worker given them starts fresh."""
+    return [os.path.join(folder, name) for folder in path.split(os.pathsep) if folder
+            for name in ("sitecustomize.py", "usercustomize.py") if os.path.isfile(os.path.join(folder, name))]
+
+
+def template_pids() -> list[int]:
+    """The pids of this process's templates (which live as long as it does, by design)."""
+    return [t.process.pid for t in _TEMPLATES.values()] if _OWNER == os.getpid() else []
+
+
+def close_template() -> None:
+    """End this process's templates (at exit, or before a count of the processes left behind)."""
+    if _OWNER == os.getpid():
+        while _TEMPLATES:
+            _TEMPLATES.popitem()[1].close()
+
+
+atexit.register(close_template)
+
+
+def forked_worker(env: dict, log_fd: int, reply_end: int, life_end: int, preload: tuple[str, ...],
+                  warm_up: tuple[str, ...]) -> ForkedProcess | None:
+    """A worker (:class:`~fusedce_profiler.instrument.worker.Worker`'s child) forked from this
+    process's template, writing to ``log_fd``, replying on ``reply_end``, its life pipe
+    ``life_end``; ``None``: start it fresh (see the module docstring)."""
+    template = template_for(env)
+    if template is None:
+        return None
+    job_input, job_output = os.pipe()
+    try:
+        pid = template.fork(["3", "4", ",".join(preload), ",".join(warm_up)], env,
+                            (job_input, log_fd, reply_end, life_end))
+    except (OSError, ValueError):
+        template_failed()
+        os.close(job_output)
+        return None
+    finally:
+        os.close(job_input)
+    return ForkedProcess(pid, os.fdopen(job_output, "wb"), template)
+
+
+# --- the template's side -------------------------------------------------------------------------
+
+def serve_template(sock_fd: int, preload: list[str]) -> int | list[str]:
+    """The template process: import ``preload`` (modules), say it is ready, then fork a worker for
+    each request and send each worker's exit status when it ends, until the socket ends. Returns 0
+    in the template when the socket ends; in a forked worker (which never comes back to this loop),
+    the arguments it serves jobs with (:func:`~fusedce_profiler.instrument.worker_child.serve`),
+    or 1 when it could not take its streams, environment or folder."""
+    import importlib
+    import select
+    import threading
+    import warnings
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # its own session; a stray Ctrl-C is not its end
+    sock = socket.socket(fileno=sock_fd)
+    for module in preload:
+        importlib.import_module(module)
+    torch = sys.modules.get("torch")
+    if threading.active_count() != 1 or (torch is not None and torch.cuda.is_initialized()):
+        sock.send(json.dumps({"ready": False, "why": "a thread or a device was started by an import"}).encode())
+        return 0
+    sock.send(b'{"ready": true}')
+    while True:
+        while True:  # the workers that ended: their status, for the parent's poll()
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if not pid:
+                break
+            sock.send(json.dumps({"exited": pid, "status": os.waitstatus_to_exitcode(status)}).encode())
+        if not select.select([sock], [], [], 0.05)[0]:
+            continue
+        try:
+            data, fds, _, _ = socket.recv_fds(sock, _REQUEST_BYTES, 4)
+        except OSError:
+            return 0
+        if not data:
+            return 0
+        if len(fds) != 4:
+            for fd in fds:
+                os.close(fd)
+            sock.send(b'{"error": "a request without its four descriptors"}')
+            continue
+        request = json.loads(data)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        with warnings.catch_warnings():  # Python 3.12 warns of forking beside torch's idle native thread
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pid = os.fork()
+        if pid == 0:
+            sock.close()
+            return _become_worker(request, fds)
+        for fd in fds:
+            os.close(fd)
+        sock.send(json.dumps({"pid": pid}).encode())
+
+
+def _become_worker(request: dict, fds: list[int]) -> int | list[str]:
+    """In the forked child: take the worker's session, streams, environment, folder and
+    ``sys.path`` (what a fresh start is given); its arguments for serving jobs, or 1."""
+    import importlib
+
+    try:
+        os.setsid()
+        # the descriptors to 0-4 (a target may hold another of them: each is moved clear first)
+        moved = [os.dup(fd) for fd in fds]
+        for fd in fds:
+            os.close(fd)
+        job_input, log, reply, life = moved
+        for fd, target in ((job_input, 0), (log, 1), (log, 2), (reply, 3), (life, 4)):
+            os.dup2(fd, target)
+        for name in os.listdir("/proc/self/fd"):  # nothing else of the template's stays open
+            if int(name) > 4:
+                try:
+                    os.close(int(name))
+                except OSError:
+                    pass
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        os.environ.clear()
+        os.environ.update(request["env"])
+        os.chdir(request["cwd"])
+        sys.path[:] = list(dict.fromkeys(request["path"] + sys.path))
+        importlib.invalidate_caches()  # a module written since the template listed its folder is found
+        from fusedce_profiler.instrument import lifetime
+
+        lifetime.stamp_mark(os.environ[lifetime.MARK_VARIABLE])
+        return [str(os.getppid()), *request["arguments"]]
+    except BaseException:  # never back into the template's loop: the worker ends here
+        import traceback
+
+        traceback.print_exc()
+        return 1

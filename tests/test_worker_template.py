@@ -1,0 +1,124 @@
+"""The worker template: workers forked from one pre-imported interpreter are the workers a fresh
+start makes (their own session, streams, environment and mark; exit statuses as a ``Popen``'s), and
+a worker whose start-time environment differs starts fresh."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from fusedce_profiler.instrument import template
+from fusedce_profiler.instrument.lifetime import MARK_VARIABLE
+from fusedce_profiler.instrument.worker import Worker, WorkerDied
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the template is Linux only")
+
+
+def _stat(pid: int) -> list[str]:
+    with open(f"/proc/{pid}/stat") as fh:
+        return fh.read().rsplit(")", 1)[1].split()
+
+
+def _live(pid: int) -> bool:
+    try:
+        return _stat(pid)[0] != "Z"
+    except OSError:
+        return False
+
+
+def _environ(pid: int) -> list[bytes]:
+    with open(f"/proc/{pid}/environ", "rb") as fh:
+        return fh.read().split(b"\0")
+
+
+def test_a_forked_worker_is_its_own_session_with_its_own_mark_and_no_descriptor_of_the_template(tmp_path):
+    with Worker(tmp_path / "logs", preload=("environment",)) as first, Worker(tmp_path / "logs") as second:
+        first.wait_ready()
+        second.wait_ready()
+        assert isinstance(second._process, template.ForkedProcess)
+        forker = template.template_for(dict(os.environ))
+        assert forker is not None and forker.owner == os.getpid()
+        for worker in (first, second):
+            state = _stat(worker.pid)
+            assert int(state[1]) == forker.process.pid  # the template's child ...
+            assert int(state[2]) == int(state[3]) == worker.pid  # ... in a session (and group) of its own
+            assert f"{MARK_VARIABLE}={worker._mark}".encode() in _environ(worker.pid)  # found by kill_marked
+            targets = [os.readlink(f"/proc/{worker.pid}/fd/{fd}") for fd in os.listdir(f"/proc/{worker.pid}/fd")]
+            assert not [t for t in targets if t.startswith("socket:")], targets
+        assert first.call("environment", {}, 60)["python"]  # a job runs as in any worker
+        assert int(_stat(forker.process.pid)[1]) == os.getpid()
+
+
+def test_exit_statuses_come_through_the_template_as_a_popens(tmp_path):
+    worker = Worker(tmp_path / "logs")
+    worker.wait_ready()
+    assert isinstance(worker._process, template.ForkedProcess)
+    os.kill(worker.pid, signal.SIGSEGV)
+    with pytest.raises(WorkerDied, match="killed by signal SIGSEGV"):
+        worker.call("environment", {}, 60)
+    assert worker._process.returncode == -signal.SIGSEGV
+
+
+def test_a_worker_is_forked_only_from_a_template_of_its_start_time_environment(tmp_path, monkeypatch):
+    monkeypatch.setattr(template, "_TEMPLATES", {})  # this test's own templates (closed at its end)
+    try:
+        with Worker(tmp_path / "logs") as forked:
+            forked.wait_ready()
+            assert isinstance(forked._process, template.ForkedProcess)
+            default = int(_stat(forked.pid)[1])
+        env = dict(os.environ, FUSEDCE_TEST_ONLY_AT_CALL_TIME="1")  # read by a job, not at start: same template
+        with Worker(tmp_path / "logs", env=env) as same:
+            same.wait_ready()
+            assert int(_stat(same.pid)[1]) == default
+        threads = str(int(os.environ.get("OMP_NUM_THREADS", "1")) + 1)
+        with Worker(tmp_path / "logs", env=dict(os.environ, OMP_NUM_THREADS=threads)) as other:
+            other.wait_ready()  # read when OpenMP starts: another template
+            assert isinstance(other._process, template.ForkedProcess) and int(_stat(other.pid)[1]) != default
+        assert len(template._TEMPLATES) == template.MAX_TEMPLATES
+        with Worker(tmp_path / "logs", env=dict(os.environ, OMP_NUM_THREADS=threads + "0")) as third:
+            third.wait_ready()  # a set beyond the templates kept: fresh
+            assert isinstance(third._process, subprocess.Popen)
+        with Worker(tmp_path / "logs", env=dict(os.environ, FUSEDCE_WORKER_TEMPLATE="0")) as switched_off:
+            switched_off.wait_ready()
+            assert isinstance(switched_off._process, subprocess.Popen)
+    finally:
+        template.close_template()
+
+
+def test_the_variables_a_start_reads_are_told_by_name():
+    env = {"PYTHONHASHSEED": "1", "PYTHONPATH": "x", "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "2",
+           "TORCH_LOGS": "+dynamo", "CUDA_VISIBLE_DEVICES": "0", "FX_HANG_MARK": "m", "HOME": "/h"}
+    assert template.import_time_variables(env) == {"PYTHONHASHSEED": "1", "OMP_NUM_THREADS": "2",
+                                                  "TORCH_LOGS": "+dynamo", "CUDA_VISIBLE_DEVICES": "0"}
+
+
+def test_the_template_ends_when_its_parent_does_kill_9_included(tmp_path):
+    code = ("import os, sys, time; from pathlib import Path; from fusedce_profiler.instrument.worker import Worker;"
+            f"w = Worker(Path({str(tmp_path)!r}) / 'logs'); w.wait_ready(); v = Worker(Path({str(tmp_path)!r}) / 'logs');"
+            "v.wait_ready(); from fusedce_profiler.instrument import template;"
+            "print(*[t.process.pid for t in template._TEMPLATES.values()], w.pid, v.pid, flush=True); time.sleep(600)")
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        pids = [int(p) for p in parent.stdout.readline().split()]
+        assert len(pids) == 3
+    finally:
+        parent.kill()
+        parent.wait()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and any(_live(p) for p in pids):
+        time.sleep(0.1)
+    assert not [p for p in pids if _live(p)]
+
+
+def test_a_pythonpath_with_a_start_up_hook_starts_the_worker_fresh(tmp_path):
+    """A ``sitecustomize.py`` runs when an interpreter starts: a template would have run it once,
+    in itself, not in the worker."""
+    (tmp_path / "sitecustomize.py").write_text("")
+    env = dict(os.environ, PYTHONPATH=f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    with Worker(tmp_path / "logs", env=env) as worker:
+        worker.wait_ready()
+        assert isinstance(worker._process, subprocess.Popen)
