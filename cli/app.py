@@ -304,7 +304,7 @@ def _what_was_kept() -> str:
     """What a stop that reached the command line left: nothing, or the results stored (each as it
     finished) in the run folder the command held (:attr:`~fusedce_profiler.instrument.runlock.RunLock.taken`)."""
     from fusedce_profiler.instrument.runlock import RunLock
-    from fusedce_profiler.instrument.store import RESULT_FILES
+    from fusedce_profiler.instrument.store import DOCTOR_FILE, RECORDED_STEPS_FILE, RESULT_FILES
     from fusedce_profiler.instrument.text import one_line
 
     if not RunLock.taken:
@@ -312,8 +312,11 @@ def _what_was_kept() -> str:
     folder = RunLock.taken[-1]
     if not any((folder / name).exists() for name in RESULT_FILES):
         return f"in {one_line(folder)} before anything had finished; run the command again"
-    return (f"in {one_line(folder)}: what had finished is kept there; `fusedce-profile report {one_line(folder)}` "
+    kept = (f"in {one_line(folder)}: what had finished is kept there; `fusedce-profile report {one_line(folder)}` "
             "writes its report")
+    if (folder / DOCTOR_FILE).exists() or (folder / RECORDED_STEPS_FILE).exists():  # neither is continued
+        return kept
+    return f"{kept}; continue with the same command and --resume --out {one_line(folder)}"
 
 
 def main() -> None:

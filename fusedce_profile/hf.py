@@ -7,9 +7,10 @@ named step; a step spans its gradient-accumulation micro-batches), ``on_pre_opti
 (the optimizer mark), ``on_step_end`` (ends it; also notes the reserved bytes an evaluation
 would start from), ``on_evaluate`` (an evaluation pass and what it left reserved). The
 backward mark comes from the recorder's own ``backward()`` wrapper (``accelerate`` calls
-``loss.backward()``). ``Trainer`` gives callbacks no event when a step raises: a recording left
-open by a step that raised ends unrecorded at the next step's ``on_step_begin`` (a later
-``train()``) or when the process exits, which also releases the folder.
+``loss.backward()``). ``Trainer`` gives callbacks no event when a step raises: a recorded step
+knows the ``Trainer.train`` call that began it, and once that call has ended (an exception left
+it) the step ends unrecorded and the folder is released — at the process's next backward, forward
+or optimizer step outside it, when another recorder begins a step, or when the process exits.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from typing import Iterable
 from transformers import TrainerCallback
 
 from fusedce_profile.recorder import StepRecorder, callback_arguments, callback_recorder
+from fusedce_profiler.instrument.recording.holder import loop_probe
 
 FOLDER = "fusedce-profile"
 
@@ -60,6 +62,7 @@ class StepRecorderCallback(TrainerCallback):
             rec.abort()
         rec.seen(state.global_step)
         if rec.wants(state.global_step):  # not while a recording is open
+            rec.loop_alive = loop_probe("transformers.", "train")  # the Trainer.train running this step
             rec.start(state.global_step)
 
     def on_pre_optimizer_step(self, args, state, control, **kwargs):

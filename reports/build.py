@@ -34,11 +34,11 @@ from fusedce_reports.frame import results_frame
 from fusedce_reports.html import render_html
 from fusedce_reports.markdown import render_markdown
 from fusedce_reports.tables import CellTable, cell_tables, write_csv
-from fusedce_reports.timeline import plot_timeline, read_timeline, thinning_note, timeline_file
+from fusedce_reports.timeline import (TIMELINE_PREFIX, plot_timeline, read_timeline, thinning_note, timeline_file,
+                                      timeline_plot_name)
 
 log = logging.getLogger(__name__)
 
-TIMELINE_PREFIX = "timeline_"
 MAX_PLOTTED_TOKEN_COUNTS = 64
 """Most distinct token counts the plots draw: a tick and a frontier point each; a folder of
 thousands (a real grid has a few dozen) took minutes per plot."""
@@ -123,7 +123,7 @@ def _timelines(run_dir: Path, frame: pd.DataFrame, plots_dir: Path, notes: list[
         path = timeline_file(run_dir, row.timeline_path)
         if path is None:
             recorded = row.timeline_path or row.snapshot_path
-            kept.add(plots_dir / f"{TIMELINE_PREFIX}{_stem(recorded)}.png")
+            kept.add(plots_dir / timeline_plot_name(_stem(recorded)))
             notes.append(f"timeline of {row.backend} at {row.tokens} tokens not redrawn: no timeline file for "
                          f"{recorded} in the folder (the report draws *.timeline.json files and never opens a "
                          "pickle)")
@@ -135,7 +135,7 @@ def _timelines(run_dir: Path, frame: pd.DataFrame, plots_dir: Path, notes: list[
             continue
         stem = _stem(path.name)
         caption = f"Memory timeline: {row.backend}, {row.tokens} tokens, H={row.hidden} V={row.vocab}, {row.mode}"
-        path = plot_timeline(timeline, plots_dir / f"{TIMELINE_PREFIX}{stem}.png", title=caption)
+        path = plot_timeline(timeline, plots_dir / timeline_plot_name(stem), title=caption)
         drawn.append((f"{caption}; {thinning_note(timeline)}" if timeline.thinned_from else caption, path))
     return drawn
 

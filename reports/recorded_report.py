@@ -28,7 +28,7 @@ from fusedce_reports.escape import code_block, markdown_text, plot_text
 from fusedce_reports.figures import new_figure, save_figure
 from fusedce_reports.markdown import markdown_table
 from fusedce_reports.plots.model import MAX_SHOWN_ROWS, plot_attribution, shown_rows
-from fusedce_reports.timeline import plot_timeline, read_timeline, timeline_file
+from fusedce_reports.timeline import plot_timeline, read_timeline, timeline_file, timeline_plot_name
 from fusedce_reports.units import GIB, format_bytes, format_ms, format_percent
 
 MIB = 1 << 20
@@ -271,7 +271,7 @@ def _timeline_plots(folder: Path, records: list[RecordedStep], notes: list[str])
             notes.append(f"{path}: not a timeline ({str(exc).removeprefix(f'{path}: ')})")
             continue
         stem = path.name[: -len(store.TIMELINE_SUFFIX)]
-        drawn.append(plot_timeline(timeline, folder / store.PLOTS_DIR / f"timeline_{stem}.png",
+        drawn.append(plot_timeline(timeline, folder / store.PLOTS_DIR / timeline_plot_name(stem),
                                    title=f"Memory timeline of {step_name(r)} (allocator snapshot)"))
     return drawn
 

@@ -9,10 +9,11 @@ same whatever its file holds; what thinning left out is said on the plot (:func:
 
 Public API: :func:`draw_timeline` (the ``Figure``; artists' ``gid``: ``allocated``,
 ``backward``, ``peak``, ``live-at-peak``), :func:`plot_timeline` (the PNG), :func:`thinning_note`,
-:func:`timeline_file`, :func:`read_timeline`.
+:func:`timeline_file`, :func:`read_timeline`, :func:`timeline_plot_name`, :data:`TIMELINE_PREFIX`.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
@@ -78,6 +79,24 @@ def draw_timeline(timeline: Timeline, *, title: str = "") -> Figure:
 def plot_timeline(timeline: Timeline, path: str | Path, *, title: str = "") -> Path:
     """Draw ``timeline`` into ``path`` (PNG); returns the path."""
     return save_figure(draw_timeline(timeline, title=title), path, dpi=110)
+
+
+TIMELINE_PREFIX = "timeline_"
+"""How the name of a timeline's plot begins (a report removes the ones it did not draw again)."""
+
+_MAX_STEM_BYTES = 160
+"""Longest stem a timeline plot's name keeps: with its prefix, ``.png`` and a temporary file's
+suffix the name stays under the 255 bytes a file name may take; a longer stem is cut and ended by
+a hash of the whole (a legal timeline name of 229 characters made the whole report fail)."""
+
+
+def timeline_plot_name(stem: str) -> str:
+    """The file name of the plot of the timeline ``<stem>.timeline.json``."""
+    raw = stem.encode("utf-8", "surrogateescape")
+    if len(raw) > _MAX_STEM_BYTES:
+        digest = hashlib.sha1(raw).hexdigest()[:12]
+        stem = raw[:_MAX_STEM_BYTES - len(digest) - 1].decode("utf-8", "ignore") + "-" + digest
+    return f"{TIMELINE_PREFIX}{stem}.png"
 
 
 def timeline_file(folder: Path, recorded: str | None) -> Path | None:

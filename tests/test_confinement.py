@@ -145,18 +145,29 @@ def test_report_refuses_other_linked_files(run, secret, name):
 
 
 def _make_not_regular(path: Path, kind: str) -> None:
-    """Put at ``path`` what no reader may take for a file: a link to ``/dev/null``, a dangling link, a folder or a named pipe."""
+    """Put at ``path`` what no reader may take for a file: a link to ``/dev/null``, a dangling link, a folder, a
+    named pipe or a socket (which gave the system's bare "No such device or address")."""
     if kind == "link to /dev/null":
         path.symlink_to("/dev/null")
     elif kind == "dangling link":
         path.symlink_to(path.parent / "nowhere")
     elif kind == "folder":
         path.mkdir()
+    elif kind == "socket":  # bound by its name from its folder: a socket's path is limited to 107 bytes
+        import socket
+
+        here = os.getcwd()
+        os.chdir(path.parent)
+        try:
+            with socket.socket(socket.AF_UNIX) as sock:
+                sock.bind(path.name)
+        finally:
+            os.chdir(here)
     else:
         os.mkfifo(path)
 
 
-@pytest.mark.parametrize("kind", ["link to /dev/null", "dangling link", "folder", "named pipe"])
+@pytest.mark.parametrize("kind", ["link to /dev/null", "dangling link", "folder", "named pipe", "socket"])
 def test_a_plan_that_is_not_a_regular_file_is_refused_never_read_as_no_plan(run, kind):
     """Read as "no plan", a cut run's report said it was complete (no "interrupted" note), exit 0."""
     plan = run / store.PLAN_FILE
@@ -206,6 +217,25 @@ def test_a_malformed_timeline_is_a_note_not_a_traceback(run, timeline):
     result = _report(run)
     assert result.exit_code == 0, result.output
     assert "bad.timeline.json: not a timeline" in " ".join(result.stdout.split())
+
+
+def test_a_timeline_with_a_long_legal_name_is_drawn_under_a_name_the_file_system_takes(run):
+    """A 241-character stem (a legal file name) made the plot's name, with its prefix and a temporary's
+    suffix, too long for the file system: the whole report failed, exit 2."""
+    from fusedce_reports.timeline import timeline_plot_name
+
+    stem = "é" + "L" * 238  # with ".timeline.json": 254 bytes, a legal name
+    row = _row(run)
+    row["timeline_path"] = f"snapshots/{stem}.timeline.json"
+    (run / store.RESULTS_FILE).write_text(json.dumps(row) + "\n")
+    (run / "snapshots").mkdir(exist_ok=True)
+    (run / "snapshots" / f"{stem}.timeline.json").write_text(json.dumps(
+        {"times_ms": [0.0, 1.0], "allocated_bytes": [1, 2], "peak_bytes": 2, "peak_ms": 1.0}))
+    result = _report(run)
+    assert result.exit_code == 0, result.output
+    name = timeline_plot_name(stem)
+    assert (run / "plots" / name).is_file() and len(name.encode()) <= 200 and name.startswith("timeline_éLLL")
+    assert timeline_plot_name("short") == "timeline_short.png" and name != timeline_plot_name(stem[:-1])
 
 
 def test_rows_of_an_older_and_a_newer_version_report_side_by_side(run):

@@ -60,7 +60,11 @@ def test_a_stop_that_reaches_the_command_line_names_the_folder_it_held(monkeypat
     assert RunLock.taken == [tmp_path / "held"]
     (tmp_path / "held" / "results.jsonl").write_text("{}\n")  # a result had finished
     assert _what_was_kept() == (f"in {tmp_path / 'held'}: what had finished is kept there; "
-                                f"`fusedce-profile report {tmp_path / 'held'}` writes its report")
+                                f"`fusedce-profile report {tmp_path / 'held'}` writes its report; "
+                                f"continue with the same command and --resume --out {tmp_path / 'held'}")
+    (tmp_path / "held" / "results.jsonl").unlink()
+    (tmp_path / "held" / "doctor.json").write_text("{}")  # doctor has no --resume
+    assert _what_was_kept().endswith("writes its report")
 
 
 def test_a_stopped_doctor_says_what_its_folder_holds(tmp_path):
@@ -92,4 +96,5 @@ def test_a_stop_in_a_folder_that_holds_no_result_yet_does_not_point_at_a_report(
     monkeypatch.setattr(RunLock, "taken", [tmp_path])
     assert _what_was_kept() == f"in {tmp_path} before anything had finished; run the command again"
     (tmp_path / store.MODEL_RESULTS_FILE).write_text("{}\n")
-    assert _what_was_kept().endswith(f"`fusedce-profile report {tmp_path}` writes its report")
+    assert f"`fusedce-profile report {tmp_path}` writes its report; continue with the same command and --resume" \
+        in _what_was_kept()

@@ -217,6 +217,59 @@ def test_a_hugging_face_step_that_raises_ends_its_recording_at_the_next_step(tmp
     assert not (tmp_path / "out" / "fusedce-profile" / store.LOCK_FILE).exists()
 
 
+def test_a_trainer_step_that_raises_is_ended_once_train_has_ended_and_a_new_trainer_records(tmp_path):
+    """A real ``Trainer.train()`` that raises in its recorded step, the exception caught (a notebook, a
+    retry loop): the step stayed open for the life of the process — ``Tensor.backward`` wrapped, the
+    profiler on (every later backward profiled), the folder locked — and a new Trainer with a new
+    callback recorded nothing ("another StepRecorder is recording"). The step knows its
+    ``train()``: once that has ended, the process's next backward, or the next recorder, ends it."""
+    transformers = pytest.importorskip("transformers")
+    from fusedce_profile.hf import StepRecorderCallback
+
+    class Rows(torch.utils.data.Dataset):
+        def __len__(self):
+            return 16
+
+        def __getitem__(self, i):
+            ids = torch.randint(0, 64, (8,), generator=torch.Generator().manual_seed(i))
+            return {"input_ids": ids, "labels": ids}
+
+    class LM(torch.nn.Module):
+        def __init__(self, fail_at: int | None):
+            super().__init__()
+            self.embed, self.lm_head = torch.nn.Embedding(64, 16), torch.nn.Linear(16, 64, bias=False)
+            self.calls, self.fail_at = 0, fail_at
+
+        def forward(self, input_ids, labels=None):
+            self.calls += 1
+            if self.calls == self.fail_at:
+                raise ValueError("the user's bug in the recorded step")
+            logits = self.lm_head(self.embed(input_ids))
+            return {"loss": torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten()),
+                    "logits": logits}
+
+    def train(model, out):
+        args = transformers.TrainingArguments(output_dir=str(tmp_path / "hf"), max_steps=3, per_device_train_batch_size=4,
+                                              report_to=[], save_strategy="no", logging_strategy="no", use_cpu=True,
+                                              disable_tqdm=True)
+        callback = StepRecorderCallback(steps=(1,), out=out, trace=False, snapshot=False)
+        transformers.Trainer(model=model, args=args, train_dataset=Rows(), callbacks=[callback]).train()
+
+    with pytest.raises(ValueError, match="the user's bug"):
+        train(LM(fail_at=2), tmp_path / "first")
+    assert not _recording_is_off() and (tmp_path / "first" / store.LOCK_FILE).exists()  # nothing ended it yet
+    plain = torch.nn.Linear(4, 4)
+    with pytest.warns(RuntimeWarning, match="step 1 is not recorded: the training loop that began it ended"):
+        plain(torch.randn(2, 4)).sum().backward()  # the process's next backward, outside that train()
+    assert _recording_is_off() and not (tmp_path / "first" / store.LOCK_FILE).exists()
+
+    with pytest.raises(ValueError, match="the user's bug"):
+        train(LM(fail_at=2), tmp_path / "second")
+    train(LM(fail_at=None), tmp_path / "retry")  # a new Trainer and callback: the stale step gives way
+    assert (tmp_path / "retry" / "recorded_steps.jsonl").is_file() and _recording_is_off()
+    assert not (tmp_path / "second" / store.LOCK_FILE).exists()
+
+
 def test_a_process_that_exits_inside_a_recorded_step_ends_it_and_leaves_no_lock(tmp_path):
     """A loop that raised out of a recorded step and caught it, then ended: the recorder ends the step
     unrecorded at exit (before the interpreter tears the profiler down) and releases the folder."""

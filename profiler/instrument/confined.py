@@ -41,10 +41,8 @@ MIB = 1 << 20
 SIZE_LIMITS = {
     "environment.json": 1 * MIB,
     "plan.json": 16 * MIB, "model_plan.json": 16 * MIB,
-    "parity.json": 16 * MIB,
-    "doctor.json": 16 * MIB,
-    "explain.json": 16 * MIB,
-    "fit.json": 16 * MIB,
+    "parity.json": 16 * MIB, "doctor.json": 16 * MIB,
+    "explain.json": 16 * MIB, "fit.json": 16 * MIB,
     ".timeline.json": 64 * MIB,
     "results.jsonl": 256 * MIB,
     "model_results.jsonl": 256 * MIB,
@@ -246,6 +244,8 @@ def open_inside(folder: str | Path, path: str | Path, flags: int = _OPEN_READ, m
         except OSError as exc:
             if exc.errno == errno.ELOOP:
                 raise _refused_link(path) from None
+            if exc.errno == errno.ENXIO:  # a socket, or a device without its driver
+                raise FolderRefused(f"{path}: not a regular file") from None
             exc.filename = str(path)
             raise
     finally:

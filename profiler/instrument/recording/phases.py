@@ -106,6 +106,8 @@ class StepRecording:
         self.notes: list[str] = []
         self.meter = self.tracer = self.snapshot = None
         self.loss: float | None = None
+        self.alive: Callable[[], bool] | None = None  # whether the loop that began it still runs (holder.loop_probe)
+        self.ended_if_stale: Callable[[], bool] | None = None  # the recorder's: ends a stale step, says if it did
 
     # context manager form
     def __enter__(self) -> "StepRecording":
@@ -117,8 +119,9 @@ class StepRecording:
         return False
 
     def mark(self, name: str) -> None:
-        """Begin phase ``name`` (ignored when that phase or a later one has begun)."""
-        if name in self.marked:
+        """Begin phase ``name`` (ignored when that phase or a later one has begun, and when the loop
+        that began the step has ended: the step is then ended unrecorded)."""
+        if name in self.marked or (self.ended_if_stale is not None and self.ended_if_stale()):
             return
         if name in PHASES:
             current = max((PHASES.index(m) for m in self.marked if m in PHASES), default=-1)

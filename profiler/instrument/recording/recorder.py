@@ -37,13 +37,10 @@ report, is :mod:`fusedce_profile`).
 """
 from __future__ import annotations
 
-import atexit
 import contextlib
 import os
-import threading
 import time
 import warnings
-import weakref
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -54,6 +51,7 @@ from fusedce_profiler.instrument import confined, store
 from fusedce_profiler.instrument.callables import what_it_raised
 from fusedce_profiler.instrument.confined import FolderRefused
 from fusedce_profiler.instrument.protocol import MemoryMeter
+from fusedce_profiler.instrument.recording import holder
 from fusedce_profiler.instrument.recording.arguments import checked_out, checked_steps
 from fusedce_profiler.instrument.recording.assemble import RecordedSubject, build_record
 from fusedce_profiler.instrument.recording.folder import take_folder
@@ -66,29 +64,12 @@ from fusedce_profiler.instrument.recording.records import EvalPass, RecordedStep
 #: What :meth:`StepRecorder.step` returns on a step that is not recorded (reusable, stateless).
 NOOP = contextlib.nullcontext()
 
-_ONE_RECORDING = threading.Lock()
-"""Held while a step is recorded, by whichever recorder of this process records it: a recorded
-step wraps ``Tensor.backward`` and runs the process's one profiler, so a second recorder (another
-thread's) that would record at the same time leaves its step unrecorded, with a warning."""
-
 
 def _is_rank_zero() -> bool:
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         return torch.distributed.get_rank() == 0
     return os.environ.get("RANK", "0") == "0"
 
-
-_OPEN: weakref.WeakSet = weakref.WeakSet()  # the recorders holding a folder's lock
-
-
-@atexit.register
-def _close_at_exit() -> None:
-    """A recorder left open (a loop raised out of a recorded step): its step ends unrecorded before the
-    interpreter tears the profiler down, and its folder is released."""
-    for recorder in list(_OPEN):
-        with contextlib.suppress(Exception):
-            recorder.abort()
-            recorder.close()
 
 class StepRecorder:
     """Record the named steps of a training loop into the run folder ``out``.
@@ -132,12 +113,13 @@ class StepRecorder:
         self._located = False
         self._head = self._norm = self._embedding = None
         self._lock = None
-        self._holds_recording = False  # this recorder holds _ONE_RECORDING
+        self._holds_recording = False  # this recorder holds the process's one recording (holder.take)
+        self.loop_alive: Callable[[], bool] | None = None  # an integration's holder.loop_probe, for its next step
         self._stored: int | None = None  # lines of recorded_steps.jsonl, once counted
         if self.enabled:
             try:
                 self._lock = take_folder(self.out, force=force, append=append)
-                _OPEN.add(self)
+                holder.opened(self)
             except FileExistsError:  # a recording is there: the caller must say replace or add
                 raise
             except (OSError, store.FolderInUse, FolderRefused) as exc:
@@ -152,7 +134,7 @@ class StepRecorder:
         if self._lock is not None:
             self._lock.release()
             self._lock = None
-        _OPEN.discard(self)
+        holder.closed(self)
 
     def unreached(self) -> list[int]:
         """The requested steps the run never reached, in order (not those reached but left unrecorded)."""
@@ -269,7 +251,9 @@ class StepRecorder:
                           RuntimeWarning, stacklevel=3)
             return NOOP
         shape = (self.batch, self.seq) if self.batch and self.seq else None
-        return StepRecording(index, device=device, shape=shape, begin=self._begin, end=self._end)
+        rec = StepRecording(index, device=device, shape=shape, begin=self._begin, end=self._end)
+        rec.alive, rec.ended_if_stale = self.loop_alive, self._ended_if_stale
+        return rec
 
     def _subject(self) -> RecordedSubject:
         return RecordedSubject(self.model, self._head, self.vocab, self.label, self.fused, self.out,
@@ -290,7 +274,7 @@ class StepRecorder:
         self._embedding = find_embedding(self.model, vocab)
 
     def _begin(self, rec: StepRecording) -> None:
-        if not _ONE_RECORDING.acquire(blocking=False):
+        if not holder.take(self):
             warnings.warn(f"fusedce-profile: step {rec.index} is not recorded: another StepRecorder is recording a "
                           "step in this process (one step is recorded at a time)", RuntimeWarning, stacklevel=3)
             self._done.add(rec.index)
@@ -305,7 +289,22 @@ class StepRecorder:
         """Let another recorder of this process record (the step this one recorded has ended)."""
         if self._holds_recording:
             self._holds_recording = False
-            _ONE_RECORDING.release()
+            holder.release()
+
+    def stale(self) -> bool:
+        """Whether the step being recorded was begun by a loop that has ended (:mod:`.holder`)."""
+        alive = self._active.alive if self._active is not None else None
+        return alive is not None and not alive()
+
+    def end_stale(self) -> None:
+        """End a stale step unrecorded and release the folder: its loop will never end it."""
+        warnings.warn(f"fusedce-profile: step {self._active.index} is not recorded: the training loop that began it "
+                      f"ended (an exception left it); {one_line(self.out)} is released", RuntimeWarning, stacklevel=3)
+        self.abort()
+        self.close()
+
+    def _ended_if_stale(self) -> bool:
+        return self.stale() and (self.end_stale() or True)  # a stale step ended: True
 
     def _start(self, rec: StepRecording) -> None:
         from fusedce_profiler.instrument.snapshot import SnapshotRecorder

@@ -67,11 +67,14 @@ def run_doctor_job(payload: dict) -> dict:
         source = source_from_options(payload.get("preset"), payload.get("config"), payload.get("hf"), factory,
                                      payload.get("head"), payload.get("tied"), default_preset(device))
         if not device.startswith("cuda") and payload.get("cpu_limit", True):
-            try:
-                on_meta = source.build("meta")
-                parameters = sum(p.numel() for p in {id(p): p for p in on_meta.module.parameters()}.values())
-            except Exception:  # noqa: BLE001 - a factory that needs real tensors
-                parameters = source.config.num_parameters()
+            if factory is not None:  # counted when its shapes were read: the factory is not called again for it
+                parameters = source.parameters
+            else:
+                try:
+                    on_meta = source.build("meta")
+                    parameters = sum(p.numel() for p in {id(p): p for p in on_meta.module.parameters()}.values())
+                except Exception:  # noqa: BLE001 - a model that needs real tensors
+                    parameters = source.config.num_parameters()
             refused = cpu_size_guard(parameters, source.describe())
             if refused is not None:
                 return {"ok": "usage", "message": refused}

@@ -1,0 +1,95 @@
+"""What a process's recorders share: the one step recorded at a time, the folders held open, and
+whether the training loop that began a recorded step still runs.
+
+A recorded step wraps ``Tensor.backward`` and runs the process's one profiler, so one step is
+recorded at a time in a process (:func:`take`): a second recorder (another thread's) that would
+record meanwhile leaves its step unrecorded, with a warning — unless the step that holds it is
+*stale*: an integration told the recorder which loop it records in (:func:`loop_probe`: the
+frame of Hugging Face's ``Trainer.train``, which gives callbacks no event when a step raises), and
+that loop has ended. A stale step is ended unrecorded, and its folder released, as soon as a hook
+of it runs outside that loop (the next ``backward``, forward or optimizer step of the process) or
+another recorder wants to record. At exit every recorder still open is ended and closed.
+
+Public API: :func:`take`, :func:`release`, :func:`opened`, :func:`closed`, :func:`loop_probe`.
+"""
+from __future__ import annotations
+
+import atexit
+import contextlib
+import sys
+import threading
+import weakref
+from typing import Callable
+
+_ONE_RECORDING = threading.Lock()
+_holder: weakref.ref | None = None  # the recorder holding _ONE_RECORDING
+_OPEN: weakref.WeakSet = weakref.WeakSet()  # the recorders holding a folder's lock
+
+
+def take(recorder) -> bool:
+    """Hold the process's one recording for ``recorder``; ``False`` when another recorder's step,
+    still live, holds it. A holder whose step is stale is ended first (its ``end_stale()``)."""
+    global _holder
+    if not _ONE_RECORDING.acquire(blocking=False):
+        holder = _holder() if _holder is not None else None
+        if holder is None or not holder.stale():
+            return False
+        holder.end_stale()
+        if not _ONE_RECORDING.acquire(blocking=False):
+            return False
+    _holder = weakref.ref(recorder)
+    return True
+
+
+def release() -> None:
+    """Let another recorder of this process record (the step recorded has ended)."""
+    global _holder
+    _holder = None
+    _ONE_RECORDING.release()
+
+
+def opened(recorder) -> None:
+    """``recorder`` holds its folder's lock (released at exit if it is never closed)."""
+    _OPEN.add(recorder)
+
+
+def closed(recorder) -> None:
+    _OPEN.discard(recorder)
+
+
+@atexit.register
+def _close_at_exit() -> None:
+    """A recorder left open (a loop raised out of a recorded step): its step ends unrecorded before the
+    interpreter tears the profiler down, and its folder is released."""
+    for recorder in list(_OPEN):
+        with contextlib.suppress(Exception):
+            recorder.abort()
+            recorder.close()
+
+
+def loop_probe(module_prefix: str, function: str) -> Callable[[], bool] | None:
+    """Whether the call of ``function`` (defined in a module whose name begins with
+    ``module_prefix``) that runs now, the outermost on this thread's stack, still runs: the probe
+    answers ``True`` while that frame is on the stack of the thread calling it, and ``True`` on
+    another thread (a hook run by ``DataParallel``'s threads cannot tell). ``None`` when no such
+    call runs now. The probe holds that frame until it is dropped."""
+    frame, owner = sys._getframe(1), None
+    while frame is not None:
+        if frame.f_code.co_name == function and str(frame.f_globals.get("__name__", "")).startswith(module_prefix):
+            owner = frame
+        frame = frame.f_back
+    if owner is None:
+        return None
+    thread = threading.get_ident()
+
+    def alive() -> bool:
+        if threading.get_ident() != thread:
+            return True
+        here = sys._getframe(1)
+        while here is not None:
+            if here is owner:
+                return True
+            here = here.f_back
+        return False
+
+    return alive
