@@ -65,7 +65,11 @@ def is_ours(args: list[bytes]) -> bool:
 
 def session_processes(marker: str, wait_s: float = 0.0, spare: set[int] = frozenset()) -> list[tuple[int, str]]:
     """(pid, command line) of live workers and CLI runs (:func:`is_ours`) other than this
-    process and ``spare`` whose environment holds ``SESSION_VARIABLE=marker``."""
+    process, its worker templates (which live as long as it does, by design) and ``spare`` whose
+    environment holds ``SESSION_VARIABLE=marker``."""
+    from fusedce_profiler.instrument.template import template_pids
+
+    spare = set(spare) | set(template_pids())
     entry = f"{SESSION_VARIABLE}={marker}".encode()
     deadline = time.monotonic() + wait_s
     while True:

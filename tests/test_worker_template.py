@@ -18,6 +18,16 @@ from fusedce_profiler.instrument.worker import Worker, WorkerDied
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the template is Linux only")
 
 
+@pytest.fixture(autouse=True)
+def own_templates(monkeypatch):
+    """This test's own templates (an earlier test of this process may have replaced or used up its
+    own), closed at its end."""
+    monkeypatch.setattr(template, "_TEMPLATES", {})
+    monkeypatch.setattr(template, "_starts", 0)
+    yield
+    template.close_template()
+
+
 def _stat(pid: int) -> list[str]:
     with open(f"/proc/{pid}/stat") as fh:
         return fh.read().rsplit(")", 1)[1].split()
@@ -41,7 +51,7 @@ def test_a_forked_worker_is_its_own_session_with_its_own_mark_and_no_descriptor_
         second.wait_ready()
         assert isinstance(second._process, template.ForkedProcess)
         forker = template.template_for(dict(os.environ))
-        assert forker is not None and forker.owner == os.getpid()
+        assert forker is not None and forker.owner == os.getpid() and len(template._TEMPLATES) == 1
         for worker in (first, second):
             state = _stat(worker.pid)
             assert int(state[1]) == forker.process.pid  # the template's child ...
@@ -54,39 +64,55 @@ def test_a_forked_worker_is_its_own_session_with_its_own_mark_and_no_descriptor_
 
 
 def test_exit_statuses_come_through_the_template_as_a_popens(tmp_path):
-    worker = Worker(tmp_path / "logs")
-    worker.wait_ready()
-    assert isinstance(worker._process, template.ForkedProcess)
-    os.kill(worker.pid, signal.SIGSEGV)
-    with pytest.raises(WorkerDied, match="killed by signal SIGSEGV"):
-        worker.call("environment", {}, 60)
-    assert worker._process.returncode == -signal.SIGSEGV
+    with Worker(tmp_path / "logs") as worker:
+        worker.wait_ready()
+        assert isinstance(worker._process, template.ForkedProcess)
+        os.kill(worker.pid, signal.SIGSEGV)
+        with pytest.raises(WorkerDied, match="killed by signal SIGSEGV"):
+            worker.call("environment", {}, 60)
+        assert worker._process.returncode == -signal.SIGSEGV
 
 
-def test_a_worker_is_forked_only_from_a_template_of_its_start_time_environment(tmp_path, monkeypatch):
-    monkeypatch.setattr(template, "_TEMPLATES", {})  # this test's own templates (closed at its end)
-    try:
-        with Worker(tmp_path / "logs") as forked:
-            forked.wait_ready()
-            assert isinstance(forked._process, template.ForkedProcess)
-            default = int(_stat(forked.pid)[1])
-        env = dict(os.environ, FUSEDCE_TEST_ONLY_AT_CALL_TIME="1")  # read by a job, not at start: same template
-        with Worker(tmp_path / "logs", env=env) as same:
-            same.wait_ready()
-            assert int(_stat(same.pid)[1]) == default
-        threads = str(int(os.environ.get("OMP_NUM_THREADS", "1")) + 1)
-        with Worker(tmp_path / "logs", env=dict(os.environ, OMP_NUM_THREADS=threads)) as other:
-            other.wait_ready()  # read when OpenMP starts: another template
-            assert isinstance(other._process, template.ForkedProcess) and int(_stat(other.pid)[1]) != default
+def test_a_worker_is_forked_only_from_a_template_of_its_start_time_environment(tmp_path):
+    with Worker(tmp_path / "logs") as forked:
+        forked.wait_ready()
+        assert isinstance(forked._process, template.ForkedProcess)
+        default = int(_stat(forked.pid)[1])
+    env = dict(os.environ, FUSEDCE_TEST_ONLY_AT_CALL_TIME="1")  # read by a job, not at start: same template
+    with Worker(tmp_path / "logs", env=env) as same:
+        same.wait_ready()
+        assert int(_stat(same.pid)[1]) == default
+    threads = str(int(os.environ.get("OMP_NUM_THREADS", "1")) + 1)
+    with Worker(tmp_path / "logs", env=dict(os.environ, OMP_NUM_THREADS=threads)) as other, \
+            Worker(tmp_path / "logs") as busy:
+        other.wait_ready()  # read when OpenMP starts: another template
+        busy.wait_ready()
+        assert isinstance(other._process, template.ForkedProcess) and int(_stat(other.pid)[1]) != default
         assert len(template._TEMPLATES) == template.MAX_TEMPLATES
         with Worker(tmp_path / "logs", env=dict(os.environ, OMP_NUM_THREADS=threads + "0")) as third:
-            third.wait_ready()  # a set beyond the templates kept: fresh
+            third.wait_ready()  # a third set while both templates have a worker running: fresh
             assert isinstance(third._process, subprocess.Popen)
-        with Worker(tmp_path / "logs", env=dict(os.environ, FUSEDCE_WORKER_TEMPLATE="0")) as switched_off:
-            switched_off.wait_ready()
-            assert isinstance(switched_off._process, subprocess.Popen)
-    finally:
-        template.close_template()
+    with Worker(tmp_path / "logs", env=dict(os.environ, OMP_NUM_THREADS=threads + "0")) as replaced:
+        replaced.wait_ready()  # their workers ended: an idle template gives way
+        assert isinstance(replaced._process, template.ForkedProcess)
+        assert len(template._TEMPLATES) == template.MAX_TEMPLATES
+    with Worker(tmp_path / "logs", env=dict(os.environ, FUSEDCE_WORKER_TEMPLATE="0")) as switched_off:
+        switched_off.wait_ready()
+        assert isinstance(switched_off._process, subprocess.Popen)
+
+
+def test_a_killed_template_is_replaced(tmp_path):
+    with Worker(tmp_path / "logs") as first:
+        first.wait_ready()
+        killed = template.template_pids()
+    os.kill(killed[0], signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while _live(killed[0]) and time.monotonic() < deadline:  # (a worker asked for meanwhile starts fresh)
+        time.sleep(0.05)
+    with Worker(tmp_path / "logs") as second:
+        second.wait_ready()
+        assert isinstance(second._process, template.ForkedProcess)
+        assert template.template_pids() != killed and second.call("environment", {}, 60)["python"]
 
 
 def test_the_variables_a_start_reads_are_told_by_name():

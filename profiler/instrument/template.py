@@ -19,18 +19,19 @@ which ends when the parent does; its reaper waits on the parent's life pipe and 
 (:func:`~fusedce_profiler.instrument.lifetime.stamp_mark`), as a fresh worker's.
 
 **When a worker starts fresh instead.** Not on Linux; ``FUSEDCE_WORKER_TEMPLATE=0``; a template
-that failed to start or to fork (not tried again in that process); a ``PYTHONPATH`` holding a
+that failed to start (a process starts at most :data:`MAX_STARTS`); a ``PYTHONPATH`` holding a
 start-up hook (``sitecustomize.py``, ``usercustomize.py``), which a fresh interpreter runs. A worker is forked only from a
 template whose environment equals its own in every variable read when an interpreter, torch,
 Triton or a maths library starts (:func:`import_time_variables`: those would not take effect in
-an interpreter that has already started); a process keeps a template for each of
-:data:`MAX_TEMPLATES` such sets, and starts a worker of another set fresh.
+an interpreter that has already started); a process keeps a template for each of at most
+:data:`MAX_TEMPLATES` such sets at a time.
 
 **Lifetime.** The template runs in its own session and reads requests on a socket whose other end
 only its parent holds; the end of that socket (the parent's exit, ``kill -9`` included) ends it.
 Workers never hold it.
 
-Public API: :func:`forked_worker`, :func:`template_for`, :func:`template_pids`, :func:`close_template`, :data:`MAX_TEMPLATES`, :class:`ForkedProcess`,
+Public API: :func:`forked_worker`, :func:`template_for`, :func:`template_pids`, :func:`close_template`,
+:data:`MAX_TEMPLATES`, :data:`MAX_STARTS`, :class:`ForkedProcess`,
 :func:`import_time_variables`, :data:`SWITCH`.
 """
 from __future__ import annotations
@@ -97,6 +98,7 @@ class _Template:
 
     def __init__(self, env: dict) -> None:
         self.owner, self.variables, self.statuses, self.ended = os.getpid(), import_time_variables(env), {}, False
+        self.running: set[int] = set()  # its workers not yet known to have exited
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self.process = subprocess.Popen(
@@ -129,6 +131,7 @@ class _Template:
         message = json.loads(data)
         if isinstance(message, dict) and set(message) == {"exited", "status"}:
             self.statuses[message["exited"]] = message["status"]
+            self.running.discard(message["exited"])
             return {}
         return message
 
@@ -166,7 +169,21 @@ class _Template:
         answer = self._receive(30.0)
         if not isinstance(answer, dict) or not isinstance(answer.get("pid"), int):
             raise OSError(f"the worker template could not fork: {answer!r}")
+        self.running.add(answer["pid"])
         return answer["pid"]
+
+    def usable(self) -> bool:
+        """Whether it still serves (it may have been killed)."""
+        return not self.ended and self.process.poll() is None
+
+    def idle(self) -> bool:
+        """Whether none of its workers runs (closing it then ends none)."""
+        try:
+            while not self.ended and self._next(0.0) is not None:
+                pass
+        except OSError:
+            pass
+        return not self.running
 
     def close(self) -> None:
         self.socket.close()
@@ -178,41 +195,53 @@ class _Template:
 
 
 MAX_TEMPLATES = 2
-"""Templates one process keeps, one per set of start-time variables (a CPU grid's workers run
-with malloc and OpenMP settings of their own): a worker of a third set starts fresh."""
+"""Templates one process keeps at a time, one per set of start-time variables (a CPU grid's workers
+run with malloc and OpenMP settings of their own); a third set replaces one whose workers have all
+ended, or starts its worker fresh."""
+
+MAX_STARTS = 6
+"""Templates one process starts in all (one killed or replaced is started again, this often)."""
 
 _TEMPLATES: dict[frozenset, _Template] = {}
 _OWNER = os.getpid()  # whose templates _TEMPLATES holds (a fork of this process holds none)
-_FAILED = False  # a template failed in this process: workers start fresh from now on
+_starts = 0
 
 
 def template_for(env: dict) -> _Template | None:
     """The template a worker of environment ``env`` is forked from, started now if need be (see the
     module docstring); ``None``: start the worker fresh."""
-    global _OWNER, _FAILED
+    global _OWNER, _starts
     if _OWNER != os.getpid():  # a forked copy of this module's state: those templates are not ours
         _TEMPLATES.clear()
-        _OWNER, _FAILED = os.getpid(), False
-    if (_FAILED or env.get(SWITCH, os.environ.get(SWITCH)) == "0" or sys.platform != "linux"
+        _OWNER, _starts = os.getpid(), 0
+    if (env.get(SWITCH, os.environ.get(SWITCH)) == "0" or sys.platform != "linux"
             or _startup_hooks(env.get("PYTHONPATH", ""))):
         return None
     key = frozenset(import_time_variables(env).items())
-    if key not in _TEMPLATES:
+    template = _TEMPLATES.get(key)
+    if template is not None and not template.usable():
+        template_failed(template)
+        template = None
+    if template is None:
+        idle = [k for k, t in _TEMPLATES.items() if t.idle()]
+        if _starts >= MAX_STARTS or (len(_TEMPLATES) >= MAX_TEMPLATES and not idle):
+            return None
         if len(_TEMPLATES) >= MAX_TEMPLATES:
-            return None
+            _TEMPLATES.pop(idle[0]).close()
+        _starts += 1
         try:
-            _TEMPLATES[key] = _Template({**env, MARK_VARIABLE: MARK_PLACEHOLDER})
+            template = _TEMPLATES[key] = _Template({**env, MARK_VARIABLE: MARK_PLACEHOLDER})
         except (OSError, ValueError):
-            _FAILED = True
             return None
-    return _TEMPLATES[key]
+    return template
 
 
-def template_failed() -> None:
-    """A template could not fork a worker: templates are closed and not used again in this process."""
-    global _FAILED
-    _FAILED = True
-    close_template()
+def template_failed(template: _Template) -> None:
+    """``template`` could not fork a worker (or was found ended): it is closed and dropped."""
+    for key, kept in list(_TEMPLATES.items()):
+        if kept is template:
+            del _TEMPLATES[key]
+    template.close()
 
 
 def _startup_hooks(path: str) -> list[str]:
@@ -250,7 +279,7 @@ def forked_worker(env: dict, log_fd: int, reply_end: int, life_end: int, preload
         pid = template.fork(["3", "4", ",".join(preload), ",".join(warm_up)], env,
                             (job_input, log_fd, reply_end, life_end))
     except (OSError, ValueError):
-        template_failed()
+        template_failed(template)
         os.close(job_output)
         return None
     finally:

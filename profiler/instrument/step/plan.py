@@ -6,31 +6,22 @@ Public API: :func:`save_model_plan`, :func:`planned_jobs`, :func:`dropped_jobs`.
 """
 from __future__ import annotations
 
-from dataclasses import asdict
 from pathlib import Path
 
 from fusedce_profiler.instrument import store
+from fusedce_profiler.instrument.planned import load_planned, save_planned
 from fusedce_profiler.instrument.step.jobs import ModelJob
 
 
 def save_model_plan(folder: str | Path, jobs: list[ModelJob]) -> Path:
     """Store the jobs a model run sets out to measure (``model_plan.json``), before it measures any."""
-    return store.write_json(Path(folder) / store.MODEL_PLAN_FILE, {"jobs": [asdict(job) for job in jobs]})
+    return save_planned(folder, store.MODEL_PLAN_FILE, "jobs", jobs)
 
 
 def planned_jobs(folder: str | Path) -> list[ModelJob] | None:
     """The jobs of ``model_plan.json``; ``None`` when there is none; ``ValueError`` naming the file
     when it cannot be read as a plan."""
-    path = Path(folder) / store.MODEL_PLAN_FILE
-    if not store.present(path):
-        return None
-    raw = store.read_json(path)
-    try:
-        if not isinstance(raw, dict) or not isinstance(raw.get("jobs"), list):
-            raise ValueError("expected an object with a list of jobs")
-        return [ModelJob.from_dict(job) for job in raw["jobs"]]
-    except (ValueError, TypeError, KeyError) as exc:
-        raise ValueError(f"{path}: not a plan of jobs ({exc})") from None
+    return load_planned(folder, store.MODEL_PLAN_FILE, "jobs", ModelJob.from_dict)
 
 
 def dropped_jobs(folder: str | Path, jobs: list[ModelJob], finished: set[str]) -> tuple[list[ModelJob], int]:

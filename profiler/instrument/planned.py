@@ -1,0 +1,36 @@
+"""What a run sets out to measure, stored before it measures any of it: a grid's cells
+(``plan.json``), a model run's jobs (``model_plan.json``). A report says how much of a cut run is
+missing, and a ``--resume`` given other options is refused before it drops what the first run had not
+finished.
+
+Public API: :func:`save_planned`, :func:`load_planned`.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+from typing import Callable, TypeVar
+
+from fusedce_profiler.instrument import store
+
+T = TypeVar("T")
+
+
+def save_planned(folder: str | Path, name: str, key: str, items: list) -> Path:
+    """Store ``items`` (dataclasses) as ``{key: [...]}`` in ``folder/name``."""
+    return store.write_json(Path(folder) / name, {key: [asdict(item) for item in items]})
+
+
+def load_planned(folder: str | Path, name: str, key: str, parse: Callable[[dict], T]) -> list[T] | None:
+    """The items of ``folder/name``, each read by ``parse``; ``None`` when there is no such file;
+    ``ValueError`` naming the file when it cannot be read as a plan of ``key``."""
+    path = Path(folder) / name
+    if not store.present(path):
+        return None
+    raw = store.read_json(path)
+    try:
+        if not isinstance(raw, dict) or not isinstance(raw.get(key), list):
+            raise ValueError(f"expected an object with a list of {key}")
+        return [parse(item) for item in raw[key]]
+    except (ValueError, TypeError, KeyError) as exc:
+        raise ValueError(f"{path}: not a plan of {key} ({exc})") from None
