@@ -123,8 +123,9 @@ def test_the_variables_a_start_reads_are_told_by_name():
 
 
 def test_the_template_ends_when_its_parent_does_kill_9_included(tmp_path):
+    logs = f"Path({str(tmp_path)!r}) / 'logs'"
     code = ("import os, sys, time; from pathlib import Path; from fusedce_profiler.instrument.worker import Worker;"
-            f"w = Worker(Path({str(tmp_path)!r}) / 'logs'); w.wait_ready(); v = Worker(Path({str(tmp_path)!r}) / 'logs');"
+            f"w = Worker({logs}); w.wait_ready(); v = Worker({logs});"
             "v.wait_ready(); from fusedce_profiler.instrument import template;"
             "print(*[t.process.pid for t in template._TEMPLATES.values()], w.pid, v.pid, flush=True); time.sleep(600)")
     parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
@@ -148,3 +149,19 @@ def test_a_pythonpath_with_a_start_up_hook_starts_the_worker_fresh(tmp_path):
     with Worker(tmp_path / "logs", env=env) as worker:
         worker.wait_ready()
         assert isinstance(worker._process, subprocess.Popen)
+
+
+def test_a_start_up_hook_this_process_ran_itself_does_not_start_workers_fresh(tmp_path, monkeypatch):
+    """A distribution's own ``sitecustomize`` (Debian's, in the standard library's folder) runs in every
+    interpreter, the template's included: a worker whose path reaches it is forked (a GPU machine's
+    Python has one: every worker started fresh there)."""
+    import types
+
+    hook = tmp_path / "sitecustomize.py"
+    hook.write_text("")
+    monkeypatch.setitem(sys.modules, "sitecustomize", types.SimpleNamespace(__file__=str(hook)))
+    assert template._startup_hooks(f"{tmp_path}{os.pathsep}/nowhere") == []
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "sitecustomize.py").write_text("")
+    assert template._startup_hooks(f"{other}{os.pathsep}{tmp_path}") == [str(other / "sitecustomize.py")]

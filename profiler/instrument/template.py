@@ -20,8 +20,8 @@ which ends when the parent does; its reaper waits on the parent's life pipe and 
 
 **When a worker starts fresh instead.** Not on Linux; ``FUSEDCE_WORKER_TEMPLATE=0``; a template
 that failed to start (a process starts at most :data:`MAX_STARTS`); a ``PYTHONPATH`` holding a
-start-up hook (``sitecustomize.py``, ``usercustomize.py``), which a fresh interpreter runs. A worker is forked only from a
-template whose environment equals its own in every variable read when an interpreter, torch,
+start-up hook (``sitecustomize.py``, ``usercustomize.py``), which a fresh interpreter runs. A worker
+is forked only from a template whose environment equals its own in every variable read when an interpreter, torch,
 Triton or a maths library starts (:func:`import_time_variables`: those would not take effect in
 an interpreter that has already started); a process keeps a template for each of at most
 :data:`MAX_TEMPLATES` such sets at a time.
@@ -245,10 +245,18 @@ def template_failed(template: _Template) -> None:
 
 
 def _startup_hooks(path: str) -> list[str]:
-    """The start-up hooks (``sitecustomize.py``, ``usercustomize.py``) in the folders of ``path``
-    (a ``PYTHONPATH``): an interpreter runs them when it starts, so a worker given them starts fresh."""
-    return [os.path.join(folder, name) for folder in path.split(os.pathsep) if folder
-            for name in ("sitecustomize.py", "usercustomize.py") if os.path.isfile(os.path.join(folder, name))]
+    """The start-up hooks (``sitecustomize.py``, ``usercustomize.py``) an interpreter given ``path`` (a
+    ``PYTHONPATH``) would run — the first of each name along it — other than the ones this process
+    ran itself (a distribution's own, such as Debian's ``sitecustomize``, runs in every interpreter,
+    the template's included): a worker given another starts fresh, so that the hook runs in it."""
+    found = []
+    for name in ("sitecustomize", "usercustomize"):
+        first = next((os.path.join(folder, f"{name}.py") for folder in path.split(os.pathsep)
+                      if folder and os.path.isfile(os.path.join(folder, f"{name}.py"))), None)
+        ran = getattr(sys.modules.get(name), "__file__", None)
+        if first is not None and (ran is None or os.path.realpath(first) != os.path.realpath(ran)):
+            found.append(first)
+    return found
 
 
 def template_pids() -> list[int]:
