@@ -165,3 +165,26 @@ def test_a_start_up_hook_this_process_ran_itself_does_not_start_workers_fresh(tm
     other.mkdir()
     (other / "sitecustomize.py").write_text("")
     assert template._startup_hooks(f"{other}{os.pathsep}{tmp_path}") == [str(other / "sitecustomize.py")]
+
+
+def test_threads_that_start_workers_at_once_each_get_their_own(tmp_path):
+    """A grid over several devices starts a worker per device, each from a thread of its own: the
+    template's socket carries one request and its answer at a time."""
+    import threading
+
+    replies, errors = [], []
+
+    def start_two(index: int) -> None:
+        try:
+            for _ in range(2):
+                with Worker(tmp_path / f"logs{index}") as worker:
+                    replies.append((type(worker._process).__name__, bool(worker.call("environment", {}, 120))))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=start_two, args=(i,)) for i in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(300)
+    assert not errors and replies == [("ForkedProcess", True)] * 6, (errors, replies)

@@ -43,6 +43,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 from fusedce_profiler.instrument.lifetime import MARK_PLACEHOLDER, MARK_VARIABLE
@@ -53,8 +54,7 @@ SWITCH = "FUSEDCE_WORKER_TEMPLATE"
 _IMPORT_TIME_PREFIXES = ("PYTHON", "LD_", "TORCH", "PYTORCH", "TRITON", "CUDA", "NVIDIA", "OMP_", "MKL", "KMP_",
                          "GOMP_", "OPENBLAS", "MALLOC", "NCCL", "HIP", "ROCM", "DNNL", "ONEDNN", "XDG_CACHE")
 _APPLIED_AT_FORK = {"PYTHONPATH", "PYTHONUNBUFFERED"}  # the fork sets these itself
-_START_TIMEOUT_S = 300.0
-_REQUEST_BYTES = 1 << 20  # one fork request: the environment, sys.path and the worker's arguments
+_START_TIMEOUT_S, _REQUEST_BYTES = 300.0, 1 << 20  # a template's start; a request (environment, sys.path, arguments)
 
 
 def import_time_variables(env: dict) -> dict:
@@ -99,6 +99,7 @@ class _Template:
     def __init__(self, env: dict) -> None:
         self.owner, self.variables, self.statuses, self.ended = os.getpid(), import_time_variables(env), {}, False
         self.running: set[int] = set()  # its workers not yet known to have exited
+        self.lock = threading.RLock()  # one request and its answer at a time (a multi-device grid's threads)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self.process = subprocess.Popen(
@@ -144,19 +145,24 @@ class _Template:
             raise OSError(f"the worker template did not answer within {timeout_s:g} s")
         return message
 
-    def exit_status(self, pid: int) -> int | None:
-        """Worker ``pid``'s ``returncode`` once it has exited (``None`` while it runs). A template
-        that ended (killed) left its workers to init: one gone then counts as killed."""
+    def _drain(self) -> None:
+        """Take the exit statuses the template has sent (without waiting)."""
         try:
             while not self.ended and self._next(0.0) is not None:
                 pass
         except OSError:
             pass
-        if pid in self.statuses:
-            return self.statuses.pop(pid)
-        if self.ended and not os.path.exists(f"/proc/{pid}"):
-            return -signal.SIGKILL
-        return None
+
+    def exit_status(self, pid: int) -> int | None:
+        """Worker ``pid``'s ``returncode`` once it has exited (``None`` while it runs). A template
+        that ended (killed) left its workers to init: one gone then counts as killed."""
+        with self.lock:
+            self._drain()
+            if pid in self.statuses:
+                return self.statuses.pop(pid)
+            if self.ended and not os.path.exists(f"/proc/{pid}"):
+                return -signal.SIGKILL
+            return None
 
     def fork(self, arguments: list[str], env: dict, fds: tuple[int, int, int, int]) -> int:
         """Fork a worker: ``arguments`` are the worker's command line after its parent (the
@@ -165,12 +171,13 @@ class _Template:
         path = [p for p in sys.path if p] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
         request = json.dumps({"arguments": arguments, "env": env, "cwd": os.getcwd(),
                               "path": list(dict.fromkeys(path))}).encode()
-        socket.send_fds(self.socket, [request], list(fds))
-        answer = self._receive(30.0)
-        if not isinstance(answer, dict) or not isinstance(answer.get("pid"), int):
-            raise OSError(f"the worker template could not fork: {answer!r}")
-        self.running.add(answer["pid"])
-        return answer["pid"]
+        with self.lock:
+            socket.send_fds(self.socket, [request], list(fds))
+            answer = self._receive(30.0)
+            if not isinstance(answer, dict) or not isinstance(answer.get("pid"), int):
+                raise OSError(f"the worker template could not fork: {answer!r}")
+            self.running.add(answer["pid"])
+            return answer["pid"]
 
     def usable(self) -> bool:
         """Whether it still serves (it may have been killed)."""
@@ -178,12 +185,9 @@ class _Template:
 
     def idle(self) -> bool:
         """Whether none of its workers runs (closing it then ends none)."""
-        try:
-            while not self.ended and self._next(0.0) is not None:
-                pass
-        except OSError:
-            pass
-        return not self.running
+        with self.lock:
+            self._drain()
+            return not self.running
 
     def close(self) -> None:
         self.socket.close()
@@ -203,6 +207,7 @@ MAX_STARTS = 6
 """Templates one process starts in all (one killed or replaced is started again, this often)."""
 
 _TEMPLATES: dict[frozenset, _Template] = {}
+_CHOOSING = threading.RLock()  # one thread at a time picks, starts, replaces or drops a template
 _OWNER = os.getpid()  # whose templates _TEMPLATES holds (a fork of this process holds none)
 _starts = 0
 
@@ -217,7 +222,12 @@ def template_for(env: dict) -> _Template | None:
     if (env.get(SWITCH, os.environ.get(SWITCH)) == "0" or sys.platform != "linux"
             or _startup_hooks(env.get("PYTHONPATH", ""))):
         return None
-    key = frozenset(import_time_variables(env).items())
+    with _CHOOSING:
+        return _chosen(frozenset(import_time_variables(env).items()), env)
+
+
+def _chosen(key: frozenset, env: dict) -> _Template | None:
+    global _starts  # (under _CHOOSING)
     template = _TEMPLATES.get(key)
     if template is not None and not template.usable():
         template_failed(template)
@@ -238,8 +248,8 @@ def template_for(env: dict) -> _Template | None:
 
 def template_failed(template: _Template) -> None:
     """``template`` could not fork a worker (or was found ended): it is closed and dropped."""
-    for key, kept in list(_TEMPLATES.items()):
-        if kept is template:
+    with _CHOOSING:
+        for key in [key for key, kept in _TEMPLATES.items() if kept is template]:
             del _TEMPLATES[key]
     template.close()
 
