@@ -180,6 +180,8 @@ def env(as_json: JsonOption = False) -> None:
 
 
 #: What an output that cannot take the command line's printing fails with: full, a closed pipe, gone, would block.
+_MPLCONFIGDIR_GIVEN = os.environ.get("MPLCONFIGDIR")
+"""The user's matplotlib folder, read before matplotlib is imported (it sets the variable to a folder of its own)."""
 _OUTPUT_LOST = (errno.ENOSPC, errno.EPIPE, errno.EIO, errno.EAGAIN, errno.EBADF)
 
 _SHORT_OPTION = {"ignore_index": "ignore", "label_smoothing": "smoothing", "reduction=sum": "sum",
@@ -370,6 +372,10 @@ def main() -> None:
         if stop is not None:
             code = interrupt_exit_code(stop)
             sys.stderr.write(f"fusedce-profile: stopped by {signal_name(stop)} {_what_was_kept()}\n")
+    if "matplotlib" in sys.modules:  # its temporary folders, if it made any: os._exit skips its own clean-up
+        from fusedce_reports.figures import discard_temporary_config
+
+        discard_temporary_config(_MPLCONFIGDIR_GIVEN)
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

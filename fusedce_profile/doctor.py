@@ -100,6 +100,25 @@ def _doctor_reply(raw: object):
     raise ValueError("neither a checked run nor a refusal")
 
 
+def _factory_source(model: str, preset, config, head, tied, device: str, timeout_s: float, memory_limit_gb: float,
+                    log_dir: Path) -> dict:
+    """The ``--model`` factory's source as a dict (:meth:`~fusedce_profiler.instrument.models.source.ModelSource.to_dict`),
+    its shapes and parameter count read by calling the factory in a worker of its own
+    (:func:`~fusedce_profiler.instrument.models.factory.describe_factory`, under ``timeout_s`` and the
+    memory limit); a factory that fails there raises :class:`UserCodeFailed`."""
+    from fusedce_profile.sources import model_source
+    from fusedce_profiler.instrument.models.factory import FactoryFailed
+    from fusedce_profiler.instrument.models.options import default_preset
+
+    try:
+        source = model_source(preset, config, None, model, head, tied, default_preset(device),
+                              factory_timeout=timeout_s, memory_bytes=int(memory_limit_gb * 2**30), log_dir=log_dir)
+    except FactoryFailed as failed:
+        named = f"--model {model}"
+        raise UserCodeFailed(named, str(failed).removeprefix(f"{named}: ")) from None
+    return source.to_dict()
+
+
 def doctor(loss: str, *, preset: str | None = None, config: str | Path | None = None, hf: str | None = None,
            model: str | None = None, head: str | None = None, tied: bool | None = None, device: str | None = None,
            mode: str | None = None, batch: int = 4, seq: int = 32, seed: int = 0, compile_backend: str = "auto",
@@ -139,8 +158,12 @@ def doctor(loss: str, *, preset: str | None = None, config: str | Path | None = 
     payload = {"loss": loss, "preset": preset, "config": str(config) if config else None, "hf": hf, "model": model,
                "head": head, "tied": tied, "device": device, "mode": mode, "batch": batch, "seq": seq, "seed": seed,
                "compile_backend": None if backend == "none" else backend}
-    worker = Worker(folder / store.LOGS_DIR, preload=("doctor",))  # its imports before the time limit starts
+    worker = None
     try:
+        if model:  # its shapes read in a worker of their own: the doctor's worker calls the factory once
+            payload["source"] = _factory_source(model, preset, config, head, tied, device, timeout_s,
+                                                memory_limit_gb, folder / store.LOGS_DIR)
+        worker = Worker(folder / store.LOGS_DIR, preload=("doctor",))  # its imports before the time limit starts
         reply = worker.call("doctor", payload, timeout_s=timeout_s, max_rss_bytes=int(memory_limit_gb * 2**30),
                             read=_doctor_reply)
     except WorkerDied as exc:
@@ -154,7 +177,8 @@ def doctor(loss: str, *, preset: str | None = None, config: str | Path | None = 
                                        f"stopped; log {exc.log_path}") from None
         raise UserCodeFailed(what, exc.summary) from None
     except KeyboardInterrupt:
-        worker.close()
+        if worker is not None:
+            worker.close()
         partial = DoctorRun(loss=loss, config=model or hf or str(config or preset or ""), checks=[], device=device,
                             mode=mode or "", batch=batch, seq=seq, interrupted=True)
         with staging.signals_held():  # a second signal cuts neither doctor.json nor its page
@@ -162,7 +186,8 @@ def doctor(loss: str, *, preset: str | None = None, config: str | Path | None = 
             write_doctor_report(folder)
         raise
     finally:
-        worker.close()
+        if worker is not None:
+            worker.close()
     if isinstance(reply, Exception):
         raise reply
     run = reply

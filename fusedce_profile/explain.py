@@ -311,6 +311,8 @@ def explain_plan(plan: Plan, *, out: str | Path = "fusedce-explain", resume: boo
 
     out = arguments.path(out, "--out")
     out.mkdir(parents=True, exist_ok=True)
+    if resume:
+        _check_same_model(out, plan)
     run = ExplainRun(plan.obs, plan.source, plan.base, plan.families, plan.batches, out, on_gpu=plan.on_gpu,
                      confirm=plan.confirm, stand_in=plan.stand_in, progress=progress)
     with os_errors():  # a steps file that cannot be appended to; a step that cannot be stored (a full disk)
@@ -319,6 +321,34 @@ def explain_plan(plan: Plan, *, out: str | Path = "fusedce-explain", resume: boo
             return run.execute(runner.run)
         finally:
             runner.close()
+
+
+def _check_same_model(folder: Path, plan: Plan) -> None:
+    """``UsageError`` when ``--resume`` would measure another model than the folder's explanation
+    did (its model, device, precision or fused back-end): none of the folder's steps would be
+    reused, and its explanation would be replaced by one of another question. Other readings and
+    other statements about the run (batch, attention, …) are allowed: the steps are reused and
+    judged anew. A folder without a readable explanation (stopped before one was stored) is taken
+    as it is: its steps are reused where their jobs match."""
+    import json
+
+    from fusedce_profiler.instrument import store
+    from fusedce_profiler.judgements.explain.records import load_explanation
+
+    if not store.present(folder / store.EXPLAIN_FILE):
+        return
+    try:
+        stored = load_explanation(folder)
+    except ValueError:  # unreadable: replaced by this run's
+        return
+    before = (json.loads(json.dumps(stored.source)), stored.device, stored.observation.mode,
+              stored.observation.fused_backend)
+    now = (json.loads(json.dumps(plan.source.to_dict())), plan.base.device, plan.obs.mode, plan.obs.fused_backend)
+    changed = [name for name, a, b in zip(("model", "device", "--mode", "--fused-backend"), before, now) if a != b]
+    if changed:
+        raise UsageError(f"--resume: the explanation in {one_line(folder)} was measured with another "
+                         f"{' and '.join(changed)}; give the same model options (other readings are judged anew on "
+                         "its steps), or --force to start again")
 
 
 def explanation_stamp(folder: Path) -> tuple[int, int] | None:

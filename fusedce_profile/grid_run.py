@@ -26,6 +26,7 @@ from fusedce_profiler.grid.spec import GridSpec
 from fusedce_profiler.instrument.records import CellSpec
 from fusedce_profiler.instrument.text import count, one_line
 from fusedce_profiler.grid.plan import planned_cells, save_plan
+from fusedce_profiler.instrument.planned import dropped_unfinished
 from fusedce_profiler.grid.runner import ResultNotStored, run_grid
 from fusedce_profiler.instrument.records import load_results
 from fusedce_profiler.instrument.records import FAILED_STATUSES, CellResult
@@ -140,8 +141,7 @@ def _check_same_plan(out_dir: Path, planned: list[CellSpec], finished: set[str])
         stored = planned_cells(out_dir)
     except ValueError:  # an unreadable plan is the report's to note; this run writes a new one
         return
-    keys = {spec.key() for spec in planned}
-    dropped = [spec for spec in stored or [] if spec.key() not in keys and spec.key() not in finished]
+    dropped = dropped_unfinished(stored, planned, finished)
     if dropped:
         raise UsageError(f"--resume: {one_line(out_dir)} holds a run planned with other cells ({len(dropped)} "
                          f"unfinished of its {len(stored)} are not in this command's grid, e.g. "

@@ -215,13 +215,18 @@ def _check_same_plan(out_dir: Path, jobs: list, finished: set[str]) -> None:
     (``model_plan.json``) and has not finished: a resume given other options would measure other
     jobs into that folder and leave the first run unfinished. Adding jobs, or leaving out finished
     ones, is allowed."""
-    from fusedce_profiler.instrument.step.plan import dropped_jobs
+    from fusedce_profiler.instrument.planned import dropped_unfinished
+    from fusedce_profiler.instrument.step.plan import planned_jobs
 
-    dropped, planned = dropped_jobs(out_dir, jobs, finished)
+    try:
+        stored = planned_jobs(out_dir)
+    except ValueError:  # an unreadable plan is replaced by this run's
+        return
+    dropped = dropped_unfinished(stored, jobs, finished)
     if dropped:
         job = dropped[0]
         raise UsageError(f"--resume: {one_line(out_dir)} holds a run planned with other jobs ({len(dropped)} "
-                         f"unfinished of its {planned} are not in this command's, e.g. {job.label} at "
+                         f"unfinished of its {len(stored)} are not in this command's, e.g. {job.label} at "
                          f"B={job.batch} T={job.seq}, {job.mode}); give the options of the command that started it")
 
 

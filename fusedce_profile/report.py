@@ -131,12 +131,21 @@ def _rebuilt(run_dir: Path, console: Printer) -> tuple[str, CommandOutcome] | No
     return None
 
 
-def _no_records(run_dir: Path) -> UsageError:
+_RUN_KINDS = "give the folder a grid, model, parity, doctor, explain or recorded run wrote"
+"""The hint of both refusals of a folder that holds no run."""
+
+
+def _record_files() -> tuple[str, ...]:
+    """The stored records one of which makes a folder a run's, one per kind of run (:data:`_RUN_KINDS`)."""
     from fusedce_profiler.instrument import store
 
-    return UsageError(f"{run_dir}: no {store.RESULTS_FILE}, {store.MODEL_RESULTS_FILE}, {store.PARITY_FILE}, "
-                      f"{store.DOCTOR_FILE} or {store.RECORDED_STEPS_FILE} here "
-                      "(give the folder a grid, model, parity, doctor or recorded run wrote)")
+    return (store.RESULTS_FILE, store.MODEL_RESULTS_FILE, store.PARITY_FILE, store.DOCTOR_FILE,
+            store.EXPLAIN_FILE, store.RECORDED_STEPS_FILE)
+
+
+def _no_records(run_dir: Path) -> UsageError:
+    *most, last = _record_files()
+    return UsageError(f"{run_dir}: no {', '.join(most)} or {last} here ({_RUN_KINDS})")
 
 
 def report_command(run_dir: str | Path, *, console: Console | None = None) -> CommandOutcome:
@@ -153,10 +162,8 @@ def report_command(run_dir: str | Path, *, console: Console | None = None) -> Co
     if run_dir is None:
         raise UsageError("DIR: expected the folder a run wrote, got None")
     if not run_dir.is_dir():
-        raise UsageError(f"{run_dir}: not a folder (give the folder a grid, model, parity or doctor run wrote)")
-    records = (store.RESULTS_FILE, store.MODEL_RESULTS_FILE, store.PARITY_FILE, store.DOCTOR_FILE,
-               store.RECORDED_STEPS_FILE, store.EXPLAIN_FILE)
-    if not any(store.present(run_dir / name) for name in records):  # before its lock: a stranger's .lock is theirs
+        raise UsageError(f"{run_dir}: not a folder ({_RUN_KINDS})")
+    if not any(store.present(run_dir / name) for name in _record_files()):  # before its lock: a stranger's .lock is theirs
         raise _no_records(run_dir)
     rebuilt, placed, lines = None, None, _HeldLines()
     try:

@@ -29,13 +29,14 @@ def model_config(preset: str | None, config: str | Path | None, tied: bool | Non
 
 
 def model_source(preset: str | None, config: str | Path | None, hf: str | None, user_model: str | None,
-                 head: str | None, tied: bool | None, default: str, *, factory_timeout: float | None = None):
+                 head: str | None, tied: bool | None, default: str, *, factory_timeout: float | None = None,
+                 memory_bytes: int | None = None, log_dir: Path | None = None):
     """The model source of the arguments: ``hf``, ``user_model`` (with an optional preset/config
     passed to the factory), else the built-in GPT of ``preset`` / ``config``.
 
     A ``user_model`` factory is called once here, in a worker under ``factory_timeout`` seconds
     (default :data:`~fusedce_profiler.instrument.models.factory.FACTORY_TIMEOUT_S`) and a memory
-    guard, for its shapes and real parameter count: a factory that fails raises
+    guard (``memory_bytes``; default half the machine's memory), its log in ``log_dir``, for its shapes and real parameter count: a factory that fails raises
     :class:`~fusedce_profiler.instrument.models.factory.FactoryFailed` (one line naming it), one
     that cannot be called as documented :class:`~fusedce_profile.errors.UsageError`."""
     arguments.model_options(preset, config, hf, user_model, head)
@@ -56,7 +57,8 @@ def model_source(preset: str | None, config: str | Path | None, hf: str | None, 
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     try:
-        shapes, parameters = describe_factory(user_model, given, head, timeout_s=factory_timeout or FACTORY_TIMEOUT_S)
+        shapes, parameters = describe_factory(user_model, given, head, timeout_s=factory_timeout or FACTORY_TIMEOUT_S,
+                                              memory_bytes=memory_bytes, log_dir=log_dir)
     except FactoryFailed as failed:
         if failed.bad_signature:
             raise UsageError(str(failed)) from None

@@ -63,6 +63,15 @@ def tied():
     return WrappedHeadLM(tied=True)
 
 
+def counted():
+    """:func:`untied`, each call's process id appended to the file ``FUSEDCE_TEST_FACTORY_CALLS`` names."""
+    import os
+
+    with open(os.environ["FUSEDCE_TEST_FACTORY_CALLS"], "a") as calls:
+        calls.write(f"{os.getpid()}\n")
+    return WrappedHeadLM()
+
+
 def untied_bias():
     return WrappedHeadLM(bias=True)
 

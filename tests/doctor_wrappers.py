@@ -195,6 +195,14 @@ def raises_unprintable(model, batch):
     raise Unprintable()
 
 
+def returns_int(model, batch):
+    return 3
+
+
+def returns_vector(model, batch):
+    return torch.zeros(4, requires_grad=True)
+
+
 def hangs(model, batch):
     time.sleep(3600)
 

@@ -745,3 +745,21 @@ def test_resume_refuses_the_folder_of_another_kind_of_run(finished_run, tmp_path
         _plain(result.stderr)
     assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
 
+
+
+def test_an_unwritable_home_leaves_no_matplotlib_folder_behind(tmp_path):
+    """With neither ``MPLCONFIGDIR`` nor the home folder writable, matplotlib makes its configuration
+    folder in the temporary folder and removes it at interpreter exit, which the command line's
+    ``os._exit`` skips: the command removes it itself."""
+    import shutil
+
+    run = tmp_path / "m"
+    shutil.copytree(Path(__file__).parent / "fixtures" / "h200_model", run)
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    env = {k: v for k, v in cli_env(HOME="/proc", TMPDIR=str(scratch)).items()
+           if k not in ("MPLCONFIGDIR", "XDG_CONFIG_HOME", "XDG_CACHE_HOME")}
+    result = run_cli(["report", str(run)], env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert list(run.glob("plots/*.png")), "the report drew no plot: matplotlib was not used"
+    assert not list(scratch.glob("matplotlib-*")), sorted(p.name for p in scratch.iterdir())

@@ -7,6 +7,7 @@ the run folder is the default one ``--help`` names, and the same command gives t
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 
@@ -89,6 +90,26 @@ def test_a_factory_that_fails_gives_one_line_naming_it_and_exit_1(doctor, tmp_pa
     assert _lines(result)[-1].count("--model") == 1 and "FactoryRaised" not in _lines(result)[-1]  # named once
 
 
+def test_the_factory_runs_once_in_each_process_that_needs_it(doctor, tmp_path, monkeypatch):
+    """Its shapes are read in a worker of their own, the checks run in another: two calls, one each,
+    none in the command's process."""
+    calls = tmp_path / "calls"
+    monkeypatch.setenv("FUSEDCE_TEST_FACTORY_CALLS", str(calls))
+    result = doctor("--model", "tests.doctor_models:counted", "--device", "cpu", "--compile-backend", "none",
+                    "--loss", "tests.doctor_wrappers:correct", "--out", str(tmp_path / "d"))
+    assert result.returncode == 0, result
+    pids = calls.read_text().split()
+    assert len(pids) == 2 and len(set(pids)) == 2 and str(os.getpid()) not in pids, pids
+
+
+@pytest.mark.parametrize("loss, said", [("returns_int", "got int"), ("returns_vector", "got Tensor of shape (4,)")])
+def test_a_loss_that_returns_no_scalar_fails_the_check_saying_what_it_returned(doctor, tmp_path, loss, said):
+    result = doctor(*MODEL, "--loss", f"tests.doctor_wrappers:{loss}", "--out", str(tmp_path / "d"))
+    assert result.returncode == 1 and result.stdout.splitlines()[-1].startswith("doctor: FAIL"), result
+    check = next(line for line in result.stdout.splitlines() if "the loss must return a scalar tensor" in line)
+    assert check.endswith(said), check
+
+
 def test_a_loss_doctor_cannot_call_is_exit_2_in_one_line(doctor, tmp_path):
     result = doctor(*MODEL, "--loss", "tests.doctor_wrappers:four_required", "--out", str(tmp_path / "d"))
     assert result.returncode == 2, result
@@ -110,8 +131,7 @@ def test_sigterm_leaves_a_report_marked_interrupted_and_exits_143(tmp_path):
     process = start_cli(["doctor", *MODEL, "--loss", "tests.doctor_wrappers:hangs", "--out", str(out)], cli_env(),
                         cwd=tmp_path)
     try:
-        wait_for(lambda: any((out / "logs").glob("worker-*.log")) and
-                 "--- job doctor" in next((out / "logs").glob("worker-*.log")).read_text(), 120,
+        wait_for(lambda: any("--- job doctor" in log.read_text() for log in (out / "logs").glob("worker-*.log")), 120,
                  "the worker to start the job", process)
         process.send_signal(signal.SIGTERM)
         stdout, stderr = process.communicate(timeout=60)

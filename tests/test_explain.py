@@ -215,6 +215,33 @@ def test_an_interrupted_explanation_keeps_its_steps_and_resume_finishes_without_
     assert after[:2] == done and len(after) == 5  # + the fused steps and the repeated step, nothing twice
 
 
+def test_resume_with_another_model_is_refused_before_any_step_and_other_readings_are_judged_anew(tmp_path):
+    """A resume measuring another model (here another fused back-end or precision) would reuse none
+    of the folder's steps and replace its explanation by another question's: refused, the folder
+    unchanged. Other readings reuse the steps."""
+    from fusedce_profile.errors import UsageError
+    from fusedce_profile.explain import STEPS_FILE, explain
+
+    args = dict(naive=3.2, fused=2.9, card=24, preset="tiny", seq=32, attention="sdpa", tied=False,
+                checkpointing=False, eval_step=False, device="cpu")
+    out = tmp_path / "ex"
+
+    def stop_after_first(line):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        explain(**args, out=out, progress=stop_after_first)
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    for other, said in ((dict(fused_backend="fusedce-fast"), "another --fused-backend"),
+                        (dict(mode="fp32"), "another --mode")):
+        with pytest.raises(UsageError, match=f"was measured with {said}; give the same model options"):
+            explain(**{**args, **other}, out=out, resume=True)
+        assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
+    kept = (out / STEPS_FILE).read_text().splitlines()
+    resumed = explain(**{**args, "naive": 3.3}, out=out, resume=True)
+    assert not resumed.interrupted and (out / STEPS_FILE).read_text().splitlines()[:len(kept)] == kept
+
+
 def test_resume_refuses_a_hard_linked_steps_file_before_any_step(tmp_path):
     import os
 

@@ -113,3 +113,14 @@ def test_a_plan_that_cannot_be_read_is_named_instead_of_dropped(run, plan):
     report = build_report(run)
     note = [n for n in report.notes if n.startswith(f"{run / store.PLAN_FILE}: not a plan of cells")]
     assert note and note[0].endswith("whether the run measured every cell it planned is unknown"), report.notes
+
+
+def test_a_plan_of_more_cells_than_a_run_plans_is_named_instead_of_read(run):
+    """A grid refuses to plan more than ``MAX_CELLS`` cells; a ``plan.json`` holding more was read
+    whole and the report suggested a ``--resume`` that the grid would refuse."""
+    from fusedce_profiler.instrument.capacity import MAX_CELLS
+
+    (run / store.PLAN_FILE).write_text(json.dumps({"cells": [{}] * (MAX_CELLS + 1)}))
+    report = build_report(run)
+    note = [n for n in report.notes if n.startswith(f"{run / store.PLAN_FILE}: not a plan of cells")]
+    assert note and f"{MAX_CELLS + 1:,} cells, more than the {MAX_CELLS:,} a run plans" in note[0], report.notes

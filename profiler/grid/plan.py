@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from fusedce_profiler.instrument import store
+from fusedce_profiler.instrument.capacity import MAX_CELLS
 from fusedce_profiler.instrument.planned import load_planned, save_planned
 from fusedce_profiler.instrument.records import CellSpec
 
@@ -20,4 +21,4 @@ def save_plan(folder: str | Path, cells: list[CellSpec]) -> Path:
 def planned_cells(folder: str | Path) -> list[CellSpec] | None:
     """The cells of ``plan.json``; ``None`` when there is none; ``ValueError`` naming the file
     when it cannot be read as a plan."""
-    return load_planned(folder, store.PLAN_FILE, "cells", CellSpec.from_dict)
+    return load_planned(folder, store.PLAN_FILE, "cells", CellSpec.from_dict, MAX_CELLS)

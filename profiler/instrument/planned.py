@@ -3,7 +3,7 @@
 missing, and a ``--resume`` given other options is refused before it drops what the first run had not
 finished.
 
-Public API: :func:`save_planned`, :func:`load_planned`.
+Public API: :func:`save_planned`, :func:`load_planned`, :func:`dropped_unfinished`.
 """
 from __future__ import annotations
 
@@ -21,9 +21,10 @@ def save_planned(folder: str | Path, name: str, key: str, items: list) -> Path:
     return store.write_json(Path(folder) / name, {key: [asdict(item) for item in items]})
 
 
-def load_planned(folder: str | Path, name: str, key: str, parse: Callable[[dict], T]) -> list[T] | None:
+def load_planned(folder: str | Path, name: str, key: str, parse: Callable[[dict], T], most: int) -> list[T] | None:
     """The items of ``folder/name``, each read by ``parse``; ``None`` when there is no such file;
-    ``ValueError`` naming the file when it cannot be read as a plan of ``key``."""
+    ``ValueError`` naming the file when it cannot be read as a plan of ``key``, or holds more than
+    ``most`` items (more than a run may plan)."""
     path = Path(folder) / name
     if not store.present(path):
         return None
@@ -31,6 +32,16 @@ def load_planned(folder: str | Path, name: str, key: str, parse: Callable[[dict]
     try:
         if not isinstance(raw, dict) or not isinstance(raw.get(key), list):
             raise ValueError(f"expected an object with a list of {key}")
+        if len(raw[key]) > most:
+            raise ValueError(f"{len(raw[key]):,} {key}, more than the {most:,} a run plans")
         return [parse(item) for item in raw[key]]
     except (ValueError, TypeError, KeyError) as exc:
         raise ValueError(f"{path}: not a plan of {key} ({exc})") from None
+
+
+def dropped_unfinished(stored: list | None, items: list, finished: set[str]) -> list:
+    """The ``stored`` plan's items (each with a ``key()``) that are neither among the new plan's
+    ``items`` nor among the ``finished`` keys: what a resume with this plan would leave unmeasured.
+    A plan that adds items, or leaves out finished ones, drops nothing; no stored plan drops nothing."""
+    keys = {item.key() for item in items}
+    return [item for item in stored or [] if item.key() not in keys and item.key() not in finished]

@@ -2,13 +2,13 @@
 measures any, so that a ``--resume`` given other options is refused before it drops the jobs the
 first run had not finished (as a grid's ``plan.json`` does for its cells).
 
-Public API: :func:`save_model_plan`, :func:`planned_jobs`, :func:`dropped_jobs`.
+Public API: :func:`save_model_plan`, :func:`planned_jobs`.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
-from fusedce_profiler.instrument import store
+from fusedce_profiler.instrument import confined, store
 from fusedce_profiler.instrument.planned import load_planned, save_planned
 from fusedce_profiler.instrument.step.jobs import ModelJob
 
@@ -21,17 +21,5 @@ def save_model_plan(folder: str | Path, jobs: list[ModelJob]) -> Path:
 def planned_jobs(folder: str | Path) -> list[ModelJob] | None:
     """The jobs of ``model_plan.json``; ``None`` when there is none; ``ValueError`` naming the file
     when it cannot be read as a plan."""
-    return load_planned(folder, store.MODEL_PLAN_FILE, "jobs", ModelJob.from_dict)
+    return load_planned(folder, store.MODEL_PLAN_FILE, "jobs", ModelJob.from_dict, confined.MAX_LINES)
 
-
-def dropped_jobs(folder: str | Path, jobs: list[ModelJob], finished: set[str]) -> tuple[list[ModelJob], int]:
-    """``(dropped, planned)``: the jobs the folder's stored plan holds that are neither in ``jobs``
-    nor among the ``finished`` keys (:meth:`ModelJob.key`), and how many jobs that plan holds. A
-    folder without a readable plan drops nothing (an unreadable one is replaced by the new plan)."""
-    try:
-        stored = planned_jobs(folder)
-    except ValueError:
-        return [], 0
-    keys = {job.key() for job in jobs}
-    stored = stored or []
-    return [job for job in stored if job.key() not in keys and job.key() not in finished], len(stored)

@@ -43,11 +43,13 @@ def _join_process_group(device: str) -> None:
 def run_doctor_job(payload: dict) -> dict:
     """The ``doctor`` job (see the module docstring). ``payload``: ``loss`` (spec), ``preset``,
     ``config``, ``hf``, ``model`` (factory spec), ``head``, ``tied``, ``device``, ``mode``, ``batch``,
-    ``seq``, ``seed``, ``compile_backend``, ``cpu_limit`` (refuse larger models on the CPU)."""
+    ``seq``, ``seed``, ``compile_backend``, ``cpu_limit`` (refuse larger models on the CPU), and, for a
+    factory, ``source``: its :meth:`~fusedce_profiler.instrument.models.source.ModelSource.to_dict`, shapes
+    and parameter count read before, so that the factory is called here once, to build the model."""
     import torch
 
     from fusedce_profiler.instrument.models.options import default_preset, source_from_options
-    from fusedce_profiler.instrument.models.source import FactoryRaised
+    from fusedce_profiler.instrument.models.source import FactoryRaised, source_from_dict
     from fusedce_profiler.judgements.doctor.doctor import cpu_size_guard, load_wrapper, run_doctor, signature_error
 
     device = payload["device"]
@@ -64,10 +66,13 @@ def run_doctor_job(payload: dict) -> dict:
     factory = payload.get("model")
     try:
         _join_process_group(device)
-        source = source_from_options(payload.get("preset"), payload.get("config"), payload.get("hf"), factory,
-                                     payload.get("head"), payload.get("tied"), default_preset(device))
+        if payload.get("source") is not None:  # a factory's, its shapes read by the caller's describe worker
+            source = source_from_dict(payload["source"])
+        else:
+            source = source_from_options(payload.get("preset"), payload.get("config"), payload.get("hf"), factory,
+                                         payload.get("head"), payload.get("tied"), default_preset(device))
         if not device.startswith("cuda") and payload.get("cpu_limit", True):
-            if factory is not None:  # counted when its shapes were read: the factory is not called again for it
+            if factory is not None:  # counted when its shapes were read: the factory is not called for it here
                 parameters = source.parameters
             else:
                 try:

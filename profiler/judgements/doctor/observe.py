@@ -304,8 +304,8 @@ def observe(built: BuiltModel, landmarks: Landmarks, loss_fn: Callable, batch: d
                 (use if record_calls else contextlib.nullcontext()):
             loss = loss_fn(model, batch)
         if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
-            raise TypeError(f"the loss must return a scalar tensor, got {type(loss).__name__} "
-                            f"{tuple(getattr(loss, 'shape', ()))}")
+            shape = f" of shape {tuple(loss.shape)}" if isinstance(loss, torch.Tensor) else ""
+            raise TypeError(f"the loss must return a scalar tensor, got {type(loss).__name__}{shape}")
         value = float(loss.detach().float())
         requires_grad = loss.requires_grad
         if requires_grad:
