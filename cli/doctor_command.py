@@ -81,7 +81,9 @@ def doctor(
                              compile_backend=compile_backend, timeout_s=timeout, memory_limit_gb=memory_limit,
                              out=folder, force=True)
     except UsageError as exc:
-        if not existed:  # bad input found by the worker: no run, no folder left behind
+        from fusedce_profiler.instrument.store import DOCTOR_FILE
+
+        if not existed and not (folder / DOCTOR_FILE).exists():  # bad input found by the worker: no folder left
             shutil.rmtree(folder, ignore_errors=True)
         raise fail(str(exc)) from None
     except UserCodeFailed as exc:

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from fusedce_profile import arguments
 from fusedce_profile.errors import UsageError
-from fusedce_profile.folders import default_out_dir, prepare_out_dir
+from fusedce_profile.folders import default_out_dir, prepare_out_dir, report_errors
 
 #: How long the worker may take to build the model and run every check.
 DEFAULT_TIMEOUT_S = 600.0
@@ -193,7 +193,8 @@ def doctor(loss: str, *, preset: str | None = None, config: str | Path | None = 
     run = reply
     with staging.signals_held():  # the finished checks are stored whole; a signal now is taken after them
         store.write_json(folder / store.DOCTOR_FILE, run.to_dict())
-        write_doctor_report(folder)
+        with report_errors(folder, "the checks"):  # a full disk at the page: the verdict is kept, and said so
+            write_doctor_report(folder)
     run.folder = str(folder)
     return run
 

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from fusedce_profile import arguments
 from fusedce_profile.errors import UsageError
-from fusedce_profile.folders import os_errors
+from fusedce_profile.folders import check_appendable, os_errors
 from fusedce_profiler.instrument.confined import WRITE_SHARED_REFUSED, size_limit
 from fusedce_profiler.instrument.store import EXPLAIN_STEPS_FILE as STEPS_FILE
 from fusedce_profiler.instrument.text import count, one_line
@@ -74,15 +74,6 @@ def _same_file(a: Path, b: Path) -> bool:
         return False
 
 
-def _check_appendable(path: Path) -> None:
-    """``OSError`` naming ``path`` when it exists but could not be appended to in place (a link,
-    a hard link, a named pipe: :func:`~fusedce_profiler.instrument.confined.open_own_file`)."""
-    from fusedce_profiler.instrument import confined
-
-    if os.path.lexists(path):
-        os.close(confined.open_own_file(path, os.O_WRONLY | os.O_APPEND, path))
-
-
 class StepStore:
     """Finished steps by job (``explain_steps.jsonl``: one ``{"key", "result"}`` line each, appended
     and fsync'ed as each step finishes; a cache file is read and appended the same way)."""
@@ -94,7 +85,7 @@ class StepStore:
         if cache is not None and _same_file(cache, path):  # --cache naming the run's own steps file
             cache = None
         if resume:  # a file appended to later is refused now (a link, a hard link, a pipe), before any step runs
-            _check_appendable(path)
+            check_appendable(path)
         self.path, self.cache, self._store = path, cache, store
         self.results: dict[str, ModelResult] = {}
         self.own: set[str] = set()

@@ -20,19 +20,11 @@ from fusedce_profile.errors import UsageError
 from fusedce_profiler.instrument import store
 from fusedce_profiler.instrument.confined import FOLDER_LINK_REFUSED, FolderRefused
 from fusedce_profiler.instrument.runlock import live_holder
-from fusedce_profiler.instrument.interruption import INTERRUPTED_FILE
-from fusedce_profiler.instrument.kinds import a_kind, other_kind
+from fusedce_profiler.instrument.kinds import RUN_RECORDS, a_kind, enclosing_run, other_kind
 
 # What a run writes into its folder; ``--force`` removes these and nothing else.
-RUN_ARTEFACTS = (store.RESULTS_FILE, "results.csv", "summary.md", "report.html", store.ENVIRONMENT_FILE,
-                 store.PLAN_FILE, store.MODEL_PLAN_FILE, store.MODEL_RESULTS_FILE, store.EXPLAIN_STEPS_FILE, store.FIT_FILE, store.PARITY_FILE,
-                 store.DOCTOR_FILE, store.EXPLAIN_FILE, store.RECORDED_STEPS_FILE, INTERRUPTED_FILE, store.PLOTS_DIR,
-                 store.SNAPSHOTS_DIR, store.LOGS_DIR)
-
-
-# The files that make a folder a run's: one of them is written as soon as a run starts.
-RUN_RECORDS = tuple(name for name in RUN_ARTEFACTS if name not in (
-    "results.csv", "summary.md", "report.html", store.PLOTS_DIR, store.SNAPSHOTS_DIR, store.LOGS_DIR))
+RUN_ARTEFACTS = RUN_RECORDS + ("results.csv", "summary.md", "report.html", store.PLOTS_DIR, store.SNAPSHOTS_DIR,
+                               store.LOGS_DIR)
 
 
 def _not_a_run_folder(folder: Path) -> list[str]:
@@ -41,16 +33,6 @@ def _not_a_run_folder(folder: Path) -> list[str]:
     home folder's ``logs/`` and ``plots/``; your own files beside a run are kept)."""
     names = sorted(p.name for p in folder.iterdir())
     return [] if any(name in RUN_RECORDS for name in names) else names
-
-
-def _enclosing_run(out: Path) -> tuple[Path, str] | None:
-    """``(folder, record)`` of the nearest folder above ``out`` (its links resolved) that holds a
-    run's record (:data:`RUN_RECORDS`): a run inside it would be removed by its ``--force``."""
-    for folder in Path(os.path.realpath(out)).parents:
-        for record in RUN_RECORDS:
-            if os.path.lexists(folder / record):
-                return folder, record
-    return None
 
 
 def _refuse_live_runs_below(out: Path) -> None:
@@ -118,7 +100,7 @@ def prepare_out_dir(out: Path | None, *, force: bool, resume: bool,
     refuse_linked_out(out)  # before anything is locked or removed: --force would empty its target
     if out.exists() and not out.is_dir():
         raise OutputDirError(f"--out {out}: exists and is not a folder")
-    outer = _enclosing_run(out)
+    outer = enclosing_run(out)
     if outer is not None:
         raise OutputDirError(f"--out {out}: inside the folder of another run ({outer[0]}, "
                              f"which holds {outer[1]}); a run folder holds one run: choose a folder outside it")
@@ -185,6 +167,17 @@ def os_errors(what: str = "") -> Iterator[None]:
         raise UsageError(f"{prefix}{describe_os_error(exc)}") from None
     except FolderRefused as exc:
         raise UsageError(f"{prefix}{exc}") from None
+
+
+def check_appendable(path: Path) -> None:
+    """``OSError`` naming ``path`` when it exists but could not be appended to in place (a link, a
+    hard link, a named pipe: :func:`~fusedce_profiler.instrument.confined.open_own_file`; a file
+    this user may not write). Nothing is written: a resumed run checks the file it will append to
+    before it changes anything else in the folder."""
+    from fusedce_profiler.instrument import confined
+
+    if os.path.lexists(path):
+        os.close(confined.open_own_file(path, os.O_WRONLY | os.O_APPEND, path))
 
 
 @contextlib.contextmanager

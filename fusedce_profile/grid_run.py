@@ -16,7 +16,7 @@ from rich.markup import escape
 from fusedce_profile import exit_codes
 from fusedce_profile.console import CellProgress, Printer, error, summary_tables
 from fusedce_profile.errors import UsageError
-from fusedce_profile.folders import describe_os_error, os_errors, report_errors
+from fusedce_profile.folders import check_appendable, describe_os_error, os_errors, report_errors
 from fusedce_profile.interruption import report_stopped
 from fusedce_profile.outcome import CommandOutcome
 from fusedce_profile.signals import interrupt_exit_code, signal_name
@@ -176,6 +176,7 @@ def run_grids(grids: Sequence[GridSpec], out_dir: Path, console: Console, *, res
             finished = {r.spec.key() for r in load_results(out_dir).records} if resume else set()
             if resume:
                 _check_same_plan(out_dir, planned, finished)
+                check_appendable(out_dir / store.RESULTS_FILE)  # before the plan is replaced
             save_plan(out_dir, planned)
         total = len({spec.key() for spec in planned} - finished)
         progress = CellProgress(console, total, out_dir)

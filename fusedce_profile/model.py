@@ -143,7 +143,7 @@ def model_command(*, out: str | Path | None = None, force: bool = False, resume:
     command line needs (a signal ends it with :attr:`CommandOutcome.stopped` set, not raised)."""
     plan = plan_model(**options)  # bad input refused before torch and matplotlib are imported
     from fusedce_profile.checks import nothing_measured
-    from fusedce_profile.folders import report_errors, run_folder
+    from fusedce_profile.folders import check_appendable, os_errors, report_errors, run_folder
     from fusedce_profile.interruption import interrupted_outcome, report_stopped
     from fusedce_profiler.instrument import store
     from fusedce_profiler.instrument.interruption import clear_interruption
@@ -167,6 +167,8 @@ def model_command(*, out: str | Path | None = None, force: bool = False, resume:
         done = {r.job.key(): r for r in load_model_results(out_dir).records} if resume else {}
         if resume:
             _check_same_plan(out_dir, plan.jobs, set(done))
+            with os_errors():
+                check_appendable(out_dir / store.MODEL_RESULTS_FILE)  # before the plan is replaced
         save_model_plan(out_dir, plan.jobs)
         clear_interruption(out_dir)
         if not done or not (out_dir / store.ENVIRONMENT_FILE).is_file():

@@ -176,3 +176,17 @@ def test_a_resume_with_other_options_is_refused_before_it_replaces_the_unfinishe
     same = _run([*TINY, "--tokens", "8,16", "--backend", "torch", "--resume", "--out", str(out)])
     assert same.exit_code == 0, same.output
     assert sorted(row.spec.tokens for row in _rows(out)) == [8, 16]
+
+
+def test_a_resume_whose_results_cannot_be_appended_to_leaves_the_plan_as_it_was(tmp_path):
+    """The results file is checked before the plan is replaced: a refused append (here a hard link)
+    left a plan of the new command's cells, and the folder read as another, cut, run."""
+    import os
+
+    out = tmp_path / "run"
+    assert _run([*TINY, "--tokens", "8", "--backend", "torch", "--out", str(out)]).exit_code == 0
+    plan = (out / "plan.json").read_text()
+    os.link(out / "results.jsonl", tmp_path / "elsewhere.jsonl")
+    refused = _run([*TINY, "--tokens", "8,16", "--backend", "torch", "--resume", "--out", str(out)])
+    assert refused.exit_code == 2 and "results.jsonl" in refused.output, refused.output
+    assert (out / "plan.json").read_text() == plan

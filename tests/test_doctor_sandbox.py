@@ -110,6 +110,27 @@ def test_a_loss_that_returns_no_scalar_fails_the_check_saying_what_it_returned(d
     assert check.endswith(said), check
 
 
+def test_a_page_that_cannot_be_written_keeps_the_checks_and_says_how_to_write_it(doctor, tmp_path, monkeypatch):
+    """A full disk at ``summary.md``: one line naming the page, that the checks are kept, and the
+    command that writes the page once that is mended; ``doctor.json`` stays."""
+    import errno
+
+    import fusedce_reports.doctor_report as pages
+
+    out = tmp_path / "d"
+
+    def full_disk(folder):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(folder / "summary.md"))
+
+    monkeypatch.setattr(pages, "write_doctor_report", full_disk)
+    result = doctor(*MODEL, "--loss", "tests.doctor_wrappers:correct", "--out", str(out))
+    assert result.returncode == 2, result
+    said = " ".join(_lines(result)[-1].split())
+    assert f"{out}/summary.md: No space left on device; the checks are kept in {out}: " \
+           f"`fusedce-profile report {out}` writes the report once that is mended" in said, said
+    assert json.loads((out / "doctor.json").read_text())["checks"]
+
+
 def test_a_loss_doctor_cannot_call_is_exit_2_in_one_line(doctor, tmp_path):
     result = doctor(*MODEL, "--loss", "tests.doctor_wrappers:four_required", "--out", str(tmp_path / "d"))
     assert result.returncode == 2, result

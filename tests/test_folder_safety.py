@@ -143,6 +143,20 @@ def test_the_recorder_refuses_the_folder_of_another_kind_of_run(tmp_path):
     assert _contents(tmp_path / "grid") == before
 
 
+def test_the_recorder_refuses_a_folder_inside_another_runs(tmp_path):
+    """A recording into ``GRID/plots/rec`` was taken; the grid's ``--force`` then removed it."""
+    before = _finished_run(tmp_path / "grid")
+    inner = tmp_path / "grid" / "plots" / "rec"
+    with pytest.warns(RuntimeWarning, match=rf"not recording into {inner}: {inner}: inside the folder of another run "
+                                            rf"\({tmp_path / 'grid'}, which holds "):
+        recorder = StepRecorder(WrappedHeadLM(), inner, steps=(0,), trace=False)
+    model = recorder.model
+    with recorder.step():
+        _loss(model, _batch(0)).backward()
+    recorder.close()
+    assert not recorder.enabled and not inner.exists() and _contents(tmp_path / "grid") == before
+
+
 # --- a run inside another run's folder --------------------------------------------------------
 
 def test_out_inside_another_runs_folder_is_refused(tmp_path):

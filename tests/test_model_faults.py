@@ -294,6 +294,13 @@ def test_a_model_resume_with_other_options_is_refused_before_it_drops_the_unfini
     assert len(json.loads((out / "model_plan.json").read_text())["jobs"]) == 2  # nothing replaced
     assert (out / "model_results.jsonl").read_text() == rows
 
+    os.link(out / "model_results.jsonl", tmp_path / "elsewhere.jsonl")  # an append would be refused: checked first
+    linked = runner.invoke(app, [*args, "--batch", "1", "--backend", "torch", "--backend", "fusedce",
+                                  "--backend", "torch-compile", "--resume"])
+    assert linked.exit_code == 2 and "model_results.jsonl" in linked.output, linked.output
+    assert len(json.loads((out / "model_plan.json").read_text())["jobs"]) == 2  # nothing replaced
+    os.unlink(tmp_path / "elsewhere.jsonl")
+
     same = runner.invoke(app, [*args, "--batch", "1", "--backend", "torch", "--backend", "fusedce", "--resume"])
     assert same.exit_code == 0, same.output
     stored = [json.loads(line)["job"]["backend"] for line in (out / "model_results.jsonl").read_text().splitlines()]

@@ -4,7 +4,10 @@ A run folder holds one run: a command continuing a run (``--resume``) or a recor
 a folder refuses one that holds another kind's records, which it would otherwise write beside
 (and whose report it would replace).
 
-Public API: :data:`KIND_RECORDS`, :func:`other_kind`, :func:`a_kind`.
+A folder nested in a run's folder is refused too (by every command's ``--out`` and by the
+recorder): the outer run's ``--force`` would remove it.
+
+Public API: :data:`KIND_RECORDS`, :data:`RUN_RECORDS`, :func:`other_kind`, :func:`enclosing_run`, :func:`a_kind`.
 """
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ import os
 from pathlib import Path
 
 from fusedce_profiler.instrument import store
+from fusedce_profiler.instrument.interruption import INTERRUPTED_FILE
 
 KIND_RECORDS = {"grid": (store.RESULTS_FILE, store.PLAN_FILE), "model": (store.MODEL_RESULTS_FILE, store.FIT_FILE, store.MODEL_PLAN_FILE),
                 "parity": (store.PARITY_FILE,), "doctor": (store.DOCTOR_FILE,),
@@ -20,12 +24,27 @@ KIND_RECORDS = {"grid": (store.RESULTS_FILE, store.PLAN_FILE), "model": (store.M
 are every kind's)."""
 
 
+RUN_RECORDS = tuple(record for records in KIND_RECORDS.values() for record in records) + (store.ENVIRONMENT_FILE,
+                                                                                        INTERRUPTED_FILE)
+"""The files that make a folder a run's, of any kind: one of them is written as soon as a run starts."""
+
+
 def other_kind(folder: Path, kind: str) -> tuple[str, str] | None:
     """``(kind, record)`` of a run of another kind than ``kind`` whose record ``folder`` holds."""
     for other, records in KIND_RECORDS.items():
         for record in records:
             if other != kind and os.path.lexists(folder / record):
                 return other, record
+    return None
+
+
+def enclosing_run(folder: Path) -> tuple[Path, str] | None:
+    """``(outer, record)`` of the nearest folder above ``folder`` (its links resolved) that holds a
+    run's record (:data:`RUN_RECORDS`): a run or recording inside it would be removed by its ``--force``."""
+    for outer in Path(os.path.realpath(folder)).parents:
+        for record in RUN_RECORDS:
+            if os.path.lexists(outer / record):
+                return outer, record
     return None
 
 

@@ -2,7 +2,8 @@
 
 :func:`take_folder` checks and locks it before the first step: never a symbolic link (nor its
 ``snapshots/``, which replacing a recording empties), never another kind of run's folder (whose
-summary and environment a recording would replace), a recording already there replaced only
+summary and environment a recording would replace) nor a folder inside a run's (whose ``--force``
+would remove it), a recording already there replaced only
 with ``force`` and added to only with ``append``.
 
 Public API: :func:`take_folder`.
@@ -14,7 +15,7 @@ from pathlib import Path
 
 from fusedce_profiler.instrument import confined, store
 from fusedce_profiler.instrument.confined import FolderRefused, refuse_linked_folder
-from fusedce_profiler.instrument.kinds import a_kind, other_kind
+from fusedce_profiler.instrument.kinds import a_kind, enclosing_run, other_kind
 
 
 def _refuse_unless_a_recording(steps: Path) -> None:
@@ -42,6 +43,10 @@ def take_folder(out: Path, *, force: bool, append: bool) -> store.RunLock:
     if other is not None:
         raise FolderRefused(f"{out}: the folder of {a_kind(other[0])} run ({other[1]}); a recording "
                             "goes into a folder of its own")
+    outer = enclosing_run(out)
+    if outer is not None:
+        raise FolderRefused(f"{out}: inside the folder of another run ({outer[0]}, which holds {outer[1]}; its "
+                            "--force would remove the recording); a recording goes into a folder of its own")
     existing = out / store.RECORDED_STEPS_FILE
     _refuse_unless_a_recording(existing)
     if os.path.lexists(existing) and append:
