@@ -102,8 +102,9 @@ def _doctor_reply(raw: object):
 
 def _factory_source(model: str, preset, config, head, tied, device: str, timeout_s: float, memory_limit_gb: float,
                     log_dir: Path) -> dict:
-    """The ``--model`` factory's source as a dict (:meth:`~fusedce_profiler.instrument.models.source.ModelSource.to_dict`),
-    its shapes and parameter count read by calling the factory in a worker of its own
+    """The ``--model`` factory's source as a dict
+    (:meth:`~fusedce_profiler.instrument.models.source.ModelSource.to_dict`), its shapes and
+    parameter count read by calling the factory in a worker of its own
     (:func:`~fusedce_profiler.instrument.models.factory.describe_factory`, under ``timeout_s`` and the
     memory limit); a factory that fails there raises :class:`UserCodeFailed`."""
     from fusedce_profile.sources import model_source

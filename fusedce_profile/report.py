@@ -163,7 +163,7 @@ def report_command(run_dir: str | Path, *, console: Console | None = None) -> Co
         raise UsageError("DIR: expected the folder a run wrote, got None")
     if not run_dir.is_dir():
         raise UsageError(f"{run_dir}: not a folder ({_RUN_KINDS})")
-    if not any(store.present(run_dir / name) for name in _record_files()):  # before its lock: a stranger's .lock is theirs
+    if not any(store.present(run_dir / name) for name in _record_files()):  # before its lock: a stranger's is theirs
         raise _no_records(run_dir)
     rebuilt, placed, lines = None, None, _HeldLines()
     try:

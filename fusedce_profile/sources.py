@@ -36,7 +36,8 @@ def model_source(preset: str | None, config: str | Path | None, hf: str | None, 
 
     A ``user_model`` factory is called once here, in a worker under ``factory_timeout`` seconds
     (default :data:`~fusedce_profiler.instrument.models.factory.FACTORY_TIMEOUT_S`) and a memory
-    guard (``memory_bytes``; default half the machine's memory), its log in ``log_dir``, for its shapes and real parameter count: a factory that fails raises
+    guard (``memory_bytes``; default half the machine's memory), its log in ``log_dir``, for its
+    shapes and real parameter count: a factory that fails raises
     :class:`~fusedce_profiler.instrument.models.factory.FactoryFailed` (one line naming it), one
     that cannot be called as documented :class:`~fusedce_profile.errors.UsageError`."""
     arguments.model_options(preset, config, hf, user_model, head)
