@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import os
 import stat
 from collections.abc import Callable
@@ -302,42 +303,58 @@ def explain_plan(plan: Plan, *, out: str | Path = "fusedce-explain", resume: boo
 
     out = arguments.path(out, "--out")
     out.mkdir(parents=True, exist_ok=True)
-    if resume:
-        _check_same_model(out, plan)
     run = ExplainRun(plan.obs, plan.source, plan.base, plan.families, plan.batches, out, on_gpu=plan.on_gpu,
                      confirm=plan.confirm, stand_in=plan.stand_in, progress=progress)
     with os_errors():  # a steps file that cannot be appended to; a step that cannot be stored (a full disk)
-        runner = _Runner(StepStore(out / STEPS_FILE, plan.cache, resume), out / "logs")
+        steps = StepStore(out / STEPS_FILE, plan.cache, resume)
+        if resume:
+            _check_same_model(out, plan, steps)
+        runner = _Runner(steps, out / "logs")
         try:
             return run.execute(runner.run)
         finally:
             runner.close()
 
 
-def _check_same_model(folder: Path, plan: Plan) -> None:
-    """``UsageError`` when ``--resume`` would measure another model than the folder's explanation
-    did (its model, device, precision or fused back-end): none of the folder's steps would be
-    reused, and its explanation would be replaced by one of another question. Other readings and
-    other statements about the run (batch, attention, …) are allowed: the steps are reused and
-    judged anew. A folder without a readable explanation (stopped before one was stored) is taken
-    as it is: its steps are reused where their jobs match."""
-    import json
+def _measured_model(job) -> object:
+    """What a calibration step measured but for what the families vary (tie, T, attention, …): the
+    model's shapes and source, the device and the precision, as JSON values."""
+    source = job.source
+    if source is not None and source.get("kind") == "hf":
+        source = {**source, "hf_config": {k: v for k, v in source["hf_config"].items() if k != "tie_word_embeddings"}}
+    config = {k: v for k, v in job.config.to_dict().items() if k != "tie_word_embeddings"}
+    return json.loads(json.dumps([config, source, job.device, job.mode]))
 
+
+def _check_same_model(folder: Path, plan: Plan, steps: StepStore) -> None:
+    """``UsageError`` when ``--resume`` would measure another model than the folder's run did (its
+    model, device, precision or fused back-end): none of the folder's steps would be reused, and its
+    explanation would be replaced by one of another question. Other readings and other statements
+    about the run (batch, attention, …) are allowed: the steps are reused and judged anew. Told by
+    the folder's explanation, or, where none was stored (a run killed before it), by its own steps."""
     from fusedce_profiler.instrument import store
     from fusedce_profiler.judgements.explain.records import load_explanation
 
-    if not store.present(folder / store.EXPLAIN_FILE):
-        return
-    try:
-        stored = load_explanation(folder)
-    except ValueError:  # unreadable: replaced by this run's
-        return
-    before = (json.loads(json.dumps(stored.source)), stored.device, stored.observation.mode,
-              stored.observation.fused_backend)
-    now = (json.loads(json.dumps(plan.source.to_dict())), plan.base.device, plan.obs.mode, plan.obs.fused_backend)
-    changed = [name for name, a, b in zip(("model", "device", "--mode", "--fused-backend"), before, now) if a != b]
+    stored = None
+    if store.present(folder / store.EXPLAIN_FILE):
+        try:
+            stored = load_explanation(folder)
+        except ValueError:  # unreadable: replaced by this run's; its steps tell
+            stored = None
+    if stored is not None:
+        before = (json.loads(json.dumps(stored.source)), stored.device, stored.observation.mode,
+                  stored.observation.fused_backend)
+        now = (json.loads(json.dumps(plan.source.to_dict())), plan.base.device, plan.obs.mode,
+               plan.obs.fused_backend)
+        changed = [name for name, a, b in zip(("model", "device", "--mode", "--fused-backend"), before, now)
+                   if a != b]
+    else:
+        jobs = [steps.results[key].job for key in steps.own]
+        changed = [name for name, differs in (
+            ("model, device or --mode", any(_measured_model(job) != _measured_model(plan.base) for job in jobs)),
+            ("--fused-backend", any(job.backend not in ("torch", plan.obs.fused_backend) for job in jobs))) if differs]
     if changed:
-        raise UsageError(f"--resume: the explanation in {one_line(folder)} was measured with another "
+        raise UsageError(f"--resume: the run in {one_line(folder)} was measured with another "
                          f"{' and '.join(changed)}; give the same model options (other readings are judged anew on "
                          "its steps), or --force to start again")
 

@@ -218,12 +218,17 @@ def held_for_report(run_dir: Path) -> Iterator[None]:
         with os_errors():
             lock = store.RunLock(run_dir).acquire()
     except store.FolderInUse as exc:
-        raise UsageError(f"{exc.folder} is in use by {exc.holder}: a run is still writing into it; "
-                         "report it once that run has finished") from None
+        raise in_use_for_report(exc.folder, exc.holder) from None
     try:
         yield
     finally:
         lock.release()
+
+
+def in_use_for_report(folder: Path, holder: str) -> UsageError:
+    """The refusal of a report of ``folder``, which the live run ``holder`` is writing."""
+    return UsageError(f"{folder} is in use by {holder}: a run is still writing into it; report it once that run "
+                      "has finished")
 
 
 @contextlib.contextmanager

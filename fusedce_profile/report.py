@@ -20,10 +20,11 @@ from rich.console import Console
 
 from fusedce_profile import arguments, exit_codes
 from fusedce_profile.errors import UsageError
-from fusedce_profile.folders import held_for_report, os_errors
+from fusedce_profile.folders import held_for_report, in_use_for_report, os_errors
 from fusedce_profile.outcome import CommandOutcome
 from fusedce_profile.signals import interrupt_exit_code, signal_name
 from fusedce_profiler.instrument.text import one_line
+from fusedce_profiler.instrument.runlock import live_holder
 
 if TYPE_CHECKING:
     from fusedce_profile.console import Printer
@@ -164,7 +165,8 @@ def report_command(run_dir: str | Path, *, console: Console | None = None) -> Co
     if not run_dir.is_dir():
         raise UsageError(f"{run_dir}: not a folder ({_RUN_KINDS})")
     if not any(store.present(run_dir / name) for name in _record_files()):  # before its lock: a stranger's is theirs
-        raise _no_records(run_dir)
+        holder = live_holder(run_dir)  # a run that has not stored its first record yet (doctor, explain)
+        raise _no_records(run_dir) if holder is None else in_use_for_report(run_dir, holder)
     rebuilt, placed, lines = None, None, _HeldLines()
     try:
         with held_for_report(run_dir), os_errors():  # a write that fails leaves the old report as it was

@@ -81,7 +81,8 @@ def test_a_loss_that_allocates_without_end_is_stopped_by_the_memory_guard(doctor
 
 
 @pytest.mark.parametrize("factory, said", [("tests.doctor_models:factory_raises", "RuntimeError: the factory's own bug"),
-                                           ("tests.doctor_models:factory_exits", "called sys.exit(0)")])
+                                           ("tests.doctor_models:factory_exits", "called sys.exit(0)"),
+                                           ("tests.doctor_models:exits_on_meta", "called sys.exit(0)")])
 def test_a_factory_that_fails_gives_one_line_naming_it_and_exit_1(doctor, tmp_path, factory, said):
     result = doctor("--model", factory, "--loss", "tests.doctor_wrappers:correct", "--device", "cpu",
                      "--out", str(tmp_path / "d"))

@@ -237,6 +237,13 @@ def test_resume_with_another_model_is_refused_before_any_step_and_other_readings
         with pytest.raises(UsageError, match=f"was measured with {said}; give the same model options"):
             explain(**{**args, **other}, out=out, resume=True)
         assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
+    # a run killed before it stored an explanation: its steps (here torch's only) tell what it measured
+    explanation = (out / "explain.json").read_bytes()
+    (out / "explain.json").unlink()
+    for other, said in ((dict(mode="fp32"), r"another model, device or --mode"), (dict(preset="gpt2"), "another model")):
+        with pytest.raises(UsageError, match=f"was measured with {said}"):
+            explain(**{**args, **other}, out=out, resume=True)
+    (out / "explain.json").write_bytes(explanation)
     kept = (out / STEPS_FILE).read_text().splitlines()
     resumed = explain(**{**args, "naive": 3.3}, out=out, resume=True)
     assert not resumed.interrupted and (out / STEPS_FILE).read_text().splitlines()[:len(kept)] == kept

@@ -203,3 +203,21 @@ def test_a_process_forked_while_the_lock_is_held_does_not_keep_it(tmp_path):
     finally:
         os.kill(child, signal.SIGKILL)
         os.waitpid(child, 0)
+
+
+def test_report_of_a_folder_a_live_run_holds_before_its_first_record_names_the_holder(tmp_path):
+    """A live doctor or explain stores its first record late: ``report`` of its folder said "no
+    results.jsonl, … here" instead of naming the run that holds it."""
+    from fusedce_profile.errors import UsageError
+    from fusedce_profile.report import report_command
+
+    folder = tmp_path / "d"
+    folder.mkdir()
+    lock = store.RunLock(folder).acquire()
+    try:
+        with pytest.raises(UsageError, match=f"is in use by pid {os.getpid()}.*: a run is still writing into it"):
+            report_command(folder)
+    finally:
+        lock.release()
+    with pytest.raises(UsageError, match="no results.jsonl, .* here"):
+        report_command(folder)

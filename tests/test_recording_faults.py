@@ -265,9 +265,16 @@ def test_a_trainer_step_that_raises_is_ended_once_train_has_ended_and_a_new_trai
 
     with pytest.raises(ValueError, match="the user's bug"):
         train(LM(fail_at=2), tmp_path / "second")
+    assert not _recording_is_off()
+    with torch.no_grad(), pytest.warns(RuntimeWarning, match="step 1 is not recorded: the training loop"):
+        plain(torch.randn(2, 4))  # inference only, on another model: the loop's end is seen there too
+    assert _recording_is_off() and not (tmp_path / "second" / store.LOCK_FILE).exists()
+
+    with pytest.raises(ValueError, match="the user's bug"):
+        train(LM(fail_at=2), tmp_path / "third")
     train(LM(fail_at=None), tmp_path / "retry")  # a new Trainer and callback: the stale step gives way
     assert (tmp_path / "retry" / "recorded_steps.jsonl").is_file() and _recording_is_off()
-    assert not (tmp_path / "second" / store.LOCK_FILE).exists()
+    assert not (tmp_path / "third" / store.LOCK_FILE).exists()
 
 
 def test_a_process_that_exits_inside_a_recorded_step_ends_it_and_leaves_no_lock(tmp_path):
@@ -309,3 +316,27 @@ def test_a_run_folder_moved_mid_run_is_never_written_through_its_path(tmp_path, 
             _loss(model, _batch(1)).backward()
     recorder.close()
     assert not any(path.is_file() for path in elsewhere.rglob("*")), sorted(elsewhere.rglob("*"))
+
+
+def test_a_training_loop_run_in_a_thread_is_seen_alive_from_another_and_ended_once_left():
+    """A ``train()`` run in a thread of its own (a UI, a pool), asked about from another thread: alive
+    while that thread is inside it, ended once the thread has left it (the probe answered "alive"
+    from any other thread, so a step begun there was never found stale)."""
+    import threading
+
+    from fusedce_profiler.instrument.recording.holder import loop_probe
+
+    inside, leave, probes = threading.Event(), threading.Event(), []
+
+    def train():
+        probes.append(loop_probe(__name__, "train"))
+        inside.set()
+        leave.wait(30)
+
+    worker = threading.Thread(target=train)
+    worker.start()
+    assert inside.wait(30)
+    assert probes[0] is not None and probes[0]() is True
+    leave.set()
+    worker.join(30)
+    assert probes[0]() is False

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from fusedce_profiler.instrument import template
+from fusedce_profiler.instrument import startup_hooks, template
 from fusedce_profiler.instrument.lifetime import MARK_VARIABLE
 from fusedce_profiler.instrument.worker import Worker, WorkerDied
 
@@ -115,6 +115,19 @@ def test_a_killed_template_is_replaced(tmp_path):
         assert template.template_pids() != killed and second.call("environment", {}, 60)["python"]
 
 
+def test_a_worker_that_stops_its_template_is_closed_and_the_template_replaced(tmp_path):
+    """A job that sends SIGSTOP to its parent stops the template, which then reaps no worker and sends
+    no status: closing that worker waited for one and ended the command in a traceback."""
+    with Worker(tmp_path / "logs") as first:
+        first.wait_ready()
+        stopped = template.template_pids()
+        os.kill(stopped[0], signal.SIGSTOP)
+    assert first._process.returncode is not None and not _live(stopped[0])
+    with Worker(tmp_path / "logs") as second:
+        assert isinstance(second._process, template.ForkedProcess) and template.template_pids() != stopped
+        assert second.call("environment", {}, 60)["python"]
+
+
 def test_the_variables_a_start_reads_are_told_by_name():
     env = {"PYTHONHASHSEED": "1", "PYTHONPATH": "x", "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "2",
            "TORCH_LOGS": "+dynamo", "CUDA_VISIBLE_DEVICES": "0", "FX_HANG_MARK": "m", "HOME": "/h"}
@@ -151,20 +164,29 @@ def test_a_pythonpath_with_a_start_up_hook_starts_the_worker_fresh(tmp_path):
         assert isinstance(worker._process, subprocess.Popen)
 
 
-def test_a_start_up_hook_this_process_ran_itself_does_not_start_workers_fresh(tmp_path, monkeypatch):
+def test_a_start_up_hook_of_the_python_installation_does_not_start_workers_fresh(tmp_path, monkeypatch):
     """A distribution's own ``sitecustomize`` (Debian's, in the standard library's folder) runs in every
-    interpreter, the template's included: a worker whose path reaches it is forked (a GPU machine's
-    Python has one: every worker started fresh there)."""
+    interpreter of that Python, the template's included: a worker whose path reaches it is forked (a GPU
+    machine's Python has one: every worker started fresh there). A hook in any other folder of the
+    path starts the worker fresh, even one this process ran itself: it runs once per interpreter."""
     import types
 
     hook = tmp_path / "sitecustomize.py"
     hook.write_text("")
-    monkeypatch.setitem(sys.modules, "sitecustomize", types.SimpleNamespace(__file__=str(hook)))
-    assert template._startup_hooks(f"{tmp_path}{os.pathsep}/nowhere") == []
+    monkeypatch.setattr(startup_hooks, "interpreter_folders", lambda: {os.path.realpath(tmp_path)})
+    assert startup_hooks.startup_hooks(f"{tmp_path}{os.pathsep}/nowhere") == []
     other = tmp_path / "other"
     other.mkdir()
     (other / "sitecustomize.py").write_text("")
-    assert template._startup_hooks(f"{other}{os.pathsep}{tmp_path}") == [str(other / "sitecustomize.py")]
+    monkeypatch.setitem(sys.modules, "sitecustomize", types.SimpleNamespace(__file__=str(other / "sitecustomize.py")))
+    assert startup_hooks.startup_hooks(f"{other}{os.pathsep}{tmp_path}") == [str(other / "sitecustomize.py")]
+
+
+def test_the_python_installations_folders_are_its_standard_library_and_site_packages():
+    import sysconfig
+
+    assert os.path.realpath(sysconfig.get_paths()["stdlib"]) in startup_hooks.interpreter_folders()
+    assert os.path.realpath(sysconfig.get_paths()["purelib"]) in startup_hooks.interpreter_folders()
 
 
 def test_threads_that_start_workers_at_once_each_get_their_own(tmp_path):

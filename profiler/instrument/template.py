@@ -20,7 +20,8 @@ which ends when the parent does; its reaper waits on the parent's life pipe and 
 
 **When a worker starts fresh instead.** Not on Linux; ``FUSEDCE_WORKER_TEMPLATE=0``; a template
 that failed to start (a process starts at most :data:`MAX_STARTS`); a ``PYTHONPATH`` holding a
-start-up hook (``sitecustomize.py``, ``usercustomize.py``), which a fresh interpreter runs. A worker
+start-up hook (``sitecustomize.py``, ``usercustomize.py``) other than the Python installation's own,
+which a fresh interpreter runs (:mod:`~fusedce_profiler.instrument.startup_hooks`). A worker
 is forked only from a template whose environment equals its own in every variable read when an interpreter, torch,
 Triton or a maths library starts (:func:`import_time_variables`: those would not take effect in
 an interpreter that has already started); a process keeps a template for each of at most
@@ -47,6 +48,7 @@ import threading
 import time
 
 from fusedce_profiler.instrument.lifetime import MARK_PLACEHOLDER, MARK_VARIABLE
+from fusedce_profiler.instrument.startup_hooks import startup_hooks
 
 SWITCH = "FUSEDCE_WORKER_TEMPLATE"
 """``0`` in the environment: every worker starts as a fresh interpreter."""
@@ -80,6 +82,10 @@ class ForkedProcess:
         deadline = None if timeout is None else time.monotonic() + timeout
         while self.poll() is None:
             if deadline is not None and time.monotonic() >= deadline:
+                if self._template.stopped():  # a job stopped it (SIGSTOP to its parent): no status comes
+                    template_failed(self._template)  # killed, and replaced for the next worker
+                    deadline = time.monotonic() + 1.0  # for init to reap the worker it left
+                    continue
                 raise subprocess.TimeoutExpired(f"worker {self.pid}", timeout)
             time.sleep(0.01)
         return self.returncode
@@ -189,12 +195,21 @@ class _Template:
             self._drain()
             return not self.running
 
+    def stopped(self) -> bool:
+        """Whether the template is stopped (``SIGSTOP`` from one of its workers: it reaps none)."""
+        try:
+            with open(f"/proc/{self.process.pid}/stat") as stat:
+                return stat.read().rpartition(")")[2].split()[0] in ("T", "t")
+        except (OSError, IndexError):
+            return False
+
     def close(self) -> None:
         self.socket.close()
+        self.ended = True  # its workers' statuses come no more: one gone counts as killed
         try:
             self.process.wait(timeout=5)
         except subprocess.TimeoutExpired:
-            self.process.kill()
+            self.process.kill()  # ends a stopped one too
             self.process.wait()
 
 
@@ -220,7 +235,7 @@ def template_for(env: dict) -> _Template | None:
         _TEMPLATES.clear()
         _OWNER, _starts = os.getpid(), 0
     if (env.get(SWITCH, os.environ.get(SWITCH)) == "0" or sys.platform != "linux"
-            or _startup_hooks(env.get("PYTHONPATH", ""))):
+            or startup_hooks(env.get("PYTHONPATH", ""))):
         return None
     with _CHOOSING:
         return _chosen(frozenset(import_time_variables(env).items()), env)
@@ -252,21 +267,6 @@ def template_failed(template: _Template) -> None:
         for key in [key for key, kept in _TEMPLATES.items() if kept is template]:
             del _TEMPLATES[key]
     template.close()
-
-
-def _startup_hooks(path: str) -> list[str]:
-    """The start-up hooks (``sitecustomize.py``, ``usercustomize.py``) an interpreter given ``path`` (a
-    ``PYTHONPATH``) would run — the first of each name along it — other than the ones this process
-    ran itself (a distribution's own, such as Debian's ``sitecustomize``, runs in every interpreter,
-    the template's included): a worker given another starts fresh, so that the hook runs in it."""
-    found = []
-    for name in ("sitecustomize", "usercustomize"):
-        first = next((os.path.join(folder, f"{name}.py") for folder in path.split(os.pathsep)
-                      if folder and os.path.isfile(os.path.join(folder, f"{name}.py"))), None)
-        ran = getattr(sys.modules.get(name), "__file__", None)
-        if first is not None and (ran is None or os.path.realpath(first) != os.path.realpath(ran)):
-            found.append(first)
-    return found
 
 
 def template_pids() -> list[int]:

@@ -361,7 +361,10 @@ class Worker:
                 os.killpg(self._process.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 self._process.kill()
-            self._process.wait(timeout=10)
+            try:
+                self._process.wait(timeout=10)
+            except subprocess.TimeoutExpired:  # killed, but not reaped yet by whoever is its parent
+                pass
         else:  # the child is gone; helpers it started in its session (and its reaper) go too
             try:
                 os.killpg(self._process.pid, signal.SIGKILL)

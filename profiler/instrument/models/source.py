@@ -320,11 +320,17 @@ class UserSource(ModelSource):
 
     def _infer_config(self) -> ModelConfig:
         """V and H from the located head (built on the meta device when the factory allows it);
-        layers and heads from the given config, else counted from the module tree."""
+        layers and heads from the given config, else counted from the module tree.
+
+        A factory that fails on the meta device with an exception (one that needs real tensors:
+        ``.item()``, a loaded checkpoint) is called a second time, on the CPU; one that ends itself
+        there (``sys.exit``, ``KeyboardInterrupt``) or cannot be called as documented is not."""
         try:
             with torch.device("meta"):
                 module = self._make()
-        except Exception:  # a factory that insists on real tensors: build it on the CPU
+        except FactoryRaised as failed:
+            if not isinstance(failed.__cause__, Exception):  # its own end (sys.exit): never a reason to retry
+                raise
             module = self._make()
         head = locate_head(module, vocab=self.given.vocab_size if self.given else None, head_path=self.head_path)
         self._parameters = sum(p.numel() for p in module.parameters())  # parameters() yields a shared one once

@@ -70,9 +70,10 @@ def _close_at_exit() -> None:
 def loop_probe(module_prefix: str, function: str) -> Callable[[], bool] | None:
     """Whether the call of ``function`` (defined in a module whose name begins with
     ``module_prefix``) that runs now, the outermost on this thread's stack, still runs: the probe
-    answers ``True`` while that frame is on the stack of the thread calling it, and ``True`` on
-    another thread (a hook run by ``DataParallel``'s threads cannot tell). ``None`` when no such
-    call runs now. The probe holds that frame until it is dropped."""
+    answers ``True`` while that frame is on the stack of the thread that began it, asked from any
+    thread (a hook run by ``DataParallel``'s threads, a training loop run in a thread of its own),
+    and ``False`` once that thread has left it or ended. ``None`` when no such call runs now. The
+    probe holds that frame until it is dropped."""
     frame, owner = sys._getframe(1), None
     while frame is not None:
         if frame.f_code.co_name == function and str(frame.f_globals.get("__name__", "")).startswith(module_prefix):
@@ -83,9 +84,7 @@ def loop_probe(module_prefix: str, function: str) -> Callable[[], bool] | None:
     thread = threading.get_ident()
 
     def alive() -> bool:
-        if threading.get_ident() != thread:
-            return True
-        here = sys._getframe(1)
+        here = sys._getframe(1) if threading.get_ident() == thread else sys._current_frames().get(thread)
         while here is not None:
             if here is owner:
                 return True

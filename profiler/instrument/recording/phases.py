@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 import torch
 from torch import nn
+from torch.nn.modules.module import register_module_forward_pre_hook
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from fusedce_profiler.instrument.models.head import Head
@@ -162,6 +163,12 @@ class StepRecording:
             if kwargs.get("closure") is None and not (args and callable(args[0])):
                 self.mark("optimizer")
         self.handles.append(register_optimizer_step_pre_hook(on_optimizer))
+        if self.alive is not None and self.ended_if_stale is not None:
+            # begun by an integration's loop: any module's call (inference on another model, generation)
+            # tells whether that loop has ended without ending the step
+            def on_any_module(*_):
+                self.ended_if_stale()
+            self.handles.append(register_module_forward_pre_hook(on_any_module))
         self._wrap(torch.Tensor, "backward")
         self._wrap(torch.autograd, "backward")
 
