@@ -6,6 +6,7 @@ import errno
 import os
 import subprocess
 import sys
+import time
 import types
 
 import pytest
@@ -266,6 +267,9 @@ def test_a_trainer_step_that_raises_is_ended_once_train_has_ended_and_a_new_trai
     with pytest.raises(ValueError, match="the user's bug"):
         train(LM(fail_at=2), tmp_path / "second")
     assert not _recording_is_off()
+    from fusedce_profiler.instrument.recording.phases import WATCH_S
+
+    time.sleep(3 * WATCH_S)  # the step's watch sees its loop ended
     with torch.no_grad(), pytest.warns(RuntimeWarning, match="step 1 is not recorded: the training loop"):
         plain(torch.randn(2, 4))  # inference only, on another model: the loop's end is seen there too
     assert _recording_is_off() and not (tmp_path / "second" / store.LOCK_FILE).exists()
@@ -340,3 +344,27 @@ def test_a_training_loop_run_in_a_thread_is_seen_alive_from_another_and_ended_on
     leave.set()
     worker.join(30)
     assert probes[0]() is False
+
+
+def test_the_global_hook_that_ends_a_stale_step_is_added_only_once_its_loop_has_ended():
+    """While the loop that began a step runs, no hook is added to every module's call (a compiled
+    model's step would break its graph at each); once the loop has ended without ending the step,
+    one is, and it goes with the step's other hooks."""
+    from torch.nn.modules import module as modules
+
+    from fusedce_profiler.instrument.recording.phases import WATCH_S, StepRecording
+
+    running, ended = [True], []
+    rec = StepRecording(0, device=torch.device("cpu"), shape=None, begin=lambda r: None, end=lambda r, ok: None)
+    rec.alive, rec.ended_if_stale = (lambda: running[0]), (lambda: ended.append(True) or True)
+    before = dict(modules._global_forward_pre_hooks)
+    rec._watch_loop()
+    time.sleep(3 * WATCH_S)
+    assert modules._global_forward_pre_hooks == before
+    running[0] = False
+    time.sleep(3 * WATCH_S)
+    assert len(modules._global_forward_pre_hooks) == len(before) + 1
+    torch.nn.Linear(2, 2)(torch.randn(1, 2))  # the next call of any module asks the recorder to end the step
+    assert ended
+    rec.remove_hooks()
+    assert modules._global_forward_pre_hooks == before

@@ -12,6 +12,8 @@ decides which steps get one and starts, ends and writes it.
 """
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable
 
 import torch
@@ -88,6 +90,10 @@ class SharedProfilerMeter(MemoryMeter):
 
 # --- one recorded step -----------------------------------------------------------------------
 
+WATCH_S = 0.5
+"""How often a step begun by an integration's loop asks whether that loop has ended without it."""
+
+
 class StepRecording:
     """The hooks, meter, tracer and snapshot of one recorded step (see the module docstring)."""
 
@@ -99,6 +105,7 @@ class StepRecording:
         self._begin, self._end = begin, end
         self.marked: list[str] = []
         self.handles: list = []
+        self._hooks_lock, self._hooks_removed = threading.RLock(), False  # the stale-step watch's (_watch_loop)
         self.patched: list[tuple[object, str, object]] = []
         self.head_called = False
         self.autocast: str | None = None
@@ -164,11 +171,7 @@ class StepRecording:
                 self.mark("optimizer")
         self.handles.append(register_optimizer_step_pre_hook(on_optimizer))
         if self.alive is not None and self.ended_if_stale is not None:
-            # begun by an integration's loop: any module's call (inference on another model, generation)
-            # tells whether that loop has ended without ending the step
-            def on_any_module(*_):
-                self.ended_if_stale()
-            self.handles.append(register_module_forward_pre_hook(on_any_module))
+            self._watch_loop()
         self._wrap(torch.Tensor, "backward")
         self._wrap(torch.autograd, "backward")
 
@@ -183,7 +186,29 @@ class StepRecording:
         setattr(owner, name, wrapped)
         self.patched.append((owner, name, original))
 
+    def _watch_loop(self) -> None:
+        """Once the loop that began this step has ended without ending it (an exception its caller
+        caught), the process's next call of any module ends it: inference on another model calls no
+        hook of the recorded model's. A thread asks every :data:`WATCH_S` seconds and adds that global
+        hook only then, so a step that goes as it should (a compiled model's too) runs without it."""
+        def on_any_module(*_) -> None:  # a forward pre-hook: what it returns would replace the input
+            self.ended_if_stale()
+
+        def watch() -> None:
+            while True:
+                time.sleep(WATCH_S)
+                with self._hooks_lock:
+                    if self._hooks_removed:
+                        return
+                    if not self.alive():
+                        self.handles.append(register_module_forward_pre_hook(on_any_module))
+                        return
+
+        threading.Thread(target=watch, name="fusedce-stale-step", daemon=True).start()
+
     def remove_hooks(self) -> None:
+        with self._hooks_lock:
+            self._hooks_removed = True
         for handle in self.handles:
             handle.remove()
         self.handles.clear()
