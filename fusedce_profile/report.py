@@ -24,6 +24,7 @@ from fusedce_profile.folders import held_for_report, in_use_for_report, os_error
 from fusedce_profile.outcome import CommandOutcome
 from fusedce_profile.signals import interrupt_exit_code, signal_name
 from fusedce_profiler.instrument.text import one_line
+from fusedce_profiler.instrument.kinds import RESULT_RECORDS
 from fusedce_profiler.instrument.runlock import live_holder
 
 if TYPE_CHECKING:
@@ -136,16 +137,8 @@ _RUN_KINDS = "give the folder a grid, model, parity, doctor, explain or recorded
 """The hint of both refusals of a folder that holds no run."""
 
 
-def _record_files() -> tuple[str, ...]:
-    """The stored records one of which makes a folder a run's, one per kind of run (:data:`_RUN_KINDS`)."""
-    from fusedce_profiler.instrument import store
-
-    return (store.RESULTS_FILE, store.MODEL_RESULTS_FILE, store.PARITY_FILE, store.DOCTOR_FILE,
-            store.EXPLAIN_FILE, store.RECORDED_STEPS_FILE)
-
-
 def _no_records(run_dir: Path) -> UsageError:
-    *most, last = _record_files()
+    *most, last = RESULT_RECORDS
     return UsageError(f"{run_dir}: no {', '.join(most)} or {last} here ({_RUN_KINDS})")
 
 
@@ -164,7 +157,7 @@ def report_command(run_dir: str | Path, *, console: Console | None = None) -> Co
         raise UsageError("DIR: expected the folder a run wrote, got None")
     if not run_dir.is_dir():
         raise UsageError(f"{run_dir}: not a folder ({_RUN_KINDS})")
-    if not any(store.present(run_dir / name) for name in _record_files()):  # before its lock: a stranger's is theirs
+    if not any(store.present(run_dir / name) for name in RESULT_RECORDS):  # before its lock: a stranger's is theirs
         holder = live_holder(run_dir)  # a run that has not stored its first record yet (doctor, explain)
         raise _no_records(run_dir) if holder is None else in_use_for_report(run_dir, holder)
     rebuilt, placed, lines = None, None, _HeldLines()

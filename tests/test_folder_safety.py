@@ -167,6 +167,23 @@ def test_out_inside_another_runs_folder_is_refused(tmp_path):
     assert not (tmp_path / "run" / "plots").exists()
 
 
+def test_a_project_folder_holding_a_file_of_a_records_name_is_no_run_folder(tmp_path):
+    """A project's own ``plan.json`` or ``environment.json`` at its root refused every run and
+    recording below it, though ``report`` of it said it held no run; a live run's lock still counts."""
+    project = tmp_path / "proj"
+    (project / "runs").mkdir(parents=True)
+    (project / "plan.json").write_text("{}")
+    (project / "environment.json").write_text("{}")
+    assert prepare_out_dir(project / "runs" / "g1", force=False, resume=False).is_dir()
+    live = store.RunLock(tmp_path / "live").acquire() if (tmp_path / "live").mkdir() is None else None
+    try:
+        with pytest.raises(OutputDirError, match=r"inside the folder of another run \(.*live, which holds the lock "
+                                                  r"of a live run, pid"):
+            prepare_out_dir(tmp_path / "live" / "inner", force=False, resume=False)
+    finally:
+        live.release()
+
+
 def test_the_python_doctor_prepares_its_folder_as_every_command_does(tmp_path):
     """``fusedce_profile.doctor(out=RUN/logs/inner)`` was accepted (its own folder code knew links only)."""
     from fusedce_profile import doctor

@@ -159,11 +159,11 @@ def test_killing_a_workers_tree_kills_each_process_group_found_whole(tmp_path):
             time.sleep(60)
             os._exit(0)
         member = int(os.read(read, 32))
-        lifetime._children_of = lambda pid: [leader] if pid == os.getpid() and lifetime._state(leader) != "Z" else []
+        lifetime._children_of = lambda pid: [leader] if pid == os.getpid() and lifetime.process_state(leader) != "Z" else []
         lifetime.kill_tree(os.getpid(), spare=-1)
         time.sleep(0.2)
-        print(lifetime._state(member) in ("", "Z"))
-        if lifetime._state(member) not in ("", "Z"):
+        print(lifetime.process_state(member) in ("", "Z"))
+        if lifetime.process_state(member) not in ("", "Z"):
             os.kill(member, 9)
     ''')
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)

@@ -255,6 +255,7 @@ def test_a_trainer_step_that_raises_is_ended_once_train_has_ended_and_a_new_trai
                                               disable_tqdm=True)
         callback = StepRecorderCallback(steps=(1,), out=out, trace=False, snapshot=False)
         transformers.Trainer(model=model, args=args, train_dataset=Rows(), callbacks=[callback]).train()
+        return callback
 
     with pytest.raises(ValueError, match="the user's bug"):
         train(LM(fail_at=2), tmp_path / "first")
@@ -276,8 +277,9 @@ def test_a_trainer_step_that_raises_is_ended_once_train_has_ended_and_a_new_trai
 
     with pytest.raises(ValueError, match="the user's bug"):
         train(LM(fail_at=2), tmp_path / "third")
-    train(LM(fail_at=None), tmp_path / "retry")  # a new Trainer and callback: the stale step gives way
+    kept = train(LM(fail_at=None), tmp_path / "retry")  # a new Trainer and callback: the stale step gives way
     assert (tmp_path / "retry" / "recorded_steps.jsonl").is_file() and _recording_is_off()
+    assert kept.recorder.loop_alive is None  # a callback kept by the user holds no frame of the ended train()
     assert not (tmp_path / "third" / store.LOCK_FILE).exists()
 
 
@@ -366,5 +368,12 @@ def test_the_global_hook_that_ends_a_stale_step_is_added_only_once_its_loop_has_
     assert len(modules._global_forward_pre_hooks) == len(before) + 1
     torch.nn.Linear(2, 2)(torch.randn(1, 2))  # the next call of any module asks the recorder to end the step
     assert ended
+
+    def warned_as_error():  # python -W error: the recorder's warning raised, after it ended the step
+        ended.append(True)
+        raise RuntimeWarning("fusedce-profile: step 0 is not recorded")
+
+    rec.ended_if_stale = warned_as_error
+    assert torch.nn.Linear(2, 2)(torch.randn(1, 2)).shape == (1, 2) and len(ended) == 2  # the user's call goes on
     rec.remove_hooks()
     assert modules._global_forward_pre_hooks == before

@@ -7,7 +7,9 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 
@@ -135,23 +137,39 @@ def test_the_variables_a_start_reads_are_told_by_name():
                                                   "TORCH_LOGS": "+dynamo", "CUDA_VISIBLE_DEVICES": "0"}
 
 
-def test_the_template_ends_when_its_parent_does_kill_9_included(tmp_path):
-    logs = f"Path({str(tmp_path)!r}) / 'logs'"
-    code = ("import os, sys, time; from pathlib import Path; from fusedce_profiler.instrument.worker import Worker;"
-            f"w = Worker({logs}); w.wait_ready(); v = Worker({logs});"
-            "v.wait_ready(); from fusedce_profiler.instrument import template;"
-            "print(*[t.process.pid for t in template._TEMPLATES.values()], w.pid, v.pid, flush=True); time.sleep(600)")
+def _left_by_a_killed_parent(code: str, count: int) -> list[int]:
+    """Run ``code`` (which prints ``count`` pids, then sleeps) in a process, ``kill -9`` it, and
+    return those of the pids still alive 30 s later."""
     parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         pids = [int(p) for p in parent.stdout.readline().split()]
-        assert len(pids) == 3
+        assert len(pids) == count
     finally:
         parent.kill()
         parent.wait()
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and any(_live(p) for p in pids):
         time.sleep(0.1)
-    assert not [p for p in pids if _live(p)]
+    return [p for p in pids if _live(p)]
+
+
+def test_the_template_ends_when_its_parent_does_kill_9_included(tmp_path):
+    logs = f"Path({str(tmp_path)!r}) / 'logs'"
+    code = ("import os, sys, time; from pathlib import Path; from fusedce_profiler.instrument.worker import Worker;"
+            f"w = Worker({logs}); w.wait_ready(); v = Worker({logs});"
+            "v.wait_ready(); from fusedce_profiler.instrument import template;"
+            "print(*[t.process.pid for t in template._TEMPLATES.values()], w.pid, v.pid, flush=True); time.sleep(600)")
+    assert _left_by_a_killed_parent(code, 3) == []
+
+
+def test_a_template_a_job_stopped_ends_when_its_parent_is_killed(tmp_path):
+    """Stopped (``SIGSTOP`` from a job), the template notices neither its parent's end nor its
+    socket's: a ``kill -9`` of the parent left it stopped for good. The worker's reaper ends it."""
+    logs = f"Path({str(tmp_path)!r}) / 'logs'"
+    code = ("import os, signal, time; from pathlib import Path; from fusedce_profiler.instrument.worker import Worker;"
+            f"w = Worker({logs}); w.wait_ready(); from fusedce_profiler.instrument import template;"
+            "t = template.template_pids()[0]; os.kill(t, signal.SIGSTOP); print(t, w.pid, flush=True); time.sleep(600)")
+    assert _left_by_a_killed_parent(code, 2) == []
 
 
 def test_a_pythonpath_with_a_start_up_hook_starts_the_worker_fresh(tmp_path):
@@ -180,6 +198,15 @@ def test_a_start_up_hook_of_the_python_installation_does_not_start_workers_fresh
     (other / "sitecustomize.py").write_text("")
     monkeypatch.setitem(sys.modules, "sitecustomize", types.SimpleNamespace(__file__=str(other / "sitecustomize.py")))
     assert startup_hooks.startup_hooks(f"{other}{os.pathsep}{tmp_path}") == [str(other / "sitecustomize.py")]
+
+
+def test_a_start_up_hook_is_found_as_the_import_system_finds_it():
+    """A package, and an empty entry (the current folder), as a fresh interpreter would import them."""
+    package = Path(tempfile.mkdtemp()) / "pkg" / "sitecustomize"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    assert startup_hooks.startup_hooks(str(package.parent)) == [str(package / "__init__.py")]
+    assert startup_hooks.startup_hooks(f"{os.pathsep}/nowhere") == []  # (the test's current folder has none)
 
 
 def test_the_python_installations_folders_are_its_standard_library_and_site_packages():

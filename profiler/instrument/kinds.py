@@ -7,7 +7,7 @@ a folder refuses one that holds another kind's records, which it would otherwise
 A folder nested in a run's folder is refused too (by every command's ``--out`` and by the
 recorder): the outer run's ``--force`` would remove it.
 
-Public API: :data:`KIND_RECORDS`, :data:`RUN_RECORDS`, :func:`other_kind`, :func:`enclosing_run`, :func:`a_kind`.
+Public API: :data:`KIND_RECORDS`, :data:`RUN_RECORDS`, :data:`RESULT_RECORDS`, :func:`other_kind`, :func:`enclosing_run`, :func:`a_kind`.
 """
 from __future__ import annotations
 
@@ -38,13 +38,26 @@ def other_kind(folder: Path, kind: str) -> tuple[str, str] | None:
     return None
 
 
+RESULT_RECORDS = (store.RESULTS_FILE, store.MODEL_RESULTS_FILE, store.PARITY_FILE, store.DOCTOR_FILE,
+                  store.EXPLAIN_FILE, store.RECORDED_STEPS_FILE)
+"""The records ``report`` reads, one per kind of run: a folder holding one is a run's folder."""
+
+
 def enclosing_run(folder: Path) -> tuple[Path, str] | None:
-    """``(outer, record)`` of the nearest folder above ``folder`` (its links resolved) that holds a
-    run's record (:data:`RUN_RECORDS`): a run or recording inside it would be removed by its ``--force``."""
+    """``(outer, what)`` of the nearest folder above ``folder`` (its links resolved) that is a run's:
+    it holds one of :data:`RESULT_RECORDS`, or a live run holds its lock (one that has stored no
+    result yet). A run or recording inside it would be removed by its ``--force``. A project folder
+    that only happens to hold a file of another record's name (a ``plan.json``, an
+    ``environment.json``) is none."""
+    from fusedce_profiler.instrument.runlock import live_holder
+
     for outer in Path(os.path.realpath(folder)).parents:
-        for record in RUN_RECORDS:
+        for record in RESULT_RECORDS:
             if os.path.lexists(outer / record):
                 return outer, record
+        holder = live_holder(outer) if os.path.lexists(outer / store.LOCK_FILE) else None
+        if holder is not None:
+            return outer, f"the lock of a live run, {holder}"
     return None
 
 

@@ -134,7 +134,7 @@ def _children_of(pid: int) -> list[int]:
     return found
 
 
-def _state(pid: int) -> str:
+def process_state(pid: int) -> str:
     """The state letter of ``pid`` (``R``, ``S``, ``Z``…), ``""`` when it is gone."""
     try:
         with open(f"/proc/{pid}/stat") as fh:
@@ -171,7 +171,7 @@ def kill_tree(root: int, spare: int) -> None:
     held. Called by ``root`` itself, its exited children are reaped after each walk (a worker busy
     in a job reaps none: a fork loop leaves it thousands of zombies)."""
     own_group = _group(root)
-    _stop_then_kill(lambda: [pid for pid in _descendants(root, {spare}) if _state(pid) not in ("Z", "X", "")],
+    _stop_then_kill(lambda: [pid for pid in _descendants(root, {spare}) if process_state(pid) not in ("Z", "X", "")],
                     quiet_walks=_QUIET_WALKS, walks=1000, pause_s=0.0005,
                     grouped=lambda pid: _group(pid) not in (own_group, 0),
                     after_walk=_reap if root == os.getpid() else None)
@@ -245,7 +245,7 @@ def _marked(entry: bytes, since: int | None) -> list[int]:
     passed over: reading its environment could wait as long as it does."""
     found, uid = [], os.getuid()
     for name in os.listdir("/proc"):
-        if not name.isdigit() or _state(int(name)) in ("D", "Z", "X", ""):
+        if not name.isdigit() or process_state(int(name)) in ("D", "Z", "X", ""):
             continue
         try:
             if os.stat(f"/proc/{name}").st_uid != uid:  # root reads everyone's environment: only its own
@@ -311,11 +311,24 @@ def _reap() -> None:
             return
 
 
+def _end_stopped_template(pid: int) -> None:
+    """Kill ``pid`` when it is a worker template (the worker's parent when it was forked from one)
+    that a job stopped (``SIGSTOP``): stopped, it notices neither its parent's end nor its socket's."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            words = cmdline.read().split(b"\0")
+    except OSError:
+        return
+    if b"fusedce_profiler.instrument.worker_child" in words and b"template" in words \
+            and process_state(pid) in ("T", "t"):
+        _signal(os.kill, pid)
+
+
 def start_reaper(life_fd: int) -> int:
     """Fork the reaper: it waits for the parent's end of the life pipe to close, then kills every
     process under the worker and the worker's process group (see the module docstring). Forked
     before anything is imported or threaded. Returns its pid."""
-    worker = os.getpid()
+    worker, parent = os.getpid(), os.getppid()
     pid = os.fork()
     if pid == 0:
         try:
@@ -324,6 +337,7 @@ def start_reaper(life_fd: int) -> int:
             while os.read(life_fd, 1):
                 pass
             kill_tree(worker, spare=os.getpid())
+            _end_stopped_template(parent)
             if _OWN_MARK:
                 kill_marked(_OWN_MARK, spare={worker}, since=started(worker))
         finally:

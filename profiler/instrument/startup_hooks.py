@@ -25,16 +25,24 @@ def interpreter_folders() -> set[str]:
 
 
 def startup_hooks(path: str) -> list[str]:
-    """The start-up hooks (``sitecustomize.py``, ``usercustomize.py``) an interpreter given ``path`` (a
-    ``PYTHONPATH``) would run — the first of each name along it — other than a hook of the Python
-    installation itself (:func:`interpreter_folders`): a worker given another starts fresh, so that
-    the hook runs in it, once, as it would in a fresh interpreter (in a forked worker it would only
-    have run in the template)."""
+    """The start-up hooks (``sitecustomize``, ``usercustomize``: a module, a package, compiled or not)
+    an interpreter given ``path`` (a ``PYTHONPATH``) would import — the first of each name along it,
+    found as the import system finds it — other than a hook of the Python installation itself
+    (:func:`interpreter_folders`): a worker given another starts fresh, so that the hook runs in it,
+    once, as it would in a fresh interpreter (in a forked worker it would only have run in the
+    template). An empty entry is the current folder, as for an interpreter."""
+    from importlib.machinery import PathFinder
+
     own = interpreter_folders()
+    folders = [folder or os.getcwd() for folder in path.split(os.pathsep)] if path else []
     found = []
     for name in ("sitecustomize", "usercustomize"):
-        first = next((os.path.join(folder, f"{name}.py") for folder in path.split(os.pathsep)
-                      if folder and os.path.isfile(os.path.join(folder, f"{name}.py"))), None)
-        if first is not None and os.path.realpath(os.path.dirname(first)) not in own:
-            found.append(first)
+        spec = PathFinder.find_spec(name, folders)
+        if spec is None or not spec.has_location or spec.origin is None:
+            continue
+        home = os.path.dirname(spec.origin)
+        if spec.submodule_search_locations:  # a package: the folder that holds it
+            home = os.path.dirname(home)
+        if os.path.realpath(home) not in own:
+            found.append(spec.origin)
     return found

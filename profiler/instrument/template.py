@@ -47,7 +47,7 @@ import sys
 import threading
 import time
 
-from fusedce_profiler.instrument.lifetime import MARK_PLACEHOLDER, MARK_VARIABLE
+from fusedce_profiler.instrument.lifetime import MARK_PLACEHOLDER, MARK_VARIABLE, process_state
 from fusedce_profiler.instrument.startup_hooks import startup_hooks
 
 SWITCH = "FUSEDCE_WORKER_TEMPLATE"
@@ -197,11 +197,7 @@ class _Template:
 
     def stopped(self) -> bool:
         """Whether the template is stopped (``SIGSTOP`` from one of its workers: it reaps none)."""
-        try:
-            with open(f"/proc/{self.process.pid}/stat") as stat:
-                return stat.read().rpartition(")")[2].split()[0] in ("T", "t")
-        except (OSError, IndexError):
-            return False
+        return process_state(self.process.pid) in ("T", "t")
 
     def close(self) -> None:
         self.socket.close()

@@ -192,7 +192,10 @@ class StepRecording:
         hook of the recorded model's. A thread asks every :data:`WATCH_S` seconds and adds that global
         hook only then, so a step that goes as it should (a compiled model's too) runs without it."""
         def on_any_module(*_) -> None:  # a forward pre-hook: what it returns would replace the input
-            self.ended_if_stale()
+            try:
+                self.ended_if_stale()
+            except Warning:  # its warning taken as an error (-W error): the step is ended; the call goes on
+                pass
 
         def watch() -> None:
             while True:

@@ -93,8 +93,7 @@ class StepRecorder:
     def __init__(self, model: nn.Module, out: str | Path, *, steps: Iterable[int] = (2,), label: str = "",
                  fused: bool | None = None, head: str | None = None, vocab: int | None = None,
                  batch: int | None = None, seq: int | None = None, trace: bool = True, snapshot: bool = True,
-                 force: bool = False, append: bool = False,
-                 on_record: Callable[[Path], None] | None = None) -> None:
+                 force: bool = False, append: bool = False, on_record: Callable[[Path], None] | None = None) -> None:
         if not isinstance(model, nn.Module):  # refused before the folder is made: the loop would fail at its step
             raise ValueError(f"model: expected the torch.nn.Module being trained, got {type(model).__name__}")
         self.model = model
@@ -134,6 +133,7 @@ class StepRecorder:
         if self._lock is not None:
             self._lock.release()
             self._lock = None
+        self.loop_alive = None  # the probe holds the loop's frame, and with it every caller's locals
         holder.closed(self)
 
     def unreached(self) -> list[int]:
@@ -298,10 +298,11 @@ class StepRecorder:
 
     def end_stale(self) -> None:
         """End a stale step unrecorded and release the folder: its loop will never end it."""
-        warnings.warn(f"fusedce-profile: step {self._active.index} is not recorded: the training loop that began it "
-                      f"ended (an exception left it); {one_line(self.out)} is released", RuntimeWarning, stacklevel=3)
-        self.abort()
+        index = self._active.index
+        self.abort()  # first: a warning taken as an error (-W error) must not leave the step open
         self.close()
+        warnings.warn(f"fusedce-profile: step {index} is not recorded: the training loop that began it ended (an "
+                      f"exception left it); {one_line(self.out)} is released", RuntimeWarning, stacklevel=3)
 
     def _ended_if_stale(self) -> bool:
         return self.stale() and (self.end_stale() or True)  # a stale step ended: True
