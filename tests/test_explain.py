@@ -240,7 +240,8 @@ def test_resume_with_another_model_is_refused_before_any_step_and_other_readings
     # a run killed before it stored an explanation: its steps (here torch's only) tell what it measured
     explanation = (out / "explain.json").read_bytes()
     (out / "explain.json").unlink()
-    for other, said in ((dict(mode="fp32"), r"another model, device or --mode"), (dict(preset="gpt2"), "another model")):
+    for other, said in ((dict(mode="fp32"), r"another model, device or --mode"),
+                        (dict(preset="gpt2"), "another model")):
         with pytest.raises(UsageError, match=f"was measured with {said}"):
             explain(**{**args, **other}, out=out, resume=True)
     (out / "explain.json").write_bytes(explanation)

@@ -159,7 +159,8 @@ def test_killing_a_workers_tree_kills_each_process_group_found_whole(tmp_path):
             time.sleep(60)
             os._exit(0)
         member = int(os.read(read, 32))
-        lifetime._children_of = lambda pid: [leader] if pid == os.getpid() and lifetime.process_state(leader) != "Z" else []
+        lifetime._children_of = lambda pid: ([leader] if pid == os.getpid() and lifetime.process_state(leader) != "Z"
+                                             else [])
         lifetime.kill_tree(os.getpid(), spare=-1)
         time.sleep(0.2)
         print(lifetime.process_state(member) in ("", "Z"))

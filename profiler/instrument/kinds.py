@@ -7,7 +7,8 @@ a folder refuses one that holds another kind's records, which it would otherwise
 A folder nested in a run's folder is refused too (by every command's ``--out`` and by the
 recorder): the outer run's ``--force`` would remove it.
 
-Public API: :data:`KIND_RECORDS`, :data:`RUN_RECORDS`, :data:`RESULT_RECORDS`, :func:`other_kind`, :func:`enclosing_run`, :func:`a_kind`.
+Public API: :data:`KIND_RECORDS`, :data:`RUN_RECORDS`, :data:`RESULT_RECORDS`, :func:`other_kind`,
+:func:`enclosing_run`, :func:`a_kind`.
 """
 from __future__ import annotations
 
