@@ -336,8 +336,8 @@ def start_reaper(life_fd: int) -> int:
             os.closerange(life_fd + 1, 1 << 16)
             while os.read(life_fd, 1):
                 pass
+            _end_stopped_template(parent)  # before the walk, which stops what it finds (and may stop it too)
             kill_tree(worker, spare=os.getpid())
-            _end_stopped_template(parent)
             if _OWN_MARK:
                 kill_marked(_OWN_MARK, spare={worker}, since=started(worker))
         finally:
