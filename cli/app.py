@@ -179,9 +179,10 @@ def env(as_json: JsonOption = False) -> None:
     make_console(to_stderr=False).print("\n".join(environment_lines(environment)), markup=False)
 
 
-#: What an output that cannot take the command line's printing fails with: full, a closed pipe, gone, would block.
 _MPLCONFIGDIR_GIVEN = os.environ.get("MPLCONFIGDIR")
 """The user's matplotlib folder, read before matplotlib is imported (it sets the variable to a folder of its own)."""
+
+#: What an output that cannot take the command line's printing fails with: full, a closed pipe, gone, would block.
 _OUTPUT_LOST = (errno.ENOSPC, errno.EPIPE, errno.EIO, errno.EAGAIN, errno.EBADF)
 
 _SHORT_OPTION = {"ignore_index": "ignore", "label_smoothing": "smoothing", "reduction=sum": "sum",

@@ -349,9 +349,9 @@ def _check_same_model(folder: Path, plan: Plan, steps: StepStore) -> None:
         changed = [name for name, a, b in zip(("model", "device", "--mode", "--fused-backend"), before, now)
                    if a != b]
     else:
-        jobs = [steps.results[key].job for key in steps.own]
+        jobs, measuring = [steps.results[key].job for key in steps.own], _measured_model(plan.base)
         changed = [name for name, differs in (
-            ("model, device or --mode", any(_measured_model(job) != _measured_model(plan.base) for job in jobs)),
+            ("model, device or --mode", any(_measured_model(job) != measuring for job in jobs)),
             ("--fused-backend", any(job.backend not in ("torch", plan.obs.fused_backend) for job in jobs))) if differs]
     if changed:
         raise UsageError(f"--resume: the run in {one_line(folder)} was measured with another "

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from fusedce_profiler.instrument import store
 from fusedce_profiler.instrument.interruption import INTERRUPTED_FILE
+from fusedce_profiler.instrument.runlock import live_holder
 
 KIND_RECORDS = {"grid": (store.RESULTS_FILE, store.PLAN_FILE), "model": (store.MODEL_RESULTS_FILE, store.FIT_FILE, store.MODEL_PLAN_FILE),
                 "parity": (store.PARITY_FILE,), "doctor": (store.DOCTOR_FILE,),
@@ -50,8 +51,6 @@ def enclosing_run(folder: Path) -> tuple[Path, str] | None:
     result yet). A run or recording inside it would be removed by its ``--force``. A project folder
     that only happens to hold a file of another record's name (a ``plan.json``, an
     ``environment.json``) is none."""
-    from fusedce_profiler.instrument.runlock import live_holder
-
     for outer in Path(os.path.realpath(folder)).parents:
         for record in RESULT_RECORDS:
             if os.path.lexists(outer / record):

@@ -143,6 +143,11 @@ def process_state(pid: int) -> str:
         return ""
 
 
+def stopped(pid: int) -> bool:
+    """Whether ``pid`` is stopped (``SIGSTOP``, or stopped under a tracer): it acts on nothing."""
+    return process_state(pid) in ("T", "t")
+
+
 def _descendants(root: int, skip: set[int]) -> list[int]:
     """Every process under ``root`` (its children, theirs, ...), those in ``skip`` and their subtrees left out."""
     tree, frontier, found = [], [root], set(skip) | {root}
@@ -319,8 +324,7 @@ def _end_stopped_template(pid: int) -> None:
             words = cmdline.read().split(b"\0")
     except OSError:
         return
-    if b"fusedce_profiler.instrument.worker_child" in words and b"template" in words \
-            and process_state(pid) in ("T", "t"):
+    if b"fusedce_profiler.instrument.worker_child" in words and b"template" in words and stopped(pid):
         _signal(os.kill, pid)
 
 

@@ -47,7 +47,7 @@ import sys
 import threading
 import time
 
-from fusedce_profiler.instrument.lifetime import MARK_PLACEHOLDER, MARK_VARIABLE, process_state
+from fusedce_profiler.instrument.lifetime import MARK_PLACEHOLDER, MARK_VARIABLE, stopped
 from fusedce_profiler.instrument.startup_hooks import startup_hooks
 
 SWITCH = "FUSEDCE_WORKER_TEMPLATE"
@@ -197,7 +197,7 @@ class _Template:
 
     def stopped(self) -> bool:
         """Whether the template is stopped (``SIGSTOP`` from one of its workers: it reaps none)."""
-        return process_state(self.process.pid) in ("T", "t")
+        return stopped(self.process.pid)
 
     def close(self) -> None:
         self.socket.close()
