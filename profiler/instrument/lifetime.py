@@ -160,23 +160,31 @@ def _descendants(root: int, skip: set[int]) -> list[int]:
 
 
 _QUIET_WALKS = 5
-"""Walks in a row that must find nothing new before the tree counts as held: /proc's lists of
-children, read while processes come and go, can miss one in a walk."""
+"""Walks in a row that must find no process not seen before the tree counts as held: /proc's lists
+of children, read while processes come and go, can miss one in a walk."""
 
 
 def kill_tree(root: int, spare: int) -> None:
     """SIGKILL every process under ``root`` (``root`` itself and ``spare`` left alive).
 
     Each process found is first *stopped* (SIGSTOP: a stopped process cannot fork), its process
-    group with it, and the tree walked again until :data:`_QUIET_WALKS` walks in a row find none
-    alive and not yet stopped (at most 1,000 walks); then every one is killed, with its group.
+    group with it, and the tree walked again until :data:`_QUIET_WALKS` walks in a row find no
+    process not seen before (at most 1,000 walks); then every one is killed, with its group.
     ``root``, a child subreaper, adopts the children of each process that exits, so a daemon that
-    forks and lets its parent exit over and over (whatever its session or group) stays under it:
-    a walk (tens of microseconds) is quicker than a fork, so the chase ends with the whole tree
-    held. Called by ``root`` itself, its exited children are reaped after each walk (a worker busy
-    in a job reaps none: a fork loop leaves it thousands of zombies)."""
+    forks and lets its parent exit over and over (whatever its session or group) stays under it.
+
+    Why the chase ends with the tree held: a process is signalled as soon as a walk lists it, before
+    any of its state is read. One that forks before its SIGSTOP lands leaves a child with a pid never
+    seen, under it or (once it exits) under ``root``, so the next walk is not quiet. A zombie not seen
+    before counts as new too: it ran and exited unstopped, and may have forked. A walk that finds
+    nothing new therefore saw every process in the tree signalled before it could fork. (Pids are
+    handed out in turn, so a held one comes round to a new process only after tens of thousands of
+    forks, far longer than a chase.) A walk that dropped zombies, or read each process's state
+    before signalling it, would let a daemon that forks and exits every few hundred microseconds
+    look like an empty tree five walks in a row (one run in ten, measured). Called by ``root`` itself, its exited children are reaped after each
+    walk (a worker busy in a job reaps none: a fork loop leaves it thousands of zombies)."""
     own_group = _group(root)
-    _stop_then_kill(lambda: [pid for pid in _descendants(root, {spare}) if process_state(pid) not in ("Z", "X", "")],
+    _stop_then_kill(lambda: _descendants(root, {spare}),
                     quiet_walks=_QUIET_WALKS, walks=1000, pause_s=0.0005,
                     grouped=lambda pid: _group(pid) not in (own_group, 0),
                     after_walk=_reap if root == os.getpid() else None)
@@ -187,7 +195,7 @@ def _stop_then_kill(find: Callable[[], list[int]], *, quiet_walks: int, walks: i
                     after_walk: Callable[[], None] | None = None, hold: bool = True) -> None:
     """Stop every process ``find`` gives (and the process group of each for which ``grouped`` is
     true, whole at once: the kernel lets no member fork out of a group being signalled), calling
-    ``find`` again until ``quiet_walks`` calls in a row give none not yet stopped (at most
+    ``find`` again until ``quiet_walks`` calls in a row give no pid not given before (at most
     ``walks``, ``pause_s`` apart), then SIGKILL them all. The kill is in a ``finally``: whatever
     ends the chase (a second signal), nothing it stopped is left stopped. ``after_walk``: run after
     each call and after the kill (a root reaping its exited children).
@@ -212,13 +220,13 @@ def _stop_then_kill(find: Callable[[], list[int]], *, quiet_walks: int, walks: i
     try:
         for _ in range(walks):
             new = [pid for pid in find() if pid not in held]
+            for pid in new:  # first: each microsecond before the signal is one in which it may fork
+                _signal(os.kill, pid, signal.SIGSTOP if hold else signal.SIGKILL)
+            held.update(new)
             if grouped is not None:
                 groups.update(_group(pid) for pid in new if grouped(pid))
             for group in live_groups():
                 _signal(os.killpg, group, signal.SIGSTOP)
-            for pid in new:
-                _signal(os.kill, pid, signal.SIGSTOP if hold else signal.SIGKILL)
-            held.update(new)
             if after_walk is not None:
                 after_walk()
             quiet = 0 if new else quiet + 1
