@@ -139,8 +139,8 @@ def _check_same_plan(out_dir: Path, planned: list[CellSpec], finished: set[str])
     adds cells, or leaves out finished ones, is allowed."""
     try:
         stored = planned_cells(out_dir)
-    except ValueError:  # an unreadable plan is the report's to note; this run writes a new one
-        return
+    except ValueError as exc:  # what the first run set out to measure is unknown: replaced only when asked
+        raise UsageError(f"--resume: {one_line(exc)}; remove that file to resume with this command's grid") from None
     dropped = dropped_unfinished(stored, planned, finished)
     if dropped:
         raise UsageError(f"--resume: {one_line(out_dir)} holds a run planned with other cells ({len(dropped)} "

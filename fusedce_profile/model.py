@@ -222,8 +222,8 @@ def _check_same_plan(out_dir: Path, jobs: list, finished: set[str]) -> None:
 
     try:
         stored = planned_jobs(out_dir)
-    except ValueError:  # an unreadable plan is replaced by this run's
-        return
+    except ValueError as exc:  # what the first run set out to measure is unknown: replaced only when asked
+        raise UsageError(f"--resume: {one_line(exc)}; remove that file to resume with this command's jobs") from None
     dropped = dropped_unfinished(stored, jobs, finished)
     if dropped:
         job = dropped[0]

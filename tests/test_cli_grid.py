@@ -178,6 +178,23 @@ def test_a_resume_with_other_options_is_refused_before_it_replaces_the_unfinishe
     assert sorted(row.spec.tokens for row in _rows(out)) == [8, 16]
 
 
+def test_a_resume_of_a_folder_whose_plan_cannot_be_read_is_refused_until_that_file_is_removed(tmp_path):
+    """What the first run set out to measure is unknown: replacing its plan silently would let a resume
+    with other options leave that run unfinished, unnoticed."""
+    out = tmp_path / "run"
+    assert _run([*TINY, "--tokens", "8", "--backend", "torch", "--out", str(out)]).exit_code == 0
+    (out / "plan.json").write_text('{"cells": 7}')
+    refused = _run([*TINY, "--tokens", "8,16", "--backend", "torch", "--resume", "--out", str(out)])
+    assert refused.exit_code == 2, refused.output
+    assert (f"--resume: {out / 'plan.json'}: not a plan of cells (expected an object with a list of cells); remove "
+            "that file to resume with this command's grid") in " ".join(_plain(refused.output).split())
+    assert (out / "plan.json").read_text() == '{"cells": 7}'
+    (out / "plan.json").unlink()
+    again = _run([*TINY, "--tokens", "8,16", "--backend", "torch", "--resume", "--out", str(out)])
+    assert again.exit_code == 0, again.output
+    assert sorted(row.spec.tokens for row in _rows(out)) == [8, 16]
+
+
 def test_a_resume_whose_results_cannot_be_appended_to_leaves_the_plan_as_it_was(tmp_path):
     """The results file is checked before the plan is replaced: a refused append (here a hard link)
     left a plan of the new command's cells, and the folder read as another, cut, run."""

@@ -294,6 +294,14 @@ def test_a_model_resume_with_other_options_is_refused_before_it_drops_the_unfini
     assert len(json.loads((out / "model_plan.json").read_text())["jobs"]) == 2  # nothing replaced
     assert (out / "model_results.jsonl").read_text() == rows
 
+    plan_text = (out / "model_plan.json").read_text()
+    (out / "model_plan.json").write_text("[]")  # unreadable as a plan: what the first run planned is unknown
+    unknown = runner.invoke(app, [*args, "--batch", "2", "--backend", "torch", "--resume"])
+    assert unknown.exit_code == 2, unknown.output
+    assert (f"{out / 'model_plan.json'}: not a plan of jobs (expected an object with a list of jobs); remove that "
+            "file to resume with this command's jobs") in " ".join(_plain(unknown.output).split())
+    (out / "model_plan.json").write_text(plan_text)
+
     os.link(out / "model_results.jsonl", tmp_path / "elsewhere.jsonl")  # an append would be refused: checked first
     linked = runner.invoke(app, [*args, "--batch", "1", "--backend", "torch", "--backend", "fusedce",
                                   "--backend", "torch-compile", "--resume"])
