@@ -181,8 +181,9 @@ def kill_tree(root: int, spare: int) -> None:
     handed out in turn, so a held one comes round to a new process only after tens of thousands of
     forks, far longer than a chase.) A walk that dropped zombies, or read each process's state
     before signalling it, would let a daemon that forks and exits every few hundred microseconds
-    look like an empty tree five walks in a row (3 runs in 21, measured). Called by ``root`` itself, its exited children are reaped after each
-    walk (a worker busy in a job reaps none: a fork loop leaves it thousands of zombies)."""
+    look like an empty tree five walks in a row (3 runs in 21, measured). Called by ``root`` itself,
+    its exited children are reaped after each walk (a worker busy in a job reaps none: a fork loop
+    leaves it thousands of zombies)."""
     own_group = _group(root)
     _stop_then_kill(lambda: _descendants(root, {spare}),
                     quiet_walks=_QUIET_WALKS, walks=1000, pause_s=0.0005,
