@@ -218,44 +218,55 @@ def test_a_hugging_face_step_that_raises_ends_its_recording_at_the_next_step(tmp
     assert not (tmp_path / "out" / "fusedce-profile" / store.LOCK_FILE).exists()
 
 
+class _Rows(torch.utils.data.Dataset):
+    def __len__(self):
+        return 16
+
+    def __getitem__(self, i):
+        ids = torch.randint(0, 64, (8,), generator=torch.Generator().manual_seed(i))
+        return {"input_ids": ids, "labels": ids}
+
+
+class _FailingLM(torch.nn.Module):
+    """A language model whose ``fail_at``-th forward raises (the user's bug in a recorded step)."""
+
+    def __init__(self, fail_at: int | None):
+        super().__init__()
+        self.embed, self.lm_head = torch.nn.Embedding(64, 16), torch.nn.Linear(16, 64, bias=False)
+        self.calls, self.fail_at = 0, fail_at
+
+    def forward(self, input_ids, labels=None):
+        self.calls += 1
+        if self.calls == self.fail_at:
+            raise ValueError("the user's bug in the recorded step")
+        logits = self.lm_head(self.embed(input_ids))
+        return {"loss": torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten()), "logits": logits}
+
+
+def _hf_train(model, out, scratch):
+    """Three steps of a real ``transformers.Trainer`` with a callback recording step 1 into ``out``."""
+    transformers = pytest.importorskip("transformers")
+    from fusedce_profile.hf import StepRecorderCallback
+
+    args = transformers.TrainingArguments(output_dir=str(scratch / "hf"), max_steps=3, per_device_train_batch_size=4,
+                                          report_to=[], save_strategy="no", logging_strategy="no", use_cpu=True,
+                                          disable_tqdm=True)
+    callback = StepRecorderCallback(steps=(1,), out=out, trace=False, snapshot=False)
+    transformers.Trainer(model=model, args=args, train_dataset=_Rows(), callbacks=[callback]).train()
+    return callback
+
+
 def test_a_trainer_step_that_raises_is_ended_once_train_has_ended_and_a_new_trainer_records(tmp_path):
     """A real ``Trainer.train()`` that raises in its recorded step, the exception caught (a notebook, a
     retry loop): the step stayed open for the life of the process — ``Tensor.backward`` wrapped, the
     profiler on (every later backward profiled), the folder locked — and a new Trainer with a new
     callback recorded nothing ("another StepRecorder is recording"). The step knows its
     ``train()``: once that has ended, the process's next backward, or the next recorder, ends it."""
-    transformers = pytest.importorskip("transformers")
-    from fusedce_profile.hf import StepRecorderCallback
-
-    class Rows(torch.utils.data.Dataset):
-        def __len__(self):
-            return 16
-
-        def __getitem__(self, i):
-            ids = torch.randint(0, 64, (8,), generator=torch.Generator().manual_seed(i))
-            return {"input_ids": ids, "labels": ids}
-
-    class LM(torch.nn.Module):
-        def __init__(self, fail_at: int | None):
-            super().__init__()
-            self.embed, self.lm_head = torch.nn.Embedding(64, 16), torch.nn.Linear(16, 64, bias=False)
-            self.calls, self.fail_at = 0, fail_at
-
-        def forward(self, input_ids, labels=None):
-            self.calls += 1
-            if self.calls == self.fail_at:
-                raise ValueError("the user's bug in the recorded step")
-            logits = self.lm_head(self.embed(input_ids))
-            return {"loss": torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten()),
-                    "logits": logits}
+    pytest.importorskip("transformers")
+    LM = _FailingLM
 
     def train(model, out):
-        args = transformers.TrainingArguments(output_dir=str(tmp_path / "hf"), max_steps=3, per_device_train_batch_size=4,
-                                              report_to=[], save_strategy="no", logging_strategy="no", use_cpu=True,
-                                              disable_tqdm=True)
-        callback = StepRecorderCallback(steps=(1,), out=out, trace=False, snapshot=False)
-        transformers.Trainer(model=model, args=args, train_dataset=Rows(), callbacks=[callback]).train()
-        return callback
+        return _hf_train(model, out, tmp_path)
 
     with pytest.raises(ValueError, match="the user's bug"):
         train(LM(fail_at=2), tmp_path / "first")
@@ -281,6 +292,32 @@ def test_a_trainer_step_that_raises_is_ended_once_train_has_ended_and_a_new_trai
     assert (tmp_path / "retry" / "recorded_steps.jsonl").is_file() and _recording_is_off()
     assert kept.recorder.loop_alive is None  # a callback kept by the user holds no frame of the ended train()
     assert not (tmp_path / "third" / store.LOCK_FILE).exists()
+
+
+def test_a_stale_step_of_one_thread_ended_from_another_is_one_warning_and_the_retry_there_records(tmp_path):
+    """``train()`` raising in its recorded step in one thread, a retry with a new Trainer in another:
+    the retry's first backward ends the stale step. The profiler it ran belongs to the first thread,
+    so reading its events from the second failed, and a second warning ("CPU memory replay found
+    markers []") came before the one that says why the step is not recorded."""
+    import threading
+    import warnings
+
+    pytest.importorskip("transformers")
+
+    def first():
+        with pytest.raises(ValueError, match="the user's bug"):
+            _hf_train(_FailingLM(fail_at=2), tmp_path / "first", tmp_path)
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for target, args in [(first, ()), (_hf_train, (_FailingLM(None), tmp_path / "retry", tmp_path))]:
+            thread = threading.Thread(target=target, args=args)
+            thread.start()
+            thread.join(120)
+    ours = [str(w.message) for w in caught if str(w.message).startswith("fusedce-profile")]
+    assert len(ours) == 1 and "step 1 is not recorded: the training loop that began it ended" in ours[0], ours
+    assert (tmp_path / "retry" / "recorded_steps.jsonl").is_file() and _recording_is_off()
+    assert not (tmp_path / "first" / store.LOCK_FILE).exists()
 
 
 def test_a_process_that_exits_inside_a_recorded_step_ends_it_and_leaves_no_lock(tmp_path):

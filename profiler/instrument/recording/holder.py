@@ -10,12 +10,14 @@ that loop has ended. A stale step is ended unrecorded, and its folder released, 
 of it runs outside that loop (the next ``backward``, forward or optimizer step of the process) or
 another recorder wants to record. At exit every recorder still open is ended and closed.
 
-Public API: :func:`take`, :func:`release`, :func:`opened`, :func:`closed`, :func:`loop_probe`.
+Public API: :func:`take`, :func:`release`, :func:`opened`, :func:`closed`, :func:`loop_probe`,
+:func:`records_here`.
 """
 from __future__ import annotations
 
 import atexit
 import contextlib
+import os
 import sys
 import threading
 import weakref
@@ -24,6 +26,16 @@ from typing import Callable
 _ONE_RECORDING = threading.Lock()
 _holder: weakref.ref | None = None  # the recorder holding _ONE_RECORDING
 _OPEN: weakref.WeakSet = weakref.WeakSet()  # the recorders holding a folder's lock
+
+
+def records_here() -> bool:
+    """Whether this process records at all: on a distributed run only rank 0 does (the rank from
+    ``torch.distributed`` once initialised, else the launcher's ``RANK``)."""
+    import torch
+
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank() == 0
+    return os.environ.get("RANK", "0") == "0"
 
 
 def take(recorder) -> bool:

@@ -65,12 +65,6 @@ from fusedce_profiler.instrument.recording.records import EvalPass, RecordedStep
 NOOP = contextlib.nullcontext()
 
 
-def _is_rank_zero() -> bool:
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        return torch.distributed.get_rank() == 0
-    return os.environ.get("RANK", "0") == "0"
-
-
 class StepRecorder:
     """Record the named steps of a training loop into the run folder ``out``.
 
@@ -105,7 +99,7 @@ class StepRecorder:
         self.count = 0
         self.records: list[RecordedStep] = []
         self.passes: list[EvalPass] = []
-        self.enabled = _is_rank_zero()
+        self.enabled = holder.records_here()
         self._done: set[int] = set()
         self._active: StepRecording | None = None
         self._open_pass: EvalPass | None = None
@@ -339,6 +333,12 @@ class StepRecorder:
     def _abandon(self, rec: StepRecording, exc: BaseException) -> None:
         warnings.warn(f"fusedce-profile: step {rec.index} is not recorded: {what_it_raised(exc)}",
                       RuntimeWarning, stacklevel=4)
+        self._discard(rec, exc)
+
+    def _discard(self, rec: StepRecording, exc: BaseException) -> None:
+        """End ``rec`` without reading what it measured (each part told ``exc``, so none analyses):
+        a step that failed, or a stale one ended from another thread, whose profiler events that
+        thread cannot read."""
         rec.remove_hooks()
         for part in (rec.meter, rec.tracer):
             if part is not None:
@@ -353,6 +353,9 @@ class StepRecorder:
 
     def _end(self, rec: StepRecording, ok: bool) -> RecordedStep | None:
         if self._active is not rec:
+            return None
+        if not ok:
+            self._discard(rec, RuntimeError("the step was abandoned"))
             return None
         device = rec.device
         try:
@@ -370,10 +373,6 @@ class StepRecorder:
             self._active = None
             self._release_recording()
             self._done.add(rec.index)
-            if not ok:
-                if rec.snapshot is not None:
-                    torch.cuda.memory._record_memory_history(enabled=None)
-                return None
             record = build_record(self._subject(), rec, device, time_ms)
         except Exception as exc:  # noqa: BLE001
             self._abandon(rec, exc)
