@@ -47,8 +47,8 @@ def doctor(
     timeout: Annotated[float, typer.Option(
         "--timeout", help="Seconds your model factory and loss may take in all before the run is stopped.")] = 600.0,
     memory_limit: Annotated[Optional[float], typer.Option(
-        "--memory-limit", help="GiB of resident memory the worker running your code may use (default: 3/4 of the "
-                               "machine's).")] = None,
+        "--memory-limit", help="GiB of host memory the worker running your code, with any process it starts, may use "
+                               "(default: 3/4 of the machine's).")] = None,
     out: OutOption = None,
     force: ForceOption = False,
     as_json: JsonOption = False,

@@ -26,19 +26,34 @@ MEMORY_HOG = textwrap.dedent("""
 """)
 
 
-def test_a_grid_back_end_past_the_memory_guard_is_stopped_and_the_run_goes_on(tmp_path, monkeypatch):
-    """A back-end that allocates without bound was stopped only by the kernel's OOM killer."""
+CHILD_HOG = textwrap.dedent("""
+    import subprocess, sys
+
+    HOG = ("import time\\nheld = []\\nwhile len(held) * 32 < OWN_CAP_MIB:\\n"
+           "    held.append(b'\\\\x01' * (32 << 20))\\n    time.sleep(0.01)\\n")
+
+    def loss(hidden, weight, target, bias=None, **options):
+        # a helper process that holds touched memory, 32 MiB a step, up to OWN_CAP (then it ends)
+        subprocess.run([sys.executable, "-S", "-c", HOG], check=True)
+        raise RuntimeError("the memory hog's helper reached its own cap: nothing stopped it")
+""")
+
+
+@pytest.mark.parametrize("hog", [MEMORY_HOG, CHILD_HOG], ids=["in the worker", "in a process it starts"])
+def test_a_grid_back_end_past_the_memory_guard_is_stopped_and_the_run_goes_on(tmp_path, monkeypatch, hog):
+    """A back-end that allocates without bound was stopped only by the kernel's OOM killer; one whose
+    helper process did was not stopped at all (the guard read the worker's own memory)."""
     limit = 768 * MiB  # a CPU worker holds about 400 MiB before its first cell
-    (tmp_path / "audit_memory_hog.py").write_text(MEMORY_HOG.replace("OWN_CAP_MIB", str(2048)))
+    (tmp_path / "audit_memory_hog.py").write_text(hog.replace("OWN_CAP_MIB", str(2048)))
     monkeypatch.syspath_prepend(str(tmp_path))
     shape = dict(hidden=(32,), vocab=(256,), modes=("fp32",), device="cpu", warmup=0, repeats=1)
     grids = [GridSpec(tokens=(8,), backends=("torch", "audit_memory_hog:loss"), **shape),
              GridSpec(tokens=(16,), backends=("torch",), **shape)]
     run = run_grid(grids, tmp_path / "run", max_rss_bytes=limit)
     assert [r.status for r in run.results] == ["ok", "error", "ok"], [r.message for r in run.results]
-    hog = run.results[1]
-    assert hog.message.startswith("audit_memory_hog:loss grew past the memory limit of 0.75 GiB of host memory")
-    assert len(hog.message.splitlines()) == 1 and hog.log_path.startswith("logs/")
+    assert run.results[1].message.startswith("audit_memory_hog:loss grew past the memory limit of 0.75 GiB of host "
+                                             "memory (the worker's, with every process it started)")
+    assert len(run.results[1].message.splitlines()) == 1 and run.results[1].log_path.startswith("logs/")
 
 
 @pytest.mark.parametrize("device", ["cuda:0 " + "\x1b[2J" * 3 + "x" * 5000, "A\x1b]0;PWN\x07", "mps", "cuda:", "cuda:²",

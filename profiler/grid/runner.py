@@ -97,7 +97,7 @@ def _over_memory_message(backend: str, max_rss_bytes: int, log: str) -> str:
     """The message of a cell whose worker was stopped by the memory guard (``log``: its log, as named
     in the run folder)."""
     return (f"{backend} grew past the memory limit of {max_rss_bytes / 2**30:.3g} GiB of host memory "
-            f"(the worker's resident memory); the worker was stopped; log {log}")
+            f"(the worker's, with every process it started); the worker was stopped; log {log}")
 
 
 def _relative_paths(result: CellResult, out: Path) -> None:

@@ -148,7 +148,7 @@ def stopped(pid: int) -> bool:
     return process_state(pid) in ("T", "t")
 
 
-def _descendants(root: int, skip: set[int]) -> list[int]:
+def descendants(root: int, skip: set[int] = frozenset()) -> list[int]:
     """Every process under ``root`` (its children, theirs, ...), those in ``skip`` and their subtrees left out."""
     tree, frontier, found = [], [root], set(skip) | {root}
     while frontier:
@@ -185,7 +185,7 @@ def kill_tree(root: int, spare: int) -> None:
     its exited children are reaped after each walk (a worker busy in a job reaps none: a fork loop
     leaves it thousands of zombies)."""
     own_group = _group(root)
-    _stop_then_kill(lambda: _descendants(root, {spare}),
+    _stop_then_kill(lambda: descendants(root, {spare}),
                     quiet_walks=_QUIET_WALKS, walks=1000, pause_s=0.0005,
                     grouped=lambda pid: _group(pid) not in (own_group, 0),
                     after_walk=_reap if root == os.getpid() else None)

@@ -52,7 +52,7 @@ from typing import TypeVar
 
 from fusedce_profiler.instrument.lifetime import MARK_VARIABLE, kill_marked, started
 from fusedce_profiler.instrument.template import forked_worker
-from fusedce_profiler.instrument.memory_guard import default_max_rss_bytes, rss_bytes  # noqa: F401 - part of this API
+from fusedce_profiler.instrument.memory_guard import default_max_rss_bytes, tree_bytes  # noqa: F401 - part of this API
 from fusedce_profiler.instrument.text import one_line
 from fusedce_profiler.instrument.worker_log import describe_exit, disk_full, log_incomplete, log_tail
 
@@ -221,8 +221,9 @@ class Worker:
         A job that raises in the child is re-raised here as :class:`JobFailed` with the
         child's traceback (jobs normally turn failures into results themselves).
         ``timeout_s`` bounds the job; the child's start-up has a bound of its own.
-        ``max_rss_bytes``: the child's resident memory is watched while the job runs, and the
-        child killed when it grows past this (:attr:`WorkerDied.over_memory`).
+        ``max_rss_bytes``: the memory of the child and every process under it
+        (:func:`~fusedce_profiler.instrument.memory_guard.tree_bytes`) is watched while the job runs, and
+        the child killed when it grows past this (:attr:`WorkerDied.over_memory`).
         """
         if kind not in JOBS:
             raise ValueError(f"unknown job kind {kind!r}; known: {', '.join(JOBS)}")
@@ -259,8 +260,9 @@ class Worker:
                                  "line end (the job's code wrote to it)", self.log_path, log_tail(self.log_path))
             if self._over_memory:
                 self.close()
-                raise WorkerDied(f"the worker grew past the memory limit of {max_rss_bytes / 2**30:.3g} GiB and was "
-                                 "killed", self.log_path, log_tail(self.log_path), over_memory=True)
+                raise WorkerDied(f"the worker (with the processes it started) grew past the memory limit of "
+                                 f"{max_rss_bytes / 2**30:.3g} GiB and was killed", self.log_path,
+                                 log_tail(self.log_path), over_memory=True)
             raise self._died(timed_out=timed_out)
         answer = _reply(parsed, token)
         if answer is None:  # the channel is out of step: nothing more it carries can be trusted
@@ -301,7 +303,7 @@ class Worker:
                 return None, False
             if deadline is not None and time.monotonic() >= deadline:  # also while bytes keep coming
                 return None, True
-            if self._max_rss is not None and rss_bytes(self._process.pid) > self._max_rss:
+            if self._max_rss is not None and tree_bytes(self._process.pid) > self._max_rss:
                 self._over_memory = True
                 return None, False
             wait = poll if deadline is None else max(0.0, min(poll, deadline - time.monotonic()))
