@@ -118,6 +118,7 @@ BACKENDS = textwrap.dedent('''
             time.sleep(1)
 
     def hang(hidden, weight, target, bias=None):
+        print("home", os.path.expanduser("~"), "cwd", os.getcwd(), flush=True)  # the machine's names, in its log
         mark = os.environ.get("FX_HANG_MARK")
         if mark:
             open(mark, "w").close()
@@ -252,6 +253,29 @@ def test_kill_9_of_the_cli_takes_its_worker_with_it(fx, tmp_path):
         os.kill(process.pid, signal.SIGKILL)  # the CLI alone: its worker is in a session of its own
         process.wait(timeout=30)
         assert workers_of(process.pid, wait_s=15) == [], "the worker outlived the killed CLI"
+    finally:
+        kill_group(process)
+
+
+def test_kill_9_of_the_cli_leaves_a_worker_log_that_names_no_machine_path(fx, tmp_path):
+    """The command scrubs a worker's log as it closes the worker; killed, it never did: the log kept
+    the home and current folders. The worker's reaper scrubs it once the worker's tree is gone."""
+    home, cwd, out = tmp_path / "home", tmp_path / "cwd", tmp_path / "run"
+    home.mkdir(), cwd.mkdir()
+    mark = tmp_path / "hung"
+    process = start_cli([*TINY, "--tokens", "16", "--backend", "fx_backends:hang", "--out", str(out)],
+                        cli_env(fx, FX_HANG_MARK=str(mark), HOME=str(home)), cwd=cwd)
+    try:
+        wait_for(mark.exists, 120, "the hung cell to start", process)
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait(timeout=30)
+        assert workers_of(process.pid, wait_s=15) == []
+
+        def scrubbed() -> bool:
+            text = "".join(log.read_text(errors="replace") for log in (out / "logs").iterdir())
+            return "home ~ cwd ‹cwd›" in text and str(home) not in text and str(cwd) not in text
+
+        wait_for(scrubbed, 15, "the killed run's worker log to be scrubbed")
     finally:
         kill_group(process)
 

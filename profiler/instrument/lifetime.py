@@ -337,14 +337,38 @@ def _end_stopped_template(pid: int) -> None:
         _signal(os.kill, pid)
 
 
+def _log_path() -> str | None:
+    """The file this process's standard output goes to (a worker's log), ``None`` when it is no file."""
+    try:
+        path = os.readlink("/proc/self/fd/1")
+    except OSError:
+        return None
+    return path if os.path.isabs(path) and os.path.isfile(path) else None
+
+
+def _scrub_log(log: str | None) -> None:
+    """Rewrite the worker's log ``log`` (in ``RUN/logs/``) without the machine's names, as the
+    command does when it closes a worker (:func:`~fusedce_profiler.instrument.scrub.scrub_file`)."""
+    if log is not None:
+        from fusedce_profiler.instrument.scrub import scrub_file
+
+        scrub_file(os.path.dirname(os.path.dirname(log)), log)
+
+
 def start_reaper(life_fd: int) -> int:
     """Fork the reaper: it waits for the parent's end of the life pipe to close, then kills every
-    process under the worker and the worker's process group (see the module docstring). Forked
-    before anything is imported or threaded. Returns its pid."""
+    process under the worker and the worker's process group (see the module docstring), and scrubs
+    the worker's log as the parent would have. Forked before anything is imported or threaded.
+    Returns its pid.
+
+    It wakes only when the parent died (``kill -9``, the OOM killer): a parent that closes a worker
+    kills the worker's group, the reaper with it, before it closes the pipe, and scrubs the log
+    itself — never two writers of one log."""
     worker, parent = os.getpid(), os.getppid()
     pid = os.fork()
     if pid == 0:
         try:
+            log = _log_path()
             os.closerange(0, life_fd)
             os.closerange(life_fd + 1, 1 << 16)
             while os.read(life_fd, 1):
@@ -353,6 +377,7 @@ def start_reaper(life_fd: int) -> int:
             kill_tree(worker, spare=os.getpid())
             if _OWN_MARK:
                 kill_marked(_OWN_MARK, spare={worker}, since=started(worker))
+            _scrub_log(log)  # the run folder a user attaches names no machine path, even after a kill -9
         finally:
             os.killpg(0, signal.SIGKILL)
             os._exit(0)
