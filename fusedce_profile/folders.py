@@ -20,7 +20,7 @@ from fusedce_profile.errors import UsageError
 from fusedce_profiler.instrument import store
 from fusedce_profiler.instrument.confined import FOLDER_LINK_REFUSED, FolderRefused
 from fusedce_profiler.instrument.runlock import live_holder
-from fusedce_profiler.instrument.kinds import RUN_RECORDS, a_kind, enclosing_run, other_kind
+from fusedce_profiler.instrument.kinds import RESULT_RECORDS, RUN_RECORDS, a_kind, enclosing_run, other_kind
 
 # What a run writes into its folder; ``--force`` removes these and nothing else.
 RUN_ARTEFACTS = RUN_RECORDS + ("results.csv", "summary.md", "report.html", store.PLOTS_DIR, store.SNAPSHOTS_DIR,
@@ -35,9 +35,11 @@ def _not_a_run_folder(folder: Path) -> list[str]:
     return [] if any(name in RUN_RECORDS for name in names) else names
 
 
-def _refuse_live_runs_below(out: Path) -> None:
+def _refuse_runs_below(out: Path) -> None:
     """:class:`OutputDirError` when a folder among ``out``'s artefacts that ``--force`` would remove
-    (``plots/``, ``logs/``, ``snapshots/``) holds a run's lock that a live run holds."""
+    (``plots/``, ``logs/``, ``snapshots/``) is another run's: a live run holds its lock, or it holds
+    that run's records (:data:`RESULT_RECORDS`; one nested while ``out`` held no result yet, say a
+    grid cut before its first cell, was accepted, and ``--force`` removed it without a word)."""
     for name in RUN_ARTEFACTS:
         top = out / name
         if top.is_symlink() or not top.is_dir():
@@ -47,6 +49,10 @@ def _refuse_live_runs_below(out: Path) -> None:
             if holder is not None:
                 raise OutputDirError(f"--out {out}: --force would remove {folder}, "
                                      f"the folder of a run still live ({holder}); nothing removed")
+            records = sorted(set(files) & set(RESULT_RECORDS))
+            if records:
+                raise OutputDirError(f"--out {out}: --force would remove {folder}, the folder of another run (it "
+                                     f"holds {records[0]}); move it out first; nothing removed")
 
 
 class OutputDirError(UsageError):
@@ -123,7 +129,7 @@ def prepare_out_dir(out: Path | None, *, force: bool, resume: bool,
             lock(out)
         if resume:
             return out
-        _refuse_live_runs_below(out)
+        _refuse_runs_below(out)
         # the records last: a removal that fails leaves a folder its report still reads
         for name in sorted(RUN_ARTEFACTS, key=lambda name: name in RUN_RECORDS):
             path = out / name
