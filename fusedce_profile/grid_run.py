@@ -25,8 +25,8 @@ from fusedce_profiler.instrument.confined import FolderRefused
 from fusedce_profiler.grid.spec import GridSpec
 from fusedce_profiler.instrument.records import CellSpec
 from fusedce_profiler.instrument.text import count, one_line
-from fusedce_profiler.grid.plan import planned_cells, save_plan
-from fusedce_profiler.instrument.planned import dropped_unfinished
+from fusedce_profiler.grid.plan import planned_cells, planned_timing, save_plan
+from fusedce_profiler.instrument.planned import changed_settings, dropped_unfinished
 from fusedce_profiler.grid.runner import ResultNotStored, run_grid
 from fusedce_profiler.instrument.records import load_results
 from fusedce_profiler.instrument.records import FAILED_STATUSES, CellResult
@@ -132,15 +132,20 @@ def stored_cells(out_dir: Path) -> list[CellResult]:
         return list(load_results(out_dir).records)
 
 
-def _check_same_plan(out_dir: Path, planned: list[CellSpec], finished: set[str]) -> None:
+def _check_same_plan(out_dir: Path, planned: list[CellSpec], finished: set[str], timing: dict) -> None:
     """``UsageError`` when ``--resume`` would drop cells the folder's run set out to measure
     (``plan.json``) and has not finished: a resume given other options than the run it continues
     would measure another grid into that folder and leave the first one unfinished. A plan that
-    adds cells, or leaves out finished ones, is allowed."""
+    adds cells, or leaves out finished ones, is allowed; another ``timing`` (warm-up, repeats) beside
+    finished cells is not: one table would hold cells timed two ways, and no row says which."""
     try:
         stored = planned_cells(out_dir)
+        changed = changed_settings(planned_timing(out_dir), timing) if finished else []
     except ValueError as exc:  # what the first run set out to measure is unknown: replaced only when asked
         raise UsageError(f"--resume: {one_line(exc)}; remove that file to resume with this command's grid") from None
+    if changed:
+        raise UsageError(f"--resume: the cells in {one_line(out_dir)} were timed with other settings "
+                         f"({'; '.join(changed)}); give the --warmup and --repeats of the command that started it")
     dropped = dropped_unfinished(stored, planned, finished)
     if dropped:
         raise UsageError(f"--resume: {one_line(out_dir)} holds a run planned with other cells ({len(dropped)} "
@@ -174,10 +179,11 @@ def run_grids(grids: Sequence[GridSpec], out_dir: Path, console: Console, *, res
         planned = list({spec.key(): spec for grid in grids for spec in grid.cells()}.values())
         with os_errors():
             finished = {r.spec.key() for r in load_results(out_dir).records} if resume else set()
+            timing = {"warmup": grids[0].warmup, "repeats": grids[0].repeats}  # the grids share one (run_grid)
             if resume:
-                _check_same_plan(out_dir, planned, finished)
+                _check_same_plan(out_dir, planned, finished, timing)
                 check_appendable(out_dir / store.RESULTS_FILE)  # before the plan is replaced
-            save_plan(out_dir, planned)
+            save_plan(out_dir, planned, timing)
         total = len({spec.key() for spec in planned} - finished)
         progress = CellProgress(console, total, out_dir)
         try:

@@ -195,6 +195,19 @@ def test_a_resume_of_a_folder_whose_plan_cannot_be_read_is_refused_until_that_fi
     assert sorted(row.spec.tokens for row in _rows(out)) == [8, 16]
 
 
+def test_a_resume_that_would_time_cells_otherwise_than_the_finished_ones_is_refused(tmp_path):
+    """Warm-up and repeats are stored with the plan (no row says them): a resume with others would put
+    cells timed two ways in one table."""
+    out = tmp_path / "run"
+    assert _run([*TINY, "--tokens", "8", "--backend", "torch", "--out", str(out)]).exit_code == 0
+    assert json.loads((out / "plan.json").read_text())["settings"] == {"warmup": 1, "repeats": 1}
+    other = _run([*TINY, "--tokens", "8,16", "--backend", "torch", "--repeats", "3", "--resume", "--out", str(out)])
+    assert other.exit_code == 2, other.output
+    assert (f"--resume: the cells in {out} were timed with other settings (repeats 1, now 3); give the --warmup "
+            "and --repeats of the command that started it") in " ".join(_plain(other.output).split())
+    assert len(_rows(out)) == 1
+
+
 def test_a_resume_whose_results_cannot_be_appended_to_leaves_the_plan_as_it_was(tmp_path):
     """The results file is checked before the plan is replaced: a refused append (here a hard link)
     left a plan of the new command's cells, and the folder read as another, cut, run."""

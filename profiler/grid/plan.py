@@ -1,7 +1,7 @@
 """A run's plan: every cell it sets out to measure (``plan.json``), stored before it measures any,
 so that a report can say how much of it is missing.
 
-Public API: :func:`save_plan`, :func:`planned_cells`.
+Public API: :func:`save_plan`, :func:`planned_cells`, :func:`planned_timing`.
 """
 from __future__ import annotations
 
@@ -9,13 +9,20 @@ from pathlib import Path
 
 from fusedce_profiler.instrument import store
 from fusedce_profiler.instrument.capacity import MAX_CELLS
-from fusedce_profiler.instrument.planned import load_planned, save_planned
+from fusedce_profiler.instrument.planned import load_planned, planned_settings, save_planned
 from fusedce_profiler.instrument.records import CellSpec
 
 
-def save_plan(folder: str | Path, cells: list[CellSpec]) -> Path:
-    """Store the cells a run sets out to measure (``plan.json``), before it measures any."""
-    return save_planned(folder, store.PLAN_FILE, "cells", cells)
+def save_plan(folder: str | Path, cells: list[CellSpec], timing: dict | None = None) -> Path:
+    """Store the cells a run sets out to measure (``plan.json``), before it measures any, with
+    ``timing`` (``{"warmup": W, "repeats": R}``: what every cell is timed with; a cell's row does not
+    say it)."""
+    return save_planned(folder, store.PLAN_FILE, "cells", cells, timing)
+
+
+def planned_timing(folder: str | Path) -> dict | None:
+    """The timing stored with ``plan.json`` (:func:`save_plan`); ``None`` when it holds none."""
+    return planned_settings(folder, store.PLAN_FILE)
 
 
 def planned_cells(folder: str | Path) -> list[CellSpec] | None:

@@ -3,7 +3,8 @@
 missing, and a ``--resume`` given other options is refused before it drops what the first run had not
 finished.
 
-Public API: :func:`save_planned`, :func:`load_planned`, :func:`dropped_unfinished`.
+Public API: :func:`save_planned`, :func:`load_planned`, :func:`planned_settings`, :func:`changed_settings`,
+:func:`dropped_unfinished`.
 """
 from __future__ import annotations
 
@@ -16,9 +17,26 @@ from fusedce_profiler.instrument import store
 T = TypeVar("T")
 
 
-def save_planned(folder: str | Path, name: str, key: str, items: list) -> Path:
-    """Store ``items`` (dataclasses) as ``{key: [...]}`` in ``folder/name``."""
-    return store.write_json(Path(folder) / name, {key: [asdict(item) for item in items]})
+def save_planned(folder: str | Path, name: str, key: str, items: list, settings: dict | None = None) -> Path:
+    """Store ``items`` (dataclasses) as ``{key: [...]}`` in ``folder/name``, with ``settings`` (what
+    every item is measured with, e.g. a grid's warm-up and repeats) under ``"settings"``."""
+    return store.write_json(Path(folder) / name, {key: [asdict(item) for item in items],
+                                                  **({"settings": settings} if settings else {})})
+
+
+def planned_settings(folder: str | Path, name: str) -> dict | None:
+    """The ``"settings"`` stored with the plan ``folder/name``; ``None`` when it holds none (a plan
+    stored before they were) or there is no such file."""
+    path = Path(folder) / name
+    raw = store.read_json(path) if store.present(path) else None
+    settings = raw.get("settings") if isinstance(raw, dict) else None
+    return settings if isinstance(settings, dict) else None
+
+
+def changed_settings(stored: dict | None, settings: dict) -> list[str]:
+    """``"name A, now B"`` for each of ``settings`` whose stored value differs (none when nothing was stored)."""
+    return [f"{name} {stored[name]!r}, now {value!r}" for name, value in settings.items()
+            if stored is not None and name in stored and stored[name] != value]
 
 
 def load_planned(folder: str | Path, name: str, key: str, parse: Callable[[dict], T], most: int) -> list[T] | None:
