@@ -10,6 +10,7 @@ through ``CliRunner``) unless it needs a process of its own.
 """
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -223,6 +224,22 @@ def test_force_never_removes_a_finished_run_nested_in_its_artefacts(tmp_path):
         prepare_out_dir(tmp_path / "run", force=True, resume=False)
     assert (inner / store.RESULTS_FILE).is_file()
     assert {name: text for name, text in _contents(tmp_path / "run").items() if "inner" not in name} == before
+
+
+def test_a_results_file_with_another_name_is_read_as_the_file_it_is(tmp_path):
+    """A file only read may be a hard link (a folder copied with ``cp -al``): read, bounded and
+    validated as any; a row of another shape is a problem named by its line, not rendered."""
+    from fusedce_profiler.grid.runner import load_results
+    from fusedce_profiler.instrument.records import CellResult, CellSpec
+
+    elsewhere = tmp_path / "kept.jsonl"
+    row = CellResult(CellSpec("torch", 8, 256, 32, mode="fp32", device="cpu"), status="error", message="boom")
+    elsewhere.write_text(json.dumps(row.to_dict()) + "\n" + '{"user": "root", "password": "x"}\n')
+    (tmp_path / "run").mkdir()
+    os.link(elsewhere, tmp_path / "run" / store.RESULTS_FILE)
+    loaded = load_results(tmp_path / "run")
+    assert [r.spec.backend for r in loaded.records] == ["torch"]
+    assert len(loaded.problems) == 1 and ":2: not a valid row" in loaded.problems[0], loaded.problems
 
 # --- named pipes where the tool writes -------------------------------------------------------
 
