@@ -310,7 +310,7 @@ def render_recorded_markdown(records: list[RecordedStep], environment: dict, plo
     snapshots = [r for r in records if r.snapshot]
     if snapshots:
         lines += ["Allocator snapshots (open in https://pytorch.org/memory_viz): "
-                  + ", ".join(f"`{r.snapshot}`" for r in snapshots) + ".", ""]
+                  + ", ".join(markdown_text(r.snapshot, line_start=False) for r in snapshots) + ".", ""]
     cuda = records[0].source == "cuda-allocator"
     lines += ["## How it was measured", "",
               "Recorded inside the training loop itself (`fusedce_profile`), on the steps named, with the user's own "

@@ -239,11 +239,13 @@ def test_a_recorded_steps_stored_strings_are_text_on_its_page(tmp_path):
     payload = "![px](https://attacker.example/{0}.png)<img src=x onerror=alert(1)>[c](javascript:alert(1))"
     rows = [json.loads(line) for line in (folder / store.RECORDED_STEPS_FILE).read_text().splitlines()]
     for row in rows:
-        row.update(label=payload.format("label"), model=payload.format("model"), notes=[payload.format("notes")])
+        row.update(label=payload.format("label"), model=payload.format("model"), notes=[payload.format("notes")],
+                   snapshot="snapshots/s.pickle`\n# Injected heading\n" + payload.format("snapshot"))
         row["head"].update(path=payload.format("path"), found_by=payload.format("found_by"),
                            weight=payload.format("weight"), notes=[payload.format("head-notes")])
     (folder / store.RECORDED_STEPS_FILE).write_text("".join(json.dumps(row) + "\n" for row in rows))
     page = Path(write_recorded_report(folder)).read_text()
-    for field in ("label", "model", "notes", "path", "found_by", "weight", "head-notes"):
+    for field in ("label", "model", "notes", "path", "found_by", "weight", "head-notes", "snapshot"):
         assert f"attacker.example/{field}" in page.replace("\\", ""), field  # shown …
     assert not re.search(r"(?<!\\)\]\((https|javascript)", page) and "<img" not in page  # … as text
+    assert "\n# Injected" not in page  # a stored newline starts no line of the page
