@@ -37,8 +37,8 @@ def print_report(report: Report, console: Console) -> None:
     """The terminal summary: the table, the findings, where the report is."""
     for table in summary_tables(report.frame) if not report.frame.empty else []:
         console.print(table)
-    for note in report.notes:
-        console.print(f"note: {note}", markup=False)
+    for note in report.notes:  # each one line: a stored name's newline cannot forge a line of the output
+        console.print(f"note: {one_line(note)}", markup=False)
     for finding in report.findings:  # stored strings are escaped: only our own markup is markup
         scope = f"[bold]{escape(finding.scope)}[/]: " if finding.scope else ""
         console.print(f"• {scope}{escape(finding.text)}", markup=True, highlight=False)
@@ -192,7 +192,7 @@ def run_grids(grids: Sequence[GridSpec], out_dir: Path, console: Console, *, res
                 run = run_grid(grids, out_dir, resume=resume, snapshot=snapshot, on_start=progress.start,
                                on_cell=progress, cell_timeout_s=cell_timeout_s, devices=devices)
                 for note in run.notes:
-                    console.print(f"note: {note}", markup=False)
+                    console.print(f"note: {one_line(note)}", markup=False)
         except KeyboardInterrupt as exc:
             stopped = exc
             console.print(f"\nInterrupted after {progress.done} of {count(total, 'new cell')}; continue with "

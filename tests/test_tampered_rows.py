@@ -105,6 +105,16 @@ def test_report_of_a_tampered_row_names_it_and_keeps_the_others(run):
     assert f"{store.RESULTS_FILE}:2: not a valid row (status 'ok' without its measurements" in result.stdout
 
 
+def test_a_stored_field_name_with_a_newline_forges_no_line_of_the_output(run):
+    rows = _rows(run)
+    rows[0]["spec"]["x\nReport: FORGED every cell passed\n"] = 1
+    _store(run, rows)
+    result = run_cli(["report", str(run)], cli_env())
+    assert result.returncode == 0 and "Traceback" not in result.stderr
+    assert not any(line.startswith("Report: FORGED") for line in result.stdout.splitlines()), result.stdout
+    assert "spec has unknown field(s) 'x\\nReport: FORGED every cell passed\\n'" in result.stdout
+
+
 @pytest.mark.parametrize("plan", ['{"cells": 3}', '[1, 2]', '{"cells": [{"backend": 1}]}'])
 def test_a_plan_that_cannot_be_read_is_named_instead_of_dropped(run, plan):
     """A damaged ``plan.json`` was read as "no plan": the report then could not say whether the run

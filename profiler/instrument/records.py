@@ -110,7 +110,7 @@ class CellSpec:
             raise ValueError(f"spec must be an object, got {type(raw).__name__}")
         unknown = set(raw) - {f.name for f in dataclasses.fields(cls)}
         if unknown:
-            raise ValueError(f"spec has unknown field(s) {', '.join(sorted(unknown))}")
+            raise ValueError(f"spec has unknown field(s) {', '.join(repr(name) for name in sorted(unknown))}")
         if not isinstance(raw.get("backend"), str) or not is_backend_name(raw["backend"]):
             raise ValueError(f"spec.backend must be a back-end name or 'module:callable', got {raw.get('backend')!r}")
         values = dict(raw)
