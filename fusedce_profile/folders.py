@@ -20,7 +20,7 @@ from fusedce_profile.errors import UsageError
 from fusedce_profiler.instrument import store
 from fusedce_profiler.instrument.confined import FOLDER_LINK_REFUSED, FolderRefused
 from fusedce_profiler.instrument.runlock import live_holder
-from fusedce_profiler.instrument.kinds import RESULT_RECORDS, RUN_RECORDS, a_kind, enclosing_run, other_kind
+from fusedce_profiler.instrument.kinds import MEASURED_RECORDS, RUN_RECORDS, a_kind, enclosing_run, other_kind
 
 # What a run writes into its folder; ``--force`` removes these and nothing else.
 RUN_ARTEFACTS = RUN_RECORDS + ("results.csv", "summary.md", "report.html", store.PLOTS_DIR, store.SNAPSHOTS_DIR,
@@ -38,7 +38,7 @@ def _not_a_run_folder(folder: Path) -> list[str]:
 def _refuse_runs_below(out: Path) -> None:
     """:class:`OutputDirError` when a folder among ``out``'s artefacts that ``--force`` would remove
     (``plots/``, ``logs/``, ``snapshots/``) is another run's: a live run holds its lock, or it holds
-    that run's records (:data:`RESULT_RECORDS`; one nested while ``out`` held no result yet, say a
+    that run's records (:data:`MEASURED_RECORDS`; one nested while ``out`` held no result yet, say a
     grid cut before its first cell, was accepted, and ``--force`` removed it without a word)."""
     for name in RUN_ARTEFACTS:
         top = out / name
@@ -49,7 +49,7 @@ def _refuse_runs_below(out: Path) -> None:
             if holder is not None:
                 raise OutputDirError(f"--out {out}: --force would remove {folder}, "
                                      f"the folder of a run still live ({holder}); nothing removed")
-            records = sorted(set(files) & set(RESULT_RECORDS))
+            records = sorted(set(files) & set(MEASURED_RECORDS))
             if records:
                 raise OutputDirError(f"--out {out}: --force would remove {folder}, the folder of another run (it "
                                      f"holds {records[0]}); move it out first; nothing removed")

@@ -213,16 +213,19 @@ def test_force_never_removes_a_folder_a_live_run_holds(tmp_path):
 
 
 
-def test_force_never_removes_a_finished_run_nested_in_its_artefacts(tmp_path):
+@pytest.mark.parametrize("record", [store.RESULTS_FILE, store.EXPLAIN_STEPS_FILE])
+def test_force_never_removes_a_finished_run_nested_in_its_artefacts(tmp_path, record):
     """A grid cut before its first cell holds no result: a run nested in its ``plots/`` was accepted,
-    and its ``--force`` then removed that finished run without a word."""
+    and its ``--force`` then removed that finished run without a word; so with an explain killed
+    before it stored its explanation (its finished steps alone, kept for ``--resume``)."""
     before = _finished_run(tmp_path / "run")
     inner = tmp_path / "run" / store.PLOTS_DIR / "inner"
-    _finished_run(inner)
+    inner.mkdir(parents=True)
+    (inner / record).write_text("{}\n")
     with pytest.raises(OutputDirError, match=f"--force would remove {inner}, the folder of another run "
-                                             f"\\(it holds {store.RESULTS_FILE}\\); move it out first"):
+                                             f"\\(it holds {record}\\); move it out first"):
         prepare_out_dir(tmp_path / "run", force=True, resume=False)
-    assert (inner / store.RESULTS_FILE).is_file()
+    assert (inner / record).is_file()
     assert {name: text for name, text in _contents(tmp_path / "run").items() if "inner" not in name} == before
 
 

@@ -7,8 +7,8 @@ a folder refuses one that holds another kind's records, which it would otherwise
 A folder nested in a run's folder is refused too (by every command's ``--out`` and by the
 recorder): the outer run's ``--force`` would remove it.
 
-Public API: :data:`KIND_RECORDS`, :data:`RUN_RECORDS`, :data:`RESULT_RECORDS`, :func:`other_kind`,
-:func:`enclosing_run`, :func:`a_kind`.
+Public API: :data:`KIND_RECORDS`, :data:`RUN_RECORDS`, :data:`RESULT_RECORDS`, :data:`MEASURED_RECORDS`,
+:func:`other_kind`, :func:`enclosing_run`, :func:`a_kind`.
 """
 from __future__ import annotations
 
@@ -44,15 +44,20 @@ RESULT_RECORDS = (store.RESULTS_FILE, store.MODEL_RESULTS_FILE, store.PARITY_FIL
                   store.EXPLAIN_FILE, store.RECORDED_STEPS_FILE)
 """The records ``report`` reads, one per kind of run: a folder holding one is a run's folder."""
 
+MEASURED_RECORDS = RESULT_RECORDS + (store.EXPLAIN_STEPS_FILE, store.FIT_FILE)
+"""Every record that holds finished measurements, those a run cut before its result record keeps
+included (an explain's steps, kept for ``--resume`` by a run killed before it stored its
+explanation): a folder holding one is a run's, and a ``--force`` around it would lose them."""
+
 
 def enclosing_run(folder: Path) -> tuple[Path, str] | None:
     """``(outer, what)`` of the nearest folder above ``folder`` (its links resolved) that is a run's:
-    it holds one of :data:`RESULT_RECORDS`, or a live run holds its lock (one that has stored no
+    it holds one of :data:`MEASURED_RECORDS`, or a live run holds its lock (one that has stored no
     result yet). A run or recording inside it would be removed by its ``--force``. A project folder
     that only happens to hold a file of another record's name (a ``plan.json``, an
     ``environment.json``) is none."""
     for outer in Path(os.path.realpath(folder)).parents:
-        for record in RESULT_RECORDS:
+        for record in MEASURED_RECORDS:
             if os.path.lexists(outer / record):
                 return outer, record
         holder = live_holder(outer) if os.path.lexists(outer / store.LOCK_FILE) else None
