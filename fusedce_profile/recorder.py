@@ -16,7 +16,7 @@ from typing import Iterable
 
 from fusedce_profile.errors import UsageError
 from fusedce_profiler.instrument.recording.recorder import StepRecorder as _ProfilerStepRecorder
-from fusedce_profiler.instrument.recording.arguments import checked_out, checked_steps
+from fusedce_profiler.instrument.recording.arguments import checked_out, checked_steps, checked_subject
 from fusedce_profiler.instrument.text import one_line
 
 
@@ -93,11 +93,13 @@ def _free_sibling(folder: Path) -> Path:
     return candidate
 
 
-def callback_arguments(steps: Iterable[int], out: str | os.PathLike | None) -> tuple[tuple[int, ...], str | None]:
-    """A callback's ``steps`` and ``out`` (None: the trainer's folder), checked when the callback is made
-    as :class:`StepRecorder` checks them: :class:`~fusedce_profile.errors.UsageError` naming the argument,
-    never a ``TypeError`` in the middle of ``fit``."""
+def callback_arguments(steps: Iterable[int], out: str | os.PathLike | None, label: str = "", fused: bool | None = None,
+                       head: str | None = None, vocab: int | None = None) -> tuple[tuple[int, ...], str | None]:
+    """A callback's ``steps`` and ``out`` (None: the trainer's folder), and the options it hands its
+    recorder, checked when the callback is made as :class:`StepRecorder` checks them:
+    :class:`~fusedce_profile.errors.UsageError` naming the argument, never an error in the middle of ``fit``."""
     try:
+        checked_subject(label, fused, head, vocab, None, None)
         return tuple(sorted(checked_steps(steps))), None if out is None else checked_out(out)
     except ValueError as exc:
         raise UsageError(str(exc)) from None

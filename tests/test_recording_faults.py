@@ -162,6 +162,26 @@ def test_recorders_and_callbacks_refuse_bad_arguments_naming_them(tmp_path, ligh
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.parametrize("option, fragment", [
+    ({"label": 123}, "label: expected a line of at most 100 printable characters"), ({"label": "a\nb"}, "label: expected"),
+    ({"label": "x" * 101}, "label: expected"), ({"vocab": -5}, "vocab: expected an integer ≥ 1"),
+    ({"vocab": True}, "vocab: expected"), ({"fused": "yes"}, "fused: expected True, False or None"),
+    ({"head": ""}, "head: expected the LM head's attribute path"),
+])
+def test_recorders_and_callbacks_refuse_what_their_report_would_refuse(tmp_path, lightning_callback, hf_callback,
+                                                                      option, fragment):
+    """``label=123`` was stored, then the folder's own report refused the row: the step was lost;
+    ``vocab=-5`` was stored and rendered."""
+    from fusedce_profile.errors import UsageError
+
+    os.chdir(tmp_path)
+    for make in (lambda: StepRecorder(WrappedHeadLM(), "r", **option),
+                 lambda: lightning_callback((2,), "r", **option), lambda: hf_callback((2,), "r", **option)):
+        with pytest.raises(UsageError, match=fragment):
+            make()
+    assert os.listdir(tmp_path) == []
+
+
 def test_a_folder_replaced_by_a_link_mid_run_is_never_written_through(tmp_path):
     """The recorder's folder swapped for a link to another folder between two steps: the next step's
     row was appended to the other folder's ``recorded_steps.jsonl``, then came the warning."""

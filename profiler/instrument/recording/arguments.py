@@ -1,5 +1,7 @@
-"""A recorder's ``steps`` and ``out``, checked before anything is made (``ValueError`` naming the argument):
-:class:`~fusedce_profiler.instrument.recording.recorder.StepRecorder` and the training callbacks share them."""
+"""A recorder's ``steps``, ``out`` and what it is told of the model, checked before anything is made
+(``ValueError`` naming the argument): :class:`~fusedce_profiler.instrument.recording.recorder.StepRecorder`
+and the training callbacks share them. A value its own report would refuse is refused here: a step
+recorded with it would be lost to that report."""
 from __future__ import annotations
 
 import itertools
@@ -41,3 +43,24 @@ def checked_out(out: str | os.PathLike) -> str:
         raise ValueError(f"out: a path cannot hold {text[exc.start]!r} (not a character the file system's "
                          f"encoding writes), got {out!r:.60}") from None
     return text
+
+
+MAX_LABEL_CHARS = 100
+"""The longest ``label`` (it names the run in the report's tables and plot legends)."""
+
+
+def checked_subject(label: str, fused: bool | None, head: str | None, vocab: int | None, batch: int | None,
+                    seq: int | None) -> tuple:
+    """``(label, fused, head, vocab, batch, seq)`` as given, once each is of its kind: ``label`` a line
+    of at most :data:`MAX_LABEL_CHARS` printable characters; ``fused`` ``True``, ``False`` or ``None``;
+    ``head`` an attribute path or ``None``; ``vocab``, ``batch``, ``seq`` integers ≥ 1 or ``None``."""
+    if not isinstance(label, str) or not label.isprintable() or len(label) > MAX_LABEL_CHARS:
+        raise ValueError(f"label: expected a line of at most {MAX_LABEL_CHARS} printable characters, got {label!r:.60}")
+    if fused is not None and not isinstance(fused, bool):
+        raise ValueError(f"fused: expected True, False or None, got {fused!r:.60}")
+    if head is not None and (not isinstance(head, str) or not head.strip() or not head.isprintable()):
+        raise ValueError(f"head: expected the LM head's attribute path (e.g. 'lm_head'), got {head!r:.60}")
+    for name, value in (("vocab", vocab), ("batch", batch), ("seq", seq)):
+        if value is not None and (not isinstance(value, Integral) or isinstance(value, bool) or value < 1):
+            raise ValueError(f"{name}: expected an integer ≥ 1 or None, got {value!r:.60}")
+    return label, fused, head, vocab, batch, seq
