@@ -163,8 +163,8 @@ def test_recorders_and_callbacks_refuse_bad_arguments_naming_them(tmp_path, ligh
 
 
 @pytest.mark.parametrize("option, fragment", [
-    ({"label": 123}, "label: expected a line of at most 100 printable characters"), ({"label": "a\nb"}, "label: expected"),
-    ({"label": "x" * 101}, "label: expected"), ({"vocab": -5}, "vocab: expected an integer ≥ 1"),
+    ({"label": 123}, "label: expected a line of at most 500 printable characters"), ({"label": "a\nb"}, "label: expected"),
+    ({"label": "x" * 501}, "label: expected"), ({"vocab": -5}, "vocab: expected an integer ≥ 1"),
     ({"vocab": True}, "vocab: expected"), ({"fused": "yes"}, "fused: expected True, False or None"),
     ({"head": ""}, "head: expected the LM head's attribute path"),
 ])

@@ -45,7 +45,7 @@ def checked_out(out: str | os.PathLike) -> str:
     return text
 
 
-MAX_LABEL_CHARS = 100
+MAX_LABEL_CHARS = 500
 """The longest ``label`` (it names the run in the report's tables and plot legends)."""
 
 
