@@ -75,10 +75,17 @@ def _prctl(option: int, value: int) -> None:
             pass
 
 
+_PARENT: tuple[int, str | None] | None = None
+"""This worker's parent pid and its log's path, as :func:`die_with_parent` found them (before any job
+could redirect the standard output)."""
+
+
 def die_with_parent(parent_pid: int, spare: int) -> None:
     """Make sure this process (a worker whose reaper is ``spare``) does not outlive ``parent_pid``
     (see the module docstring): SIGTERM from the kernel when the parent dies, which the caller
     handles with :func:`end_worker`, and a watchdog thread polling the parent's pid that calls it."""
+    global _PARENT
+    _PARENT = (parent_pid, _log_path())
     _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
     if os.getppid() != parent_pid:  # the parent died before the death signal was armed
         end_worker(spare)
@@ -108,11 +115,16 @@ def end_children(spare: int) -> None:
 
 def end_worker(spare: int) -> None:
     """End this worker: every process under it (:func:`end_children`, ``spare``: the reaper), those
-    that bear its mark, then its whole group, this process included. Never returns."""
+    that bear its mark, then its whole group, this process included. Never returns. When its parent
+    is gone (``kill -9`` of the command) it scrubs its log first, as its reaper does: whichever of the
+    two kills the group first, the log is scrubbed (:func:`~fusedce_profiler.instrument.scrub.scrub_file`
+    serialises the two)."""
     try:
         end_children(spare)
         if _OWN_MARK:
             kill_marked(_OWN_MARK, spare={spare}, since=started(os.getpid()))
+        if _PARENT is not None and os.getppid() != _PARENT[0]:
+            _scrub_log(_PARENT[1])
     finally:
         os.killpg(0, signal.SIGKILL)
         os._exit(1)  # not reached: the group's SIGKILL ended this process
@@ -363,7 +375,8 @@ def start_reaper(life_fd: int) -> int:
 
     It wakes only when the parent died (``kill -9``, the OOM killer): a parent that closes a worker
     kills the worker's group, the reaper with it, before it closes the pipe, and scrubs the log
-    itself — never two writers of one log."""
+    itself. After a parent's death the worker, ending, scrubs the log too (:func:`end_worker`): it
+    may kill the group, this reaper included, first."""
     worker, parent = os.getpid(), os.getppid()
     pid = os.fork()
     if pid == 0:

@@ -138,19 +138,53 @@ def _bounded_text(fd: int) -> tuple[str, bool]:
     return f"{head}\n[... {cut} bytes of output cut: the log keeps its first and last lines ...]\n{tail}", True
 
 
+LOCK_WAIT_S = 5.0
+"""How long :func:`scrub_file` waits for another process's rewrite of the same file to end."""
+
+
+def _locked(fd: int, wait_s: float) -> bool:
+    """Take an exclusive ``flock`` of ``fd``, waiting at most ``wait_s`` (a holder that never lets go
+    — the job's own code — costs that long, then the file is left as it is)."""
+    import fcntl
+    import time
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.01)
+        except OSError:
+            return False
+
+
 def scrub_file(folder: str | Path, path: str | Path) -> None:
     """Rewrite ``path``, a text file below ``folder`` (never through a link), with the machine's
     names replaced (:func:`scrub_text`, the run folder being ``folder``) and, when longer, only
     its start and end kept (:data:`LOG_HEAD_BYTES`, :data:`LOG_TAIL_BYTES`). Best effort: a file
-    that cannot be read or written is left as it was."""
+    that cannot be read or written is left as it was.
+
+    Read and rewritten through one descriptor under an exclusive ``flock``: after a ``kill -9`` of
+    the command both the worker and its reaper scrub the worker's log, each killing the other's
+    process group only once its own rewrite is done; the lock keeps either from reading a half-written
+    file or being killed in the middle of writing one (the second finds nothing left to change)."""
     from fusedce_profiler.instrument.confined import open_inside
 
     try:
-        with os.fdopen(open_inside(folder, path), "rb") as source:
-            text, cut = _bounded_text(source.fileno())
-        scrubbed = scrub_text(text, machine_names(folder))
-        if scrubbed != text or cut:
-            with os.fdopen(open_inside(folder, path, os.O_WRONLY | os.O_TRUNC), "wb") as target:
-                target.write(scrubbed.encode("utf-8"))
+        with os.fdopen(open_inside(folder, path, os.O_RDWR), "r+b") as handle:
+            fd = handle.fileno()
+            if not _locked(fd, LOCK_WAIT_S):
+                return
+            text, cut = _bounded_text(fd)
+            scrubbed = scrub_text(text, machine_names(folder))
+            if scrubbed != text or cut:
+                data = scrubbed.encode("utf-8")
+                written = 0
+                while written < len(data):
+                    written += os.pwrite(fd, data[written:], written)
+                os.ftruncate(fd, len(data))
     except Exception:  # noqa: BLE001 - a log that cannot be rewritten stays as the worker left it
         pass
