@@ -39,10 +39,17 @@ CHILD_HOG = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("hog", [MEMORY_HOG, CHILD_HOG], ids=["in the worker", "in a process it starts"])
+FORKING_HOG = CHILD_HOG.replace(
+    "time.sleep(0.01)", "time.sleep(0.01)\\n    if os.fork() == 0:\\n        time.sleep(30)\\n        os._exit(0)").replace(
+    '"import time', '"import os, time')
+
+
+@pytest.mark.parametrize("hog", [MEMORY_HOG, CHILD_HOG, FORKING_HOG],
+                         ids=["in the worker", "in a process it starts", "shared by that process and its children"])
 def test_a_grid_back_end_past_the_memory_guard_is_stopped_and_the_run_goes_on(tmp_path, monkeypatch, hog):
     """A back-end that allocates without bound was stopped only by the kernel's OOM killer; one whose
-    helper process did was not stopped at all (the guard read the worker's own memory)."""
+    helper process did was not stopped at all (the guard read the worker's own memory), nor one whose
+    helper forked after each chunk (pages shared by two processes are private to neither)."""
     limit = 768 * MiB  # a CPU worker holds about 400 MiB before its first cell
     (tmp_path / "audit_memory_hog.py").write_text(hog.replace("OWN_CAP_MIB", str(2048)))
     monkeypatch.syspath_prepend(str(tmp_path))

@@ -18,30 +18,33 @@ def rss_bytes(pid: int) -> int:
         return 0
 
 
-def _private_bytes(pid: int) -> int:
-    """Memory only process ``pid`` holds, in bytes (``Private_Clean`` + ``Private_Dirty`` of
-    ``/proc/PID/smaps_rollup``; its resident memory where that file is missing, 0 when gone). A child
-    forked from the worker shares the worker's pages until it writes them: its resident memory would
-    count them twice."""
+def _proportional_bytes(pid: int) -> int:
+    """Process ``pid``'s proportional share of the memory it maps, in bytes (``Pss`` of
+    ``/proc/PID/smaps_rollup``: each page divided by the number of processes that map it; its
+    resident memory where that file is missing, 0 when gone). Summed over processes that share
+    pages — a helper that forks after each chunk it fills, a pre-fork pool — it counts each page
+    once; private memory alone would count a page two processes share in neither."""
     try:
         with open(f"/proc/{pid}/smaps_rollup") as fh:
-            fields = dict(line.split(":", 1) for line in fh if line.startswith("Private_"))
+            line = next((line for line in fh if line.startswith("Pss:")), None)
     except FileNotFoundError:  # a kernel without it (before 4.14), or the process is gone
         return rss_bytes(pid)
-    except (OSError, ValueError):
+    except OSError:
         return 0
     try:
-        return sum(int(value.split()[0]) for value in fields.values()) * 1024  # kB
+        return int(line.split()[1]) * 1024 if line else 0  # kB
     except (ValueError, IndexError):
         return 0
 
 
 def tree_bytes(pid: int) -> int:
     """The host memory process ``pid`` and every process under it hold, in bytes: its resident
-    memory, plus the private memory of each descendant (:func:`_private_bytes`). Reads only
-    ``/proc/PID/statm`` while ``pid`` has no child (the common case; the guard polls it 20 times a
-    second)."""
-    return rss_bytes(pid) + sum(_private_bytes(child) for child in descendants(pid))
+    memory (``/proc/PID/statm``, cheap however large it is), plus the proportional share of each
+    descendant (:func:`_proportional_bytes`, which walks the descendant's page tables: tens of
+    milliseconds for gigabytes). A child forked from ``pid`` shares ``pid``'s pages until it writes
+    them, so its share of those counts a second time: the sum errs high, by at most ``pid``'s own
+    resident memory, never low."""
+    return rss_bytes(pid) + sum(_proportional_bytes(child) for child in descendants(pid))
 
 
 def default_max_rss_bytes() -> int:

@@ -303,9 +303,12 @@ class Worker:
                 return None, False
             if deadline is not None and time.monotonic() >= deadline:  # also while bytes keep coming
                 return None, True
-            if self._max_rss is not None and tree_bytes(self._process.pid) > self._max_rss:
-                self._over_memory = True
-                return None, False
+            if self._max_rss is not None:
+                began = time.monotonic()
+                if tree_bytes(self._process.pid) > self._max_rss:
+                    self._over_memory = True
+                    return None, False
+                poll = max(0.05, 10 * (time.monotonic() - began))  # a costly reading (big helpers): at most 10 %
             wait = poll if deadline is None else max(0.0, min(poll, deadline - time.monotonic()))
             ready, _, _ = select.select([fd], [], [], wait)
             if ready:
