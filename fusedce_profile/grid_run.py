@@ -132,25 +132,37 @@ def stored_cells(out_dir: Path) -> list[CellResult]:
         return list(load_results(out_dir).records)
 
 
-def _check_same_plan(out_dir: Path, planned: list[CellSpec], finished: set[str], timing: dict) -> None:
+def _check_same_plan(out_dir: Path, planned: list[CellSpec], rows: list[CellResult], timing: dict) -> dict:
     """``UsageError`` when ``--resume`` would drop cells the folder's run set out to measure
     (``plan.json``) and has not finished: a resume given other options than the run it continues
     would measure another grid into that folder and leave the first one unfinished. A plan that
     adds cells, or leaves out finished ones, is allowed; another ``timing`` (warm-up, repeats) beside
-    finished cells is not: one table would hold cells timed two ways, and no row says which."""
+    the finished ``rows`` is not: one table would hold cells timed two ways, and no row says which.
+    The repeats are told by the rows themselves (one time each), the warm-up by ``plan.json`` alone.
+    Returns the timing to store with the new plan: ``timing``, less what no record tells of the
+    finished cells (a plan stored without it, or removed)."""
+    finished = {row.spec.key() for row in rows}
     try:
         stored = planned_cells(out_dir)
-        changed = changed_settings(planned_timing(out_dir), timing) if finished else []
+        stored_timing = planned_timing(out_dir) if rows else dict(timing)
     except ValueError as exc:  # what the first run set out to measure is unknown: replaced only when asked
         raise UsageError(f"--resume: {one_line(exc)}; remove that file to resume with this command's grid") from None
-    if changed:
-        raise UsageError(f"--resume: the cells in {one_line(out_dir)} were timed with other settings "
-                         f"({'; '.join(changed)}); give the --warmup and --repeats of the command that started it")
+    timed = sorted({len(row.times_ms) for row in rows if row.status == "ok" and row.times_ms})
+    told = dict(stored_timing or {})
+    if len(timed) == 1:  # the rows' own count wins over what the plan says
+        told["repeats"] = timed[0]
+    changed = changed_settings(told, timing)
+    if len(timed) > 1:
+        changed.append(f"repeats {', '.join(map(str, timed))} already, now {timing['repeats']}")
     dropped = dropped_unfinished(stored, planned, finished)
     if dropped:
         raise UsageError(f"--resume: {one_line(out_dir)} holds a run planned with other cells ({len(dropped)} "
                          f"unfinished of its {len(stored)} are not in this command's grid, e.g. "
                          f"{_cell_name(dropped[0])}); give the options of the command that started it")
+    if changed:
+        raise UsageError(f"--resume: the cells in {one_line(out_dir)} were timed with other settings "
+                         f"({'; '.join(changed)}); give the --warmup and --repeats of the command that started it")
+    return {name: value for name, value in timing.items() if name in told}
 
 
 def run_grids(grids: Sequence[GridSpec], out_dir: Path, console: Console, *, resume: bool, snapshot: bool,
@@ -178,10 +190,11 @@ def run_grids(grids: Sequence[GridSpec], out_dir: Path, console: Console, *, res
     try:
         planned = list({spec.key(): spec for grid in grids for spec in grid.cells()}.values())
         with os_errors():
-            finished = {r.spec.key() for r in load_results(out_dir).records} if resume else set()
+            rows = list(load_results(out_dir).records) if resume else []
+            finished = {r.spec.key() for r in rows}
             timing = {"warmup": grids[0].warmup, "repeats": grids[0].repeats}  # the grids share one (run_grid)
             if resume:
-                _check_same_plan(out_dir, planned, finished, timing)
+                timing = _check_same_plan(out_dir, planned, rows, timing)
                 check_appendable(out_dir / store.RESULTS_FILE)  # before the plan is replaced
             save_plan(out_dir, planned, timing)
         total = len({spec.key() for spec in planned} - finished)

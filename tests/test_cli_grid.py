@@ -206,6 +206,12 @@ def test_a_resume_that_would_time_cells_otherwise_than_the_finished_ones_is_refu
     assert (f"--resume: the cells in {out} were timed with other settings (repeats 1, now 3); give the --warmup "
             "and --repeats of the command that started it") in " ".join(_plain(other.output).split())
     assert len(_rows(out)) == 1
+    (out / "plan.json").unlink()  # the repeats are still told by the finished row's own times
+    again = _run([*TINY, "--tokens", "8,16", "--backend", "torch", "--repeats", "3", "--resume", "--out", str(out)])
+    assert again.exit_code == 2 and "(repeats 1, now 3)" in " ".join(_plain(again.output).split()), again.output
+    same = _run([*TINY, "--tokens", "8,16", "--backend", "torch", "--resume", "--out", str(out)])
+    assert same.exit_code == 0, same.output
+    assert json.loads((out / "plan.json").read_text())["settings"] == {"repeats": 1}  # the warm-up is unknown now
 
 
 def test_a_resume_whose_results_cannot_be_appended_to_leaves_the_plan_as_it_was(tmp_path):
