@@ -60,3 +60,32 @@ def test_every_example_on_the_page_runs(tmp_path):
                           timeout=900)
     assert done.returncode == 0, done.stderr[-5000:]
     assert len(blocks) >= 4, (len(blocks), skipped)  # grid, model, parity and report run everywhere
+
+
+def test_every_option_of_a_command_is_a_keyword_of_its_function_as_the_page_says():
+    """The page's rule, checked: each long option is the keyword of the same name, or that name with
+    the unit the page lists (``explain`` takes those of ``validate`` too)."""
+    import importlib
+    import inspect
+
+    import typer
+
+    from fusedce_cli.app import app
+
+    functions = {"grid": "fusedce_profile.grid:run_grid", "model": "fusedce_profile.model:profile_model",
+                 "parity": "fusedce_profile.parity:parity", "doctor": "fusedce_profile.doctor:doctor",
+                 "explain": "fusedce_profile.explain:explain fusedce_profile.explain:validate"}
+    with_unit = {("doctor", "timeout"): "timeout_s", ("doctor", "memory_limit"): "memory_limit_gb"}
+    page = (Path(__file__).resolve().parents[1] / "docs" / "api.md").read_text()
+    commands = typer.main.get_command(app).commands
+    for command, targets in functions.items():
+        keywords = {keyword for target in targets.split() for keyword in inspect.signature(
+            getattr(importlib.import_module(target.split(":")[0]), target.split(":")[1])).parameters}
+        for param in commands[command].params:
+            option = next((o for o in param.opts if o.startswith("--")), None)
+            if option in (None, "--json"):
+                continue
+            keyword = with_unit.get((command, option[2:].replace("-", "_")), option[2:].replace("-", "_"))
+            assert keyword in keywords, (command, option)
+            if keyword != option[2:].replace("-", "_"):
+                assert f"`{option}` is `{keyword}=`" in " ".join(page.split()), (command, option)
