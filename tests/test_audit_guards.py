@@ -152,3 +152,35 @@ def test_a_parity_page_is_headed_pass_only_when_every_back_end_trained(tmp_path,
     summary, report = write_parity_report(run)
     assert report.passed  # nothing that ran failed
     assert summary.read_text().startswith(heading)
+
+
+def test_the_memory_guard_counts_a_marked_sibling_and_reads_a_slow_process_by_its_resident_memory(monkeypatch):
+    """A helper made a child of the worker's parent (``clone(CLONE_PARENT)``) was outside the tree the
+    guard read; a helper whose ``smaps_rollup`` was made slow to read (a vast zero-page mapping)
+    stretched the guard's interval, and memory was held between its readings."""
+    import os
+    import subprocess
+    import sys
+
+    from fusedce_profiler.instrument import memory_guard
+    from fusedce_profiler.instrument.lifetime import MARK_VARIABLE
+
+    env = {**os.environ, MARK_VARIABLE: "guard-test-mark"}
+    hold = ("import time; b = bytearray(256 << 20); b[::4096] = b'\\x01' * len(b[::4096]); print(1, flush=True); "
+            "time.sleep(60)")
+    worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env)
+    sibling = subprocess.Popen([sys.executable, "-c", hold], env=env, stdout=subprocess.PIPE)
+    stranger = subprocess.Popen([sys.executable, "-c", hold], stdout=subprocess.PIPE)  # no mark: not the worker's
+    try:
+        assert sibling.stdout.readline() and stranger.stdout.readline()
+        alone = memory_guard.rss_bytes(worker.pid)
+        meter = memory_guard.TreeMeter(worker.pid, "guard-test-mark")
+        assert 256 * MiB <= meter() - alone < 512 * MiB  # the sibling, not the stranger
+        assert memory_guard.TreeMeter(worker.pid)() == memory_guard.rss_bytes(worker.pid)  # no mark, no sibling
+        monkeypatch.setattr(memory_guard, "SLOW_READING_S", -1.0)  # every reading "slow"
+        meter()
+        assert meter._slow == {sibling.pid} and meter() - alone >= 256 * MiB  # then read by its resident memory
+    finally:
+        for process in (worker, sibling, stranger):
+            process.kill()
+            process.wait(timeout=30)

@@ -130,7 +130,7 @@ def end_worker(spare: int) -> None:
         os._exit(1)  # not reached: the group's SIGKILL ended this process
 
 
-def _children_of(pid: int) -> list[int]:
+def children_of(pid: int) -> list[int]:
     """``pid``'s children (every thread's), from /proc, zombies included."""
     found = []
     try:
@@ -164,7 +164,7 @@ def descendants(root: int, skip: set[int] = frozenset()) -> list[int]:
     """Every process under ``root`` (its children, theirs, ...), those in ``skip`` and their subtrees left out."""
     tree, frontier, found = [], [root], set(skip) | {root}
     while frontier:
-        children = [c for pid in frontier for c in _children_of(pid) if c not in found]
+        children = [c for pid in frontier for c in children_of(pid) if c not in found]
         found.update(children)
         tree.extend(children)
         frontier = children

@@ -1,12 +1,24 @@
 """The memory guard of a worker that runs the user's code: how much it may hold, and how much it
-holds — the worker and every process under it (a helper the user's code starts counts as the
-worker's memory: a limit that read the worker alone let a loss hold 2 GiB in a child under a 1 GiB
-limit)."""
+holds — the worker and every process under it, and every process its jobs made a child of the
+worker's parent (``clone(CLONE_PARENT)``), known by the worker's mark. A helper the user's code
+starts counts as the worker's memory: a limit that read the worker alone let a loss hold 2 GiB in a
+child under a 1 GiB limit.
+
+What it cannot see: memory no process maps (a ``memfd`` or ``/dev/shm`` file left unmapped, page
+tables), and a helper that clears its environment and leaves the tree. Only a cgroup's
+``memory.max`` counts those; the guard is there to stop runaway user code, not an adversary who
+plans for it."""
 from __future__ import annotations
 
 import os
+import time
 
-from fusedce_profiler.instrument.lifetime import descendants
+from fusedce_profiler.instrument.lifetime import MARK_VARIABLE, children_of, descendants
+
+SLOW_READING_S = 0.02
+"""A process whose proportional share took longer than this to read is read by its resident memory
+from then on (:class:`TreeMeter`): a job that maps a vast range of the zero page makes every
+``smaps_rollup`` walk seconds long, and the guard would be blind for as long."""
 
 
 def rss_bytes(pid: int) -> int:
@@ -37,14 +49,51 @@ def _proportional_bytes(pid: int) -> int:
         return 0
 
 
-def tree_bytes(pid: int) -> int:
-    """The host memory process ``pid`` and every process under it hold, in bytes: its resident
-    memory (``/proc/PID/statm``, cheap however large it is), plus the proportional share of each
-    descendant (:func:`_proportional_bytes`, which walks the descendant's page tables: tens of
-    milliseconds for gigabytes). A child forked from ``pid`` shares ``pid``'s pages until it writes
-    them, so its share of those counts a second time: the sum errs high, by at most ``pid``'s own
-    resident memory, never low."""
-    return rss_bytes(pid) + sum(_proportional_bytes(child) for child in descendants(pid))
+class TreeMeter:
+    """The host memory of worker ``pid`` with every process of its (see the module docstring), in
+    bytes: the worker's resident memory (``/proc/PID/statm``, cheap however large it is), plus each
+    other process's proportional share (:func:`_proportional_bytes`), or its resident memory once
+    that took longer than :data:`SLOW_READING_S` to read. A child forked from the worker shares the
+    worker's pages until it writes them, so its share of those counts a second time, and a process
+    read by its resident memory counts every page it shares whole: the sum errs high, never low."""
+
+    def __init__(self, pid: int, mark: str | None = None) -> None:
+        self.pid, self._entry = pid, None if mark is None else f"{MARK_VARIABLE}={mark}".encode()
+        self._slow: set[int] = set()  # read by their resident memory
+
+    def _marked_siblings(self) -> list[int]:
+        """The other children of the worker's parent that bear the worker's mark."""
+        if self._entry is None:
+            return []
+        try:
+            with open(f"/proc/{self.pid}/stat") as fh:
+                parent = int(fh.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return []
+        found = []
+        for pid in children_of(parent):
+            try:
+                with open(f"/proc/{pid}/environ", "rb") as fh:
+                    if pid != self.pid and self._entry in fh.read().split(b"\0"):
+                        found.append(pid)
+            except OSError:
+                continue
+        return found
+
+    def _share(self, pid: int) -> int:
+        if pid in self._slow:
+            return rss_bytes(pid)
+        began = time.monotonic()
+        share = _proportional_bytes(pid)
+        if time.monotonic() - began > SLOW_READING_S:
+            self._slow.add(pid)
+        return share
+
+    def __call__(self) -> int:
+        others = descendants(self.pid)
+        for sibling in self._marked_siblings():
+            others += [sibling, *descendants(sibling)]
+        return rss_bytes(self.pid) + sum(self._share(pid) for pid in others)
 
 
 def default_max_rss_bytes() -> int:

@@ -52,7 +52,7 @@ from typing import TypeVar
 
 from fusedce_profiler.instrument.lifetime import MARK_VARIABLE, kill_marked, started
 from fusedce_profiler.instrument.template import forked_worker
-from fusedce_profiler.instrument.memory_guard import default_max_rss_bytes, tree_bytes  # noqa: F401 - part of this API
+from fusedce_profiler.instrument.memory_guard import TreeMeter, default_max_rss_bytes  # noqa: F401 - part of this API
 from fusedce_profiler.instrument.text import one_line
 from fusedce_profiler.instrument.worker_log import describe_exit, disk_full, log_incomplete, log_tail
 
@@ -176,6 +176,7 @@ class Worker:
             os.close(life_read)
             log.close()
         self._since = started(self._process.pid)  # lifetime.kill_marked: none of its processes is older
+        self._meter = TreeMeter(self._process.pid, self._mark)  # the memory guard's reading
         self._replies = os.fdopen(read_end, "rb")
         self._buffer = bytearray()
         self._ready = False
@@ -222,7 +223,7 @@ class Worker:
         child's traceback (jobs normally turn failures into results themselves).
         ``timeout_s`` bounds the job; the child's start-up has a bound of its own.
         ``max_rss_bytes``: the memory of the child and every process under it
-        (:func:`~fusedce_profiler.instrument.memory_guard.tree_bytes`) is watched while the job runs, and
+        (:class:`~fusedce_profiler.instrument.memory_guard.TreeMeter`) is watched while the job runs, and
         the child killed when it grows past this (:attr:`WorkerDied.over_memory`).
         """
         if kind not in JOBS:
@@ -304,11 +305,9 @@ class Worker:
             if deadline is not None and time.monotonic() >= deadline:  # also while bytes keep coming
                 return None, True
             if self._max_rss is not None:
-                began = time.monotonic()
-                if tree_bytes(self._process.pid) > self._max_rss:
+                if self._meter() > self._max_rss:
                     self._over_memory = True
                     return None, False
-                poll = max(0.05, 10 * (time.monotonic() - began))  # a costly reading (big helpers): at most 10 %
             wait = poll if deadline is None else max(0.0, min(poll, deadline - time.monotonic()))
             ready, _, _ = select.select([fd], [], [], wait)
             if ready:
