@@ -308,18 +308,18 @@ def _what_was_kept() -> str:
     finished) in the run folder the command held (:attr:`~fusedce_profiler.instrument.runlock.RunLock.taken`)."""
     from fusedce_profiler.instrument.runlock import RunLock
     from fusedce_profiler.instrument.store import DOCTOR_FILE, RECORDED_STEPS_FILE, RESULT_FILES
-    from fusedce_profiler.instrument.text import one_line
+    from fusedce_profiler.instrument.text import one_line, shell_word
 
     if not RunLock.taken:
         return "before the command had anything to keep"
     folder = RunLock.taken[-1]
     if not any((folder / name).exists() for name in RESULT_FILES):
         return f"in {one_line(folder)} before anything had finished; run the command again"
-    kept = (f"in {one_line(folder)}: what had finished is kept there; `fusedce-profile report {one_line(folder)}` "
+    kept = (f"in {one_line(folder)}: what had finished is kept there; `fusedce-profile report {shell_word(folder)}` "
             "writes its report")
     if (folder / DOCTOR_FILE).exists() or (folder / RECORDED_STEPS_FILE).exists():  # neither is continued
         return kept
-    return f"{kept}; continue with the same command and --resume --out {one_line(folder)}"
+    return f"{kept}; continue with the same command and --resume --out {shell_word(folder)}"
 
 
 def main() -> None:

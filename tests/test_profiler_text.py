@@ -1,4 +1,10 @@
 """profiler/text.py: a terminal one-liner is shortened at a word boundary, never mid-word."""
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
 from fusedce_profiler.instrument.text import capped, count, shorten
 
 
@@ -28,3 +34,26 @@ def test_capped_cuts_every_line_past_the_limit_and_counts_what_it_left_out():
     assert capped("short\nlines", 5) == "short\nlines"
     assert capped("abcdefgh\nok\n" + "y" * 12, 5) == ("abcde… (3 more characters in the stored record)\nok\n"
                                                       "yyyyy… (7 more characters in the stored record)")
+
+
+@pytest.mark.parametrize("folder", ["runs/plain", "d $(touch PWNED) x", "it's; rm -rf ~", "a`b`"])
+def test_a_folder_named_in_a_continue_line_is_one_shell_word_that_names_it(folder):
+    """"continue with the same command and --resume --out DIR" named the folder as it was: pasted, a
+    folder called ``d $(touch PWNED) x`` ran the command substitution and resumed ``d``."""
+    import shlex
+
+    from fusedce_profiler.instrument.text import shell_word
+
+    assert shlex.split(f"fusedce-profile grid --resume --out {shell_word(folder)}")[-1] == folder
+
+
+def test_the_report_of_a_cut_grid_names_its_folder_as_one_shell_word(tmp_path):
+    from fusedce_reports.build import build_report
+
+    folder = tmp_path / "d $(touch PWNED) x"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "examples" / "default-report-cpu", folder)
+    plan = json.loads((folder / "plan.json").read_text())
+    extra = {**plan["cells"][0], "tokens": plan["cells"][0]["tokens"] + 1}
+    (folder / "plan.json").write_text(json.dumps({"cells": plan["cells"] + [extra]}))
+    report = build_report(folder)
+    assert any(f"--resume --out '{folder}'" in note for note in report.notes), report.notes

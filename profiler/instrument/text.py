@@ -57,6 +57,15 @@ def one_line(text: str | object) -> str:
     return printable(str(text)).replace("\n", "\\n")
 
 
+def shell_word(path: str | object) -> str:
+    """``path`` as one word a POSIX shell reads back as that path (quoted when it holds a space, a
+    ``$``, a quote, a ``;``…), shown as :func:`one_line` shows text: the folder a "continue with …
+    --resume --out DIR" line names can be pasted, never runs what its name holds."""
+    import shlex
+
+    return one_line(shlex.quote(str(path)))
+
+
 def capped(text: str, limit: int = MAX_SHOWN_CHARS) -> str:
     """``text`` with every line longer than ``limit`` characters cut after ``limit`` of them and
     ``"… (N more characters in the stored record)"`` in place of the rest; shorter text as it is."""
