@@ -16,6 +16,7 @@ import pandas as pd
 from fusedce_profiler.instrument.interruption import Interruption, read_interruption
 from fusedce_profiler.instrument import staging, store
 from fusedce_profiler.judgements.fit import FitResult, load_fits
+from fusedce_profiler.instrument.precision import MODE_WORDS
 from fusedce_profiler.instrument.step.jobs import ModelResult, load_model_results
 from fusedce_profiler.instrument.tracing.attribution import GROUPS, logits_verdict
 from fusedce_reports.attribution_tables import (activation_split, attribution_table, detector_table, largest_term,
@@ -343,8 +344,9 @@ def render_model_markdown(results: list[ModelResult], fits: list[FitResult], env
         lines += ["## Largest size that fits", "", markdown_table(fit_table(fits)), ""]
     lines += [f"![{markdown_text(p.stem)}]({link_target('plots/' + p.name)})" for p in plots] + [""]
     lines += ["## How it was measured", "",
-              "One training step (forward, loss, backward, AdamW step) after a warm-up step, fp32 master "
-              "weights under bf16 autocast, each back-end in its own process. "
+              "One training step (forward, loss, backward, AdamW step) after a warm-up step, "
+              + "; ".join(MODE_WORDS.get(mode, markdown_text(mode)) for mode in sorted({r.job.mode for r in results}))
+              + ", each back-end in its own process. "
               + ("Memory: the CUDA caching allocator's allocated bytes (tensors), reset at each phase; "
                  "reserved = allocated + the allocator's cache; nvidia-smi = reserved + the CUDA context "
                  "(measured with `mem_get_info`)." if source == "cuda-allocator" else

@@ -113,3 +113,16 @@ def test_the_torch_finding_names_the_activation_kinds_not_a_lump():
     text = findings([torch_run])[0]
     assert "the activations are attention scores/probabilities 6.00 GiB" in text
     assert "32 × 12 × 1024 × 1024 in bf16" in text
+
+
+def test_the_page_says_the_precision_each_run_used():
+    """The page said "fp32 master weights under bf16 autocast" of every run, an fp32 one included."""
+    from fusedce_reports.model_report import render_model_markdown
+
+    amp, fp32 = _result("torch", 20 * GIB, 10 * GIB), _result("fusedce", 11 * GIB, GIB)
+    fp32.job = dataclasses.replace(fp32.job, mode="fp32")
+    assert "after a warm-up step, fp32 master weights under bf16 autocast, each" in render_model_markdown(
+        [amp], [], {}, [])
+    page = render_model_markdown([fp32], [], {}, [])
+    assert "after a warm-up step, fp32 throughout (no autocast), each" in page and "autocast, each" not in page
+    assert "bf16 autocast; fp32 throughout" in render_model_markdown([amp, fp32], [], {}, [])

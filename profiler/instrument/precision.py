@@ -25,6 +25,10 @@ from dataclasses import dataclass
 
 MODES = ("amp-bf16", "amp-fp16", "bf16", "fp32")
 TRAINING_MODES = ("amp-bf16", "bf16", "fp32")
+MODE_WORDS = {"amp-bf16": "fp32 master weights under bf16 autocast",
+              "amp-fp16": "fp32 master weights under fp16 autocast",
+              "bf16": "bf16 weights and activations (no autocast)", "fp32": "fp32 throughout (no autocast)"}
+"""Each mode as a report says how a step ran."""
 LIGHTNING_ALIASES = {"bf16-mixed": "amp-bf16", "16-mixed": "amp-fp16", "bf16-true": "bf16",
                      "32-true": "fp32", "32": "fp32"}
 
