@@ -119,6 +119,9 @@ BACKENDS = textwrap.dedent('''
 
     def hang(hidden, weight, target, bias=None):
         print("home", os.path.expanduser("~"), "cwd", os.getcwd(), flush=True)  # the machine's names, in its log
+        if os.environ.get("FX_LOCK_LOG"):  # the log is this process's standard output: lock it
+            import fcntl
+            fcntl.flock(1, fcntl.LOCK_EX)
         mark = os.environ.get("FX_HANG_MARK")
         if mark:
             open(mark, "w").close()
@@ -257,14 +260,17 @@ def test_kill_9_of_the_cli_takes_its_worker_with_it(fx, tmp_path):
         kill_group(process)
 
 
-def test_kill_9_of_the_cli_leaves_a_worker_log_that_names_no_machine_path(fx, tmp_path):
+@pytest.mark.parametrize("locked", [False, True], ids=["log as it is", "log locked by the back-end"])
+def test_kill_9_of_the_cli_leaves_a_worker_log_that_names_no_machine_path(fx, tmp_path, locked):
     """The command scrubs a worker's log as it closes the worker; killed, it never did: the log kept
-    the home and current folders. The worker's reaper scrubs it once the worker's tree is gone."""
+    the home and current folders. The worker and its reaper scrub it once the worker's tree is gone,
+    a lock the back-end took on its own standard output (the log) notwithstanding."""
     home, cwd, out = tmp_path / "home", tmp_path / "cwd", tmp_path / "run"
     home.mkdir(), cwd.mkdir()
     mark = tmp_path / "hung"
     process = start_cli([*TINY, "--tokens", "16", "--backend", "fx_backends:hang", "--out", str(out)],
-                        cli_env(fx, FX_HANG_MARK=str(mark), HOME=str(home)), cwd=cwd)
+                        cli_env(fx, FX_HANG_MARK=str(mark), HOME=str(home), **({"FX_LOCK_LOG": "1"} if locked else {})),
+                        cwd=cwd)
     try:
         wait_for(mark.exists, 120, "the hung cell to start", process)
         os.kill(process.pid, signal.SIGKILL)

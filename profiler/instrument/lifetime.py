@@ -124,6 +124,7 @@ def end_worker(spare: int) -> None:
         if _OWN_MARK:
             kill_marked(_OWN_MARK, spare={spare}, since=started(os.getpid()))
         if _PARENT is not None and os.getppid() != _PARENT[0]:
+            _release_log_locks(_PARENT[1])
             _scrub_log(_PARENT[1])
     finally:
         os.killpg(0, signal.SIGKILL)
@@ -358,13 +359,46 @@ def _log_path() -> str | None:
     return path if os.path.isabs(path) and os.path.isfile(path) else None
 
 
-def _scrub_log(log: str | None) -> None:
+def _scrub_log(log: str | None) -> bool:
     """Rewrite the worker's log ``log`` (in ``RUN/logs/``) without the machine's names, as the
-    command does when it closes a worker (:func:`~fusedce_profiler.instrument.scrub.scrub_file`)."""
-    if log is not None:
-        from fusedce_profiler.instrument.scrub import scrub_file
+    command does when it closes a worker (:func:`~fusedce_profiler.instrument.scrub.scrub_file`);
+    whether that was done (no log: nothing to do)."""
+    if log is None:
+        return True
+    from fusedce_profiler.instrument.scrub import scrub_file
 
-        scrub_file(os.path.dirname(os.path.dirname(log)), log)
+    return scrub_file(os.path.dirname(os.path.dirname(log)), log)
+
+
+def _release_log_locks(log: str | None) -> None:
+    """Drop every ``flock`` this process holds on the file ``log`` (a job's code can lock its own
+    standard output, the log: the scrub would then wait for a lock no one gives up)."""
+    import fcntl
+
+    try:
+        target = os.stat(log) if log is not None else None
+        descriptors = [int(name) for name in os.listdir("/proc/self/fd")]
+    except OSError:
+        return
+    for fd in descriptors:
+        try:
+            if target is not None and os.path.samestat(os.fstat(fd), target):
+                fcntl.flock(fd, fcntl.LOCK_UN)
+        except OSError:
+            continue
+
+
+def _scrub_after(worker: int, log: str | None) -> None:
+    """The reaper's scrub of the worker's ``log``: when its lock is not given up (the worker, stuck
+    or its job's code, holds it), the worker is killed — a scrub takes milliseconds, not the seconds
+    waited — and the log scrubbed once the worker's descriptors are closed."""
+    if _scrub_log(log):
+        return
+    _signal(os.kill, worker)
+    deadline = time.monotonic() + 5.0
+    while process_state(worker) not in ("Z", "X", "") and time.monotonic() < deadline:
+        time.sleep(0.01)
+    _scrub_log(log)
 
 
 def start_reaper(life_fd: int) -> int:
@@ -390,7 +424,7 @@ def start_reaper(life_fd: int) -> int:
             kill_tree(worker, spare=os.getpid())
             if _OWN_MARK:
                 kill_marked(_OWN_MARK, spare={worker}, since=started(worker))
-            _scrub_log(log)  # the run folder a user attaches names no machine path, even after a kill -9
+            _scrub_after(worker, log)  # the run folder a user attaches names no machine path, even after a kill -9
         finally:
             os.killpg(0, signal.SIGKILL)
             os._exit(0)

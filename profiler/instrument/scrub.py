@@ -161,11 +161,12 @@ def _locked(fd: int, wait_s: float) -> bool:
             return False
 
 
-def scrub_file(folder: str | Path, path: str | Path) -> None:
+def scrub_file(folder: str | Path, path: str | Path) -> bool:
     """Rewrite ``path``, a text file below ``folder`` (never through a link), with the machine's
     names replaced (:func:`scrub_text`, the run folder being ``folder``) and, when longer, only
     its start and end kept (:data:`LOG_HEAD_BYTES`, :data:`LOG_TAIL_BYTES`). Best effort: a file
-    that cannot be read or written is left as it was.
+    that cannot be read or written is left as it was. Whether it was read (and rewritten where needed):
+    ``False`` when it could not be, or its lock was not given up in time.
 
     Read and rewritten through one descriptor under an exclusive ``flock``: after a ``kill -9`` of
     the command both the worker and its reaper scrub the worker's log, each killing the other's
@@ -177,7 +178,7 @@ def scrub_file(folder: str | Path, path: str | Path) -> None:
         with os.fdopen(open_inside(folder, path, os.O_RDWR), "r+b") as handle:
             fd = handle.fileno()
             if not _locked(fd, LOCK_WAIT_S):
-                return
+                return False
             text, cut = _bounded_text(fd)
             scrubbed = scrub_text(text, machine_names(folder))
             if scrubbed != text or cut:
@@ -186,5 +187,6 @@ def scrub_file(folder: str | Path, path: str | Path) -> None:
                 while written < len(data):
                     written += os.pwrite(fd, data[written:], written)
                 os.ftruncate(fd, len(data))
+        return True
     except Exception:  # noqa: BLE001 - a log that cannot be rewritten stays as the worker left it
-        pass
+        return False
