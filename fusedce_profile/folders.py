@@ -138,9 +138,21 @@ def prepare_out_dir(out: Path | None, *, force: bool, resume: bool,
             elif os.path.lexists(path):
                 path.unlink()  # a file, a pipe, a link (removed, never followed): whatever holds the name
         return out
+    made = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
     if lock is not None:
-        lock(out)
+        try:
+            lock(out)
+        except store.FolderInUse:  # another run's, made meanwhile: left alone
+            raise
+        except OSError:  # a full disk at the lock: no empty folder left behind, one more at each retry
+            if made:
+                with contextlib.suppress(OSError):
+                    if os.path.getsize(out / store.LOCK_FILE) == 0:  # the lock this call began, unwritten
+                        (out / store.LOCK_FILE).unlink()
+                with contextlib.suppress(OSError):
+                    out.rmdir()  # only when empty
+            raise
     return out
 
 

@@ -244,6 +244,24 @@ def test_a_results_file_with_another_name_is_read_as_the_file_it_is(tmp_path):
     assert [r.spec.backend for r in loaded.records] == ["torch"]
     assert len(loaded.problems) == 1 and ":2: not a valid row" in loaded.problems[0], loaded.problems
 
+
+def test_a_folder_whose_lock_cannot_be_written_is_not_left_behind(tmp_path):
+    """The default run on a full disk failed in one line at its lock, leaving an empty
+    ``fusedce-profile-*`` folder, one more at each retry."""
+    import errno
+
+    def full(folder):
+        (folder / store.LOCK_FILE).touch()  # created, then its note could not be written
+        raise OSError(errno.ENOSPC, "No space left on device", str(folder / store.LOCK_FILE))
+
+    with pytest.raises(OSError, match="No space left"):
+        prepare_out_dir(tmp_path / "new", force=False, resume=False, lock=full)
+    assert not (tmp_path / "new").exists()
+    (tmp_path / "mine").mkdir()  # a folder the user made is theirs: kept
+    with pytest.raises(OSError, match="No space left"):
+        prepare_out_dir(tmp_path / "mine", force=False, resume=False, lock=full)
+    assert (tmp_path / "mine").is_dir()
+
 # --- named pipes where the tool writes -------------------------------------------------------
 
 def test_a_pipe_as_the_lock_note_is_refused_not_waited_on(tmp_path):
