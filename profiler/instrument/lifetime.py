@@ -36,6 +36,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from fusedce_profiler.instrument.worker_log import log_of_stdout, release_log_locks, scrub_log
+
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
 
@@ -85,7 +87,7 @@ def die_with_parent(parent_pid: int, spare: int) -> None:
     (see the module docstring): SIGTERM from the kernel when the parent dies, which the caller
     handles with :func:`end_worker`, and a watchdog thread polling the parent's pid that calls it."""
     global _PARENT
-    _PARENT = (parent_pid, _log_path())
+    _PARENT = (parent_pid, log_of_stdout())
     _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
     if os.getppid() != parent_pid:  # the parent died before the death signal was armed
         end_worker(spare)
@@ -124,8 +126,8 @@ def end_worker(spare: int) -> None:
         if _OWN_MARK:
             kill_marked(_OWN_MARK, spare={spare}, since=started(os.getpid()))
         if _PARENT is not None and os.getppid() != _PARENT[0]:
-            _release_log_locks(_PARENT[1])
-            _scrub_log(_PARENT[1])
+            release_log_locks(_PARENT[1])
+            scrub_log(_PARENT[1])
     finally:
         os.killpg(0, signal.SIGKILL)
         os._exit(1)  # not reached: the group's SIGKILL ended this process
@@ -350,55 +352,17 @@ def _end_stopped_template(pid: int) -> None:
         _signal(os.kill, pid)
 
 
-def _log_path() -> str | None:
-    """The file this process's standard output goes to (a worker's log), ``None`` when it is no file."""
-    try:
-        path = os.readlink("/proc/self/fd/1")
-    except OSError:
-        return None
-    return path if os.path.isabs(path) and os.path.isfile(path) else None
-
-
-def _scrub_log(log: str | None) -> bool:
-    """Rewrite the worker's log ``log`` (in ``RUN/logs/``) without the machine's names, as the
-    command does when it closes a worker (:func:`~fusedce_profiler.instrument.scrub.scrub_file`);
-    whether that was done (no log: nothing to do)."""
-    if log is None:
-        return True
-    from fusedce_profiler.instrument.scrub import scrub_file
-
-    return scrub_file(os.path.dirname(os.path.dirname(log)), log)
-
-
-def _release_log_locks(log: str | None) -> None:
-    """Drop every ``flock`` this process holds on the file ``log`` (a job's code can lock its own
-    standard output, the log: the scrub would then wait for a lock no one gives up)."""
-    import fcntl
-
-    try:
-        target = os.stat(log) if log is not None else None
-        descriptors = [int(name) for name in os.listdir("/proc/self/fd")]
-    except OSError:
-        return
-    for fd in descriptors:
-        try:
-            if target is not None and os.path.samestat(os.fstat(fd), target):
-                fcntl.flock(fd, fcntl.LOCK_UN)
-        except OSError:
-            continue
-
-
 def _scrub_after(worker: int, log: str | None) -> None:
     """The reaper's scrub of the worker's ``log``: when its lock is not given up (the worker, stuck
     or its job's code, holds it), the worker is killed — a scrub takes milliseconds, not the seconds
     waited — and the log scrubbed once the worker's descriptors are closed."""
-    if _scrub_log(log):
+    if scrub_log(log):
         return
     _signal(os.kill, worker)
     deadline = time.monotonic() + 5.0
     while process_state(worker) not in ("Z", "X", "") and time.monotonic() < deadline:
         time.sleep(0.01)
-    _scrub_log(log)
+    scrub_log(log)
 
 
 def start_reaper(life_fd: int) -> int:
@@ -415,7 +379,7 @@ def start_reaper(life_fd: int) -> int:
     pid = os.fork()
     if pid == 0:
         try:
-            log = _log_path()
+            log = log_of_stdout()
             os.closerange(0, life_fd)
             os.closerange(life_fd + 1, 1 << 16)
             while os.read(life_fd, 1):

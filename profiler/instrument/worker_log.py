@@ -1,5 +1,7 @@
 """What a worker that ended left behind, read for its message: the last lines of its log, how it
-exited, and whether its disk was full (:mod:`fusedce_profiler.instrument.worker`)."""
+exited, and whether its disk was full (:mod:`fusedce_profiler.instrument.worker`); and its log
+scrubbed of the machine's names by the worker and its reaper when the command died before it could
+(:mod:`fusedce_profiler.instrument.lifetime`)."""
 from __future__ import annotations
 
 import os
@@ -62,3 +64,41 @@ def describe_exit(code: int | None) -> str:
         except ValueError:
             return f"the worker was killed by signal {-code}"
     return f"the worker exited with code {code}"
+
+
+def log_of_stdout() -> str | None:
+    """The file this process's standard output goes to (a worker's log), ``None`` when it is no file."""
+    try:
+        path = os.readlink("/proc/self/fd/1")
+    except OSError:
+        return None
+    return path if os.path.isabs(path) and os.path.isfile(path) else None
+
+
+def scrub_log(log: str | None) -> bool:
+    """Rewrite the worker's log ``log`` (in ``RUN/logs/``) without the machine's names, as the
+    command does when it closes a worker (:func:`~fusedce_profiler.instrument.scrub.scrub_file`);
+    whether that was done (no log: nothing to do)."""
+    if log is None:
+        return True
+    from fusedce_profiler.instrument.scrub import scrub_file
+
+    return scrub_file(os.path.dirname(os.path.dirname(log)), log)
+
+
+def release_log_locks(log: str | None) -> None:
+    """Drop every ``flock`` this process holds on the file ``log`` (a job's code can lock its own
+    standard output, the log: the scrub would then wait for a lock no one gives up)."""
+    import fcntl
+
+    try:
+        target = os.stat(log) if log is not None else None
+        descriptors = [int(name) for name in os.listdir("/proc/self/fd")]
+    except OSError:
+        return
+    for fd in descriptors:
+        try:
+            if target is not None and os.path.samestat(os.fstat(fd), target):
+                fcntl.flock(fd, fcntl.LOCK_UN)
+        except OSError:
+            continue
