@@ -204,14 +204,14 @@ def report_errors(out_dir: Path, kept: str, mend: str | None = None) -> Iterator
     they are, "the finished cells"): the one line also says they are kept and what makes the report
     once the cause (a full disk, a page that is a folder) is mended: ``mend``, by default
     "`fusedce-profile report DIR` writes the report"."""
-    from fusedce_profiler.instrument.text import one_line
+    from fusedce_profiler.instrument.text import one_line, shell_word
 
     try:
         with os_errors():
             yield
     except UsageError as failed:
         folder = one_line(out_dir)
-        mend = mend or f"`fusedce-profile report {folder}` writes the report"
+        mend = mend or f"`fusedce-profile report {shell_word(out_dir)}` writes the report"
         raise UsageError(f"{failed}; {kept} are kept in {folder}: {mend} once that is mended") from None
 
 

@@ -109,7 +109,7 @@ def finish(out_dir: Path, console: Printer, *, stopped: KeyboardInterrupt | None
         else:  # a second signal while a stopped run's report was being written
             code = interrupt_exit_code(stopped)
             console.print(f"report interrupted; its files were not replaced (the finished cells are kept): run "
-                          f"`fusedce-profile report {one_line(out_dir)}` to write it", markup=False)
+                          f"`fusedce-profile report {shell_word(out_dir)}` to write it", markup=False)
             return CommandOutcome(stored_cells(out_dir), code, {"interrupted": signal_name(stopped), "exit_code": code},
                                   stopped)
     broken = failed_backends(report)

@@ -29,10 +29,10 @@ def report_stopped(out_dir: Path, stopped: KeyboardInterrupt, records: list, fin
     """A signal while the report of a whole run was being written: every result is stored (each as it
     finished), the report's files may be the previous ones; say so, and how to write the report.
     ``finished``: what the results are (``"4 cells"``)."""
-    from fusedce_profiler.instrument.text import one_line
+    from fusedce_profiler.instrument.text import shell_word
 
     say(f"\nStopped by {signal_name(stopped)} while the report was written; every result is kept ({finished}); "
-        f"write the report with `fusedce-profile report {one_line(out_dir)}`")
+        f"write the report with `fusedce-profile report {shell_word(out_dir)}`")
     return _stopped(out_dir, stopped, records)
 
 

@@ -17,7 +17,7 @@ from typing import Iterable
 from fusedce_profile.errors import UsageError
 from fusedce_profiler.instrument.recording.recorder import StepRecorder as _ProfilerStepRecorder
 from fusedce_profiler.instrument.recording.arguments import checked_out, checked_steps, checked_subject
-from fusedce_profiler.instrument.text import one_line
+from fusedce_profiler.instrument.text import one_line, shell_word
 
 
 def write_report(folder: str | Path) -> Path:
@@ -33,7 +33,7 @@ def _render(folder: Path) -> bool:
         return True
     except Exception as exc:  # noqa: BLE001 - a report failure must not stop the training
         warnings.warn(f"fusedce-profile: the report of {folder} was not rendered: {exc} "
-                      f"(run `fusedce-profile report {folder}`)", RuntimeWarning, stacklevel=2)
+                      f"(run `fusedce-profile report {shell_word(folder)}`)", RuntimeWarning, stacklevel=2)
         return False
 
 

@@ -23,7 +23,7 @@ from fusedce_profile.errors import UsageError
 from fusedce_profile.folders import held_for_report, in_use_for_report, os_errors
 from fusedce_profile.outcome import CommandOutcome
 from fusedce_profile.signals import interrupt_exit_code, signal_name
-from fusedce_profiler.instrument.text import one_line
+from fusedce_profiler.instrument.text import one_line, shell_word
 from fusedce_profiler.instrument.kinds import RESULT_RECORDS
 from fusedce_profiler.instrument.runlock import live_holder
 
@@ -120,6 +120,10 @@ def _rebuilt(run_dir: Path, console: Printer) -> tuple[str, CommandOutcome] | No
     def present(name: str) -> bool:
         return store.present(run_dir / name)
 
+    found = [name for name in RESULT_RECORDS if present(name)]  # in the order below: the first is reported
+    if len(found) > 1:
+        console.print(f"note: {one_line(run_dir)} holds the records of more than one run ({', '.join(found)}); "
+                      f"only {found[0]}'s is reported: give each run a folder of its own", markup=False)
     if present(store.RESULTS_FILE):
         return "grid", finish(run_dir, console, after_run=False)
     for kind, name in (("model", store.MODEL_RESULTS_FILE), ("parity", store.PARITY_FILE),
@@ -177,7 +181,7 @@ def report_command(run_dir: str | Path, *, console: Console | None = None) -> Co
             console.print(f"stopped by {signal_name(stopped)} once the new report was in place: it is whole "
                           f"({one_line(run_dir)}/summary.md)", markup=False)
             return CommandOutcome(rebuilt[1].records, code, {**rebuilt[1].summary, "exit_code": code}, stopped)
-        console.print(f"report interrupted; nothing replaced — run `fusedce-profile report {one_line(run_dir)}` again",
+        console.print(f"report interrupted; nothing replaced — run `fusedce-profile report {shell_word(run_dir)}` again",
                       markup=False)
         return CommandOutcome([], code, {"interrupted": signal_name(stopped), "exit_code": code}, stopped)
     if rebuilt is None:

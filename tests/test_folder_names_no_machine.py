@@ -178,3 +178,15 @@ def test_a_run_folder_written_with_dot_dot_is_a_placeholder_as_written_and_norma
     line = f"continue with the same command and --resume --out {written}; report {tmp_path}/run/summary.md"
     assert scrub_text(line, names) == ("continue with the same command and --resume --out ‹run folder›; "
                                        "report ‹run folder›/summary.md")
+
+
+def test_the_user_name_in_torch_compiles_cache_folder_is_a_placeholder(monkeypatch):
+    """A compiled step's trace frames name ``/tmp/torchinductor_USER/…``: the user's name."""
+    import getpass
+
+    from fusedce_profiler.instrument.scrub import machine_names, scrub_text
+
+    monkeypatch.setattr(getpass, "getuser", lambda: "annabel")
+    frame = "/tmp/torchinductor_annabel/xy/cxyz.py:12 in call; torchinductor_annabelle stays"
+    assert scrub_text(frame, machine_names()) == ("/tmp/torchinductor_‹user›/xy/cxyz.py:12 in call; "
+                                                  "torchinductor_annabelle stays")

@@ -115,6 +115,17 @@ def test_a_stored_field_name_with_a_newline_forges_no_line_of_the_output(run):
     assert "spec has unknown field(s) 'x\\nReport: FORGED every cell passed\\n'" in result.stdout
 
 
+def test_a_folder_holding_two_kinds_of_records_says_which_one_it_reports(run):
+    """A folder holding a grid's and a model run's records was reported as a grid, the model's
+    records ignored without a word."""
+    model = GRID.parent / "model" / "model-tied"
+    shutil.copy(model / store.MODEL_RESULTS_FILE, run / store.MODEL_RESULTS_FILE)
+    result = run_cli(["report", str(run)], cli_env())
+    assert result.returncode == 0, result.stderr
+    assert (f"note: {run} holds the records of more than one run ({store.RESULTS_FILE}, {store.MODEL_RESULTS_FILE}); "
+            f"only {store.RESULTS_FILE}'s is reported") in " ".join(result.stdout.split())
+
+
 @pytest.mark.parametrize("plan", ['{"cells": 3}', '[1, 2]', '{"cells": [{"backend": 1}]}'])
 def test_a_plan_that_cannot_be_read_is_named_instead_of_dropped(run, plan):
     """A damaged ``plan.json`` was read as "no plan": the report then could not say whether the run

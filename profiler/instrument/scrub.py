@@ -18,6 +18,7 @@ the tool's own source        ``‹fusedce›`` (the folder holding its packages:
                              editable; inside ``‹python›`` otherwise)
 each ``PYTHONPATH`` folder   ``‹pythonpath›`` (where a user's factory or loss module is imported from)
 the home folder              ``~``
+torch.compile's cache        ``torchinductor_‹user›`` (``/tmp/torchinductor_USER``: the user's name)
 the host name                ``‹host›``
 ==========================  ===============
 
@@ -64,6 +65,12 @@ def machine_names(run_folder: str | Path | None = None) -> Names:
         pairs[folder], pairs[os.path.realpath(folder)] = "‹run folder›", "‹run folder›"
         if os.path.isabs(run_folder):  # and as the user wrote it, where messages quote it so
             pairs[str(run_folder)] = "‹run folder›"
+    try:  # torch.compile's cache folder names the user (/tmp/torchinductor_ann): the frames of a trace show it
+        import getpass
+
+        pairs[f"torchinductor_{getpass.getuser()}"] = "torchinductor_‹user›"
+    except (KeyError, OSError, ImportError):  # no name for this uid
+        pass
     pairs = {text: name for text, name in pairs.items() if len(text) >= 5 and text != os.sep}
     host = socket.gethostname()
     found = sorted(pairs.items(), key=lambda pair: -len(pair[0]))
