@@ -19,6 +19,7 @@ time limit (``factory_timeout``) and a memory guard; one that fails raises
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -57,6 +58,11 @@ def plan_model(*, preset=None, config=None, tied=None, hf=None, model=None, head
     from fusedce_profile.sources import backend_names, default_preset, loss_backends, model_source
     from fusedce_profiler.instrument.step.jobs import ModelJob
     from fusedce_profiler.judgements.fit import FIT_AXES
+
+    world = os.environ.get("WORLD_SIZE", "1")
+    if world.strip() not in ("", "0", "1"):  # a launcher's ranks would each measure every job into one folder
+        raise UsageError(f"model runs in one process, and WORLD_SIZE={world!r} says this is one rank of several "
+                         "(torchrun): run it without a launcher; `doctor` checks a distributed run rank by rank")
 
     check_ranges("model", batch=batch, seq=seq, fit=fit, fit_max=fit_max, seed=seed, factory_timeout=factory_timeout)
     run_device = resolve_device(device)

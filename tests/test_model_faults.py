@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 import signal
 import textwrap
 import time
@@ -534,3 +535,16 @@ def test_a_first_curve_that_cannot_be_stored_says_nothing_is_kept(tmp_path):
     said = _plain(result.output)
     assert (f"{out}/parity.json: Is a directory; no curves are kept in {out}: the same command with --resume "
             f"--out {out} trains them once that is mended") in said, said
+
+
+def test_model_under_a_launcher_is_refused_in_one_line_before_any_folder(tmp_path):
+    """Under torchrun every rank measured the same jobs into one folder: one failed on "the folder is
+    not empty", the other was left as an interrupted run that asked for --resume."""
+    out = tmp_path / "never-made"
+    for world in ("2", "8"):
+        result = runner.invoke(app, ["model", "--device", "cpu", "--preset", "tiny", "--out", str(out)],
+                               env={"WORLD_SIZE": world, "RANK": "1"})
+        assert result.exit_code == 2, result.output
+        assert (f"model runs in one process, and WORLD_SIZE='{world}' says this is one rank of several (torchrun): "
+                "run it without a launcher") in " ".join(_plain(result.output).split())
+        assert not out.exists()
