@@ -25,7 +25,7 @@ from fusedce_profiler.instrument.confined import FolderRefused
 from fusedce_profiler.grid.spec import GridSpec
 from fusedce_profiler.instrument.records import CellSpec
 from fusedce_profiler.instrument.text import count, one_line, shell_word
-from fusedce_profiler.grid.plan import planned_cells, planned_timing, save_plan
+from fusedce_profiler.grid.plan import planned_cells_and_timing, save_plan
 from fusedce_profiler.instrument.planned import changed_settings, dropped_unfinished
 from fusedce_profiler.grid.runner import ResultNotStored, run_grid
 from fusedce_profiler.instrument.records import load_results
@@ -143,12 +143,11 @@ def _check_same_plan(out_dir: Path, planned: list[CellSpec], rows: list[CellResu
     finished cells (a plan stored without it, or removed)."""
     finished = {row.spec.key() for row in rows}
     try:
-        stored = planned_cells(out_dir)
-        stored_timing = planned_timing(out_dir) if rows else dict(timing)
+        stored, stored_timing = planned_cells_and_timing(out_dir) or (None, None)
     except ValueError as exc:  # what the first run set out to measure is unknown: replaced only when asked
         raise UsageError(f"--resume: {one_line(exc)}; remove that file to resume with this command's grid") from None
     timed = sorted({len(row.times_ms) for row in rows if row.status == "ok" and row.times_ms})
-    told = dict(stored_timing or {})
+    told = dict(stored_timing or {}) if rows else dict(timing)  # nothing finished: nothing timed otherwise
     if len(timed) == 1:  # the rows' own count wins over what the plan says
         told["repeats"] = timed[0]
     changed = changed_settings(told, timing)

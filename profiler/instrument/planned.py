@@ -3,7 +3,7 @@
 missing, and a ``--resume`` given other options is refused before it drops what the first run had not
 finished.
 
-Public API: :func:`save_planned`, :func:`load_planned`, :func:`planned_settings`, :func:`changed_settings`,
+Public API: :func:`save_planned`, :func:`load_planned`, :func:`load_plan`, :func:`changed_settings`,
 :func:`dropped_unfinished`.
 """
 from __future__ import annotations
@@ -24,15 +24,6 @@ def save_planned(folder: str | Path, name: str, key: str, items: list, settings:
                                                   **({"settings": settings} if settings else {})})
 
 
-def planned_settings(folder: str | Path, name: str) -> dict | None:
-    """The ``"settings"`` stored with the plan ``folder/name``; ``None`` when it holds none (a plan
-    stored before they were) or there is no such file."""
-    path = Path(folder) / name
-    raw = store.read_json(path) if store.present(path) else None
-    settings = raw.get("settings") if isinstance(raw, dict) else None
-    return settings if isinstance(settings, dict) else None
-
-
 def changed_settings(stored: dict | None, settings: dict) -> list[str]:
     """``"name A, now B"`` for each of ``settings`` whose stored value differs (none when nothing was stored)."""
     return [f"{name} {stored[name]!r}, now {value!r}" for name, value in settings.items()
@@ -40,9 +31,17 @@ def changed_settings(stored: dict | None, settings: dict) -> list[str]:
 
 
 def load_planned(folder: str | Path, name: str, key: str, parse: Callable[[dict], T], most: int) -> list[T] | None:
-    """The items of ``folder/name``, each read by ``parse``; ``None`` when there is no such file;
-    ``ValueError`` naming the file when it cannot be read as a plan of ``key``, or holds more than
-    ``most`` items (more than a run may plan)."""
+    """The items of ``folder/name`` (:func:`load_plan`), without its settings."""
+    plan = load_plan(folder, name, key, parse, most)
+    return None if plan is None else plan[0]
+
+
+def load_plan(folder: str | Path, name: str, key: str, parse: Callable[[dict], T],
+              most: int) -> tuple[list[T], dict | None] | None:
+    """``(items, settings)`` of ``folder/name``, read once: each item read by ``parse``, and the
+    ``"settings"`` stored with them (:func:`save_planned`; ``None`` when it holds none, a plan stored
+    before they were). ``None`` when there is no such file; ``ValueError`` naming the file when it
+    cannot be read as a plan of ``key``, or holds more than ``most`` items (more than a run may plan)."""
     path = Path(folder) / name
     if not store.present(path):
         return None
@@ -52,9 +51,11 @@ def load_planned(folder: str | Path, name: str, key: str, parse: Callable[[dict]
             raise ValueError(f"expected an object with a list of {key}")
         if len(raw[key]) > most:
             raise ValueError(f"{len(raw[key]):,} {key}, more than the {most:,} a run plans")
-        return [parse(item) for item in raw[key]]
+        items = [parse(item) for item in raw[key]]
     except (ValueError, TypeError, KeyError) as exc:
         raise ValueError(f"{path}: not a plan of {key} ({exc})") from None
+    settings = raw.get("settings")
+    return items, settings if isinstance(settings, dict) else None
 
 
 def dropped_unfinished(stored: list | None, items: list, finished: set[str]) -> list:

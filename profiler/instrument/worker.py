@@ -304,10 +304,9 @@ class Worker:
                 return None, False
             if deadline is not None and time.monotonic() >= deadline:  # also while bytes keep coming
                 return None, True
-            if self._max_rss is not None:
-                if self._meter() > self._max_rss:
-                    self._over_memory = True
-                    return None, False
+            if self._max_rss is not None and self._meter() > self._max_rss:
+                self._over_memory = True
+                return None, False
             wait = poll if deadline is None else max(0.0, min(poll, deadline - time.monotonic()))
             ready, _, _ = select.select([fd], [], [], wait)
             if ready:

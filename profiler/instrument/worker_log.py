@@ -91,14 +91,16 @@ def release_log_locks(log: str | None) -> None:
     standard output, the log: the scrub would then wait for a lock no one gives up)."""
     import fcntl
 
+    if log is None:
+        return
     try:
-        target = os.stat(log) if log is not None else None
+        target = os.stat(log)
         descriptors = [int(name) for name in os.listdir("/proc/self/fd")]
     except OSError:
         return
     for fd in descriptors:
         try:
-            if target is not None and os.path.samestat(os.fstat(fd), target):
+            if os.path.samestat(os.fstat(fd), target):
                 fcntl.flock(fd, fcntl.LOCK_UN)
         except OSError:
             continue
