@@ -308,7 +308,7 @@ def _what_was_kept() -> str:
     finished) in the run folder the command held (:attr:`~fusedce_profiler.instrument.runlock.RunLock.taken`)."""
     from fusedce_profiler.instrument.runlock import RunLock
     from fusedce_profiler.instrument.store import DOCTOR_FILE, RECORDED_STEPS_FILE, RESULT_FILES
-    from fusedce_profiler.instrument.text import one_line, shell_word
+    from fusedce_profiler.instrument.text import one_line, same_command_resumed, shell_word
 
     if not RunLock.taken:
         return "before the command had anything to keep"
@@ -319,7 +319,7 @@ def _what_was_kept() -> str:
             "writes its report")
     if (folder / DOCTOR_FILE).exists() or (folder / RECORDED_STEPS_FILE).exists():  # neither is continued
         return kept
-    return f"{kept}; continue with the same command and --resume --out {shell_word(folder)}"
+    return f"{kept}; continue with {same_command_resumed(folder)}"
 
 
 def main() -> None:

@@ -33,7 +33,7 @@ from fusedce_profile.errors import UsageError
 from fusedce_profile.folders import check_appendable, os_errors
 from fusedce_profiler.instrument.confined import WRITE_SHARED_REFUSED, size_limit
 from fusedce_profiler.instrument.store import EXPLAIN_STEPS_FILE as STEPS_FILE
-from fusedce_profiler.instrument.text import count, one_line, shell_word
+from fusedce_profiler.instrument.text import count, one_line, same_command_resumed
 SEQ_CANDIDATES = (512, 1024, 2048)
 
 
@@ -396,5 +396,5 @@ def what_the_stop_left(folder: Path, stopped: KeyboardInterrupt, stamp_before: t
         steps = 0
     kept = f": {count(steps, 'finished step')} kept" if steps else " before any step had finished"
     page = f"; partial report {one_line(folder)}/summary.md" if steps and (folder / "summary.md").is_file() else ""
-    return f"interrupted{kept}{page}; continue with the same command and --resume --out {shell_word(folder)}"
+    return f"interrupted{kept}{page}; continue with {same_command_resumed(folder)}"
 

@@ -52,10 +52,10 @@ class ExplainRun:
             raise
         with staging.signals_held():  # the finished explanation is stored whole; a signal now is taken after it
             from fusedce_profile.folders import report_errors
-            from fusedce_profiler.instrument.text import shell_word
+            from fusedce_profiler.instrument.text import resume_option
 
             # a full disk, a page that is a folder: the steps are kept, and judged again on resume
-            again = f"the same command with --resume --out {shell_word(self.out)} judges them"
+            again = f"the same command with {resume_option(self.out)} judges them"
             with report_errors(self.out, "the finished steps", again):
                 return self._store(interrupted=False)
 

@@ -24,7 +24,7 @@ from fusedce_profiler.instrument import staging, store
 from fusedce_profiler.instrument.confined import FolderRefused
 from fusedce_profiler.grid.spec import GridSpec
 from fusedce_profiler.instrument.records import CellSpec
-from fusedce_profiler.instrument.text import count, one_line, shell_word
+from fusedce_profiler.instrument.text import count, one_line, resume_option, same_command_resumed, shell_word
 from fusedce_profiler.grid.plan import planned_cells_and_timing, save_plan
 from fusedce_profiler.instrument.planned import changed_settings, dropped_unfinished
 from fusedce_profiler.grid.runner import ResultNotStored, run_grid
@@ -208,10 +208,10 @@ def run_grids(grids: Sequence[GridSpec], out_dir: Path, console: Console, *, res
         except KeyboardInterrupt as exc:
             stopped = exc
             console.print(f"\nInterrupted after {progress.done} of {count(total, 'new cell')}; continue with "
-                          f"the same command and --resume --out {shell_word(out_dir)}", markup=False)
+                          f"{same_command_resumed(out_dir)}", markup=False)
         except ResultNotStored as exc:
             raise UsageError(f"{describe_os_error(exc)}: the result of {_cell_name(exc.spec)} was not stored; "
-                       f"free space (or raise the limit) and run with --resume --out {shell_word(out_dir)}: it measures "
+                       f"free space (or raise the limit) and run with {resume_option(out_dir)}: it measures "
                        "that cell again") from None
         except WorkerDied as died:  # at start-up: every cell would fail the same way
             start_failed = True

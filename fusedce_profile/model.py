@@ -28,7 +28,7 @@ from rich.console import Console
 from fusedce_profile import arguments, exit_codes
 from fusedce_profile.errors import UsageError
 from fusedce_profile.outcome import CommandOutcome
-from fusedce_profiler.instrument.text import count, one_line, shell_word
+from fusedce_profiler.instrument.text import count, one_line, same_command_resumed
 
 
 @dataclasses.dataclass(frozen=True)
@@ -194,7 +194,7 @@ def model_command(*, out: str | Path | None = None, force: bool = False, resume:
         except KeyboardInterrupt as stopped:
             results = list(load_model_results(out_dir).records)
             return interrupted_outcome(out_dir, stopped, results, f"{len(results)} of {len(plan.jobs)} jobs",
-                                       f"the same command and --resume --out {shell_word(out_dir)}", write_model_report, say)
+                                       same_command_resumed(out_dir), write_model_report, say)
         try:
             with report_errors(out_dir, "the finished jobs"):
                 report_path = write_model_report(out_dir)

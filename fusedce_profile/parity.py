@@ -29,7 +29,7 @@ from rich.console import Console
 from fusedce_profile import arguments, exit_codes
 from fusedce_profile.errors import UsageError
 from fusedce_profile.outcome import CommandOutcome
-from fusedce_profiler.instrument.text import count, one_line, shell_word
+from fusedce_profiler.instrument.text import count, one_line, resume_option, same_command_resumed
 
 
 def parity_settings(*, preset=None, config=None, tied=None, backend: Sequence[str] | None = None, steps=300,
@@ -180,13 +180,13 @@ def parity_command(*, out: str | Path | None = None, force: bool = False, resume
                 refused = report_errors(out_dir, "the curves trained before")
             else:  # the first to be stored: nothing is kept yet
                 refused = report_errors(out_dir, "no curves",
-                                        f"the same command with --resume --out {shell_word(out_dir)} trains them")
+                                        f"the same command with {resume_option(out_dir)} trains them")
             with refused:
                 save_parity_report(out_dir, partial)
             with contextlib.suppress(OSError):  # a page that cannot be written is said once, at the end
                 write_parity_report(out_dir)
 
-        again = f"the same command and --resume --out {shell_word(out_dir)}"
+        again = same_command_resumed(out_dir)
         trainer = _CurveTrainer(settings, out_dir / store.LOGS_DIR)
         try:
             result = run_parity(settings, progress=lambda name: say(f"  training with {name} ..."), on_curve=keep,

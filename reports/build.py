@@ -27,7 +27,7 @@ import pandas as pd
 from fusedce_profiler.instrument import staging, store
 from fusedce_profiler.grid.plan import planned_cells
 from fusedce_profiler.instrument.records import load_results
-from fusedce_profiler.instrument.text import shell_word
+from fusedce_profiler.instrument.text import resume_option
 from fusedce_reports import plots as plotting
 from fusedce_reports.environment import read_environment
 from fusedce_reports.findings import Finding, compute_findings
@@ -93,7 +93,7 @@ def _unfinished_plan(run_dir: Path, records) -> list[str]:
     if finished >= len(planned):
         return []
     return [f"{finished} of {len(planned)} cells — interrupted; continue with the same command and "
-            f"`--resume --out {shell_word(run_dir)}`"]
+            f"`{resume_option(run_dir)}`"]
 
 
 def _repeated_cells(loaded) -> list[str]:

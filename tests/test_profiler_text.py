@@ -42,9 +42,12 @@ def test_a_folder_named_in_a_continue_line_is_one_shell_word_that_names_it(folde
     folder called ``d $(touch PWNED) x`` ran the command substitution and resumed ``d``."""
     import shlex
 
-    from fusedce_profiler.instrument.text import shell_word
+    from fusedce_profiler.instrument.text import same_command_resumed, shell_word
 
     assert shlex.split(f"fusedce-profile grid --resume --out {shell_word(folder)}")[-1] == folder
+    hint = same_command_resumed(folder)
+    assert hint.startswith("the same command and --resume --out ")
+    assert shlex.split(hint.removeprefix("the same command and "))[-2:] == ["--out", folder]
 
 
 def test_the_report_of_a_cut_grid_names_its_folder_as_one_shell_word(tmp_path):

@@ -66,6 +66,16 @@ def shell_word(path: str | object) -> str:
     return one_line(shlex.quote(str(path)))
 
 
+def resume_option(folder: str | object) -> str:
+    """``--resume --out DIR``, DIR as one shell word: the options that continue the run in ``folder``."""
+    return f"--resume --out {shell_word(folder)}"
+
+
+def same_command_resumed(folder: str | object) -> str:
+    """"the same command and --resume --out DIR": what a "continue with …" hint names."""
+    return f"the same command and {resume_option(folder)}"
+
+
 def capped(text: str, limit: int = MAX_SHOWN_CHARS) -> str:
     """``text`` with every line longer than ``limit`` characters cut after ``limit`` of them and
     ``"… (N more characters in the stored record)"`` in place of the rest; shorter text as it is."""
