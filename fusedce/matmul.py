@@ -11,6 +11,7 @@ addend first (on the CPU, a 93 MiB fp32 copy of a 30464 × 768 weight-gradient c
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 
 import torch
@@ -63,12 +64,39 @@ def matmul_into(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, accumula
         _product(out, a, b, accumulate)
 
 
+REDUCED_PRECISION_FLAGS = {torch.bfloat16: "allow_bf16_reduced_precision_reduction",
+                           torch.float16: "allow_fp16_reduced_precision_reduction"}
+"""PyTorch's switches (``torch.backends.cuda.matmul``, on by default) that let cuBLAS sum a product's
+split-K partials in the 2-byte output dtype: each partial sum rounded, where one rounding of an fp32
+sum was meant. Measured on an H100 (``benchmarks/results/grad-weight-rounding-h100-2026-12-06/``): a bf16
+grad_weight chunk (C × 8192) @ (8192 × 768) written as bf16 had a relative error of 0.00174 at C = 4864 and
+0.00190 at C = 27136 with the switch on, 0.00166 (one rounding) with it off, at the same step time."""
+
+
+@contextlib.contextmanager
+def one_rounding(out: torch.Tensor):
+    """While a product writes the 2-byte ``out`` on CUDA: its reduction in fp32, rounded once into ``out``
+    (:data:`REDUCED_PRECISION_FLAGS` off, restored after). The switch is the process's: a product another
+    thread launches meanwhile is summed in fp32 too — more exact, never less."""
+    name = REDUCED_PRECISION_FLAGS.get(out.dtype) if out.device.type == "cuda" else None
+    before = None if name is None else getattr(torch.backends.cuda.matmul, name)
+    if before is None or before is False:
+        yield
+        return
+    setattr(torch.backends.cuda.matmul, name, False)
+    try:
+        yield
+    finally:
+        setattr(torch.backends.cuda.matmul, name, before)
+
+
 def _product(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, accumulate: bool) -> None:
     if out.dtype == a.dtype:
-        if accumulate:
-            torch.addmm(out, a, b, out=out)
-        else:
-            torch.mm(a, b, out=out)
+        with one_rounding(out):
+            if accumulate:
+                torch.addmm(out, a, b, out=out)
+            else:
+                torch.mm(a, b, out=out)
     elif has_out_dtype(a.device.type, a.dtype):
         if accumulate:
             torch.addmm(out, a, b, out_dtype=out.dtype, out=out)

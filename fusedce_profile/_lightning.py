@@ -44,7 +44,8 @@ def make_callback_class(package: str):
                      trace: bool = True, snapshot: bool = True, force: bool = False, append: bool = False,
                      report: bool = True) -> None:
             super().__init__()
-            self.steps, self.out = callback_arguments(steps, out, label, fused, head, vocab)
+            self.steps, self.out = callback_arguments(steps, out, label, fused, head, vocab, trace=trace,
+                                                      snapshot=snapshot, force=force, append=append, report=report)
             self.options = dict(label=label, fused=fused, head=head, vocab=vocab, trace=trace, snapshot=snapshot,
                                 force=force, append=append, report=report)
             self.recorder: StepRecorder | None = None

@@ -6,7 +6,8 @@ naming the option (as the command line spells it) and what it takes, before anyt
 a ``TypeError`` or ``AttributeError`` from deep inside. Numbers are checked by
 :mod:`fusedce_profile.ranges`.
 
-Public API: :func:`names`, :func:`listed`, :func:`text`, :func:`path`, :func:`model_options`.
+Public API: :func:`names`, :func:`listed`, :func:`text`, :func:`flag`, :func:`console`, :func:`path`,
+:func:`model_options`.
 """
 from __future__ import annotations
 
@@ -48,6 +49,21 @@ def text(value: object, option: str) -> str | None:
     """``value`` when it is a string (or ``None``: not given)."""
     if value is not None and not isinstance(value, str):
         raise UsageError(f"{option} {_shown(value)}: expected a string")
+    return value
+
+
+def flag(value: object, option: str, *, optional: bool = False) -> bool | None:
+    """``value`` when it is ``True`` or ``False`` (or ``None`` where ``optional``: not given). A string
+    is refused, not read by its truth: ``force="no"`` from a settings file would replace a run."""
+    if not (isinstance(value, bool) or (optional and value is None)):
+        raise UsageError(f"{option} {_shown(value)}: expected True or False" + (" (or None)" if optional else ""))
+    return value
+
+
+def console(value: object) -> object:
+    """``value`` when it can print (a :class:`rich.console.Console`, or ``None``: the default)."""
+    if value is not None and not callable(getattr(value, "print", None)):
+        raise UsageError(f"console {_shown(value)}: expected a rich Console (an object with print), or None")
     return value
 
 

@@ -56,7 +56,7 @@ def default_memory_limit_gb() -> float:
 
 def check_arguments(loss: str, *, device: str = "cpu", mode: str | None = None, batch: int = 4, seq: int = 32,
                     seed: int = 0, timeout_s: float = DEFAULT_TIMEOUT_S, memory_limit_gb: float = 1.0,
-                    model_options: tuple = (None, None, None, None, None)) -> None:
+                    model_options: tuple = (None, None, None, None, None), tied: bool | None = None) -> None:
     """:class:`~fusedce_profile.errors.UsageError` for arguments :func:`doctor` cannot use (checked
     without importing or running any user code). ``model_options``: (preset, config, hf, model, head)."""
     from fusedce_profile.ranges import check_ranges
@@ -70,6 +70,7 @@ def check_arguments(loss: str, *, device: str = "cpu", mode: str | None = None, 
     if not (arguments.text(device, "--device") == "cpu" or device.startswith("cuda")):
         raise UsageError(f"--device must be cpu, cuda or cuda:K, got {device!r}")
     check_ranges("doctor", batch=batch, seq=seq, seed=seed, timeout=timeout_s, memory_limit=memory_limit_gb)
+    arguments.flag(tied, "--tied", optional=True)
     try:
         check_model_options(*model_options)
     except ValueError as exc:
@@ -148,7 +149,7 @@ def doctor(loss: str, *, preset: str | None = None, config: str | Path | None = 
     memory_limit_gb = default_memory_limit_gb() if memory_limit_gb is None else memory_limit_gb
     check_arguments(loss, device=device, mode=mode, batch=batch, seq=seq, seed=seed, timeout_s=timeout_s,
                     memory_limit_gb=memory_limit_gb, model_options=(preset, str(config) if config else None, hf, model,
-                                                                    head))
+                                                                    head), tied=tied)
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise UsageError(f"--device {device}: no CUDA device is visible; use --device cpu")
     backend = compile_backend

@@ -290,6 +290,8 @@ def explain(*, out: str | Path | None = None, force: bool = False, resume: bool 
     from fusedce_profile.folders import run_folder
 
     out = None if out is None else arguments.path(out, "--out")
+    arguments.flag(force, "--force")
+    arguments.flag(resume, "--resume")
     plan = validate(**options)  # before the folder is made
     with run_folder(out, force=force, resume=resume, kind="explain") as folder:
         return explain_plan(plan, out=folder, resume=resume, progress=progress)

@@ -19,6 +19,7 @@ from pathlib import Path
 from fusedce_profile.errors import UsageError
 from fusedce_profiler.instrument import store
 from fusedce_profiler.instrument.confined import FOLDER_LINK_REFUSED, FolderRefused
+from fusedce_profiler.instrument.interruption import INTERRUPTED_FILE
 from fusedce_profiler.instrument.runlock import live_holder
 from fusedce_profiler.instrument.kinds import MEASURED_RECORDS, RUN_RECORDS, a_kind, enclosing_run, other_kind
 
@@ -28,11 +29,39 @@ RUN_ARTEFACTS = RUN_RECORDS + ("results.csv", "summary.md", "report.html", store
 
 
 def _not_a_run_folder(folder: Path) -> list[str]:
-    """What ``folder`` holds when it holds no run's record (:data:`RUN_RECORDS`), else ``[]``:
-    ``--force`` and ``--resume`` touch only a run's folder (``--out ~ --force`` would remove the
-    home folder's ``logs/`` and ``plots/``; your own files beside a run are kept)."""
+    """What ``folder`` holds when it holds no run's record, else ``[]``: ``--force`` and ``--resume``
+    touch only a run's folder (``--out ~ --force`` would remove the home folder's ``logs/`` and
+    ``plots/``; your own files beside a run are kept). A run's record is one of
+    :data:`MEASURED_RECORDS`, or a record every run writes first whose name a project folder may hold
+    too (an ``environment.json``, a ``plan.json``) that reads as the one this tool writes."""
     names = sorted(p.name for p in folder.iterdir())
-    return [] if any(name in RUN_RECORDS for name in names) else names
+    if any(name in MEASURED_RECORDS or (name in RUN_RECORDS and _written_by_a_run(folder, name)) for name in names):
+        return []
+    return names
+
+
+def _written_by_a_run(folder: Path, name: str) -> bool:
+    """Whether ``folder/name`` (a run's plan, environment or interruption mark) reads as the record
+    this tool writes under that name: its reader takes it (the plan's items, the environment's keys)."""
+    from fusedce_profiler.grid.plan import planned_cells
+    from fusedce_profiler.instrument.interruption import read_interruption
+
+    try:
+        if name == store.PLAN_FILE:
+            return planned_cells(folder) is not None
+        if name == INTERRUPTED_FILE:
+            return read_interruption(folder) is not None
+        if name == store.MODEL_PLAN_FILE:  # these two readers import torch: only for a folder that needs them
+            from fusedce_profiler.instrument.step.plan import planned_jobs
+
+            return planned_jobs(folder) is not None
+        if name == store.ENVIRONMENT_FILE:
+            from fusedce_profiler.instrument.environment import is_stored_environment
+
+            return is_stored_environment(store.read_json(folder / name))
+    except (ValueError, OSError, FolderRefused):
+        return False
+    return True  # a record only one kind of run writes (:data:`KIND_RECORDS`)
 
 
 def _refuse_runs_below(out: Path) -> None:
@@ -95,7 +124,10 @@ def prepare_out_dir(out: Path | None, *, force: bool, resume: bool,
 
     ``OSError`` (a folder that cannot be created or written) propagates.
     """
-    if force and resume:
+    from fusedce_profile import arguments
+
+    arguments.flag(force, "--force")
+    if arguments.flag(resume, "--resume") and force:
         raise OutputDirError("--force and --resume contradict each other: choose one")
     resume_hint = " or --resume to continue it" if resume_option else ""
     if out is None:

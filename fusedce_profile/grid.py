@@ -67,6 +67,7 @@ def grid_spec(*, tokens=None, batch=None, seq=None, vocab=None, hidden=None, bac
                (("ignore_frac", ignore_frac), ("label_smoothing", label_smoothing), ("z_loss", z_loss),
                 ("softcap", softcap))}
     check_ranges("grid", **sizes, **options, repeats=repeats, warmup=warmup)
+    arguments.flag(bias, "--bias")
     if tokens is not None and (batch is not None or seq is not None):
         raise UsageError("give --tokens, or --batch with --seq, not both")
     if (batch is None) != (seq is None):
@@ -137,7 +138,8 @@ def _run(grids, heading: str, *, out, force: bool, resume: bool, snapshot: bool,
     from fusedce_profile.ranges import check_ranges
 
     check_ranges("grid", cell_timeout=cell_timeout)
-    console = console or _silent()
+    arguments.flag(snapshot, "--snapshot")
+    console = arguments.console(console) or _silent()
     device = grids[0].device
     timeout_s = resolve_cell_timeout(cell_timeout, device)
     with run_folder(arguments.path(out, "--out"), force=force, resume=resume, kind="grid") as out_dir:

@@ -36,7 +36,8 @@ class StepRecorderCallback(TrainerCallback):
     def __init__(self, steps: Iterable[int] = (2,), out: str | Path | None = None, *, label: str = "",
                  fused: bool | None = None, head: str | None = None, vocab: int | None = None, trace: bool = True,
                  snapshot: bool = True, force: bool = False, append: bool = False, report: bool = True) -> None:
-        self.steps, self.out = callback_arguments(steps, out, label, fused, head, vocab)
+        self.steps, self.out = callback_arguments(steps, out, label, fused, head, vocab, trace=trace,
+                                                  snapshot=snapshot, force=force, append=append, report=report)
         self.options = dict(label=label, fused=fused, head=head, vocab=vocab, trace=trace, snapshot=snapshot,
                             force=force, append=append, report=report)
         self.recorder: StepRecorder | None = None

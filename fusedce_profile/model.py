@@ -65,6 +65,9 @@ def plan_model(*, preset=None, config=None, tied=None, hf=None, model=None, head
                          "(torchrun): run it without a launcher; `doctor` checks a distributed run rank by rank")
 
     check_ranges("model", batch=batch, seq=seq, fit=fit, fit_max=fit_max, seed=seed, factory_timeout=factory_timeout)
+    for value, option in ((trace, "--trace"), (checkpointing, "--checkpointing"), (eval_step, "--eval-step")):
+        arguments.flag(value, option)
+    arguments.flag(tied, "--tied", optional=True)
     run_device = resolve_device(device)
     on_gpu = run_device.startswith("cuda")
     source = model_source(preset, config, hf, model, head, tied, default_preset(run_device),
@@ -148,6 +151,7 @@ def model_command(*, out: str | Path | None = None, force: bool = False, resume:
     """``fusedce-profile model``: :func:`profile_model` with the exit code and ``--json`` summary the
     command line needs (a signal ends it with :attr:`CommandOutcome.stopped` set, not raised)."""
     plan = plan_model(**options)  # bad input refused before torch and matplotlib are imported
+    arguments.console(console)
     from fusedce_profile.checks import nothing_measured
     from fusedce_profile.folders import check_appendable, os_errors, report_errors, run_folder
     from fusedce_profile.interruption import interrupted_outcome, report_stopped

@@ -45,6 +45,9 @@ def parity_settings(*, preset=None, config=None, tied=None, backend: Sequence[st
 
     check_ranges("parity", steps=steps, batch=batch, seq=seq, lr=lr, ignore_frac=ignore_frac, loss_tol=loss_tol,
                  seed=seed)
+    for value, option in ((bias, "--bias"), (control, "--control")):
+        arguments.flag(value, option)
+    arguments.flag(tied, "--tied", optional=True)
     run_device = resolve_device(device)
     cfg = model_config(preset, config, tied, "tiny")
     compared = loss_backends(backend, ["fusedce"])[1:]
@@ -161,12 +164,12 @@ def parity_command(*, out: str | Path | None = None, force: bool = False, resume
     from fusedce_profiler.judgements.parity_training import ReferenceFailed, run_parity
     from fusedce_reports.parity_report import write_parity_report
 
-    console = console or Console(quiet=True)
+    settings = parity_settings(**options)
+    console = arguments.console(console) or Console(quiet=True)
 
     def say(line: str) -> None:
         console.print(line, markup=False)
 
-    settings = parity_settings(**options)
     with run_folder(arguments.path(out, "--out"), force=force, resume=resume, kind="parity") as out_dir:
         finished = _finished(out_dir, settings) if resume else None
         say(f"fusedce-profile parity: {settings.config.name}, {settings.steps} steps, {settings.mode} on "

@@ -14,9 +14,10 @@ import warnings
 from pathlib import Path
 from typing import Iterable
 
+from fusedce_profile import arguments
 from fusedce_profile.errors import UsageError
 from fusedce_profiler.instrument.recording.recorder import StepRecorder as _ProfilerStepRecorder
-from fusedce_profiler.instrument.recording.arguments import checked_out, checked_steps, checked_subject
+from fusedce_profiler.instrument.recording.arguments import checked_flags, checked_out, checked_steps, checked_subject
 from fusedce_profiler.instrument.text import one_line, shell_word
 
 
@@ -61,6 +62,7 @@ class StepRecorder(_ProfilerStepRecorder):
     """
 
     def __init__(self, model, out, *, report: bool = True, **options) -> None:
+        arguments.flag(report, "report")  # before the folder is taken
         try:
             super().__init__(model, out, on_record=self._written, **options)
         except ValueError as exc:  # a bad argument, named, before anything is written: this API's error
@@ -94,12 +96,16 @@ def _free_sibling(folder: Path) -> Path:
 
 
 def callback_arguments(steps: Iterable[int], out: str | os.PathLike | None, label: str = "", fused: bool | None = None,
-                       head: str | None = None, vocab: int | None = None) -> tuple[tuple[int, ...], str | None]:
+                       head: str | None = None, vocab: int | None = None, report: object = True,
+                       **flags: object) -> tuple[tuple[int, ...], str | None]:
     """A callback's ``steps`` and ``out`` (None: the trainer's folder), and the options it hands its
-    recorder, checked when the callback is made as :class:`StepRecorder` checks them:
-    :class:`~fusedce_profile.errors.UsageError` naming the argument, never an error in the middle of ``fit``."""
+    recorder (``report``; ``flags``: trace, snapshot, force, append), checked when the callback is made as
+    :class:`StepRecorder` checks them: :class:`~fusedce_profile.errors.UsageError` naming the argument,
+    never an error in the middle of ``fit``."""
     try:
         checked_subject(label, fused, head, vocab, None, None)
+        checked_flags(**flags)
+        arguments.flag(report, "report")
         return tuple(sorted(checked_steps(steps))), None if out is None else checked_out(out)
     except ValueError as exc:
         raise UsageError(str(exc)) from None

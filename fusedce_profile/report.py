@@ -155,7 +155,7 @@ def report_command(run_dir: str | Path, *, console: Console | None = None) -> Co
     (:attr:`CommandOutcome.stopped`)."""
     from fusedce_profiler.instrument import staging, store
 
-    console = console or Console(quiet=True)
+    console = arguments.console(console) or Console(quiet=True)
     run_dir = arguments.path(run_dir, "DIR")
     if run_dir is None:
         raise UsageError("DIR: expected the folder a run wrote, got None")

@@ -33,6 +33,27 @@ LOSS = {"loss": "test_model_doctor:correct"}
     ("explain", {**EXPLAIN, "out": 5}, "--out 5: expected a path"),
     ("build_report", {"run_dir": 5}, "DIR 5: expected a path"),
     ("build_report", {"run_dir": None}, "DIR: expected the folder a run wrote, got None"),
+    # a flag is True or False: force="no" from a settings file replaced the run in out
+    ("run_grid", {"tokens": [8], "hidden": [32], "vocab": [64], **CPU, "force": "no"},
+     "--force 'no': expected True or False"),
+    ("run_grid", {"tokens": [8], "hidden": [32], "vocab": [64], **CPU, "resume": "false"},
+     "--resume 'false': expected True or False"),
+    ("run_grid", {"tokens": [8], "hidden": [32], "vocab": [64], **CPU, "snapshot": 1},
+     "--snapshot 1: expected True or False"),
+    ("run_grid", {"tokens": [8], "hidden": [32], "vocab": [64], **CPU, "bias": "yes"},
+     "--bias 'yes': expected True or False"),
+    ("run_grid", {"tokens": [8], "hidden": [32], "vocab": [64], **CPU, "console": "x"},
+     "console 'x': expected a rich Console (an object with print), or None"),
+    ("profile_model", {"trace": "0", **CPU}, "--trace '0': expected True or False"),
+    ("profile_model", {"tied": "no", **CPU}, "--tied 'no': expected True or False (or None)"),
+    ("profile_model", {"force": "no", **CPU}, "--force 'no': expected True or False"),
+    ("profile_model", {"console": 3, **CPU}, "console 3: expected a rich Console (an object with print), or None"),
+    ("parity", {"control": "no", **CPU}, "--control 'no': expected True or False"),
+    ("parity", {"resume": "no", **CPU}, "--resume 'no': expected True or False"),
+    ("doctor", {**LOSS, "tied": 1, **CPU}, "--tied 1: expected True or False (or None)"),
+    ("doctor", {**LOSS, "force": "no", **CPU}, "--force 'no': expected True or False"),
+    ("explain", {**EXPLAIN, "force": "no"}, "--force 'no': expected True or False"),
+    ("build_report", {"run_dir": ".", "console": "x"}, "console 'x': expected a rich Console (an object with print), or None"),
 ])
 def test_an_argument_of_the_wrong_kind_is_a_usage_error_naming_it(function, arguments, line, tmp_path,
                                                                    monkeypatch):
@@ -41,3 +62,24 @@ def test_an_argument_of_the_wrong_kind_is_a_usage_error_naming_it(function, argu
         getattr(fp, function)(**arguments)
     assert str(refused.value) == line
     assert not any(tmp_path.iterdir())  # refused before any folder was made
+
+
+@pytest.mark.parametrize("options, line", [
+    ({"report": "no"}, "report 'no': expected True or False"),
+    ({"force": "no"}, "force: expected True or False, got 'no'"),
+    ({"trace": 0}, "trace: expected True or False, got 0"),
+    ({"force": True, "append": True}, "force and append contradict each other"),
+    ({"steps": ()}, "steps: give at least one step index"),
+])
+def test_the_recorder_and_the_callbacks_refuse_a_flag_of_the_wrong_kind_before_any_folder(tmp_path, options, line):
+    import torch.nn as nn
+
+    from fusedce_profile import StepRecorder
+    from fusedce_profile.recorder import callback_arguments
+
+    with pytest.raises(UsageError, match=line.replace("(", r"\(")):
+        StepRecorder(nn.Linear(2, 2), tmp_path / "rec", **{"steps": (0,), **options})
+    assert not (tmp_path / "rec").exists()
+    steps = options.pop("steps", (0,))
+    with pytest.raises(UsageError, match=line.replace("(", r"\(")):
+        callback_arguments(steps, tmp_path / "cb", **options)

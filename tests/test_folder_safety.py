@@ -213,6 +213,47 @@ def test_force_never_removes_a_folder_a_live_run_holds(tmp_path):
 
 
 
+@pytest.mark.parametrize("name, text", [
+    (store.ENVIRONMENT_FILE, '{"name": "proj", "dependencies": ["numpy"]}'),
+    (store.ENVIRONMENT_FILE, '{"python": "3.11", "torch": "2.5", "date": "x", "platform": "y", "seed": 1}'),
+    (store.PLAN_FILE, '{"steps": 3}\n'),
+    (store.PLAN_FILE, "not json"),
+    (store.MODEL_PLAN_FILE, '{"jobs": [{"name": "a"}]}'),
+    ("interrupted.json", '{"signal": "Ctrl-C"}'),
+])
+def test_a_project_folder_holding_a_file_of_a_records_name_is_no_run_folder(tmp_path, name, text):
+    """A project's own ``environment.json`` or ``plan.json`` made the folder a run's: ``--force`` then
+    removed the project's ``logs/``, ``plots/`` and ``summary.md`` whole."""
+    project = tmp_path / "proj"
+    for path, content in {"logs/train.log": "epoch 1", "plots/loss.png": "png", "summary.md": "# mine",
+                          name: text}.items():
+        (project / path).parent.mkdir(parents=True, exist_ok=True)
+        (project / path).write_text(content)
+    before = _contents(project)
+    for force, resume in ((True, False), (False, True)):
+        with pytest.raises(OutputDirError, match="not a run folder"):
+            prepare_out_dir(project, force=force, resume=resume)
+    assert _contents(project) == before
+
+
+def test_force_replaces_a_run_cut_before_it_measured_anything(tmp_path):
+    """The records a run writes first (its plan, environment and interruption mark) still make its
+    folder a run's when they read as the tool's."""
+    from fusedce_profiler.grid.plan import save_plan
+    from fusedce_profiler.instrument.environment import collect_environment, save_environment
+    from fusedce_profiler.instrument.interruption import Interruption, mark_interrupted
+    from fusedce_profiler.instrument.records import CellSpec
+
+    run = tmp_path / "run"
+    run.mkdir()
+    save_plan(run, [CellSpec(backend="torch", tokens=8, hidden=32, vocab=256)], {"warmup": 0, "repeats": 1})
+    save_environment(run, collect_environment())
+    mark_interrupted(run, Interruption("Ctrl-C", "0 of 1 cells", "the same command"))
+    (run / store.LOGS_DIR).mkdir()
+    assert prepare_out_dir(run, force=True, resume=False) == run
+    assert list(run.iterdir()) == []
+
+
 @pytest.mark.parametrize("record", [store.RESULTS_FILE, store.EXPLAIN_STEPS_FILE])
 def test_force_never_removes_a_finished_run_nested_in_its_artefacts(tmp_path, record):
     """A grid cut before its first cell holds no result: a run nested in its ``plots/`` was accepted,

@@ -365,3 +365,31 @@ def test_matmul_split_at_ragged_dimensions_equals_one_product(k, n, accumulate):
     out.copy_(start)
     matmul_into(out, a, b, accumulate=accumulate, align=True)
     torch.testing.assert_close(out, (start if accumulate else 0) + a @ b, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype, name", [(torch.bfloat16, "allow_bf16_reduced_precision_reduction"),
+                                         (torch.float16, "allow_fp16_reduced_precision_reduction")])
+def test_a_2_byte_product_on_cuda_is_summed_in_fp32_and_the_switch_is_restored(dtype, name):
+    """:func:`fusedce.matmul.one_rounding` turns PyTorch's reduced-precision switch off for a product that
+    writes a 2-byte output on CUDA (a stand-in tensor: only its dtype and device are read), restores it
+    after, an exception too, and leaves it alone for a CPU or fp32 output."""
+    import types
+
+    from fusedce.matmul import one_rounding
+
+    before = getattr(torch.backends.cuda.matmul, name)  # the switch has no attribute to monkeypatch
+    setattr(torch.backends.cuda.matmul, name, True)
+    try:
+        on_cuda = types.SimpleNamespace(dtype=dtype, device=torch.device("cuda"))
+        with one_rounding(on_cuda):
+            assert getattr(torch.backends.cuda.matmul, name) is False
+        assert getattr(torch.backends.cuda.matmul, name) is True
+        with pytest.raises(RuntimeError), one_rounding(on_cuda):
+            raise RuntimeError("a failed product")
+        assert getattr(torch.backends.cuda.matmul, name) is True
+        for other in (types.SimpleNamespace(dtype=dtype, device=torch.device("cpu")),
+                      types.SimpleNamespace(dtype=torch.float32, device=torch.device("cuda"))):
+            with one_rounding(other):
+                assert getattr(torch.backends.cuda.matmul, name) is True
+    finally:
+        setattr(torch.backends.cuda.matmul, name, before)

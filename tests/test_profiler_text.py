@@ -50,6 +50,25 @@ def test_a_folder_named_in_a_continue_line_is_one_shell_word_that_names_it(folde
     assert shlex.split(hint.removeprefix("the same command and "))[-2:] == ["--out", folder]
 
 
+@pytest.mark.parametrize("folder", ["-g", "--out", "a\nb", "b\x1b[31mred", "\u202eevil", "x\udcffy", "it's",
+                                    "a\\b'c", "tab\there", "c1\u0085", "plain é", "\x01\x02"])
+def test_a_folder_in_a_hint_pasted_into_bash_names_that_folder(folder):
+    """A name starting with ``-`` was pasted as an option of ``report``; a name holding a newline or an
+    escape was shown spelled out (``a\\nb``), which pasted names another folder."""
+    import os
+    import shutil
+    import subprocess
+
+    from fusedce_profiler.instrument.text import printable, shell_word
+
+    word = shell_word(folder)
+    assert printable(word) == word and "\n" not in word and "\t" not in word and not word.startswith("-")
+    if shutil.which("bash") is None:
+        pytest.skip("no bash to paste into")
+    pasted = subprocess.run(["bash", "-c", f"printf %s {word}"], capture_output=True, check=True).stdout
+    assert os.path.normpath(os.fsdecode(pasted)) == os.path.normpath(folder)
+
+
 def test_the_report_of_a_cut_grid_names_its_folder_as_one_shell_word(tmp_path):
     from fusedce_reports.build import build_report
 

@@ -155,6 +155,18 @@ def known_environment(raw: dict, *, nested: bool = True) -> dict:
     return out
 
 
+STORED_ENVIRONMENT_KEYS = ("date", "python", "platform", "torch")
+"""Keys every environment this tool stores holds (:func:`is_stored_environment`)."""
+
+
+def is_stored_environment(raw: object) -> bool:
+    """Whether ``raw`` (a parsed ``environment.json``) is an environment this tool stored: an object
+    of :data:`ENVIRONMENT_KEYS` (and ``resumed``) only, holding :data:`STORED_ENVIRONMENT_KEYS` —
+    not a project's own file of that name (a conda environment, a list of settings)."""
+    return (isinstance(raw, dict) and set(raw) <= {*ENVIRONMENT_KEYS, "resumed"}
+            and all(key in raw for key in STORED_ENVIRONMENT_KEYS))
+
+
 def load_environment(folder: str | Path) -> dict:
     """The stored environment of a run (only its known keys, :func:`known_environment`); ``{}``
     when the folder has none; ``ValueError`` if damaged; a linked or oversized file is refused

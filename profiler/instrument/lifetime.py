@@ -36,6 +36,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from fusedce_profiler.instrument.environ_block import holds_entry
 from fusedce_profiler.instrument.worker_log import log_of_stdout, release_log_locks, scrub_log
 
 _PR_SET_PDEATHSIG = 1
@@ -279,8 +280,7 @@ def _marked(entry: bytes, since: int | None) -> list[int]:
         try:
             if os.stat(f"/proc/{name}").st_uid != uid:  # root reads everyone's environment: only its own
                 continue
-            with open(f"/proc/{name}/environ", "rb") as fh:
-                marked = entry in fh.read().split(b"\0")
+            marked = holds_entry(int(name), entry)
         except OSError:  # gone, or another user's
             continue
         if marked and (since is None or (started(int(name)) or -1) >= since):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import time
 
+from fusedce_profiler.instrument.environ_block import holds_entry
 from fusedce_profiler.instrument.lifetime import MARK_VARIABLE, children_of, descendants
 
 SLOW_READING_S = 0.02
@@ -73,9 +74,8 @@ class TreeMeter:
         found = []
         for pid in children_of(parent):
             try:
-                with open(f"/proc/{pid}/environ", "rb") as fh:
-                    if pid != self.pid and self._entry in fh.read().split(b"\0"):
-                        found.append(pid)
+                if pid != self.pid and holds_entry(pid, self._entry):
+                    found.append(pid)
             except OSError:
                 continue
         return found

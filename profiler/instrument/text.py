@@ -58,12 +58,37 @@ def one_line(text: str | object) -> str:
 
 
 def shell_word(path: str | object) -> str:
-    """``path`` as one word a POSIX shell reads back as that path (quoted when it holds a space, a
-    ``$``, a quote, a ``;``…), shown as :func:`one_line` shows text: the folder a "continue with …
-    --resume --out DIR" line names can be pasted, never runs what its name holds."""
+    """``path`` as one word a POSIX shell reads back as that path, in printable characters: quoted when
+    it holds a space, a ``$``, a quote, a ``;``… (:func:`shlex.quote`); as ``$'…'`` with its escapes
+    spelled out when it holds a character :func:`printable` would spell, a newline or a tab (so the
+    pasted word is the name, not its spelling); ``./`` before a name that starts with ``-`` (a command
+    would read it as an option). The folder a "continue with … --resume --out DIR" or "report DIR"
+    line names can be pasted, and never runs what its name holds."""
     import shlex
 
-    return one_line(shlex.quote(str(path)))
+    text = str(path)
+    if text.startswith("-"):
+        text = "./" + text
+    if _UNSEEN.search(text) is None and "\n" not in text and "\t" not in text:
+        return shlex.quote(text)
+    return "$'" + "".join(_ansi_c(char) for char in text) + "'"
+
+
+def _ansi_c(char: str) -> str:
+    r"""One character inside bash's ``$'…'``: a backslash and a quote escaped, the newline and the tab
+    as ``\n`` and ``\t``, a byte that was not UTF-8 (a lone surrogate U+DC80–U+DCFF, what
+    ``surrogateescape`` makes of it) as that byte, ``\xNN``, any other unseen character by its code
+    point (``\x1b``, ``\u0085``, ``\u202e``: bash writes ``\xNN`` as a byte, so from U+0080 on ``\u``)."""
+    code = ord(char)
+    if char in "\\'":
+        return "\\" + char
+    if char in "\n\t":
+        return "\\n" if char == "\n" else "\\t"
+    if 0xDC80 <= code <= 0xDCFF:
+        return f"\\x{code - 0xDC00:02x}"
+    if _UNSEEN.match(char) is None:
+        return char
+    return f"\\x{code:02x}" if code < 0x80 else f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
 
 
 def resume_option(folder: str | object) -> str:

@@ -25,7 +25,23 @@ def checked_steps(steps: Iterable[int]) -> frozenset[int]:
                          f"(one line each of {store.RECORDED_STEPS_FILE})")
     if any(s < 0 for s in listed):
         raise ValueError(f"steps must be 0-based step indices (≥ 0), got {sorted(listed)[:8]}")
+    if not listed:
+        raise ValueError("steps: give at least one step index (none would record nothing, without a word)")
     return frozenset(int(s) for s in listed)
+
+
+def checked_flags(*, trace: object = True, snapshot: object = True, force: object = False, append: object = False
+                  ) -> tuple[bool, bool]:
+    """``(trace, snapshot)`` once all four are ``True`` or ``False`` (a string is refused, never read by
+    its truth) and ``force`` (replace the recording in the folder) and ``append`` (add to it) are not
+    both asked; ``ValueError`` naming the argument."""
+    for name, value in (("trace", trace), ("snapshot", snapshot), ("force", force), ("append", append)):
+        if not isinstance(value, bool):
+            raise ValueError(f"{name}: expected True or False, got {value!r:.60}")
+    if force and append:
+        raise ValueError("force and append contradict each other: force replaces the recording in out, append "
+                         "adds to it; choose one")
+    return trace, snapshot
 
 
 def checked_out(out: str | os.PathLike) -> str:

@@ -52,7 +52,7 @@ from fusedce_profiler.instrument.callables import what_it_raised
 from fusedce_profiler.instrument.confined import FolderRefused
 from fusedce_profiler.instrument.protocol import MemoryMeter
 from fusedce_profiler.instrument.recording import holder
-from fusedce_profiler.instrument.recording.arguments import checked_out, checked_steps, checked_subject
+from fusedce_profiler.instrument.recording.arguments import checked_flags, checked_out, checked_steps, checked_subject
 from fusedce_profiler.instrument.recording.assemble import RecordedSubject, build_record
 from fusedce_profiler.instrument.recording.folder import take_folder
 from fusedce_profiler.instrument.recording.landmarks import batch_shape, find_embedding, find_final_norm, find_head
@@ -95,7 +95,8 @@ class StepRecorder:
         self.steps = checked_steps(steps)
         self.label, self.fused, self.head_path, self.vocab, self.batch, self.seq = checked_subject(
             label, fused, head, vocab, batch, seq)
-        self.trace, self.snapshot, self.on_record = trace, snapshot, on_record
+        self.trace, self.snapshot = checked_flags(trace=trace, snapshot=snapshot, force=force, append=append)
+        self.on_record = on_record
         self.count = 0
         self.records: list[RecordedStep] = []
         self.passes: list[EvalPass] = []
