@@ -19,6 +19,7 @@ Errors are :func:`relative_error` against the fp32 reference. Usage (device)::
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 from pathlib import Path
 
@@ -31,6 +32,7 @@ import torch.nn.functional as F
 from benchmarks.protocol import make_inputs, parse_row
 from fusedce import linear_cross_entropy, passes
 from fusedce.options import LossOptions
+from fusedce_profiler.instrument.protocol import time_calls
 from fusedce_profiler.instrument.reference import reference, relative_error
 
 FLAG = "allow_bf16_reduced_precision_reduction"
@@ -96,18 +98,11 @@ def _step(inputs, name, kwargs):
 
 
 def _median_ms(fn, repeats: int = 7) -> float | None:
+    """Median CUDA-event milliseconds of ``fn`` after one warm-up call (None on the CPU)."""
     if not torch.cuda.is_available():
         return None
     fn()
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return sorted(times)[len(times) // 2]
+    return statistics.median(time_calls(fn, repeats, device="cuda"))
 
 
 def loss_errors(inputs, ref, settings) -> list[dict]:
