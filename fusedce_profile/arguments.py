@@ -60,10 +60,18 @@ def flag(value: object, option: str, *, optional: bool = False) -> bool | None:
     return value
 
 
+def folder_flags(force: object, resume: object) -> tuple[bool, bool]:
+    """``(force, resume)``, each checked by :func:`flag`."""
+    return flag(force, "--force"), flag(resume, "--resume")
+
+
 def console(value: object) -> object:
-    """``value`` when it can print (a :class:`rich.console.Console`, or ``None``: the default)."""
-    if value is not None and not callable(getattr(value, "print", None)):
-        raise UsageError(f"console {_shown(value)}: expected a rich Console (an object with print), or None")
+    """``value`` when it is a :class:`rich.console.Console` (made: ``Console()``, not the class), or ``None``
+    (the default): the commands print through rich's options and hand it to rich's progress display."""
+    from rich.console import Console
+
+    if value is not None and not isinstance(value, Console):
+        raise UsageError(f"console {_shown(value)}: expected a rich.console.Console (made with Console()), or None")
     return value
 
 

@@ -289,9 +289,7 @@ def explain(*, out: str | Path | None = None, force: bool = False, resume: bool 
     the explanation runs."""
     from fusedce_profile.folders import run_folder
 
-    out = None if out is None else arguments.path(out, "--out")
-    arguments.flag(force, "--force")
-    arguments.flag(resume, "--resume")
+    out, (force, resume) = None if out is None else arguments.path(out, "--out"), arguments.folder_flags(force, resume)
     plan = validate(**options)  # before the folder is made
     with run_folder(out, force=force, resume=resume, kind="explain") as folder:
         return explain_plan(plan, out=folder, resume=resume, progress=progress)

@@ -28,21 +28,24 @@ RUN_ARTEFACTS = RUN_RECORDS + ("results.csv", "summary.md", "report.html", store
                                store.LOGS_DIR)
 
 
+FIRST_RECORDS = (store.ENVIRONMENT_FILE, store.PLAN_FILE, store.MODEL_PLAN_FILE, INTERRUPTED_FILE)
+"""The records a run writes before it measures anything: every command stores its environment as it starts
+(the recorder with its first step), a grid and a model run their plans."""
+
+
 def _not_a_run_folder(folder: Path) -> list[str]:
     """What ``folder`` holds when it holds no run's record, else ``[]``: ``--force`` and ``--resume``
     touch only a run's folder (``--out ~ --force`` would remove the home folder's ``logs/`` and
-    ``plots/``; your own files beside a run are kept). A run's record is one of
-    :data:`MEASURED_RECORDS`, or a record every run writes first whose name a project folder may hold
-    too (an ``environment.json``, a ``plan.json``) that reads as the one this tool writes."""
+    ``plots/``; your own files beside a run are kept). A run's record is one of :data:`FIRST_RECORDS`
+    that reads as the one this tool writes: a name alone proves nothing (a project's own
+    ``environment.json``, ``plan.json`` or ``results.jsonl``)."""
     names = sorted(p.name for p in folder.iterdir())
-    if any(name in MEASURED_RECORDS or (name in RUN_RECORDS and _written_by_a_run(folder, name)) for name in names):
-        return []
-    return names
+    return [] if any(name in FIRST_RECORDS and _written_by_a_run(folder, name) for name in names) else names
 
 
 def _written_by_a_run(folder: Path, name: str) -> bool:
-    """Whether ``folder/name`` (a run's plan, environment or interruption mark) reads as the record
-    this tool writes under that name: its reader takes it (the plan's items, the environment's keys)."""
+    """Whether ``folder/name`` (one of :data:`FIRST_RECORDS`) reads as the record this tool writes under
+    that name: its reader takes it (the plan's items, the environment's keys, the mark's fields)."""
     from fusedce_profiler.grid.plan import planned_cells
     from fusedce_profiler.instrument.interruption import read_interruption
 
@@ -55,13 +58,11 @@ def _written_by_a_run(folder: Path, name: str) -> bool:
             from fusedce_profiler.instrument.step.plan import planned_jobs
 
             return planned_jobs(folder) is not None
-        if name == store.ENVIRONMENT_FILE:
-            from fusedce_profiler.instrument.environment import is_stored_environment
+        from fusedce_profiler.instrument.environment import is_stored_environment
 
-            return is_stored_environment(store.read_json(folder / name))
+        return is_stored_environment(store.read_json(folder / name))
     except (ValueError, OSError, FolderRefused):
         return False
-    return True  # a record only one kind of run writes (:data:`KIND_RECORDS`)
 
 
 def _refuse_runs_below(out: Path) -> None:
@@ -113,9 +114,9 @@ def prepare_out_dir(out: Path | None, *, force: bool, resume: bool,
     - ``out`` is ``None``: a new time-stamped folder (``--resume`` needs an explicit one).
     - an existing non-empty folder: ``--resume`` continues the run in it; ``--force``
       removes the previous run's artefacts (:data:`RUN_ARTEFACTS`, nothing else); a folder
-      that holds no run's record (:data:`RUN_RECORDS`) is no run folder and is refused with either,
-      and ``--resume`` of a ``kind`` of run (:data:`~fusedce_profiler.instrument.kinds.KIND_RECORDS`)
-      refuses another kind's folder;
+      that holds none of :data:`FIRST_RECORDS` as this tool writes them is no run folder and is
+      refused with either, and ``--resume`` of a ``kind`` of run
+      (:data:`~fusedce_profiler.instrument.kinds.KIND_RECORDS`) refuses another kind's folder;
       otherwise :class:`OutputDirError` (which names ``--resume`` only when ``resume_option``: the
       command has it). A folder holding only a lock file counts as empty.
     - ``lock`` is called with the folder once it exists and before anything in it is
@@ -126,8 +127,7 @@ def prepare_out_dir(out: Path | None, *, force: bool, resume: bool,
     """
     from fusedce_profile import arguments
 
-    arguments.flag(force, "--force")
-    if arguments.flag(resume, "--resume") and force:
+    if all(arguments.folder_flags(force, resume)):
         raise OutputDirError("--force and --resume contradict each other: choose one")
     resume_hint = " or --resume to continue it" if resume_option else ""
     if out is None:

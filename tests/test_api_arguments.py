@@ -3,7 +3,11 @@ path, a number for a list) as the command line does: one ``UsageError`` naming t
 any folder is made (:mod:`fusedce_profile.arguments`), never a ``TypeError`` from inside."""
 from __future__ import annotations
 
+import re
+import types
+
 import pytest
+from rich.console import Console
 
 import fusedce_profile as fp
 from fusedce_profile.errors import UsageError
@@ -13,6 +17,7 @@ pytestmark = pytest.mark.faults  # the fault suite: pytest -m faults
 CPU = {"device": "cpu"}
 EXPLAIN = {"naive": 3.2, "fused": 2.9, "card": 24, **CPU}
 LOSS = {"loss": "test_model_doctor:correct"}
+CONSOLE = "expected a rich.console.Console (made with Console()), or None"
 
 
 @pytest.mark.parametrize("function, arguments, line", [
@@ -43,17 +48,21 @@ LOSS = {"loss": "test_model_doctor:correct"}
     ("run_grid", {"tokens": [8], "hidden": [32], "vocab": [64], **CPU, "bias": "yes"},
      "--bias 'yes': expected True or False"),
     ("run_grid", {"tokens": [8], "hidden": [32], "vocab": [64], **CPU, "console": "x"},
-     "console 'x': expected a rich Console (an object with print), or None"),
+     f"console 'x': {CONSOLE}"),
     ("profile_model", {"trace": "0", **CPU}, "--trace '0': expected True or False"),
     ("profile_model", {"tied": "no", **CPU}, "--tied 'no': expected True or False (or None)"),
     ("profile_model", {"force": "no", **CPU}, "--force 'no': expected True or False"),
-    ("profile_model", {"console": 3, **CPU}, "console 3: expected a rich Console (an object with print), or None"),
+    ("profile_model", {"console": 3, **CPU}, f"console 3: {CONSOLE}"),
     ("parity", {"control": "no", **CPU}, "--control 'no': expected True or False"),
     ("parity", {"resume": "no", **CPU}, "--resume 'no': expected True or False"),
     ("doctor", {**LOSS, "tied": 1, **CPU}, "--tied 1: expected True or False (or None)"),
     ("doctor", {**LOSS, "force": "no", **CPU}, "--force 'no': expected True or False"),
     ("explain", {**EXPLAIN, "force": "no"}, "--force 'no': expected True or False"),
-    ("build_report", {"run_dir": ".", "console": "x"}, "console 'x': expected a rich Console (an object with print), or None"),
+    ("build_report", {"run_dir": ".", "console": "x"}, f"console 'x': {CONSOLE}"),
+    ("run_grid", {"tokens": [8], "hidden": [32], "vocab": [64], **CPU, "console": Console},
+     f"console <class 'rich.console.Console'>: {CONSOLE}"),  # the class, its () forgotten
+    ("run_grid", {"tokens": [8], "hidden": [32], "vocab": [64], **CPU, "console": types.SimpleNamespace(print=print)},
+     f"console namespace(print=<built-in function pr...: {CONSOLE}"),
 ])
 def test_an_argument_of_the_wrong_kind_is_a_usage_error_naming_it(function, arguments, line, tmp_path,
                                                                    monkeypatch):
@@ -70,6 +79,7 @@ def test_an_argument_of_the_wrong_kind_is_a_usage_error_naming_it(function, argu
     ({"trace": 0}, "trace: expected True or False, got 0"),
     ({"force": True, "append": True}, "force and append contradict each other"),
     ({"steps": ()}, "steps: give at least one step index"),
+    ({"steps": [2**70]}, "steps must be 0-based step indices (0 to 2⁶³ − 1)"),
 ])
 def test_the_recorder_and_the_callbacks_refuse_a_flag_of_the_wrong_kind_before_any_folder(tmp_path, options, line):
     import torch.nn as nn
@@ -77,9 +87,9 @@ def test_the_recorder_and_the_callbacks_refuse_a_flag_of_the_wrong_kind_before_a
     from fusedce_profile import StepRecorder
     from fusedce_profile.recorder import callback_arguments
 
-    with pytest.raises(UsageError, match=line.replace("(", r"\(")):
+    with pytest.raises(UsageError, match=re.escape(line)):
         StepRecorder(nn.Linear(2, 2), tmp_path / "rec", **{"steps": (0,), **options})
     assert not (tmp_path / "rec").exists()
     steps = options.pop("steps", (0,))
-    with pytest.raises(UsageError, match=line.replace("(", r"\(")):
+    with pytest.raises(UsageError, match=re.escape(line)):
         callback_arguments(steps, tmp_path / "cb", **options)

@@ -4,6 +4,7 @@ losses are not finite."""
 from __future__ import annotations
 
 import json
+import time
 import textwrap
 
 import pytest
@@ -184,3 +185,49 @@ def test_the_memory_guard_counts_a_marked_sibling_and_reads_a_slow_process_by_it
         for process in (worker, sibling, stranger):
             process.kill()
             process.wait(timeout=30)
+
+
+def test_the_guard_reads_each_siblings_environment_once_the_largest_first_within_its_time(monkeypatch):
+    """800 idle helpers beside the worker, each with a 1.9 MiB environment, made every reading of the guard
+    5–7 s long (each environment read again at every poll): 1.5 GiB held between two readings passed
+    ``--memory-limit 1``. Each environment is now read once, the largest processes first, for at most
+    ``SIBLING_SCAN_S`` a reading."""
+    from fusedce_profiler.instrument import memory_guard
+
+    helpers = list(range(1000, 1800))
+    hog = 1799  # made last, the largest, bearing the mark
+    reads: list[int] = []
+
+    def slow_read(pid, entry):
+        reads.append(pid)
+        time.sleep(0.002)
+        return pid == hog
+
+    monkeypatch.setattr(memory_guard, "children_of", lambda parent: [7, *helpers])
+    monkeypatch.setattr(memory_guard, "started", lambda pid: 100 + pid)
+    monkeypatch.setattr(memory_guard, "rss_bytes", lambda pid: (2 << 30) if pid == hog else 4 << 20)
+    monkeypatch.setattr(memory_guard, "holds_entry", slow_read)
+    monkeypatch.setattr(memory_guard, "descendants", lambda pid: [])
+    monkeypatch.setattr(memory_guard, "_proportional_bytes", lambda pid: (2 << 30) if pid == hog else 0)
+    monkeypatch.setattr("builtins.open", _stat_of_a_worker_whose_parent_is(5), raising=True)
+    meter = memory_guard.TreeMeter(7, "the-mark")
+    began = time.monotonic()
+    assert meter._marked_siblings() == [hog]  # the largest is read first
+    assert time.monotonic() - began < 0.5 and len(reads) < 50
+    while len(reads) < len(helpers):
+        meter._marked_siblings()
+    assert sorted(reads) == helpers  # every environment read once, never again
+    assert meter._marked_siblings() == [hog] and len(reads) == len(helpers)
+
+
+def _stat_of_a_worker_whose_parent_is(parent: int):
+    import builtins
+    import io
+
+    real_open = builtins.open
+
+    def fake(path, *args, **kwargs):
+        if path == "/proc/7/stat":
+            return io.StringIO(f"7 (python) S {parent} 7 7 0 -1")
+        return real_open(path, *args, **kwargs)
+    return fake

@@ -4,6 +4,7 @@ import datetime as dt
 import pytest
 
 from fusedce_profile.folders import OutputDirError, default_out_dir, prepare_out_dir
+from run_records import plant_environment
 
 
 def test_default_folder_is_time_stamped_and_never_reused(tmp_path):
@@ -15,6 +16,7 @@ def test_default_folder_is_time_stamped_and_never_reused(tmp_path):
 
 
 def test_non_empty_folder_needs_force_or_resume(tmp_path):
+    plant_environment(tmp_path)
     (tmp_path / "results.jsonl").write_text("{}\n")
     with pytest.raises(OutputDirError, match="not empty; pass --force"):
         prepare_out_dir(tmp_path, force=False, resume=False)
@@ -23,6 +25,7 @@ def test_non_empty_folder_needs_force_or_resume(tmp_path):
 
 
 def test_force_removes_the_previous_run_but_not_other_files(tmp_path):
+    plant_environment(tmp_path)
     (tmp_path / "results.jsonl").write_text("{}\n")
     (tmp_path / "plots").mkdir()
     (tmp_path / "plots" / "time.png").write_bytes(b"png")
@@ -53,6 +56,7 @@ def test_a_folder_holding_only_a_lock_file_is_empty(tmp_path):
 
 
 def test_the_lock_is_taken_before_force_removes_anything(tmp_path):
+    plant_environment(tmp_path)
     (tmp_path / "results.jsonl").write_text("{}\n")
 
     def held(folder):
@@ -70,7 +74,7 @@ def test_force_removes_a_linked_artefact_without_following_it(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
     (run / "plots").symlink_to(target)
-    (run / "plan.json").write_text("{}")
+    plant_environment(run)
     prepare_out_dir(run, force=True, resume=False)
     assert not list(run.iterdir()) and (target / "keep.png").exists()
 
@@ -85,5 +89,6 @@ def test_force_removes_a_pipe_holding_a_run_files_name(tmp_path):
     for name in ("fit.json", "interrupted.json", "results.jsonl"):
         os.mkfifo(run / name)
     (run / "model_results.jsonl").write_text("")
+    plant_environment(run)
     prepare_out_dir(run, force=True, resume=False)
     assert not list(run.iterdir())

@@ -30,6 +30,7 @@ from fusedce_profile.report import report_command
 from fusedce_profile.errors import UsageError
 from fusedce_profiler.instrument import store
 from processes import REPO, cli_env
+from run_records import TOOL_ENVIRONMENT, plant_environment
 from test_cli_faults import TINY
 from test_recording import _Trainer, _batch, _lightning_fit, _loss, hf_callback, lightning_callback  # noqa: F401
 from tests.doctor_models import WrappedHeadLM
@@ -37,7 +38,7 @@ from tests.doctor_models import WrappedHeadLM
 pytestmark = pytest.mark.faults  # the fault suite: pytest -m faults
 
 RUN_FILES = {store.RESULTS_FILE: "{}\n", store.PLAN_FILE: "{}\n", "summary.md": "# the run\n",
-             store.ENVIRONMENT_FILE: "{}\n"}
+             store.ENVIRONMENT_FILE: TOOL_ENVIRONMENT}
 
 
 def _finished_run(folder: Path) -> dict[str, str]:
@@ -220,10 +221,13 @@ def test_force_never_removes_a_folder_a_live_run_holds(tmp_path):
     (store.PLAN_FILE, "not json"),
     (store.MODEL_PLAN_FILE, '{"jobs": [{"name": "a"}]}'),
     ("interrupted.json", '{"signal": "Ctrl-C"}'),
+    (store.RESULTS_FILE, '{"epoch": 1, "loss": 2.5}\n'),
+    ("fit.json", "{}"),
+    ("doctor.json", '{"passed": true}'),
 ])
 def test_a_project_folder_holding_a_file_of_a_records_name_is_no_run_folder(tmp_path, name, text):
-    """A project's own ``environment.json`` or ``plan.json`` made the folder a run's: ``--force`` then
-    removed the project's ``logs/``, ``plots/`` and ``summary.md`` whole."""
+    """A project's own ``environment.json``, ``plan.json`` or ``results.jsonl`` made the folder a run's:
+    ``--force`` then removed the project's ``logs/``, ``plots/`` and ``summary.md`` whole."""
     project = tmp_path / "proj"
     for path, content in {"logs/train.log": "epoch 1", "plots/loss.png": "png", "summary.md": "# mine",
                           name: text}.items():
@@ -631,6 +635,7 @@ def test_force_that_cannot_empty_plots_names_the_file_and_keeps_the_records(tmp_
     (out / "plots" / "frontier.png").write_bytes(b"png")
     (out / "results.jsonl").write_text("{}\n")
     (out / "summary.md").write_text("page")
+    plant_environment(out)
     real_unlink = os.unlink
 
     def refused(path, *args, **kwargs):

@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from fusedce_cli.app import app
 from processes import cli_env, kill_group, start_cli, wait_for, workers_of
+from run_records import plant_environment
 
 pytestmark = pytest.mark.faults  # the fault suite: pytest -m faults
 
@@ -528,6 +529,7 @@ def test_a_first_curve_that_cannot_be_stored_says_nothing_is_kept(tmp_path):
     "the curves trained before are kept" with a ``report`` that would be refused."""
     out = tmp_path / "run"
     (out / "parity.json").mkdir(parents=True)  # as a disk full before the first curve was stored
+    plant_environment(out)  # stored as the run started
     args = ["parity", "--device", "cpu", "--preset", "tiny", "--steps", "10", "--batch", "2", "--seq", "8",
             "--backend", "fusedce", "--no-control", "--out", str(out), "--resume"]
     result = runner.invoke(app, args)

@@ -269,9 +269,10 @@ def started(pid: int) -> int | None:
         return None
 
 
-def _marked(entry: bytes, since: int | None) -> list[int]:
+def _marked(entry: bytes, since: int | None, known: dict) -> list[int]:
     """The pids of this user's processes whose environment holds ``entry`` (``NAME=value``) and that
-    started at ``since`` (clock ticks since boot) or later. A process in uninterruptible sleep is
+    started at ``since`` (clock ticks since boot) or later; ``known``: (pid, start) -> marked, of the
+    processes read before (each environment is read once). A process in uninterruptible sleep is
     passed over: reading its environment could wait as long as it does."""
     found, uid = [], os.getuid()
     for name in os.listdir("/proc"):
@@ -280,10 +281,11 @@ def _marked(entry: bytes, since: int | None) -> list[int]:
         try:
             if os.stat(f"/proc/{name}").st_uid != uid:  # root reads everyone's environment: only its own
                 continue
-            marked = holds_entry(int(name), entry)
+            key = (int(name), started(int(name)))
+            marked = known[key] if key in known else known.setdefault(key, holds_entry(int(name), entry))
         except OSError:  # gone, or another user's
             continue
-        if marked and (since is None or (started(int(name)) or -1) >= since):
+        if marked and (since is None or (key[1] or -1) >= since):
             found.append(int(name))
     return found
 
@@ -302,9 +304,9 @@ def kill_marked(mark: str, spare: set[int] = frozenset(), since: int | None = No
     whatever its environment holds (a job's code can hand the mark to anyone)."""
     if not os.path.isdir("/proc"):
         return
-    entry, spare = f"{MARK_VARIABLE}={mark}".encode(), set(spare) | {os.getpid()}
-    _stop_then_kill(lambda: [pid for pid in _marked(entry, since) if pid not in spare], quiet_walks=2, walks=100,
-                    hold=False)
+    entry, spare, known = f"{MARK_VARIABLE}={mark}".encode(), set(spare) | {os.getpid()}, {}
+    _stop_then_kill(lambda: [pid for pid in _marked(entry, since, known) if pid not in spare], quiet_walks=2,
+                    walks=100, hold=False)
 
 
 def _group(pid: int) -> int:

@@ -14,12 +14,16 @@ import os
 import time
 
 from fusedce_profiler.instrument.environ_block import holds_entry
-from fusedce_profiler.instrument.lifetime import MARK_VARIABLE, children_of, descendants
+from fusedce_profiler.instrument.lifetime import MARK_VARIABLE, children_of, descendants, started
 
 SLOW_READING_S = 0.02
 """A process whose proportional share took longer than this to read is read by its resident memory
 from then on (:class:`TreeMeter`): a job that maps a vast range of the zero page makes every
 ``smaps_rollup`` walk seconds long, and the guard would be blind for as long."""
+
+
+SIBLING_SCAN_S = 0.02
+"""The longest a reading spends reading environments of processes beside the worker not read before."""
 
 
 def rss_bytes(pid: int) -> int:
@@ -61,9 +65,13 @@ class TreeMeter:
     def __init__(self, pid: int, mark: str | None = None) -> None:
         self.pid, self._entry = pid, None if mark is None else f"{MARK_VARIABLE}={mark}".encode()
         self._slow: set[int] = set()  # read by their resident memory
+        self._marks: dict[tuple[int, int], bool] = {}  # (pid, start) -> bears the mark
 
     def _marked_siblings(self) -> list[int]:
-        """The other children of the worker's parent that bear the worker's mark."""
+        """The other children of the worker's parent that bear the worker's mark. Each one's environment
+        is read once (a process is known by its pid and start time), the largest unread ones first, for
+        at most :data:`SIBLING_SCAN_S` a reading: hundreds of idle helpers with long environments cannot
+        make a reading slow, nor hide a large helper behind them."""
         if self._entry is None:
             return []
         try:
@@ -71,14 +79,19 @@ class TreeMeter:
                 parent = int(fh.read().rsplit(")", 1)[1].split()[1])
         except (OSError, ValueError, IndexError):
             return []
-        found = []
-        for pid in children_of(parent):
+        keys = [(pid, started(pid)) for pid in children_of(parent) if pid != self.pid]
+        self._marks = {key: self._marks[key] for key in keys if key in self._marks}  # the gone are forgotten
+        unread = sorted((key for key in keys if key not in self._marks and key[1] is not None),
+                        key=lambda key: rss_bytes(key[0]), reverse=True)
+        began = time.monotonic()
+        for key in unread:
+            if time.monotonic() - began > SIBLING_SCAN_S:
+                break
             try:
-                if pid != self.pid and holds_entry(pid, self._entry):
-                    found.append(pid)
+                self._marks[key] = holds_entry(key[0], self._entry)
             except OSError:
                 continue
-        return found
+        return [pid for (pid, start), marked in self._marks.items() if marked]
 
     def _share(self, pid: int) -> int:
         if pid in self._slow:

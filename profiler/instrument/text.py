@@ -16,6 +16,7 @@ Public API: :func:`shorten`, :func:`count`, :func:`printable`, :func:`one_line`,
 """
 from __future__ import annotations
 
+import os
 import re
 from typing import Any
 
@@ -76,19 +77,21 @@ def shell_word(path: str | object) -> str:
 
 def _ansi_c(char: str) -> str:
     r"""One character inside bash's ``$'…'``: a backslash and a quote escaped, the newline and the tab
-    as ``\n`` and ``\t``, a byte that was not UTF-8 (a lone surrogate U+DC80–U+DCFF, what
-    ``surrogateescape`` makes of it) as that byte, ``\xNN``, any other unseen character by its code
-    point (``\x1b``, ``\u0085``, ``\u202e``: bash writes ``\xNN`` as a byte, so from U+0080 on ``\u``)."""
-    code = ord(char)
+    as ``\n`` and ``\t``, any other unseen character as the bytes the file system holds for it, ``\xNN``
+    each (its UTF-8 bytes; a byte that was not UTF-8, a lone surrogate U+DC80–U+DCFF from
+    ``surrogateescape``, as that byte). Bytes, not ``\uXXXX``: bash reads those through the locale,
+    and under ``LANG=C`` it would leave ``\u202e`` as six characters."""
     if char in "\\'":
         return "\\" + char
     if char in "\n\t":
         return "\\n" if char == "\n" else "\\t"
-    if 0xDC80 <= code <= 0xDCFF:
-        return f"\\x{code - 0xDC00:02x}"
     if _UNSEEN.match(char) is None:
         return char
-    return f"\\x{code:02x}" if code < 0x80 else f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+    try:
+        data = os.fsencode(char)
+    except UnicodeEncodeError:  # a lone surrogate no byte stands for (no file name holds one)
+        data = char.encode("utf-8", "surrogatepass")
+    return "".join(f"\\x{byte:02x}" for byte in data)
 
 
 def resume_option(folder: str | object) -> str:

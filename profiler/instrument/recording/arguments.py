@@ -12,6 +12,10 @@ from typing import Iterable
 from fusedce_profiler.instrument import capacity, store
 
 
+MAX_STEP = 2**63 - 1
+"""The largest step index (a 64-bit counter's; a larger one no loop reaches)."""
+
+
 def checked_steps(steps: Iterable[int]) -> frozenset[int]:
     """``steps`` (0-based step indices) as a set; ``ValueError`` naming ``steps`` for anything else, and for
     more than a folder holds — counted as they come, so an endless iterable is refused, never listed."""
@@ -23,8 +27,8 @@ def checked_steps(steps: Iterable[int]) -> frozenset[int]:
     if len(listed) > capacity.MAX_RECORDED_STEPS:
         raise ValueError(f"steps: more than the {capacity.MAX_RECORDED_STEPS:,} a folder holds "
                          f"(one line each of {store.RECORDED_STEPS_FILE})")
-    if any(s < 0 for s in listed):
-        raise ValueError(f"steps must be 0-based step indices (≥ 0), got {sorted(listed)[:8]}")
+    if any(s < 0 or s > MAX_STEP for s in listed):
+        raise ValueError(f"steps must be 0-based step indices (0 to 2⁶³ − 1), got {sorted(listed)[:8]}")
     if not listed:
         raise ValueError("steps: give at least one step index (none would record nothing, without a word)")
     return frozenset(int(s) for s in listed)
