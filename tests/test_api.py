@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from fusedce_cli.app import app
 from fusedce_profile.errors import UsageError
+from run_records import plant_environment
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parents[1]
@@ -143,7 +144,8 @@ def test_a_non_empty_folder_names_only_the_options_the_command_has(tmp_path):
     from fusedce_profile import profile_model
     from fusedce_profile.folders import OutputDirError, prepare_out_dir
 
-    (tmp_path / "model_results.jsonl").write_text("")  # a run folder: a run's record in it
+    (tmp_path / "model_results.jsonl").write_text("")  # a run folder: a run's records in it
+    plant_environment(tmp_path)
     with pytest.raises(UsageError, match="--force to replace its previous run or --resume to continue it"):
         profile_model(**MODEL, out=tmp_path)
     with pytest.raises(OutputDirError) as raised:  # a command without --resume

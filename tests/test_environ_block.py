@@ -55,8 +55,10 @@ def test_an_endless_block_is_searched_to_its_limit_in_bounded_memory():
 
 def test_the_environment_of_a_live_process_is_read_by_pid(tmp_path):
     env = {**os.environ, "FUSEDCE_WORKER_MARK": "probe-mark"}
-    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], env=env, stdin=subprocess.PIPE)
+    child = subprocess.Popen([sys.executable, "-c", "import sys; print(1, flush=True); sys.stdin.read()"], env=env,
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     try:
+        assert child.stdout.readline()  # exec'd: before, /proc/PID/environ is still this process's
         assert environ_block.holds_entry(child.pid, b"FUSEDCE_WORKER_MARK=probe-mark")
         assert not environ_block.holds_entry(child.pid, b"FUSEDCE_WORKER_MARK=probe")
     finally:
