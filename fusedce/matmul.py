@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import threading
 
 import torch
 
@@ -73,21 +74,36 @@ grad_weight chunk (C × 8192) @ (8192 × 768) written as bf16 had a relative err
 0.00190 at C = 27136 with the switch on, 0.00166 (one rounding) with it off, at the same step time."""
 
 
+_SWITCHED = threading.Lock()
+_inside = 0  # products inside one_rounding now, over every thread
+_saved: dict[str, object] = {}  # the switches as they were when the first of them entered
+
+
 @contextlib.contextmanager
 def one_rounding(out: torch.Tensor):
-    """While a product writes the 2-byte ``out`` on CUDA: its reduction in fp32, rounded once into ``out``
-    (:data:`REDUCED_PRECISION_FLAGS` off, restored after). The switch is the process's: a product another
-    thread launches meanwhile is summed in fp32 too — more exact, never less."""
-    name = REDUCED_PRECISION_FLAGS.get(out.dtype) if out.device.type == "cuda" else None
-    before = None if name is None else getattr(torch.backends.cuda.matmul, name)
-    if before is None or before is False:
+    """While a product writes the 2-byte ``out`` on CUDA: its reduction in fp32, rounded once into ``out``.
+    The switches (:data:`REDUCED_PRECISION_FLAGS`) are the process's: they are turned off when the first
+    such product of any thread enters and restored when the last one leaves (a thread that restored them
+    while another was inside would let that one's product round per partial). A product another thread
+    launches meanwhile is summed in fp32 too — more exact, never less."""
+    global _inside
+    if out.device.type != "cuda" or out.dtype not in REDUCED_PRECISION_FLAGS:
         yield
         return
-    setattr(torch.backends.cuda.matmul, name, False)
+    with _SWITCHED:
+        if _inside == 0:
+            for name in REDUCED_PRECISION_FLAGS.values():
+                _saved[name] = getattr(torch.backends.cuda.matmul, name)
+                setattr(torch.backends.cuda.matmul, name, False)
+        _inside += 1
     try:
         yield
     finally:
-        setattr(torch.backends.cuda.matmul, name, before)
+        with _SWITCHED:
+            _inside -= 1
+            if _inside == 0:
+                for name, before in _saved.items():
+                    setattr(torch.backends.cuda.matmul, name, before)
 
 
 def _product(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, accumulate: bool) -> None:

@@ -72,6 +72,8 @@ def console(value: object) -> object:
 
     if value is not None and not isinstance(value, Console):
         raise UsageError(f"console {_shown(value)}: expected a rich.console.Console (made with Console()), or None")
+    if value is not None and getattr(value.file, "closed", False):
+        raise UsageError("console: its file is closed (nothing could be printed)")
     return value
 
 

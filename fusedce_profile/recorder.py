@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-import warnings
 from pathlib import Path
 from typing import Iterable
 
@@ -18,6 +17,7 @@ from fusedce_profile import arguments
 from fusedce_profile.errors import UsageError
 from fusedce_profiler.instrument.recording.recorder import StepRecorder as _ProfilerStepRecorder
 from fusedce_profiler.instrument.recording.arguments import checked_flags, checked_out, checked_steps, checked_subject
+from fusedce_profiler.instrument.recording.notice import notice
 from fusedce_profiler.instrument.text import one_line, shell_word
 
 
@@ -33,8 +33,8 @@ def _render(folder: Path) -> bool:
         write_report(folder)
         return True
     except Exception as exc:  # noqa: BLE001 - a report failure must not stop the training
-        warnings.warn(f"fusedce-profile: the report of {folder} was not rendered: {exc} "
-                      f"(run `fusedce-profile report {shell_word(folder)}`)", RuntimeWarning, stacklevel=2)
+        notice(f"fusedce-profile: the report of {folder} was not rendered: {exc} "
+               f"(run `fusedce-profile report {shell_word(folder)}`)", stacklevel=2)
         return False
 
 
@@ -120,8 +120,8 @@ def callback_recorder(model, folder: Path, steps, options: dict) -> StepRecorder
         return StepRecorder(model, folder, steps=steps, **options)
     except FileExistsError:
         fresh = _free_sibling(folder)
-        warnings.warn(f"fusedce-profile: {folder} already holds a recording; this run is recorded in {fresh} "
-                      "(pass force=True to replace it, or append=True to add to it)", RuntimeWarning, stacklevel=3)
+        notice(f"fusedce-profile: {folder} already holds a recording; this run is recorded in {fresh} "
+               "(pass force=True to replace it, or append=True to add to it)", stacklevel=3)
         return StepRecorder(model, fresh, steps=steps, **options)
 
 

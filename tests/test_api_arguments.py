@@ -3,10 +3,12 @@ path, a number for a list) as the command line does: one ``UsageError`` naming t
 any folder is made (:mod:`fusedce_profile.arguments`), never a ``TypeError`` from inside."""
 from __future__ import annotations
 
+import os
 import re
 import types
 
 import pytest
+import torch
 from rich.console import Console
 
 import fusedce_profile as fp
@@ -18,6 +20,8 @@ CPU = {"device": "cpu"}
 EXPLAIN = {"naive": 3.2, "fused": 2.9, "card": 24, **CPU}
 LOSS = {"loss": "test_model_doctor:correct"}
 CONSOLE = "expected a rich.console.Console (made with Console()), or None"
+CLOSED = Console(file=open(os.devnull, "w"))  # noqa: SIM115 - closed at once: a console that cannot print
+CLOSED.file.close()
 
 
 @pytest.mark.parametrize("function, arguments, line", [
@@ -59,6 +63,8 @@ CONSOLE = "expected a rich.console.Console (made with Console()), or None"
     ("doctor", {**LOSS, "force": "no", **CPU}, "--force 'no': expected True or False"),
     ("explain", {**EXPLAIN, "force": "no"}, "--force 'no': expected True or False"),
     ("build_report", {"run_dir": ".", "console": "x"}, f"console 'x': {CONSOLE}"),
+    ("run_grid", {"tokens": [8], "hidden": [32], "vocab": [64], **CPU, "console": CLOSED},
+     "console: its file is closed (nothing could be printed)"),
     ("run_grid", {"tokens": [8], "hidden": [32], "vocab": [64], **CPU, "console": Console},
      f"console <class 'rich.console.Console'>: {CONSOLE}"),  # the class, its () forgotten
     ("run_grid", {"tokens": [8], "hidden": [32], "vocab": [64], **CPU, "console": types.SimpleNamespace(print=print)},
@@ -73,6 +79,16 @@ def test_an_argument_of_the_wrong_kind_is_a_usage_error_naming_it(function, argu
     assert not any(tmp_path.iterdir())  # refused before any folder was made
 
 
+class BrokenSteps:
+    """An iterable whose iteration raises (a user's generator that fails)."""
+
+    def __iter__(self):
+        raise RuntimeError("iteration broke")
+
+    def __repr__(self):
+        return "broken steps"
+
+
 @pytest.mark.parametrize("options, line", [
     ({"report": "no"}, "report 'no': expected True or False"),
     ({"force": "no"}, "force: expected True or False, got 'no'"),
@@ -80,6 +96,8 @@ def test_an_argument_of_the_wrong_kind_is_a_usage_error_naming_it(function, argu
     ({"force": True, "append": True}, "force and append contradict each other"),
     ({"steps": ()}, "steps: give at least one step index"),
     ({"steps": [2**70]}, "steps must be 0-based step indices (0 to 2⁶³ − 1)"),
+    ({"steps": torch.tensor(3)}, "steps must be 0-based step indices (integers ≥ 0), got tensor(3)"),
+    ({"steps": BrokenSteps()}, "steps must be 0-based step indices (integers ≥ 0), got broken steps"),
 ])
 def test_the_recorder_and_the_callbacks_refuse_a_flag_of_the_wrong_kind_before_any_folder(tmp_path, options, line):
     import torch.nn as nn

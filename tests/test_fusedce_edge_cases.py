@@ -393,3 +393,43 @@ def test_a_2_byte_product_on_cuda_is_summed_in_fp32_and_the_switch_is_restored(d
                 assert getattr(torch.backends.cuda.matmul, name) is True
     finally:
         setattr(torch.backends.cuda.matmul, name, before)
+
+
+def test_a_thread_leaving_its_product_keeps_the_switch_off_for_a_thread_still_inside():
+    """Each thread restored the switch it had saved on leaving: a product of another thread still inside
+    then ran with the reduced-precision reduction on (two threads: one process driving two GPUs)."""
+    import threading
+    import types
+
+    from fusedce.matmul import one_rounding
+
+    name = "allow_bf16_reduced_precision_reduction"
+    before = getattr(torch.backends.cuda.matmul, name)
+    setattr(torch.backends.cuda.matmul, name, True)
+    on_cuda = types.SimpleNamespace(dtype=torch.bfloat16, device=torch.device("cuda"))
+    a_inside, b_inside, a_left = threading.Event(), threading.Event(), threading.Event()
+    seen = {}
+
+    def a():
+        with one_rounding(on_cuda):
+            a_inside.set()
+            b_inside.wait(10)
+        a_left.set()
+
+    def b():
+        a_inside.wait(10)
+        with one_rounding(on_cuda):
+            b_inside.set()
+            a_left.wait(10)
+            seen["b, after a left"] = getattr(torch.backends.cuda.matmul, name)
+
+    try:
+        threads = [threading.Thread(target=a), threading.Thread(target=b)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(20)
+        assert seen == {"b, after a left": False}
+        assert getattr(torch.backends.cuda.matmul, name) is True  # restored once both left
+    finally:
+        setattr(torch.backends.cuda.matmul, name, before)

@@ -52,7 +52,7 @@ def test_a_folder_named_in_a_continue_line_is_one_shell_word_that_names_it(folde
 
 @pytest.mark.parametrize("folder", ["-g", "--out", "a\nb", "b\x1b[31mred", "\u202eevil", "x\udcffy", "it's",
                                     "a\\b'c", "tab\there", "c1\u0085", "plain é", "\x01\x02",
-                                    "\U000e0041tag", "bidi\u202ecod"])
+                                    "\U000e0041tag", "bidi\u202ecod", "=g", "=ls"])
 def test_a_folder_in_a_hint_pasted_into_bash_names_that_folder(folder):
     """A name starting with ``-`` was pasted as an option of ``report``; a name holding a newline or an
     escape was shown spelled out (``a\\nb``), which pasted names another folder."""
@@ -66,10 +66,12 @@ def test_a_folder_in_a_hint_pasted_into_bash_names_that_folder(folder):
     assert printable(word) == word and "\n" not in word and "\t" not in word and not word.startswith("-")
     if shutil.which("bash") is None:
         pytest.skip("no bash to paste into")
-    for locale in ("C.UTF-8", "C", "POSIX"):  # bash reads \\u escapes through the locale: bytes it reads alike
-        pasted = subprocess.run(["bash", "-c", f"printf %s {word}"], capture_output=True, check=True,
-                                env={**os.environ, "LC_ALL": locale}).stdout
-        assert os.path.normpath(os.fsdecode(pasted)) == os.path.normpath(folder), locale
+    shells = ["bash"] + (["zsh"] if shutil.which("zsh") else [])  # zsh: =name is a command's path
+    for shell in shells:
+        for locale in ("C.UTF-8", "C", "POSIX"):  # bash reads \\u escapes through the locale: bytes it reads alike
+            pasted = subprocess.run([shell, "-c", f"printf %s {word}"], capture_output=True, check=True,
+                                    env={**os.environ, "LC_ALL": locale}).stdout
+            assert os.path.normpath(os.fsdecode(pasted)) == os.path.normpath(folder), (shell, locale)
 
 
 def test_the_report_of_a_cut_grid_names_its_folder_as_one_shell_word(tmp_path):

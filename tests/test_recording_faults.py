@@ -63,6 +63,21 @@ def test_the_recorder_warns_and_training_goes_on(where, request):
     assert _train(recorder) == 3 and recorder.records == []
 
 
+@pytest.mark.parametrize("where", ["unwritable", "held"])
+def test_under_warnings_as_errors_the_recorder_says_it_on_stderr_and_training_goes_on(where, request, capsys):
+    """With ``-W error`` (pytest's ``filterwarnings = ["error"]``) each "carry on with a warning" raised
+    inside the training loop's hooks and ended ``Trainer.train()``; the line now goes to standard error."""
+    import warnings
+
+    folder = request.getfixturevalue(where)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        recorder = StepRecorder(WrappedHeadLM(), folder, steps=(1,), trace=False)
+        assert _train(recorder) == 3 and recorder.records == []
+    said = capsys.readouterr().err
+    assert f"fusedce-profile: not recording into {folder}" in said and "training goes on unrecorded" in said
+
+
 @pytest.mark.parametrize("kind", ["named pipe", "hard link", "folder"])
 def test_a_steps_file_that_no_recording_could_be_is_named_as_such_and_training_goes_on(tmp_path, kind):
     """A named pipe, a hard link or a folder named ``recorded_steps.jsonl`` was taken for a recording

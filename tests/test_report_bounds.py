@@ -460,3 +460,17 @@ def test_a_page_that_cannot_be_written_leaves_no_new_plot_beside_the_old_page(tm
         getattr(importlib.import_module(module), function)(folder)
     assert not (folder / store.PLOTS_DIR).exists()
     assert sorted(p.name for p in folder.iterdir() if p.name.startswith(".")) == []  # no temporary left
+
+
+def test_a_results_file_growing_while_it_is_read_is_read_as_it_was_when_opened(tmp_path):
+    """Its size was checked once, at the open: another process appending rows meanwhile took ``report``
+    to 3.2 GiB for a file whose size at the open was within its limit (1 GiB untouched)."""
+    from fusedce_profiler.instrument import confined
+
+    path = tmp_path / "results.jsonl"
+    path.write_bytes(b'{"a": 1}\n{"a": 2}\n{"a": 3')
+    lines = confined.jsonl_lines(path)
+    first = next(lines)
+    with open(path, "ab") as grow:
+        grow.write(b'}\n' + b'{"a": 4}\n' * 1000)
+    assert [first, *lines] == [(1, b'{"a": 1}', False), (2, b'{"a": 2}', False), (3, b'{"a": 3', True)]

@@ -63,15 +63,17 @@ def shell_word(path: str | object) -> str:
     it holds a space, a ``$``, a quote, a ``;``… (:func:`shlex.quote`); as ``$'…'`` with its escapes
     spelled out when it holds a character :func:`printable` would spell, a newline or a tab (so the
     pasted word is the name, not its spelling); ``./`` before a name that starts with ``-`` (a command
-    would read it as an option). The folder a "continue with … --resume --out DIR" or "report DIR"
-    line names can be pasted, and never runs what its name holds."""
+    would read it as an option); a name starting with ``=`` quoted (zsh expands ``=name`` to a
+    command's path). The folder a "continue with … --resume --out DIR" or "report DIR" line names can
+    be pasted, and never runs what its name holds."""
     import shlex
 
     text = str(path)
     if text.startswith("-"):
         text = "./" + text
     if _UNSEEN.search(text) is None and "\n" not in text and "\t" not in text:
-        return shlex.quote(text)
+        quoted = shlex.quote(text)  # a leading = is safe to POSIX shells, not to zsh (=ls is /usr/bin/ls)
+        return "'" + text + "'" if quoted.startswith("=") else quoted
     return "$'" + "".join(_ansi_c(char) for char in text) + "'"
 
 

@@ -21,7 +21,10 @@ def checked_steps(steps: Iterable[int]) -> frozenset[int]:
     more than a folder holds — counted as they come, so an endless iterable is refused, never listed."""
     listed = None
     if isinstance(steps, Iterable) and not isinstance(steps, (str, bytes)):
-        listed = list(itertools.islice(iter(steps), capacity.MAX_RECORDED_STEPS + 1))
+        try:  # a 0-d array or tensor says it is iterable, then refuses; a user's iterable may raise anything
+            listed = list(itertools.islice(iter(steps), capacity.MAX_RECORDED_STEPS + 1))
+        except Exception:  # noqa: BLE001 - any failure of the caller's iterable is this argument's
+            listed = None
     if listed is None or not all(isinstance(s, Integral) and not isinstance(s, bool) for s in listed):
         raise ValueError(f"steps must be 0-based step indices (integers ≥ 0), got {steps!r:.80}")
     if len(listed) > capacity.MAX_RECORDED_STEPS:

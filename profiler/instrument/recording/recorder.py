@@ -26,11 +26,12 @@ and is a plain counter check otherwise: no hook, no profiler, nothing allocated
    :mod:`~fusedce_profiler.instrument.recording.assemble`) to the folder's
    ``recorded_steps.jsonl`` and writes ``environment.json`` once.
 
-A failure of the recorder itself never stops the user's training: it is reported with
-:func:`warnings.warn` and the step runs unrecorded; so is a folder that cannot be written, that
-another run holds, or that fills up (the recorder then records nothing more). One step is recorded
-at a time in a process: a step another recorder (another thread's) would record meanwhile runs
-unrecorded, with a warning. On a distributed run only rank 0 records.
+A failure of the recorder itself never stops the user's training: it is reported as a warning
+(:mod:`~fusedce_profiler.instrument.recording.notice`, never raised) and the step runs unrecorded; so is
+a folder that cannot be written, that another run holds, or that fills up (the recorder then records
+nothing more). One step is recorded at a time in a process: a step another recorder (another
+thread's) would record meanwhile runs unrecorded, with a warning. On a distributed run only rank 0
+records.
 
 Public API: :class:`StepRecorder`, :data:`NOOP` (the public face, which also renders the
 report, is :mod:`fusedce_profile`).
@@ -40,7 +41,6 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-import warnings
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -56,6 +56,7 @@ from fusedce_profiler.instrument.recording.arguments import checked_flags, check
 from fusedce_profiler.instrument.recording.assemble import RecordedSubject, build_record
 from fusedce_profiler.instrument.recording.folder import take_folder
 from fusedce_profiler.instrument.recording.landmarks import batch_shape, find_embedding, find_final_norm, find_head
+from fusedce_profiler.instrument.recording.notice import notice
 from fusedce_profiler.instrument.recording.phases import CudaPhaseMeter, SharedProfilerMeter, StepRecording
 from fusedce_profiler.instrument.tensors import tensor_bytes
 from fusedce_profiler.instrument.text import one_line
@@ -117,8 +118,8 @@ class StepRecorder:
             except FileExistsError:  # a recording is there: the caller must say replace or add
                 raise
             except (OSError, store.FolderInUse, FolderRefused) as exc:
-                warnings.warn(f"fusedce-profile: not recording into {one_line(self.out)}: {one_line(exc)}; "
-                              "training goes on unrecorded", RuntimeWarning, stacklevel=2)
+                notice(f"fusedce-profile: not recording into {one_line(self.out)}: {one_line(exc)}; "
+                       "training goes on unrecorded", stacklevel=2)
                 self.enabled = False
 
     def close(self) -> None:
@@ -187,7 +188,7 @@ class StepRecorder:
             try:
                 self._active.mark(name)
             except Exception as exc:  # noqa: BLE001 - never break the user's step
-                warnings.warn(f"fusedce-profile: mark({name!r}) failed: {exc}", RuntimeWarning, stacklevel=2)
+                notice(f"fusedce-profile: mark({name!r}) failed: {exc}", stacklevel=2)
 
     def set_loss(self, loss) -> None:
         if self._active is not None and isinstance(loss, torch.Tensor) and loss.numel() == 1:
@@ -242,8 +243,7 @@ class StepRecorder:
         device = self.device
         if device is None:
             self._done.add(index)
-            warnings.warn(f"fusedce-profile: step {index} is not recorded: the model's parameters() raised",
-                          RuntimeWarning, stacklevel=3)
+            notice(f"fusedce-profile: step {index} is not recorded: the model's parameters() raised", stacklevel=3)
             return NOOP
         shape = (self.batch, self.seq) if self.batch and self.seq else None
         rec = StepRecording(index, device=device, shape=shape, begin=self._begin, end=self._end)
@@ -261,7 +261,7 @@ class StepRecorder:
         try:
             self._head = find_head(self.model, vocab=self.vocab, head_path=self.head_path)
         except ValueError as exc:
-            warnings.warn(f"fusedce-profile: {exc}", RuntimeWarning, stacklevel=3)
+            notice(f"fusedce-profile: {exc}", stacklevel=3)
             self._head = None
         vocab = self.vocab or (self._head.info.vocab if self._head else None)
         self.vocab = vocab
@@ -270,8 +270,8 @@ class StepRecorder:
 
     def _begin(self, rec: StepRecording) -> None:
         if not holder.take(self):
-            warnings.warn(f"fusedce-profile: step {rec.index} is not recorded: another StepRecorder is recording a "
-                          "step in this process (one step is recorded at a time)", RuntimeWarning, stacklevel=3)
+            notice(f"fusedce-profile: step {rec.index} is not recorded: another StepRecorder is recording a "
+                   "step in this process (one step is recorded at a time)", stacklevel=3)
             self._done.add(rec.index)
             return
         self._holds_recording = True
@@ -296,8 +296,8 @@ class StepRecorder:
         index = self._active.index
         self.abort()  # first: a warning taken as an error (-W error) must not leave the step open
         self.close()
-        warnings.warn(f"fusedce-profile: step {index} is not recorded: the training loop that began it ended (an "
-                      f"exception left it); {one_line(self.out)} is released", RuntimeWarning, stacklevel=3)
+        notice(f"fusedce-profile: step {index} is not recorded: the training loop that began it ended (an "
+               f"exception left it); {one_line(self.out)} is released", stacklevel=3)
 
     def _ended_if_stale(self) -> bool:
         return self.stale() and (self.end_stale() or True)  # a stale step ended: True
@@ -332,8 +332,7 @@ class StepRecorder:
         rec.mark("forward")
 
     def _abandon(self, rec: StepRecording, exc: BaseException) -> None:
-        warnings.warn(f"fusedce-profile: step {rec.index} is not recorded: {what_it_raised(exc)}",
-                      RuntimeWarning, stacklevel=4)
+        notice(f"fusedce-profile: step {rec.index} is not recorded: {what_it_raised(exc)}", stacklevel=4)
         self._discard(rec, exc)
 
     def _discard(self, rec: StepRecording, exc: BaseException) -> None:
@@ -389,8 +388,7 @@ class StepRecorder:
             if self.on_record is not None:
                 self.on_record(self.out)
         except Exception as exc:  # noqa: BLE001
-            warnings.warn(f"fusedce-profile: writing step {rec.index} to {self.out} failed: {exc}",
-                          RuntimeWarning, stacklevel=3)
+            notice(f"fusedce-profile: writing step {rec.index} to {self.out} failed: {exc}", stacklevel=3)
         return record
 
     def _save_environment(self) -> None:
