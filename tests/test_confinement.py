@@ -370,7 +370,9 @@ def test_lines_are_counted_with_an_unterminated_last_one(tmp_path):
 
     for text, lines in ((b"", 0), (b"a\n", 1), (b"a\nb", 2), (b"a\n\nb\n", 3), (b"x" * (3 << 20) + b"\ny", 2)):
         fh = io.BytesIO(text)
-        assert confined._count_lines(fh) == lines and fh.tell() == 0
+        assert confined._count_lines(fh, len(text)) == lines and fh.tell() == 0
+    fh = io.BytesIO(b"a\nb\nc\n")
+    assert confined._count_lines(fh, 4) == 2  # only the bytes the file held when it was opened
 
 
 def test_a_grid_of_more_token_counts_than_a_plot_shows_is_reported_without_plots(run, monkeypatch):
