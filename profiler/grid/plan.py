@@ -9,7 +9,7 @@ from pathlib import Path
 
 from fusedce_profiler.instrument import store
 from fusedce_profiler.instrument.capacity import MAX_CELLS
-from fusedce_profiler.instrument.planned import load_plan, save_planned
+from fusedce_profiler.instrument.planned import load_plan, load_planned, save_planned
 from fusedce_profiler.instrument.records import CellSpec
 
 
@@ -29,5 +29,4 @@ def planned_cells_and_timing(folder: str | Path) -> tuple[list[CellSpec], dict |
 def planned_cells(folder: str | Path) -> list[CellSpec] | None:
     """The cells of ``plan.json``; ``None`` when there is none; ``ValueError`` naming the file
     when it cannot be read as a plan."""
-    plan = planned_cells_and_timing(folder)
-    return None if plan is None else plan[0]
+    return load_planned(folder, store.PLAN_FILE, "cells", CellSpec.from_dict, MAX_CELLS)
