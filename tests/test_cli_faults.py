@@ -400,6 +400,20 @@ def _beating(beat: Path) -> bool:
         return False
 
 
+def _most_zombies_of_one_parent() -> int:
+    """The most zombie processes on this machine with one parent (init's left out)."""
+    parents: dict[int, int] = {}
+    for name in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                state, ppid = fh.read().rsplit(b")", 1)[1].split()[:2]
+        except (OSError, ValueError):
+            continue
+        if state == b"Z" and ppid != b"1":
+            parents[int(ppid)] = parents.get(int(ppid), 0) + 1
+    return max(parents.values(), default=0)
+
+
 @pytest.mark.parametrize("session", ["kept", "new at every generation"])
 @pytest.mark.parametrize("end", ["timed-out cell", "kill -9"])
 def test_a_daemon_that_keeps_changing_its_pid_ends_with_the_run(fx, tmp_path, end, session):
@@ -412,16 +426,20 @@ def test_a_daemon_that_keeps_changing_its_pid_ends_with_the_run(fx, tmp_path, en
             str(tmp_path / "run")]
     hops = {"FX_HOPPER_SETSID": "1"} if session != "kept" else {}
     process = start_cli(args, cli_env(fx, FX_HOPPER_GROUP=str(group_file), **hops))
+    zombies = []  # the most zombies the worker held: each exited generation is its child (a subreaper)
     try:
         wait_for(group_file.exists, 120, "the back-end's daemon to start", process)
-        wait_for(lambda: _beating(beat), 10, "the daemon to hop")
+        wait_for(lambda: _beating(beat) or zombies.append(_most_zombies_of_one_parent()), 10, "the daemon to hop")
         if end == "kill -9":
             os.kill(process.pid, signal.SIGKILL)
+        while process.poll() is None and not zombies.append(_most_zombies_of_one_parent()):
+            time.sleep(0.2)
         process.wait(timeout=60)
         wait_for(lambda: not _beating(beat), 15, "the daemon to end")
         time.sleep(1.0)
         assert not _beating(beat), "the daemon went on after a pause"
         assert not _holding(str(beat)), "a generation of the daemon was left (stopped, never killed)"
+        assert max(zombies) < 2048, "the worker held the daemon's exited generations unwaited"
     finally:
         kill_group(process)
         for pid in _holding(str(beat)):  # a stopped survivor would never end itself

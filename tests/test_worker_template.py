@@ -162,6 +162,30 @@ def test_the_template_ends_when_its_parent_does_kill_9_included(tmp_path):
     assert _left_by_a_killed_parent(code, 3) == []
 
 
+def test_the_template_ends_with_its_parent_while_a_fork_of_the_parent_holds_its_socket(tmp_path):
+    """A fork of the parent (a data-loader worker, a test's own fork) keeps the parent's end of the
+    socket open: the template, waiting for that end, outlived its parent by as long as the fork
+    lived, and reaped nothing a parent could ask about."""
+    logs = f"Path({str(tmp_path)!r}) / 'logs'"
+    code = ("import os, time; from pathlib import Path; from fusedce_profiler.instrument.worker import Worker;"
+            f"w = Worker({logs}); w.wait_ready(); from fusedce_profiler.instrument import template;"
+            "fork = os.fork()\nif fork == 0:\n    time.sleep(60)\n    os._exit(0)\n"
+            "print(template.template_pids()[0], w.pid, fork, flush=True); time.sleep(600)")
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        held, worker, fork = [int(p) for p in parent.stdout.readline().split()]
+    finally:
+        parent.kill()
+        parent.wait()
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and (_live(held) or _live(worker)):
+            time.sleep(0.1)
+        assert not _live(held) and not _live(worker) and _live(fork)
+    finally:
+        os.kill(fork, signal.SIGKILL)
+
+
 def test_a_template_a_job_stopped_ends_when_its_parent_is_killed(tmp_path):
     """Stopped (``SIGSTOP`` from a job), the template notices neither its parent's end nor its
     socket's: a ``kill -9`` of the parent left it stopped for good. The worker's reaper ends it."""

@@ -10,7 +10,8 @@ outliving the command (:class:`~fusedce_profiler.instrument.worker.Worker` start
   parent dies (Linux), and a watchdog thread checks the parent too; either ends the worker the
   way :func:`end_worker` does.
 - :func:`adopt_orphans`: the worker is a child subreaper (``PR_SET_CHILD_SUBREAPER``), so a
-  daemon a job starts (fork, ``setsid``, fork) becomes its child when its parent exits;
+  daemon a job starts (fork, ``setsid``, fork) becomes its child when its parent exits (and, once
+  exited, is waited for: :mod:`~fusedce_profiler.instrument.strays`);
 - :func:`end_worker`: kills every process under the worker (:func:`kill_tree`), then its group.
 
 Every process under a worker also carries the worker's *mark* in its environment

@@ -16,7 +16,9 @@ ready.
 status (a segfault, the OOM killer's signal), which :class:`ForkedProcess` reads as
 :class:`subprocess.Popen` does. The worker's parent-death signal and watchdog watch the template,
 which ends when the parent does; its reaper waits on the parent's life pipe and its mark is its own
-(:func:`~fusedce_profiler.instrument.lifetime.stamp_mark`), as a fresh worker's.
+(:func:`~fusedce_profiler.instrument.lifetime.stamp_mark`), as a fresh worker's. A forked worker's command line
+(``ps``, ``/proc/PID/cmdline``) stays the template's: a worker is the template's child, a template
+the command's.
 
 **When a worker starts fresh instead.** Not on Linux; ``FUSEDCE_WORKER_TEMPLATE=0``; a template
 that failed to start (a process starts at most :data:`MAX_STARTS`); a ``PYTHONPATH`` holding a
@@ -28,8 +30,8 @@ an interpreter that has already started); a process keeps a template for each of
 :data:`MAX_TEMPLATES` such sets at a time.
 
 **Lifetime.** The template runs in its own session and reads requests on a socket whose other end
-only its parent holds; the end of that socket (the parent's exit, ``kill -9`` included) ends it.
-Workers never hold it.
+only its parent holds; the end of that socket (the parent's exit, ``kill -9`` included) ends it, and
+so does the parent's death while a fork of the parent still holds that end. Workers never hold it.
 
 Public API: :func:`forked_worker`, :func:`template_for`, :func:`template_pids`, :func:`close_template`,
 :data:`MAX_TEMPLATES`, :data:`MAX_STARTS`, :class:`ForkedProcess`,
@@ -303,11 +305,12 @@ def forked_worker(env: dict, log_fd: int, reply_end: int, life_end: int, preload
 
 # --- the template's side -------------------------------------------------------------------------
 
-def serve_template(sock_fd: int, preload: list[str]) -> int | list[str]:
+def serve_template(sock_fd: int, preload: list[str], parent: int) -> int | list[str]:
     """The template process: import ``preload`` (modules), say it is ready, then fork a worker for
-    each request and send each worker's exit status when it ends, until the socket ends. Returns 0
-    in the template when the socket ends; in a forked worker (which never comes back to this loop),
-    the arguments it serves jobs with (:func:`~fusedce_profiler.instrument.worker_child.serve`),
+    each request and send each worker's exit status when it ends, until the socket ends or its
+    parent (pid ``parent``) does — a fork of the parent may hold the parent's end of the socket
+    after the parent's death. Returns 0 in the template when it ends; in a forked worker (which
+    never comes back to this loop), the arguments it serves jobs with (:func:`~fusedce_profiler.instrument.worker_child.serve`),
     or 1 when it could not take its streams, environment or folder."""
     import importlib
     import select
@@ -323,7 +326,7 @@ def serve_template(sock_fd: int, preload: list[str]) -> int | list[str]:
         sock.send(json.dumps({"ready": False, "why": "a thread or a device was started by an import"}).encode())
         return 0
     sock.send(b'{"ready": true}')
-    while True:
+    while os.getppid() == parent:
         while True:  # the workers that ended: their status, for the parent's poll()
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
@@ -357,6 +360,7 @@ def serve_template(sock_fd: int, preload: list[str]) -> int | list[str]:
         for fd in fds:
             os.close(fd)
         sock.send(json.dumps({"pid": pid}).encode())
+    return 0
 
 
 def _become_worker(request: dict, fds: list[int]) -> int | list[str]:

@@ -16,6 +16,7 @@ import sys
 import traceback
 
 from fusedce_profiler.instrument.lifetime import adopt_orphans, die_with_parent, end_children, end_worker, start_reaper
+from fusedce_profiler.instrument.strays import watch_strays
 from fusedce_profiler.instrument.worker import JOBS
 from fusedce_profiler.instrument.worker_log import JOB_HEADER
 
@@ -30,6 +31,7 @@ def _load(target: str):
 def _serve(parent_pid: int, reply_fd: int, life_fd: int, preload: list[str], warm_up: list[str]) -> int:
     reaper = start_reaper(life_fd)
     adopt_orphans()
+    watch_strays()  # what it adopts and nobody waits for holds no pid for long
     # SIGTERM: the parent's close() of a busy worker, or the parent's death (die_with_parent)
     signal.signal(signal.SIGTERM, lambda signum, frame: end_worker(spare=reaper))
     die_with_parent(parent_pid, spare=reaper)
@@ -93,7 +95,8 @@ if __name__ == "__main__":
     if sys.argv[1] == "template":
         from fusedce_profiler.instrument.template import serve_template
 
-        forked = serve_template(int(sys.argv[3]), list(TEMPLATE_IMPORTS))  # returns in the template's forks
+        # returns in the template's forks
+        forked = serve_template(int(sys.argv[3]), list(TEMPLATE_IMPORTS), int(sys.argv[2]))
         code = forked if isinstance(forked, int) else _as_interpreter(forked)
     else:
         code = serve(sys.argv[1:])
