@@ -91,8 +91,8 @@ class BrokenSteps:
 
 @pytest.mark.parametrize("options, line", [
     ({"report": "no"}, "report 'no': expected True or False"),
-    ({"force": "no"}, "force: expected True or False, got 'no'"),
-    ({"trace": 0}, "trace: expected True or False, got 0"),
+    ({"force": "no"}, "force 'no': expected True or False"),
+    ({"trace": 0}, "trace 0: expected True or False"),
     ({"force": True, "append": True}, "force and append contradict each other"),
     ({"steps": ()}, "steps: give at least one step index"),
     ({"steps": [2**70]}, "steps must be 0-based step indices (0 to 2⁶³ − 1)"),

@@ -55,6 +55,6 @@ def test_a_fork_loop_daemon_leaves_fewer_zombies_than_the_limit_and_a_jobs_own_c
     from fusedce_profiler.instrument.strays import MANY
 
     unwatched, watched = _probe("unwatched"), _probe("watched")
-    assert unwatched["most"] > 2 * MANY  # what the daemon does to a subreaper that never waits
-    assert watched["left"] < MANY and watched["most"] < unwatched["most"] / 2
+    assert unwatched["left"] >= 3000  # every generation a zombie of a subreaper that never waits
+    assert watched["left"] < MANY and watched["most"] < 1500  # (near 400 on two idle cores)
     assert watched["own"] == 5 and watched["same"] == 7  # never taken from the job's own wait

@@ -44,7 +44,8 @@ def checked_flags(*, trace: object = True, snapshot: object = True, force: objec
     both asked; ``ValueError`` naming the argument."""
     for name, value in (("trace", trace), ("snapshot", snapshot), ("force", force), ("append", append)):
         if not isinstance(value, bool):
-            raise ValueError(f"{name}: expected True or False, got {value!r:.60}")
+            shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+            raise ValueError(f"{name} {shown}: expected True or False")  # the wording of the commands' flags
     if force and append:
         raise ValueError("force and append contradict each other: force replaces the recording in out, append "
                          "adds to it; choose one")
