@@ -54,6 +54,8 @@ BACKENDS = textwrap.dedent('''
             for task in os.listdir("/proc/self/task"):
                 for pid in open(f"/proc/self/task/{task}/children").read().split():
                     os.kill(int(pid), signal.SIGKILL)
+        if os.environ.get("FX_STOP_TEMPLATE") and b"template" in open(f"/proc/{os.getppid()}/cmdline", "rb").read():
+            os.kill(os.getppid(), signal.SIGSTOP)  # then stops its worker's template (a forked worker's parent)
         if os.environ.get("FX_BLIND"):  # then deaf to the death signal, and the parent it asks for is forged
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
             parent = os.getppid()
@@ -287,17 +289,20 @@ def test_kill_9_of_the_cli_leaves_a_worker_log_that_names_no_machine_path(fx, tm
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("reaper", ["alive", "killed by the back-end", "killed, SIGTERM ignored, getppid forged"])
+@pytest.mark.parametrize("reaper", ["alive", "killed by the back-end", "killed, SIGTERM ignored, getppid forged",
+                                    "killed, the template stopped"])
 def test_kill_9_of_the_cli_takes_the_processes_a_backend_started_with_it(fx, tmp_path, reaper):
     """``kill -9`` of the command alone, as the OOM killer does, while a back-end waits after starting
     a helper in the worker's group and a daemon in a session of its own: both end with the command,
     also when the back-end first killed the worker's reaper, and when it also ignores the death
-    signal and replaces ``os.getppid`` (the watchdog's own poll ends them)."""
+    signal and replaces ``os.getppid`` (the watchdog's own poll ends them), and when it also stopped
+    the worker's template (the watchdog watches the command through it)."""
     from processes import _alive
 
     child_pid = tmp_path / "child.pid"
     hostile = {"FX_KILL_REAPER": "1"} if reaper != "alive" else {}
     hostile.update({"FX_BLIND": "1"} if "forged" in reaper else {})
+    hostile.update({"FX_STOP_TEMPLATE": "1"} if "stopped" in reaper else {})
     env = cli_env(fx, FX_CHILD_PID=str(child_pid), **hostile)
     process = start_cli([*TINY, "--tokens", "16", "--backend", "fx_backends:spawn", "--out", str(tmp_path / "run")], env)
     helpers: list[str] = []

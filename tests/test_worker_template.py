@@ -196,6 +196,17 @@ def test_a_template_a_job_stopped_ends_when_its_parent_is_killed(tmp_path):
     assert _left_by_a_killed_parent(code, 2) == []
 
 
+def test_a_template_a_job_stopped_ends_with_its_worker_when_the_job_also_killed_the_reaper(tmp_path):
+    """With the reaper gone, the worker's watchdog watched only its parent, the stopped template:
+    after a ``kill -9`` of the command both lived on for good. It watches the command as well."""
+    logs = f"Path({str(tmp_path)!r}) / 'logs'"
+    code = ("import os, signal, time; from pathlib import Path; from fusedce_profiler.instrument.worker import Worker;"
+            f"w = Worker({logs}); w.wait_ready(); from fusedce_profiler.instrument import lifetime, template;"
+            "[os.kill(r, signal.SIGKILL) for r in lifetime.children_of(w.pid)]; time.sleep(0.2);"
+            "t = template.template_pids()[0]; os.kill(t, signal.SIGSTOP); print(t, w.pid, flush=True); time.sleep(600)")
+    assert _left_by_a_killed_parent(code, 2) == []
+
+
 def test_a_pythonpath_with_a_start_up_hook_starts_the_worker_fresh(tmp_path):
     """A ``sitecustomize.py`` runs when an interpreter starts: a template would have run it once,
     in itself, not in the worker."""

@@ -3,12 +3,13 @@
 The worker runs in its own session; these mechanisms keep it and everything a job starts from
 outliving the command (:class:`~fusedce_profiler.instrument.worker.Worker` starts them):
 
-- :func:`start_reaper`: a forked *reaper* waits on the read end of a *life pipe* whose write
-  end only the parent holds; when the parent dies, however, it kills every process under the
-  worker (:func:`kill_tree`), then the worker's process group.
+- :func:`~fusedce_profiler.instrument.reaper.start_reaper`: a forked *reaper* waits on the read
+  end of a *life pipe* whose write end only the parent holds; when the parent dies, however, it
+  kills every process under the worker (:func:`kill_tree`), then the worker's process group.
 - :func:`die_with_parent`: the kernel's ``PR_SET_PDEATHSIG`` sends the worker SIGTERM when its
-  parent dies (Linux), and a watchdog thread checks the parent too; either ends the worker the
-  way :func:`end_worker` does.
+  parent dies (Linux), and a watchdog thread checks the parent too (and, for a worker forked from
+  a template, the template's parent: the command); either ends the worker the way
+  :func:`end_worker` does.
 - :func:`adopt_orphans`: the worker is a child subreaper (``PR_SET_CHILD_SUBREAPER``), so a
   daemon a job starts (fork, ``setsid``, fork) becomes its child when its parent exits (and, once
   exited, is waited for: :mod:`~fusedce_profiler.instrument.strays`);
@@ -70,6 +71,11 @@ def stamp_mark(mark: str) -> None:
     _OWN_MARK = mark
 
 
+def own_mark() -> str | None:
+    """This worker's mark (:func:`stamp_mark`), as read before any job's code could change it."""
+    return _OWN_MARK
+
+
 def _prctl(option: int, value: int) -> None:
     """``prctl(option, value)`` on Linux; elsewhere (or without a C library that has it) nothing."""
     if sys.platform.startswith("linux"):
@@ -79,30 +85,78 @@ def _prctl(option: int, value: int) -> None:
             pass
 
 
-_PARENT: tuple[int, str | None] | None = None
-"""This worker's parent pid and its log's path, as :func:`die_with_parent` found them (before any job
-could redirect the standard output)."""
+def is_template(pid: int, open=open) -> bool:
+    """Whether ``pid`` runs as a worker template (by its command line, which its forked workers share)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            words = cmdline.read().split(b"\0")
+    except OSError:
+        return False
+    return b"fusedce_profiler.instrument.worker_child" in words and b"template" in words
+
+
+def end_stopped_template(pid: int) -> None:
+    """Kill ``pid`` when it is a worker template (the worker's parent when it was forked from one)
+    that a job stopped (``SIGSTOP``): stopped, it notices neither its parent's end nor its socket's."""
+    if is_template(pid) and stopped(pid):
+        _signal(os.kill, pid)
+
+
+def parent_of(pid: int, open=open) -> int:
+    """``pid``'s parent's pid, from /proc (0 when ``pid`` is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return int(fh.read().rsplit(b")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+_PARENT: tuple[int, str | None, int | None] | None = None
+"""This worker's parent pid, its log's path and, when the parent is a worker template, the template's
+parent (the command), as :func:`die_with_parent` found them (before any job could change them)."""
 
 
 def die_with_parent(parent_pid: int, spare: int) -> None:
     """Make sure this process (a worker whose reaper is ``spare``) does not outlive ``parent_pid``
     (see the module docstring): SIGTERM from the kernel when the parent dies, which the caller
-    handles with :func:`end_worker`, and a watchdog thread polling the parent's pid that calls it."""
+    handles with :func:`end_worker`, and a watchdog thread polling the parent's pid that calls it.
+    A forked worker's parent is a template, which a job may stop (``SIGSTOP``): stopped, it
+    outlives the command, and would keep its worker alive. So the watchdog also watches the
+    command, and ends the worker, and a stopped template, once the template's parent changes."""
     global _PARENT
-    _PARENT = (parent_pid, log_of_stdout())
+    _PARENT = (parent_pid, log_of_stdout(), parent_of(parent_pid) if is_template(parent_pid) else None)
     _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
     if os.getppid() != parent_pid:  # the parent died before the death signal was armed
         end_worker(spare)
 
     # bound now, before any job's code runs: a back-end that replaces os.getppid, time.sleep or
     # end_worker in its worker does not blind the watchdog (what end_worker calls is looked up then)
-    def watch(getppid=os.getppid, sleep=time.sleep, end=end_worker) -> None:
+    def watch(getppid=os.getppid, sleep=time.sleep, end=end_worker, stranded=command_gone) -> None:
         while True:
             sleep(1.0)
-            if getppid() != parent_pid:
+            if getppid() != parent_pid or stranded():
                 end(spare)
 
     threading.Thread(target=watch, name="parent-watchdog", daemon=True).start()
+
+
+def command_gone(parent=parent_of) -> bool:
+    """Whether this worker was forked from a template whose parent, the command, is gone."""
+    return _PARENT is not None and _PARENT[2] is not None and parent(_PARENT[0]) != _PARENT[2]
+
+
+def end_stranded_template(wait_s: float = 0.0) -> None:
+    """Kill this worker's template when a job stopped it and the command is gone (see
+    :func:`die_with_parent`), waiting up to ``wait_s`` for the command to be gone: a dying
+    command closes its end of the job pipe before the kernel hands its children on."""
+    if _PARENT is None or _PARENT[2] is None or not stopped(_PARENT[0]):
+        return
+    deadline = time.monotonic() + wait_s
+    while not command_gone():
+        if time.monotonic() >= deadline:
+            return
+        time.sleep(0.02)
+    end_stopped_template(_PARENT[0])
 
 
 def adopt_orphans() -> None:
@@ -124,10 +178,11 @@ def end_worker(spare: int) -> None:
     two kills the group first, the log is scrubbed (:func:`~fusedce_profiler.instrument.scrub.scrub_file`
     serialises the two)."""
     try:
+        end_stranded_template()
         end_children(spare)
         if _OWN_MARK:
             kill_marked(_OWN_MARK, spare={spare}, since=started(os.getpid()))
-        if _PARENT is not None and os.getppid() != _PARENT[0]:
+        if _PARENT is not None and (os.getppid() != _PARENT[0] or command_gone()):
             release_log_locks(_PARENT[1])
             scrub_log(_PARENT[1])
     finally:
@@ -341,59 +396,3 @@ def _reap() -> None:
                 return
         except ChildProcessError:
             return
-
-
-def _end_stopped_template(pid: int) -> None:
-    """Kill ``pid`` when it is a worker template (the worker's parent when it was forked from one)
-    that a job stopped (``SIGSTOP``): stopped, it notices neither its parent's end nor its socket's."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
-            words = cmdline.read().split(b"\0")
-    except OSError:
-        return
-    if b"fusedce_profiler.instrument.worker_child" in words and b"template" in words and stopped(pid):
-        _signal(os.kill, pid)
-
-
-def _scrub_after(worker: int, log: str | None) -> None:
-    """The reaper's scrub of the worker's ``log``: when its lock is not given up (the worker, stuck
-    or its job's code, holds it), the worker is killed — a scrub takes milliseconds, not the seconds
-    waited — and the log scrubbed once the worker's descriptors are closed."""
-    if scrub_log(log):
-        return
-    _signal(os.kill, worker)
-    deadline = time.monotonic() + 5.0
-    while process_state(worker) not in ("Z", "X", "") and time.monotonic() < deadline:
-        time.sleep(0.01)
-    scrub_log(log)
-
-
-def start_reaper(life_fd: int) -> int:
-    """Fork the reaper: it waits for the parent's end of the life pipe to close, then kills every
-    process under the worker and the worker's process group (see the module docstring), and scrubs
-    the worker's log as the parent would have. Forked before anything is imported or threaded.
-    Returns its pid.
-
-    It wakes only when the parent died (``kill -9``, the OOM killer): a parent that closes a worker
-    kills the worker's group, the reaper with it, before it closes the pipe, and scrubs the log
-    itself. After a parent's death the worker, ending, scrubs the log too (:func:`end_worker`): it
-    may kill the group, this reaper included, first."""
-    worker, parent = os.getpid(), os.getppid()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            log = log_of_stdout()
-            os.closerange(0, life_fd)
-            os.closerange(life_fd + 1, 1 << 16)
-            while os.read(life_fd, 1):
-                pass
-            _end_stopped_template(parent)  # before the walk, which stops what it finds (and may stop it too)
-            kill_tree(worker, spare=os.getpid())
-            if _OWN_MARK:
-                kill_marked(_OWN_MARK, spare={worker}, since=started(worker))
-            _scrub_after(worker, log)  # the run folder a user attaches names no machine path, even after a kill -9
-        finally:
-            os.killpg(0, signal.SIGKILL)
-            os._exit(0)
-    os.close(life_fd)
-    return pid

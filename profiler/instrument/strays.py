@@ -12,16 +12,26 @@ Watched, such a daemon's zombies peak near 400 and settle below :data:`MANY`
 The worker cannot tell a stray from a child a job forked itself (the kernel keeps no record of a
 process's first parent), and must not wait for a job's own child: the job's wait would then find
 none (Python's ``subprocess`` reports exit 0, ``multiprocessing``'s ``join`` waits for ever). So a
-zombie is waited for only when
+zombie child is a stray, and waited for, only when
 
 - it is outside the worker's process group: a job's own children stay in that group unless they
-  leave it, and a daemon leaves it by design (``setsid``); and
-- at least :data:`MANY` such zombies are the worker's children at once: a job's own child that left
-  the group (``Popen(start_new_session=True)``) keeps its exit status unless the job leaves that
-  many unwaited.
+  leave it, and a daemon leaves it by design (``setsid``);
+- it never ran a program of its own (the kernel's ``PF_FORKNOEXEC`` flag, kept by a zombie): a
+  fork loop's generations are copies of one process, while a program a job starts in a session of
+  its own (``Popen(start_new_session=True)``) has run ``exec``; and
+- at least :data:`MANY` zombies are strays at once: a few daemons that double-forked leave a
+  few zombies, which wait for the worker's end.
 
-A fork loop that never leaves the worker's group is not waited for; the run's kills take its group
-whole (:func:`~fusedce_profiler.instrument.lifetime.kill_tree`).
+*Not waited for*, and so still able to fill the pid table within a cell's time limit: a fork loop
+that never leaves the worker's group (about 3,000 zombies in 2.2 s; the run's kills take its group
+whole, :func:`~fusedce_profiler.instrument.lifetime.kill_tree`), and one that runs ``exec`` at every
+generation (a shell script that starts itself again). *Waited for though a job's own*: a child the
+job forked without ``exec`` that left the group and exited while :data:`MANY` strays were waiting;
+the job's own wait for it then finds none.
+
+Everything the watcher calls is bound when this module is imported, before any job's code runs: a
+back-end that replaces ``os.waitid``, ``os.waitpid``, ``open`` or this module's functions does not
+blind it.
 
 Public API: :data:`MANY`, :func:`wait_for_strays`, :func:`watch_strays`.
 """
@@ -38,52 +48,59 @@ MANY = 256
 _PERIOD_S = 0.1  # how often it asks whether a child has exited (one system call)
 
 
-def _exited_outside(pid: int, group: int) -> bool:
-    """Whether ``pid`` is a zombie outside process group ``group`` (from ``/proc/PID/stat``)."""
+_FORKED_NOT_EXECUTED = 0x40  # PF_FORKNOEXEC in /proc/PID/stat's flags: forked, never ran exec
+
+
+def _stray(pid: int, group: int, open=open) -> bool:
+    """Whether ``pid`` is a zombie outside process group ``group`` that never ran ``exec`` (from
+    ``/proc/PID/stat``: the state, the group and the kernel's flags)."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:
-            state, _, pgrp = fh.read().rsplit(b")", 1)[1].split()[:3]
-    except (OSError, ValueError):
+            fields = fh.read().rsplit(b")", 1)[1].split()
+        state, pgrp, flags = fields[0], int(fields[2]), int(fields[6])
+    except (OSError, ValueError, IndexError):
         return False
-    return state == b"Z" and int(pgrp) != group
+    return state == b"Z" and pgrp != group and bool(flags & _FORKED_NOT_EXECUTED)
 
 
-def _adopted_or_main_threads() -> list[int]:
+def _adopted_or_main_threads(getpid=os.getpid, open=open) -> list[int]:
     """The children listed under this process's main thread: every process it adopted (the kernel
     hands an orphan to a subreaper's first living thread) and those the main thread forked."""
     try:
-        with open(f"/proc/{os.getpid()}/task/{os.getpid()}/children", "rb") as fh:
+        with open(f"/proc/{getpid()}/task/{getpid()}/children", "rb") as fh:
             return [int(pid) for pid in fh.read().split()]
     except (OSError, ValueError):
         return []
 
 
-def wait_for_strays(group: int) -> int:
-    """Wait for this process's zombie children outside process group ``group`` when there are at
-    least :data:`MANY` of them (see the module docstring). Returns how many such zombies are left."""
-    strays = [pid for pid in _adopted_or_main_threads() if _exited_outside(pid, group)]
+def wait_for_strays(group: int, listed=_adopted_or_main_threads, stray=_stray, waitpid=os.waitpid,
+                    no_hang=os.WNOHANG) -> int:
+    """Wait for this process's strays (zombie children outside process group ``group`` that never
+    ran ``exec``) when there are at least :data:`MANY` of them (see the module docstring). Returns
+    how many strays are left."""
+    strays = [pid for pid in listed() if stray(pid, group)]
     if len(strays) < MANY:
         return len(strays)
     for pid in strays:
         try:
-            os.waitpid(pid, os.WNOHANG)
+            waitpid(pid, no_hang)
         except ChildProcessError:  # a job's own wait took it first
             pass
     return 0
 
 
-def _a_child_exited() -> bool:
-    """Whether a child of this process is a zombie, without waiting for it (one system call)."""
+def _a_child_exited(waitid=getattr(os, "waitid", None), every=getattr(os, "P_ALL", 0),
+                    flags=getattr(os, "WEXITED", 0) | os.WNOHANG | getattr(os, "WNOWAIT", 0)) -> bool:
+    """Whether a child of this process is a zombie, without waiting for it (one system call; Linux's)."""
     try:
-        return os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+        return waitid(every, 0, flags) is not None
     except ChildProcessError:
         return False
 
 
 def watch_strays() -> None:
     """Start a thread that waits for this worker's strays as :func:`wait_for_strays` says, every
-    0.1 s that a child of it has exited. What it calls is bound now, before a job's code runs.
-    Linux only (where a worker adopts); elsewhere nothing."""
+    0.1 s that a child of it has exited. Linux only (where a worker adopts); elsewhere nothing."""
     if sys.platform != "linux":
         return
     group = os.getpgrp()

@@ -16,9 +16,8 @@ ready.
 status (a segfault, the OOM killer's signal), which :class:`ForkedProcess` reads as
 :class:`subprocess.Popen` does. The worker's parent-death signal and watchdog watch the template,
 which ends when the parent does; its reaper waits on the parent's life pipe and its mark is its own
-(:func:`~fusedce_profiler.instrument.lifetime.stamp_mark`), as a fresh worker's. A forked worker's command line
-(``ps``, ``/proc/PID/cmdline``) stays the template's: a worker is the template's child, a template
-the command's.
+(:func:`~fusedce_profiler.instrument.lifetime.stamp_mark`), as a fresh worker's. A forked worker's
+command line (``ps``) stays the template's: a worker is the template's child, a template the command's.
 
 **When a worker starts fresh instead.** Not on Linux; ``FUSEDCE_WORKER_TEMPLATE=0``; a template
 that failed to start (a process starts at most :data:`MAX_STARTS`); a ``PYTHONPATH`` holding a
@@ -310,8 +309,9 @@ def serve_template(sock_fd: int, preload: list[str], parent: int) -> int | list[
     each request and send each worker's exit status when it ends, until the socket ends or its
     parent (pid ``parent``) does — a fork of the parent may hold the parent's end of the socket
     after the parent's death. Returns 0 in the template when it ends; in a forked worker (which
-    never comes back to this loop), the arguments it serves jobs with (:func:`~fusedce_profiler.instrument.worker_child.serve`),
-    or 1 when it could not take its streams, environment or folder."""
+    never comes back to this loop), the arguments it serves jobs with
+    (:func:`~fusedce_profiler.instrument.worker_child.serve`), or 1 when it could not take its
+    streams, environment or folder."""
     import importlib
     import select
     import threading

@@ -15,7 +15,9 @@ import signal
 import sys
 import traceback
 
-from fusedce_profiler.instrument.lifetime import adopt_orphans, die_with_parent, end_children, end_worker, start_reaper
+from fusedce_profiler.instrument.lifetime import (adopt_orphans, die_with_parent, end_children, end_stranded_template,
+                                                  end_worker)
+from fusedce_profiler.instrument.reaper import start_reaper
 from fusedce_profiler.instrument.strays import watch_strays
 from fusedce_profiler.instrument.worker import JOBS
 from fusedce_profiler.instrument.worker_log import JOB_HEADER
@@ -61,6 +63,7 @@ def _serve(parent_pid: int, reply_fd: int, life_fd: int, preload: list[str], war
 
         replies.write((dumps(answer) + "\n").encode())
         replies.flush()
+    end_stranded_template(wait_s=2.0)  # the job pipe closed: the command may be gone, its template stopped by a job
     end_children(spare=reaper)
     return 0
 
