@@ -186,23 +186,17 @@ def test_the_template_ends_with_its_parent_while_a_fork_of_the_parent_holds_its_
         os.kill(fork, signal.SIGKILL)
 
 
-def test_a_template_a_job_stopped_ends_when_its_parent_is_killed(tmp_path):
+@pytest.mark.parametrize("reaper", ["alive", "killed by the job"])
+def test_a_template_a_job_stopped_ends_when_its_parent_is_killed(tmp_path, reaper):
     """Stopped (``SIGSTOP`` from a job), the template notices neither its parent's end nor its
-    socket's: a ``kill -9`` of the parent left it stopped for good. The worker's reaper ends it."""
+    socket's: a ``kill -9`` of the parent left it stopped for good. The worker's reaper ends it; with
+    the reaper killed too, the worker's watchdog, which watches the command through the template
+    (it watched only the stopped template, and both lived on)."""
     logs = f"Path({str(tmp_path)!r}) / 'logs'"
-    code = ("import os, signal, time; from pathlib import Path; from fusedce_profiler.instrument.worker import Worker;"
-            f"w = Worker({logs}); w.wait_ready(); from fusedce_profiler.instrument import template;"
-            "t = template.template_pids()[0]; os.kill(t, signal.SIGSTOP); print(t, w.pid, flush=True); time.sleep(600)")
-    assert _left_by_a_killed_parent(code, 2) == []
-
-
-def test_a_template_a_job_stopped_ends_with_its_worker_when_the_job_also_killed_the_reaper(tmp_path):
-    """With the reaper gone, the worker's watchdog watched only its parent, the stopped template:
-    after a ``kill -9`` of the command both lived on for good. It watches the command as well."""
-    logs = f"Path({str(tmp_path)!r}) / 'logs'"
+    kill_reaper = "[os.kill(r, signal.SIGKILL) for r in lifetime.children_of(w.pid)]; time.sleep(0.2);"
     code = ("import os, signal, time; from pathlib import Path; from fusedce_profiler.instrument.worker import Worker;"
             f"w = Worker({logs}); w.wait_ready(); from fusedce_profiler.instrument import lifetime, template;"
-            "[os.kill(r, signal.SIGKILL) for r in lifetime.children_of(w.pid)]; time.sleep(0.2);"
+            + (kill_reaper if reaper != "alive" else "") +
             "t = template.template_pids()[0]; os.kill(t, signal.SIGSTOP); print(t, w.pid, flush=True); time.sleep(600)")
     assert _left_by_a_killed_parent(code, 2) == []
 
