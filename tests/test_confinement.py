@@ -131,6 +131,18 @@ def test_report_renders_only_the_keys_an_environment_has(run):
     assert f"torch: {environment['torch']}" in summary
 
 
+def test_report_refuses_a_folder_that_is_a_link_and_takes_one_reached_through_a_link(run, tmp_path):
+    """``report`` rewrites the folder's pages, so the folder named may not be a link (as ``--out``);
+    a link among the folders above it is the user's path to it, and is followed."""
+    linked = tmp_path / "linked-run"
+    linked.symlink_to(run)
+    result = _report(linked)
+    assert result.exit_code == 2 and "a symbolic link" in result.output, result.output
+    above = tmp_path / "above"
+    above.symlink_to(run.parent)
+    assert _report(above / run.name).exit_code == 0
+
+
 @pytest.mark.parametrize("name", [store.PLAN_FILE, "snapshots/torch.timeline.json"])
 def test_report_refuses_other_linked_files(run, secret, name):
     if name.endswith(store.TIMELINE_SUFFIX):

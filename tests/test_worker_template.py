@@ -186,18 +186,20 @@ def test_the_template_ends_with_its_parent_while_a_fork_of_the_parent_holds_its_
         os.kill(fork, signal.SIGKILL)
 
 
-@pytest.mark.parametrize("reaper", ["alive", "killed by the job"])
-def test_a_template_a_job_stopped_ends_when_its_parent_is_killed(tmp_path, reaper):
+@pytest.mark.parametrize("stopped", ["template", "template, reaper killed", "worker, reaper killed"])
+def test_a_template_or_worker_a_job_stopped_ends_when_its_parent_is_killed(tmp_path, stopped):
     """Stopped (``SIGSTOP`` from a job), the template notices neither its parent's end nor its
     socket's: a ``kill -9`` of the parent left it stopped for good. The worker's reaper ends it; with
     the reaper killed too, the worker's watchdog, which watches the command through the template
-    (it watched only the stopped template, and both lived on)."""
+    (it watched only the stopped template, and both lived on). A stopped worker whose reaper was
+    killed acts on nothing: the template, ending, ends it (it lived on, stopped, under init)."""
     logs = f"Path({str(tmp_path)!r}) / 'logs'"
     kill_reaper = "[os.kill(r, signal.SIGKILL) for r in lifetime.children_of(w.pid)]; time.sleep(0.2);"
+    stop = "os.kill(w.pid, signal.SIGSTOP);" if stopped.startswith("worker") else "os.kill(t, signal.SIGSTOP);"
     code = ("import os, signal, time; from pathlib import Path; from fusedce_profiler.instrument.worker import Worker;"
             f"w = Worker({logs}); w.wait_ready(); from fusedce_profiler.instrument import lifetime, template;"
-            + (kill_reaper if reaper != "alive" else "") +
-            "t = template.template_pids()[0]; os.kill(t, signal.SIGSTOP); print(t, w.pid, flush=True); time.sleep(600)")
+            + (kill_reaper if "reaper" in stopped else "") +
+            f"t = template.template_pids()[0]; {stop} print(t, w.pid, flush=True); time.sleep(600)")
     assert _left_by_a_killed_parent(code, 2) == []
 
 

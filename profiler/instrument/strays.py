@@ -30,8 +30,8 @@ job forked without ``exec`` that left the group and exited while :data:`MANY` st
 the job's own wait for it then finds none.
 
 Everything the watcher calls is bound when this module is imported, before any job's code runs: a
-back-end that replaces ``os.waitid``, ``os.waitpid``, ``open`` or this module's functions does not
-blind it.
+back-end that replaces ``os.waitid``, ``os.waitpid``, ``open``, or this module's functions or
+constants, does not blind it.
 
 Public API: :data:`MANY`, :func:`wait_for_strays`, :func:`watch_strays`.
 """
@@ -74,12 +74,12 @@ def _adopted_or_main_threads(getpid=os.getpid, open=open) -> list[int]:
 
 
 def wait_for_strays(group: int, listed=_adopted_or_main_threads, stray=_stray, waitpid=os.waitpid,
-                    no_hang=os.WNOHANG) -> int:
+                    no_hang=os.WNOHANG, many=MANY) -> int:
     """Wait for this process's strays (zombie children outside process group ``group`` that never
     ran ``exec``) when there are at least :data:`MANY` of them (see the module docstring). Returns
     how many strays are left."""
     strays = [pid for pid in listed() if stray(pid, group)]
-    if len(strays) < MANY:
+    if len(strays) < many:
         return len(strays)
     for pid in strays:
         try:
@@ -105,9 +105,9 @@ def watch_strays() -> None:
         return
     group = os.getpgrp()
 
-    def watch(sleep=time.sleep, exited=_a_child_exited, wait=wait_for_strays) -> None:
+    def watch(sleep=time.sleep, exited=_a_child_exited, wait=wait_for_strays, period=_PERIOD_S) -> None:
         while True:
-            sleep(_PERIOD_S)
+            sleep(period)
             if exited():
                 wait(group)
 

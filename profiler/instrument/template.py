@@ -31,10 +31,13 @@ an interpreter that has already started); a process keeps a template for each of
 **Lifetime.** The template runs in its own session and reads requests on a socket whose other end
 only its parent holds; the end of that socket (the parent's exit, ``kill -9`` included) ends it, and
 so does the parent's death while a fork of the parent still holds that end. Workers never hold it.
+Ending, it ends the workers it forked that still live (a job may have stopped one, and its reaper).
+
+The template process's own side (its loop, its forks, its end): :mod:`~fusedce_profiler.instrument.template_process`.
 
 Public API: :func:`forked_worker`, :func:`template_for`, :func:`template_pids`, :func:`close_template`,
 :data:`MAX_TEMPLATES`, :data:`MAX_STARTS`, :class:`ForkedProcess`,
-:func:`import_time_variables`, :data:`SWITCH`.
+:func:`import_time_variables`, :data:`SWITCH`, :data:`REQUEST_BYTES`.
 """
 from __future__ import annotations
 
@@ -57,7 +60,9 @@ SWITCH = "FUSEDCE_WORKER_TEMPLATE"
 _IMPORT_TIME_PREFIXES = ("PYTHON", "LD_", "TORCH", "PYTORCH", "TRITON", "CUDA", "NVIDIA", "OMP_", "MKL", "KMP_",
                          "GOMP_", "OPENBLAS", "MALLOC", "NCCL", "HIP", "ROCM", "DNNL", "ONEDNN", "XDG_CACHE")
 _APPLIED_AT_FORK = {"PYTHONPATH", "PYTHONUNBUFFERED"}  # the fork sets these itself
-_START_TIMEOUT_S, _REQUEST_BYTES = 300.0, 1 << 20  # a template's start; a request (environment, sys.path, arguments)
+_START_TIMEOUT_S = 300.0  # a template's start
+REQUEST_BYTES = 1 << 20
+"""The most bytes of one message on a template's socket (a request: environment, ``sys.path``, arguments)."""
 
 
 def import_time_variables(env: dict) -> dict:
@@ -130,7 +135,7 @@ class _Template:
         """The next message (``None``: none within ``timeout_s``); a worker's exit status is kept."""
         self.socket.settimeout(timeout_s)
         try:
-            data = self.socket.recv(_REQUEST_BYTES)
+            data = self.socket.recv(REQUEST_BYTES)
         except (BlockingIOError, TimeoutError):
             return None
         if not data:
@@ -300,101 +305,3 @@ def forked_worker(env: dict, log_fd: int, reply_end: int, life_end: int, preload
     finally:
         os.close(job_input)
     return ForkedProcess(pid, os.fdopen(job_output, "wb"), template)
-
-
-# --- the template's side -------------------------------------------------------------------------
-
-def serve_template(sock_fd: int, preload: list[str], parent: int) -> int | list[str]:
-    """The template process: import ``preload`` (modules), say it is ready, then fork a worker for
-    each request and send each worker's exit status when it ends, until the socket ends or its
-    parent (pid ``parent``) does — a fork of the parent may hold the parent's end of the socket
-    after the parent's death. Returns 0 in the template when it ends; in a forked worker (which
-    never comes back to this loop), the arguments it serves jobs with
-    (:func:`~fusedce_profiler.instrument.worker_child.serve`), or 1 when it could not take its
-    streams, environment or folder."""
-    import importlib
-    import select
-    import threading
-    import warnings
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # its own session; a stray Ctrl-C is not its end
-    sock = socket.socket(fileno=sock_fd)
-    for module in preload:
-        importlib.import_module(module)
-    torch = sys.modules.get("torch")
-    if threading.active_count() != 1 or (torch is not None and torch.cuda.is_initialized()):
-        sock.send(json.dumps({"ready": False, "why": "a thread or a device was started by an import"}).encode())
-        return 0
-    sock.send(b'{"ready": true}')
-    while os.getppid() == parent:
-        while True:  # the workers that ended: their status, for the parent's poll()
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                break
-            if not pid:
-                break
-            sock.send(json.dumps({"exited": pid, "status": os.waitstatus_to_exitcode(status)}).encode())
-        if not select.select([sock], [], [], 0.05)[0]:
-            continue
-        try:
-            data, fds, _, _ = socket.recv_fds(sock, _REQUEST_BYTES, 4)
-        except OSError:
-            return 0
-        if not data:
-            return 0
-        if len(fds) != 4:
-            for fd in fds:
-                os.close(fd)
-            sock.send(b'{"error": "a request without its four descriptors"}')
-            continue
-        request = json.loads(data)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        with warnings.catch_warnings():  # Python 3.12 warns of forking beside torch's idle native thread
-            warnings.simplefilter("ignore", DeprecationWarning)
-            pid = os.fork()
-        if pid == 0:
-            sock.close()
-            return _become_worker(request, fds)
-        for fd in fds:
-            os.close(fd)
-        sock.send(json.dumps({"pid": pid}).encode())
-    return 0
-
-
-def _become_worker(request: dict, fds: list[int]) -> int | list[str]:
-    """In the forked child: take the worker's session, streams, environment, folder and
-    ``sys.path`` (what a fresh start is given); its arguments for serving jobs, or 1."""
-    import importlib
-
-    try:
-        os.setsid()
-        # the descriptors to 0-4 (a target may hold another of them: each is moved clear first)
-        moved = [os.dup(fd) for fd in fds]
-        for fd in fds:
-            os.close(fd)
-        job_input, log, reply, life = moved
-        for fd, target in ((job_input, 0), (log, 1), (log, 2), (reply, 3), (life, 4)):
-            os.dup2(fd, target)
-        for name in os.listdir("/proc/self/fd"):  # nothing else of the template's stays open
-            if int(name) > 4:
-                try:
-                    os.close(int(name))
-                except OSError:
-                    pass
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        os.environ.clear()
-        os.environ.update(request["env"])
-        os.chdir(request["cwd"])
-        sys.path[:] = list(dict.fromkeys(request["path"] + sys.path))
-        importlib.invalidate_caches()  # a module written since the template listed its folder is found
-        from fusedce_profiler.instrument import lifetime
-
-        lifetime.stamp_mark(os.environ[lifetime.MARK_VARIABLE])
-        return [str(os.getppid()), *request["arguments"]]
-    except BaseException:  # never back into the template's loop: the worker ends here
-        import traceback
-
-        traceback.print_exc()
-        return 1

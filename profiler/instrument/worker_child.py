@@ -96,7 +96,7 @@ def _as_interpreter(arguments: list[str]) -> int:
 
 if __name__ == "__main__":
     if sys.argv[1] == "template":
-        from fusedce_profiler.instrument.template import serve_template
+        from fusedce_profiler.instrument.template_process import serve_template
 
         # returns in the template's forks
         forked = serve_template(int(sys.argv[3]), list(TEMPLATE_IMPORTS), int(sys.argv[2]))

@@ -1,0 +1,189 @@
+"""The worker template's own process: it imports the modules every worker imports, forks a worker
+for each request of its parent (:mod:`~fusedce_profiler.instrument.template`, the parent's side and
+the design), sends each worker's exit status, and ends when its parent does — ending the workers it
+forked that are still alive.
+
+**Its last act.** Its workers end on their own when the command does — the kernel's death signal
+(``SIGTERM``), their watchdog thread, their reaper (:mod:`~fusedce_profiler.instrument.lifetime`) —
+unless a job disabled all three: stopped the worker (``SIGSTOP``), or ignored ``SIGTERM`` and ended
+the watchdog thread, and stopped or killed the reaper. The template, their parent, is out of the
+jobs' reach, so it ends them itself (:func:`end_workers`):
+
+1. ``SIGCONT``, then ``SIGTERM``, to each: a worker that can still act ends as it always does
+   (:func:`~fusedce_profiler.instrument.lifetime.end_worker`: everything under it, the processes
+   bearing its mark, its log scrubbed);
+2. after :data:`END_WAIT_S`, ``SIGKILL`` to the process group of each one still alive (a worker
+   leads a session of its own), then to every process bearing its mark
+   (:func:`~fusedce_profiler.instrument.lifetime.kill_marked`). A worker killed so cannot scrub its
+   log of the machine's paths; its reaper, if it lives, does.
+
+Public API: :func:`serve_template`, :func:`end_workers`, :data:`END_WAIT_S`.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sys
+import time
+
+from fusedce_profiler.instrument.lifetime import MARK_VARIABLE, kill_marked, started
+from fusedce_profiler.instrument.template import REQUEST_BYTES
+
+
+def serve_template(sock_fd: int, preload: list[str], parent: int) -> int | list[str]:
+    """The template process: import ``preload`` (modules), say it is ready, then fork a worker for
+    each request and send each worker's exit status when it ends, until the socket ends or its
+    parent (pid ``parent``) does — a fork of the parent may hold the parent's end of the socket
+    after the parent's death. Returns 0 in the template when it ends; in a forked worker (which
+    never comes back to this loop), the arguments it serves jobs with
+    (:func:`~fusedce_profiler.instrument.worker_child.serve`), or 1 when it could not take its
+    streams, environment or folder."""
+    import importlib
+    import threading
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # its own session; a stray Ctrl-C is not its end
+    sock = socket.socket(fileno=sock_fd)
+    for module in preload:
+        importlib.import_module(module)
+    torch = sys.modules.get("torch")
+    if threading.active_count() != 1 or (torch is not None and torch.cuda.is_initialized()):
+        sock.send(json.dumps({"ready": False, "why": "a thread or a device was started by an import"}).encode())
+        return 0
+    sock.send(b'{"ready": true}')
+    template, workers = os.getpid(), {}  # the workers forked and not yet waited for: pid → mark
+    try:
+        served = _serve_requests(sock, parent, workers)
+    except OSError:  # the parent's end of the socket gone while a status was sent
+        served = 0
+    if os.getpid() == template:
+        end_workers(workers)
+    return served
+
+
+def _serve_requests(sock: socket.socket, parent: int, workers: dict[int, str]) -> int | list[str]:
+    """:func:`serve_template`'s loop, from its first request until its parent or the socket ends (0);
+    in a forked worker, what :func:`_become_worker` returns."""
+    import select
+    import warnings
+
+    while os.getppid() == parent:
+        while True:  # the workers that ended: their status, for the parent's poll()
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if not pid:
+                break
+            workers.pop(pid, None)
+            sock.send(json.dumps({"exited": pid, "status": os.waitstatus_to_exitcode(status)}).encode())
+        if not select.select([sock], [], [], 0.05)[0]:
+            continue
+        try:
+            data, fds, _, _ = socket.recv_fds(sock, REQUEST_BYTES, 4)
+        except OSError:
+            return 0
+        if not data:
+            return 0
+        if len(fds) != 4:
+            for fd in fds:
+                os.close(fd)
+            sock.send(b'{"error": "a request without its four descriptors"}')
+            continue
+        request = json.loads(data)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        with warnings.catch_warnings():  # Python 3.12 warns of forking beside torch's idle native thread
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pid = os.fork()
+        if pid == 0:
+            sock.close()
+            return _become_worker(request, fds)
+        workers[pid] = str(request["env"].get(MARK_VARIABLE, ""))
+        for fd in fds:
+            os.close(fd)
+        sock.send(json.dumps({"pid": pid}).encode())
+    return 0
+
+
+def _become_worker(request: dict, fds: list[int]) -> int | list[str]:
+    """In the forked child: take the worker's session, streams, environment, folder and
+    ``sys.path`` (what a fresh start is given); its arguments for serving jobs, or 1."""
+    import importlib
+
+    try:
+        os.setsid()
+        # the descriptors to 0-4 (a target may hold another of them: each is moved clear first)
+        moved = [os.dup(fd) for fd in fds]
+        for fd in fds:
+            os.close(fd)
+        job_input, log, reply, life = moved
+        for fd, target in ((job_input, 0), (log, 1), (log, 2), (reply, 3), (life, 4)):
+            os.dup2(fd, target)
+        for name in os.listdir("/proc/self/fd"):  # nothing else of the template's stays open
+            if int(name) > 4:
+                try:
+                    os.close(int(name))
+                except OSError:
+                    pass
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        os.environ.clear()
+        os.environ.update(request["env"])
+        os.chdir(request["cwd"])
+        sys.path[:] = list(dict.fromkeys(request["path"] + sys.path))
+        importlib.invalidate_caches()  # a module written since the template listed its folder is found
+        from fusedce_profiler.instrument import lifetime
+
+        lifetime.stamp_mark(os.environ[lifetime.MARK_VARIABLE])
+        return [str(os.getppid()), *request["arguments"]]
+    except BaseException:  # never back into the template's loop: the worker ends here
+        import traceback
+
+        traceback.print_exc()
+        return 1
+
+
+END_WAIT_S = 2.0
+"""How long the workers get to end themselves before they are killed."""
+
+
+def _send(send, target: int, sig: int) -> None:
+    try:
+        send(target, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _reap(workers: dict[int, str]) -> None:
+    """Wait for every exited child (the workers among them leave ``workers``)."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if not pid:
+            return
+        workers.pop(pid, None)
+
+
+def end_workers(workers: dict[int, str]) -> None:
+    """End the workers of ``workers`` (pid → mark; the template's children not yet waited for), as
+    the module docstring says."""
+    for pid in workers:
+        _send(os.kill, pid, signal.SIGCONT)
+        _send(os.kill, pid, signal.SIGTERM)
+    deadline = time.monotonic() + END_WAIT_S
+    while workers and time.monotonic() < deadline:
+        _reap(workers)
+        time.sleep(0.02)
+    for pid, mark in list(workers.items()):
+        since = started(pid)  # not waited for: its /proc entry stays, and its pid and group are not reused
+        try:
+            leads = os.getpgid(pid) == pid
+        except ProcessLookupError:
+            leads = False
+        _send(os.killpg if leads else os.kill, pid, signal.SIGKILL)
+        if mark:
+            kill_marked(mark, since=since)
+    _reap(workers)
