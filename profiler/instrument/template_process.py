@@ -69,15 +69,8 @@ def _serve_requests(sock: socket.socket, parent: int, workers: dict[int, str]) -
     import warnings
 
     while os.getppid() == parent:
-        while True:  # the workers that ended: their status, for the parent's poll()
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                break
-            if not pid:
-                break
-            workers.pop(pid, None)
-            sock.send(json.dumps({"exited": pid, "status": os.waitstatus_to_exitcode(status)}).encode())
+        for pid, code in _reaped(workers):  # the workers that ended: their status, for the parent's poll()
+            sock.send(json.dumps({"exited": pid, "status": code}).encode())
         if not select.select([sock], [], [], 0.05)[0]:
             continue
         try:
@@ -155,16 +148,19 @@ def _send(send, target: int, sig: int) -> None:
         pass
 
 
-def _reap(workers: dict[int, str]) -> None:
-    """Wait for every exited child (the workers among them leave ``workers``)."""
+def _reaped(workers: dict[int, str]) -> list[tuple[int, int]]:
+    """Wait for every exited child: (pid, ``Popen.returncode``) of each; the workers among them
+    leave ``workers``."""
+    ended = []
     while True:
         try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
+            pid, status = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
-            return
+            return ended
         if not pid:
-            return
+            return ended
         workers.pop(pid, None)
+        ended.append((pid, os.waitstatus_to_exitcode(status)))
 
 
 def end_workers(workers: dict[int, str]) -> None:
@@ -175,7 +171,7 @@ def end_workers(workers: dict[int, str]) -> None:
         _send(os.kill, pid, signal.SIGTERM)
     deadline = time.monotonic() + END_WAIT_S
     while workers and time.monotonic() < deadline:
-        _reap(workers)
+        _reaped(workers)
         time.sleep(0.02)
     for pid, mark in list(workers.items()):
         since = started(pid)  # not waited for: its /proc entry stays, and its pid and group are not reused
@@ -186,4 +182,4 @@ def end_workers(workers: dict[int, str]) -> None:
         _send(os.killpg if leads else os.kill, pid, signal.SIGKILL)
         if mark:
             kill_marked(mark, since=since)
-    _reap(workers)
+    _reaped(workers)
