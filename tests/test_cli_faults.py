@@ -125,6 +125,21 @@ BACKENDS = textwrap.dedent('''
             import fcntl
             fcntl.flock(1, fcntl.LOCK_EX)
         mark = os.environ.get("FX_HANG_MARK")
+        if os.environ.get("FX_HANG_STOPPED") or os.environ.get("FX_HANG_DEAF"):  # its reaper killed, then
+            import ctypes, signal, threading
+            for task in os.listdir("/proc/self/task"):
+                for pid in open(f"/proc/self/task/{task}/children").read().split():
+                    os.kill(int(pid), signal.SIGKILL)
+            if os.environ.get("FX_HANG_DEAF"):  # deaf to SIGTERM, and the watchdog thread ended
+                signal.signal(signal.SIGTERM, signal.SIG_IGN)
+                for thread in threading.enumerate():
+                    if thread.name == "parent-watchdog":
+                        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident),
+                                                                   ctypes.py_object(SystemExit))
+            if mark:
+                open(mark, "w").close()
+            if os.environ.get("FX_HANG_STOPPED"):  # itself stopped: it acts on nothing
+                os.kill(os.getpid(), signal.SIGSTOP)
         if mark:
             open(mark, "w").close()
         while True:
@@ -262,16 +277,23 @@ def test_kill_9_of_the_cli_takes_its_worker_with_it(fx, tmp_path):
         kill_group(process)
 
 
-@pytest.mark.parametrize("locked", [False, True], ids=["log as it is", "log locked by the back-end"])
+@pytest.mark.parametrize("locked", [False, True, "stopped", "deaf"],
+                         ids=["log as it is", "log locked by the back-end", "reaper killed, worker stopped",
+                              "reaper killed, SIGTERM ignored, watchdog ended"])
 def test_kill_9_of_the_cli_leaves_a_worker_log_that_names_no_machine_path(fx, tmp_path, locked):
     """The command scrubs a worker's log as it closes the worker; killed, it never did: the log kept
     the home and current folders. The worker and its reaper scrub it once the worker's tree is gone,
-    a lock the back-end took on its own standard output (the log) notwithstanding."""
+    a lock the back-end took on its own standard output (the log) notwithstanding. A worker stopped
+    with its reaper killed is woken by the template and ends as always; one that is deaf to that as
+    well is killed by the template, which scrubs its log."""
     home, cwd, out = tmp_path / "home", tmp_path / "cwd", tmp_path / "run"
     home.mkdir(), cwd.mkdir()
     mark = tmp_path / "hung"
     process = start_cli([*TINY, "--tokens", "16", "--backend", "fx_backends:hang", "--out", str(out)],
-                        cli_env(fx, FX_HANG_MARK=str(mark), HOME=str(home), **({"FX_LOCK_LOG": "1"} if locked else {})),
+                        cli_env(fx, FX_HANG_MARK=str(mark), HOME=str(home),
+                                **({"FX_LOCK_LOG": "1"} if locked is True else {}),
+                                **({"FX_HANG_STOPPED": "1"} if locked == "stopped" else {}),
+                                **({"FX_HANG_DEAF": "1"} if locked == "deaf" else {})),
                         cwd=cwd)
     try:
         wait_for(mark.exists, 120, "the hung cell to start", process)

@@ -14,8 +14,9 @@ jobs' reach, so it ends them itself (:func:`end_workers`):
    bearing its mark, its log scrubbed);
 2. after :data:`END_WAIT_S`, ``SIGKILL`` to the process group of each one still alive (a worker
    leads a session of its own), then to every process bearing its mark
-   (:func:`~fusedce_profiler.instrument.lifetime.kill_marked`). A worker killed so cannot scrub its
-   log of the machine's paths; its reaper, if it lives, does.
+   (:func:`~fusedce_profiler.instrument.lifetime.kill_marked`: those of a worker that ended within
+   the wait too, as a job's daemon may have killed it), and the log of each worker killed so
+   scrubbed of the machine's names, as the worker would have.
 
 Public API: :func:`serve_template`, :func:`end_workers`, :data:`END_WAIT_S`.
 """
@@ -30,6 +31,7 @@ import time
 
 from fusedce_profiler.instrument.lifetime import MARK_VARIABLE, kill_marked, started
 from fusedce_profiler.instrument.template import REQUEST_BYTES
+from fusedce_profiler.instrument.worker_log import scrub_log
 
 
 def serve_template(sock_fd: int, preload: list[str], parent: int) -> int | list[str]:
@@ -52,7 +54,7 @@ def serve_template(sock_fd: int, preload: list[str], parent: int) -> int | list[
         sock.send(json.dumps({"ready": False, "why": "a thread or a device was started by an import"}).encode())
         return 0
     sock.send(b'{"ready": true}')
-    template, workers = os.getpid(), {}  # the workers forked and not yet waited for: pid → mark
+    template, workers = os.getpid(), {}  # the workers forked and not yet waited for: pid → (mark, log)
     try:
         served = _serve_requests(sock, parent, workers)
     except OSError:  # the parent's end of the socket gone while a status was sent
@@ -62,7 +64,8 @@ def serve_template(sock_fd: int, preload: list[str], parent: int) -> int | list[
     return served
 
 
-def _serve_requests(sock: socket.socket, parent: int, workers: dict[int, str]) -> int | list[str]:
+def _serve_requests(sock: socket.socket, parent: int, workers: dict[int, tuple[str, str | None]]
+                    ) -> int | list[str]:
     """:func:`serve_template`'s loop, from its first request until its parent or the socket ends (0);
     in a forked worker, what :func:`_become_worker` returns."""
     import select
@@ -93,7 +96,7 @@ def _serve_requests(sock: socket.socket, parent: int, workers: dict[int, str]) -
         if pid == 0:
             sock.close()
             return _become_worker(request, fds)
-        workers[pid] = str(request["env"].get(MARK_VARIABLE, ""))
+        workers[pid] = (str(request["env"].get(MARK_VARIABLE, "")), _path_of(fds[1]))
         for fd in fds:
             os.close(fd)
         sock.send(json.dumps({"pid": pid}).encode())
@@ -148,7 +151,16 @@ def _send(send, target: int, sig: int) -> None:
         pass
 
 
-def _reaped(workers: dict[int, str]) -> list[tuple[int, int]]:
+def _path_of(fd: int) -> str | None:
+    """The path of the file open as ``fd`` (a worker's log), or None."""
+    try:
+        path = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return None
+    return path if path.startswith("/") and not path.endswith(" (deleted)") else None
+
+
+def _reaped(workers: dict[int, tuple[str, str | None]]) -> list[tuple[int, int]]:
     """Wait for every exited child: (pid, ``Popen.returncode``) of each; the workers among them
     leave ``workers``."""
     ended = []
@@ -163,9 +175,13 @@ def _reaped(workers: dict[int, str]) -> list[tuple[int, int]]:
         ended.append((pid, os.waitstatus_to_exitcode(status)))
 
 
-def end_workers(workers: dict[int, str]) -> None:
-    """End the workers of ``workers`` (pid → mark; the template's children not yet waited for), as
-    the module docstring says."""
+def end_workers(workers: dict[int, tuple[str, str | None]]) -> None:
+    """End the workers of ``workers`` (pid → (mark, log path); the template's children not yet
+    waited for), as the module docstring says: the processes bearing each one's mark are killed
+    whether the worker ended within the wait or not (a job's daemon may outlive a worker it killed),
+    and the log of each worker killed here is scrubbed."""
+    marked = {pid: (mark, started(pid)) for pid, (mark, _) in workers.items()}  # before any pid can go
+    logs = {pid: log for pid, (_, log) in workers.items()}
     for pid in workers:
         _send(os.kill, pid, signal.SIGCONT)
         _send(os.kill, pid, signal.SIGTERM)
@@ -173,13 +189,16 @@ def end_workers(workers: dict[int, str]) -> None:
     while workers and time.monotonic() < deadline:
         _reaped(workers)
         time.sleep(0.02)
-    for pid, mark in list(workers.items()):
-        since = started(pid)  # not waited for: its /proc entry stays, and its pid and group are not reused
+    killed = list(workers)
+    for pid in killed:  # not waited for: its /proc entry stays, and its pid and group are not reused
         try:
             leads = os.getpgid(pid) == pid
         except ProcessLookupError:
             leads = False
         _send(os.killpg if leads else os.kill, pid, signal.SIGKILL)
+    for mark, since in marked.values():
         if mark:
             kill_marked(mark, since=since)
     _reaped(workers)
+    for pid in killed:  # the worker could not scrub its log; its reaper may be gone too
+        scrub_log(logs[pid])
