@@ -15,13 +15,11 @@ import os
 from pathlib import Path
 
 from fusedce_profile.errors import UsageError
+from fusedce_profiler.instrument.text import shown
 
 _SEQUENCES = (list, tuple, set, frozenset, range)
 
 
-def _shown(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def names(values: object, option: str) -> list[str] | None:
@@ -30,7 +28,7 @@ def names(values: object, option: str) -> list[str] | None:
         return None
     items = [values] if isinstance(values, str) else list(values) if isinstance(values, _SEQUENCES) else None
     if items is None or not all(isinstance(item, str) for item in items):
-        raise UsageError(f"{option} {_shown(values)}: expected a name or a list of names")
+        raise UsageError(f"{option} {shown(values)}: expected a name or a list of names")
     return items
 
 
@@ -48,7 +46,7 @@ def listed(values: object, option: str) -> list | None:
 def text(value: object, option: str) -> str | None:
     """``value`` when it is a string (or ``None``: not given)."""
     if value is not None and not isinstance(value, str):
-        raise UsageError(f"{option} {_shown(value)}: expected a string")
+        raise UsageError(f"{option} {shown(value)}: expected a string")
     return value
 
 
@@ -56,7 +54,7 @@ def flag(value: object, option: str, *, optional: bool = False) -> bool | None:
     """``value`` when it is ``True`` or ``False`` (or ``None`` where ``optional``: not given). A string
     is refused, not read by its truth: ``force="no"`` from a settings file would replace a run."""
     if not (isinstance(value, bool) or (optional and value is None)):
-        raise UsageError(f"{option} {_shown(value)}: expected True or False" + (" (or None)" if optional else ""))
+        raise UsageError(f"{option} {shown(value)}: expected True or False" + (" (or None)" if optional else ""))
     return value
 
 
@@ -71,7 +69,7 @@ def console(value: object) -> object:
     from rich.console import Console
 
     if value is not None and not isinstance(value, Console):
-        raise UsageError(f"console {_shown(value)}: expected a rich.console.Console (made with Console()), or None")
+        raise UsageError(f"console {shown(value)}: expected a rich.console.Console (made with Console()), or None")
     if value is not None and getattr(value.file, "closed", False):
         raise UsageError("console: its file is closed (nothing could be printed)")
     return value
@@ -82,7 +80,7 @@ def path(value: object, option: str) -> Path | None:
     if value is None:
         return None
     if isinstance(value, bytes) or not isinstance(value, (str, os.PathLike)):
-        raise UsageError(f"{option} {_shown(value)}: expected a path")
+        raise UsageError(f"{option} {shown(value)}: expected a path")
     return Path(value)
 
 

@@ -59,8 +59,7 @@ def stamp_mark(mark: str) -> None:
     :data:`MARK_PLACEHOLDER`, ended by a NUL. ``ValueError`` when the block holds no placeholder."""
     global _OWN_MARK
     entry = f"{MARK_VARIABLE}={MARK_PLACEHOLDER}".encode()
-    with open("/proc/self/stat", "rb") as stat:  # fields 50 and 51: where the block begins and ends
-        fields = stat.read().rsplit(b")", 1)[1].split()
+    fields = stat_fields(os.getpid())  # fields 50 and 51: where the block begins and ends
     begin, end = int(fields[47]), int(fields[48])
     block = ctypes.string_at(begin, end - begin)
     at = 0 if block.startswith(entry) else block.find(b"\0" + entry) + 1  # 0: not found, or first
@@ -99,16 +98,23 @@ def end_stopped_template(pid: int) -> None:
     """Kill ``pid`` when it is a worker template (the worker's parent when it was forked from one)
     that a job stopped (``SIGSTOP``): stopped, it notices neither its parent's end nor its socket's."""
     if is_template(pid) and stopped(pid):
-        _signal(os.kill, pid)
+        signal_quietly(os.kill, pid)
 
 
-def parent_of(pid: int, open=open) -> int:
-    """``pid``'s parent's pid, from /proc (0 when ``pid`` is gone)."""
+def stat_fields(pid: int, open=open) -> list[bytes] | None:
+    """The fields of ``/proc/PID/stat`` after the command's name (the state first: field 3 of
+    ``proc(5)`` is index 0 here); ``None`` when ``pid`` is gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:
-            return int(fh.read().rsplit(b")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
-        return 0
+            return fh.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def parent_of(pid: int, fields=stat_fields) -> int:
+    """``pid``'s parent's pid, from /proc (0 when ``pid`` is gone)."""
+    found = fields(pid)
+    return int(found[1]) if found and len(found) > 1 else 0
 
 
 _PARENT: tuple[int, str | None, int | None] | None = None
@@ -208,11 +214,8 @@ def children_of(pid: int) -> list[int]:
 
 def process_state(pid: int) -> str:
     """The state letter of ``pid`` (``R``, ``S``, ``Z``…), ``""`` when it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return ""
+    found = stat_fields(pid)
+    return found[0].decode() if found else ""
 
 
 def stopped(pid: int) -> bool:
@@ -294,12 +297,12 @@ def _stop_then_kill(find: Callable[[], list[int]], *, quiet_walks: int, walks: i
         for _ in range(walks):
             new = [pid for pid in find() if pid not in held]
             for pid in new:  # first: each microsecond before the signal is one in which it may fork
-                _signal(os.kill, pid, signal.SIGSTOP if hold else signal.SIGKILL)
+                signal_quietly(os.kill, pid, signal.SIGSTOP if hold else signal.SIGKILL)
             held.update(new)
             if grouped is not None:
                 groups.update(_group(pid) for pid in new if grouped(pid))
             for group in live_groups():
-                _signal(os.killpg, group, signal.SIGSTOP)
+                signal_quietly(os.killpg, group, signal.SIGSTOP)
             if after_walk is not None:
                 after_walk()
             quiet = 0 if new else quiet + 1
@@ -309,20 +312,17 @@ def _stop_then_kill(find: Callable[[], list[int]], *, quiet_walks: int, walks: i
                 time.sleep(pause_s)
     finally:
         for group in live_groups():
-            _signal(os.killpg, group)
+            signal_quietly(os.killpg, group)
         for pid in held:
-            _signal(os.kill, pid)
+            signal_quietly(os.kill, pid)
         if after_walk is not None:
             after_walk()
 
 
 def started(pid: int) -> int | None:
     """When ``pid`` started, in clock ticks since boot (``None`` when it is gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return int(fh.read().rsplit(")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
-        return None
+    found = stat_fields(pid)
+    return int(found[19]) if found and len(found) > 19 else None
 
 
 def _marked(entry: bytes, since: int | None, known: dict) -> list[int]:
@@ -381,7 +381,8 @@ def _group_lives(group: int) -> bool:
         return False
 
 
-def _signal(send, target: int, sig: int = signal.SIGKILL) -> None:
+def signal_quietly(send, target: int, sig: int = signal.SIGKILL) -> None:
+    """``send(target, sig)`` (``os.kill`` or ``os.killpg``); a target gone, or not this user's, is no error."""
     try:
         send(target, sig)
     except (ProcessLookupError, PermissionError):

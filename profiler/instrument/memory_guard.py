@@ -14,7 +14,7 @@ import os
 import time
 
 from fusedce_profiler.instrument.environ_block import holds_entry
-from fusedce_profiler.instrument.lifetime import MARK_VARIABLE, children_of, descendants, started
+from fusedce_profiler.instrument.lifetime import MARK_VARIABLE, children_of, descendants, parent_of, started
 
 SLOW_READING_S = 0.02
 """A process whose proportional share took longer than this to read is read by its resident memory
@@ -74,10 +74,8 @@ class TreeMeter:
         make a reading slow, nor hide a large helper behind them."""
         if self._entry is None:
             return []
-        try:
-            with open(f"/proc/{self.pid}/stat") as fh:
-                parent = int(fh.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
+        parent = parent_of(self.pid)
+        if not parent:  # gone
             return []
         keys = [(pid, started(pid)) for pid in children_of(parent) if pid != self.pid]
         self._marks = {key: self._marks[key] for key in keys if key in self._marks}  # the gone are forgotten

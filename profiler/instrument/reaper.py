@@ -11,7 +11,7 @@ import signal
 import time
 
 from fusedce_profiler.instrument.lifetime import (end_stopped_template, kill_marked, kill_tree, own_mark,
-                                                  process_state, started)
+                                                  process_state, signal_quietly, started)
 from fusedce_profiler.instrument.worker_log import log_of_stdout, scrub_log
 
 
@@ -21,10 +21,7 @@ def _scrub_after(worker: int, log: str | None) -> None:
     waited — and the log scrubbed once the worker's descriptors are closed."""
     if scrub_log(log):
         return
-    try:
-        os.kill(worker, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+    signal_quietly(os.kill, worker)
     deadline = time.monotonic() + 5.0
     while process_state(worker) not in ("Z", "X", "") and time.monotonic() < deadline:
         time.sleep(0.01)

@@ -42,6 +42,8 @@ import sys
 import threading
 import time
 
+from fusedce_profiler.instrument.lifetime import stat_fields
+
 MANY = 256
 """Exited strays a worker holds before it waits for them (at most this many zombies stay)."""
 
@@ -51,16 +53,14 @@ _PERIOD_S = 0.1  # how often it asks whether a child has exited (one system call
 _FORKED_NOT_EXECUTED = 0x40  # PF_FORKNOEXEC in /proc/PID/stat's flags: forked, never ran exec
 
 
-def _stray(pid: int, group: int, open=open) -> bool:
+def _stray(pid: int, group: int, fields=stat_fields) -> bool:
     """Whether ``pid`` is a zombie outside process group ``group`` that never ran ``exec`` (from
     ``/proc/PID/stat``: the state, the group and the kernel's flags)."""
+    found = fields(pid)
     try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            fields = fh.read().rsplit(b")", 1)[1].split()
-        state, pgrp, flags = fields[0], int(fields[2]), int(fields[6])
-    except (OSError, ValueError, IndexError):
+        return found[0] == b"Z" and int(found[2]) != group and bool(int(found[6]) & _FORKED_NOT_EXECUTED)
+    except (TypeError, ValueError, IndexError):  # gone (None), or not the fields of proc(5)
         return False
-    return state == b"Z" and pgrp != group and bool(flags & _FORKED_NOT_EXECUTED)
 
 
 def _adopted_or_main_threads(getpid=os.getpid, open=open) -> list[int]:
@@ -74,19 +74,17 @@ def _adopted_or_main_threads(getpid=os.getpid, open=open) -> list[int]:
 
 
 def wait_for_strays(group: int, listed=_adopted_or_main_threads, stray=_stray, waitpid=os.waitpid,
-                    no_hang=os.WNOHANG, many=MANY) -> int:
+                    no_hang=os.WNOHANG, many=MANY) -> None:
     """Wait for this process's strays (zombie children outside process group ``group`` that never
-    ran ``exec``) when there are at least :data:`MANY` of them (see the module docstring). Returns
-    how many strays are left."""
+    ran ``exec``) when there are at least :data:`MANY` of them (see the module docstring)."""
     strays = [pid for pid in listed() if stray(pid, group)]
     if len(strays) < many:
-        return len(strays)
+        return
     for pid in strays:
         try:
             waitpid(pid, no_hang)
         except ChildProcessError:  # a job's own wait took it first
             pass
-    return 0
 
 
 def _a_child_exited(waitid=getattr(os, "waitid", None), every=getattr(os, "P_ALL", 0),

@@ -29,7 +29,7 @@ import socket
 import sys
 import time
 
-from fusedce_profiler.instrument.lifetime import MARK_VARIABLE, kill_marked, started
+from fusedce_profiler.instrument.lifetime import MARK_VARIABLE, kill_marked, signal_quietly, started
 from fusedce_profiler.instrument.template import REQUEST_BYTES
 from fusedce_profiler.instrument.worker_log import scrub_log
 
@@ -144,13 +144,6 @@ END_WAIT_S = 2.0
 """How long the workers get to end themselves before they are killed."""
 
 
-def _send(send, target: int, sig: int) -> None:
-    try:
-        send(target, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
 def _path_of(fd: int) -> str | None:
     """The path of the file open as ``fd`` (a worker's log), or None."""
     try:
@@ -180,11 +173,11 @@ def end_workers(workers: dict[int, tuple[str, str | None]]) -> None:
     waited for), as the module docstring says: the processes bearing each one's mark are killed
     whether the worker ended within the wait or not (a job's daemon may outlive a worker it killed),
     and the log of each worker killed here is scrubbed."""
-    marked = {pid: (mark, started(pid)) for pid, (mark, _) in workers.items()}  # before any pid can go
+    marked = [(mark, started(pid)) for pid, (mark, _) in workers.items()]  # before any pid can go
     logs = {pid: log for pid, (_, log) in workers.items()}
     for pid in workers:
-        _send(os.kill, pid, signal.SIGCONT)
-        _send(os.kill, pid, signal.SIGTERM)
+        signal_quietly(os.kill, pid, signal.SIGCONT)
+        signal_quietly(os.kill, pid, signal.SIGTERM)
     deadline = time.monotonic() + END_WAIT_S
     while workers and time.monotonic() < deadline:
         _reaped(workers)
@@ -195,8 +188,8 @@ def end_workers(workers: dict[int, tuple[str, str | None]]) -> None:
             leads = os.getpgid(pid) == pid
         except ProcessLookupError:
             leads = False
-        _send(os.killpg if leads else os.kill, pid, signal.SIGKILL)
-    for mark, since in marked.values():
+        signal_quietly(os.killpg if leads else os.kill, pid)
+    for mark, since in marked:
         if mark:
             kill_marked(mark, since=since)
     _reaped(workers)

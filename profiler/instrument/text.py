@@ -52,6 +52,13 @@ def printable(text: str) -> str:
     return _UNSEEN.sub(_spelled, text)
 
 
+def shown(value: object, width: int = 40) -> str:
+    """``value`` as a message about a bad argument shows it: its ``repr``, cut to ``width`` characters
+    (``...`` marking the cut)."""
+    text = repr(value)
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
 def one_line(text: str | object) -> str:
     r"""``text`` (a path, or a message meant as one line) as :func:`printable` shows it, its
     newlines spelled out too (``\n``): a folder named with a newline never splits a message in two."""

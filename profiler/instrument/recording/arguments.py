@@ -10,6 +10,7 @@ from numbers import Integral
 from typing import Iterable
 
 from fusedce_profiler.instrument import capacity, store
+from fusedce_profiler.instrument.text import shown
 
 
 MAX_STEP = 2**63 - 1
@@ -44,8 +45,7 @@ def checked_flags(*, trace: object = True, snapshot: object = True, force: objec
     both asked; ``ValueError`` naming the argument."""
     for name, value in (("trace", trace), ("snapshot", snapshot), ("force", force), ("append", append)):
         if not isinstance(value, bool):
-            shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
-            raise ValueError(f"{name} {shown}: expected True or False")  # the wording of the commands' flags
+            raise ValueError(f"{name} {shown(value)}: expected True or False")  # the commands' flags' wording
     if force and append:
         raise ValueError("force and append contradict each other: force replaces the recording in out, append "
                          "adds to it; choose one")
