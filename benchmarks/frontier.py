@@ -90,20 +90,22 @@ DRY_CASES = (
 
 FUSEDCE_POINTS = {
     "fusedce_precompute": {"strategy": "precompute"},
+    "fusedce_fast_recompute": {"memory_budget": "fast", "strategy": "recompute"},
     "fusedce_fast_per_chunk": {"memory_budget": "fast", "grad_weight_accumulation": "per_chunk"},
     "fusedce_min_per_chunk": {"memory_budget": "min", "grad_weight_accumulation": "per_chunk"},
 }
 """fusedce's explicit points beside ``fusedce`` / ``fusedce_min`` / ``fusedce_fast``:
-gradients in forward by name (at least 1024 rows a chunk, whatever the default budget), and
+gradients in forward by name (at least 1024 rows a chunk, whatever the default budget), the fast
+budget recomputing by name (nothing kept from the forward: its bytes go to wider blocks), and
 (bf16 weight only) the fast and the min budget with grad_W rounded into bf16 once per row chunk — without
 that policy a bf16 weight's precompute needs a V×H fp32 accumulator, which "fast" does not
-hold at H=4096, so ``fusedce_fast`` recomputes wide blocks there."""
+hold at H=4096, so ``fusedce_fast`` recomputes there (keeping the logits of part of the vocabulary, in bf16)."""
 
-IMPLS = ("fusedce", "torch_compile", "fusedce_fast", "fusedce_min", "fusedce_precompute",
+IMPLS = ("fusedce", "torch_compile", "fusedce_fast", "fusedce_min", "fusedce_precompute", "fusedce_fast_recompute",
          "fusedce_fast_per_chunk", "fusedce_min_per_chunk", "liger", "cce", "torch", "torch_native")
 """Measuring order within a case: fusedce and its yardstick first, so a cut run has them."""
 
-DRY_IMPLS = ("fusedce", "torch_compile", "fusedce_fast", "fusedce_min", "fusedce_precompute",
+DRY_IMPLS = ("fusedce", "torch_compile", "fusedce_fast", "fusedce_min", "fusedce_precompute", "fusedce_fast_recompute",
              "fusedce_fast_per_chunk", "fusedce_min_per_chunk", "liger", "torch", "torch_native")
 """``--dry``: liger shows the CUDA-only skip; cce is left out (same path)."""
 
@@ -225,6 +227,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="seconds after which the cases left are recorded as skipped")
     parser.add_argument("--impls", nargs="+", metavar="NAME", help=f"only these (of {', '.join(IMPLS)})")
     parser.add_argument("--mode", choices=("amp", "bf16"), help="only the cases of this mode")
+    parser.add_argument("--cases", nargs="+", metavar="LABEL", help="only the cases of these labels")
     return parser
 
 
@@ -245,6 +248,13 @@ def main(argv: list[str] | None = None) -> int:
         impls = tuple(name for name in impls if name in args.impls)
     if args.mode:
         cases = tuple(case for case in cases if case.mode == args.mode)
+    if args.cases:
+        unknown = sorted(set(args.cases) - {case.label for case in cases})
+        if unknown:
+            print(f"frontier: --cases: unknown {', '.join(unknown)}; choose from "
+                  f"{', '.join(dict.fromkeys(case.label for case in cases))}", file=sys.stderr)
+            return 2
+        cases = tuple(case for case in cases if case.label in args.cases)
     try:
         run = run_frontier(args.out, device=device, cases=cases, impls=impls, repeats=args.repeats,
                            budget_s=args.budget_s, log=lambda line: print(line, flush=True))

@@ -53,10 +53,13 @@ def linear_cross_entropy(
             ``None``/``"default"`` (a tenth of the floor plus 96 MiB: ≤ 1.1 × floor + 128 MiB),
             ``"min"`` (5 % of the floor: the smallest blocks, ≤ 1.05 × floor where 1024 × 1024
             blocks allow), ``"fast"`` (7/8 of N·V·2 bytes in bf16, below what torch.compile holds:
-            gradients computed in forward where they fit and H ≥ 2048, else wider blocks), a float ``f ≥ 1.0`` (a peak of
-            f × floor), or an int (bytes). See :mod:`fusedce.planner` and DESIGN.md.
+            gradients computed in forward where they fit and H ≥ 2048; else, all in bf16 on CUDA,
+            the logits of part of the vocabulary kept from forward for backward, else wider blocks),
+            a float ``f ≥ 1.0`` (a peak of f × floor), or an int (bytes). An explicit budget may hold
+            memory from the forward to the backward. See :mod:`fusedce.planner` and DESIGN.md.
         strategy: "auto" (the planner picks from the budget), "recompute" (logits recomputed
-            in backward: 8·N·H·V FLOPs, any reduction, any number of backwards) or
+            in backward: 8·N·H·V FLOPs, any reduction, any number of backwards, nothing but
+            per-token vectors held from the forward) or
             "precompute" (mean/sum only: gradients computed in forward for an upstream
             gradient of 1, scaled in backward: 6·N·H·V FLOPs, the gradients' memory held from
             forward on, one backward per forward; not for float16 compute).
@@ -105,9 +108,10 @@ def linear_cross_entropy(
                                                float(label_smoothing), float(z_loss), opts.softcap_value,
                                                compute_dtype, impl, plan.rows, plan.split_k, plan.per_chunk, *needs)
         return loss
-    per_token, _ = custom_op.forward_op(hidden2d, weight, target1d, bias, ignore_index, float(label_smoothing),
-                                        float(z_loss), opts.softcap_value, compute_dtype, impl, plan.rows, plan.cols,
-                                        plan.per_chunk, plan.tiled, plan.hidden_rows, plan.hidden_cols)
+    per_token, _, _ = custom_op.forward_op(hidden2d, weight, target1d, bias, ignore_index, float(label_smoothing),
+                                           float(z_loss), opts.softcap_value, compute_dtype, impl, plan.rows,
+                                           plan.cols, plan.per_chunk, plan.tiled, plan.hidden_rows, plan.hidden_cols,
+                                           plan.kept_cols)
     return _reduce(per_token, target, target1d, reduction, ignore_index)
 
 

@@ -25,7 +25,8 @@ a block's maximum m_b and Σ_b exp(c − m_b) are merged into the running (max, 
 Shared conventions of both methods:
 
 - ``z``: (R, C) raw logits ``x`` of vocabulary columns ``[col0, col0 + C)``, in the
-  accumulation dtype (fp32; fp64 for fp64 inputs, PyTorch implementation only). Unit
+  accumulation dtype (fp32; fp64 for fp64 inputs, PyTorch implementation only), or in a
+  2-byte compute dtype for logits kept from the forward (:mod:`fusedce.kept_plan`). Unit
   column stride; the row stride may be padded beyond C. ``R == 0`` is allowed.
 - ``bias``: ``bias[col0:col0 + C]`` (C,), contiguous, any floating dtype (added in the
   accumulation dtype), or ``None``.
@@ -88,6 +89,7 @@ class BlockMath(Protocol):
         z_loss: float,
         softcap: float,
         out_dtype: torch.dtype,
+        out: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """The logit gradients of the block: d[n, v] = row_scale[n] · ∂L_n/∂x_nv (backward).
 
@@ -98,7 +100,9 @@ class BlockMath(Protocol):
 
         Returns d, (R, C) in ``out_dtype`` (the compute dtype), overwriting ``z``. The
         result may share ``z``'s memory (``z`` itself, or a narrower view of its bytes),
-        so it is valid until the block's buffer is written again.
+        so it is valid until the block's buffer is written again. With ``out`` ((R, C) of
+        ``out_dtype``, unit column stride, apart from ``z``), d is written there and returned,
+        and ``z`` (then fp32 or 2-byte) is left unchanged: the kept logits of a second backward.
         """
         ...
 

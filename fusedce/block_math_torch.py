@@ -6,7 +6,9 @@ or a soft-cap, else exp(z − max); ``z`` itself is left unchanged); ``logit_gra
 into c and then the gradients in place, plus the result when ``out_dtype`` is narrower
 than ``z`` (a cast copy), and with soft-capping the factor 1 − (c/s)² (two blocks while it
 is computed). :mod:`fusedce.memory_model` counts the first two (it does not model
-soft-capping). ``scale_`` widens a slice of at most ``SCALE_SLICE_BYTES`` at a time.
+soft-capping). Kept 2-byte logits (:mod:`fusedce.kept_plan`) are widened into one more block
+first (a plan keeps logits only on CUDA, where the Triton kernels read them as they are).
+``scale_`` widens a slice of at most ``SCALE_SLICE_BYTES`` at a time.
 """
 from __future__ import annotations
 
@@ -45,7 +47,10 @@ def chunk_stats(
     """:meth:`BlockMath.chunk_stats <fusedce.block_math.BlockMath.chunk_stats>`; leaves ``z`` unchanged.
 
     The target's logit is gathered from ``z`` and activated on its own, before the block's
-    one temporary exists (so the small row temporaries never coexist with it)."""
+    one temporary exists (so the small row temporaries never coexist with it). A 2-byte ``z``
+    (kept logits) is widened first: one more block in the accumulation dtype."""
+    if z.element_size() < stats.max.element_size():
+        z = z.to(stats.max.dtype)
     index, inside = _target_mask(target, col0, z.shape[1])
     picked = _activate(z.gather(1, index).squeeze(1), None if bias is None else bias[index.squeeze(1)], softcap)
     stats.target_logit.add_(torch.where(inside, picked, 0.0))
@@ -78,12 +83,19 @@ def logit_grad(
     z_loss: float,
     softcap: float,
     out_dtype: torch.dtype,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """:meth:`BlockMath.logit_grad <fusedce.block_math.BlockMath.logit_grad>`.
 
     ``z`` becomes the gradients in the accumulation dtype; the result is ``z`` itself when
-    ``out_dtype`` is that dtype, else a new (R, C) tensor cast from it.
+    ``out_dtype`` is that dtype, else a new (R, C) tensor cast from it. With ``out``, ``z`` (any
+    floating dtype) is copied into a block of the accumulation dtype first and left unchanged; the
+    result is ``out``.
     """
+    if out is not None:
+        out.copy_(logit_grad(z.to(lse.dtype, copy=True), bias, col0, target, lse, row_scale, vocab=vocab,
+                             label_smoothing=label_smoothing, z_loss=z_loss, softcap=softcap, out_dtype=lse.dtype))
+        return out
     c = _activate(z, bias, softcap)
     cap = 1.0 - (c / softcap) ** 2 if softcap else None
     dc = c.sub_(lse.unsqueeze(1)).exp_()  # p = softmax, in place over the block

@@ -4,7 +4,8 @@ Dynamo treats ``fusedce::forward`` / ``fusedce::backward`` as opaque ops (their 
 implementations give output shapes), so a model that calls ``linear_cross_entropy``
 inside ``torch.compile`` compiles without tracing Triton internals, and eager and compiled
 runs execute the same kernels. Autograd is attached with ``register_autograd``: the forward
-saves only the inputs and the per-token lse (N floats).
+saves only the inputs and the per-token lse (N floats), and, for a plan that keeps logits
+(:mod:`fusedce.kept_plan`), its third output: the (N, K) logits the backward reads.
 
 The precompute strategy is a third op, ``fusedce::loss_and_grads``: it returns the scalar
 loss together with its gradients for an upstream gradient of 1; its autograd formula
@@ -44,46 +45,53 @@ def forward_op(
     hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, bias: Optional[torch.Tensor],
     ignore_index: int, label_smoothing: float, z_loss: float, softcap: float,
     compute_dtype: torch.dtype, impl: str, rows: int, cols: int, per_chunk: bool = False, tiled: bool = False,
-    hidden_rows: int = 0, hidden_cols: int = 0,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(loss per token (N,), lse (N,)), fp32 (fp64 for fp64 compute). hidden is (N, H).
+    hidden_rows: int = 0, hidden_cols: int = 0, kept_cols: int = 0,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(loss per token (N,), lse (N,)), fp32 (fp64 for fp64 compute), and the kept logits
+    (N, ``kept_cols``) in the compute dtype (N × 0 when none are kept). hidden is (N, H).
     ``per_chunk``, ``hidden_rows``, ``hidden_cols`` are backward's (a bf16/fp16 grad_weight rounded
-    once per row chunk; a split backward's grad_hidden blocks); ``rows``, ``cols``, ``tiled``: the
-    :class:`~fusedce.planner.ChunkPlan`."""
+    once per row chunk; a split backward's grad_hidden blocks); ``rows``, ``cols``, ``tiled``,
+    ``kept_cols``: the :class:`~fusedce.planner.ChunkPlan`."""
     opts = _options(ignore_index, label_smoothing, z_loss, softcap)
     plan = ChunkPlan(rows=rows, cols=cols, tiled=tiled)
-    return passes.forward(hidden, weight, target, bias, opts, compute_dtype, plan, _block_math(impl))
+    kept = torch.empty(hidden.shape[0], kept_cols, device=hidden.device, dtype=compute_dtype)
+    loss, lse = passes.forward(hidden, weight, target, bias, opts, compute_dtype, plan, _block_math(impl),
+                               kept=kept if kept_cols else None)
+    return loss, lse, kept
 
 
 @forward_op.register_fake
 def _forward_fake(hidden, weight, target, bias, ignore_index, label_smoothing, z_loss, softcap,
-                  compute_dtype, impl, rows, cols, per_chunk=False, tiled=False, hidden_rows=0, hidden_cols=0):
+                  compute_dtype, impl, rows, cols, per_chunk=False, tiled=False, hidden_rows=0, hidden_cols=0,
+                  kept_cols=0):
     acc = passes.accumulation_dtype(compute_dtype)
     n = hidden.shape[0]
-    return hidden.new_empty((n,), dtype=acc), hidden.new_empty((n,), dtype=acc)
+    return (hidden.new_empty((n,), dtype=acc), hidden.new_empty((n,), dtype=acc),
+            hidden.new_empty((n, kept_cols), dtype=compute_dtype))
 
 
 @torch.library.custom_op("fusedce::backward", mutates_args=())
 def backward_op(
     grad_loss: torch.Tensor, hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor,
-    bias: Optional[torch.Tensor], lse: torch.Tensor,
+    bias: Optional[torch.Tensor], lse: torch.Tensor, kept: torch.Tensor,
     ignore_index: int, label_smoothing: float, z_loss: float, softcap: float,
     compute_dtype: torch.dtype, impl: str, rows: int, cols: int, per_chunk: bool, tiled: bool,
     need_hidden: bool, need_weight: bool, need_bias: bool, hidden_rows: int = 0, hidden_cols: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(grad_hidden, grad_weight, grad_bias); a gradient not asked for is an empty tensor."""
+    """(grad_hidden, grad_weight, grad_bias); a gradient not asked for is an empty tensor.
+    ``kept``: the forward's kept logits (N, K), read only (K = 0: none)."""
     opts = _options(ignore_index, label_smoothing, z_loss, softcap)
     plan = ChunkPlan(rows=rows, cols=cols, per_chunk=per_chunk, tiled=tiled, hidden_rows=hidden_rows,
                      hidden_cols=hidden_cols)
     gh, gw, gb = passes.backward(grad_loss, hidden, weight, target, bias, lse, opts, compute_dtype, plan,
                                   _block_math(impl), need_hidden=need_hidden, need_weight=need_weight,
-                                  need_bias=need_bias)
+                                  need_bias=need_bias, kept=kept if kept.shape[1] else None)
     # a gradient not asked for is a fresh empty tensor (custom-op outputs may not alias each other)
     return tuple(hidden.new_empty((0,)) if g is None else g for g in (gh, gw, gb))
 
 
 @backward_op.register_fake
-def _backward_fake(grad_loss, hidden, weight, target, bias, lse, ignore_index, label_smoothing, z_loss,
+def _backward_fake(grad_loss, hidden, weight, target, bias, lse, kept, ignore_index, label_smoothing, z_loss,
                    softcap, compute_dtype, impl, rows, cols, per_chunk, tiled, need_hidden, need_weight, need_bias,
                    hidden_rows=0, hidden_cols=0):
     return (torch.empty_like(hidden) if need_hidden else hidden.new_empty((0,)),
@@ -93,20 +101,24 @@ def _backward_fake(grad_loss, hidden, weight, target, bias, lse, ignore_index, l
 
 def _setup_context(ctx, inputs, output):
     (hidden, weight, target, bias, ignore_index, label_smoothing, z_loss, softcap,
-     compute_dtype, impl, rows, cols, per_chunk, tiled, hidden_rows, hidden_cols) = inputs
-    _, lse = output
-    ctx.save_for_backward(hidden, weight, target, bias, lse)
+     compute_dtype, impl, rows, cols, per_chunk, tiled, hidden_rows, hidden_cols, kept_cols) = inputs
+    _, lse, kept = output
+    ctx.mark_non_differentiable(kept)
+    ctx.set_materialize_grads(False)  # else the backward gets a zero (N, K) gradient for the kept logits
+    ctx.save_for_backward(hidden, weight, target, bias, lse, kept)
     ctx.args = (ignore_index, label_smoothing, z_loss, softcap, compute_dtype, impl, rows, cols, per_chunk, tiled)
     ctx.split = (hidden_rows, hidden_cols)
 
 
-def _backward(ctx, grad_loss, _grad_lse):
-    hidden, weight, target, bias, lse = ctx.saved_tensors
+def _backward(ctx, grad_loss, _grad_lse, _grad_kept):
+    hidden, weight, target, bias, lse, kept = ctx.saved_tensors
     need = ctx.needs_input_grad
-    gh, gw, gb = backward_op(grad_loss, hidden, weight, target, bias, lse, *ctx.args,
+    if grad_loss is None:  # only lse was used downstream: it carries no gradient
+        grad_loss = torch.zeros_like(lse)
+    gh, gw, gb = backward_op(grad_loss, hidden, weight, target, bias, lse, kept, *ctx.args,
                              need[0], need[1], bias is not None and need[3], *ctx.split)
     return (gh if need[0] else None, gw if need[1] else None, None,
-            gb if (bias is not None and need[3]) else None) + (None,) * 12
+            gb if (bias is not None and need[3]) else None) + (None,) * 13
 
 
 forward_op.register_autograd(_backward, setup_context=_setup_context)
@@ -135,8 +147,8 @@ def loss_and_grads_op(
 def _loss_and_grads_fake(hidden, weight, target, bias, ignore_index, reduction, label_smoothing, z_loss,
                          softcap, compute_dtype, impl, rows, split_k, per_chunk, need_hidden, need_weight, need_bias):
     loss = hidden.new_empty((), dtype=passes.accumulation_dtype(compute_dtype))
-    return (loss,) + _backward_fake(None, hidden, weight, target, bias, None, ignore_index, label_smoothing, z_loss,
-                                    softcap, compute_dtype, impl, rows, 0, per_chunk, False, need_hidden,
+    return (loss,) + _backward_fake(None, hidden, weight, target, bias, None, None, ignore_index, label_smoothing,
+                                    z_loss, softcap, compute_dtype, impl, rows, 0, per_chunk, False, need_hidden,
                                     need_weight, need_bias)
 
 

@@ -141,13 +141,14 @@ def _predict(n: int, h: int, v: int, plan: ChunkPlan, hidden_dtype: torch.dtype,
     rows, workspace, forward_extra, backward_extra = blocks(plan.weight_pass(), 0 if split else None)
     forward_extra += collective_rows * rows * acc
     per_token = n * acc
+    kept = n * min(plan.kept_cols, v) * dtype_bytes(compute_dtype)  # held from the forward to the backward's end
     # forward: 4 running statistics + lse + loss + a few (N,) temporaries of the loss formula
-    forward = 8 * per_token + workspace + forward_extra
+    forward = 8 * per_token + workspace + forward_extra + kept
     # backward: saved lse and the loss stay alive; gradients are allocated up front
     gradients = _gradient_bytes(n, h, v, plan, hidden_dtype, weight_dtype, compute_dtype, has_bias, bias_dtype)
     hidden_pass = plan.hidden_pass()
     if hidden_pass is None:
-        backward = 6 * per_token + gradients + rows * h * acc + workspace + backward_extra
+        backward = 6 * per_token + gradients + rows * h * acc + workspace + backward_extra + kept
     else:  # grad_hidden's pass (its accumulator, no weight gradient yet), then the weight's (no accumulator)
         hidden_rows, hidden_workspace, _, hidden_extra = blocks(hidden_pass, min(plan.hidden_rows, max(n, 1)))
         first = 6 * per_token + n * h * dtype_bytes(hidden_dtype) + hidden_rows * h * acc + hidden_workspace

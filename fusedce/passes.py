@@ -19,6 +19,11 @@ d = g_n · ∂L_n/∂x (g the per-token upstream gradient), then
     grad_bias[j]    += Σ_rows d
 Nothing of size N×V is ever allocated: the largest temporary is one fp32 block.
 
+A plan with kept logits (:mod:`fusedce.kept_plan`) passes an (N, K) compute-dtype tensor ``kept``: the
+forward writes the raw logits of the columns [0, K) into it and folds their statistics from it; the
+backward's blocks there compute their gradients from it, into the block buffer (``kept`` stays as it
+is, so a second backward reads the same logits), and skip the product.
+
 Vocabulary-parallel runs (:mod:`fusedce.parallel`) pass a :class:`VocabShard`: the weight
 is then one process's rows ``[start, start + V_local)`` of a ``size``-entry vocabulary,
 targets are global ids, and the shard's two hooks reduce across processes what a single
@@ -28,6 +33,7 @@ never communicate.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Callable
@@ -36,6 +42,7 @@ import torch
 
 from fusedce.block_math import BlockMath, TileMath
 from fusedce.block_workspace import BlockWorkspace
+from fusedce.kept_plan import kept_columns
 from fusedce.matmul import matmul_into
 from fusedce.options import LossOptions
 from fusedce.planner import ChunkPlan, block_row_stride  # noqa: F401 (block_row_stride: re-exported)
@@ -78,12 +85,15 @@ def forward(
     block_math: BlockMath,
     *,
     shard: VocabShard | None = None,
+    kept: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token loss and logsumexp, both (N,) in the accumulation dtype.
 
     hidden (N, H), weight (V, H), target (N,) int64, bias (V,) or None. Ignored tokens get
     loss 0; tokens whose target is out of range (and not ignored) get NaN. With ``shard``,
     weight and bias are the shard's rows and the results are over the whole vocabulary.
+    ``kept``: (N, K) in the compute dtype, contiguous, filled with hidden @ weight[:K]ᵀ (the
+    weight already in the compute dtype).
     """
     n, _ = hidden.shape
     v = weight.shape[0]
@@ -95,13 +105,21 @@ def forward(
     tiles = _tile_math(block_math, weight, compute_dtype)
     converting = converting_tile_math(block_math, weight, compute_dtype)
     need_sum = opts.label_smoothing > 0
+    kept_cols = kept_columns(kept, weight, compute_dtype)
+    rest, rest_bias = weight[kept_cols:], None if bias is None else bias[kept_cols:]
     for r0, r1 in plan.row_chunks(n):  # a row chunk's slices are made once, not once per block
         h_i, target_i, stats_i = work.hidden_rows(r0, r1), target[r0:r1], stats.rows(r0, r1)
-        whole = (tiles is not None and tiles.tiles_supported(h_i, weight)  # the whole vocabulary in one launch:
-                 and tiles.partial_bytes(r1 - r0, v) <= work.block_bytes  # its partials where the fp32 block would be
-                 and tiles.tile_stats(h_i, weight, bias, offset, target_i, stats_i, work.block,
-                                      softcap=opts.softcap_value, need_sum=need_sum))
-        done = v if whole else 0  # the vocabulary columns [0, done) are folded into stats_i
+        for c0, c1 in plan.col_chunks(kept_cols):
+            z = kept[r0:r1, c0:c1]
+            matmul_into(z, h_i, work.weight_rows(c0, c1).t(), accumulate=False)
+            block_math.chunk_stats(z, _columns(bias, c0, c1), offset + c0, target_i, stats_i,
+                                   softcap=opts.softcap_value, need_sum=need_sum)
+        whole = kept_cols == v or (  # the other columns in one launch, its partials where the fp32 block would be
+            tiles is not None and tiles.tiles_supported(h_i, rest)
+            and tiles.partial_bytes(r1 - r0, v - kept_cols) <= work.block_bytes
+            and tiles.tile_stats(h_i, rest, rest_bias, offset + kept_cols, target_i, stats_i, work.block,
+                                 softcap=opts.softcap_value, need_sum=need_sum))
+        done = v if whole else kept_cols  # the vocabulary columns [0, done) are folded into stats_i
         if converting is not None:
             done = stats_in_wide_chunks(converting, work, h_i, weight, bias, offset, target_i, stats_i,
                                          softcap=opts.softcap_value, need_sum=need_sum, plan_cols=plan.cols)
@@ -137,6 +155,7 @@ def backward(
     need_weight: bool = True,
     need_bias: bool = True,
     shard: VocabShard | None = None,
+    kept: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
     """Gradients (grad_hidden (N, H), grad_weight (V, H), grad_bias (V,)) in each input's dtype.
 
@@ -145,10 +164,13 @@ def backward(
     the blocks' gradients are scaled by a power of two (:func:`_row_scale`). With ``shard``,
     grad_weight and grad_bias are the shard's rows and grad_hidden is summed over the shards.
     A split plan (:meth:`~fusedce.planner.ChunkPlan.hidden_pass`) runs grad_hidden's blocks first,
-    then grad_weight's and grad_bias's (:mod:`fusedce.split_plan`).
+    then grad_weight's and grad_bias's (:mod:`fusedce.split_plan`). ``kept``: forward's (N, K) logits
+    of the columns [0, K) (:func:`forward`), read, never written.
     """
     hidden_pass = plan.hidden_pass()
     need_bias = need_bias and bias is not None
+    if hidden_pass is not None and kept is not None:
+        raise ValueError("a plan with kept logits runs its backward in one pass")
     if hidden_pass is not None and need_hidden and (need_weight or need_bias):
         def run(one_pass: ChunkPlan, **needs: bool):
             return backward(grad_loss, hidden, weight, target, bias, lse, opts, compute_dtype, one_pass, block_math,
@@ -172,7 +194,8 @@ def backward(
                                 need_bias=need_bias)
     work = BlockWorkspace(plan, hidden, weight, compute_dtype, acc, hidden_sum=need_hidden,
                           ones=grads.bias is not None)
-    col_chunks = plan.col_chunks(v)
+    kept_cols = kept_columns(kept, weight, compute_dtype)
+    col_chunks = dataclasses.replace(plan, kept_cols=kept_cols).col_chunks(v)
     tiles = _backward_tile_math(block_math)
     for i, (r0, r1) in enumerate(row_chunks):
         h_i = work.hidden_rows(r0, r1)
@@ -183,7 +206,12 @@ def backward(
         for k, (c0, c1) in enumerate(col_chunks):
             w_j = work.weight_rows(c0, c1)
             d = None
-            if tiles is not None and tiles.tiles_supported(h_i, w_j):
+            if c1 <= kept_cols:  # gradients from the kept logits, into the block buffer
+                d = block_math.logit_grad(kept[r0:r1, c0:c1], _columns(bias, c0, c1), offset + c0, target_i, lse_i,
+                                          row_scale_i, vocab=vocab, label_smoothing=opts.label_smoothing,
+                                          z_loss=opts.z_loss, softcap=opts.softcap_value, out_dtype=compute_dtype,
+                                          out=work.narrow_block(r1 - r0, c1 - c0, compute_dtype))
+            elif tiles is not None and tiles.tiles_supported(h_i, w_j):
                 d = tiles.tile_grad(h_i, w_j, _columns(bias, c0, c1), offset + c0, target_i, lse_i, row_scale_i,
                                     work.narrow_block(r1 - r0, c1 - c0, compute_dtype), vocab=vocab,
                                     label_smoothing=opts.label_smoothing, z_loss=opts.z_loss,

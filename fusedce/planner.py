@@ -15,7 +15,8 @@ and O(N) per-token vectors. :func:`budget_bytes` reads it as:
 - ``"fast"``: 7/8 of N·V·c bytes, c the compute dtype's size. torch.compile keeps the N×V
   logits in the compute dtype for its backward (its extra memory is N·V·c, measured); a
   point that spends all of that on speed and is still slower is dominated by it, so
-  ``"fast"`` stays strictly below it.
+  ``"fast"`` stays strictly below it. Where it recomputes, all in bf16 on CUDA, the bytes beyond the
+  default plan's block keep logits from forward for backward (:mod:`fusedce.kept_plan`).
 - a float ``f ≥ 1``: a peak of ``f × floor``; (f − 1)·floor less the per-token bytes.
 - an int: bytes, as given.
 
@@ -103,6 +104,9 @@ class ChunkPlan:
     ``hidden_rows`` > 0 (recompute): the backward runs in two passes
     (:mod:`fusedce.split_plan`): grad_hidden over blocks of ``hidden_rows`` × ``hidden_cols``,
     then grad_weight and grad_bias over blocks of ``rows`` × ``cols``; 0: one pass.
+    ``kept_cols`` (recompute): the forward keeps the bf16 logits of the vocabulary columns
+    ``[0, kept_cols)`` for the backward, whose blocks there skip the product (:mod:`fusedce.kept_plan`);
+    the column chunks break at ``kept_cols``.
     """
 
     rows: int
@@ -113,6 +117,7 @@ class ChunkPlan:
     tiled: bool = False
     hidden_rows: int = 0
     hidden_cols: int = 0
+    kept_cols: int = 0
 
     def hidden_pass(self) -> "ChunkPlan | None":
         """The plan of a split backward's grad_hidden pass (None when the backward is one pass)."""
@@ -122,7 +127,8 @@ class ChunkPlan:
 
     def weight_pass(self) -> "ChunkPlan":
         """The plan of the blocks that sum grad_weight and grad_bias (and, in one pass, grad_hidden)."""
-        return ChunkPlan(rows=self.rows, cols=self.cols, per_chunk=self.per_chunk, tiled=self.tiled)
+        return ChunkPlan(rows=self.rows, cols=self.cols, per_chunk=self.per_chunk, tiled=self.tiled,
+                         kept_cols=self.kept_cols)
 
     @property
     def block_logit_bytes(self) -> int:
@@ -141,7 +147,10 @@ class ChunkPlan:
         return [(r, min(n, r + self.rows)) for r in range(0, n, self.rows)]
 
     def col_chunks(self, v: int, start: int = 0) -> list[tuple[int, int]]:
-        return [(c, min(v, c + self.cols)) for c in range(start, v, self.cols)]
+        """Chunks of at most ``cols`` columns over ``[start, v)``, none across ``kept_cols``."""
+        kept = min(self.kept_cols, v)
+        spans = [(start, kept), (kept, v)] if start < kept else [(start, v)]
+        return [(c, min(end, c + self.cols)) for begin, end in spans for c in range(begin, end, self.cols)]
 
 
 def dtype_bytes(dtype: torch.dtype) -> int:
@@ -258,6 +267,11 @@ def plan_chunks(
                             strategy, explicit, per_chunk, scalar_loss, needs_grad, cuda, sm_count, tiled)
 
     plan = plan_for(budget)
+    if explicit and strategy == "auto" and needs_grad and plan.strategy == "recompute" and chunk_size is None \
+            and vocab_chunk_size is None:
+        plan = kept_plan.keep_logits(plan, plan_for(default_budget_bytes(floor, n), explicit=False), n, h, v, budget,
+                                     hidden_dtype=hidden_dtype, weight_dtype=weight_dtype,
+                                     compute_dtype=compute_dtype, cuda=cuda)
     if memory_budget == "min" and strategy != "precompute" and chunk_size is None and vocab_chunk_size is None:
         plan = min_plan.within_time_of(plan_for(default_budget_bytes(floor, n), explicit=False), n, h, v, plan,
                                        hidden_dtype=hidden_dtype, weight_dtype=weight_dtype,
@@ -375,4 +389,4 @@ def _balanced_rows(n: int, fits: int, limit: int) -> int:
 
 # The plans built on this module's sizing (each imports from it), imported once it is defined, so that
 # a planner call imports nothing more (a profiler worker's job clock counts what its first call imports).
-from fusedce import min_plan, precompute_plan, split_plan  # noqa: E402
+from fusedce import kept_plan, min_plan, precompute_plan, split_plan  # noqa: E402

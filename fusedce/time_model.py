@@ -18,6 +18,9 @@ Per block of R rows × C columns (H the hidden size, c bytes of the compute dtyp
                          + 6·C·H bytes when an fp32 weight chunk is converted (read 4, write 2)
                backward  6·R·C·H FLOPs; 14·R·C bytes (written 4, read 4, gradient written 2,
                          read by two products 2 + 2) + the same conversion
+    kept       a recompute plan's columns [0, K) whose bf16 logits the forward keeps
+               (``plan.kept_cols``): 6·R·C·H FLOPs; 12·R·C bytes (written 2, read 2 in forward;
+               read 2, gradient written 2, read by two products 2 + 2 in backward)
     split      a recompute plan whose backward runs in two passes (``plan.hidden_rows``): the
                blocks above without the grad_hidden product (6·R·C·H FLOPs), then the grad_hidden
                pass's blocks: 4·R·C·H FLOPs, 14·R·C bytes, one host pass each
@@ -63,8 +66,13 @@ def step_seconds(n: int, h: int, v: int, plan: "ChunkPlan", *, convert_weight: b
             device += 6 * v * h / HBM_BYTES_PER_S  # one bf16 copy of the fp32 weight
         return FIXED_S + max(device, host)
     split = plan.hidden_rows > 0  # the backward's grad_hidden pass has blocks of its own
-    device, host = _block_seconds(n, h, v, plan.rows, plan.cols, flops=6 if split else 8, traffic=22, passes=2,
-                                  convert_weight=convert_weight)
+    kept = min(plan.kept_cols, v)
+    device, host = _block_seconds(n, h, v - kept, plan.rows, plan.cols, flops=6 if split else 8, traffic=22,
+                                  passes=2, convert_weight=convert_weight)
+    if kept:
+        kept_device, kept_host = _block_seconds(n, h, kept, plan.rows, plan.cols, flops=6, traffic=12, passes=2,
+                                                convert_weight=convert_weight)
+        device, host = device + kept_device, host + kept_host
     if split:
         hidden_device, hidden_host = _block_seconds(n, h, v, plan.hidden_rows, plan.hidden_cols, flops=4, traffic=14,
                                                     passes=1, convert_weight=convert_weight)
@@ -89,7 +97,9 @@ def _block_seconds(n: int, h: int, v: int, row_step: int, col_step: int, *, flop
 
 
 def _chunk_sizes(total: int, step: int) -> list[tuple[int, int]]:
-    """(size, count) of the chunks ``range(0, total, step)`` makes: the full ones and the last."""
+    """(size, count) of the chunks ``range(0, total, step)`` makes: the full ones and the last (none of 0)."""
+    if total <= 0:
+        return []
     step = max(1, min(step, total))
     full, last = divmod(total, step)
     return [(step, full)] + ([(last, 1)] if last else [])

@@ -20,7 +20,9 @@ that cannot be written (the path and the OS error are named; ``--resume`` contin
 
 RUN_FAILED = 3
 """The run could not go on: its worker process died at start-up (the message names what
-died and its log). No check was made; the cells finished before are kept and reported."""
+died and its log). No check was made; the cells finished before are kept and reported. It wins
+over :data:`CHECK_FAILED`: a back-end that "failed in every cell" of a run that stopped was not
+given them all."""
 
 INTERRUPTED = 130
 """Ctrl-C (SIGINT) stopped the run; the finished cells are kept and reported (the shell's

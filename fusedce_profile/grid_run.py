@@ -6,6 +6,7 @@ Shared by :func:`fusedce_profile.grid.run_grid`, :func:`fusedce_profile.grid.run
 """
 from __future__ import annotations
 
+import errno
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -210,9 +211,10 @@ def run_grids(grids: Sequence[GridSpec], out_dir: Path, console: Console, *, res
             console.print(f"\nInterrupted after {progress.done} of {count(total, 'new cell')}; continue with "
                           f"{same_command_resumed(out_dir)}", markup=False)
         except ResultNotStored as exc:
+            full = exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
             raise UsageError(f"{describe_os_error(exc)}: the result of {_cell_name(exc.spec)} was not stored; "
-                       f"free space (or raise the limit) and run with {resume_option(out_dir)}: it measures "
-                       "that cell again") from None
+                             f"{'free space (or raise the limit)' if full else 'fix that'} and run with "
+                             f"{resume_option(out_dir)}: it measures that cell again") from None
         except WorkerDied as died:  # at start-up: every cell would fail the same way
             start_failed = True
             error(f"{died.summary}; the run stopped after {progress.done} of {count(total, 'new cell')}")
@@ -236,7 +238,7 @@ def run_grids(grids: Sequence[GridSpec], out_dir: Path, console: Console, *, res
             cells = stored_cells(out_dir)
             return report_stopped(out_dir, late, cells, count(len(cells), "cell"),
                                   lambda line: console.print(line, markup=False))
-        if start_failed and outcome.exit_code == exit_codes.OK:
+        if start_failed:  # what could not run outweighs a check of what did (a back-end failing every cell)
             outcome.exit_code = outcome.summary["exit_code"] = exit_codes.RUN_FAILED
         return outcome
     finally:

@@ -45,6 +45,10 @@ BACKENDS = textwrap.dedent('''
     def boom(hidden, weight, target, bias=None):
         raise RuntimeError("boom")
 
+    def die(hidden, weight, target, bias=None):  # its worker ends in the cell, noted in $FX_DIED
+        open(os.environ["FX_DIED"], "w").close()
+        os._exit(9)
+
     def escapes(hidden, weight, target, bias=None):  # a title, a cleared screen, red, a C1 sequence
         raise RuntimeError("\x1b]0;pwned\x07\x1b[2J\x1b[31mred\x9b0m | pipe")
 
@@ -577,6 +581,27 @@ def test_a_finite_loss_with_infinite_gradients_is_a_parity_failure_stored_as_str
 
 
 # --- 5. a worker that cannot start -----------------------------------------------------------
+
+def test_a_run_stopped_by_a_worker_that_cannot_start_exits_3_though_a_back_end_failed_every_cell(tmp_path, fx):
+    """The first worker starts and dies in its cell (the back-end ends it); the next cannot start, so the
+    run stops. The back-end "failed in every cell" it was given (exit 1) but was not given them all: what
+    could not run outweighs the check of what did."""
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    (hooks / "sitecustomize.py").write_text(textwrap.dedent(f'''
+        import os, sys
+        if "fusedce_profiler.instrument.worker_child" in sys.orig_argv:  # the worker's interpreter only
+            if os.path.exists(os.environ["FX_DIED"]):  # after a worker died in its cell
+                sys.stderr.write("OSError: [Errno 11] Resource temporarily unavailable\\n")
+                sys.stderr.flush()
+                os._exit(1)
+    '''))
+    out = tmp_path / "run"
+    result = run_cli([*TINY, "--tokens", "16,32", "--backend", "fx_backends:die", "--out", str(out)],
+                     cli_env(hooks, fx, FX_DIED=str(tmp_path / "died")))
+    message = _plain(result.stdout + result.stderr)
+    assert "died at start-up" in message and "failed in every cell" in message, message
+    assert result.returncode == 3, result.stderr
 
 def test_a_worker_that_dies_at_start_up_is_named_with_its_log_and_exit_3(tmp_path):
     broken = tmp_path / "broken"

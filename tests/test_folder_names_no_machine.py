@@ -190,3 +190,18 @@ def test_the_user_name_in_torch_compiles_cache_folder_is_a_placeholder(monkeypat
     frame = "/tmp/torchinductor_annabel/xy/cxyz.py:12 in call; torchinductor_annabelle stays"
     assert scrub_text(frame, machine_names()) == ("/tmp/torchinductor_‹user›/xy/cxyz.py:12 in call; "
                                                   "torchinductor_annabelle stays")
+
+
+def test_the_current_folder_removed_during_a_run_keeps_its_placeholder(tmp_path, monkeypatch):
+    """A build folder cleaned beside a running grid: the names of a result are still scrubbed (the
+    folder's name taken at the start), never an error that drops the result."""
+    from fusedce_profiler.instrument import scrub
+
+    gone = tmp_path / "build"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    monkeypatch.setattr(scrub, "_FOLDER_AT_START", str(gone))
+    gone.rmdir()
+    names = scrub.machine_names(tmp_path / "run")
+    assert scrub.scrub_text(f"{gone}/x.py and {tmp_path}/run/summary.md", names) == \
+        "‹cwd›/x.py and ‹run folder›/summary.md"

@@ -269,6 +269,29 @@ def test_every_strategy_is_as_accurate_as_eager(record_property, knobs, case_nam
     )
 
 
+KEPT_HEAD = (4096, 2048, 32777)  # "fast" in bf16 keeps the logits of part of the vocabulary here
+
+
+@pytest.mark.parametrize("case_name,reduction", [("plain", "mean"), ("mixed", "mean"), ("mixed", "none")])
+def test_kept_logits_are_as_accurate_as_eager(record_property, case_name, reduction):
+    """``"fast"`` in pure bf16 at H = 2048: the forward keeps bf16 logits of part of the vocabulary for the
+    backward (fusedce/kept_plan.py); every field within eager's error, and runs bitwise identical."""
+    from fusedce.planner import plan_chunks
+
+    plan = plan_chunks(*KEPT_HEAD, hidden_dtype=torch.bfloat16, weight_dtype=torch.bfloat16,
+                       compute_dtype=torch.bfloat16, memory_budget="fast", scalar_loss=reduction != "none",
+                       needs_grad=True, cuda=True, sm_count=torch.cuda.get_device_properties(0).multi_processor_count,
+                       tiled=True)
+    assert plan.kept_cols > 0, plan
+    runs = [compare_with_eager(record_property, OPTION_CASES[case_name], reduction, KEPT_HEAD,
+                               hidden_dtype=torch.bfloat16, weight_dtype=torch.bfloat16,
+                               seed=seed_for("gpu-kept", case_name, reduction), knobs={"memory_budget": "fast"})
+            for _ in range(2)]
+    for field in FIELDS:
+        assert (getattr(runs[0], field) is None) == (getattr(runs[1], field) is None)
+        assert getattr(runs[0], field) is None or torch.equal(getattr(runs[0], field), getattr(runs[1], field))
+
+
 @pytest.mark.parametrize("knobs", ["precompute-row-chunks", "budget-fast", "fast-per-chunk", "split-backward"])
 def test_strategies_are_bitwise_deterministic_on_cuda(knobs):
     runs = []
@@ -450,24 +473,28 @@ def test_users_head_with_ignored_targets_is_as_accurate_as_eager(record_property
     assert_within_eager_error(record_property, fused, eager, ref, SLACK[torch.bfloat16])
 
 
-@pytest.mark.parametrize("weight_dtype", [torch.bfloat16, torch.float32], ids=["bf16", "amp"])
-def test_memory_model_predicts_the_measured_peak(record_property, weight_dtype):
-    """fusedce.memory_model against max_memory_allocated at the user's head (within 2 MiB)."""
+@pytest.mark.parametrize("weight_dtype,budget", [(torch.bfloat16, None), (torch.float32, None),
+                                                 (torch.bfloat16, "fast")], ids=["bf16", "amp", "bf16-fast-kept"])
+def test_memory_model_predicts_the_measured_peak(record_property, weight_dtype, budget):
+    """fusedce.memory_model against max_memory_allocated at the user's head (within 2 MiB); in bf16
+    under ``"fast"`` at H = 2048 the plan keeps logits from the forward (fusedce/kept_plan.py)."""
     from fusedce.memory_model import predict_peak_bytes
 
-    n, h, v = 8192, 768, 32777
+    n, h, v = (4096, 2048, 32777) if budget == "fast" else (8192, 768, 32777)
     hidden, weight, target, _ = make_inputs(n, h, v, seed=seed_for("gpu-model", weight_dtype), device=DEVICE)
     hidden, weight, _ = cast_inputs(hidden, weight, None, torch.bfloat16, weight_dtype)
 
     def step():
         hidden.grad = weight.grad = None
         with torch.autocast(DEVICE, dtype=torch.bfloat16, enabled=weight_dtype == torch.float32):
-            loss = fused_triton(hidden, weight, target)
+            loss = fused_triton(hidden, weight, target, memory_budget=budget)
         loss.backward()
 
     measured = measured_peak_extra(step, hidden, weight)
-    predicted = predict_peak_bytes(n, h, v, hidden_dtype=torch.bfloat16, weight_dtype=weight_dtype,
-                                   compute_dtype=torch.bfloat16).step
+    prediction = predict_peak_bytes(n, h, v, hidden_dtype=torch.bfloat16, weight_dtype=weight_dtype,
+                                    compute_dtype=torch.bfloat16, memory_budget=budget)
+    assert bool(prediction.plan.kept_cols) == (budget == "fast"), prediction.plan
+    predicted = prediction.step
     record_property("measured_bytes", measured)
     record_property("predicted_bytes", predicted)
     assert abs(predicted - measured) <= 2 * 2**20, (predicted, measured)

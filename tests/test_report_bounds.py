@@ -232,6 +232,21 @@ def test_a_page_that_is_a_folder_is_named_in_one_line_and_nothing_is_replaced(ru
     assert len(result.output.strip().splitlines()) == 1 and "Report:" not in result.output, result.output
 
 
+def test_the_temporaries_a_report_killed_outright_left_are_removed_by_the_next(run):
+    """``kill -9`` while a report writes leaves its temporaries (``plots/.peak_memory.png.XXXXXXXX.tmp``):
+    the next report removes those of the files it replaces, and nothing of another name."""
+    plots = run / "plots"
+    plots.mkdir(exist_ok=True)
+    stale = [run / ".summary.md.k9x2_a7q.tmp", plots / ".peak_memory.png.0abc_12z.tmp"]
+    others = [run / ".notes.txt.0abc_12z.tmp", run / ".summary.md.tmp", plots / "mine.tmp"]
+    for path in stale + others:
+        path.write_bytes(b"partial")
+    result = _report(run)
+    assert result.exit_code == 0, result.output
+    assert (plots / "peak_memory.png").exists()
+    assert [p for p in stale if p.exists()] == [] and all(p.exists() for p in others)
+
+
 @pytest.mark.parametrize("planted", ["page folder", "linked timeline"])
 def test_a_refusal_names_the_file_by_the_path_given(run, monkeypatch, planted):
     """``report run`` from the folder above names ``run/…``, as it names every other file: a

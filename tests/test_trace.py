@@ -87,3 +87,28 @@ def test_a_step_that_makes_and_drops_code_is_recorded_and_attributed(tmp_path):
     assert step.attribution.peak_bytes == sum(k.bytes for k in step.attribution.kinds) > 0
     sources = {t.source for t in step.attribution.large_tensors}
     assert any(s.startswith("test_trace.py:") and s.endswith("(forward)") for s in sources), sources  # the forward
+
+
+def test_logits_fusedce_keeps_for_the_backward_are_named_as_its_budget_plans(monkeypatch):
+    """An explicit budget on CUDA keeps the bf16 logits of part of the vocabulary (fusedce/kept_plan.py):
+    the detector names that tensor as fusedce's, neither as materialised logits (the fused path is
+    active) nor as an absence of logits-sized tensors. The plan is forced here (the CPU never keeps)."""
+    import dataclasses
+
+    from fusedce import api
+
+    planned = api.plan_chunks
+
+    def keeping(*args, **kwargs):
+        plan = planned(*args, **kwargs)
+        return dataclasses.replace(plan, strategy="recompute", kept_cols=args[2], hidden_rows=0, hidden_cols=0)
+
+    plain = run_job(ModelJob(get_preset("tiny"), "fusedce", 4, 64, device="cpu", mode="bf16"))
+    monkeypatch.setattr(api, "plan_chunks", keeping)
+    kept = run_job(ModelJob(get_preset("tiny"), "fusedce", 4, 64, device="cpu", mode="bf16"))
+    assert kept.status == "ok", kept.message
+    status, sentence = logits_verdict(kept.attribution, naive=False)
+    assert status == "kept" and "fused path is active" in sentence and "kept_plan" in sentence, sentence
+    n, v = 4 * 64, 512
+    assert any(t.kept_for_backward and t.bytes >= n * v * 2 for t in kept.attribution.large_tensors)
+    assert logits_verdict(plain.attribution, naive=False)[0] in ("transient", "none")

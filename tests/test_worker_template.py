@@ -3,6 +3,7 @@ start makes (their own session, streams, environment and mark; exit statuses as 
 a worker whose start-time environment differs starts fresh."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -211,6 +212,29 @@ def test_a_pythonpath_with_a_start_up_hook_starts_the_worker_fresh(tmp_path):
     with Worker(tmp_path / "logs", env=env) as worker:
         worker.wait_ready()
         assert isinstance(worker._process, subprocess.Popen)
+
+
+def test_an_environment_too_large_for_one_message_starts_the_worker_fresh_and_no_template(tmp_path):
+    """A request holds the environment; one message on the template's socket must fit its send buffer
+    (Linux's default refused 220,000 bytes with EMSGSIZE). Three 100 KB variables: the worker starts
+    fresh, and no template is started for it (each would import torch and fail the same way)."""
+    env = dict(os.environ, **{f"FUSEDCE_TEST_LARGE_{i}": "x" * 100_000 for i in range(3)})
+    with Worker(tmp_path / "logs", env=env) as worker:
+        worker.wait_ready()
+        assert isinstance(worker._process, subprocess.Popen)
+    assert template.template_pids() == [] and template._starts == 0
+
+
+def test_a_worker_starts_after_the_current_folder_was_removed(tmp_path, monkeypatch):
+    """The current folder is removed while a run goes on (a build folder cleaned beside it): a worker's
+    request carries no folder (the worker keeps the template's), and the worker serves."""
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    assert json.loads(template._fork_request(["3", "4", "", ""], dict(os.environ)))["cwd"] is None
+    with Worker(tmp_path / "logs") as worker:
+        worker.wait_ready()
 
 
 def test_a_start_up_hook_of_the_python_installation_does_not_start_workers_fresh(tmp_path, monkeypatch):

@@ -18,7 +18,8 @@ def chunk_stats_kernel(
     HAS_BIAS: tl.constexpr, HAS_SOFTCAP: tl.constexpr, NEED_SUM: tl.constexpr,
     BLOCK_V: tl.constexpr,
 ):
-    """One program per token row. z: (R, C) fp32 raw logits of columns [col0, col0 + C).
+    """One program per token row. z: (R, C) raw logits of columns [col0, col0 + C), fp32 or 2-byte
+    (kept logits, :mod:`fusedce.kept_plan`), summed in fp32.
 
     Online log-sum-exp over the row: for each block, m' = max(m, max_b z),
     s' = s·exp(m − m') + Σ_b exp(z − m'); then the same merge with the running (m, s)
@@ -36,7 +37,7 @@ def chunk_stats_kernel(
     for start in range(0, n_cols, BLOCK_V):
         offs = start + tl.arange(0, BLOCK_V)
         mask = offs < n_cols
-        x = tl.load(z_row + offs, mask=mask, other=0.0)
+        x = tl.load(z_row + offs, mask=mask, other=0.0).to(tl.float32)
         x = activate(x, bias_ptr, offs, mask, softcap, HAS_BIAS, HAS_SOFTCAP)
         x = tl.where(mask, x, float("-inf"))
         m_new = tl.maximum(m, tl.max(x, axis=0))
@@ -59,12 +60,12 @@ def chunk_stats(
     softcap: float,
     need_sum: bool,
 ) -> None:
-    """:meth:`BlockMath.chunk_stats <fusedce.block_math.BlockMath.chunk_stats>` on an fp32 ``z``
-    (left unchanged) and fp32 ``stats``."""
+    """:meth:`BlockMath.chunk_stats <fusedce.block_math.BlockMath.chunk_stats>` on an fp32, bf16 or
+    fp16 ``z`` (left unchanged) and fp32 ``stats``."""
     rows, n_cols = z.shape
     if rows == 0:
         return
-    assert z.dtype == torch.float32 and z.stride(1) == 1
+    assert z.dtype in (torch.float32, torch.bfloat16, torch.float16) and z.stride(1) == 1
     block = min(triton.next_power_of_2(n_cols), 2048)
     chunk_stats_kernel[(rows,)](
         z, z.stride(0), bias if bias is not None else z, target, col0, n_cols,

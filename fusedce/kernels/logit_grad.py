@@ -38,7 +38,7 @@ def logit_grad_kernel(
     for start in range(0, n_cols, BLOCK_V):
         offs = start + tl.arange(0, BLOCK_V)
         mask = offs < n_cols
-        x = tl.load(z_row + offs, mask=mask, other=0.0)
+        x = tl.load(z_row + offs, mask=mask, other=0.0).to(tl.float32)
         if IN_PLACE_NARROW:
             tl.debug_barrier()
         c = activate(x, bias_ptr, offs, mask, softcap, HAS_BIAS, HAS_SOFTCAP)
@@ -64,16 +64,21 @@ def logit_grad(
     z_loss: float,
     softcap: float,
     out_dtype: torch.dtype,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """:meth:`BlockMath.logit_grad <fusedce.block_math.BlockMath.logit_grad>` on an fp32 ``z``.
+    """:meth:`BlockMath.logit_grad <fusedce.block_math.BlockMath.logit_grad>`.
 
-    The result is ``z`` itself for fp32 ``out_dtype``; for a 2-byte one, a view of z's own
-    memory: (R, C) with twice z's row stride, which cuBLAS reads directly. No new R×C
-    buffer is allocated.
+    Without ``out``, ``z`` is fp32 and the result is ``z`` itself for fp32 ``out_dtype``; for a
+    2-byte one, a view of z's own memory: (R, C) with twice z's row stride, which cuBLAS reads
+    directly. No new R×C buffer is allocated. With ``out`` ((R, C) of ``out_dtype``, unit column
+    stride, not overlapping ``z``), ``z`` may be fp32, bf16 or fp16 and is left unchanged.
     """
     rows, n_cols = z.shape
-    assert z.dtype == torch.float32 and z.stride(1) == 1
-    if out_dtype == torch.float32:
+    assert z.stride(1) == 1 and (z.dtype == torch.float32 or out is not None)
+    if out is not None:
+        assert out.dtype == out_dtype and out.shape == z.shape and out.stride(1) == 1
+        d = out
+    elif out_dtype == torch.float32:
         d = z
     elif out_dtype in (torch.bfloat16, torch.float16):
         d = z.view(out_dtype)[:, :n_cols]
@@ -85,7 +90,7 @@ def logit_grad(
     logit_grad_kernel[(rows,)](
         z, z.stride(0), d, d.stride(0), bias if bias is not None else z, target, lse, row_scale,
         col0, n_cols, 1.0 / vocab, float(label_smoothing), float(z_loss), float(softcap),
-        HAS_BIAS=bias is not None, HAS_SOFTCAP=bool(softcap), IN_PLACE_NARROW=d.dtype != z.dtype,
+        HAS_BIAS=bias is not None, HAS_SOFTCAP=bool(softcap), IN_PLACE_NARROW=out is None and d.dtype != z.dtype,
         BLOCK_V=block, num_warps=8 if block >= 2048 else 4,
     )
     return d

@@ -42,6 +42,18 @@ Names = tuple[tuple[str, str], ...]
 """``(text, placeholder)`` pairs, longest text first (what :func:`machine_names` returns)."""
 
 
+def _current_folder() -> str | None:
+    """The current folder's path (None once it has been removed)."""
+    try:
+        return os.getcwd()
+    except OSError:
+        return None
+
+
+_FOLDER_AT_START = _current_folder()
+"""The current folder when this module was imported (the command's start)."""
+
+
 def machine_names(run_folder: str | Path | None = None) -> Names:
     """``(text, placeholder)`` pairs to replace, longest text first. Paths shorter than five
     characters (``/``, ``/tmp``) and host names shorter than four are left alone: replacing them
@@ -58,10 +70,11 @@ def machine_names(run_folder: str | Path | None = None) -> Names:
     home = os.path.expanduser("~")
     pairs[home] = "~"
     pairs[os.path.realpath(home)] = "~"
-    cwd = os.getcwd()
-    pairs[cwd], pairs[os.path.realpath(cwd)] = "‹cwd›", "‹cwd›"
+    cwd = _current_folder() or _FOLDER_AT_START  # a folder removed since the start keeps its name
+    if cwd is not None:
+        pairs[cwd], pairs[os.path.realpath(cwd)] = "‹cwd›", "‹cwd›"
     if run_folder is not None:
-        folder = os.path.abspath(run_folder)  # normalised: "a/../b" is "b" here
+        folder = os.path.normpath(os.path.join(cwd or os.sep, run_folder))  # "a/../b" is "b" here
         pairs[folder], pairs[os.path.realpath(folder)] = "‹run folder›", "‹run folder›"
         if os.path.isabs(run_folder):  # and as the user wrote it, where messages quote it so
             pairs[str(run_folder)] = "‹run folder›"

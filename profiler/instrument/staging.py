@@ -3,7 +3,8 @@
 Every file :mod:`~fusedce_profiler.instrument.store` writes goes to a temporary name first and is
 then renamed into place (:func:`place`). Inside :func:`all_or_nothing` the renames wait for the end
 of the block: when it ends normally they are all done together, shielded from Ctrl-C, SIGTERM and SIGHUP
-(a signal arriving meanwhile is taken right after them); when it ends by an exception — a signal,
+(a signal arriving meanwhile is taken right after them), and a file's temporaries that a process killed
+outright left beside it are removed with it; when it ends by an exception — a signal,
 a full disk — every temporary is removed instead, and the folder holds exactly what it held (so too
 when one of the files' names is taken by a folder: that is found before any rename; a rename the
 file system refuses for another reason, an immutable file or a mount point, is found only when it
@@ -21,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import signal
 import sys
 from collections.abc import Iterator
@@ -85,12 +87,29 @@ def place(temporary: str, path: str | Path) -> None:
     placed, path = _open_set.get(), Path(path)
     if placed is None:
         os.replace(temporary, path)
+        _remove_stale_temporaries(path)
         return
     earlier = placed.written.pop(path, None)
     if earlier is not None:
         _unlink(earlier)
     placed.removed.discard(path)
     placed.written[path] = temporary
+
+
+def _remove_stale_temporaries(path: Path) -> None:
+    """Remove the temporaries of ``path`` that an earlier write left beside it (``.NAME.XXXXXXXX.tmp``,
+    the store's names: a process killed outright, ``kill -9``, never removed them). The folder's lock
+    keeps any other writer out, so none of them is a write in progress."""
+    stale = re.compile(re.escape(f".{path.name}.") + r"[a-z0-9_]{8}" + re.escape(".tmp"))
+    try:
+        names = [entry.name for entry in os.scandir(path.parent) if stale.fullmatch(entry.name)]
+    except OSError:
+        return
+    for name in names:
+        try:
+            os.unlink(path.parent / name)
+        except OSError:  # gone meanwhile, or a folder of that name: not the store's
+            pass
 
 
 def remove(path: str | Path) -> None:
@@ -219,6 +238,7 @@ def all_or_nothing() -> Iterator[Placed]:
                 path, temporary = pending[0]
                 os.replace(temporary, path)
                 pending.pop(0)
+                _remove_stale_temporaries(path)
         except OSError:
             for _, temporary in pending:
                 _unlink(temporary)

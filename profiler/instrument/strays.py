@@ -31,7 +31,8 @@ the job's own wait for it then finds none.
 
 Everything the watcher calls is bound when this module is imported, before any job's code runs: a
 back-end that replaces ``os.waitid``, ``os.waitpid``, ``open``, or this module's functions or
-constants, does not blind it.
+constants, does not blind it; nor does one that ends the worker's main thread (the orphans then go to
+another thread, whose list it reads).
 
 Public API: :data:`MANY`, :func:`wait_for_strays`, :func:`watch_strays`.
 """
@@ -63,14 +64,26 @@ def _stray(pid: int, group: int, fields=stat_fields) -> bool:
         return False
 
 
-def _adopted_or_main_threads(getpid=os.getpid, open=open) -> list[int]:
+def _adopted_or_main_threads(getpid=os.getpid, open=open, listdir=os.listdir, fields=stat_fields) -> list[int]:
     """The children listed under this process's main thread: every process it adopted (the kernel
-    hands an orphan to a subreaper's first living thread) and those the main thread forked."""
-    try:
-        with open(f"/proc/{getpid()}/task/{getpid()}/children", "rb") as fh:
-            return [int(pid) for pid in fh.read().split()]
-    except (OSError, ValueError):
-        return []
+    hands an orphan to a subreaper's first living thread) and those the main thread forked. Once the
+    main thread has ended (a job called ``pthread_exit`` in it; the process shows as a zombie while
+    its other threads run), adopted orphans go to another thread: then every thread's list."""
+    pid = getpid()
+    threads = [pid]
+    if (fields(pid) or (b"",))[0] == b"Z":
+        try:
+            threads = [int(tid) for tid in listdir(f"/proc/{pid}/task")]
+        except (OSError, ValueError):
+            pass
+    children = []
+    for tid in threads:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as fh:
+                children += [int(child) for child in fh.read().split()]
+        except (OSError, ValueError):
+            continue
+    return children
 
 
 def wait_for_strays(group: int, listed=_adopted_or_main_threads, stray=_stray, waitpid=os.waitpid,

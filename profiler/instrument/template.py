@@ -22,7 +22,9 @@ command line (``ps``) stays the template's: a worker is the template's child, a 
 **When a worker starts fresh instead.** Not on Linux; ``FUSEDCE_WORKER_TEMPLATE=0``; a template
 that failed to start (a process starts at most :data:`MAX_STARTS`); a ``PYTHONPATH`` holding a
 start-up hook (``sitecustomize.py``, ``usercustomize.py``) other than the Python installation's own,
-which a fresh interpreter runs (:mod:`~fusedce_profiler.instrument.startup_hooks`). A worker
+which a fresh interpreter runs (:mod:`~fusedce_profiler.instrument.startup_hooks`); a request larger
+than :data:`MESSAGE_BYTES` (an environment of more than about 190 KiB): no template is started or
+blamed for it. A worker
 is forked only from a template whose environment equals its own in every variable read when an interpreter, torch,
 Triton or a maths library starts (:func:`import_time_variables`: those would not take effect in
 an interpreter that has already started); a process keeps a template for each of at most
@@ -62,7 +64,11 @@ _IMPORT_TIME_PREFIXES = ("PYTHON", "LD_", "TORCH", "PYTORCH", "TRITON", "CUDA", 
 _APPLIED_AT_FORK = {"PYTHONPATH", "PYTHONUNBUFFERED"}  # the fork sets these itself
 _START_TIMEOUT_S = 300.0  # a template's start
 REQUEST_BYTES = 1 << 20
-"""The most bytes of one message on a template's socket (a request: environment, ``sys.path``, arguments)."""
+"""The most bytes the template reads as one message on its socket."""
+MESSAGE_BYTES = 192 << 10
+"""The largest request (environment, ``sys.path``, arguments) sent to a template: one message on its
+socket must fit the socket's send buffer, by default Linux's ``net.core.wmem_default`` (212,992 bytes,
+which held 210,000 and refused 220,000 with ``EMSGSIZE``), less room for the kernel's own bytes."""
 
 
 def import_time_variables(env: dict) -> dict:
@@ -176,13 +182,9 @@ class _Template:
                 return -signal.SIGKILL
             return None
 
-    def fork(self, arguments: list[str], env: dict, fds: tuple[int, int, int, int]) -> int:
-        """Fork a worker: ``arguments`` are the worker's command line after its parent (the
-        template), with its reply and life pipes at fds 3 and 4; ``fds``: (job input, log, reply
-        pipe, life pipe)."""
-        path = [p for p in sys.path if p] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-        request = json.dumps({"arguments": arguments, "env": env, "cwd": os.getcwd(),
-                              "path": list(dict.fromkeys(path))}).encode()
+    def fork(self, request: bytes, fds: tuple[int, int, int, int]) -> int:
+        """Fork a worker of ``request`` (:func:`_fork_request`); ``fds``: (job input, log, reply pipe,
+        life pipe)."""
         with self.lock:
             socket.send_fds(self.socket, [request], list(fds))
             answer = self._receive(30.0)
@@ -291,13 +293,13 @@ def forked_worker(env: dict, log_fd: int, reply_end: int, life_end: int, preload
     """A worker (:class:`~fusedce_profiler.instrument.worker.Worker`'s child) forked from this
     process's template, writing to ``log_fd``, replying on ``reply_end``, its life pipe
     ``life_end``; ``None``: start it fresh (see the module docstring)."""
-    template = template_for(env)
+    request = _fork_request(["3", "4", ",".join(preload), ",".join(warm_up)], env)
+    template = template_for(env) if len(request) <= MESSAGE_BYTES else None
     if template is None:
         return None
     job_input, job_output = os.pipe()
     try:
-        pid = template.fork(["3", "4", ",".join(preload), ",".join(warm_up)], env,
-                            (job_input, log_fd, reply_end, life_end))
+        pid = template.fork(request, (job_input, log_fd, reply_end, life_end))
     except (OSError, ValueError):
         template_failed(template)
         os.close(job_output)
@@ -305,3 +307,16 @@ def forked_worker(env: dict, log_fd: int, reply_end: int, life_end: int, preload
     finally:
         os.close(job_input)
     return ForkedProcess(pid, os.fdopen(job_output, "wb"), template)
+
+
+def _fork_request(arguments: list[str], env: dict) -> bytes:
+    """A template's request for one worker: ``arguments``, the worker's command line after its parent
+    (the template), with its reply and life pipes at fds 3 and 4; its environment ``env``; this
+    process's current folder (None where it was removed: the worker keeps the template's) and
+    ``sys.path`` with ``env``'s ``PYTHONPATH``."""
+    try:
+        cwd = os.getcwd()
+    except OSError:
+        cwd = None
+    path = [p for p in sys.path if p] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return json.dumps({"arguments": arguments, "env": env, "cwd": cwd, "path": list(dict.fromkeys(path))}).encode()

@@ -126,7 +126,8 @@ def _become_worker(request: dict, fds: list[int]) -> int | list[str]:
         signal.signal(signal.SIGINT, signal.default_int_handler)
         os.environ.clear()
         os.environ.update(request["env"])
-        os.chdir(request["cwd"])
+        if request["cwd"] is not None:
+            os.chdir(request["cwd"])
         sys.path[:] = list(dict.fromkeys(request["path"] + sys.path))
         importlib.invalidate_caches()  # a module written since the template listed its folder is found
         from fusedce_profiler.instrument import lifetime

@@ -62,6 +62,15 @@ class ModuleBytes:
     bytes: int
 
 
+FUSEDCE_FORWARD_OPS = ("fusedce::forward", "GeneratedBackwardFor_fusedce_forward_default")
+"""The names the profiler gives fusedce's recompute forward (``fusedce/custom_op.py``): the op, and the
+autograd wrapper PyTorch generates for a custom op with an autograd formula (the innermost named op
+around an allocation in a training step)."""
+FUSEDCE_KEPT = "inside fusedce's forward"
+"""``LargeTensor.dtype_from`` of an allocation inside that op: logits of part of the vocabulary that an
+explicit budget keeps for the backward (``fusedce/kept_plan.py``) when kept, else a block of them."""
+
+
 @dataclass
 class LargeTensor:
     """One allocation of at least N·V bytes (the logits detector)."""
@@ -127,6 +136,8 @@ class Attribution:
 def logits_verdict(attribution: Attribution, *, naive: bool, fused: bool = True) -> tuple[str, str]:
     """(status, sentence) from the detector: ``materialised``, ``transient`` or ``none``.
 
+    ``kept``: every tensor kept from the forward into the backward is logits that fusedce's forward
+    kept for part of the vocabulary under an explicit budget (``fusedce/kept_plan.py``).
     ``materialised``: a logits-sized tensor was kept from the forward into the backward (with
     ``naive`` that is the expected naive loss; otherwise the fused path is not active in this
     step). ``transient``: logits-sized blocks existed but none was kept for backward (a fused
@@ -141,6 +152,14 @@ def logits_verdict(attribution: Attribution, *, naive: bool, fused: bool = True)
     where = lambda t: (f"{from_units(t.bytes)} {t.dtype}" + (f" {tuple(t.shape)}" if t.shape else "")
                        + f" by {t.op or 'an op'} in {t.module} at {t.source}")
     n, v = attribution.tokens, attribution.vocab
+    by_budget = [t for t in kept if t.dtype_from == FUSEDCE_KEPT]
+    if by_budget and len(by_budget) == len(kept):
+        t = by_budget[0]
+        return "kept", (f"fusedce kept the logits of part of the vocabulary from the forward for the backward, "
+                        f"{from_units(t.bytes)} at {t.source}, as an explicit memory_budget plans (\"fast\", bytes "
+                        f"or a multiple of the floor; fusedce/kept_plan.py): the fused path is active, the rest of "
+                        f"the vocabulary is recomputed, and those bytes stay until the backward")
+    kept = [t for t in kept if t.dtype_from != FUSEDCE_KEPT]
     if kept:
         t = kept[0]
         more = f" (+{len(kept) - 1} more)" if len(kept) > 1 else ""

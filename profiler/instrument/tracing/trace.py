@@ -33,7 +33,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from fusedce_profiler.instrument.tracing.attribution import KINDS, Attribution, KindBytes, LargeTensor, ModuleBytes
+from fusedce_profiler.instrument.tracing.attribution import (FUSEDCE_FORWARD_OPS, FUSEDCE_KEPT, KINDS, Attribution,
+                                                              KindBytes, LargeTensor, ModuleBytes)
 from fusedce_profiler.instrument.tracing.quiet import quiet_third_party, start_profiler
 from fusedce_profiler.instrument.tracing.classify import EVENT, Classifier, Context, Probe, inside_backward, numel, walk
 
@@ -263,7 +264,11 @@ def _is_scores(size: int, score_elements: set[int]) -> bool:
 
 
 def _logits_like(size: int, ctx: Context, tokens: int, vocab: int) -> tuple[str, str] | None:
-    """(dtype, how known) if an allocation of ``size`` bytes looks like (a large part of) the logits."""
+    """(dtype, how known) if an allocation of ``size`` bytes looks like (a large part of) the logits.
+    Inside fusedce's forward op an allocation that large is logits by construction: the logits of part
+    of the vocabulary that an explicit budget keeps for the backward, or a block of them."""
+    if ctx.op in FUSEDCE_FORWARD_OPS:
+        return ("compute dtype", FUSEDCE_KEPT)
     if ctx.shape:
         shape = ctx.shape
         if shape[-1] != vocab or numel(shape[:-1]) * 4 < tokens:
