@@ -45,6 +45,20 @@ BACKENDS = textwrap.dedent('''
     def boom(hidden, weight, target, bias=None):
         raise RuntimeError("boom")
 
+    def clone_parent(hidden, weight, target, bias=None):  # a helper made its template's child, pid in $FX_HELPER
+        import ctypes, signal
+        if not os.path.exists(os.environ["FX_HELPER"]):  # clone(CLONE_PARENT | SIGCHLD), x86-64's number
+            pid = ctypes.CDLL(None, use_errno=True).syscall(56, 0x00008000 | signal.SIGCHLD, 0, 0, 0, 0)
+            if pid == 0:
+                try:
+                    os.setsid()
+                    os.execve("/bin/sleep", ["sleep", "300"], {})  # no mark, a session of its own
+                finally:
+                    os._exit(0)
+            with open(os.environ["FX_HELPER"], "w") as fh:
+                fh.write(str(pid))
+        return ok(hidden, weight, target, bias)
+
     def die(hidden, weight, target, bias=None):  # its worker ends in the cell, noted in $FX_DIED
         open(os.environ["FX_DIED"], "w").close()
         os._exit(9)
@@ -345,6 +359,26 @@ def test_kill_9_of_the_cli_takes_the_processes_a_backend_started_with_it(fx, tmp
         for pid in helpers:
             if _alive(pid):
                 os.kill(int(pid), signal.SIGKILL)
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64" or not os.path.exists("/bin/sleep"),
+                    reason="clone's system call number is x86-64's")
+def test_a_helper_made_the_templates_child_ends_with_a_run_that_ends_normally(fx, tmp_path):
+    """A job's helper made with ``clone(CLONE_PARENT)`` is the worker template's child, outside the
+    worker's tree; without the mark and in a session of its own it outlived a run that ended with
+    exit 0. The template forks nothing but workers: at its end it kills every other child."""
+    from processes import _alive
+
+    helper = tmp_path / "helper.pid"
+    result = run_cli([*TINY, "--tokens", "16", "--backend", "fx_backends:clone_parent", "--out", str(tmp_path / "run")],
+                     cli_env(fx, FX_HELPER=str(helper)))
+    pid = helper.read_text()
+    try:
+        assert result.returncode == 0, result.stderr
+        wait_for(lambda: not _alive(pid), 10, "the template's other child to go")
+    finally:
+        if _alive(pid):
+            os.kill(int(pid), signal.SIGKILL)
 
 
 @pytest.mark.parametrize("backend", ["daemon", "hang", "exit"])

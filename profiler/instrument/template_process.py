@@ -16,7 +16,10 @@ jobs' reach, so it ends them itself (:func:`end_workers`):
    leads a session of its own), then to every process bearing its mark
    (:func:`~fusedce_profiler.instrument.lifetime.kill_marked`: those of a worker that ended within
    the wait too, as a job's daemon may have killed it), and the log of each worker killed so
-   scrubbed of the machine's names, as the worker would have.
+   scrubbed of the machine's names, as the worker would have;
+3. ``SIGKILL`` to every other child of the template, with its process group where it leads one: the
+   template forks nothing but workers, so such a child is a job's helper made the template's
+   (``clone`` with ``CLONE_PARENT``), outside every worker's tree, whatever its mark or session.
 
 Public API: :func:`serve_template`, :func:`end_workers`, :data:`END_WAIT_S`.
 """
@@ -29,7 +32,7 @@ import socket
 import sys
 import time
 
-from fusedce_profiler.instrument.lifetime import MARK_VARIABLE, kill_marked, signal_quietly, started
+from fusedce_profiler.instrument.lifetime import MARK_VARIABLE, children_of, kill_marked, signal_quietly, started
 from fusedce_profiler.instrument.template import REQUEST_BYTES
 from fusedce_profiler.instrument.worker_log import scrub_log
 
@@ -176,6 +179,7 @@ def end_workers(workers: dict[int, tuple[str, str | None]]) -> None:
     and the log of each worker killed here is scrubbed."""
     marked = [(mark, started(pid)) for pid, (mark, _) in workers.items()]  # before any pid can go
     logs = {pid: log for pid, (_, log) in workers.items()}
+    helpers = [pid for pid in children_of(os.getpid()) if pid not in workers]
     for pid in workers:
         signal_quietly(os.kill, pid, signal.SIGCONT)
         signal_quietly(os.kill, pid, signal.SIGTERM)
@@ -184,7 +188,7 @@ def end_workers(workers: dict[int, tuple[str, str | None]]) -> None:
         _reaped(workers)
         time.sleep(0.02)
     killed = list(workers)
-    for pid in killed:  # not waited for: its /proc entry stays, and its pid and group are not reused
+    for pid in killed + helpers:  # not waited for: its /proc entry stays, and its pid and group are not reused
         try:
             leads = os.getpgid(pid) == pid
         except ProcessLookupError:
