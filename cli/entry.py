@@ -74,12 +74,25 @@ def main() -> None:
     watched = [sig for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
                if signal.getsignal(sig) is not signal.SIG_IGN]
     _previous.update({sig: signal.signal(sig, _stop_while_starting) for sig in watched})
-    from fusedce_cli.app import main as run_command_line
-
     try:
+        from fusedce_cli.app import main as run_command_line
+
         run_command_line()
+    except MemoryError:  # a limit on the address space (ulimit -v): torch's import is the first to meet it
+        _stopped("out of memory in the command itself (its address-space limit, `ulimit -v`, or the machine's)")
+    except ImportError as exc:  # an installation that cannot load (a library's shared object not mapped)
+        lines = [line for line in str(exc).splitlines() if line.strip()]
+        _stopped(f"could not import {exc.name or 'a library'}: {lines[-1] if lines else type(exc).__name__}")
     finally:
         command_starting()
+
+
+def _stopped(why: str) -> None:
+    """One line on stderr, exit 3: the command could not go on (what it finished is kept: every
+    command releases its folder on the way out)."""
+    sys.stderr.write(f"error: {why}\n")
+    sys.stderr.flush()
+    raise SystemExit(3)
 
 
 if __name__ == "__main__":

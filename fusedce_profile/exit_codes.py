@@ -20,7 +20,8 @@ that cannot be written (the path and the OS error are named; ``--resume`` contin
 
 RUN_FAILED = 3
 """The run could not go on: its worker process died at start-up (the message names what
-died and its log). No check was made; the cells finished before are kept and reported. It wins
+died and its log), or the command itself could not import a library or ran out of memory (one line,
+``fusedce_cli/entry.py``). No check was made; the cells finished before are kept and reported. It wins
 over :data:`CHECK_FAILED`: a back-end that "failed in every cell" of a run that stopped was not
 given them all."""
 

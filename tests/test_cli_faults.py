@@ -616,6 +616,45 @@ def test_a_finite_loss_with_infinite_gradients_is_a_parity_failure_stored_as_str
 
 # --- 5. a worker that cannot start -----------------------------------------------------------
 
+@pytest.mark.parametrize("limit_mb", [400, 500, 600, 700])
+def test_an_address_space_too_small_for_torch_is_never_a_traceback(tmp_path, limit_mb):
+    """``ulimit -v``: the command's own import of torch or of a library under it fails — a MemoryError,
+    a shared object that cannot be mapped, an allocation refused — each said in one line, never a
+    traceback (a MemoryError printed 78 lines). What fails first varies with the limit and the machine."""
+    def limited():  # pragma: no cover - runs in the child
+        resource.setrlimit(resource.RLIMIT_AS, (limit_mb << 20, limit_mb << 20))
+
+    result = run_cli([*TINY, "--tokens", "16", "--backend", "torch", "--out", str(tmp_path / "run")], cli_env(),
+                     preexec=limited)
+    lines = result.stderr.strip().splitlines()
+    assert "Traceback" not in result.stderr and len(lines) <= 1, result.stderr[-3000:]
+    assert (result.returncode == 0) == (lines == []), result.stderr
+
+
+@pytest.mark.parametrize("raised,line", [
+    (MemoryError(), "error: out of memory in the command itself (its address-space limit, `ulimit -v`, or the "
+                    "machine's)"),
+    (ImportError("numpy failed\n\nOriginal error was: libx.so: failed to map segment from shared object",
+                 name="numpy"),
+     "error: could not import numpy: Original error was: libx.so: failed to map segment from shared object"),
+])
+def test_the_commands_own_memory_or_import_failure_is_one_line_and_exit_3(monkeypatch, capsys, raised, line):
+    from fusedce_cli import app as app_module, entry
+
+    def fails():
+        raise raised
+
+    monkeypatch.setattr(app_module, "main", fails)
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        with pytest.raises(SystemExit) as stopped:
+            entry.main()
+    finally:  # the entry point hands the signals to a command: this process's own come back
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+    assert stopped.value.code == 3 and capsys.readouterr().err == line + "\n"
+
+
 def test_a_run_stopped_by_a_worker_that_cannot_start_exits_3_though_a_back_end_failed_every_cell(tmp_path, fx):
     """The first worker starts and dies in its cell (the back-end ends it); the next cannot start, so the
     run stops. The back-end "failed in every cell" it was given (exit 1) but was not given them all: what
