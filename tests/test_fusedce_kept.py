@@ -221,3 +221,20 @@ def test_the_kept_logits_are_held_once(monkeypatch):
     kept_bytes = n * kept_cols * 2
     growth = peak(kept_cols) - peak(0)
     assert 0.8 * kept_bytes <= growth <= 1.5 * kept_bytes, (growth, kept_bytes)
+
+
+def test_a_plan_with_kept_logits_compiles_fullgraph_and_matches_eager(monkeypatch):
+    """The op's third output (the kept logits, saved for the backward) traces under a fullgraph compile."""
+    torch._dynamo.reset()
+    hidden, weight, target, bias = make_inputs(37, 40, 131, seed=seed_for("kept-compile"), with_bias=True,
+                                               ignore_fraction=0.2, dtype=BF16)
+    _keeping(monkeypatch, 80)
+
+    def loss_fn(hidden, weight, target, bias):
+        return fusedce.linear_cross_entropy(hidden, weight, target, bias, impl="torch", validate_targets=False)
+
+    eager = run_fused(loss_fn, hidden, weight, target, bias)
+    compiled = run_fused(torch.compile(loss_fn, fullgraph=True, backend="eager"), hidden, weight, target, bias)
+    for name in FIELDS:
+        assert torch.equal(getattr(eager, name), getattr(compiled, name)), name
+    torch._dynamo.reset()
