@@ -53,8 +53,9 @@ def linear_cross_entropy(
             ``None``/``"default"`` (a tenth of the floor plus 96 MiB: ≤ 1.1 × floor + 128 MiB),
             ``"min"`` (5 % of the floor: the smallest blocks, ≤ 1.05 × floor where 1024 × 1024
             blocks allow), ``"fast"`` (7/8 of N·V·2 bytes in bf16, below what torch.compile holds:
-            gradients computed in forward where they fit and H ≥ 2048; else, all in bf16 on CUDA,
-            the logits of part of the vocabulary kept from forward for backward, else wider blocks),
+            gradients computed in forward where they fit and H ≥ 2048; where they do not, all in
+            bf16 with the Triton kernels on a GPU with tensor-memory copies, the logits of part of
+            the vocabulary kept from forward for backward; below H = 2048, wider blocks),
             a float ``f ≥ 1.0`` (a peak of f × floor), or an int (bytes). An explicit budget may hold
             memory from the forward to the backward. See :mod:`fusedce.planner` and DESIGN.md.
         strategy: "auto" (the planner picks from the budget), "recompute" (logits recomputed

@@ -7,7 +7,7 @@ into c and then the gradients in place, plus the result when ``out_dtype`` is na
 than ``z`` (a cast copy), and with soft-capping the factor 1 − (c/s)² (two blocks while it
 is computed). :mod:`fusedce.memory_model` counts the first two (it does not model
 soft-capping). Kept 2-byte logits (:mod:`fusedce.kept_plan`) are widened into one more block
-first (a plan keeps logits only on CUDA, where the Triton kernels read them as they are).
+first (the planner keeps logits only for the Triton path, whose kernels read them as they are).
 ``scale_`` widens a slice of at most ``SCALE_SLICE_BYTES`` at a time.
 """
 from __future__ import annotations

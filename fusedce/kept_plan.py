@@ -24,7 +24,8 @@ Liger-Kernel (their logits are bf16), where a recomputed one stays fp32. The mea
 ``benchmarks/NOTES.md``.
 
 Only where: every tensor is bf16 (no conversion of hidden or weight; bf16 has fp32's exponent
-range, where fp16 logits could overflow), on CUDA, the strategy is ``"auto"`` (``"recompute"``
+range, where fp16 logits could overflow), on the Triton path with the tiled kernels (CUDA, a GPU with
+tensor-memory copies), the strategy is ``"auto"`` (``"recompute"``
 asked for by name keeps nothing across the forward), the chunk sizes are the planner's, the
 backward runs in one pass, K holds at least one block of the default plan's columns, and H ≥
 :data:`KEPT_MIN_HIDDEN`: at 8192×768×32777 on an H200 keeping 22272 columns took 6.26 ms against 3.61
@@ -45,10 +46,13 @@ KEPT_MIN_HIDDEN = 2048  # below, the kept blocks' launches cost more than their 
 
 def keep_logits(plan: ChunkPlan, default: ChunkPlan, n: int, h: int, v: int, budget: int, *,
                 hidden_dtype: torch.dtype, weight_dtype: torch.dtype, compute_dtype: torch.dtype,
-                cuda: bool) -> ChunkPlan:
+                tiled: bool) -> ChunkPlan:
     """``default``'s blocks with kept logits (module docstring) where they fit ``budget`` bytes and
-    the conditions hold, else ``plan`` (the explicit budget's own recompute plan), unchanged."""
-    if not (cuda and hidden_dtype == weight_dtype == compute_dtype == torch.bfloat16) or plan.hidden_rows \
+    the conditions hold, else ``plan`` (the explicit budget's own recompute plan), unchanged.
+    ``tiled``: the call runs on the Triton path with the tiled kernels (a GPU with tensor-memory
+    copies), where the kept logits were measured; the PyTorch path would widen each kept block into
+    one more fp32 block, which the budget does not hold."""
+    if not (tiled and hidden_dtype == weight_dtype == compute_dtype == torch.bfloat16) or plan.hidden_rows \
             or default.hidden_rows or default.strategy != "recompute" or h < KEPT_MIN_HIDDEN:
         return plan
     rows = min(default.rows, max(n, 1))

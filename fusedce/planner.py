@@ -15,8 +15,8 @@ and O(N) per-token vectors. :func:`budget_bytes` reads it as:
 - ``"fast"``: 7/8 of N·V·c bytes, c the compute dtype's size. torch.compile keeps the N×V
   logits in the compute dtype for its backward (its extra memory is N·V·c, measured); a
   point that spends all of that on speed and is still slower is dominated by it, so
-  ``"fast"`` stays strictly below it. Where it recomputes, all in bf16 on CUDA, the bytes beyond the
-  default plan's block keep logits from forward for backward (:mod:`fusedce.kept_plan`).
+  ``"fast"`` stays strictly below it. Where it recomputes at H ≥ 2048, all in bf16 with the tiled kernels,
+  the bytes beyond the default plan's block keep logits from forward for backward (:mod:`fusedce.kept_plan`).
 - a float ``f ≥ 1``: a peak of ``f × floor``; (f − 1)·floor less the per-token bytes.
 - an int: bytes, as given.
 
@@ -271,7 +271,7 @@ def plan_chunks(
             and vocab_chunk_size is None:
         plan = kept_plan.keep_logits(plan, plan_for(default_budget_bytes(floor, n), explicit=False), n, h, v, budget,
                                      hidden_dtype=hidden_dtype, weight_dtype=weight_dtype,
-                                     compute_dtype=compute_dtype, cuda=cuda)
+                                     compute_dtype=compute_dtype, tiled=tiled)
     if memory_budget == "min" and strategy != "precompute" and chunk_size is None and vocab_chunk_size is None:
         plan = min_plan.within_time_of(plan_for(default_budget_bytes(floor, n), explicit=False), n, h, v, plan,
                                        hidden_dtype=hidden_dtype, weight_dtype=weight_dtype,

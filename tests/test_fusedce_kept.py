@@ -68,14 +68,15 @@ def test_fast_keeps_logits_in_bf16_on_cuda_within_its_budget(head):
 
 
 @pytest.mark.parametrize("change", [
-    {"budget": None}, {"budget": "min"}, {"cuda": False}, {"weight_dtype": torch.float32},
+    {"budget": None}, {"budget": "min"}, {"tiled": False}, {"weight_dtype": torch.float32},
     {"hidden_dtype": torch.float32}, {"compute_dtype": torch.float16, "hidden_dtype": torch.float16,
                                       "weight_dtype": torch.float16},
     {"strategy": "recompute"}, {"chunk_size": 4096}, {"vocab_chunk_size": 8192}, {"needs_grad": False},
     {"head": SMALL_HEAD},
 ], ids=lambda change: "-".join(f"{k}={v}" for k, v in change.items()))
 def test_logits_are_kept_only_where_the_conditions_hold(change):
-    """Not under the default or ``"min"`` budget (nothing held from the forward), not off CUDA, not
+    """Not under the default or ``"min"`` budget (nothing held from the forward), not off the tiled
+    Triton path (the PyTorch path would widen each kept block into one more fp32 block), not
     for a converted weight or hidden, not in fp16 (its logits could overflow), not where the strategy or
     the chunk sizes are asked for by name, not without gradients, not at a small head (H < 2048)."""
     change = dict(change)

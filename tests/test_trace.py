@@ -112,3 +112,8 @@ def test_logits_fusedce_keeps_for_the_backward_are_named_as_its_budget_plans(mon
     n, v = 4 * 64, 512
     assert any(t.kept_for_backward and t.bytes >= n * v * 2 for t in kept.attribution.large_tensors)
     assert logits_verdict(plain.attribution, naive=False)[0] in ("transient", "none")
+    # fusedce's own blocks are judged as any allocation (an fp32 block is fp32), never as kept logits
+    from fusedce_profiler.instrument.tracing.attribution import FUSEDCE_KEPT
+
+    assert plain.attribution.large_tensors and all(t.dtype_from != FUSEDCE_KEPT
+                                                   for t in plain.attribution.large_tensors)

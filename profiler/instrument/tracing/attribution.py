@@ -66,9 +66,11 @@ FUSEDCE_FORWARD_OPS = ("fusedce::forward", "GeneratedBackwardFor_fusedce_forward
 """The names the profiler gives fusedce's recompute forward (``fusedce/custom_op.py``): the op, and the
 autograd wrapper PyTorch generates for a custom op with an autograd formula (the innermost named op
 around an allocation in a training step)."""
-FUSEDCE_KEPT = "inside fusedce's forward"
-"""``LargeTensor.dtype_from`` of an allocation inside that op: logits of part of the vocabulary that an
-explicit budget keeps for the backward (``fusedce/kept_plan.py``) when kept, else a block of them."""
+FUSEDCE_KEPT_SOURCE = "fusedce/custom_op.py"
+"""Where that op allocates the logits it keeps (the innermost source line outside torch)."""
+FUSEDCE_KEPT = "fusedce's kept logits"
+"""``LargeTensor.dtype_from`` of that allocation: the logits of part of the vocabulary that an explicit
+budget keeps for the backward (``fusedce/kept_plan.py``)."""
 
 
 @dataclass

@@ -33,8 +33,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from fusedce_profiler.instrument.tracing.attribution import (FUSEDCE_FORWARD_OPS, FUSEDCE_KEPT, KINDS, Attribution,
-                                                              KindBytes, LargeTensor, ModuleBytes)
+from fusedce_profiler.instrument.tracing.attribution import (FUSEDCE_FORWARD_OPS, FUSEDCE_KEPT, FUSEDCE_KEPT_SOURCE,
+                                                              KINDS, Attribution, KindBytes, LargeTensor, ModuleBytes)
 from fusedce_profiler.instrument.tracing.quiet import quiet_third_party, start_profiler
 from fusedce_profiler.instrument.tracing.classify import EVENT, Classifier, Context, Probe, inside_backward, numel, walk
 
@@ -265,9 +265,10 @@ def _is_scores(size: int, score_elements: set[int]) -> bool:
 
 def _logits_like(size: int, ctx: Context, tokens: int, vocab: int) -> tuple[str, str] | None:
     """(dtype, how known) if an allocation of ``size`` bytes looks like (a large part of) the logits.
-    Inside fusedce's forward op an allocation that large is logits by construction: the logits of part
-    of the vocabulary that an explicit budget keeps for the backward, or a block of them."""
-    if ctx.op in FUSEDCE_FORWARD_OPS:
+    fusedce's forward op allocates the logits an explicit budget keeps for the backward, (N, K) of a
+    part of the vocabulary, at one line of ``fusedce/custom_op.py``; its blocks and converted chunks
+    are allocated elsewhere and judged by the rules below."""
+    if ctx.op in FUSEDCE_FORWARD_OPS and ctx.source.startswith(FUSEDCE_KEPT_SOURCE):
         return ("compute dtype", FUSEDCE_KEPT)
     if ctx.shape:
         shape = ctx.shape
