@@ -240,20 +240,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"frontier: --budget-s must be a positive number of seconds, got {args.budget_s}", file=sys.stderr)
         return 2
     device, cases, impls = ("cpu", DRY_CASES, DRY_IMPLS) if args.dry else ("cuda", CASES, IMPLS)
-    if args.impls:
-        unknown = sorted(set(args.impls) - set(impls))
-        if unknown:
-            print(f"frontier: --impls: unknown {', '.join(unknown)}; choose from {', '.join(impls)}", file=sys.stderr)
-            return 2
-        impls = tuple(name for name in impls if name in args.impls)
     if args.mode:
         cases = tuple(case for case in cases if case.mode == args.mode)
-    if args.cases:
-        unknown = sorted(set(args.cases) - {case.label for case in cases})
+    for option, wanted, known in (("--impls", args.impls, impls), ("--cases", args.cases,
+                                                                    tuple(dict.fromkeys(c.label for c in cases)))):
+        unknown = sorted(set(wanted or ()) - set(known))
         if unknown:
-            print(f"frontier: --cases: unknown {', '.join(unknown)}; choose from "
-                  f"{', '.join(dict.fromkeys(case.label for case in cases))}", file=sys.stderr)
+            print(f"frontier: {option}: unknown {', '.join(unknown)}; choose from {', '.join(known)}", file=sys.stderr)
             return 2
+    if args.impls:
+        impls = tuple(name for name in impls if name in args.impls)
+    if args.cases:
         cases = tuple(case for case in cases if case.label in args.cases)
     try:
         run = run_frontier(args.out, device=device, cases=cases, impls=impls, repeats=args.repeats,

@@ -266,14 +266,16 @@ def plan_chunks(
         return _plan_within(n, h, v, hidden_dtype, weight_dtype, compute_dtype, budget, chunk_size, vocab_chunk_size,
                             strategy, explicit, per_chunk, scalar_loss, needs_grad, cuda, sm_count, tiled)
 
+    def default_plan() -> ChunkPlan:  # the default budget's plan, for the budgets planned from it
+        return plan_for(default_budget_bytes(floor, n), explicit=False)
+
     plan = plan_for(budget)
     if explicit and strategy == "auto" and needs_grad and plan.strategy == "recompute" and chunk_size is None \
             and vocab_chunk_size is None:
-        plan = kept_plan.keep_logits(plan, plan_for(default_budget_bytes(floor, n), explicit=False), n, h, v, budget,
-                                     hidden_dtype=hidden_dtype, weight_dtype=weight_dtype,
-                                     compute_dtype=compute_dtype, tiled=tiled)
+        plan = kept_plan.keep_logits(plan, default_plan(), n, h, v, budget, hidden_dtype=hidden_dtype,
+                                     weight_dtype=weight_dtype, compute_dtype=compute_dtype, tiled=tiled)
     if memory_budget == "min" and strategy != "precompute" and chunk_size is None and vocab_chunk_size is None:
-        plan = min_plan.within_time_of(plan_for(default_budget_bytes(floor, n), explicit=False), n, h, v, plan,
+        plan = min_plan.within_time_of(default_plan(), n, h, v, plan,
                                        hidden_dtype=hidden_dtype, weight_dtype=weight_dtype,
                                        compute_dtype=compute_dtype, per_chunk=per_chunk)
     return plan

@@ -26,7 +26,7 @@ The placeholders are bracketed with ``‹ ›`` (U+2039, U+203A), which neither 
 reads as markup: a page is scrubbed after it is rendered, so ``<…>`` would become a tag there.
 Longer paths are replaced first, so a run folder inside the home folder becomes
 ``‹run folder›``, not ``~/…``. Public API: :func:`machine_names`, :func:`scrub_text`,
-:func:`scrub_value`, :func:`scrub_file`.
+:func:`scrub_value`, :func:`scrub_file`, :func:`current_folder`.
 """
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ Names = tuple[tuple[str, str], ...]
 """``(text, placeholder)`` pairs, longest text first (what :func:`machine_names` returns)."""
 
 
-def _current_folder() -> str | None:
+def current_folder() -> str | None:
     """The current folder's path (None once it has been removed)."""
     try:
         return os.getcwd()
@@ -50,7 +50,7 @@ def _current_folder() -> str | None:
         return None
 
 
-_FOLDER_AT_START = _current_folder()
+_FOLDER_AT_START = current_folder()
 """The current folder when this module was imported (the command's start)."""
 
 
@@ -70,7 +70,7 @@ def machine_names(run_folder: str | Path | None = None) -> Names:
     home = os.path.expanduser("~")
     pairs[home] = "~"
     pairs[os.path.realpath(home)] = "~"
-    cwd = _current_folder() or _FOLDER_AT_START  # a folder removed since the start keeps its name
+    cwd = current_folder() or _FOLDER_AT_START  # a folder removed since the start keeps its name
     if cwd is not None:
         pairs[cwd], pairs[os.path.realpath(cwd)] = "‹cwd›", "‹cwd›"
     if run_folder is not None:

@@ -25,7 +25,7 @@ import os
 import re
 import signal
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -87,7 +87,7 @@ def place(temporary: str, path: str | Path) -> None:
     placed, path = _open_set.get(), Path(path)
     if placed is None:
         os.replace(temporary, path)
-        _remove_stale_temporaries(path)
+        _remove_stale_temporaries([path])
         return
     earlier = placed.written.pop(path, None)
     if earlier is not None:
@@ -96,20 +96,24 @@ def place(temporary: str, path: str | Path) -> None:
     placed.written[path] = temporary
 
 
-def _remove_stale_temporaries(path: Path) -> None:
-    """Remove the temporaries of ``path`` that an earlier write left beside it (``.NAME.XXXXXXXX.tmp``,
-    the store's names: a process killed outright, ``kill -9``, never removed them). The folder's lock
-    keeps any other writer out, so none of them is a write in progress."""
-    stale = re.compile(re.escape(f".{path.name}.") + r"[a-z0-9_]{8}" + re.escape(".tmp"))
-    try:
-        names = [entry.name for entry in os.scandir(path.parent) if stale.fullmatch(entry.name)]
-    except OSError:
-        return
-    for name in names:
+def _remove_stale_temporaries(paths: Iterable[Path]) -> None:
+    """Remove the temporaries of ``paths`` that earlier writes left beside them (``.NAME.XXXXXXXX.tmp``,
+    the store's names: a process killed outright, ``kill -9``, never removed them), one listing of each
+    folder. The folder's lock keeps any other writer out, so none of them is a write in progress."""
+    names_in: dict[Path, set[str]] = {}
+    for path in paths:
+        names_in.setdefault(path.parent, set()).add(path.name)
+    for folder, names in names_in.items():
+        stale = re.compile(r"\.(?:" + "|".join(map(re.escape, names)) + r")\.[a-z0-9_]{8}\.tmp")
         try:
-            os.unlink(path.parent / name)
-        except OSError:  # gone meanwhile, or a folder of that name: not the store's
-            pass
+            found = [entry.name for entry in os.scandir(folder) if stale.fullmatch(entry.name)]
+        except OSError:
+            continue
+        for name in found:
+            try:
+                os.unlink(folder / name)
+            except OSError:  # gone meanwhile, or a folder of that name: not the store's
+                pass
 
 
 def remove(path: str | Path) -> None:
@@ -238,11 +242,11 @@ def all_or_nothing() -> Iterator[Placed]:
                 path, temporary = pending[0]
                 os.replace(temporary, path)
                 pending.pop(0)
-                _remove_stale_temporaries(path)
         except OSError:
             for _, temporary in pending:
                 _unlink(temporary)
             raise
+        _remove_stale_temporaries(placed.written)
         for path in placed.removed:
             _unlink(path)
         placed.done = True

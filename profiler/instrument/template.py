@@ -54,6 +54,7 @@ import threading
 import time
 
 from fusedce_profiler.instrument.lifetime import MARK_PLACEHOLDER, MARK_VARIABLE, stopped
+from fusedce_profiler.instrument.scrub import current_folder
 from fusedce_profiler.instrument.startup_hooks import startup_hooks
 
 SWITCH = "FUSEDCE_WORKER_TEMPLATE"
@@ -314,9 +315,6 @@ def _fork_request(arguments: list[str], env: dict) -> bytes:
     (the template), with its reply and life pipes at fds 3 and 4; its environment ``env``; this
     process's current folder (None where it was removed: the worker keeps the template's) and
     ``sys.path`` with ``env``'s ``PYTHONPATH``."""
-    try:
-        cwd = os.getcwd()
-    except OSError:
-        cwd = None
     path = [p for p in sys.path if p] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    return json.dumps({"arguments": arguments, "env": env, "cwd": cwd, "path": list(dict.fromkeys(path))}).encode()
+    return json.dumps({"arguments": arguments, "env": env, "cwd": current_folder(),
+                       "path": list(dict.fromkeys(path))}).encode()

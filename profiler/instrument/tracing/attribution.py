@@ -154,14 +154,14 @@ def logits_verdict(attribution: Attribution, *, naive: bool, fused: bool = True)
     where = lambda t: (f"{from_units(t.bytes)} {t.dtype}" + (f" {tuple(t.shape)}" if t.shape else "")
                        + f" by {t.op or 'an op'} in {t.module} at {t.source}")
     n, v = attribution.tokens, attribution.vocab
-    by_budget = [t for t in kept if t.dtype_from == FUSEDCE_KEPT]
-    if by_budget and len(by_budget) == len(kept):
-        t = by_budget[0]
+    others = [t for t in kept if t.dtype_from != FUSEDCE_KEPT]
+    if kept and not others:
+        t = kept[0]
         return "kept", (f"fusedce kept the logits of part of the vocabulary from the forward for the backward, "
                         f"{from_units(t.bytes)} at {t.source}, as an explicit memory_budget plans (\"fast\", bytes "
                         f"or a multiple of the floor; fusedce/kept_plan.py): the fused path is active, the rest of "
                         f"the vocabulary is recomputed, and those bytes stay until the backward")
-    kept = [t for t in kept if t.dtype_from != FUSEDCE_KEPT]
+    kept = others
     if kept:
         t = kept[0]
         more = f" (+{len(kept) - 1} more)" if len(kept) > 1 else ""
