@@ -9,7 +9,6 @@ describe what is there; ``model``, ``parity``, ``doctor`` and ``explain`` (from
 """
 from __future__ import annotations
 
-import errno
 import importlib
 import json
 import os
@@ -29,7 +28,7 @@ HELP = """Profile the memory, time and parity of LM-head losses (linear + cross-
 
 Run without a command for the built-in default: the user's head (H=768, V=32777) and the Llama-3 head (H=4096, V=128256) from 1k tokens up, every installed back-end, amp-bf16. On a CPU-only machine: a small grid that takes about a minute.
 
-Exit codes: 0 ok; 1 a check failed (parity or doctor, a back-end that failed in every cell, a model run where every job failed), or a --model factory failed (raised, exited, hung or ran out of its memory guard); 2 bad usage or input (one line naming the argument, before anything is measured), or a run folder that cannot be written; 3 the run could not go on (a worker process died at start-up); 130 interrupted by Ctrl-C, 143 by SIGTERM, 129 by SIGHUP (the cells or jobs finished so far are kept and reported).
+Exit codes: 0 ok; 1 a check failed (parity or doctor, a back-end that failed in every cell, a model run where every job failed), or a --model factory failed (raised, exited, hung or ran out of its memory guard); 2 bad usage or input (one line naming the argument, before anything is measured), or a run folder that cannot be written; 3 the run could not go on (a worker process could not be started or died at start-up, or the command itself could not import a library or ran out of memory; it wins over 1); 130 interrupted by Ctrl-C, 143 by SIGTERM, 129 by SIGHUP (the cells or jobs finished so far are kept and reported).
 
 A --backend module:callable is imported from Python's path, with the current folder first (as python -m does).
 """
@@ -179,12 +178,6 @@ def env(as_json: JsonOption = False) -> None:
     make_console(to_stderr=False).print("\n".join(environment_lines(environment)), markup=False)
 
 
-_MPLCONFIGDIR_GIVEN = os.environ.get("MPLCONFIGDIR")
-"""The user's matplotlib folder, read before matplotlib is imported (it sets the variable to a folder of its own)."""
-
-#: What an output that cannot take the command line's printing fails with: full, a closed pipe, gone, would block.
-_OUTPUT_LOST = (errno.ENOSPC, errno.EPIPE, errno.EIO, errno.EAGAIN, errno.EBADF)
-
 _SHORT_OPTION = {"ignore_index": "ignore", "label_smoothing": "smoothing", "reduction=sum": "sum",
                  "reduction=none": "none"}
 
@@ -273,113 +266,3 @@ def _whole_short_help() -> None:
 
 
 _whole_short_help()
-
-
-def _one_line_usage(error, file=None) -> None:
-    """Click's refusal of the command line (an unknown option, a value its type refuses) as the tool
-    words every refusal: one line on stderr, ``error: …``, naming the command's ``--help``."""
-    names, ctx = [], error.ctx
-    while ctx is not None and ctx.parent is not None:  # the sub-command's name(s), not how Python was started
-        names.insert(0, ctx.info_name)
-        ctx = ctx.parent
-    where = " ".join(["fusedce-profile", *names])
-    try:
-        sys.stderr.write(f"error: {error.format_message()} (see {where} --help)\n")
-        sys.stderr.flush()
-    except OSError:  # an error output that cannot be written: the exit code still says it
-        pass
-
-
-def _unhandled_stop(exc: SystemExit) -> KeyboardInterrupt | None:
-    """The Ctrl-C / SIGTERM / SIGHUP no command caught, behind the command line's exit ``exc``.
-
-    A command catches a stop while it measures: it keeps what finished, says how to continue and
-    exits with the signal's code (its exit raised ``from None``). A stop that reaches the command
-    line (typer turns it into ``Exit(130) from`` the interrupt, whatever the signal) came outside
-    that: before the command had a run folder (its option checks, a user module imported in a check
-    worker), or after its last result was stored."""
-    exit_ = exc.__context__
-    stop = getattr(exit_, "__cause__", None)
-    return stop if isinstance(stop, KeyboardInterrupt) else None
-
-
-def _what_was_kept() -> str:
-    """What a stop that reached the command line left: nothing, or the results stored (each as it
-    finished) in the run folder the command held (:attr:`~fusedce_profiler.instrument.runlock.RunLock.taken`)."""
-    from fusedce_profiler.instrument.runlock import RunLock
-    from fusedce_profiler.instrument.store import DOCTOR_FILE, RECORDED_STEPS_FILE, RESULT_FILES
-    from fusedce_profiler.instrument.text import one_line, same_command_resumed, shell_word
-
-    if not RunLock.taken:
-        return "before the command had anything to keep"
-    folder = RunLock.taken[-1]
-    if not any((folder / name).exists() for name in RESULT_FILES):
-        return f"in {one_line(folder)} before anything had finished; run the command again"
-    kept = (f"in {one_line(folder)}: what had finished is kept there; `fusedce-profile report {shell_word(folder)}` "
-            "writes its report")
-    if (folder / DOCTOR_FILE).exists() or (folder / RECORDED_STEPS_FILE).exists():  # neither is continued
-        return kept
-    return f"{kept}; continue with {same_command_resumed(folder)}"
-
-
-def main() -> None:
-    """Console-script entry point (``fusedce-profile``). A run-folder file the tool refuses that
-    a command did not report itself is still one line and exit 2, never a traceback.
-
-    Once the command has ended — its files closed, its workers stopped, its lock released — the
-    process exits without the interpreter's teardown (``os._exit`` after flushing its output):
-    with torch and the plotting modules loaded that teardown takes most of a second, at the end
-    of every command, and changes nothing the command wrote."""
-    import os
-
-    from fusedce_cli.usage import fail
-    from fusedce_profile.signals import interrupt_exit_code, signal_name
-    from fusedce_profiler.instrument.confined import FolderRefused
-
-    from typer import core as typer_core
-
-    clicks = [getattr(typer_core, "_click", None)]  # typer carries its own copy of click (0.2x)…
-    try:
-        import click  # … or uses the package (older typer); which one is installed varies
-
-        clicks.append(click)
-    except ImportError:
-        pass
-    for module in filter(None, clicks):
-        module.exceptions.UsageError.show = _one_line_usage  # this process's command line only
-    try:
-        app()
-        code = 0
-    except FolderRefused as exc:
-        code = fail(str(exc)).exit_code
-    except OSError as exc:
-        if exc.filename is not None or exc.filename2 is not None:  # a run folder's file (a full disk, say)
-            from fusedce_profile.folders import describe_os_error
-
-            code = fail(describe_os_error(exc)).exit_code
-        elif exc.errno not in _OUTPUT_LOST:
-            raise
-        else:  # the command line's own printing (--help, usage) to a full or closed output
-            code = 1
-            try:
-                sys.stderr.write(f"fusedce-profile: the output could not be written ({os.strerror(exc.errno)})\n")
-            except (OSError, ValueError):
-                pass
-    except SystemExit as exc:
-        if exc.code is not None and not isinstance(exc.code, int):
-            raise  # a message to print: left to the interpreter
-        code = exc.code or 0
-        stop = _unhandled_stop(exc)
-        if stop is not None:
-            code = interrupt_exit_code(stop)
-            sys.stderr.write(f"fusedce-profile: stopped by {signal_name(stop)} {_what_was_kept()}\n")
-    if "matplotlib" in sys.modules:  # its temporary folders, if it made any: os._exit skips its own clean-up
-        from fusedce_reports.figures import discard_temporary_config
-
-        discard_temporary_config(_MPLCONFIGDIR_GIVEN)
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):  # a closed pipe (| head): nothing more to say there
-            pass
-    os._exit(code)

@@ -8,7 +8,7 @@ about to run (:func:`command_starting`); from there Ctrl-C raises ``KeyboardInte
 SIGHUP raise :class:`~fusedce_profile.signals.Terminated` / ``HungUp`` anywhere in the command: a command
 with finished work keeps it and says how to continue; one stopped before it had anything to keep (its
 option checks, a user module being imported in a check worker) ends in the line of
-:func:`fusedce_cli.app.main`, its workers and temporary folders cleaned up on the way out.
+:func:`fusedce_cli.ending.main`, its workers and temporary folders cleaned up on the way out.
 A SIGINT the shell set to be ignored (a background job) stays ignored.
 """
 from __future__ import annotations
@@ -75,7 +75,7 @@ def main() -> None:
                if signal.getsignal(sig) is not signal.SIG_IGN]
     _previous.update({sig: signal.signal(sig, _stop_while_starting) for sig in watched})
     try:
-        from fusedce_cli.app import main as run_command_line
+        from fusedce_cli.ending import main as run_command_line
 
         run_command_line()
     except MemoryError:  # a limit on the address space (ulimit -v): torch's import is the first to meet it

@@ -198,7 +198,14 @@ def _raise_naming_the_path(function, path: str, exc_info) -> None:
 
 def describe_os_error(exc: OSError) -> str:
     """``PATH: strerror`` (the path the OS error names, else the message). A rename names the file
-    it was to replace (a report's page that is a folder), not the temporary it came from."""
+    it was to replace (a report's page that is a folder), not the temporary it came from. The system
+    out of descriptors or memory is said as the limit to raise, whatever file it was opening (a
+    library's module, as often as the folder's)."""
+    from fusedce_profiler.instrument.worker_errors import refused_resource
+
+    refused = refused_resource(exc)
+    if refused is not None:
+        return refused
     path = exc.filename2 or exc.filename or ""
     reason = exc.strerror or str(exc)
     return f"{path}: {reason}" if path else reason

@@ -90,10 +90,11 @@ def json_summary(report: Report, exit_code: int) -> dict:
 
 
 def finish(out_dir: Path, console: Printer, *, stopped: KeyboardInterrupt | None = None,
-           after_run: bool = True) -> CommandOutcome:
+           after_run: bool = True, start_failed: bool = False) -> CommandOutcome:
     """Build the report of ``out_dir``, print it, and say what the run came to: its records, the
     exit code (1 when a parity check failed or a back-end failed in every one of its cells; 130/143
-    when the run was ``stopped`` by a signal, whatever else) and the ``--json`` summary.
+    when the run was ``stopped`` by a signal, whatever else; 3 when it stopped because a worker could
+    not start, ``start_failed``: what could not run outweighs a check of what did) and the ``--json`` summary.
     ``after_run``: a grid run just stored the cells (a failure then says they are kept and how to
     report them); ``False`` for ``report`` of a folder, whose failure is only its own line.
     """
@@ -117,13 +118,20 @@ def finish(out_dir: Path, console: Printer, *, stopped: KeyboardInterrupt | None
     code = exit_codes.CHECK_FAILED if report.parity_failed or broken else exit_codes.OK
     if stopped is not None:
         code = interrupt_exit_code(stopped)
-    print_report(report, console)
-    verdict = "" if stopped is not None else ": exit code 1"  # an interrupted run exits 130/143
-    if report.parity_failed:
-        console.print(f"[bold red]A parity check failed its tolerance{verdict}.[/]", markup=True)
-    for backend, cells in broken:
-        console.print(f"[bold red]{backend} failed in every cell ({cells} of {cells}){verdict}.[/]",
-                      markup=True, highlight=False)
+    elif start_failed:
+        code = exit_codes.RUN_FAILED
+    try:
+        print_report(report, console)
+        verdict = f": exit code {code}" if code == exit_codes.CHECK_FAILED else ""  # another outcome decides it
+        if report.parity_failed:
+            console.print(f"[bold red]A parity check failed its tolerance{verdict}.[/]", markup=True)
+        for backend, cells in broken:
+            console.print(f"[bold red]{backend} failed in every cell ({cells} of {cells}){verdict}.[/]",
+                          markup=True, highlight=False)
+    except KeyboardInterrupt as late:  # as the report, already whole in the folder, was printed
+        stopped = stopped or late
+        code = interrupt_exit_code(stopped)
+        console.print(f"\nStopped by {signal_name(late)} as the report was printed; its files are whole", markup=False)
     return CommandOutcome(stored_cells(out_dir), code, json_summary(report, code), stopped)
 
 
@@ -186,7 +194,7 @@ def run_grids(grids: Sequence[GridSpec], out_dir: Path, console: Console, *, res
     except OSError as exc:
         raise UsageError(f"--out {describe_os_error(exc)}") from None
     stopped: KeyboardInterrupt | None = None
-    start_failed = False
+    start_failed: str | None = None  # why the run stopped: a worker could not start
     try:
         planned = list({spec.key(): spec for grid in grids for spec in grid.cells()}.values())
         with os_errors():
@@ -216,8 +224,9 @@ def run_grids(grids: Sequence[GridSpec], out_dir: Path, console: Console, *, res
                              f"{'free space (or raise the limit)' if full else 'fix that'} and run with "
                              f"{resume_option(out_dir)}: it measures that cell again") from None
         except WorkerDied as died:  # at start-up: every cell would fail the same way
-            start_failed = True
-            error(f"{died.summary}; the run stopped after {progress.done} of {count(total, 'new cell')}")
+            start_failed = f"{died.summary}; the run stopped after {progress.done} of {count(total, 'new cell')}"
+            if not getattr(console, "quiet", False):  # a Python caller's quiet console: raised, not printed
+                error(start_failed)
         except OSError as exc:
             raise UsageError(describe_os_error(exc)) from None
         except FolderRefused as exc:  # a link or an oversized file met while resuming
@@ -231,15 +240,14 @@ def run_grids(grids: Sequence[GridSpec], out_dir: Path, console: Console, *, res
             console.print("No cell finished: nothing to report.", markup=False)
             code = interrupt_exit_code(stopped) if stopped else \
                 exit_codes.RUN_FAILED if start_failed else exit_codes.OK
-            return CommandOutcome([], code, {}, stopped)
+            return CommandOutcome([], code, {}, stopped, start_failed)
         try:
-            outcome = finish(out_dir, console, stopped=stopped)
+            outcome = finish(out_dir, console, stopped=stopped, start_failed=start_failed is not None)
         except KeyboardInterrupt as late:  # after the last cell, while the report was written
             cells = stored_cells(out_dir)
             return report_stopped(out_dir, late, cells, count(len(cells), "cell"),
                                   lambda line: console.print(line, markup=False))
-        if start_failed:  # what could not run outweighs a check of what did (a back-end failing every cell)
-            outcome.exit_code = outcome.summary["exit_code"] = exit_codes.RUN_FAILED
+        outcome.failure = start_failed
         return outcome
     finally:
         lock.release()

@@ -17,9 +17,16 @@ class CommandOutcome:
     exit_code: int
     summary: dict[str, Any] = field(default_factory=dict)
     stopped: KeyboardInterrupt | None = None
+    failure: str | None = None
+    """Why the run could not go on (exit 3: a worker could not start), in one line; ``None`` otherwise."""
 
     def records_or_raise(self) -> list:
-        """The records, or the stopping interrupt raised again (a Python caller sees Ctrl-C as Ctrl-C)."""
+        """The records, or the stopping interrupt raised again (a Python caller sees Ctrl-C as Ctrl-C),
+        or :class:`~fusedce_profile.errors.RunStopped` where the run could not go on."""
         if self.stopped is not None:
             raise self.stopped
+        if self.failure is not None:
+            from fusedce_profile.errors import RunStopped
+
+            raise RunStopped(self.failure, self.records)
         return self.records

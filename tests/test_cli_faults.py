@@ -363,15 +363,17 @@ def test_kill_9_of_the_cli_takes_the_processes_a_backend_started_with_it(fx, tmp
 
 @pytest.mark.skipif(os.uname().machine != "x86_64" or not os.path.exists("/bin/sleep"),
                     reason="clone's system call number is x86-64's")
-def test_a_helper_made_the_templates_child_ends_with_a_run_that_ends_normally(fx, tmp_path):
-    """A job's helper made with ``clone(CLONE_PARENT)`` is the worker template's child, outside the
-    worker's tree; without the mark and in a session of its own it outlived a run that ended with
-    exit 0. The template forks nothing but workers: at its end it kills every other child."""
+@pytest.mark.parametrize("forked", [True, False])
+def test_a_helper_made_the_templates_child_ends_with_a_run_that_ends_normally(fx, tmp_path, forked):
+    """A job's helper made with ``clone(CLONE_PARENT)`` is the worker's parent's child — the worker
+    template's, or the command's for a fresh worker — outside the worker's tree; without the mark and
+    in a session of its own it outlived a run that ended with exit 0. Neither forks anything but
+    workers (and templates): at its end each kills every other child."""
     from processes import _alive
 
     helper = tmp_path / "helper.pid"
     result = run_cli([*TINY, "--tokens", "16", "--backend", "fx_backends:clone_parent", "--out", str(tmp_path / "run")],
-                     cli_env(fx, FX_HELPER=str(helper)))
+                     cli_env(fx, FX_HELPER=str(helper), FUSEDCE_WORKER_TEMPLATE="1" if forked else "0"))
     pid = helper.read_text()
     try:
         assert result.returncode == 0, result.stderr
@@ -639,12 +641,12 @@ def test_an_address_space_too_small_for_torch_is_never_a_traceback(tmp_path, lim
      "error: could not import numpy: Original error was: libx.so: failed to map segment from shared object"),
 ])
 def test_the_commands_own_memory_or_import_failure_is_one_line_and_exit_3(monkeypatch, capsys, raised, line):
-    from fusedce_cli import app as app_module, entry
+    from fusedce_cli import ending, entry
 
     def fails():
         raise raised
 
-    monkeypatch.setattr(app_module, "main", fails)
+    monkeypatch.setattr(ending, "main", fails)
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
         with pytest.raises(SystemExit) as stopped:
@@ -675,6 +677,25 @@ def test_a_run_stopped_by_a_worker_that_cannot_start_exits_3_though_a_back_end_f
     message = _plain(result.stdout + result.stderr)
     assert "died at start-up" in message and "failed in every cell" in message, message
     assert result.returncode == 3, result.stderr
+    assert "exit code 1" not in message  # the line names no code but the one the command returns
+
+@pytest.mark.parametrize("command", [
+    ["doctor", "--preset", "tiny", "--loss", "examples.doctor_losses:fused_loss", "--device", "cpu"],
+    ["model", "--preset", "tiny", "--backend", "torch", "--batch", "2", "--seq", "16", "--device", "cpu", "--no-trace"],
+])
+def test_a_worker_the_open_files_limit_leaves_no_room_for_is_one_line_and_exit_3(tmp_path, command):
+    """``ulimit -n 12``: the command starts, its worker's pipes cannot be made (a 50-line traceback, exit 1)."""
+    def limited():  # pragma: no cover - runs in the child
+        resource.setrlimit(resource.RLIMIT_NOFILE, (12, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+
+    out = tmp_path / "run"
+    result = run_cli([*command, "--out", str(out)], cli_env(), cwd=Path(__file__).parents[1], preexec=limited)
+    assert result.returncode == 3, result.stderr
+    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert result.stderr.startswith("error: the worker (python -m fusedce_profiler.instrument.worker_child) could "
+                                    "not be started: too many open files (this process's open-files limit, "
+                                    "`ulimit -n`, is 12: raise it); the run stopped in "), result.stderr
+
 
 def test_a_worker_that_dies_at_start_up_is_named_with_its_log_and_exit_3(tmp_path):
     broken = tmp_path / "broken"

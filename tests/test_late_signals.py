@@ -37,6 +37,17 @@ def test_a_signal_while_a_whole_grids_report_is_written_keeps_every_cell_and_say
     assert (out / "summary.md").is_file()
 
 
+def test_a_signal_as_a_whole_grids_report_is_printed_says_the_report_is_whole(tmp_path, monkeypatch):
+    monkeypatch.setattr("fusedce_profile.grid_run.print_report", _terminated)
+    out = tmp_path / "run"
+    result = CliRunner().invoke(app, [*TINY_GRID, "--out", str(out)])
+    assert result.exit_code == 143, result.output
+    said = " ".join(result.output.split())
+    assert "Stopped by SIGTERM as the report was printed; its files are whole" in said
+    assert "while the report was written" not in said
+    assert (out / "summary.md").is_file()
+
+
 def test_a_signal_while_a_whole_model_runs_report_is_written_keeps_every_job(tmp_path, monkeypatch):
     monkeypatch.setattr("fusedce_reports.model_report.write_model_report", _terminated)
     out = tmp_path / "model"
@@ -50,7 +61,7 @@ def test_a_signal_while_a_whole_model_runs_report_is_written_keeps_every_job(tmp
 
 
 def test_a_stop_that_reaches_the_command_line_names_the_folder_it_held(monkeypatch, tmp_path):
-    from fusedce_cli.app import _what_was_kept
+    from fusedce_cli.ending import _what_was_kept
     from fusedce_profiler.instrument.runlock import RunLock
 
     monkeypatch.setattr(RunLock, "taken", [])
@@ -89,7 +100,7 @@ def test_a_stopped_doctor_says_what_its_folder_holds(tmp_path):
 def test_a_stop_in_a_folder_that_holds_no_result_yet_does_not_point_at_a_report(tmp_path, monkeypatch):
     """A signal right after a command took its folder said "what had finished is kept there;
     `report DIR` writes its report" of an empty folder that report refuses."""
-    from fusedce_cli.app import _what_was_kept
+    from fusedce_cli.ending import _what_was_kept
     from fusedce_profiler.instrument import store
     from fusedce_profiler.instrument.runlock import RunLock
 
@@ -98,3 +109,44 @@ def test_a_stop_in_a_folder_that_holds_no_result_yet_does_not_point_at_a_report(
     (tmp_path / store.MODEL_RESULTS_FILE).write_text("{}\n")
     assert f"`fusedce-profile report {tmp_path}` writes its report; continue with the same command and --resume" \
         in _what_was_kept()
+
+
+LEAVING = """
+import os, signal, sys, threading, time
+import fusedce_cli.app, fusedce_cli.ending, fusedce_reports.matplotlib_folders as folders
+from fusedce_profile.signals import raise_terminated
+signal.signal(signal.SIGTERM, raise_terminated)   # as a started command has it
+def command():
+    {command}
+fusedce_cli.app.app = command
+import matplotlib  # the exit path cleans up matplotlib's folders when it was loaded
+def slow_cleanup(named):  # the signal lands while the command line leaves
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(0.5)
+folders.discard_temporary_config = slow_cleanup
+fusedce_cli.ending.main()
+"""
+
+
+@pytest.mark.parametrize("command, code", [("raise SystemExit(1)", 1), ("return None", 0)])
+def test_a_signal_after_the_command_ended_changes_neither_its_code_nor_prints_a_traceback(command, code):
+    import subprocess
+    import sys
+
+    left = subprocess.run([sys.executable, "-c", LEAVING.format(command=command)], capture_output=True, text=True,
+                          timeout=120)
+    assert left.returncode == code, left.stderr
+    assert left.stderr == ""
+
+
+def test_a_signal_as_the_command_returns_is_one_line_and_its_code():
+    import subprocess
+    import sys
+
+    # the command's own SIGTERM handler raises as it returns: outside every handling of the command
+    raising = LEAVING.format(command="os.kill(os.getpid(), signal.SIGTERM)").replace(
+        "def slow_cleanup(named):", "def slow_cleanup(named):\n    return")
+    left = subprocess.run([sys.executable, "-c", raising], capture_output=True, text=True, timeout=120)
+    assert left.returncode == 143, left.stderr
+    assert left.stderr == ("fusedce-profile: stopped by SIGTERM as the command ended before the command had "
+                           "anything to keep\n")

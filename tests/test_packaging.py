@@ -70,7 +70,7 @@ def test_command_runs_beside_a_project_with_its_own_cli_package(wheel, tmp_path)
     code = ("import sys, fusedce_cli, fusedce_profiler; "
             f"assert fusedce_cli.__file__.startswith({str(site)!r}), fusedce_cli.__file__; "
             f"assert fusedce_profiler.__file__.startswith({str(site)!r}), fusedce_profiler.__file__; "
-            "from fusedce_cli.app import main; sys.argv = ['fusedce-profile', '--help']; main()")
+            "from fusedce_cli.ending import main; sys.argv = ['fusedce-profile', '--help']; main()")
     shown = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=project, env=env,
                            timeout=300)
     assert shown.returncode == 0, shown.stderr

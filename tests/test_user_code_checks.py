@@ -277,7 +277,7 @@ def test_a_folder_no_run_wrote_is_refused_with_a_hint_that_works(tmp_path):
 
 def test_the_start_up_handlers_stay_until_the_command_starts(monkeypatch):
     """Ctrl-C while typer builds and parses the command line is the start-up handler's one line."""
-    from fusedce_cli import app as app_module
+    from fusedce_cli import ending
     from fusedce_cli import entry
     from fusedce_profile.signals import raise_terminated
 
@@ -288,7 +288,7 @@ def test_the_start_up_handlers_stay_until_the_command_starts(monkeypatch):
         entry.command_starting()  # what the command line's top-level callback does
         seen.append(signal.getsignal(signal.SIGINT))
 
-    monkeypatch.setattr(app_module, "main", run_command_line)
+    monkeypatch.setattr(ending, "main", run_command_line)
     before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
         entry.main()

@@ -225,16 +225,35 @@ def test_an_environment_too_large_for_one_message_starts_the_worker_fresh_and_no
     assert template.template_pids() == [] and template._starts == 0
 
 
-def test_a_worker_starts_after_the_current_folder_was_removed(tmp_path, monkeypatch):
-    """The current folder is removed while a run goes on (a build folder cleaned beside it): a worker's
-    request carries no folder (the worker keeps the template's), and the worker serves."""
-    gone = tmp_path / "gone"
-    gone.mkdir()
-    monkeypatch.chdir(gone)
-    gone.rmdir()
-    assert json.loads(template._fork_request(["3", "4", "", ""], dict(os.environ)))["cwd"] is None
-    with Worker(tmp_path / "logs") as worker:
+@pytest.mark.parametrize("forked", [True, False])
+def test_a_worker_runs_in_the_commands_folder_and_starts_in_one_that_cannot_be_removed(tmp_path, monkeypatch, forked):
+    """A worker, forked or fresh, imports what a cell needs in the root folder, then moves to the
+    command's current folder, where the jobs' code runs. The command's folder removed while a
+    worker imports torch (a build folder cleaned beside the run) killed it at start-up: MKL's loader
+    ("Cannot load libtorch_cpu.so") and torch's compiler (``os.getcwd``) read the current folder."""
+    monkeypatch.setenv(template.SWITCH, "1" if forked else "0")
+    here = tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    with Worker(tmp_path / "logs", preload=("cell",)) as worker:
         worker.wait_ready()
+        assert os.readlink(f"/proc/{worker.pid}/cwd") == str(here)
+    started = []
+    real_start = Worker.__init__
+
+    def removed_as_it_starts(self, *args, **kwargs):  # the folder gone while the worker imports torch
+        real_start(self, *args, **kwargs)
+        started.append(os.readlink(f"/proc/{self.pid}/cwd"))
+        if here.exists():
+            here.rmdir()
+
+    monkeypatch.setattr(Worker, "__init__", removed_as_it_starts)
+    for _ in range(2):  # the second started after the removal
+        with Worker(tmp_path / "logs", preload=("cell",)) as worker:
+            worker.wait_ready()
+            assert os.readlink(f"/proc/{worker.pid}/cwd") == os.sep
+            assert worker.call("environment")["torch"]
+    assert started == [os.sep, os.sep]
 
 
 def test_a_start_up_hook_of_the_python_installation_does_not_start_workers_fresh(tmp_path, monkeypatch):
@@ -292,3 +311,51 @@ def test_threads_that_start_workers_at_once_each_get_their_own(tmp_path):
     for thread in threads:
         thread.join(300)
     assert not errors and replies == [("ForkedProcess", True)] * 6, (errors, replies)
+
+
+def test_an_environment_variable_too_large_for_a_new_process_is_named(tmp_path):
+    """One string over the 131,072 bytes ``exec`` takes: the worker cannot start, and the line names
+    the variable (a request this large is never sent to a template: the worker starts fresh)."""
+    from fusedce_profiler.instrument.worker import WorkerNotStarted
+
+    with pytest.raises(WorkerNotStarted) as refused:
+        Worker(tmp_path / "logs", env={**os.environ, "HUGE_SETTING": "x" * 200_000})
+    assert refused.value.at_start
+    assert refused.value.summary == (
+        "the worker (python -m fusedce_profiler.instrument.worker_child) could not be started: the environment "
+        "variable 'HUGE_SETTING' holds 200,014 bytes, over the 131,072 a new process takes in one string: shorten "
+        "or unset it")
+
+
+def test_a_worker_the_system_has_no_descriptor_for_is_one_line_naming_the_limit(tmp_path, monkeypatch):
+    import errno
+    import resource
+
+    from fusedce_profiler.instrument.worker import WorkerNotStarted
+
+    def no_descriptor():
+        raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
+
+    before = set(os.listdir("/proc/self/fd"))
+    monkeypatch.setattr(os, "pipe", no_descriptor)
+    with pytest.raises(WorkerNotStarted) as refused:
+        Worker(tmp_path / "logs")
+    limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    assert refused.value.summary.endswith(
+        f"could not be started: too many open files (this process's open-files limit, `ulimit -n`, is {limit}: "
+        "raise it)")
+    assert set(os.listdir("/proc/self/fd")) == before  # the log's descriptor closed again
+
+
+def test_a_python_callers_run_that_cannot_start_a_worker_raises_run_stopped_and_prints_nothing(
+        tmp_path, monkeypatch, capsys):
+    from fusedce_profile import run_grid
+    from fusedce_profile.errors import RunStopped
+
+    monkeypatch.setenv("HUGE_SETTING", "x" * 200_000)
+    with pytest.raises(RunStopped) as stopped:
+        run_grid(out=tmp_path / "run", device="cpu", hidden=[8], vocab=[64], tokens=[8], mode=["fp32"], repeats=1,
+                 warmup=0, backend=["torch"])
+    assert "variable 'HUGE_SETTING' holds 200,014 bytes" in str(stopped.value)
+    assert str(stopped.value).endswith("the run stopped after 0 of 1 new cell") and stopped.value.records == []
+    assert capsys.readouterr() == ("", "")

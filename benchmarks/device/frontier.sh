@@ -9,9 +9,11 @@
 #   on the CPU:     DRY=1 OUT=/tmp/frontier-dry bash benchmarks/device/frontier.sh
 # $OUT: gpu-tests.xml, frontier.jsonl (raw cells and per-case goals), frontier.json/.md,
 # environment.json, frontier.log, nvidia-smi.txt (device only).
+# TESTS=0 skips (a) (after the GPU suite in the same session); FRONTIER_BUDGET_S=480 with it fills one call;
+# IMPLS="..." names other points (for example with fusedce_fast_recompute).
 set -u
 export PYTHONUNBUFFERED=1
-IMPLS="fusedce torch_compile fusedce_fast fusedce_min liger cce torch"
+IMPLS=${IMPLS:-"fusedce torch_compile fusedce_fast fusedce_min liger cce torch"}
 if [ "${DRY:-0}" = "1" ]; then
   mkdir -p "$OUT"
   PY=${PYTHON:-python3}
@@ -20,9 +22,12 @@ if [ "${DRY:-0}" = "1" ]; then
   exit "${PIPESTATUS[0]}"
 fi
 . benchmarks/device/common.sh
-timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_fusedce_gpu.py tests/test_fusedce_tiles.py \
-  --junitxml "$OUT/gpu-tests.xml" 2>&1 | tail -6
-timeout 330 python3 benchmarks/frontier.py --out "$OUT" --repeats 5 --budget-s "${FRONTIER_BUDGET_S:-270}" \
+if [ "${TESTS:-1}" != "0" ]; then
+  timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_fusedce_gpu.py tests/test_fusedce_tiles.py \
+    --junitxml "$OUT/gpu-tests.xml" 2>&1 | tail -6
+fi
+BUDGET_S=${FRONTIER_BUDGET_S:-270}
+timeout $((BUDGET_S + 60)) python3 benchmarks/frontier.py --out "$OUT" --repeats 5 --budget-s "$BUDGET_S" \
   --impls $IMPLS 2>&1 | tee "$OUT/frontier.log"
 status=${PIPESTATUS[0]}
 grep -o 'testsuite [^>]*' "$OUT/gpu-tests.xml" 2>/dev/null | head -1

@@ -116,6 +116,7 @@ FOLDER_LINK_REFUSED = ("a symbolic link; a run writes only into the folder it na
 previous run's files from with ``force``, must be the one named)."""
 
 _WRITING = os.O_WRONLY | os.O_RDWR
+_NO_DESCRIPTOR = (errno.EMFILE, errno.ENFILE, errno.ENOMEM)  # the system's refusal, not the file's
 
 
 def not_own_file(info: os.stat_result) -> str | None:
@@ -180,12 +181,11 @@ def _check_locked(folder: Path, fd: int) -> None:
 def check_locked_ancestors(path: str | Path) -> None:
     """:class:`FolderRefused` when a folder this process locked above ``path`` is gone from its path,
     moved, or replaced (by a link, or through a folder above it): checked before a file is made there."""
-    absolute = os.path.abspath(path)
-    for folder in folder_identity.locked_above(absolute):
+    for folder in folder_identity.locked_above(os.path.abspath(path)):
         try:
             fd = os.open(folder, _OPEN_DIR)
-        except OSError:
-            raise FolderRefused(f"{folder}: {MOVED}") from None
+        except OSError as exc:  # no descriptor left says nothing of the folder
+            raise exc if exc.errno in _NO_DESCRIPTOR else FolderRefused(f"{folder}: {MOVED}")
         try:
             _check_locked(Path(folder), fd)
         finally:

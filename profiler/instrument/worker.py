@@ -51,9 +51,11 @@ from pathlib import Path
 from typing import TypeVar
 
 from fusedce_profiler.instrument.lifetime import MARK_VARIABLE, kill_marked, started
-from fusedce_profiler.instrument.template import forked_worker
+from fusedce_profiler.instrument.scrub import current_folder
+from fusedce_profiler.instrument.template import START_FOLDER, forked_worker
 from fusedce_profiler.instrument.memory_guard import TreeMeter, default_max_rss_bytes  # noqa: F401 - part of this API
 from fusedce_profiler.instrument.text import one_line
+from fusedce_profiler.instrument.worker_errors import REFUSALS, JobFailed, WorkerDied, WorkerNotStarted  # noqa: F401
 from fusedce_profiler.instrument.worker_log import describe_exit, disk_full, log_incomplete, log_tail
 
 T = TypeVar("T")
@@ -74,60 +76,12 @@ _MAX_REPLY_BYTES = 256 << 20  # a reply is a few MiB at most (a parity curve's l
 _START_TIMEOUT_S = 300.0  # how long a child may take to start (import the standard library and this module)
 
 
-class WorkerDied(RuntimeError):
-    """The child exited, was killed or timed out before it answered (``reason`` says which).
-
-    ``summary`` is one line: the reason, the child's last words (the last line of its log,
-    e.g. the exception that killed it) and where its log is; ``tail`` the log's last lines.
-    ``at_start``: it died before it was ready for a job; ``over_memory``: it was killed for
-    growing past the memory limit of its job.
-    """
-
-    def __init__(self, reason: str, log_path: Path, tail: str, timed_out: bool = False,
-                 at_start: bool = False, over_memory: bool = False) -> None:
-        self.reason, self.log_path, self.tail, self.timed_out = reason, log_path, tail, timed_out
-        self.at_start, self.over_memory = at_start, over_memory
-        self.summary = self.summary_in()
-        super().__init__(self.summary + (f"\n{tail}" if tail else ""))
-
-    def summary_in(self, folder: Path | None = None) -> str:
-        """:attr:`summary`, naming the log relative to ``folder`` (a run folder); the log's last line
-        as the cause, unless the worker was stopped for its time or memory limit."""
-        last = self.tail.strip().splitlines()[-1].strip() if self.tail.strip() else ""
-        quiet = self.timed_out or self.over_memory
-        cause = f" ({last})" if last and not quiet else ""
-        return f"{self.reason}{cause}; log {_log_in(self.log_path, folder)}"
-
-
-def _log_in(log_path: Path, folder: Path | None) -> str | Path:
-    """A worker's log as a message names it: relative to ``folder`` (a run folder), or as it is."""
-    return os.path.relpath(log_path, folder) if folder is not None else log_path
-
-
 def _parsed(line: bytes) -> object:
     """A reply line's JSON (``None`` for a line that is not JSON)."""
     try:
         return json.loads(line)
     except (ValueError, RecursionError):
         return None
-
-
-class JobFailed(RuntimeError):
-    """A job raised in the child (jobs normally turn failures into results themselves);
-    the message's first line is the exception, then the child's traceback."""
-
-    def __init__(self, kind: str, error: str, log_path: Path) -> None:
-        self.kind, self.error, self.log_path = kind, error, log_path
-        super().__init__(f"{self.summary_in()}:\n{error}")
-
-    @property
-    def cause(self) -> str:
-        """The exception the job raised, in one line (the traceback's last)."""
-        return self.error.splitlines()[-1] if self.error else "?"
-
-    def summary_in(self, folder: Path | None = None) -> str:
-        """The message's first line, naming the log relative to ``folder`` (a run folder)."""
-        return f"job {self.kind} failed in the worker ({self.cause}); log {_log_in(self.log_path, folder)}"
 
 
 def _reply(answer: object, token: str) -> dict | None:
@@ -151,11 +105,6 @@ class Worker:
         unknown = [kind for kind in preload if kind not in JOBS]
         if unknown:
             raise ValueError(f"unknown job kind(s) to preload: {', '.join(unknown)}; known: {', '.join(JOBS)}")
-        # opened without following a link at logs/ or at the file: a log never leaves its folder
-        log = os.fdopen(open_inside(log_dir.parent, self.log_path,
-                                    os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOCTTY), "ab")
-        read_end, write_end = os.pipe()
-        life_read, self._life = os.pipe()  # the parent alone holds the write end (see the module docstring)
         child_env = dict(os.environ if env is None else env)
         child_env.setdefault("PYTHONUNBUFFERED", "1")
         self._mark = child_env[MARK_VARIABLE] = f"{os.getpid()}-{time.monotonic_ns()}"  # lifetime.kill_marked
@@ -163,18 +112,29 @@ class Worker:
         # run time): it gets the parent's sys.path ahead of its own.
         paths = [p for p in sys.path if p] + [p for p in child_env.get("PYTHONPATH", "").split(os.pathsep) if p]
         child_env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+        made: list[int] = []  # the descriptors made for the child: the parent keeps only its ends
         try:
-            self._process = forked_worker(child_env, log.fileno(), write_end, life_read, preload, warm_up)
+            # opened without following a link at logs/ or at the file: a log never leaves its folder
+            made.append(log := open_inside(log_dir.parent, self.log_path,
+                                           os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOCTTY))
+            made.extend(ends := os.pipe())
+            made.extend(life := os.pipe())  # the parent alone holds the write end (see the module docstring)
+            (read_end, write_end), (life_read, self._life) = ends, life
+            self._process = forked_worker(child_env, log, write_end, life_read, preload, warm_up)
             if self._process is None:
                 self._process = subprocess.Popen(
                     [sys.executable, "-m", "fusedce_profiler.instrument.worker_child", str(os.getpid()),
-                     str(write_end), str(life_read), ",".join(preload), ",".join(warm_up)],
+                     str(write_end), str(life_read), ",".join(preload), ",".join(warm_up), current_folder() or ""],
                     stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, pass_fds=(write_end, life_read),
-                    start_new_session=True, env=child_env)
-        finally:
-            os.close(write_end)
-            os.close(life_read)
-            log.close()
+                    start_new_session=True, env=child_env, cwd=START_FOLDER)
+        except OSError as exc:
+            for fd in made:
+                os.close(fd)
+            if exc.errno in REFUSALS or exc.errno == errno.E2BIG:  # no later worker could start either
+                raise WorkerNotStarted(exc, self.log_path, child_env) from None
+            raise
+        for fd in (log, write_end, life_read):
+            os.close(fd)
         self._since = started(self._process.pid)  # lifetime.kill_marked: none of its processes is older
         self._meter = TreeMeter(self._process.pid, self._mark)  # the memory guard's reading
         self._replies = os.fdopen(read_end, "rb")
