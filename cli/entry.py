@@ -80,11 +80,23 @@ def main() -> None:
         run_command_line()
     except MemoryError:  # a limit on the address space (ulimit -v): torch's import is the first to meet it
         _stopped("out of memory in the command itself (its address-space limit, `ulimit -v`, or the machine's)")
+    except SystemError as exc:  # the interpreter's own failure: an allocation a C extension did not check
+        _stopped(f"the Python interpreter failed in the command itself (SystemError: {exc}){_address_space_hint()}")
     except ImportError as exc:  # an installation that cannot load (a library's shared object not mapped)
         lines = [line for line in str(exc).splitlines() if line.strip()]
         _stopped(f"could not import {exc.name or 'a library'}: {lines[-1] if lines else type(exc).__name__}")
     finally:
         command_starting()
+
+
+def _address_space_hint() -> str:
+    """``"; …"`` naming this process's address-space limit when one is set (it makes allocations
+    fail, and an extension that does not check one fails this way); ``""`` when none is."""
+    import resource
+
+    soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+    return "" if soft == resource.RLIM_INFINITY else \
+        f"; its address-space limit (`ulimit -v`) is {soft >> 20} MiB: raise it"
 
 
 def _stopped(why: str) -> None:

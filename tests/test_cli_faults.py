@@ -636,6 +636,8 @@ def test_an_address_space_too_small_for_torch_is_never_a_traceback(tmp_path, lim
 @pytest.mark.parametrize("raised,line", [
     (MemoryError(), "error: out of memory in the command itself (its address-space limit, `ulimit -v`, or the "
                     "machine's)"),
+    (SystemError("error return without exception set"),  # an unchecked allocation in an extension's import
+     "error: the Python interpreter failed in the command itself (SystemError: error return without exception set)"),
     (ImportError("numpy failed\n\nOriginal error was: libx.so: failed to map segment from shared object",
                  name="numpy"),
      "error: could not import numpy: Original error was: libx.so: failed to map segment from shared object"),

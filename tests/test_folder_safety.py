@@ -597,11 +597,11 @@ def test_a_newline_in_the_folder_name_never_splits_the_error_line(tmp_path):
 def test_a_run_folder_file_that_cannot_be_written_is_named_never_taken_for_the_terminal(tmp_path):
     """A full disk under the run folder of ``model``, ``parity`` or ``doctor``: their OS error reached the
     entry point, which took it for the terminal ("the output could not be written", exit 1, no file named)."""
-    code = ("import fusedce_cli.app as cli\n"
+    code = ("import fusedce_cli.app as cli, fusedce_cli.ending as ending\n"
             "def full():\n"
             "    raise OSError(28, 'No space left on device', 'run/environment.json')\n"
             "cli.app = full\n"
-            "cli.main()\n")
+            "ending.main()\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path,
                           env=cli_env())
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
