@@ -6,7 +6,7 @@
 # tests compiled, and the logits detector's.
 # SHORT=1 (about three minutes of device time): only "fast", "fast" recomputing, torch.compile and Liger,
 # and only the kept logits' tests and the memory model's.
-# SUITE=1: the whole GPU suite (benchmarks/device/gpu_suite.sh, ≤ SUITE_S=400 s) in place of (b).
+# FRONTIER_ONLY=1: (a) alone. SUITE=1: the whole GPU suite (benchmarks/device/gpu_suite.sh, ≤ SUITE_S=400 s) in place of (b).
 #   on the device:  bash benchmarks/device/kept_logits.sh        (carry .whl for liger)
 # $OUT: frontier-bf16/ (frontier.jsonl, .json, .md, environment.json), frontier-bf16.log, gpu-tests.xml.
 set -u
@@ -23,6 +23,7 @@ fi
 timeout "${LIMITS[0]}" python3 benchmarks/frontier.py --out "$OUT/frontier-bf16" --mode bf16 --repeats 5 \
   --budget-s $((LIMITS[0] - 10)) --cases Llama-3-8B "Mistral-NeMo, bias" --impls "${IMPLS[@]}" 2>&1 \
   | tee "$OUT/frontier-bf16.log" | grep -E '^(==|   )'
+[ "${FRONTIER_ONLY:-0}" = "1" ] && exit 0
 if [ "${SUITE:-0}" = "1" ]; then
   timeout "${SUITE_S:-400}" bash benchmarks/device/gpu_suite.sh | tail -12
   exit "${PIPESTATUS[0]}"
