@@ -15,6 +15,19 @@ import sys
 _MPLCONFIGDIR_GIVEN = os.environ.get("MPLCONFIGDIR")
 """The user's matplotlib folder, read before matplotlib is imported (it sets the variable to a folder of its own)."""
 
+def _ticks_since_boot() -> int | None:
+    """Now, in the clock ticks of ``/proc/PID/stat``'s start times (None where there is no ``/proc``)."""
+    try:
+        with open("/proc/uptime") as uptime:
+            return int(float(uptime.read().split()[0]) * os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+_ENTERED = _ticks_since_boot()
+"""When the command line began (this module is imported first): a child started before it is the
+caller's, one a shell started before ``exec``-ing the command (``monitor & exec fusedce-profile …``)."""
+
 #: What an output that cannot take the command line's printing fails with: full, a closed pipe, gone, would block.
 _OUTPUT_LOST = (errno.ENOSPC, errno.EPIPE, errno.EIO, errno.EAGAIN, errno.EBADF)
 
@@ -166,16 +179,18 @@ def _stop_signals_ignored() -> None:
 
 
 def _end_helpers() -> None:
-    """Kill this process's children that are not worker templates, with their groups where they lead
-    one. Once the command has ended its workers are closed and it runs nothing else, so such a child
-    is a job's helper made the command's own (``clone`` with ``CLONE_PARENT`` from a fresh worker):
-    outside every worker's tree, it would outlive the run. A template ends by itself, with its workers."""
+    """Kill this process's children started since the command line began that are not worker
+    templates, with their groups where they lead one. Once the command has ended its workers are
+    closed and it runs nothing else, so such a child is a job's helper made the command's own
+    (``clone`` with ``CLONE_PARENT`` from a fresh worker): outside every worker's tree, it would
+    outlive the run. A template ends by itself, with its workers; an older child is the caller's."""
     import signal
 
-    from fusedce_profiler.instrument.lifetime import children_of, is_template, signal_quietly
+    from fusedce_profiler.instrument.lifetime import children_of, is_template, signal_quietly, started
 
     for pid in children_of(os.getpid()):
-        if is_template(pid):
+        born = started(pid)
+        if _ENTERED is None or born is None or born <= _ENTERED or is_template(pid):
             continue
         try:
             leads = os.getpgid(pid) == pid

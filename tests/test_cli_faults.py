@@ -383,6 +383,26 @@ def test_a_helper_made_the_templates_child_ends_with_a_run_that_ends_normally(fx
             os.kill(int(pid), signal.SIGKILL)
 
 
+def test_a_process_the_caller_started_before_exec_outlives_the_command(tmp_path):
+    """``monitor & exec fusedce-profile …``: the monitor is the command's child from its first
+    instruction, and older than it; the command's end kills only the helpers its jobs made."""
+    import subprocess
+
+    from processes import _alive
+
+    monitor = tmp_path / "monitor.pid"
+    script = f"sleep 300 >/dev/null 2>&1 & echo $! > {monitor}; exec {sys.executable} -m fusedce_cli presets"
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=120, env=cli_env())
+    pid = monitor.read_text().strip()
+    try:
+        assert done.returncode == 0, done.stderr
+        time.sleep(0.5)
+        assert _alive(pid)
+    finally:
+        if _alive(pid):
+            os.kill(int(pid), signal.SIGKILL)
+
+
 @pytest.mark.parametrize("backend", ["daemon", "hang", "exit"])
 def test_a_daemon_a_backend_starts_outside_its_group_ends_with_the_run(fx, tmp_path, monkeypatch, backend):
     """A back-end that leaves the worker's process group (fork, setsid, fork) is adopted by the

@@ -78,9 +78,8 @@ def test_the_worker_starts_without_a_warning_in_its_log(tmp_path):
 
 @pytest.mark.faults
 def test_a_finished_workers_log_names_no_path_or_host_of_the_machine(tmp_path, monkeypatch):
-    """What the child printed (a traceback names the Python installation, the home folder, the
-    command's current folder, the run folder) is kept, with those paths and the host name as
-    placeholders. (The worker starts in the root folder and moves to the command's after its imports.)"""
+    """What the child printed (a traceback names the Python installation, the home and current
+    folders, the run folder) is kept, with those paths and the host name as placeholders."""
     import socket
     import sys
 
@@ -89,7 +88,7 @@ def test_a_finished_workers_log_names_no_path_or_host_of_the_machine(tmp_path, m
         import os, socket, sys
         if "fusedce_profiler.instrument.worker_child" in sys.orig_argv:
             print("python", sys.prefix + "/lib/x.py", "home", os.path.expanduser("~") + "/.cache",
-                  "cwd", {os.getcwd()!r} + "/train.py", "run", {str(run)!r} + "/snapshots", "host",
+                  "cwd", os.getcwd() + "/train.py", "run", {str(run)!r} + "/snapshots", "host",
                   socket.gethostname(), file=sys.stderr, flush=True)
     '''))
     monkeypatch.setenv("PYTHONPATH", f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")

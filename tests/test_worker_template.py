@@ -226,11 +226,12 @@ def test_an_environment_too_large_for_one_message_starts_the_worker_fresh_and_no
 
 
 @pytest.mark.parametrize("forked", [True, False])
-def test_a_worker_runs_in_the_commands_folder_and_starts_in_one_that_cannot_be_removed(tmp_path, monkeypatch, forked):
-    """A worker, forked or fresh, imports what a cell needs in the root folder, then moves to the
-    command's current folder, where the jobs' code runs. The command's folder removed while a
-    worker imports torch (a build folder cleaned beside the run) killed it at start-up: MKL's loader
-    ("Cannot load libtorch_cpu.so") and torch's compiler (``os.getcwd``) read the current folder."""
+def test_a_worker_serves_though_the_current_folder_is_removed_as_it_starts(tmp_path, monkeypatch, forked):
+    """A worker, forked or fresh, runs in the command's current folder (its back-ends' relative paths,
+    torch's debug folder). That folder removed while a worker imports torch (a build folder cleaned beside
+    the run) killed it at start-up — MKL's loader ("Cannot load libtorch_cpu.so") and torch's compiler
+    (``os.getcwd``) read the current folder then: it is started once more, in the root folder, as every
+    worker started after the removal is."""
     monkeypatch.setenv(template.SWITCH, "1" if forked else "0")
     here = tmp_path / "here"
     here.mkdir()
@@ -238,22 +239,20 @@ def test_a_worker_runs_in_the_commands_folder_and_starts_in_one_that_cannot_be_r
     with Worker(tmp_path / "logs", preload=("cell",)) as worker:
         worker.wait_ready()
         assert os.readlink(f"/proc/{worker.pid}/cwd") == str(here)
-    started = []
     real_start = Worker.__init__
 
-    def removed_as_it_starts(self, *args, **kwargs):  # the folder gone while the worker imports torch
+    def removed_as_it_starts(self, *args, **kwargs):
         real_start(self, *args, **kwargs)
-        started.append(os.readlink(f"/proc/{self.pid}/cwd"))
         if here.exists():
             here.rmdir()
 
     monkeypatch.setattr(Worker, "__init__", removed_as_it_starts)
     for _ in range(2):  # the second started after the removal
         with Worker(tmp_path / "logs", preload=("cell",)) as worker:
-            worker.wait_ready()
-            assert os.readlink(f"/proc/{worker.pid}/cwd") == os.sep
             assert worker.call("environment")["torch"]
-    assert started == [os.sep, os.sep]
+            folder = os.readlink(f"/proc/{worker.pid}/cwd")
+    assert folder == os.sep
+    assert json.loads(template._fork_request(["3", "4", "", ""], dict(os.environ)))["cwd"] == os.sep
 
 
 def test_a_start_up_hook_of_the_python_installation_does_not_start_workers_fresh(tmp_path, monkeypatch):

@@ -26,7 +26,7 @@ The placeholders are bracketed with ``‹ ›`` (U+2039, U+203A), which neither 
 reads as markup: a page is scrubbed after it is rendered, so ``<…>`` would become a tag there.
 Longer paths are replaced first, so a run folder inside the home folder becomes
 ``‹run folder›``, not ``~/…``. Public API: :func:`machine_names`, :func:`scrub_text`,
-:func:`scrub_value`, :func:`scrub_file`, :func:`current_folder`, :func:`take_command_folder`.
+:func:`scrub_value`, :func:`scrub_file`, :func:`current_folder`.
 """
 from __future__ import annotations
 
@@ -53,16 +53,6 @@ def current_folder() -> str | None:
 _FOLDER_AT_START = current_folder()
 """The current folder when this module was imported (the command's start)."""
 
-_COMMAND_FOLDER: str | None = None
-"""In a worker: the command's current folder (:func:`take_command_folder`), its ``‹cwd›`` wherever the
-worker and its reaper run (they start in the root folder)."""
-
-
-def take_command_folder(folder: str) -> None:
-    """Name ``folder`` (``""``: none) as the command's current folder in this worker process."""
-    global _COMMAND_FOLDER
-    _COMMAND_FOLDER = folder or None
-
 
 def machine_names(run_folder: str | Path | None = None) -> Names:
     """``(text, placeholder)`` pairs to replace, longest text first. Paths shorter than five
@@ -80,7 +70,7 @@ def machine_names(run_folder: str | Path | None = None) -> Names:
     home = os.path.expanduser("~")
     pairs[home] = "~"
     pairs[os.path.realpath(home)] = "~"
-    cwd = _COMMAND_FOLDER or current_folder() or _FOLDER_AT_START  # a folder removed since keeps its name
+    cwd = current_folder() or _FOLDER_AT_START  # a folder removed since the start keeps its name
     if cwd is not None:
         pairs[cwd], pairs[os.path.realpath(cwd)] = "‹cwd›", "‹cwd›"
     if run_folder is not None:

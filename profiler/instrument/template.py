@@ -123,9 +123,9 @@ class _Template:
         try:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "fusedce_profiler.instrument.worker_child", "template",
-                 str(os.getpid()), str(theirs.fileno()), current_folder() or ""],
+                 str(os.getpid()), str(theirs.fileno())],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                pass_fds=(theirs.fileno(),), start_new_session=True, env=env, cwd=START_FOLDER)
+                pass_fds=(theirs.fileno(),), start_new_session=True, env=env, cwd=start_folder())
         finally:
             theirs.close()
         self.socket = ours
@@ -294,7 +294,7 @@ def forked_worker(env: dict, log_fd: int, reply_end: int, life_end: int, preload
     """A worker (:class:`~fusedce_profiler.instrument.worker.Worker`'s child) forked from this
     process's template, writing to ``log_fd``, replying on ``reply_end``, its life pipe
     ``life_end``; ``None``: start it fresh (see the module docstring)."""
-    request = _fork_request(["3", "4", ",".join(preload), ",".join(warm_up), current_folder() or ""], env)
+    request = _fork_request(["3", "4", ",".join(preload), ",".join(warm_up)], env)
     template = template_for(env) if len(request) <= MESSAGE_BYTES else None
     if template is None:
         return None
@@ -312,16 +312,16 @@ def forked_worker(env: dict, log_fd: int, reply_end: int, life_end: int, preload
 
 def _fork_request(arguments: list[str], env: dict) -> bytes:
     """A template's request for one worker: ``arguments``, the worker's command line after its parent
-    (the template), with its reply and life pipes at fds 3 and 4; its environment ``env``; and
-    ``sys.path`` with ``env``'s ``PYTHONPATH``. (Its folder is one of ``arguments``: a worker moves
-    there once started, :data:`START_FOLDER`.)"""
+    (the template), with its reply and life pipes at fds 3 and 4; its environment ``env``; this
+    process's current folder (the root where it was removed, :func:`start_folder`) and ``sys.path``
+    with ``env``'s ``PYTHONPATH``."""
     path = [p for p in sys.path if p] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    return json.dumps({"arguments": arguments, "env": env, "path": list(dict.fromkeys(path))}).encode()
+    return json.dumps({"arguments": arguments, "env": env, "cwd": current_folder() or os.sep,
+                       "path": list(dict.fromkeys(path))}).encode()
 
 
-START_FOLDER = os.sep
-"""The folder a worker (and a template) starts in, before it moves to the command's current folder
-(:func:`fusedce_profiler.instrument.worker_child.serve`): the root always exists, where the command's
-folder may be removed while a worker imports torch (MKL's loader and torch's compiler read the current
-folder then: the worker died at start-up), and nobody but root writes there (``python -m`` puts it first
-on a fresh worker's ``sys.path``)."""
+def start_folder() -> str | None:
+    """The folder a new worker or template starts in: this process's (None: inherited), or the root
+    once that was removed during the run — torch's import in a removed folder kills the interpreter
+    (MKL's loader: "Cannot load libtorch_cpu.so"; torch's compiler calls ``os.getcwd``)."""
+    return None if current_folder() is not None else os.sep

@@ -107,9 +107,8 @@ def _serve_requests(sock: socket.socket, parent: int, workers: dict[int, tuple[s
 
 
 def _become_worker(request: dict, fds: list[int]) -> int | list[str]:
-    """In the forked child: take the worker's session, streams, environment and ``sys.path`` (what a
-    fresh start is given; it moves to its folder once started, as a fresh one does); its arguments for
-    serving jobs, or 1."""
+    """In the forked child: take the worker's session, streams, environment, folder and
+    ``sys.path`` (what a fresh start is given); its arguments for serving jobs, or 1."""
     import importlib
 
     try:
@@ -130,6 +129,8 @@ def _become_worker(request: dict, fds: list[int]) -> int | list[str]:
         signal.signal(signal.SIGINT, signal.default_int_handler)
         os.environ.clear()
         os.environ.update(request["env"])
+        if request["cwd"] is not None:
+            os.chdir(request["cwd"])
         sys.path[:] = list(dict.fromkeys(request["path"] + sys.path))
         importlib.invalidate_caches()  # a module written since the template listed its folder is found
         from fusedce_profiler.instrument import lifetime

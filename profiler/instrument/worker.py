@@ -52,7 +52,7 @@ from typing import TypeVar
 
 from fusedce_profiler.instrument.lifetime import MARK_VARIABLE, kill_marked, started
 from fusedce_profiler.instrument.scrub import current_folder
-from fusedce_profiler.instrument.template import START_FOLDER, forked_worker
+from fusedce_profiler.instrument.template import forked_worker, start_folder
 from fusedce_profiler.instrument.memory_guard import TreeMeter, default_max_rss_bytes  # noqa: F401 - part of this API
 from fusedce_profiler.instrument.text import one_line
 from fusedce_profiler.instrument.worker_errors import REFUSALS, JobFailed, WorkerDied, WorkerNotStarted  # noqa: F401
@@ -99,6 +99,7 @@ class Worker:
                  warm_up: tuple[str, ...] = ()) -> None:
         from fusedce_profiler.instrument.confined import open_inside
 
+        self._start = (log_dir, env, preload, warm_up, current_folder() is not None)  # wait_ready may start it again
         log_dir = Path(log_dir)
         log_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = log_dir / f"worker-{os.getpid()}-{time.monotonic_ns()}.log"
@@ -124,9 +125,9 @@ class Worker:
             if self._process is None:
                 self._process = subprocess.Popen(
                     [sys.executable, "-m", "fusedce_profiler.instrument.worker_child", str(os.getpid()),
-                     str(write_end), str(life_read), ",".join(preload), ",".join(warm_up), current_folder() or ""],
+                     str(write_end), str(life_read), ",".join(preload), ",".join(warm_up)],
                     stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, pass_fds=(write_end, life_read),
-                    start_new_session=True, env=child_env, cwd=START_FOLDER)
+                    start_new_session=True, env=child_env, cwd=start_folder())
         except OSError as exc:
             for fd in made:
                 os.close(fd)
@@ -244,11 +245,18 @@ class Worker:
 
     def wait_ready(self) -> None:
         """Wait until the child has started (its ``preload`` imported): :class:`WorkerDied` with
-        ``at_start`` if it dies or takes longer than its own start-up bound first."""
+        ``at_start`` if it dies or takes longer than its own start-up bound first. A child that died
+        as the command's current folder was removed (torch's import in a removed folder kills it,
+        :func:`~fusedce_profiler.instrument.template.start_folder`) is started once more, in the root."""
         if not self._ready:
             line, timed_out = self._read_line(_START_TIMEOUT_S)
             if line is None:
-                raise self._died(timed_out=timed_out, at_start=True)
+                died = self._died(timed_out=timed_out, at_start=True)
+                *arguments, folder_then = self._start
+                if timed_out or not folder_then or current_folder() is not None:
+                    raise died
+                self.__init__(*arguments)  # the folder is gone now: this start is in the root
+                return self.wait_ready()
             self._ready = True
 
     def _read_line(self, timeout_s: float | None) -> tuple[bytes | None, bool]:

@@ -1,9 +1,9 @@
 """The worker's child side: ``python -m fusedce_profiler.instrument.worker_child PARENT REPLY_FD LIFE_FD
-PRELOAD WARM_UP FOLDER`` — serve the jobs of :data:`~fusedce_profiler.instrument.worker.JOBS` read from stdin,
+PRELOAD WARM_UP`` — serve the jobs of :data:`~fusedce_profiler.instrument.worker.JOBS` read from stdin,
 one JSON reply line each on the private pipe ``REPLY_FD`` (the protocol, the lifetime and the start-up
 are described in :mod:`fusedce_profiler.instrument.worker`).
 
-``python -m fusedce_profiler.instrument.worker_child template PARENT SOCKET_FD FOLDER`` is the worker template
+``python -m fusedce_profiler.instrument.worker_child template PARENT SOCKET_FD`` is the worker template
 instead (:mod:`fusedce_profiler.instrument.template`): it imports :data:`TEMPLATE_IMPORTS` and
 forks a worker for each request; the worker runs :func:`serve` as a fresh one does."""
 from __future__ import annotations
@@ -18,7 +18,6 @@ import traceback
 from fusedce_profiler.instrument.lifetime import (adopt_orphans, die_with_parent, end_children, end_stranded_template,
                                                   end_worker)
 from fusedce_profiler.instrument.reaper import start_reaper
-from fusedce_profiler.instrument.scrub import take_command_folder
 from fusedce_profiler.instrument.strays import watch_strays
 from fusedce_profiler.instrument.worker import JOBS
 from fusedce_profiler.instrument.worker_log import JOB_HEADER
@@ -31,8 +30,7 @@ def _load(target: str):
     return getattr(importlib.import_module(module), name)
 
 
-def _serve(parent_pid: int, reply_fd: int, life_fd: int, preload: list[str], warm_up: list[str], folder: str) -> int:
-    take_command_folder(folder)  # the logs' scrub names it, in this process and in the reaper
+def _serve(parent_pid: int, reply_fd: int, life_fd: int, preload: list[str], warm_up: list[str]) -> int:
     reaper = start_reaper(life_fd)
     adopt_orphans()
     watch_strays()  # what it adopts and nobody waits for holds no pid for long
@@ -43,7 +41,6 @@ def _serve(parent_pid: int, reply_fd: int, life_fd: int, preload: list[str], war
         _load(JOBS[kind])
     for target in warm_up:
         _load(target)()
-    _move_to(folder)
     # What the imports made lives as long as the process: out of the cyclic collector's reach,
     # the collection each measurement settles with (a few hundred thousand objects once torch,
     # Triton and a back-end are loaded: 0.1-0.3 s each time) walks only what jobs make.
@@ -71,21 +68,10 @@ def _serve(parent_pid: int, reply_fd: int, life_fd: int, preload: list[str], war
     return 0
 
 
-def _move_to(folder: str) -> None:
-    """Into the command's current folder (``""``: it had none), where the jobs' code expects to run, once
-    the start-up's imports are done in :data:`~fusedce_profiler.instrument.template.START_FOLDER`; a folder
-    removed since leaves the worker there."""
-    if folder:
-        try:
-            os.chdir(folder)
-        except OSError:
-            pass
-
-
 def serve(arguments: list[str]) -> int:
-    """Serve jobs as the command line ``PARENT REPLY_FD LIFE_FD PRELOAD WARM_UP FOLDER`` says."""
+    """Serve jobs as the command line ``PARENT REPLY_FD LIFE_FD PRELOAD WARM_UP`` says."""
     return _serve(int(arguments[0]), int(arguments[1]), int(arguments[2]), [k for k in arguments[3].split(",") if k],
-                  [t for t in arguments[4].split(",") if t], arguments[5])
+                  [t for t in arguments[4].split(",") if t])
 
 
 TEMPLATE_IMPORTS = ("torch", *dict.fromkeys(t.partition(":")[0] for t in JOBS.values()))
@@ -111,8 +97,6 @@ def _as_interpreter(arguments: list[str]) -> int:
 if __name__ == "__main__":
     if sys.argv[1] == "template":
         from fusedce_profiler.instrument.template_process import serve_template
-
-        take_command_folder(sys.argv[4])  # the scrub of a worker's log it had to kill names it
 
         # returns in the template's forks
         forked = serve_template(int(sys.argv[3]), list(TEMPLATE_IMPORTS), int(sys.argv[2]))
