@@ -141,7 +141,7 @@ def doctor(loss: str, *, preset: str | None = None, config: str | Path | None = 
 
     from fusedce_profiler.instrument import staging, store
     from fusedce_profiler.instrument.environment import collect_environment, save_environment
-    from fusedce_profiler.instrument.worker import Worker, WorkerDied, WorkerNotStarted
+    from fusedce_profiler.instrument.worker import Worker, WorkerDied, run_stopped_by
     from fusedce_profiler.judgements.doctor.records import DoctorRun
     from fusedce_reports.doctor_report import write_doctor_report
 
@@ -168,9 +168,9 @@ def doctor(loss: str, *, preset: str | None = None, config: str | Path | None = 
         worker = Worker(folder / store.LOGS_DIR, preload=("doctor",))  # its imports before the time limit starts
         reply = worker.call("doctor", payload, timeout_s=timeout_s, max_rss_bytes=int(memory_limit_gb * 2**30),
                             read=_doctor_reply)
-    except WorkerNotStarted:
-        raise  # the system's refusal, no fault of the loss: the command line's one line, exit 3
     except WorkerDied as exc:
+        if exc.at_start:  # before the loss or the factory ran: the command line's one line, exit 3
+            raise run_stopped_by(exc) from None
         culprit = f"--model {model}" if model else f"--loss {loss}"
         what = f"--loss {loss} (or {culprit})" if model else culprit
         if exc.timed_out:

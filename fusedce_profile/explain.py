@@ -154,7 +154,8 @@ class _Runner:
     def run(self, job, purpose: str):
         from fusedce_profiler.instrument.callables import user_backend
         from fusedce_profiler.instrument.step.jobs import ModelResult
-        from fusedce_profiler.instrument.worker import JobFailed, Worker, WorkerDied, default_max_rss_bytes
+        from fusedce_profiler.instrument.worker import (JobFailed, Worker, WorkerDied, default_max_rss_bytes,
+                                                        run_stopped_by)
 
         key = step_key(job) + ("" if purpose != "repeat" else "-repeat")
         done = self.steps.get(key)
@@ -174,6 +175,8 @@ class _Runner:
                                              max_rss_bytes=default_max_rss_bytes(),
                                              read=lambda raw: _one_result(job, raw), tenant=tenant)
         except WorkerDied as died:
+            if died.at_start:  # no later step could run either (the command line's one line, exit 3)
+                raise run_stopped_by(died) from None
             self.workers.pop(pool).close()
             result = ModelResult(job=job, status="error", message=died.summary_in(self.logs.parent))
         except JobFailed as failed:  # the job raised before it could make its failure a result

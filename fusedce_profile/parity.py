@@ -122,7 +122,7 @@ class _CurveTrainer:
     def __call__(self, name: str, perturbed: bool):
         from fusedce_profiler.instrument.callables import user_backend
         from fusedce_profiler.instrument.schema import build
-        from fusedce_profiler.instrument.worker import JobFailed, Worker, WorkerDied, WorkerNotStarted
+        from fusedce_profiler.instrument.worker import JobFailed, Worker, WorkerDied, run_stopped_by
         from fusedce_profiler.judgements.parity import CONTROL, ParityCurve
 
         label = CONTROL if perturbed else name
@@ -135,9 +135,9 @@ class _CurveTrainer:
                                      warm_up=("fusedce_profiler.judgements.parity_training:warm_up_training",))
             return self.worker.call("parity-curve", payload, timeout_s=CURVE_TIMEOUT_S, max_rss_bytes=self.max_rss_bytes,
                                     read=lambda raw: _curve_of(label, build(ParityCurve, raw)), tenant=tenant)
-        except WorkerNotStarted:
-            raise  # the system made no worker: no later curve could run (the command line's one line, exit 3)
         except WorkerDied as died:
+            if died.at_start:  # no later curve could run either (the command line's one line, exit 3)
+                raise run_stopped_by(died) from None
             self.close()
             # the worker's own account (an exit code, the memory limit it grew past); a hang's names its limit
             why = (f"did not finish within {CURVE_TIMEOUT_S:g} s (a hang?); the worker was stopped" if died.timed_out

@@ -719,16 +719,37 @@ def test_a_worker_the_open_files_limit_leaves_no_room_for_is_one_line_and_exit_3
                                     "`ulimit -n`, is 12: raise it); the run stopped in "), result.stderr
 
 
-def test_a_worker_that_dies_at_start_up_is_named_with_its_log_and_exit_3(tmp_path):
+def _workers_die_at_start(tmp_path: Path, last_words: str) -> Path:
+    """A folder whose ``sitecustomize`` ends every worker's interpreter at its start with ``last_words``."""
     broken = tmp_path / "broken"
     broken.mkdir()
-    (broken / "sitecustomize.py").write_text(textwrap.dedent('''
+    (broken / "sitecustomize.py").write_text(textwrap.dedent(f'''
         import os, sys
         if "fusedce_profiler.instrument.worker_child" in sys.orig_argv:  # the worker's interpreter only
-            sys.stderr.write("ModuleNotFoundError: No module named 'torch'\\n")
+            sys.stderr.write({last_words!r} + "\\n")
             sys.stderr.flush()
             os._exit(1)
     '''))
+    return broken
+
+
+@pytest.mark.parametrize("command", [
+    ["model", "--preset", "tiny", "--backend", "torch", "--batch", "2", "--seq", "16", "--device", "cpu", "--no-trace"],
+    ["doctor", "--preset", "tiny", "--loss", "examples.doctor_losses:fused_loss", "--device", "cpu"],
+])
+def test_a_worker_that_dies_at_start_up_stops_every_command_with_exit_3(tmp_path, command):
+    """Not only ``grid``: a worker that dies before any job ran (its interpreter's start-up) is no
+    failure of a back-end, a loss or a factory, and every later worker would die the same way."""
+    broken = _workers_die_at_start(tmp_path, "OSError: [Errno 11] Resource temporarily unavailable")
+    result = run_cli([*command, "--out", str(tmp_path / "run")], cli_env(broken), cwd=Path(__file__).parents[1])
+    assert result.returncode == 3, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert "died at start-up: exited with code 1 (OSError: [Errno 11] Resource temporarily unavailable)" in lines[0]
+
+
+def test_a_worker_that_dies_at_start_up_is_named_with_its_log_and_exit_3(tmp_path):
+    broken = _workers_die_at_start(tmp_path, "ModuleNotFoundError: No module named 'torch'")
     out = tmp_path / "run"
     result = run_cli([*TINY, "--tokens", "16", "--backend", "torch", "--out", str(out)], cli_env(broken))
     assert result.returncode == 3, result.stderr

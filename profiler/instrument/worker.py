@@ -55,7 +55,8 @@ from fusedce_profiler.instrument.scrub import current_folder
 from fusedce_profiler.instrument.template import forked_worker, start_folder
 from fusedce_profiler.instrument.memory_guard import TreeMeter, default_max_rss_bytes  # noqa: F401 - part of this API
 from fusedce_profiler.instrument.text import one_line
-from fusedce_profiler.instrument.worker_errors import REFUSALS, JobFailed, WorkerDied, WorkerNotStarted  # noqa: F401
+from fusedce_profiler.instrument.worker_errors import (REFUSALS, JobFailed, WorkerDied, WorkerNotStarted,  # noqa: F401
+                                                       run_stopped_by)
 from fusedce_profiler.instrument.worker_log import describe_exit, disk_full, log_incomplete, log_tail
 
 T = TypeVar("T")

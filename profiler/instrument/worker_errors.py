@@ -66,6 +66,12 @@ class WorkerNotStarted(WorkerDied, RunStopped):
         return self.reason
 
 
+def run_stopped_by(died: WorkerDied) -> RunStopped:
+    """A worker that died at start-up (or could not be started) as the run's stop: every later worker
+    would meet the same end, and no job's code had run in it."""
+    return died if isinstance(died, RunStopped) else RunStopped(died.summary)
+
+
 #: Bytes the Linux kernel takes in one string of a new process's arguments or environment (32 pages).
 MAX_ARG_STRLEN = 32 * 4096
 

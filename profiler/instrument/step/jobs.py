@@ -251,7 +251,7 @@ def run_job_in_worker(job: ModelJob, log_dir: Path, timeout_s: float | None = 90
     A worker that dies without answering (a CUDA error, a kill, a timeout) gives an ``error``
     (or ``timeout``) result naming the cause and its log.
     """
-    from fusedce_profiler.instrument.worker import JobFailed, Worker, WorkerDied, default_max_rss_bytes
+    from fusedce_profiler.instrument.worker import JobFailed, Worker, WorkerDied, default_max_rss_bytes, run_stopped_by
 
     start = time.perf_counter()
     worker = Worker(log_dir)
@@ -259,6 +259,8 @@ def run_job_in_worker(job: ModelJob, log_dir: Path, timeout_s: float | None = 90
         result = worker.call("training-step", dataclasses.asdict(job), timeout_s,
                              max_rss_bytes=default_max_rss_bytes(), read=lambda raw: ModelResult.answering(job, raw))
     except WorkerDied as died:
+        if died.at_start:  # no later job could run either (the command line's one line, exit 3)
+            raise run_stopped_by(died) from None
         status = "timeout" if died.timed_out else "error"
         what = f"timed out after {timeout_s:g} s" if died.timed_out else died.reason
         log = os.path.relpath(died.log_path, Path(log_dir).parent)  # the run folder's logs/: stored relative
