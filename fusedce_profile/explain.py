@@ -16,7 +16,8 @@ allocated peaks of the CPU steps, labelled as predictions, and never gives a "De
 the CPU has no allocator cache and no CUDA context, so nothing there is an ``nvidia-smi`` figure.
 
 Ctrl-C (``KeyboardInterrupt``) stops it: what finished is kept, ``explain.json`` and
-``summary.md`` are written marked *interrupted*, and the exception propagates.
+``summary.md`` are written marked *interrupted*, and the exception propagates (a worker dead at
+start-up: :class:`~fusedce_profile.errors.RunStopped`, the finished steps kept).
 """
 from __future__ import annotations
 
@@ -144,9 +145,8 @@ def _one_result(job, raw: object):
 
 
 class _Runner:
-    """Jobs run one at a time in a long-lived worker (a dead worker is replaced and its job is an
-    ``error`` result; a user back-end's steps run in a worker of their own); stored results are
-    reused instead of run."""
+    """Jobs run one at a time in a long-lived worker (a dead worker is replaced and its job is an ``error``
+    result; a user back-end's steps run in a worker of their own); stored results are reused instead of run."""
 
     def __init__(self, steps: StepStore, logs: Path) -> None:
         self.steps, self.logs, self.workers = steps, logs, {}
@@ -154,22 +154,19 @@ class _Runner:
     def run(self, job, purpose: str):
         from fusedce_profiler.instrument.callables import user_backend
         from fusedce_profiler.instrument.step.jobs import ModelResult
-        from fusedce_profiler.instrument.worker import (JobFailed, Worker, WorkerDied, default_max_rss_bytes,
-                                                        run_stopped_by)
+        from fusedce_profiler.instrument.worker import JobFailed, Worker, WorkerDied, default_max_rss_bytes
+        from fusedce_profiler.instrument.worker_errors import run_stopped_by
 
         key = step_key(job) + ("" if purpose != "repeat" else "-repeat")
-        done = self.steps.get(key)
-        if done is not None:
+        if (done := self.steps.get(key)) is not None:
             return done
-        # Calibration and confirmation in separate workers: the card's cap set for a confirmation
-        # stays with its process.
+        # Calibration and confirmation in separate workers: the card's cap set for a confirmation stays with
+        # its process; the calibration's context and cache would count as "another process" in capped steps.
         pool = "confirm" if purpose == "confirm" else "calibrate"
         if pool == "confirm" and "calibrate" in self.workers:
-            # its context and cache would count as "another process" in the capped steps
             self.workers.pop("calibrate").close()
-        tenant = user_backend(job.backend)
-        worker = Worker.kept_for(self.workers.pop(pool, None), tenant)  # a user back-end's worker is its own
-        self.workers[pool] = Worker(self.logs) if worker is None else worker
+        tenant = user_backend(job.backend)  # a user back-end's steps run in a worker of their own
+        self.workers[pool] = Worker.kept_for(self.workers.pop(pool, None), tenant) or Worker(self.logs)
         try:
             result = self.workers[pool].call("training-steps", {"jobs": [dataclasses.asdict(job)]}, 900,
                                              max_rss_bytes=default_max_rss_bytes(),
