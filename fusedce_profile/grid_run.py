@@ -247,6 +247,12 @@ def run_grids(grids: Sequence[GridSpec], out_dir: Path, console: Console, *, res
             cells = stored_cells(out_dir)
             return report_stopped(out_dir, late, cells, count(len(cells), "cell"),
                                   lambda line: console.print(line, markup=False))
+        except UsageError as unwritten:  # the report met what stopped the run (no descriptor left, say)
+            if start_failed is None:
+                raise
+            if not getattr(console, "quiet", False):
+                error(str(unwritten))
+            outcome = CommandOutcome([], exit_codes.RUN_FAILED, {"exit_code": exit_codes.RUN_FAILED})
         outcome.failure = start_failed
         return outcome
     finally:

@@ -358,3 +358,35 @@ def test_a_python_callers_run_that_cannot_start_a_worker_raises_run_stopped_and_
     assert "variable 'HUGE_SETTING' holds 200,014 bytes" in str(stopped.value)
     assert str(stopped.value).endswith("the run stopped after 0 of 1 new cell") and stopped.value.records == []
     assert capsys.readouterr() == ("", "")
+
+
+def test_a_run_stopped_by_a_worker_that_cannot_start_exits_3_though_its_report_cannot_be_written(tmp_path, monkeypatch):
+    """``grid --resume`` under ``ulimit -n 10``: the worker cannot be made, then the report meets the same
+    limit. Both lines are said; the exit code is the run's (3), not the report's (2)."""
+    import errno
+    from pathlib import Path as _Path
+
+    from typer.testing import CliRunner
+
+    from fusedce_cli.app import app
+    from fusedce_profiler.instrument.worker import WorkerNotStarted
+
+    grid = ["grid", "--device", "cpu", "--hidden", "8", "--vocab", "64", "--mode", "fp32", "--repeats", "1",
+            "--warmup", "0", "--tokens", "8,16", "--backend", "torch", "--out", str(tmp_path / "run")]
+    assert CliRunner().invoke(app, grid).exit_code == 0
+    results = tmp_path / "run" / "results.jsonl"
+    results.write_text(results.read_text().splitlines()[0] + "\n")  # one cell left to measure
+
+    def no_descriptor(*args, **kwargs):
+        raise WorkerNotStarted(OSError(errno.EMFILE, os.strerror(errno.EMFILE)), _Path("logs/w.log"), {})
+
+    def no_report(*args, **kwargs):
+        raise OSError(errno.EMFILE, os.strerror(errno.EMFILE), "/site-packages/pandas/io/formats/csvs.py")
+
+    monkeypatch.setattr("fusedce_profile.grid_run.run_grid", no_descriptor)
+    monkeypatch.setattr("fusedce_profile.grid_run.build_report", no_report)
+    result = CliRunner().invoke(app, [*grid, "--resume"])
+    assert result.exit_code == 3, result.output
+    said = " ".join(result.output.split())
+    assert "could not be started: too many open files" in said and "writes the report once that is mended" in said
+    assert "csvs.py" not in said
