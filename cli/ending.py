@@ -135,7 +135,7 @@ def _command_code() -> int:
             code = 0
         except FolderRefused as exc:
             code = fail(str(exc)).exit_code
-        except RunStopped as exc:  # the system made no worker (a run that grid stops itself)
+        except RunStopped as exc:  # a worker could not start or died at start-up (grid says so itself)
             from fusedce_profile.console import error
 
             error(f"{exc}; the run stopped {_what_was_kept()}")
