@@ -16,11 +16,13 @@ _MPLCONFIGDIR_GIVEN = os.environ.get("MPLCONFIGDIR")
 """The user's matplotlib folder, read before matplotlib is imported (it sets the variable to a folder of its own)."""
 
 def _ticks_since_boot() -> int | None:
-    """Now, in the clock ticks of ``/proc/PID/stat``'s start times (None where there is no ``/proc``)."""
+    """Now, in the clock ticks of ``/proc/PID/stat``'s start times: the kernel's boot-time clock
+    (``/proc/uptime`` may count from a container's start instead, LXCFS); None off Linux."""
+    import time
+
     try:
-        with open("/proc/uptime") as uptime:
-            return int(float(uptime.read().split()[0]) * os.sysconf("SC_CLK_TCK"))
-    except (OSError, ValueError, IndexError):
+        return int(time.clock_gettime(time.CLOCK_BOOTTIME) * os.sysconf("SC_CLK_TCK"))
+    except (AttributeError, OSError, ValueError):
         return None
 
 
@@ -186,11 +188,13 @@ def _end_helpers() -> None:
     outlive the run. A template ends by itself, with its workers; an older child is the caller's."""
     import signal
 
-    from fusedce_profiler.instrument.lifetime import children_of, is_template, signal_quietly, started
+    from fusedce_profiler.instrument.lifetime import children_of, signal_quietly, started
+    from fusedce_profiler.instrument.template import template_pids
 
+    templates = set(template_pids())  # by the pids it started: a helper can name itself a template
     for pid in children_of(os.getpid()):
         born = started(pid)
-        if _ENTERED is None or born is None or born <= _ENTERED or is_template(pid):
+        if _ENTERED is None or born is None or born <= _ENTERED or pid in templates:
             continue
         try:
             leads = os.getpgid(pid) == pid

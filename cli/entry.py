@@ -101,11 +101,16 @@ def _address_space_hint() -> str:
 
 def _stopped(why: str) -> None:
     """One line on stderr, exit 3: the command could not go on (what it finished is kept: every
-    command releases its folder on the way out)."""
+    command releases its folder on the way out). The process ends at once (:func:`_leave`)."""
     sys.stderr.write(f"error: {why}\n")
     sys.stderr.flush()
-    raise SystemExit(3)
+    _leave(3)
 
+
+def _leave(code: int) -> None:
+    """End the process without the interpreter's teardown: what ran out (memory under ``ulimit -v``)
+    fails its exit callbacks too, a traceback after the one line."""
+    os._exit(code)
 
 if __name__ == "__main__":
     main()

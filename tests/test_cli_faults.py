@@ -668,7 +668,11 @@ def test_the_commands_own_memory_or_import_failure_is_one_line_and_exit_3(monkey
     def fails():
         raise raised
 
+    def leave(code):  # what os._exit would end the process with
+        raise SystemExit(code)
+
     monkeypatch.setattr(ending, "main", fails)
+    monkeypatch.setattr(entry, "_leave", leave)
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
         with pytest.raises(SystemExit) as stopped:
@@ -736,6 +740,9 @@ def _workers_die_at_start(tmp_path: Path, last_words: str) -> Path:
 @pytest.mark.parametrize("command", [
     ["model", "--preset", "tiny", "--backend", "torch", "--batch", "2", "--seq", "16", "--device", "cpu", "--no-trace"],
     ["doctor", "--preset", "tiny", "--loss", "examples.doctor_losses:fused_loss", "--device", "cpu"],
+    ["doctor", "--model", "examples.doctor_losses:fixed_model", "--loss", "examples.doctor_losses:fused_loss",
+     "--device", "cpu"],  # the factory's worker
+    [*TINY, "--tokens", "16", "--backend", "examples.user_model:wrapper_that_materialises"],  # the check's worker
 ])
 def test_a_worker_that_dies_at_start_up_stops_every_command_with_exit_3(tmp_path, command):
     """Not only ``grid``: a worker that dies before any job ran (its interpreter's start-up) is no
@@ -746,6 +753,9 @@ def test_a_worker_that_dies_at_start_up_stops_every_command_with_exit_3(tmp_path
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
     assert "died at start-up: exited with code 1 (OSError: [Errno 11] Resource temporarily unavailable)" in lines[0]
+    if "; log " in lines[0]:  # a log it names is there to read (a check's scratch folder is gone: none named)
+        log = lines[0].split("; log ")[1].split(";")[0]
+        assert (Path(__file__).parents[1] / log).is_file(), lines[0]
 
 
 def test_a_worker_that_dies_at_start_up_is_named_with_its_log_and_exit_3(tmp_path):

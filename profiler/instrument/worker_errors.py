@@ -66,10 +66,13 @@ class WorkerNotStarted(WorkerDied, RunStopped):
         return self.reason
 
 
-def run_stopped_by(died: WorkerDied) -> RunStopped:
+def run_stopped_by(died: WorkerDied, log_kept: bool = True) -> RunStopped:
     """A worker that died at start-up (or could not be started) as the run's stop: every later worker
-    would meet the same end, and no job's code had run in it."""
-    return died if isinstance(died, RunStopped) else RunStopped(died.summary)
+    would meet the same end, and no job's code had run in it. ``log_kept=False``: its log was in a
+    scratch folder removed since (a check's, a factory's), so the line does not name it."""
+    if isinstance(died, RunStopped):
+        return died
+    return RunStopped(died.summary if log_kept else died.summary.rsplit("; log ", 1)[0])
 
 
 #: Bytes the Linux kernel takes in one string of a new process's arguments or environment (32 pages).

@@ -73,7 +73,7 @@ def user_backend_problems(names: list[str], option: str = "--backend", *, timeou
     after another, each in a worker of its own (its import may alter the process: the next
     back-end's check must not run there) within ``timeout_s`` (default :data:`CHECK_TIMEOUT_S`);
     :class:`CallableFailed` (one line naming it) for the first whose own code ends the check."""
-    from fusedce_profiler.instrument.worker import JobFailed, Worker, WorkerDied, default_max_rss_bytes
+    from fusedce_profiler.instrument.worker import JobFailed, Worker, WorkerDied, default_max_rss_bytes, run_stopped_by
 
     memory = default_max_rss_bytes() if memory_bytes is None else memory_bytes
     timeout_s = CHECK_TIMEOUT_S if timeout_s is None else timeout_s
@@ -89,6 +89,8 @@ def user_backend_problems(names: list[str], option: str = "--backend", *, timeou
                     reply = worker.call("check-backend", {"name": name, "option": option}, timeout_s,
                                         max_rss_bytes=memory, read=_checked, tenant=name)
                 except WorkerDied as died:
+                    if died.at_start:  # before the back-end was imported: no fault of it (exit 3)
+                        raise run_stopped_by(died, log_kept=False) from None
                     raise CallableFailed(_died_message(f"{option} {name}", died, timeout_s, memory)) from None
                 except JobFailed as failed:
                     raise CallableFailed(f"{option} {name}: the check failed in its worker: {failed.cause}") from None

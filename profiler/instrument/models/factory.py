@@ -141,7 +141,7 @@ def describe_factory(target: str, given: ModelConfig | None, head_path: str | No
     """(shapes, parameter count) of the model ``target`` builds, the factory called in a worker
     (see the module docstring); :class:`FactoryFailed` when it cannot give one. ``log_dir``: where
     the worker's log goes (default: a temporary folder, removed after)."""
-    from fusedce_profiler.instrument.worker import JobFailed, Worker, WorkerDied
+    from fusedce_profiler.instrument.worker import JobFailed, Worker, WorkerDied, run_stopped_by
 
     memory = default_memory_guard_bytes() if memory_bytes is None else memory_bytes
     payload = {"target": target, "given": given.to_dict() if given else None, "head": head_path,
@@ -152,6 +152,8 @@ def describe_factory(target: str, given: ModelConfig | None, head_path: str | No
         try:
             reply = worker.call("describe-model", payload, timeout_s, read=_described)
         except WorkerDied as died:
+            if died.at_start:  # before the factory was called: no fault of it (exit 3)
+                raise run_stopped_by(died, log_kept=log_dir is not None) from None
             if died.timed_out:
                 raise FactoryFailed(f"--model {target}: the factory did not return within {timeout_s:g} s") from None
             raise FactoryFailed(f"--model {target}: the worker building the model died ({died.reason})") from None
