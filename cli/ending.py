@@ -15,6 +15,7 @@ import sys
 _MPLCONFIGDIR_GIVEN = os.environ.get("MPLCONFIGDIR")
 """The user's matplotlib folder, read before matplotlib is imported (it sets the variable to a folder of its own)."""
 
+
 def _ticks_since_boot() -> int | None:
     """Now, in the clock ticks of ``/proc/PID/stat``'s start times: the kernel's boot-time clock
     (``/proc/uptime`` may count from a container's start instead, LXCFS); None off Linux."""
