@@ -187,18 +187,11 @@ def _end_helpers() -> None:
     closed and it runs nothing else, so such a child is a job's helper made the command's own
     (``clone`` with ``CLONE_PARENT`` from a fresh worker): outside every worker's tree, it would
     outlive the run. A template ends by itself, with its workers; an older child is the caller's."""
-    import signal
-
-    from fusedce_profiler.instrument.lifetime import children_of, signal_quietly, started
+    from fusedce_profiler.instrument.proctable import children_of, kill_with_group, started
     from fusedce_profiler.instrument.template import template_pids
 
     templates = set(template_pids())  # by the pids it started: a helper can name itself a template
     for pid in children_of(os.getpid()):
         born = started(pid)
-        if _ENTERED is None or born is None or born <= _ENTERED or pid in templates:
-            continue
-        try:
-            leads = os.getpgid(pid) == pid
-        except ProcessLookupError:
-            continue
-        signal_quietly(os.killpg if leads else os.kill, pid, signal.SIGKILL)
+        if _ENTERED is not None and born is not None and born > _ENTERED and pid not in templates:
+            kill_with_group(pid)

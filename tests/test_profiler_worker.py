@@ -146,7 +146,7 @@ def test_killing_a_workers_tree_kills_each_process_group_found_whole(tmp_path):
 
     probe = textwrap.dedent('''
         import os, time
-        from fusedce_profiler.instrument import lifetime
+        from fusedce_profiler.instrument import lifetime, proctable
         read, write = os.pipe()
         leader = os.fork()
         if leader == 0:
@@ -159,12 +159,11 @@ def test_killing_a_workers_tree_kills_each_process_group_found_whole(tmp_path):
             time.sleep(60)
             os._exit(0)
         member = int(os.read(read, 32))
-        lifetime._children_of = lambda pid: ([leader] if pid == os.getpid() and lifetime.process_state(leader) != "Z"
-                                             else [])
+        lifetime.descendants = lambda root, skip=(): [leader] if proctable.process_state(leader) != "Z" else []
         lifetime.kill_tree(os.getpid(), spare=-1)
         time.sleep(0.2)
-        print(lifetime.process_state(member) in ("", "Z"))
-        if lifetime.process_state(member) not in ("", "Z"):
+        print(proctable.process_state(member) in ("", "Z"))
+        if proctable.process_state(member) not in ("", "Z"):
             os.kill(member, 9)
     ''')
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
@@ -181,13 +180,13 @@ def test_a_group_seen_empty_is_never_signalled_again(tmp_path):
 
     probe = textwrap.dedent('''
         import os, signal, time
-        from fusedce_profiler.instrument import lifetime
+        from fusedce_profiler.instrument import lifetime, proctable
         leader = os.fork()
         if leader == 0:
             os.setsid()
             time.sleep(60)
             os._exit(0)
-        while lifetime._group(leader) != leader:
+        while proctable.group_of(leader) != leader:
             time.sleep(0.01)
         walks, sent, killpg = [], [], os.killpg
         def find():
@@ -220,7 +219,7 @@ def test_the_commands_search_of_the_marks_kills_at_once_and_never_stops(tmp_path
 
     probe = textwrap.dedent('''
         import os, signal, subprocess, sys, time
-        from fusedce_profiler.instrument import lifetime
+        from fusedce_profiler.instrument import lifetime, proctable
         env = {**os.environ, lifetime.MARK_VARIABLE: "probe-%d" % os.getpid()}
         daemon = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env,
                                   start_new_session=True)
@@ -247,7 +246,7 @@ def test_the_mark_search_spares_a_process_older_than_the_worker_or_of_another_us
 
     probe = textwrap.dedent('''
         import os, subprocess, sys, time
-        from fusedce_profiler.instrument import lifetime
+        from fusedce_profiler.instrument import lifetime, proctable
         env = {**os.environ, lifetime.MARK_VARIABLE: "probe-%d" % os.getpid()}
         def sleep(**kwargs):
             return subprocess.Popen(["sleep", "60"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kwargs)
@@ -258,7 +257,7 @@ def test_the_mark_search_spares_a_process_older_than_the_worker_or_of_another_us
         newer = sleep(env=env, start_new_session=True)
         stranger = sleep(env=env, start_new_session=True, user=65534) if os.getuid() == 0 else None
         time.sleep(0.3)
-        lifetime.kill_marked(env[lifetime.MARK_VARIABLE], since=lifetime.started(worker.pid))
+        lifetime.kill_marked(env[lifetime.MARK_VARIABLE], since=proctable.started(worker.pid))
         time.sleep(0.2)
         print(older.poll(), newer.wait(timeout=10), stranger.poll() if stranger else None)
         for process in (older, worker, stranger):

@@ -195,13 +195,38 @@ def test_a_template_or_worker_a_job_stopped_ends_when_its_parent_is_killed(tmp_p
     (it watched only the stopped template, and both lived on). A stopped worker whose reaper was
     killed acts on nothing: the template, ending, ends it (it lived on, stopped, under init)."""
     logs = f"Path({str(tmp_path)!r}) / 'logs'"
-    kill_reaper = "[os.kill(r, signal.SIGKILL) for r in lifetime.children_of(w.pid)]; time.sleep(0.2);"
+    kill_reaper = "[os.kill(r, signal.SIGKILL) for r in proctable.children_of(w.pid)]; time.sleep(0.2);"
     stop = "os.kill(w.pid, signal.SIGSTOP);" if stopped.startswith("worker") else "os.kill(t, signal.SIGSTOP);"
     code = ("import os, signal, time; from pathlib import Path; from fusedce_profiler.instrument.worker import Worker;"
-            f"w = Worker({logs}); w.wait_ready(); from fusedce_profiler.instrument import lifetime, template;"
+            f"w = Worker({logs}); w.wait_ready(); from fusedce_profiler.instrument import proctable, template;"
             + (kill_reaper if "reaper" in stopped else "") +
             f"t = template.template_pids()[0]; {stop} print(t, w.pid, flush=True); time.sleep(600)")
     assert _left_by_a_killed_parent(code, 2) == []
+
+
+def test_a_template_a_job_stopped_ends_with_a_command_killed_long_after_its_job_pipe_closed(tmp_path):
+    """The job pipe's end reaches the worker before the kernel hands a killed command's children on,
+    by as long as the command takes to die (seconds under load). With its reaper killed and its
+    template stopped, the worker is the only one left to end the template: one that gave up waiting
+    for the command's end and exited left the template stopped under init for good."""
+    logs = f"Path({str(tmp_path)!r}) / 'logs'"
+    code = ("import os, signal, time; from pathlib import Path; from fusedce_profiler.instrument.worker import Worker;"
+            f"w = Worker({logs}); w.wait_ready(); from fusedce_profiler.instrument import proctable, template;"
+            "[os.kill(r, signal.SIGKILL) for r in proctable.children_of(w.pid)]; time.sleep(0.2);"
+            "t = template.template_pids()[0]; os.kill(t, signal.SIGSTOP); w._process.stdin.close();"
+            "print(t, w.pid, flush=True); time.sleep(600)")
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        pids = [int(p) for p in parent.stdout.readline().split()]
+        time.sleep(4)  # the command alive, its job pipe closed, longer than any fixed wait of the worker
+        assert all(_live(p) for p in pids)  # a live command ends its workers and templates itself
+    finally:
+        parent.kill()
+        parent.wait()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and any(_live(p) for p in pids):
+        time.sleep(0.1)
+    assert [p for p in pids if _live(p)] == []
 
 
 def test_a_pythonpath_with_a_start_up_hook_starts_the_worker_fresh(tmp_path):

@@ -39,6 +39,8 @@ import time
 from collections.abc import Callable
 
 from fusedce_profiler.instrument.environ_block import holds_entry
+from fusedce_profiler.instrument.proctable import (descendants, group_lives, group_of, parent_of, process_state, signal_quietly,
+                                                   started, stat_fields, stopped)
 from fusedce_profiler.instrument.worker_log import log_of_stdout, release_log_locks, scrub_log
 
 _PR_SET_PDEATHSIG = 1
@@ -101,22 +103,6 @@ def end_stopped_template(pid: int) -> None:
         signal_quietly(os.kill, pid)
 
 
-def stat_fields(pid: int, open=open) -> list[bytes] | None:
-    """The fields of ``/proc/PID/stat`` after the command's name (the state first: field 3 of
-    ``proc(5)`` is index 0 here); ``None`` when ``pid`` is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            return fh.read().rsplit(b")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-
-
-def parent_of(pid: int, fields=stat_fields) -> int:
-    """``pid``'s parent's pid, from /proc (0 when ``pid`` is gone)."""
-    found = fields(pid)
-    return int(found[1]) if found and len(found) > 1 else 0
-
-
 _PARENT: tuple[int, str | None, int | None] | None = None
 """This worker's parent pid, its log's path and, when the parent is a worker template, the template's
 parent (the command), as :func:`die_with_parent` found them (before any job could change them)."""
@@ -151,17 +137,17 @@ def command_gone(parent=parent_of) -> bool:
     return _PARENT is not None and _PARENT[2] is not None and parent(_PARENT[0]) != _PARENT[2]
 
 
-def end_stranded_template(wait_s: float = 0.0) -> None:
+def end_stranded_template(wait: bool = False) -> None:
     """Kill this worker's template when a job stopped it and the command is gone (see
-    :func:`die_with_parent`), waiting up to ``wait_s`` for the command to be gone: a dying
-    command closes its end of the job pipe before the kernel hands its children on."""
-    if _PARENT is None or _PARENT[2] is None or not stopped(_PARENT[0]):
+    :func:`die_with_parent`). ``wait``: for the command to be gone while the template stays stopped,
+    however long: a killed command closes its end of the job pipe before the kernel hands its
+    children on, by as long as it takes to die, and a live one ends this worker itself (SIGTERM)."""
+    if _PARENT is None or _PARENT[2] is None:
         return
-    deadline = time.monotonic() + wait_s
-    while not command_gone():
-        if time.monotonic() >= deadline:
+    while stopped(_PARENT[0]) and not command_gone():
+        if not wait:
             return
-        time.sleep(0.02)
+        time.sleep(0.05)
     end_stopped_template(_PARENT[0])
 
 
@@ -196,44 +182,6 @@ def end_worker(spare: int) -> None:
         os._exit(1)  # not reached: the group's SIGKILL ended this process
 
 
-def children_of(pid: int) -> list[int]:
-    """``pid``'s children (every thread's), from /proc, zombies included."""
-    found = []
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return found
-    for task in tasks:
-        try:
-            with open(f"/proc/{pid}/task/{task}/children") as fh:
-                found.extend(int(p) for p in fh.read().split())
-        except (OSError, ValueError):
-            pass
-    return found
-
-
-def process_state(pid: int) -> str:
-    """The state letter of ``pid`` (``R``, ``S``, ``Z``…), ``""`` when it is gone."""
-    found = stat_fields(pid)
-    return found[0].decode() if found else ""
-
-
-def stopped(pid: int) -> bool:
-    """Whether ``pid`` is stopped (``SIGSTOP``, or stopped under a tracer): it acts on nothing."""
-    return process_state(pid) in ("T", "t")
-
-
-def descendants(root: int, skip: set[int] = frozenset()) -> list[int]:
-    """Every process under ``root`` (its children, theirs, ...), those in ``skip`` and their subtrees left out."""
-    tree, frontier, found = [], [root], set(skip) | {root}
-    while frontier:
-        children = [c for pid in frontier for c in children_of(pid) if c not in found]
-        found.update(children)
-        tree.extend(children)
-        frontier = children
-    return tree
-
-
 _QUIET_WALKS = 5
 """Walks in a row that must find no process not seen before the tree counts as held: /proc's lists
 of children, read while processes come and go, can miss one in a walk."""
@@ -259,10 +207,10 @@ def kill_tree(root: int, spare: int) -> None:
     look like an empty tree five walks in a row (3 runs in 21, measured). Called by ``root`` itself,
     its exited children are reaped after each walk (a worker busy in a job reaps none: a fork loop
     leaves it thousands of zombies)."""
-    own_group = _group(root)
+    own_group = group_of(root)
     _stop_then_kill(lambda: descendants(root, {spare}),
                     quiet_walks=_QUIET_WALKS, walks=1000, pause_s=0.0005,
-                    grouped=lambda pid: _group(pid) not in (own_group, 0),
+                    grouped=lambda pid: group_of(pid) not in (own_group, 0),
                     after_walk=_reap if root == os.getpid() else None)
 
 
@@ -289,7 +237,7 @@ def _stop_then_kill(find: Callable[[], list[int]], *, quiet_walks: int, walks: i
     groups: set[int] = set()
 
     def live_groups() -> set[int]:
-        groups.intersection_update([group for group in groups if _group_lives(group)])  # an emptied one, for good
+        groups.intersection_update([group for group in groups if group_lives(group)])  # an emptied one, for good
         return groups
 
     quiet = 0
@@ -300,7 +248,7 @@ def _stop_then_kill(find: Callable[[], list[int]], *, quiet_walks: int, walks: i
                 signal_quietly(os.kill, pid, signal.SIGSTOP if hold else signal.SIGKILL)
             held.update(new)
             if grouped is not None:
-                groups.update(_group(pid) for pid in new if grouped(pid))
+                groups.update(group_of(pid) for pid in new if grouped(pid))
             for group in live_groups():
                 signal_quietly(os.killpg, group, signal.SIGSTOP)
             if after_walk is not None:
@@ -317,12 +265,6 @@ def _stop_then_kill(find: Callable[[], list[int]], *, quiet_walks: int, walks: i
             signal_quietly(os.kill, pid)
         if after_walk is not None:
             after_walk()
-
-
-def started(pid: int) -> int | None:
-    """When ``pid`` started, in clock ticks since boot (``None`` when it is gone)."""
-    found = stat_fields(pid)
-    return int(found[19]) if found and len(found) > 19 else None
 
 
 def _marked(entry: bytes, since: int | None, known: dict) -> list[int]:
@@ -363,30 +305,6 @@ def kill_marked(mark: str, spare: set[int] = frozenset(), since: int | None = No
     entry, spare, known = f"{MARK_VARIABLE}={mark}".encode(), set(spare) | {os.getpid()}, {}
     _stop_then_kill(lambda: [pid for pid in _marked(entry, since, known) if pid not in spare], quiet_walks=2,
                     walks=100, hold=False)
-
-
-def _group(pid: int) -> int:
-    try:
-        return os.getpgid(pid)
-    except ProcessLookupError:
-        return 0
-
-
-def _group_lives(group: int) -> bool:
-    """Whether process group ``group`` has a member this user may signal."""
-    try:
-        os.killpg(group, 0)
-        return True
-    except (ProcessLookupError, PermissionError):
-        return False
-
-
-def signal_quietly(send, target: int, sig: int = signal.SIGKILL) -> None:
-    """``send(target, sig)`` (``os.kill`` or ``os.killpg``); a target gone, or not this user's, is no error."""
-    try:
-        send(target, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _reap() -> None:

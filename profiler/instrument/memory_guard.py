@@ -14,7 +14,8 @@ import os
 import time
 
 from fusedce_profiler.instrument.environ_block import holds_entry
-from fusedce_profiler.instrument.lifetime import MARK_VARIABLE, children_of, descendants, parent_of, started
+from fusedce_profiler.instrument.lifetime import MARK_VARIABLE
+from fusedce_profiler.instrument.proctable import children_of, descendants, parent_of, started
 
 SLOW_READING_S = 0.02
 """A process whose proportional share took longer than this to read is read by its resident memory

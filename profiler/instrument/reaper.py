@@ -10,8 +10,8 @@ import os
 import signal
 import time
 
-from fusedce_profiler.instrument.lifetime import (end_stopped_template, kill_marked, kill_tree, own_mark,
-                                                  process_state, signal_quietly, started)
+from fusedce_profiler.instrument.lifetime import end_stopped_template, kill_marked, kill_tree, own_mark
+from fusedce_profiler.instrument.proctable import process_state, signal_quietly, started
 from fusedce_profiler.instrument.worker_log import log_of_stdout, scrub_log
 
 

@@ -43,7 +43,7 @@ import sys
 import threading
 import time
 
-from fusedce_profiler.instrument.lifetime import stat_fields
+from fusedce_profiler.instrument.proctable import stat_fields
 
 MANY = 256
 """Exited strays a worker holds before it waits for them (at most this many zombies stay)."""

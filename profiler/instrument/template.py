@@ -53,7 +53,8 @@ import sys
 import threading
 import time
 
-from fusedce_profiler.instrument.lifetime import MARK_PLACEHOLDER, MARK_VARIABLE, stopped
+from fusedce_profiler.instrument.lifetime import MARK_PLACEHOLDER, MARK_VARIABLE
+from fusedce_profiler.instrument.proctable import stopped
 from fusedce_profiler.instrument.scrub import current_folder
 from fusedce_profiler.instrument.startup_hooks import startup_hooks
 

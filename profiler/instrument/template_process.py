@@ -32,7 +32,8 @@ import socket
 import sys
 import time
 
-from fusedce_profiler.instrument.lifetime import MARK_VARIABLE, children_of, kill_marked, signal_quietly, started
+from fusedce_profiler.instrument.lifetime import MARK_VARIABLE, kill_marked
+from fusedce_profiler.instrument.proctable import children_of, kill_with_group, signal_quietly, started
 from fusedce_profiler.instrument.template import REQUEST_BYTES
 from fusedce_profiler.instrument.worker_log import scrub_log
 
@@ -189,11 +190,7 @@ def end_workers(workers: dict[int, tuple[str, str | None]]) -> None:
         time.sleep(0.02)
     killed = list(workers)
     for pid in killed + helpers:  # not waited for: its /proc entry stays, and its pid and group are not reused
-        try:
-            leads = os.getpgid(pid) == pid
-        except ProcessLookupError:
-            leads = False
-        signal_quietly(os.killpg if leads else os.kill, pid)
+        kill_with_group(pid)
     for mark, since in marked:
         if mark:
             kill_marked(mark, since=since)

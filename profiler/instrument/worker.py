@@ -50,7 +50,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from fusedce_profiler.instrument.lifetime import MARK_VARIABLE, kill_marked, started
+from fusedce_profiler.instrument.lifetime import MARK_VARIABLE, kill_marked
+from fusedce_profiler.instrument.proctable import started
 from fusedce_profiler.instrument.scrub import current_folder
 from fusedce_profiler.instrument.template import forked_worker, start_folder
 from fusedce_profiler.instrument.memory_guard import TreeMeter, default_max_rss_bytes  # noqa: F401 - part of this API

@@ -63,7 +63,7 @@ def _serve(parent_pid: int, reply_fd: int, life_fd: int, preload: list[str], war
 
         replies.write((dumps(answer) + "\n").encode())
         replies.flush()
-    end_stranded_template(wait_s=2.0)  # the job pipe closed: the command may be gone, its template stopped by a job
+    end_stranded_template(wait=True)  # the job pipe closed: the command may be dying, its template stopped by a job
     end_children(spare=reaper)
     return 0
 
