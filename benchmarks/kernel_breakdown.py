@@ -1,7 +1,7 @@
 """Where fusedce's time goes: one forward+backward per (row, mode), timed with CUDA events
 and traced with ``torch.profiler``: GPU time per kind of kernel, and per matrix product.
 
-    python3 benchmarks/kernel_breakdown.py --out $OUT [--rows 8192x768x32777 ...]
+    python3 benchmarks/kernel_breakdown.py --out $OUT [--rows 8192x768x32777 ...] [--budgets default fast]
 
 Kinds: ``gemm`` (cuBLAS/CUTLASS matrix products), ``chunk_stats`` / ``logit_grad`` (fusedce's
 Triton kernels), ``convert`` (dtype copies: the fp32 weight to bf16 under autocast),
@@ -46,13 +46,16 @@ def kernel_kind(name: str) -> str:
     return "other"
 
 
-def run_case(spec: CellSpec, repeats: int) -> dict:
+def run_case(spec: CellSpec, repeats: int, budget: str = "default") -> dict:
+    """One (row, mode, budget): the median step time of ``repeats``, the peak beyond the inputs, and
+    one traced step's GPU time per kernel kind (:data:`KINDS`) and per matrix product."""
     inputs = make_inputs(spec)
+    options = {} if budget == "default" else {"memory_budget": budget}
 
     def step() -> None:
         inputs.clear_grads()
         with autocast(spec.mode, spec.device):
-            loss = fusedce.linear_cross_entropy(inputs.hidden, inputs.weight, inputs.target)
+            loss = fusedce.linear_cross_entropy(inputs.hidden, inputs.weight, inputs.target, **options)
         loss.backward()
 
     step()  # warm-up: Triton compilation, cuBLAS workspaces
@@ -92,7 +95,7 @@ def run_case(spec: CellSpec, repeats: int) -> dict:
         per_kind[kind] += device_us / 1000.0
         counts[kind] += event.count
     return {
-        "tokens": spec.tokens, "hidden": spec.hidden, "vocab": spec.vocab, "mode": spec.mode,
+        "tokens": spec.tokens, "hidden": spec.hidden, "vocab": spec.vocab, "mode": spec.mode, "budget": budget,
         "median_ms": statistics.median(times), "times_ms": times,
         "peak_extra_bytes": peak_extra, "kernel_ms": per_kind, "kernel_launches": counts,
         "matmuls": matmuls[:12],
@@ -108,6 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--rows", nargs="+", default=list(DEFAULT_ROWS))
     parser.add_argument("--modes", nargs="+", default=["amp-bf16", "bf16"], choices=["amp-bf16", "bf16"])
+    parser.add_argument("--budgets", nargs="+", default=["default"], choices=["default", "fast", "min"],
+                        help="fusedce's memory_budget: the default, or a named point")
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args(argv)
     try:
@@ -121,20 +126,20 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     results = []
     for text, row in zip(args.rows, rows):
-        for mode in args.modes:
+        for mode, budget in [(m, b) for m in args.modes for b in args.budgets]:
             spec = CellSpec("fusedce", row.tokens, row.vocab, row.hidden, mode=mode, device="cuda")
             try:
-                result = run_case(spec, args.repeats)
+                result = run_case(spec, args.repeats, budget)
             except torch.cuda.OutOfMemoryError as exc:
                 result = {"tokens": row.tokens, "hidden": row.hidden, "vocab": row.vocab, "mode": mode,
-                          "error": str(exc).splitlines()[0]}
+                          "budget": budget, "error": str(exc).splitlines()[0]}
             torch.cuda.empty_cache()
             results.append(result)
             if "error" in result:
-                print(f"{text} {mode}: {result['error']}", flush=True)
+                print(f"{text} {mode} {budget}: {result['error']}", flush=True)
                 continue
             kinds = " ".join(f"{k}={result['kernel_ms'][k]:.2f}" for k in KINDS)
-            print(f"{text} {mode:8s} {result['median_ms']:8.2f} ms {result['peak_extra_bytes'] / 2**20:8.1f} MiB"
+            print(f"{text} {mode:8s} {budget:7s} {result['median_ms']:8.2f} ms {result['peak_extra_bytes'] / 2**20:8.1f} MiB"
                   f" | {kinds}", flush=True)
             for item in result["matmuls"][:5]:
                 print(f"    {item['device_ms']:7.2f} ms  {item['calls']:4d}× {item['op']} {item['shapes']}", flush=True)
