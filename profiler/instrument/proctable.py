@@ -48,9 +48,30 @@ def process_state(pid: int) -> str:
     return found[0].decode() if found else ""
 
 
-def stopped(pid: int) -> bool:
-    """Whether ``pid`` is stopped (``SIGSTOP``, or stopped under a tracer): it acts on nothing."""
-    return process_state(pid) in ("T", "t")
+_STOP_SIGNALS = (signal.SIGSTOP, signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU)
+
+
+def stopped(pid: int, open=open) -> bool:
+    """Whether ``pid`` is stopped (``SIGSTOP``, or stopped under a tracer) or will be: a stop signal
+    sent to it and not yet acted on (a process acts on it when it next runs, which on a loaded machine
+    can be seconds after the sender's ``kill`` returned) — ``SIGSTOP``, which nothing can catch or
+    block, or another stop signal it neither catches, ignores nor blocks."""
+    fields = stat_fields(pid, open)
+    if fields and fields[0] in (b"T", b"t"):
+        return True
+    masks = {}
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                name, _, value = line.partition(":")
+                if name in ("SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt"):
+                    masks[name] = int(value, 16)
+    except (OSError, ValueError):
+        return False
+    pending = masks.get("SigPnd", 0) | masks.get("ShdPnd", 0)
+    handled = masks.get("SigBlk", 0) | masks.get("SigIgn", 0) | masks.get("SigCgt", 0)
+    return any(pending >> (sig - 1) & 1 and (sig == signal.SIGSTOP or not handled >> (sig - 1) & 1)
+               for sig in _STOP_SIGNALS)
 
 
 def descendants(root: int, skip: set[int] = frozenset()) -> list[int]:
