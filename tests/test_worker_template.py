@@ -138,13 +138,15 @@ def test_the_variables_a_start_reads_are_told_by_name():
                                                   "TORCH_LOGS": "+dynamo", "CUDA_VISIBLE_DEVICES": "0"}
 
 
-def _left_by_a_killed_parent(code: str, count: int) -> list[int]:
-    """Run ``code`` (which prints ``count`` pids, then sleeps) in a process, ``kill -9`` it, and
-    return those of the pids still alive 30 s later."""
+def _left_by_a_killed_parent(code: str, count: int, alive_for_s: float = 0.0) -> list[int]:
+    """Run ``code`` (which prints ``count`` pids, then sleeps) in a process, ``kill -9`` it (``alive_for_s``
+    after the pids came, every one of them still alive then), and return those still alive 30 s later."""
     parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         pids = [int(p) for p in parent.stdout.readline().split()]
         assert len(pids) == count
+        time.sleep(alive_for_s)
+        assert all(_live(p) for p in pids)  # a live command ends its workers and templates itself
     finally:
         parent.kill()
         parent.wait()
@@ -215,18 +217,7 @@ def test_a_template_a_job_stopped_ends_with_a_command_killed_long_after_its_job_
             "[os.kill(r, signal.SIGKILL) for r in proctable.children_of(w.pid)]; time.sleep(0.2);"
             "t = template.template_pids()[0]; os.kill(t, signal.SIGSTOP); w._process.stdin.close();"
             "print(t, w.pid, flush=True); time.sleep(600)")
-    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
-    try:
-        pids = [int(p) for p in parent.stdout.readline().split()]
-        time.sleep(4)  # the command alive, its job pipe closed, longer than any fixed wait of the worker
-        assert all(_live(p) for p in pids)  # a live command ends its workers and templates itself
-    finally:
-        parent.kill()
-        parent.wait()
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and any(_live(p) for p in pids):
-        time.sleep(0.1)
-    assert [p for p in pids if _live(p)] == []
+    assert _left_by_a_killed_parent(code, 2, alive_for_s=4) == []  # longer than any fixed wait of the worker
 
 
 def test_a_pythonpath_with_a_start_up_hook_starts_the_worker_fresh(tmp_path):
