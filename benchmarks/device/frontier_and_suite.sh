@@ -1,18 +1,26 @@
 #!/usr/bin/env bash
-# One device call of at most ~590 s: (a) the whole frontier (benchmarks/device/frontier.sh without its
-# tests, FRONTIER_BUDGET_S=230), (b) fusedce's default and "fast" at the Llama-3 head in pure bf16 split by
-# kernel kind (benchmarks/kernel_breakdown.py), then (c) the GPU suite (benchmarks/device/gpu_suite.sh) in the
-# time left. $OUT: frontier/ (as frontier.sh writes it), breakdown/, gpu-tests.xml and .log.
+# One device call of at most CALL_S (default 585) seconds: (a) the GPU suite (benchmarks/device/gpu_suite.sh,
+# at most SUITE_S = 380 s), (b) the whole frontier (benchmarks/device/frontier.sh without its tests) in the
+# time left less 80 s, then (c) fusedce's default and "fast" at the Llama-3 head in pure bf16 split by kernel
+# kind (benchmarks/kernel_breakdown.py). $OUT: gpu-tests.xml and .log, frontier/ (as frontier.sh writes it),
+# frontier-call.log, breakdown/.
 #   on the device:  bash benchmarks/device/frontier_and_suite.sh        (carry .whl for liger and cce)
 set -u
 START=$SECONDS
-ALL_OUT=$OUT
-OUT="$ALL_OUT/frontier" TESTS=0 FRONTIER_BUDGET_S=${FRONTIER_BUDGET_S:-230} bash benchmarks/device/frontier.sh \
-  > "$ALL_OUT/frontier-call.log" 2>&1
-grep -E '^(==|   goal|[0-9]+ of)' "$ALL_OUT/frontier-call.log" | tail -80
-export PYTHONPATH="$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
-timeout 60 python3 benchmarks/kernel_breakdown.py --out "$ALL_OUT/breakdown" --rows 8192x4096x128256 --modes bf16 \
-  --budgets default fast 2>&1 | grep -v -i warn | tail -14
-LEFT=$((585 - (SECONDS - START)))
-echo "GPU suite: $LEFT s left"
-OUT=$ALL_OUT timeout "$LEFT" bash benchmarks/device/gpu_suite.sh | tail -12
+CALL_S=${CALL_S:-585}
+left() { echo $((CALL_S - (SECONDS - START))); }
+timeout "${SUITE_S:-380}" bash benchmarks/device/gpu_suite.sh | tail -8
+BUDGET=$(($(left) - 140))
+if [ "$BUDGET" -gt 60 ]; then
+  echo "frontier: $BUDGET s of budget"
+  ALL_OUT=$OUT
+  OUT="$ALL_OUT/frontier" TESTS=0 FRONTIER_BUDGET_S=$BUDGET bash benchmarks/device/frontier.sh \
+    > "$ALL_OUT/frontier-call.log" 2>&1
+  grep -E '^(==|   goal|[0-9]+ of)' "$ALL_OUT/frontier-call.log" | tail -80
+  OUT=$ALL_OUT
+fi
+if [ "$(left)" -gt 50 ]; then
+  export PYTHONPATH="$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
+  timeout $(($(left) - 5)) python3 benchmarks/kernel_breakdown.py --out "$OUT/breakdown" --rows 8192x4096x128256 \
+    --modes bf16 --budgets default fast 2>&1 | grep -v -i warn | tail -14
+fi
