@@ -220,6 +220,20 @@ def test_a_template_a_job_stopped_ends_with_a_command_killed_long_after_its_job_
     assert _left_by_a_killed_parent(code, 2, alive_for_s=4) == []  # longer than any fixed wait of the worker
 
 
+def test_a_template_stopped_with_no_worker_left_ends_when_its_parent_is_killed(tmp_path):
+    """Stopped by anyone once its last worker has closed (a job's helper made its child, a user's
+    ``kill -STOP``), the template saw nothing of its parent's ``kill -9``, and no worker was left to see
+    to it: it stayed stopped under init. Its keeper continues it once the command is gone; the keeper
+    ends with it."""
+    logs = f"Path({str(tmp_path)!r}) / 'logs'"
+    code = ("import os, signal, time; from pathlib import Path; from fusedce_profiler.instrument.worker import Worker;"
+            f"w = Worker({logs}); w.wait_ready(); w.close(); from fusedce_profiler.instrument import proctable, template;"
+            "t = template.template_pids()[0]; os.kill(t, signal.SIGSTOP);"
+            "k = [c for c in proctable.children_of(t) if b'template_keeper' in open(f'/proc/{c}/cmdline', 'rb').read()];"
+            "print(t, *k, flush=True); time.sleep(600)")
+    assert _left_by_a_killed_parent(code, 2) == []
+
+
 def test_a_pythonpath_with_a_start_up_hook_starts_the_worker_fresh(tmp_path):
     """A ``sitecustomize.py`` runs when an interpreter starts: a template would have run it once,
     in itself, not in the worker."""

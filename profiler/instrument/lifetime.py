@@ -132,6 +132,12 @@ def die_with_parent(parent_pid: int, spare: int) -> None:
     threading.Thread(target=watch, name="parent-watchdog", daemon=True).start()
 
 
+def killed_with_parent() -> None:
+    """Have the kernel SIGKILL this process when its parent (the thread that forked it) ends, across
+    ``exec`` too (Linux; elsewhere nothing)."""
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
 def command_gone(parent=parent_of) -> bool:
     """Whether this worker was forked from a template whose parent, the command, is gone."""
     return _PARENT is not None and _PARENT[2] is not None and parent(_PARENT[0]) != _PARENT[2]

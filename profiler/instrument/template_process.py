@@ -18,8 +18,10 @@ jobs' reach, so it ends them itself (:func:`end_workers`):
    the wait too, as a job's daemon may have killed it), and the log of each worker killed so
    scrubbed of the machine's names, as the worker would have;
 3. ``SIGKILL`` to every other child of the template, with its process group where it leads one: the
-   template forks nothing but workers, so such a child is a job's helper made the template's
-   (``clone`` with ``CLONE_PARENT``), outside every worker's tree, whatever its mark or session.
+   template starts nothing but workers and its keeper (:mod:`~fusedce_profiler.instrument.template_keeper`,
+   which sees that a stopped template does not outlive the command), so such a child is a job's helper
+   made the template's (``clone`` with ``CLONE_PARENT``), outside every worker's tree, whatever its
+   mark or session.
 
 Public API: :func:`serve_template`, :func:`end_workers`, :data:`END_WAIT_S`.
 """
@@ -35,6 +37,7 @@ import time
 from fusedce_profiler.instrument.lifetime import MARK_VARIABLE, kill_marked
 from fusedce_profiler.instrument.proctable import children_of, kill_with_group, signal_quietly, started
 from fusedce_profiler.instrument.template import REQUEST_BYTES
+from fusedce_profiler.instrument.template_keeper import start_keeper
 from fusedce_profiler.instrument.worker_log import scrub_log
 
 
@@ -50,6 +53,7 @@ def serve_template(sock_fd: int, preload: list[str], parent: int) -> int | list[
     import threading
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # its own session; a stray Ctrl-C is not its end
+    start_keeper(parent)
     sock = socket.socket(fileno=sock_fd)
     for module in preload:
         importlib.import_module(module)
