@@ -48,13 +48,20 @@ BACKENDS = textwrap.dedent('''
     def clone_parent(hidden, weight, target, bias=None):  # a helper made its template's child, pid in $FX_HELPER
         import ctypes, signal
         if not os.path.exists(os.environ["FX_HELPER"]):  # clone(CLONE_PARENT | SIGCHLD), x86-64's number
+            worker, parent = os.getpid(), os.getppid()
             pid = ctypes.CDLL(None, use_errno=True).syscall(56, 0x00008000 | signal.SIGCHLD, 0, 0, 0, 0)
             if pid == 0:
                 try:
                     os.setsid()
+                    if os.environ.get("FX_HELPER_STOPS"):  # stops the worker's parent as the worker exits
+                        state = f"s=$(cut -d' ' -f3 /proc/{worker}/stat 2>/dev/null)"
+                        gone = f"while {state} && [ $s != Z ]; do sleep 0.01; done"
+                        os.execve("/bin/sh", ["sh", "-c", f"{gone}; kill -STOP {parent}; exec sleep 300"], {})
                     os.execve("/bin/sleep", ["sleep", "300"], {})  # no mark, a session of its own
                 finally:
                     os._exit(0)
+            with open(os.environ["FX_HELPER"] + ".parent", "w") as fh:
+                fh.write(str(parent))
             with open(os.environ["FX_HELPER"], "w") as fh:
                 fh.write(str(pid))
         return ok(hidden, weight, target, bias)
@@ -363,24 +370,32 @@ def test_kill_9_of_the_cli_takes_the_processes_a_backend_started_with_it(fx, tmp
 
 @pytest.mark.skipif(os.uname().machine != "x86_64" or not os.path.exists("/bin/sleep"),
                     reason="clone's system call number is x86-64's")
-@pytest.mark.parametrize("forked", [True, False])
-def test_a_helper_made_the_templates_child_ends_with_a_run_that_ends_normally(fx, tmp_path, forked):
+@pytest.mark.parametrize("forked,stops", [(True, False), (False, False), (True, True)])
+def test_a_helper_made_the_templates_child_ends_with_a_run_that_ends_normally(fx, tmp_path, forked, stops):
     """A job's helper made with ``clone(CLONE_PARENT)`` is the worker's parent's child — the worker
     template's, or the command's for a fresh worker — outside the worker's tree; without the mark and
     in a session of its own it outlived a run that ended with exit 0. Neither forks anything but
-    workers (and templates): at its end each kills every other child."""
+    workers (and templates): at its end each kills every other child. A helper that stops the template
+    once its worker is gone lived on too (the command killed the stopped template outright, which
+    handed the helper to init), or left the template stopped for good (stopped after the command had
+    its worker's status)."""
     from processes import _alive
 
     helper = tmp_path / "helper.pid"
+    env = cli_env(fx, FX_HELPER=str(helper), FUSEDCE_WORKER_TEMPLATE="1" if forked else "0",
+                  **({"FX_HELPER_STOPS": "1"} if stops else {}))
     result = run_cli([*TINY, "--tokens", "16", "--backend", "fx_backends:clone_parent", "--out", str(tmp_path / "run")],
-                     cli_env(fx, FX_HELPER=str(helper), FUSEDCE_WORKER_TEMPLATE="1" if forked else "0"))
-    pid = helper.read_text()
+                     env)
+    pid, template = helper.read_text(), int((tmp_path / "helper.pid.parent").read_text())
     try:
         assert result.returncode == 0, result.stderr
-        wait_for(lambda: not _alive(pid), 10, "the template's other child to go")
+        wait_for(lambda: not _alive(pid), 15, "the template's other child to go")
+        if stops:
+            wait_for(lambda: not _alive(template), 15, "the stopped template to go")
     finally:
-        if _alive(pid):
-            os.kill(int(pid), signal.SIGKILL)
+        for left in (pid, template) if stops else (pid,):
+            if _alive(left):
+                os.kill(int(left), signal.SIGKILL)
 
 
 def test_a_process_the_caller_started_before_exec_outlives_the_command(tmp_path):

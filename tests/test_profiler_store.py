@@ -29,6 +29,32 @@ def test_the_lock_is_reentrant_in_one_process_and_exclusive_across_processes(tmp
     assert subprocess.run(other, cwd=REPO, capture_output=True, text=True, timeout=60).returncode == 0
 
 
+def test_the_lock_refuses_a_call_in_another_thread_of_the_same_process(tmp_path):
+    """Two API calls into one folder from two threads both ran (every cell stored twice): the lock was
+    re-entrant for the whole process. The thread that holds it may take it again; another may not."""
+    import threading
+
+    held = store.RunLock(tmp_path).acquire()
+    refused: list[Exception] = []
+
+    def second_call() -> None:
+        try:
+            store.RunLock(tmp_path).acquire()
+        except store.FolderInUse as exc:
+            refused.append(exc)
+
+    thread = threading.Thread(target=second_call)
+    thread.start()
+    thread.join()
+    assert len(refused) == 1 and f"pid {os.getpid()}" in str(refused[0]) and "another thread" in str(refused[0])
+    held.release()
+    thread = threading.Thread(target=lambda: store.RunLock(tmp_path).acquire().release())
+    thread.start()
+    thread.join()  # free again: taken and released by that thread
+    with store.RunLock(tmp_path):
+        pass
+
+
 def test_the_lock_note_names_only_the_pid_and_is_gone_after_release(tmp_path, monkeypatch):
     monkeypatch.setattr(sys, "argv", ["fusedce-profile", "grid", "--out", str(tmp_path)])
     with store.RunLock(tmp_path):

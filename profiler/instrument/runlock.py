@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -31,12 +32,14 @@ class RunLock:
     the host, the user or the command line, since a folder goes into bug reports), so a second
     run can name the holder; the holder removes it on release. The operating system releases
     the lock when the holder exits, however it exits, so a killed run never leaves the folder
-    locked (its stale ``.lock`` note is rewritten by the next holder). Within one process the
+    locked (its stale ``.lock`` note is rewritten by the next holder). Within one thread the
     lock is re-entrant: a command that locks its folder first (before ``--force`` removes
-    anything) and the run it then starts share one lock, released when both released it.
+    anything) and the run it then starts share one lock, released when both released it. A call
+    in another thread of the process (two API calls at once) is another run: refused as a second
+    process is.
     """
 
-    _held: dict[Path, list] = {}  # resolved folder -> [folder fd, count], this process's locks
+    _held: dict[Path, list] = {}  # resolved folder -> [folder fd, count, the thread that took it], this process's
     taken: list[Path] = []
     """Every folder this process has locked, in order (never emptied: a folder a process held is one
     it may have written into — what a command stopped by a signal names as kept)."""
@@ -54,6 +57,8 @@ class RunLock:
         self.folder.mkdir(parents=True, exist_ok=True)
         key = self.folder.resolve()
         if key in RunLock._held:
+            if RunLock._held[key][2] != threading.get_ident():
+                raise FolderInUse(self.folder, f"{self._holder()} (another thread of this process)")
             RunLock._held[key][1] += 1
             self._key = key
             return self
@@ -77,7 +82,7 @@ class RunLock:
             os.close(fd)  # closing the folder releases the lock
             exc.filename = str(self.path)  # opened relative to the folder: name the whole path
             raise
-        RunLock._held[key] = [fd, 1]
+        RunLock._held[key] = [fd, 1, threading.get_ident()]
         folder_identity.note_locked_folder(self.folder, fd)
         RunLock.taken.append(self.folder)
         self._key = key
@@ -138,7 +143,7 @@ def _forget_locks_in_child() -> None:
     run): close its copies of the locked folders' descriptors. The lock lives as long as any copy
     is open, so the worker kept the folder locked after the recorder released it; the holder
     alone releases it now."""
-    for fd, _ in RunLock._held.values():
+    for fd, *_ in RunLock._held.values():
         try:
             os.close(fd)
         except OSError:
