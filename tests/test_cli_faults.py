@@ -53,6 +53,9 @@ BACKENDS = textwrap.dedent('''
             if pid == 0:
                 try:
                     os.setsid()
+                    if os.environ.get("FX_HELPER_STOPS") == "loop":  # stops and continues the worker's parent
+                        toggle = f"kill -STOP {parent} 2>/dev/null; sleep 0.01; kill -CONT {parent} 2>/dev/null"
+                        os.execve("/bin/sh", ["sh", "-c", f"while :; do {toggle}; done"], {})
                     if os.environ.get("FX_HELPER_STOPS"):  # stops the worker's parent as the worker exits
                         state = f"s=$(cut -d' ' -f3 /proc/{worker}/stat 2>/dev/null)"
                         gone = f"while {state} && [ $s != Z ]; do sleep 0.01; done"
@@ -65,6 +68,11 @@ BACKENDS = textwrap.dedent('''
             with open(os.environ["FX_HELPER"], "w") as fh:
                 fh.write(str(pid))
         return ok(hidden, weight, target, bias)
+
+    def clone_parent_hang(hidden, weight, target, bias=None):  # clone_parent's helper, then a cell that never ends
+        clone_parent(hidden, weight, target, bias)
+        while True:
+            time.sleep(1)
 
     def die(hidden, weight, target, bias=None):  # its worker ends in the cell, noted in $FX_DIED
         open(os.environ["FX_DIED"], "w").close()
@@ -395,6 +403,32 @@ def test_a_helper_made_the_templates_child_ends_with_a_run_that_ends_normally(fx
     finally:
         for left in (pid, template) if stops else (pid,):
             if _alive(left):
+                os.kill(int(left), signal.SIGKILL)
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64" or not os.path.exists("/bin/sh"),
+                    reason="clone's system call number is x86-64's")
+def test_a_helper_that_keeps_stopping_the_template_ends_with_it_after_kill_9(fx, tmp_path):
+    """A job's helper, made the template's child, stopping and continuing it without pause; then
+    ``kill -9`` of the command. The worker (or its reaper) killed the stopped template outright, so the
+    template never ended its helpers: the helper lived on under init (7 runs in 7)."""
+    from processes import _alive
+
+    helper = tmp_path / "helper.pid"
+    env = cli_env(fx, FX_HELPER=str(helper), FUSEDCE_WORKER_TEMPLATE="1", FX_HELPER_STOPS="loop")
+    process = start_cli([*TINY, "--tokens", "16", "--backend", "fx_backends:clone_parent_hang",
+                         "--out", str(tmp_path / "run")], env)
+    pid = template = None
+    try:
+        wait_for(helper.exists, 60, "the helper")
+        pid, template = helper.read_text(), int((tmp_path / "helper.pid.parent").read_text())
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait(timeout=30)
+        wait_for(lambda: not _alive(pid) and not _alive(template), 30, "the helper and the template to go")
+    finally:
+        kill_group(process)
+        for left in (pid, template):
+            if left and _alive(left):
                 os.kill(int(left), signal.SIGKILL)
 
 

@@ -29,23 +29,32 @@ def test_the_lock_is_reentrant_in_one_process_and_exclusive_across_processes(tmp
     assert subprocess.run(other, cwd=REPO, capture_output=True, text=True, timeout=60).returncode == 0
 
 
+def _refusals_in_threads(folder, count: int) -> list[Exception]:
+    """Take ``folder``'s lock in ``count`` threads, one after the other: the refusals."""
+    import threading
+
+    refused: list[Exception] = []
+
+    def take() -> None:
+        try:
+            store.RunLock(folder).acquire()
+        except store.FolderInUse as exc:
+            refused.append(exc)
+
+    for _ in range(count):
+        thread = threading.Thread(target=take)
+        thread.start()
+        thread.join()
+    return refused
+
+
 def test_the_lock_refuses_a_call_in_another_thread_of_the_same_process(tmp_path):
     """Two API calls into one folder from two threads both ran (every cell stored twice): the lock was
     re-entrant for the whole process. The thread that holds it may take it again; another may not."""
     import threading
 
     held = store.RunLock(tmp_path).acquire()
-    refused: list[Exception] = []
-
-    def second_call() -> None:
-        try:
-            store.RunLock(tmp_path).acquire()
-        except store.FolderInUse as exc:
-            refused.append(exc)
-
-    thread = threading.Thread(target=second_call)
-    thread.start()
-    thread.join()
+    refused = _refusals_in_threads(tmp_path, 1)
     assert len(refused) == 1 and f"pid {os.getpid()}" in str(refused[0]) and "another thread" in str(refused[0])
     held.release()
     thread = threading.Thread(target=lambda: store.RunLock(tmp_path).acquire().release())
@@ -53,6 +62,34 @@ def test_the_lock_refuses_a_call_in_another_thread_of_the_same_process(tmp_path)
     thread.join()  # free again: taken and released by that thread
     with store.RunLock(tmp_path):
         pass
+
+
+def test_an_exclusive_lock_is_never_re_entered_nor_re_enters(tmp_path):
+    """A recording holds its folder across the user's loop, between calls of anything in the same
+    thread: a second ``StepRecorder(force=True)``, or a ``run_grid(force=True)`` in that thread, re-entered
+    its lock and removed the open recording's steps."""
+    recording = store.RunLock(tmp_path, exclusive=True).acquire()
+    for second in (store.RunLock(tmp_path), store.RunLock(tmp_path, exclusive=True)):
+        with pytest.raises(store.FolderInUse, match="a recording open in this process"):
+            second.acquire()
+    recording.release()
+    run = store.RunLock(tmp_path).acquire()
+    with pytest.raises(store.FolderInUse, match="a run of this process"):
+        store.RunLock(tmp_path, exclusive=True).acquire()
+    run.release()
+    assert not (tmp_path / store.LOCK_FILE).exists()
+
+
+def test_a_lock_a_finished_thread_left_held_is_not_re_entered_by_a_thread_that_reuses_its_id(tmp_path):
+    """Python hands a finished thread's id to the next thread: the lock told its holder by that id."""
+    import threading
+
+    left: list = []
+    thread = threading.Thread(target=lambda: left.append(store.RunLock(tmp_path).acquire()))
+    thread.start()
+    thread.join()
+    assert len(_refusals_in_threads(tmp_path, 3)) == 3  # each thread may get the finished one's id
+    left[0].release()
 
 
 def test_the_lock_note_names_only_the_pid_and_is_gone_after_release(tmp_path, monkeypatch):

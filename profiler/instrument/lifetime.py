@@ -39,8 +39,9 @@ import time
 from collections.abc import Callable
 
 from fusedce_profiler.instrument.environ_block import holds_entry
-from fusedce_profiler.instrument.proctable import (descendants, group_lives, group_of, parent_of, process_state, signal_quietly,
-                                                   started, stat_fields, stopped)
+from fusedce_profiler.instrument.proctable import (children_of, descendants, group_lives, group_of, kill_with_group,
+                                                   parent_of, process_state, signal_quietly, started, stat_fields,
+                                                   stopped)
 from fusedce_profiler.instrument.worker_log import log_of_stdout, release_log_locks, scrub_log
 
 _PR_SET_PDEATHSIG = 1
@@ -96,11 +97,35 @@ def is_template(pid: int, open=open) -> bool:
     return b"fusedce_profiler.instrument.worker_child" in words and b"template" in words
 
 
-def end_stopped_template(pid: int) -> None:
-    """Kill ``pid`` when it is a worker template (the worker's parent when it was forked from one)
-    that a job stopped (``SIGSTOP``): stopped, it notices neither its parent's end nor its socket's."""
-    if is_template(pid) and stopped(pid):
+TEMPLATE_GRACE_S = 5.0
+"""How long a worker template ended from outside gets to end itself (its own end waits 2 s for its workers)."""
+
+
+def end_template(pid: int, grace_s: float = TEMPLATE_GRACE_S) -> None:
+    """End worker template ``pid`` as it ends itself once its socket or its parent is gone — its
+    workers, their daemons, and the helpers a job made its children with it
+    (:mod:`~fusedce_profiler.instrument.template_process`): it is continued (``SIGCONT``) whenever it
+    is stopped, for up to ``grace_s``. Killed outright, a template hands those helpers to init. One
+    still alive then (a helper that keeps stopping it) is killed, and its other children, listed
+    first, with their groups (this process spared: a worker or the keeper may call this)."""
+    deadline = time.monotonic() + grace_s
+    while process_state(pid) not in ("", "Z", "X") and time.monotonic() < deadline:
+        if stopped(pid):
+            signal_quietly(os.kill, pid, signal.SIGCONT)
+        time.sleep(0.02)
+    if process_state(pid) not in ("", "Z", "X"):
+        children = [child for child in children_of(pid) if child != os.getpid()]
         signal_quietly(os.kill, pid)
+        for child in children:
+            kill_with_group(child)
+
+
+def end_stopped_template(pid: int) -> None:
+    """End ``pid`` (:func:`end_template`) when it is a worker template — the worker's parent when it
+    was forked from one — that is stopped (``SIGSTOP``: it notices neither its parent's end nor its
+    socket's). Only once its command is gone: the command ends its own templates."""
+    if is_template(pid) and stopped(pid):
+        end_template(pid)
 
 
 _PARENT: tuple[int, str | None, int | None] | None = None
@@ -154,7 +179,8 @@ def end_stranded_template(wait: bool = False) -> None:
         if not wait:
             return
         time.sleep(0.05)
-    end_stopped_template(_PARENT[0])
+    if command_gone():  # not merely a template a helper continued for a moment
+        end_stopped_template(_PARENT[0])
 
 
 def adopt_orphans() -> None:

@@ -10,8 +10,8 @@ import os
 import signal
 import time
 
-from fusedce_profiler.instrument.lifetime import end_stopped_template, kill_marked, kill_tree, own_mark
-from fusedce_profiler.instrument.proctable import process_state, signal_quietly, started
+from fusedce_profiler.instrument.lifetime import end_stopped_template, is_template, kill_marked, kill_tree, own_mark
+from fusedce_profiler.instrument.proctable import parent_of, process_state, signal_quietly, started
 from fusedce_profiler.instrument.worker_log import log_of_stdout, scrub_log
 
 
@@ -39,6 +39,7 @@ def start_reaper(life_fd: int) -> int:
     (:func:`~fusedce_profiler.instrument.lifetime.end_worker`): it may kill the group, this reaper
     included, first."""
     worker, parent = os.getpid(), os.getppid()
+    command = parent_of(parent) if is_template(parent) else None  # a forked worker's: its template's parent
     pid = os.fork()
     if pid == 0:
         try:
@@ -47,7 +48,8 @@ def start_reaper(life_fd: int) -> int:
             os.closerange(life_fd + 1, 1 << 16)
             while os.read(life_fd, 1):
                 pass
-            end_stopped_template(parent)  # before the walk, which stops what it finds (and may stop it too)
+            if command is not None and parent_of(parent) != command:  # the command gone, not merely this worker
+                end_stopped_template(parent)  # before the walk, which stops what it finds (and may stop it too)
             kill_tree(worker, spare=os.getpid())
             if own_mark():
                 kill_marked(own_mark(), spare={worker}, since=started(worker))

@@ -32,20 +32,23 @@ class RunLock:
     the host, the user or the command line, since a folder goes into bug reports), so a second
     run can name the holder; the holder removes it on release. The operating system releases
     the lock when the holder exits, however it exits, so a killed run never leaves the folder
-    locked (its stale ``.lock`` note is rewritten by the next holder). Within one thread the
-    lock is re-entrant: a command that locks its folder first (before ``--force`` removes
-    anything) and the run it then starts share one lock, released when both released it. A call
-    in another thread of the process (two API calls at once) is another run: refused as a second
-    process is.
+    locked (its stale ``.lock`` note is rewritten by the next holder).
+
+    Within one thread the lock is re-entrant: a command that locks its folder first (before
+    ``--force`` removes anything) and the run it then starts share one lock, released when both
+    released it. A call in another thread of the process (two API calls at once) is another run:
+    refused as a second process is. An ``exclusive`` lock (a ``StepRecorder``'s, held across the
+    user's own loop, between calls of anything in the same thread) is never re-entered, and never
+    re-enters one this process holds.
     """
 
-    _held: dict[Path, list] = {}  # resolved folder -> [folder fd, count, the thread that took it], this process's
+    _held: dict[Path, list] = {}  # resolved folder -> [folder fd, count, the thread that took it, exclusive]
     taken: list[Path] = []
     """Every folder this process has locked, in order (never emptied: a folder a process held is one
     it may have written into — what a command stopped by a signal names as kept)."""
 
-    def __init__(self, folder: str | Path) -> None:
-        self.folder = Path(folder)
+    def __init__(self, folder: str | Path, exclusive: bool = False) -> None:
+        self.folder, self.exclusive = Path(folder), exclusive
         self.path = self.folder / LOCK_FILE
         self._key: Path | None = None
 
@@ -57,7 +60,11 @@ class RunLock:
         self.folder.mkdir(parents=True, exist_ok=True)
         key = self.folder.resolve()
         if key in RunLock._held:
-            if RunLock._held[key][2] != threading.get_ident():
+            _, _, owner, exclusive = RunLock._held[key]
+            if exclusive or self.exclusive:
+                raise FolderInUse(self.folder, f"{self._holder()} (a recording open in this process)"
+                                  if exclusive else f"{self._holder()} (a run of this process)")
+            if owner is not threading.current_thread():  # the thread itself: a new one may reuse a dead one's id
                 raise FolderInUse(self.folder, f"{self._holder()} (another thread of this process)")
             RunLock._held[key][1] += 1
             self._key = key
@@ -82,7 +89,7 @@ class RunLock:
             os.close(fd)  # closing the folder releases the lock
             exc.filename = str(self.path)  # opened relative to the folder: name the whole path
             raise
-        RunLock._held[key] = [fd, 1, threading.get_ident()]
+        RunLock._held[key] = [fd, 1, threading.current_thread(), self.exclusive]
         folder_identity.note_locked_folder(self.folder, fd)
         RunLock.taken.append(self.folder)
         self._key = key

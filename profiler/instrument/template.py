@@ -53,8 +53,8 @@ import sys
 import threading
 import time
 
-from fusedce_profiler.instrument.lifetime import MARK_PLACEHOLDER, MARK_VARIABLE
-from fusedce_profiler.instrument.proctable import children_of, kill_with_group, signal_quietly, stopped
+from fusedce_profiler.instrument.lifetime import MARK_PLACEHOLDER, MARK_VARIABLE, end_template
+from fusedce_profiler.instrument.proctable import stopped
 from fusedce_profiler.instrument.scrub import current_folder
 from fusedce_profiler.instrument.startup_hooks import startup_hooks
 
@@ -210,22 +210,12 @@ class _Template:
         return stopped(self.process.pid)
 
     def close(self) -> None:
-        """End the template: with its socket closed it ends its workers and their helpers itself
-        (:mod:`~fusedce_profiler.instrument.template_process`), continued (``SIGCONT``) whenever it is
-        stopped meanwhile — a job's helper may stop it, and killed outright it would hand that helper
-        to init. Still alive after 5 s: its other children are killed with their groups, then it."""
+        """End the template: with its socket closed it ends its workers and their helpers itself,
+        continued whenever a job's helper stops it (:func:`~fusedce_profiler.instrument.lifetime.end_template`)."""
         self.socket.close()
         self.ended = True  # its workers' statuses come no more: one gone counts as killed
-        deadline = time.monotonic() + 5
-        while self.process.poll() is None and time.monotonic() < deadline:
-            if stopped(self.process.pid):
-                signal_quietly(os.kill, self.process.pid, signal.SIGCONT)
-            time.sleep(0.02)
-        if self.process.poll() is None:
-            for child in children_of(self.process.pid):
-                kill_with_group(child)
-            self.process.kill()  # ends a stopped one too
-            self.process.wait()
+        end_template(self.process.pid)
+        self.process.wait()
 
 
 MAX_TEMPLATES = 2

@@ -7,7 +7,8 @@ does. The template starts it before it imports anything, as a process of its own
 names it, not a template); it watches the command and, once the command is gone, continues the
 template (``SIGCONT``) for as long as it takes the template to end as it always does
 (:mod:`~fusedce_profiler.instrument.template_process`: its workers, their daemons, its helpers — the
-keeper among them), then kills a template still alive after :data:`GRACE_S`. The kernel kills the
+keeper among them), then kills a template still alive after :data:`GRACE_S` with its other children
+(:func:`~fusedce_profiler.instrument.lifetime.end_template`). The kernel kills the
 keeper when the template ends. A job that stops or kills the keeper too escapes it, as one that
 disables every watcher of its worker does.
 
@@ -16,11 +17,11 @@ Public API: :func:`start_keeper`.
 from __future__ import annotations
 
 import os
-import signal
 import sys
 import time
 
-from fusedce_profiler.instrument.proctable import parent_of, signal_quietly, stopped
+from fusedce_profiler.instrument.lifetime import end_template, killed_with_parent
+from fusedce_profiler.instrument.proctable import parent_of
 
 GRACE_S = 10.0
 """How long a template may take to end once the command is gone (its own end waits 2 s for its workers)."""
@@ -32,8 +33,6 @@ def start_keeper(command: int) -> None:
     if os.fork() != 0:
         return
     try:
-        from fusedce_profiler.instrument.lifetime import killed_with_parent
-
         killed_with_parent()
         os.closerange(3, 1 << 16)  # the template's socket: its end must come with the template's
         os.execv(sys.executable, [sys.executable, "-m", __name__, str(template), str(command)])
@@ -45,13 +44,8 @@ def keep(template: int, command: int) -> None:
     """Wait for ``command`` to be gone, then see ``template`` end (module docstring)."""
     while os.getppid() == template and parent_of(template) == command:
         time.sleep(0.5)
-    deadline = time.monotonic() + GRACE_S
-    while os.getppid() == template and time.monotonic() < deadline:
-        if stopped(template):
-            signal_quietly(os.kill, template, signal.SIGCONT)
-        time.sleep(0.05)
     if os.getppid() == template:
-        signal_quietly(os.kill, template)
+        end_template(template, GRACE_S)
 
 
 if __name__ == "__main__":

@@ -50,13 +50,13 @@ def take_folder(out: Path, *, force: bool, append: bool) -> store.RunLock:
     existing = out / store.RECORDED_STEPS_FILE
     _refuse_unless_a_recording(existing)
     if os.path.lexists(existing) and append:
-        return store.RunLock(out).acquire()
+        return store.RunLock(out, exclusive=True).acquire()
     if os.path.lexists(existing) and not force:
         raise FileExistsError(f"{out} already holds a recording ({store.RECORDED_STEPS_FILE}); "
                               "pass force=True to replace it, append=True to add to it, or another folder")
     snapshots = out / store.SNAPSHOTS_DIR
     refuse_linked_folder(snapshots)
-    lock = store.RunLock(out).acquire()
+    lock = store.RunLock(out, exclusive=True).acquire()
     if os.path.lexists(existing):
         existing.unlink()
         for old in snapshots.glob("step-*"):
