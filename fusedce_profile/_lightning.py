@@ -53,7 +53,8 @@ def make_callback_class(package: str):
             self._step: int | None = None
 
         def setup(self, trainer, pl_module, stage: str) -> None:
-            if stage != "fit" or self.recorder is not None or not trainer.is_global_zero:
+            open_already = self.recorder is not None and not self.recorder.closed  # one an earlier fit closed:
+            if stage != "fit" or open_already or not trainer.is_global_zero:  # a second run, recorded beside it
                 return
             root = Path(self.out) if self.out is not None else Path(trainer.log_dir or trainer.default_root_dir) / FOLDER
             self.recorder = callback_recorder(pl_module, root, self.steps, self.options)

@@ -49,7 +49,7 @@ class StepRecorderCallback(TrainerCallback):
             self._reserved = self.recorder.reserved_now()
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
-        if self.recorder is None and state.is_world_process_zero and model is not None:
+        if (self.recorder is None or self.recorder.closed) and state.is_world_process_zero and model is not None:
             folder = Path(self.out) if self.out is not None else Path(args.output_dir) / FOLDER
             self.recorder = callback_recorder(model, folder, self.steps, self.options)
             self.folder = self.recorder.out

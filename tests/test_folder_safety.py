@@ -343,11 +343,35 @@ def test_a_second_hf_run_with_default_options_is_recorded_beside_the_first(tmp_p
     assert second.folder == Path(f"{first}-2") and len(second.recorder.records) == 1
 
 
+def test_one_hf_callback_used_for_a_second_run_records_it_beside_the_first(tmp_path, hf_callback):
+    """One callback kept for a second ``train()``: it fed the second run to its closed recorder, which
+    recorded nothing and said nothing."""
+    callback = hf_callback(steps=(0,), trace=False, report=False)
+    _hf_train(callback, tmp_path)
+    first = tmp_path / "hf-out" / "fusedce-profile"
+    with pytest.warns(RuntimeWarning, match=f"this run is recorded in {first}-2"):
+        _hf_train(callback, tmp_path)
+    assert callback.folder == Path(f"{first}-2") and len(callback.recorder.records) == 1
+
+
 def test_a_second_lightning_fit_into_a_fixed_out_is_recorded_beside_the_first(tmp_path, lightning_callback):
     out = tmp_path / "profile"
     for run in range(2):
         trainer = _Trainer(tmp_path / "logs")
         callback = lightning_callback(steps=(1,), out=out, trace=False, report=False)
+        with pytest.warns(RuntimeWarning, match="this run is recorded in") if run else nullcontext():
+            _lightning_fit(callback, WrappedHeadLM(), trainer, steps=2, validate_after=set())
+        assert trainer.global_step == 2 and len(callback.recorder.records) == 1
+    assert callback.folder == tmp_path / "profile-2"
+
+
+def test_one_lightning_callback_used_for_a_second_fit_records_it_beside_the_first(tmp_path, lightning_callback):
+    """One callback kept for a second ``fit``: it fed the second fit to its closed recorder, which
+    recorded nothing and said nothing."""
+    out = tmp_path / "profile"
+    callback = lightning_callback(steps=(1,), out=out, trace=False, report=False)
+    for run in range(2):
+        trainer = _Trainer(tmp_path / "logs")
         with pytest.warns(RuntimeWarning, match="this run is recorded in") if run else nullcontext():
             _lightning_fit(callback, WrappedHeadLM(), trainer, steps=2, validate_after=set())
         assert trainer.global_step == 2 and len(callback.recorder.records) == 1

@@ -27,11 +27,12 @@ GRACE_S = 10.0
 """How long a template may take to end once the command is gone (its own end waits 2 s for its workers)."""
 
 
-def start_keeper(command: int) -> None:
-    """In the template (pid ``os.getpid()``, the child of ``command``): start its keeper."""
+def start_keeper(command: int) -> int:
+    """In the template (pid ``os.getpid()``, the child of ``command``): start its keeper; its pid."""
     template = os.getpid()
-    if os.fork() != 0:
-        return
+    keeper = os.fork()
+    if keeper != 0:
+        return keeper
     try:
         killed_with_parent()
         os.closerange(3, 1 << 16)  # the template's socket: its end must come with the template's

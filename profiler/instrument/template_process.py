@@ -53,7 +53,7 @@ def serve_template(sock_fd: int, preload: list[str], parent: int) -> int | list[
     import threading
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # its own session; a stray Ctrl-C is not its end
-    start_keeper(parent)
+    keeper = start_keeper(parent)
     sock = socket.socket(fileno=sock_fd)
     for module in preload:
         importlib.import_module(module)
@@ -68,7 +68,7 @@ def serve_template(sock_fd: int, preload: list[str], parent: int) -> int | list[
     except OSError:  # the parent's end of the socket gone while a status was sent
         served = 0
     if os.getpid() == template:
-        end_workers(workers)
+        end_workers(workers, spare=keeper)
     return served
 
 
@@ -177,14 +177,18 @@ def _reaped(workers: dict[int, tuple[str, str | None]]) -> list[tuple[int, int]]
         ended.append((pid, os.waitstatus_to_exitcode(status)))
 
 
-def end_workers(workers: dict[int, tuple[str, str | None]]) -> None:
+def end_workers(workers: dict[int, tuple[str, str | None]], spare: int | None = None) -> None:
     """End the workers of ``workers`` (pid → (mark, log path); the template's children not yet
     waited for), as the module docstring says: the processes bearing each one's mark are killed
     whether the worker ended within the wait or not (a job's daemon may outlive a worker it killed),
-    and the log of each worker killed here is scrubbed."""
+    and the log of each worker killed here is scrubbed. The template's other children (step 3), but
+    ``spare`` (its keeper, which dies with it), are killed first as well as last: a job's helper left
+    alive through the wait could stop the template again, with no one left to continue it."""
     marked = [(mark, started(pid)) for pid, (mark, _) in workers.items()]  # before any pid can go
     logs = {pid: log for pid, (_, log) in workers.items()}
-    helpers = [pid for pid in children_of(os.getpid()) if pid not in workers]
+    for pid in children_of(os.getpid()):
+        if pid not in workers and pid != spare:
+            kill_with_group(pid)
     for pid in workers:
         signal_quietly(os.kill, pid, signal.SIGCONT)
         signal_quietly(os.kill, pid, signal.SIGTERM)
@@ -193,6 +197,7 @@ def end_workers(workers: dict[int, tuple[str, str | None]]) -> None:
         _reaped(workers)
         time.sleep(0.02)
     killed = list(workers)
+    helpers = [pid for pid in children_of(os.getpid()) if pid not in workers and pid != spare]  # made meanwhile
     for pid in killed + helpers:  # not waited for: its /proc entry stays, and its pid and group are not reused
         kill_with_group(pid)
     for mark, since in marked:

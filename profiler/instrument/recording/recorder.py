@@ -111,6 +111,7 @@ class StepRecorder:
         self._holds_recording = False  # this recorder holds the process's one recording (holder.take)
         self.loop_alive: Callable[[], bool] | None = None  # an integration's holder.loop_probe, for its next step
         self._stored: int | None = None  # lines of recorded_steps.jsonl, once counted
+        self.closed = False  # closed: it records no more (a callback used for another run makes a new one)
         if self.enabled:
             try:
                 self._lock = take_folder(self.out, force=force, append=append)
@@ -130,6 +131,7 @@ class StepRecorder:
             self._lock.release()
             self._lock = None
         self.loop_alive = None  # the probe holds the loop's frame, and with it every caller's locals
+        self.closed = True
         holder.closed(self)
 
     def unreached(self) -> list[int]:
