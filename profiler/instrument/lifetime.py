@@ -40,8 +40,8 @@ from collections.abc import Callable
 
 from fusedce_profiler.instrument.environ_block import holds_entry
 from fusedce_profiler.instrument.proctable import (children_of, descendants, group_lives, group_of, kill_with_group,
-                                                   parent_of, process_state, signal_quietly, started, stat_fields,
-                                                   stopped)
+                                                   lives, parent_of, process_state, signal_quietly, started,
+                                                   stat_fields, stopped)
 from fusedce_profiler.instrument.worker_log import log_of_stdout, release_log_locks, scrub_log
 
 _PR_SET_PDEATHSIG = 1
@@ -109,22 +109,28 @@ def end_template(pid: int, grace_s: float = TEMPLATE_GRACE_S) -> None:
     still alive then (a helper that keeps stopping it) is killed, and its other children, listed
     first, with their groups (this process spared: a worker or the keeper may call this)."""
     deadline = time.monotonic() + grace_s
-    while process_state(pid) not in ("", "Z", "X") and time.monotonic() < deadline:
+    while lives(pid) and time.monotonic() < deadline:
         if stopped(pid):
             signal_quietly(os.kill, pid, signal.SIGCONT)
         time.sleep(0.02)
-    if process_state(pid) not in ("", "Z", "X"):
+    if lives(pid):
         children = [child for child in children_of(pid) if child != os.getpid()]
         signal_quietly(os.kill, pid)
         for child in children:
             kill_with_group(child)
 
 
-def end_stopped_template(pid: int) -> None:
+def command_of(pid: int) -> int | None:
+    """The command ``pid`` runs for when it is a worker template (its parent); None when it is not one."""
+    return parent_of(pid) if is_template(pid) else None
+
+
+def end_stopped_template(pid: int, command: int | None) -> None:
     """End ``pid`` (:func:`end_template`) when it is a worker template — the worker's parent when it
     was forked from one — that is stopped (``SIGSTOP``: it notices neither its parent's end nor its
-    socket's). Only once its command is gone: the command ends its own templates."""
-    if is_template(pid) and stopped(pid):
+    socket's) and whose command (:func:`command_of`, read before any job ran) is gone: the command
+    ends its own templates, and a template a helper continued for a moment is not one it left."""
+    if command is not None and parent_of(pid) != command and is_template(pid) and stopped(pid):
         end_template(pid)
 
 
@@ -141,7 +147,7 @@ def die_with_parent(parent_pid: int, spare: int) -> None:
     outlives the command, and would keep its worker alive. So the watchdog also watches the
     command, and ends the worker, and a stopped template, once the template's parent changes."""
     global _PARENT
-    _PARENT = (parent_pid, log_of_stdout(), parent_of(parent_pid) if is_template(parent_pid) else None)
+    _PARENT = (parent_pid, log_of_stdout(), command_of(parent_pid))
     _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
     if os.getppid() != parent_pid:  # the parent died before the death signal was armed
         end_worker(spare)
@@ -179,8 +185,7 @@ def end_stranded_template(wait: bool = False) -> None:
         if not wait:
             return
         time.sleep(0.05)
-    if command_gone():  # not merely a template a helper continued for a moment
-        end_stopped_template(_PARENT[0])
+    end_stopped_template(_PARENT[0], _PARENT[2])
 
 
 def adopt_orphans() -> None:

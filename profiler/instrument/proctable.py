@@ -42,6 +42,11 @@ def children_of(pid: int) -> list[int]:
     return found
 
 
+def lives(pid: int) -> bool:
+    """Whether ``pid`` runs: it exists and has not exited (a zombie waiting for its parent does not)."""
+    return process_state(pid) not in ("", "Z", "X")
+
+
 def process_state(pid: int) -> str:
     """The state letter of ``pid`` (``R``, ``S``, ``Z``…), ``""`` when it is gone."""
     found = stat_fields(pid)

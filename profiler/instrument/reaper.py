@@ -10,8 +10,8 @@ import os
 import signal
 import time
 
-from fusedce_profiler.instrument.lifetime import end_stopped_template, is_template, kill_marked, kill_tree, own_mark
-from fusedce_profiler.instrument.proctable import parent_of, process_state, signal_quietly, started
+from fusedce_profiler.instrument.lifetime import command_of, end_stopped_template, kill_marked, kill_tree, own_mark
+from fusedce_profiler.instrument.proctable import lives, signal_quietly, started
 from fusedce_profiler.instrument.worker_log import log_of_stdout, scrub_log
 
 
@@ -23,7 +23,7 @@ def _scrub_after(worker: int, log: str | None) -> None:
         return
     signal_quietly(os.kill, worker)
     deadline = time.monotonic() + 5.0
-    while process_state(worker) not in ("Z", "X", "") and time.monotonic() < deadline:
+    while lives(worker) and time.monotonic() < deadline:
         time.sleep(0.01)
     scrub_log(log)
 
@@ -39,7 +39,7 @@ def start_reaper(life_fd: int) -> int:
     (:func:`~fusedce_profiler.instrument.lifetime.end_worker`): it may kill the group, this reaper
     included, first."""
     worker, parent = os.getpid(), os.getppid()
-    command = parent_of(parent) if is_template(parent) else None  # a forked worker's: its template's parent
+    command = command_of(parent)  # a forked worker's template's parent, read before any job ran
     pid = os.fork()
     if pid == 0:
         try:
@@ -48,8 +48,7 @@ def start_reaper(life_fd: int) -> int:
             os.closerange(life_fd + 1, 1 << 16)
             while os.read(life_fd, 1):
                 pass
-            if command is not None and parent_of(parent) != command:  # the command gone, not merely this worker
-                end_stopped_template(parent)  # before the walk, which stops what it finds (and may stop it too)
+            end_stopped_template(parent, command)  # before the walk, which stops what it finds (and may stop it too)
             kill_tree(worker, spare=os.getpid())
             if own_mark():
                 kill_marked(own_mark(), spare={worker}, since=started(worker))

@@ -186,9 +186,12 @@ def end_workers(workers: dict[int, tuple[str, str | None]], spare: int | None = 
     alive through the wait could stop the template again, with no one left to continue it."""
     marked = [(mark, started(pid)) for pid, (mark, _) in workers.items()]  # before any pid can go
     logs = {pid: log for pid, (_, log) in workers.items()}
-    for pid in children_of(os.getpid()):
-        if pid not in workers and pid != spare:
-            kill_with_group(pid)
+
+    def others() -> list[int]:
+        return [pid for pid in children_of(os.getpid()) if pid not in workers and pid != spare]
+
+    for pid in others():
+        kill_with_group(pid)
     for pid in workers:
         signal_quietly(os.kill, pid, signal.SIGCONT)
         signal_quietly(os.kill, pid, signal.SIGTERM)
@@ -197,8 +200,7 @@ def end_workers(workers: dict[int, tuple[str, str | None]], spare: int | None = 
         _reaped(workers)
         time.sleep(0.02)
     killed = list(workers)
-    helpers = [pid for pid in children_of(os.getpid()) if pid not in workers and pid != spare]  # made meanwhile
-    for pid in killed + helpers:  # not waited for: its /proc entry stays, and its pid and group are not reused
+    for pid in killed + others():  # not waited for: its /proc entry stays, and its pid and group are not reused
         kill_with_group(pid)
     for mark, since in marked:
         if mark:
