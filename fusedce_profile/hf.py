@@ -11,6 +11,8 @@ backward mark comes from the recorder's own ``backward()`` wrapper (``accelerate
 knows the ``Trainer.train`` call that began it, and once that call has ended (an exception left
 it) the step ends unrecorded and the folder is released — at the process's next backward, forward
 or optimizer step outside it, when another recorder begins a step, or when the process exits.
+A ``train()`` that raised leaves its recorder open; the next ``train()`` with the same callback closes
+it and records into a recorder of its own (``<folder>-2`` when the first recorded a step).
 """
 from __future__ import annotations
 
@@ -49,7 +51,12 @@ class StepRecorderCallback(TrainerCallback):
             self._reserved = self.recorder.reserved_now()
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
-        if (self.recorder is None or self.recorder.closed) and state.is_world_process_zero and model is not None:
+        rec = self.recorder
+        if rec is not None and not rec.closed:  # left open by a train() that raised
+            if rec.recording:
+                rec.end_stale()  # its step: unrecorded, said in one warning
+            rec.close()
+        if state.is_world_process_zero and model is not None:  # every train() is a run of its own
             folder = Path(self.out) if self.out is not None else Path(args.output_dir) / FOLDER
             self.recorder = callback_recorder(model, folder, self.steps, self.options)
             self.folder = self.recorder.out

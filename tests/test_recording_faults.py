@@ -8,12 +8,14 @@ import subprocess
 import sys
 import time
 import types
+import warnings
 
 import pytest
 import torch
 
 from fusedce_profile import StepRecorder
 from fusedce_profiler.instrument import store
+from fusedce_profiler.instrument.recording.records import load_recorded_steps
 from test_recording import _Trainer, _batch, _lightning_fit, _loss, hf_callback, lightning_callback  # noqa: F401
 from tests.doctor_models import WrappedHeadLM
 
@@ -237,20 +239,32 @@ def test_a_lightning_step_that_raises_ends_its_recording_and_releases_the_folder
     assert _recording_is_off() and not (tmp_path / "rec" / store.LOCK_FILE).exists()
 
 
-def test_a_hugging_face_step_that_raises_ends_its_recording_at_the_next_step(tmp_path, hf_callback):
-    """``Trainer`` has no exception event: the next ``train()``'s first step ends the open recording."""
+def _recorded(folder) -> list[int]:
+    """The step indices stored in ``folder``'s ``recorded_steps.jsonl``."""
+    return [record.step for record in load_recorded_steps(folder).records]
+
+
+def test_a_hugging_face_step_that_raises_ends_at_the_next_train_which_records_on_its_own(tmp_path, hf_callback):
+    """``Trainer`` has no exception event: the next ``train()`` with the same callback ends the open step
+    (one warning), closes its recorder and records its own steps with a new one."""
     model = WrappedHeadLM()
     args = types.SimpleNamespace(output_dir=str(tmp_path / "out"))
     state = types.SimpleNamespace(global_step=0, is_world_process_zero=True)
     callback = hf_callback(steps=(0,), trace=False)
     callback.on_train_begin(args, state, None, model=model)
     callback.on_step_begin(args, state, None)  # the step raises here: no further event
-    assert callback.recorder.recording and not _recording_is_off()
-    callback.on_train_begin(args, state, None, model=model)  # the user calls train() again
+    first = callback.recorder
+    assert first.recording and not _recording_is_off()
+    with pytest.warns(RuntimeWarning, match="step 0 is not recorded: the training loop that began it ended"):
+        callback.on_train_begin(args, state, None, model=model)  # the user calls train() again
+    assert first.closed and not first.recording and callback.recorder is not first
     callback.on_step_begin(args, state, None)
-    assert not callback.recorder.recording and _recording_is_off()
+    _loss(model, _batch(0)).backward()
+    callback.on_step_end(args, state, None)
     callback.on_train_end(args, state, None)
-    assert not (tmp_path / "out" / "fusedce-profile" / store.LOCK_FILE).exists()
+    folder = tmp_path / "out" / "fusedce-profile"
+    assert _recorded(folder) == [0]  # the first run recorded nothing
+    assert not (folder / store.LOCK_FILE).exists() and _recording_is_off()
 
 
 class _Rows(torch.utils.data.Dataset):
@@ -327,6 +341,61 @@ def test_a_trainer_step_that_raises_is_ended_once_train_has_ended_and_a_new_trai
     assert (tmp_path / "retry" / "recorded_steps.jsonl").is_file() and _recording_is_off()
     assert kept.recorder.loop_alive is None  # a callback kept by the user holds no frame of the ended train()
     assert not (tmp_path / "third" / store.LOCK_FILE).exists()
+
+
+def test_a_trainer_callback_kept_after_a_train_that_raised_records_the_next_train_beside_the_first(tmp_path):
+    """A real ``Trainer`` and one callback: ``train()`` raises after its recorded step (or inside it), the
+    exception is caught, and ``train()`` runs again. The second run was recorded nowhere and nothing said
+    so (the first run's recorder, never closed, had its step done). Now it is recorded beside the first."""
+    transformers = pytest.importorskip("transformers")
+    from fusedce_profile.hf import StepRecorderCallback
+
+    for name, fail_at, first_steps in (("after", 4, [1]), ("inside", 2, [])):
+        model, out = _FailingLM(fail_at=fail_at), tmp_path / name
+        args = transformers.TrainingArguments(output_dir=str(tmp_path / "hf"), max_steps=4, report_to=[],
+                                              per_device_train_batch_size=4, save_strategy="no", use_cpu=True,
+                                              logging_strategy="no", disable_tqdm=True)
+        callback = StepRecorderCallback(steps=(1,), out=out, trace=False, snapshot=False)
+        trainer = transformers.Trainer(model=model, args=args, train_dataset=_Rows(), callbacks=[callback])
+        with pytest.raises(ValueError, match="the user's bug"):
+            trainer.train()
+        model.calls, model.fail_at = 0, None
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            trainer.train()
+        said = [str(w.message) for w in caught if str(w.message).startswith("fusedce-profile")]
+        second = out.with_name(f"{name}-2") if first_steps else out
+        assert _recorded(second) == [1], (name, said)
+        if first_steps:
+            assert _recorded(out) == first_steps
+            assert any(f"this run is recorded in {second}" in line for line in said), said
+        else:
+            assert any("step 1 is not recorded: the training loop that began it ended" in line for line in said), said
+        assert not (out / store.LOCK_FILE).exists() and not (second / store.LOCK_FILE).exists()
+        assert _recording_is_off()
+
+
+def test_a_closed_recorder_records_nothing_more_and_says_so_once(tmp_path):
+    """A notebook cell re-run after the one that closed the recorder: its steps were recorded into the
+    folder it had released (also while another recorder held it)."""
+    from fusedce_profile import StepRecorder
+
+    model = WrappedHeadLM()
+    recorder = StepRecorder(model, tmp_path / "rec", steps=(0, 1), trace=False, snapshot=False, report=False)
+    with recorder.step(0):
+        _loss(model, _batch(0)).backward()
+    recorder.close()
+    holder = StepRecorder(model, tmp_path / "rec", steps=(5,), append=True, trace=False, snapshot=False, report=False)
+    with pytest.warns(RuntimeWarning, match="step 1 is not recorded: this StepRecorder was closed") as said:
+        with recorder.step(1):
+            _loss(model, _batch(1)).backward()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with recorder.step(1):  # said once
+            _loss(model, _batch(1)).backward()
+    assert len([w for w in said if "fusedce-profile" in str(w.message)]) == 1
+    assert _recorded(tmp_path / "rec") == [0]
+    holder.close()
 
 
 def test_a_stale_step_of_one_thread_ended_from_another_is_one_warning_and_the_retry_there_records(tmp_path):

@@ -69,20 +69,17 @@ NOOP = contextlib.nullcontext()
 class StepRecorder:
     """Record the named steps of a training loop into the run folder ``out``.
 
-    ``model``: the module being trained (a LightningModule or a wrapper is fine: the LM head
-    is located inside it); ``steps``: 0-based indices of the steps to record (the recorder
-    counts :meth:`step` calls, or takes the index given to it). ``label``: a name for this
-    run in the report (``"naive"``, ``"fused"``); ``fused``: whether the loss is meant to be
-    fused (``True``/``False``/``None``: not said). ``head``: the LM head's attribute path
-    when it cannot be found (default: ``get_output_embeddings()``, else the last
-    ``nn.Linear`` with ``out_features`` = ``vocab``); ``vocab``, ``batch``, ``seq``: when not
-    found from the head and the input ids. ``trace``: attribute the peak by module and kind
-    (``torch.profiler``; slows the recorded step); ``snapshot``: store the CUDA allocator
-    snapshot. ``force``: replace a recording already in ``out`` (else ``FileExistsError``);
-    ``append``: add to it instead (another run of the same model, e.g. with the fused loss: the
-    report compares runs by ``label``).
-    ``on_record(folder)``: called after each record is written (the public API renders the
-    report there). A relative ``out`` is taken from the current folder once, here.
+    ``model``: the module being trained (a LightningModule or a wrapper is fine: the LM head is located inside it);
+    ``steps``: 0-based indices of the steps to record (the recorder counts :meth:`step` calls, or takes the index
+    given to it). ``label``: a name for this run in the report (``"naive"``, ``"fused"``); ``fused``: whether the
+    loss is meant to be fused (``True``/``False``/``None``: not said). ``head``: the LM head's attribute path when
+    it cannot be found (default: ``get_output_embeddings()``, else the last ``nn.Linear`` with ``out_features`` =
+    ``vocab``); ``vocab``, ``batch``, ``seq``: when not found from the head and the input ids. ``trace``: attribute
+    the peak by module and kind (``torch.profiler``; slows the recorded step); ``snapshot``: store the CUDA
+    allocator snapshot. ``force``: replace a recording already in ``out`` (else ``FileExistsError``); ``append``:
+    add to it instead (another run of the same model, e.g. with the fused loss: the report compares runs by
+    ``label``). ``on_record(folder)``: called after each record is written (the public API renders the report
+    there). A relative ``out`` is taken from the current folder once, here. Once closed it records nothing more.
     """
 
     def __init__(self, model: nn.Module, out: str | Path, *, steps: Iterable[int] = (2,), label: str = "",
@@ -150,13 +147,17 @@ class StepRecorder:
         """
         index = self.count if index is None else int(index)
         self.count = index + 1
-        if not self.enabled or index not in self.steps or index in self._done or self._active is not None:
-            return NOOP
-        return self._recording(index)
+        return self._recording(index) if self.wants(index) else NOOP
 
     def wants(self, index: int) -> bool:
-        """Whether step ``index`` would be recorded (for integrations starting and ending it apart)."""
-        return self.enabled and index in self.steps and index not in self._done and self._active is None
+        """Whether step ``index`` would be recorded (for integrations starting and ending it apart).
+        A requested step that a closed recorder will not record is said once, in a warning."""
+        requested = self.enabled and index in self.steps and index not in self._done
+        if requested and self.closed:
+            self._done.add(index)
+            notice(f"fusedce-profile: step {index} is not recorded: this StepRecorder was closed and "
+                   f"{one_line(self.out)} released (a new StepRecorder records again)", stacklevel=3)
+        return requested and not self.closed and self._active is None
 
     def start(self, index: int) -> None:
         """Begin recording step ``index`` (the callbacks' form of ``with recorder.step(index)``)."""
@@ -221,7 +222,7 @@ class StepRecorder:
 
     def begin_pass(self, kind: str, before_step: int) -> None:
         """An evaluation pass (``"sanity check"``, ``"validation"``, ``"evaluation"``) begins."""
-        if not self.enabled or self._open_pass is not None:
+        if not self.enabled or self.closed or self._open_pass is not None:
             return
         reserved, high = self.reserved_now()
         self._open_pass = EvalPass(kind, int(before_step), reserved, None, high, None)
@@ -235,7 +236,7 @@ class StepRecorder:
 
     def add_pass(self, kind: str, before_step: int, reserved_before: int | None, max_reserved_before: int | None):
         """A pass whose start was seen elsewhere (Hugging Face has no "evaluation begins" event)."""
-        if not self.enabled:
+        if not self.enabled or self.closed:
             return
         reserved, high = self.reserved_now()
         self.passes.append(EvalPass(kind, int(before_step), reserved_before, reserved, max_reserved_before, high))
@@ -265,10 +266,9 @@ class StepRecorder:
         except ValueError as exc:
             notice(f"fusedce-profile: {exc}", stacklevel=3)
             self._head = None
-        vocab = self.vocab or (self._head.info.vocab if self._head else None)
-        self.vocab = vocab
+        self.vocab = self.vocab or (self._head.info.vocab if self._head else None)
         self._norm = find_final_norm(self.model, self._head)
-        self._embedding = find_embedding(self.model, vocab)
+        self._embedding = find_embedding(self.model, self.vocab)
 
     def _begin(self, rec: StepRecording) -> None:
         if not holder.take(self):
