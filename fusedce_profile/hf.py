@@ -10,7 +10,7 @@ backward mark comes from the recorder's own ``backward()`` wrapper (``accelerate
 ``loss.backward()``). ``Trainer`` gives callbacks no event when a step raises: a recorded step
 knows the ``Trainer.train`` call that began it, and once that call has ended (an exception left
 it) the step ends unrecorded and the folder is released — at the process's next backward, forward
-or optimizer step outside it, when another recorder begins a step, or when the process exits.
+or optimizer step outside it, when another recorder is made or begins a step, or when the process exits.
 A ``train()`` that raised leaves its recorder open; the next ``train()`` with the same callback closes
 it and records into a recorder of its own (``<folder>-2`` when the first recorded a step).
 """

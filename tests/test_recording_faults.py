@@ -375,6 +375,21 @@ def test_a_trainer_callback_kept_after_a_train_that_raised_records_the_next_trai
         assert _recording_is_off()
 
 
+def test_a_new_callback_into_the_folder_of_a_train_that_raised_in_its_step_records_there(tmp_path):
+    """The retry's recorder is made (``on_train_begin``) before any hook of the dead step runs: it was
+    refused the folder the dead step still held, and the whole retry went unrecorded."""
+    pytest.importorskip("transformers")
+    with pytest.raises(ValueError, match="the user's bug"):
+        _hf_train(_FailingLM(fail_at=2), tmp_path / "q", tmp_path)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _hf_train(_FailingLM(fail_at=None), tmp_path / "q", tmp_path)
+    said = [str(w.message) for w in caught if str(w.message).startswith("fusedce-profile")]
+    assert len(said) == 1 and "step 1 is not recorded: the training loop that began it ended" in said[0], said
+    assert _recorded(tmp_path / "q") == [1] and _recording_is_off()
+    assert not (tmp_path / "q" / store.LOCK_FILE).exists()
+
+
 def test_a_closed_recorder_records_nothing_more_and_says_so_once(tmp_path):
     """A notebook cell re-run after the one that closed the recorder: its steps were recorded into the
     folder it had released (also while another recorder held it)."""

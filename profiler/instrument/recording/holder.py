@@ -8,10 +8,10 @@ record meanwhile leaves its step unrecorded, with a warning — unless the step 
 frame of Hugging Face's ``Trainer.train``, which gives callbacks no event when a step raises), and
 that loop has ended. A stale step is ended unrecorded, and its folder released, as soon as a hook
 of it runs outside that loop (the next ``backward``, forward or optimizer step of the process) or
-another recorder wants to record. At exit every recorder still open is ended and closed.
+another recorder wants to record or is made. At exit every recorder still open is ended and closed.
 
-Public API: :func:`take`, :func:`release`, :func:`opened`, :func:`closed`, :func:`loop_probe`,
-:func:`records_here`.
+Public API: :func:`take`, :func:`release`, :func:`end_stale_steps`, :func:`opened`, :func:`closed`,
+:func:`loop_probe`, :func:`records_here`.
 """
 from __future__ import annotations
 
@@ -51,6 +51,14 @@ def take(recorder) -> bool:
             return False
     _holder = weakref.ref(recorder)
     return True
+
+
+def end_stale_steps() -> None:
+    """End every open recorder's stale step unrecorded (its ``end_stale()``, which releases its folder):
+    a new recorder may want that folder (a ``train()`` that raised in its recorded step, then retried)."""
+    for recorder in list(_OPEN):
+        if recorder.stale():
+            recorder.end_stale()
 
 
 def release() -> None:

@@ -94,8 +94,7 @@ class StepRecorder:
         self.label, self.fused, self.head_path, self.vocab, self.batch, self.seq = checked_subject(
             label, fused, head, vocab, batch, seq)
         self.trace, self.snapshot = checked_flags(trace=trace, snapshot=snapshot, force=force, append=append)
-        self.on_record = on_record
-        self.count = 0
+        self.on_record, self.count = on_record, 0
         self.records: list[RecordedStep] = []
         self.passes: list[EvalPass] = []
         self.enabled = holder.records_here()
@@ -111,6 +110,7 @@ class StepRecorder:
         self.closed = False  # closed: it records no more (a callback used for another run makes a new one)
         if self.enabled:
             try:
+                holder.end_stale_steps()  # a recorder whose loop raised out of its step may hold this folder
                 self._lock = take_folder(self.out, force=force, append=append)
                 holder.opened(self)
             except FileExistsError:  # a recording is there: the caller must say replace or add
