@@ -10,7 +10,7 @@
 # $OUT: gpu-tests.xml, frontier.jsonl (raw cells and per-case goals), frontier.json/.md,
 # environment.json, frontier.log, nvidia-smi.txt (device only).
 # TESTS=0 skips (a) (after the GPU suite in the same session); FRONTIER_BUDGET_S=480 with it fills one call;
-# IMPLS="..." names other points (for example with fusedce_fast_recompute).
+# IMPLS="..." names other points (for example with fusedce_fast_recompute); CASES="user Llama-3-8B" only those labels.
 set -u
 export PYTHONUNBUFFERED=1
 IMPLS=${IMPLS:-"fusedce torch_compile fusedce_fast fusedce_min liger cce torch"}
@@ -28,7 +28,7 @@ if [ "${TESTS:-1}" != "0" ]; then
 fi
 BUDGET_S=${FRONTIER_BUDGET_S:-270}
 timeout $((BUDGET_S + 60)) python3 benchmarks/frontier.py --out "$OUT" --repeats 5 --budget-s "$BUDGET_S" \
-  --impls $IMPLS 2>&1 | tee "$OUT/frontier.log"
+  --impls $IMPLS ${CASES:+--cases $CASES} 2>&1 | tee "$OUT/frontier.log"
 status=${PIPESTATUS[0]}
 grep -o 'testsuite [^>]*' "$OUT/gpu-tests.xml" 2>/dev/null | head -1
 grep -E '^(==|   goal)' "$OUT/frontier.log"
