@@ -7,12 +7,13 @@ named step; a step spans its gradient-accumulation micro-batches), ``on_pre_opti
 (the optimizer mark), ``on_step_end`` (ends it; also notes the reserved bytes an evaluation
 would start from), ``on_evaluate`` (an evaluation pass and what it left reserved). The
 backward mark comes from the recorder's own ``backward()`` wrapper (``accelerate`` calls
-``loss.backward()``). ``Trainer`` gives callbacks no event when a step raises: a recorded step
-knows the ``Trainer.train`` call that began it, and once that call has ended (an exception left
-it) the step ends unrecorded and the folder is released — at the process's next backward, forward
-or optimizer step outside it, when another recorder is made or begins a step, or when the process exits.
-A ``train()`` that raised leaves its recorder open; the next ``train()`` with the same callback closes
-it and records into a recorder of its own (``<folder>-2`` when the first recorded a step).
+``loss.backward()``). ``Trainer`` gives callbacks no event when a step raises: the recorder knows the
+``Trainer.train`` call it was made in, and once that call has ended (an exception left it) a step it
+left open ends unrecorded and the folder is released — at the process's next backward, forward or
+optimizer step outside it, when another recorder begins a step, or when the process exits — and the
+recorder is closed when another one is made (a new callback, or this one at the next ``train()``,
+which records into a recorder of its own: ``<folder>-2`` when the first recorded a step). One
+callback object records one ``train()`` at a time.
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from transformers import TrainerCallback
 
 from fusedce_profile.recorder import StepRecorder, callback_arguments, callback_recorder
 from fusedce_profiler.instrument.recording.holder import loop_probe
+from fusedce_profiler.instrument.recording.notice import notice
 
 FOLDER = "fusedce-profile"
 
@@ -52,13 +54,19 @@ class StepRecorderCallback(TrainerCallback):
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         rec = self.recorder
-        if rec is not None and not rec.closed:  # left open by a train() that raised
-            if rec.recording:
+        if rec is not None and not rec.closed:  # left open by a train() that raised, or one still running
+            if rec.loop_alive is not None and not rec.orphaned():
+                notice("fusedce-profile: this StepRecorderCallback is recording a train() that still runs (another "
+                       "Trainer's); a callback records one train() at a time: that one's recording ends here",
+                       stacklevel=2)
+                rec.abort()
+            elif rec.recording:
                 rec.end_stale()  # its step: unrecorded, said in one warning
             rec.close()
         if state.is_world_process_zero and model is not None:  # every train() is a run of its own
             folder = Path(self.out) if self.out is not None else Path(args.output_dir) / FOLDER
             self.recorder = callback_recorder(model, folder, self.steps, self.options)
+            self.recorder.loop_alive = loop_probe("transformers.", "train")  # this Trainer.train call
             self.folder = self.recorder.out
             self._note_reserved()
 
@@ -70,7 +78,6 @@ class StepRecorderCallback(TrainerCallback):
             rec.abort()
         rec.seen(state.global_step)
         if rec.wants(state.global_step):  # not while a recording is open
-            rec.loop_alive = loop_probe("transformers.", "train")  # the Trainer.train running this step
             rec.start(state.global_step)
 
     def on_pre_optimizer_step(self, args, state, control, **kwargs):

@@ -390,6 +390,119 @@ def test_a_new_callback_into_the_folder_of_a_train_that_raised_in_its_step_recor
     assert not (tmp_path / "q" / store.LOCK_FILE).exists()
 
 
+def test_a_callback_that_appends_to_the_folder_of_a_train_that_raised_after_its_step_records_there(tmp_path):
+    """``train()`` raised after its recorded step (no step open); a new callback with ``append=True``
+    (what the "already holds a recording" warning suggests) was refused: the dead run's recorder held the
+    folder until the process ended."""
+    transformers = pytest.importorskip("transformers")
+    from fusedce_profile.hf import StepRecorderCallback
+
+    with pytest.raises(ValueError, match="the user's bug"):
+        _hf_train(_FailingLM(fail_at=3), tmp_path / "q", tmp_path)
+    args = transformers.TrainingArguments(output_dir=str(tmp_path / "hf"), max_steps=3, per_device_train_batch_size=4,
+                                          report_to=[], save_strategy="no", logging_strategy="no", use_cpu=True,
+                                          disable_tqdm=True)
+    callback = StepRecorderCallback(steps=(2,), out=tmp_path / "q", append=True, trace=False, snapshot=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        transformers.Trainer(model=_FailingLM(None), args=args, train_dataset=_Rows(), callbacks=[callback]).train()
+    assert not [str(w.message) for w in caught if str(w.message).startswith("fusedce-profile")]
+    assert _recorded(tmp_path / "q") == [1, 2] and _recording_is_off()
+    assert not (tmp_path / "q" / store.LOCK_FILE).exists()
+
+
+def _in_a_train(body):
+    """``body()`` called from a function ``train`` of a module named ``transformers.*`` (what the Hugging
+    Face callback takes for the ``Trainer.train`` call it runs in)."""
+    namespace = {"__name__": "transformers.stand_in"}
+    exec("def train(body):\n    return body()\n", namespace)
+    return namespace["train"](body)
+
+
+def test_one_callback_for_two_trainers_running_at_once_says_so_and_ends_the_first_recording(tmp_path, hf_callback):
+    """The second ``train()`` ended the first one's live step saying "the training loop that began it
+    ended (an exception left it)", which was false."""
+    import threading
+
+    model = WrappedHeadLM()
+    args = types.SimpleNamespace(output_dir=str(tmp_path / "out"))
+    state = types.SimpleNamespace(global_step=0, is_world_process_zero=True)
+    callback = hf_callback(steps=(0,), trace=False)
+    began, release = threading.Event(), threading.Event()
+
+    def first_train():
+        callback.on_train_begin(args, state, None, model=model)
+        callback.on_step_begin(args, state, None)
+        began.set()
+        release.wait(60)
+
+    first = threading.Thread(target=_in_a_train, args=(first_train,))
+    first.start()
+    try:
+        assert began.wait(60)
+        recorder = callback.recorder
+        assert recorder.recording
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            _in_a_train(lambda: callback.on_train_begin(args, state, None, model=model))
+        said = [str(w.message) for w in caught if str(w.message).startswith("fusedce-profile")]
+        assert len(said) == 1 and "recording a train() that still runs" in said[0], said
+        assert recorder.closed and callback.recorder is not recorder and _recording_is_off()
+    finally:
+        release.set()
+        first.join(60)
+    callback.on_train_end(args, state, None)
+
+
+def test_recorders_made_and_closed_in_several_threads_at_once_never_raise(tmp_path):
+    """Making a recorder lists the process's open recorders (to close orphans) while other threads add and
+    remove theirs: "Set changed size during iteration" reached the caller, through a callback its ``fit``."""
+    import threading
+
+    model, failures = torch.nn.Linear(4, 4), []
+    options = dict(trace=False, snapshot=False, report=False)
+    held = [StepRecorder(model, tmp_path / f"held{i}", **options) for i in range(200)]  # a long list to walk
+    interval = sys.getswitchinterval()
+
+    def churn(name):
+        for i in range(150):
+            try:
+                StepRecorder(model, tmp_path / f"{name}{i % 20}", force=True, **options).close()
+            except Exception as exc:  # noqa: BLE001
+                failures.append(repr(exc))
+
+    sys.setswitchinterval(1e-6)  # thread switches often: the race within a few hundred recorders
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            threads = [threading.Thread(target=churn, args=(name,)) for name in "abc"]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(300)
+    finally:
+        sys.setswitchinterval(interval)
+        for recorder in held:
+            recorder.close()
+    assert not failures, failures[:3]
+    # two recorders probing their common parent for a run's lock at once each saw the other's probe as a run
+    assert not [str(w.message) for w in caught if "fusedce-profile" in str(w.message)][:3]
+
+
+def test_a_recorder_dropped_without_close_gives_its_folder_to_the_next(tmp_path):
+    """A recorder dropped without ``close()`` kept its folder from every new recorder of the process."""
+    model, options = torch.nn.Linear(4, 4), dict(trace=False, snapshot=False, report=False)
+    dropped = StepRecorder(model, tmp_path / "r", **options)
+    assert dropped.enabled
+    del dropped  # garbage in a reference cycle (its report callback): collected only by the next collection
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        again = StepRecorder(model, tmp_path / "r", **options)
+    assert again.enabled
+    again.close()
+    assert not (tmp_path / "r" / store.LOCK_FILE).exists()
+
+
 def test_a_closed_recorder_records_nothing_more_and_says_so_once(tmp_path):
     """A notebook cell re-run after the one that closed the recorder: its steps were recorded into the
     folder it had released (also while another recorder held it)."""

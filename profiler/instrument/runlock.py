@@ -24,6 +24,11 @@ class FolderInUse(RuntimeError):
         self.folder, self.holder = folder, holder
 
 
+PROBE_RETRIES, PROBE_WAIT_S = 3, 0.01
+"""A lock refused is tried again this often, this long apart: :func:`live_holder` probes a folder by
+taking its lock, shared, for a moment."""
+
+
 class RunLock:
     """An exclusive lock on a run folder while a run writes into it (``fcntl.flock`` on the folder).
 
@@ -70,11 +75,15 @@ class RunLock:
             self._key = key
             return self
         fd = os.open(self.folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise FolderInUse(self.folder, self._holder()) from None
+        for attempt in range(PROBE_RETRIES + 1):
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if attempt == PROBE_RETRIES:
+                    os.close(fd)
+                    raise FolderInUse(self.folder, self._holder()) from None
+                time.sleep(PROBE_WAIT_S)  # a probe's shared lock (live_holder) lasts microseconds
         opened = False
         try:  # a linked, hard-linked or piped note is refused, never written through or waited on
             note = confined.open_own_file(LOCK_FILE, os.O_WRONLY | os.O_CREAT, self.path, dir_fd=fd)
@@ -94,6 +103,11 @@ class RunLock:
         RunLock.taken.append(self.folder)
         self._key = key
         return self
+
+    @staticmethod
+    def held_here(folder: str | Path) -> bool:
+        """Whether this process holds ``folder``'s lock (any thread of it)."""
+        return Path(folder).resolve() in RunLock._held
 
     def _holder(self) -> str:
         from fusedce_profiler.instrument.text import shorten
@@ -136,8 +150,8 @@ def live_holder(folder: str | Path) -> str | None:
         fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
         return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    try:  # shared: two probes at once see no holder in each other; a run's exclusive lock refuses it
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:
         return RunLock(folder)._holder()
     finally:

@@ -10,6 +10,7 @@ Public API: :func:`take_folder`.
 """
 from __future__ import annotations
 
+import gc
 import os
 from pathlib import Path
 
@@ -27,6 +28,19 @@ def _refuse_unless_a_recording(steps: Path) -> None:
         return
     if why is not None:
         raise FolderRefused(f"{steps}: {why}")
+
+
+def _lock(out: Path) -> store.RunLock:
+    """``out``'s exclusive lock. A recorder of this process dropped without ``close()`` releases its lock
+    when it is collected (its finalizer); one that is garbage not yet collected gives way: refused
+    by this process, the lock is tried once more after a collection."""
+    try:
+        return store.RunLock(out, exclusive=True).acquire()
+    except store.FolderInUse:
+        if not store.RunLock.held_here(out):
+            raise
+        gc.collect()
+        return store.RunLock(out, exclusive=True).acquire()
 
 
 def take_folder(out: Path, *, force: bool, append: bool) -> store.RunLock:
@@ -50,13 +64,13 @@ def take_folder(out: Path, *, force: bool, append: bool) -> store.RunLock:
     existing = out / store.RECORDED_STEPS_FILE
     _refuse_unless_a_recording(existing)
     if os.path.lexists(existing) and append:
-        return store.RunLock(out, exclusive=True).acquire()
+        return _lock(out)
     if os.path.lexists(existing) and not force:
         raise FileExistsError(f"{out} already holds a recording ({store.RECORDED_STEPS_FILE}); "
                               "pass force=True to replace it, append=True to add to it, or another folder")
     snapshots = out / store.SNAPSHOTS_DIR
     refuse_linked_folder(snapshots)
-    lock = store.RunLock(out, exclusive=True).acquire()
+    lock = _lock(out)
     if os.path.lexists(existing):
         existing.unlink()
         for old in snapshots.glob("step-*"):

@@ -8,9 +8,10 @@ record meanwhile leaves its step unrecorded, with a warning — unless the step 
 frame of Hugging Face's ``Trainer.train``, which gives callbacks no event when a step raises), and
 that loop has ended. A stale step is ended unrecorded, and its folder released, as soon as a hook
 of it runs outside that loop (the next ``backward``, forward or optimizer step of the process) or
-another recorder wants to record or is made. At exit every recorder still open is ended and closed.
+another recorder wants to record. A recorder whose loop has ended (with or without a step open) is closed
+when another recorder is made. At exit every recorder still open is ended and closed.
 
-Public API: :func:`take`, :func:`release`, :func:`end_stale_steps`, :func:`opened`, :func:`closed`,
+Public API: :func:`take`, :func:`release`, :func:`close_orphans`, :func:`opened`, :func:`closed`,
 :func:`loop_probe`, :func:`records_here`.
 """
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Callable
 _ONE_RECORDING = threading.Lock()
 _holder: weakref.ref | None = None  # the recorder holding _ONE_RECORDING
 _OPEN: weakref.WeakSet = weakref.WeakSet()  # the recorders holding a folder's lock
+_OPEN_CHANGES = threading.Lock()  # _OPEN is changed and listed by any thread that makes or closes a recorder
 
 
 def records_here() -> bool:
@@ -53,12 +55,20 @@ def take(recorder) -> bool:
     return True
 
 
-def end_stale_steps() -> None:
-    """End every open recorder's stale step unrecorded (its ``end_stale()``, which releases its folder):
-    a new recorder may want that folder (a ``train()`` that raised in its recorded step, then retried)."""
-    for recorder in list(_OPEN):
-        if recorder.stale():
-            recorder.end_stale()
+def _open_recorders() -> list:
+    with _OPEN_CHANGES:
+        return list(_OPEN)
+
+
+def close_orphans() -> None:
+    """Close every open recorder whose loop has ended (``orphaned()``: a ``train()`` that raised), its
+    step, if one is open, ended unrecorded in one warning (``end_stale()``). Called as a recorder is made:
+    an orphan holds its folder, which the new recorder may want (the same run retried), for no one."""
+    for recorder in _open_recorders():
+        if recorder.orphaned():
+            if recorder.recording:
+                recorder.end_stale()
+            recorder.close()
 
 
 def release() -> None:
@@ -70,18 +80,20 @@ def release() -> None:
 
 def opened(recorder) -> None:
     """``recorder`` holds its folder's lock (released at exit if it is never closed)."""
-    _OPEN.add(recorder)
+    with _OPEN_CHANGES:
+        _OPEN.add(recorder)
 
 
 def closed(recorder) -> None:
-    _OPEN.discard(recorder)
+    with _OPEN_CHANGES:
+        _OPEN.discard(recorder)
 
 
 @atexit.register
 def _close_at_exit() -> None:
     """A recorder left open (a loop raised out of a recorded step): its step ends unrecorded before the
     interpreter tears the profiler down, and its folder is released."""
-    for recorder in list(_OPEN):
+    for recorder in _open_recorders():
         with contextlib.suppress(Exception):
             recorder.abort()
             recorder.close()

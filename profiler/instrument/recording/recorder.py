@@ -1,46 +1,41 @@
 """Record a training step from inside the user's own loop: phases, allocator snapshot, attribution.
 
-``StepRecorder(model, out, steps=(2, 50))`` counts steps; ``with recorder.step(): ...`` around
-one step (forward, loss, backward, optimizer) records it when its index is one of ``steps``
-and is a plain counter check otherwise: no hook, no profiler, nothing allocated
-(:data:`NOOP` is returned). A recorded step:
+``StepRecorder(model, out, steps=(2, 50))`` counts steps; ``with recorder.step(): ...`` around one step (forward,
+loss, backward, optimizer) records it when its index is one of ``steps`` and is a plain counter check otherwise: no
+hook, no profiler, nothing allocated (:data:`NOOP` is returned). A recorded step:
 
 1. synchronises, locates the LM head, final norm and embedding
-   (:mod:`~fusedce_profiler.instrument.recording.landmarks`, once per recorder) and reads what is alive and
-   reserved before it starts;
-2. marks phases through hooks — ``forward`` at the start; ``loss`` at the end of the final
-   norm's forward, the LM head's forward pre-hook or the end of the model's forward
-   (whichever comes first); ``backward`` when ``Tensor.backward``/``torch.autograd.backward``
-   is called (the two are wrapped for the recorded step only: autograd has no hook for "a
-   backward begins"); ``optimizer`` from a global optimizer step pre-hook. Phases only move
-   forward (a final norm re-run by activation checkpointing in backward marks nothing);
+   (:mod:`~fusedce_profiler.instrument.recording.landmarks`, once per recorder) and reads what is alive and reserved
+   before it starts;
+2. marks phases through hooks — ``forward`` at the start; ``loss`` at the end of the final norm's forward, the LM
+   head's forward pre-hook or the end of the model's forward (whichever comes first); ``backward`` when
+   ``Tensor.backward``/``torch.autograd.backward`` is called (the two are wrapped for the recorded step only:
+   autograd has no hook for "a backward begins"); ``optimizer`` from a global optimizer step pre-hook. Phases only
+   move forward (a final norm re-run by activation checkpointing in backward marks nothing);
    :meth:`StepRecorder.mark` sets one explicitly (hooks and meters:
    :mod:`~fusedce_profiler.instrument.recording.phases`);
-3. meters every phase: on CUDA the caching allocator's counters (peak allocated and
-   reserved per phase, device use at each mark), on the CPU the profiler's memory events
-   (:mod:`fusedce_profiler.instrument.protocol`); optionally (``trace``) wraps the step in
-   :class:`fusedce_profiler.instrument.tracing.trace.StepTracer` for the peak by module and kind and the logits
-   detector; optionally (``snapshot``, CUDA) records the allocator's history and stores the
-   raw snapshot and its timeline (:mod:`fusedce_profiler.instrument.snapshot`);
+3. meters every phase: on CUDA the caching allocator's counters (peak allocated and reserved per phase, device use
+   at each mark), on the CPU the profiler's memory events (:mod:`fusedce_profiler.instrument.protocol`); optionally
+   (``trace``) wraps the step in :class:`fusedce_profiler.instrument.tracing.trace.StepTracer` for the peak by
+   module and kind and the logits detector; optionally (``snapshot``, CUDA) records the allocator's history and
+   stores the raw snapshot and its timeline (:mod:`fusedce_profiler.instrument.snapshot`);
 4. appends a :class:`~fusedce_profiler.instrument.recording.records.RecordedStep` (built by
-   :mod:`~fusedce_profiler.instrument.recording.assemble`) to the folder's
-   ``recorded_steps.jsonl`` and writes ``environment.json`` once.
+   :mod:`~fusedce_profiler.instrument.recording.assemble`) to the folder's ``recorded_steps.jsonl`` and writes
+   ``environment.json`` once.
 
 A failure of the recorder itself never stops the user's training: it is reported as a warning
-(:mod:`~fusedce_profiler.instrument.recording.notice`, never raised) and the step runs unrecorded; so is
-a folder that cannot be written, that another run holds, or that fills up (the recorder then records
-nothing more). One step is recorded at a time in a process: a step another recorder (another
-thread's) would record meanwhile runs unrecorded, with a warning. On a distributed run only rank 0
-records.
-
-Public API: :class:`StepRecorder`, :data:`NOOP` (the public face, which also renders the
-report, is :mod:`fusedce_profile`).
+(:mod:`~fusedce_profiler.instrument.recording.notice`, never raised) and the step runs unrecorded; so is a folder
+that cannot be written, that another run holds, or that fills up (the recorder then records nothing more). One step
+is recorded at a time in a process: a step another recorder (another thread's) would record meanwhile runs
+unrecorded, with a warning. On a distributed run only rank 0 records. Public API: :class:`StepRecorder`,
+:data:`NOOP` (the public face, which also renders the report, is :mod:`fusedce_profile`).
 """
 from __future__ import annotations
 
 import contextlib
 import os
 import time
+import weakref
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -95,8 +90,7 @@ class StepRecorder:
             label, fused, head, vocab, batch, seq)
         self.trace, self.snapshot = checked_flags(trace=trace, snapshot=snapshot, force=force, append=append)
         self.on_record, self.count = on_record, 0
-        self.records: list[RecordedStep] = []
-        self.passes: list[EvalPass] = []
+        self.records, self.passes = [], []  # RecordedStep, EvalPass
         self.enabled = holder.records_here()
         self._done: set[int] = set()
         self._active: StepRecording | None = None
@@ -105,13 +99,14 @@ class StepRecorder:
         self._head = self._norm = self._embedding = None
         self._lock = None
         self._holds_recording = False  # this recorder holds the process's one recording (holder.take)
-        self.loop_alive: Callable[[], bool] | None = None  # an integration's holder.loop_probe, for its next step
+        self.loop_alive: Callable[[], bool] | None = None  # an integration's holder.loop_probe: the loop it records
         self._stored: int | None = None  # lines of recorded_steps.jsonl, once counted
         self.closed = False  # closed: it records no more (a callback used for another run makes a new one)
         if self.enabled:
             try:
-                holder.end_stale_steps()  # a recorder whose loop raised out of its step may hold this folder
+                holder.close_orphans()  # the recorder of a loop that raised may hold this folder
                 self._lock = take_folder(self.out, force=force, append=append)
+                weakref.finalize(self, self._lock.release)  # dropped without close(): released once collected
                 holder.opened(self)
             except FileExistsError:  # a recording is there: the caller must say replace or add
                 raise
@@ -291,6 +286,11 @@ class StepRecorder:
     def stale(self) -> bool:
         """Whether the step being recorded was begun by a loop that has ended (:mod:`.holder`)."""
         alive = self._active.alive if self._active is not None else None
+        return alive is not None and not alive()
+
+    def orphaned(self) -> bool:
+        """Whether the loop this recorder records (``loop_alive``, when an integration knows it) has ended."""
+        alive = self.loop_alive
         return alive is not None and not alive()
 
     def end_stale(self) -> None:
