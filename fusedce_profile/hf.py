@@ -53,22 +53,34 @@ class StepRecorderCallback(TrainerCallback):
             self._reserved = self.recorder.reserved_now()
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
-        rec = self.recorder
+        rec, probe = self.recorder, loop_probe("transformers.", "train")  # this Trainer.train call
         if rec is not None and not rec.closed:  # left open by a train() that raised, or one still running
-            if rec.loop_alive is not None and not rec.orphaned():
-                notice("fusedce-profile: this StepRecorderCallback is recording a train() that still runs (another "
-                       "Trainer's); a callback records one train() at a time: that one's recording ends here",
-                       stacklevel=2)
-                rec.abort()
-            elif rec.recording:
-                rec.end_stale()  # its step: unrecorded, said in one warning
-            rec.close()
+            self._end_open(rec, probe)
         if state.is_world_process_zero and model is not None:  # every train() is a run of its own
             folder = Path(self.out) if self.out is not None else Path(args.output_dir) / FOLDER
             self.recorder = callback_recorder(model, folder, self.steps, self.options)
-            self.recorder.loop_alive = loop_probe("transformers.", "train")  # this Trainer.train call
+            self.recorder.loop_alive = probe
             self.folder = self.recorder.out
             self._note_reserved()
+
+    @staticmethod
+    def _end_open(rec: StepRecorder, probe) -> None:
+        """End the recorder an earlier loop left open: a ``train()`` that raised, the same ``train()``
+        beginning its loop again (``auto_find_batch_size`` after an out-of-memory error), or — one
+        callback shared by two Trainers — a ``train()`` still running in another thread."""
+        again = probe is not None and getattr(rec.loop_alive, "frame", None) is probe.frame
+        if again and rec.recording:
+            notice("fusedce-profile: the step being recorded is not recorded: the Trainer began its loop again "
+                   "inside the same train() (auto_find_batch_size after an error?)", stacklevel=3)
+            rec.abort()
+        elif not again and rec.loop_alive is not None and not rec.orphaned():
+            notice("fusedce-profile: this StepRecorderCallback is recording a train() that still runs (another "
+                   "Trainer's); a callback records one train() at a time: that one's recording ends here",
+                   stacklevel=3)
+            rec.abort()
+        elif rec.recording:
+            rec.end_stale()  # its step: unrecorded, said in one warning
+        rec.close()
 
     def on_step_begin(self, args, state, control, **kwargs):
         rec = self.recorder

@@ -503,6 +503,117 @@ def test_a_recorder_dropped_without_close_gives_its_folder_to_the_next(tmp_path)
     assert not (tmp_path / "r" / store.LOCK_FILE).exists()
 
 
+_DEL_CLOSES = """
+import torch
+from fusedce_profile import StepRecorder
+model = torch.nn.Linear(4, 4)
+class Profiled:
+    def __init__(self, out):
+        self.rec = StepRecorder(model, out, trace=False, snapshot=False, report=False, force=True)
+        self.cycle = {"owner": self}  # collected by the cycle collector, whenever it runs
+    def __del__(self):
+        self.rec.close()
+for i in range(3000):
+    Profiled(f"t/{i % 50}")
+print("done")
+"""
+
+
+def test_a_recorder_closed_from_a_collected_objects_del_never_hangs(tmp_path):
+    """A collection run while the process's list of open recorders was being changed ran a ``__del__``
+    that closed a recorder: it waited for ever on the lock its own thread held."""
+    done = subprocess.run([sys.executable, "-c", _DEL_CLOSES], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "done", done.stderr[-2000:]
+
+
+_FORKED = """
+import gc, os, torch
+from fusedce_profile import StepRecorder
+from fusedce_profiler.instrument.runlock import live_holder
+model = torch.nn.Linear(4, 4)
+rec = StepRecorder(model, "J", trace=False, snapshot=False, report=False)
+go, back = os.pipe(), os.pipe()
+pid = os.fork()
+if pid == 0:
+    os.read(go[0], 1)
+    rec = StepRecorder(model, "J", trace=False, snapshot=False, report=False, append=True)  # the copy is dropped
+    gc.collect()
+    os.write(back[1], b"x")
+    os.read(go[0], 1)
+    rec.close()
+    os._exit(0)
+rec.close()
+os.write(go[1], b"x")
+os.read(back[0], 1)
+print(live_holder("J") is not None)
+os.write(go[1], b"x")
+os.waitpid(pid, 0)
+"""
+
+
+def test_a_recorder_copied_into_a_forked_child_never_releases_the_childs_own_lock(tmp_path):
+    """The inherited copy's finalizer released the lock the child had taken anew on the same folder: the
+    child recorded into a folder every other process saw as free."""
+    done = subprocess.run([sys.executable, "-c", _FORKED], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.split() == ["True"], (done.stdout, done.stderr[-2000:])
+
+
+def test_a_run_lock_is_taken_while_other_threads_only_check_it(tmp_path):
+    """Checks for a live run (a shared lock for a moment) in a tight loop: a run starting then was refused as
+    "in use by another process" (3 of 300 starts)."""
+    import threading
+
+    from fusedce_profiler.instrument.runlock import RunLock, live_holder
+
+    stop, refused = threading.Event(), []
+
+    def check():
+        while not stop.is_set():
+            live_holder(tmp_path)
+
+    checkers = [threading.Thread(target=check) for _ in range(2)]
+    for thread in checkers:
+        thread.start()
+    try:
+        for _ in range(200):
+            try:
+                RunLock(tmp_path).acquire().release()
+            except store.FolderInUse as exc:
+                refused.append(str(exc))
+    finally:
+        stop.set()
+        for thread in checkers:
+            thread.join(60)
+    assert not refused, refused[:2]
+
+
+def test_a_trainer_that_begins_its_loop_again_inside_one_train_is_not_called_another_trainer(tmp_path):
+    """``auto_find_batch_size``: an error in the recorded step, and the Trainer begins its loop again inside
+    the same ``train()``: the callback said a train() of another Trainer still ran."""
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("accelerate")
+    from fusedce_profile.hf import StepRecorderCallback
+
+    class _OOM(_FailingLM):
+        def forward(self, input_ids, labels=None):
+            if self.calls + 1 == self.fail_at:
+                self.calls += 1
+                raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+            return super().forward(input_ids, labels)
+
+    args = transformers.TrainingArguments(output_dir=str(tmp_path / "hf"), max_steps=3, per_device_train_batch_size=8,
+                                          auto_find_batch_size=True, report_to=[], save_strategy="no", use_cpu=True,
+                                          logging_strategy="no", disable_tqdm=True)
+    callback = StepRecorderCallback(steps=(1,), out=tmp_path / "a", trace=False, snapshot=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        transformers.Trainer(model=_OOM(fail_at=2), args=args, train_dataset=_Rows(), callbacks=[callback]).train()
+    said = [str(w.message) for w in caught if str(w.message).startswith("fusedce-profile")]
+    assert len(said) == 1 and "began its loop again inside the same train()" in said[0], said
+    assert _recorded(tmp_path / "a") == [1] and _recording_is_off()
+
+
 def test_a_closed_recorder_records_nothing_more_and_says_so_once(tmp_path):
     """A notebook cell re-run after the one that closed the recorder: its steps were recorded into the
     folder it had released (also while another recorder held it)."""

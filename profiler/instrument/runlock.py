@@ -24,9 +24,30 @@ class FolderInUse(RuntimeError):
         self.folder, self.holder = folder, holder
 
 
-PROBE_RETRIES, PROBE_WAIT_S = 3, 0.01
-"""A lock refused is tried again this often, this long apart: :func:`live_holder` probes a folder by
-taking its lock, shared, for a moment."""
+PROBES_WAIT_S = 1.0
+"""How long a lock is waited for while only probes hold it (:func:`live_holder` takes it shared for a moment)."""
+
+
+def _lock_exclusive(fd: int) -> bool:
+    """Take the folder's lock on ``fd``; ``False`` when a run holds it. Refused while it can be taken shared, it
+    is held only by probes: tried again for up to :data:`PROBES_WAIT_S`."""
+    import fcntl
+
+    deadline = time.monotonic() + PROBES_WAIT_S
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            pass
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False  # held exclusively: a run
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.002)
 
 
 class RunLock:
@@ -56,10 +77,9 @@ class RunLock:
         self.folder, self.exclusive = Path(folder), exclusive
         self.path = self.folder / LOCK_FILE
         self._key: Path | None = None
+        self._entry: list | None = None  # the _held entry it counts in: never another holder's of the folder
 
     def acquire(self) -> "RunLock":
-        import fcntl
-
         if self._key is not None:
             return self
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -72,18 +92,12 @@ class RunLock:
             if owner is not threading.current_thread():  # the thread itself: a new one may reuse a dead one's id
                 raise FolderInUse(self.folder, f"{self._holder()} (another thread of this process)")
             RunLock._held[key][1] += 1
-            self._key = key
+            self._key, self._entry = key, RunLock._held[key]
             return self
         fd = os.open(self.folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        for attempt in range(PROBE_RETRIES + 1):
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if attempt == PROBE_RETRIES:
-                    os.close(fd)
-                    raise FolderInUse(self.folder, self._holder()) from None
-                time.sleep(PROBE_WAIT_S)  # a probe's shared lock (live_holder) lasts microseconds
+        if not _lock_exclusive(fd):
+            os.close(fd)
+            raise FolderInUse(self.folder, self._holder())
         opened = False
         try:  # a linked, hard-linked or piped note is refused, never written through or waited on
             note = confined.open_own_file(LOCK_FILE, os.O_WRONLY | os.O_CREAT, self.path, dir_fd=fd)
@@ -98,7 +112,7 @@ class RunLock:
             os.close(fd)  # closing the folder releases the lock
             exc.filename = str(self.path)  # opened relative to the folder: name the whole path
             raise
-        RunLock._held[key] = [fd, 1, threading.current_thread(), self.exclusive]
+        self._entry = RunLock._held[key] = [fd, 1, threading.current_thread(), self.exclusive]
         folder_identity.note_locked_folder(self.folder, fd)
         RunLock.taken.append(self.folder)
         self._key = key
@@ -120,8 +134,8 @@ class RunLock:
 
     def release(self) -> None:
         entry = RunLock._held.get(self._key) if self._key is not None else None
-        if entry is None:  # not held, or held by the process this one was forked from
-            self._key = None
+        if entry is None or entry is not self._entry:  # not held, or held by the process this one was forked
+            self._key = self._entry = None  # from (whose folder this process may have locked anew since)
             return
         entry[1] -= 1
         if entry[1] == 0:
@@ -132,7 +146,7 @@ class RunLock:
             except OSError:
                 pass
             os.close(entry[0])  # releases the lock
-        self._key = None
+        self._key = self._entry = None
 
     def __enter__(self) -> "RunLock":
         return self.acquire()

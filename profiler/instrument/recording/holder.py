@@ -26,8 +26,11 @@ from typing import Callable
 
 _ONE_RECORDING = threading.Lock()
 _holder: weakref.ref | None = None  # the recorder holding _ONE_RECORDING
-_OPEN: weakref.WeakSet = weakref.WeakSet()  # the recorders holding a folder's lock
-_OPEN_CHANGES = threading.Lock()  # _OPEN is changed and listed by any thread that makes or closes a recorder
+_OPEN: dict[int, weakref.ref] = {}
+"""The recorders holding a folder's lock, by ``id``. Any thread changes it, and so may a ``__del__`` run by a
+collection in the middle of a change: each change is one dict operation, and :func:`_open_recorders` lists
+a copy (one C call), so neither a lock, which that ``__del__`` would wait on for ever, nor a set that changes
+while it is listed."""
 
 
 def records_here() -> bool:
@@ -56,8 +59,7 @@ def take(recorder) -> bool:
 
 
 def _open_recorders() -> list:
-    with _OPEN_CHANGES:
-        return list(_OPEN)
+    return [recorder for recorder in (ref() for ref in _OPEN.copy().values()) if recorder is not None]
 
 
 def close_orphans() -> None:
@@ -80,13 +82,14 @@ def release() -> None:
 
 def opened(recorder) -> None:
     """``recorder`` holds its folder's lock (released at exit if it is never closed)."""
-    with _OPEN_CHANGES:
-        _OPEN.add(recorder)
+    key = id(recorder)
+    _OPEN[key] = weakref.ref(recorder, lambda _, key=key: _OPEN.pop(key, None))
 
 
 def closed(recorder) -> None:
-    with _OPEN_CHANGES:
-        _OPEN.discard(recorder)
+    ref = _OPEN.get(id(recorder))
+    if ref is not None and ref() is recorder:
+        _OPEN.pop(id(recorder), None)
 
 
 @atexit.register
@@ -123,4 +126,5 @@ def loop_probe(module_prefix: str, function: str) -> Callable[[], bool] | None:
             here = here.f_back
         return False
 
+    alive.frame = owner  # which call it watches: a loop begun again inside the same call is told from another
     return alive
