@@ -80,7 +80,7 @@ class StepRecorderCallback(TrainerCallback):
             rec.abort()
         elif rec.recording:
             rec.end_stale()  # its step: unrecorded, said in one warning
-        rec.close()
+        rec.close(say_unreached=not again)  # begun again, the run goes on: its steps are still to come
 
     def on_step_begin(self, args, state, control, **kwargs):
         rec = self.recorder

@@ -75,13 +75,16 @@ class StepRecorder(_ProfilerStepRecorder):
         where = folder / "summary.md" if self.report and _render(folder) else folder
         say(f"step {self.records[-1].step} recorded in {where}")
 
-    def close(self) -> None:
+    def close(self, *, say_unreached: bool = True) -> None:
         """End an open recording, release the folder, and say which requested steps the run
-        never reached (once, however often it is called)."""
+        never reached (once, however often it is called; not with ``say_unreached=False``: a run
+        that goes on in a recorder of its own)."""
         super().close()
         if self._closed or not self.enabled:
             return
         self._closed = True
+        if not say_unreached:
+            return
         ran = f"the run ended after step {self.count - 1}" if self.count else "no step ran"
         for step in self.unreached():
             say(f"step {step} was never reached ({ran}); nothing was recorded for it")

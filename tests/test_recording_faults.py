@@ -614,6 +614,49 @@ def test_a_trainer_that_begins_its_loop_again_inside_one_train_is_not_called_ano
     assert _recorded(tmp_path / "a") == [1] and _recording_is_off()
 
 
+def test_a_trainer_that_begins_again_before_its_recorded_step_says_nothing_and_records_it(tmp_path, capfd):
+    """``auto_find_batch_size`` with the error before the recorded step (the first step at the largest batch):
+    "step 2 was never reached … nothing was recorded for it" was printed, then the same ``train()`` recorded it."""
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("accelerate")
+    from fusedce_profile.hf import StepRecorderCallback
+
+    class _OOM(_FailingLM):
+        def forward(self, input_ids, labels=None):
+            if self.calls + 1 == self.fail_at:
+                self.calls += 1
+                raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+            return super().forward(input_ids, labels)
+
+    args = transformers.TrainingArguments(output_dir=str(tmp_path / "hf"), max_steps=4, per_device_train_batch_size=8,
+                                          auto_find_batch_size=True, report_to=[], save_strategy="no", use_cpu=True,
+                                          logging_strategy="no", disable_tqdm=True)
+    callback = StepRecorderCallback(steps=(2,), out=tmp_path / "a", trace=False, snapshot=False)
+    transformers.Trainer(model=_OOM(fail_at=1), args=args, train_dataset=_Rows(), callbacks=[callback]).train()
+    assert "never reached" not in capfd.readouterr().err
+    assert _recorded(tmp_path / "a") == [2] and _recording_is_off()
+
+
+def test_an_interrupt_while_a_run_lock_waits_leaves_no_descriptor_and_no_lock(tmp_path, monkeypatch):
+    """Ctrl-C during the wait for a lock held only by checks: the folder's descriptor stayed open (with the
+    shared lock of the wait on it, every later run in the folder, from any process, was refused)."""
+    from fusedce_profiler.instrument import runlock
+
+    def interrupted(fd):
+        import fcntl
+
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # the wait's own check, then the interrupt
+        raise KeyboardInterrupt
+
+    opened = len(os.listdir("/proc/self/fd"))
+    monkeypatch.setattr(runlock, "_lock_exclusive", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        runlock.RunLock(tmp_path).acquire()
+    monkeypatch.undo()
+    assert len(os.listdir("/proc/self/fd")) == opened
+    runlock.RunLock(tmp_path).acquire().release()
+
+
 def test_a_closed_recorder_records_nothing_more_and_says_so_once(tmp_path):
     """A notebook cell re-run after the one that closed the recorder: its steps were recorded into the
     folder it had released (also while another recorder held it)."""

@@ -95,7 +95,12 @@ class RunLock:
             self._key, self._entry = key, RunLock._held[key]
             return self
         fd = os.open(self.folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        if not _lock_exclusive(fd):
+        try:
+            taken = _lock_exclusive(fd)
+        except BaseException:  # Ctrl-C while waiting: the descriptor, and a shared lock on it, must not stay
+            os.close(fd)
+            raise
+        if not taken:
             os.close(fd)
             raise FolderInUse(self.folder, self._holder())
         opened = False
