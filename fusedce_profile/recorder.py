@@ -79,6 +79,7 @@ class StepRecorder(_ProfilerStepRecorder):
         """End an open recording, release the folder, and say which requested steps the run
         never reached (once, however often it is called; not with ``say_unreached=False``: a run
         that goes on in a recorder of its own)."""
+        arguments.flag(say_unreached, "say_unreached")
         super().close()
         if self._closed or not self.enabled:
             return

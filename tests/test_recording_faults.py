@@ -657,6 +657,35 @@ def test_an_interrupt_while_a_run_lock_waits_leaves_no_descriptor_and_no_lock(tm
     runlock.RunLock(tmp_path).acquire().release()
 
 
+@pytest.mark.parametrize("where", ["open_own_file", "fdopen"])
+def test_an_interrupt_once_a_run_lock_is_taken_leaves_it_free(tmp_path, monkeypatch, where):
+    """Ctrl-C after the lock was taken, before it was recorded (while its note was written): the folder stayed
+    locked, with a note naming this process, until the process ended."""
+    from fusedce_profiler.instrument import confined, runlock
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    opened = len(os.listdir("/proc/self/fd"))
+    monkeypatch.setattr(confined if where == "open_own_file" else runlock.os, where, interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        runlock.RunLock(tmp_path).acquire()
+    monkeypatch.undo()
+    assert len(os.listdir("/proc/self/fd")) == opened and not (tmp_path / store.LOCK_FILE).exists()
+    assert runlock.live_holder(tmp_path) is None
+    runlock.RunLock(tmp_path).acquire().release()
+
+
+def test_close_refuses_a_say_unreached_that_is_not_true_or_false(tmp_path):
+    from fusedce_profile import StepRecorder
+    from fusedce_profile.errors import UsageError
+
+    recorder = StepRecorder(torch.nn.Linear(4, 4), tmp_path / "r", trace=False, snapshot=False, report=False)
+    with pytest.raises(UsageError, match="say_unreached 'no': expected True or False"):
+        recorder.close(say_unreached="no")
+    recorder.close()
+
+
 def test_a_closed_recorder_records_nothing_more_and_says_so_once(tmp_path):
     """A notebook cell re-run after the one that closed the recorder: its steps were recorded into the
     folder it had released (also while another recorder held it)."""

@@ -95,29 +95,28 @@ class RunLock:
             self._key, self._entry = key, RunLock._held[key]
             return self
         fd = os.open(self.folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            taken = _lock_exclusive(fd)
-        except BaseException:  # Ctrl-C while waiting: the descriptor, and a shared lock on it, must not stay
-            os.close(fd)
-            raise
-        if not taken:
-            os.close(fd)
-            raise FolderInUse(self.folder, self._holder())
-        opened = False
-        try:  # a linked, hard-linked or piped note is refused, never written through or waited on
+        opened, note = False, None
+        try:  # whatever stops it before the lock is recorded (a full disk, Ctrl-C): no descriptor, lock or note stays
+            if not _lock_exclusive(fd):
+                raise FolderInUse(self.folder, self._holder())
+            # a linked, hard-linked or piped note is refused, never written through or waited on
             note = confined.open_own_file(LOCK_FILE, os.O_WRONLY | os.O_CREAT, self.path, dir_fd=fd)
             opened = True
             os.ftruncate(note, 0)  # only once it is known to be the folder's own file
             with os.fdopen(note, "w", encoding="utf-8") as fh:
+                note = None  # the file object closes it
                 fh.write(f"pid {os.getpid()} since {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
-        except OSError as exc:
-            if opened:  # the folder's own note, which could not be written (a full disk): none is left behind
+            self._entry = RunLock._held[key] = [fd, 1, threading.current_thread(), self.exclusive]
+        except BaseException as exc:
+            if opened:  # the folder's own note: none is left behind
                 with contextlib.suppress(OSError):
+                    if note is not None:
+                        os.close(note)
                     os.unlink(LOCK_FILE, dir_fd=fd)
             os.close(fd)  # closing the folder releases the lock
-            exc.filename = str(self.path)  # opened relative to the folder: name the whole path
+            if isinstance(exc, OSError):
+                exc.filename = str(self.path)  # opened relative to the folder: name the whole path
             raise
-        self._entry = RunLock._held[key] = [fd, 1, threading.current_thread(), self.exclusive]
         folder_identity.note_locked_folder(self.folder, fd)
         RunLock.taken.append(self.folder)
         self._key = key
@@ -145,12 +144,12 @@ class RunLock:
         entry[1] -= 1
         if entry[1] == 0:
             del RunLock._held[self._key]
-            folder_identity.note_locked_folder(self.folder, None)
             try:
-                os.unlink(LOCK_FILE, dir_fd=entry[0])  # while still held: no one else wrote it
-            except OSError:
-                pass
-            os.close(entry[0])  # releases the lock
+                folder_identity.note_locked_folder(self.folder, None)
+                with contextlib.suppress(OSError):
+                    os.unlink(LOCK_FILE, dir_fd=entry[0])  # while still held: no one else wrote it
+            finally:  # also when interrupted: the descriptor closed releases the lock
+                os.close(entry[0])
         self._key = self._entry = None
 
     def __enter__(self) -> "RunLock":
