@@ -588,28 +588,36 @@ def test_a_run_lock_is_taken_while_other_threads_only_check_it(tmp_path):
     assert not refused, refused[:2]
 
 
-def test_a_trainer_that_begins_its_loop_again_inside_one_train_is_not_called_another_trainer(tmp_path):
-    """``auto_find_batch_size``: an error in the recorded step, and the Trainer begins its loop again inside
-    the same ``train()``: the callback said a train() of another Trainer still ran."""
+def _train_finding_its_batch_size(tmp_path, *, fail_at: int, step: int, max_steps: int) -> list[str]:
+    """One ``train()`` with ``auto_find_batch_size`` whose ``fail_at``-th forward runs out of memory (the
+    Trainer begins its loop again at half the batch), recording ``step`` into ``tmp_path/a``; the tool's
+    warnings."""
     transformers = pytest.importorskip("transformers")
     pytest.importorskip("accelerate")
     from fusedce_profile.hf import StepRecorderCallback
 
-    class _OOM(_FailingLM):
+    class OutOfMemoryOnce(_FailingLM):
         def forward(self, input_ids, labels=None):
             if self.calls + 1 == self.fail_at:
                 self.calls += 1
                 raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
             return super().forward(input_ids, labels)
 
-    args = transformers.TrainingArguments(output_dir=str(tmp_path / "hf"), max_steps=3, per_device_train_batch_size=8,
-                                          auto_find_batch_size=True, report_to=[], save_strategy="no", use_cpu=True,
-                                          logging_strategy="no", disable_tqdm=True)
-    callback = StepRecorderCallback(steps=(1,), out=tmp_path / "a", trace=False, snapshot=False)
+    args = transformers.TrainingArguments(output_dir=str(tmp_path / "hf"), max_steps=max_steps, report_to=[],
+                                          per_device_train_batch_size=8, auto_find_batch_size=True, use_cpu=True,
+                                          save_strategy="no", logging_strategy="no", disable_tqdm=True)
+    callback = StepRecorderCallback(steps=(step,), out=tmp_path / "a", trace=False, snapshot=False)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        transformers.Trainer(model=_OOM(fail_at=2), args=args, train_dataset=_Rows(), callbacks=[callback]).train()
-    said = [str(w.message) for w in caught if str(w.message).startswith("fusedce-profile")]
+        transformers.Trainer(model=OutOfMemoryOnce(fail_at=fail_at), args=args, train_dataset=_Rows(),
+                             callbacks=[callback]).train()
+    return [str(w.message) for w in caught if str(w.message).startswith("fusedce-profile")]
+
+
+def test_a_trainer_that_begins_its_loop_again_inside_one_train_is_not_called_another_trainer(tmp_path):
+    """``auto_find_batch_size``: an error in the recorded step, and the Trainer begins its loop again inside
+    the same ``train()``: the callback said a train() of another Trainer still ran."""
+    said = _train_finding_its_batch_size(tmp_path, fail_at=2, step=1, max_steps=3)
     assert len(said) == 1 and "began its loop again inside the same train()" in said[0], said
     assert _recorded(tmp_path / "a") == [1] and _recording_is_off()
 
@@ -617,23 +625,8 @@ def test_a_trainer_that_begins_its_loop_again_inside_one_train_is_not_called_ano
 def test_a_trainer_that_begins_again_before_its_recorded_step_says_nothing_and_records_it(tmp_path, capfd):
     """``auto_find_batch_size`` with the error before the recorded step (the first step at the largest batch):
     "step 2 was never reached … nothing was recorded for it" was printed, then the same ``train()`` recorded it."""
-    transformers = pytest.importorskip("transformers")
-    pytest.importorskip("accelerate")
-    from fusedce_profile.hf import StepRecorderCallback
-
-    class _OOM(_FailingLM):
-        def forward(self, input_ids, labels=None):
-            if self.calls + 1 == self.fail_at:
-                self.calls += 1
-                raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
-            return super().forward(input_ids, labels)
-
-    args = transformers.TrainingArguments(output_dir=str(tmp_path / "hf"), max_steps=4, per_device_train_batch_size=8,
-                                          auto_find_batch_size=True, report_to=[], save_strategy="no", use_cpu=True,
-                                          logging_strategy="no", disable_tqdm=True)
-    callback = StepRecorderCallback(steps=(2,), out=tmp_path / "a", trace=False, snapshot=False)
-    transformers.Trainer(model=_OOM(fail_at=1), args=args, train_dataset=_Rows(), callbacks=[callback]).train()
-    assert "never reached" not in capfd.readouterr().err
+    said = _train_finding_its_batch_size(tmp_path, fail_at=1, step=2, max_steps=4)
+    assert not said and "never reached" not in capfd.readouterr().err
     assert _recorded(tmp_path / "a") == [2] and _recording_is_off()
 
 
