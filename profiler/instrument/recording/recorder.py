@@ -283,15 +283,15 @@ class StepRecorder:
             self._holds_recording = False
             holder.release()
 
-    def stale(self) -> bool:
-        """Whether the step being recorded was begun by a loop that has ended (:mod:`.holder`)."""
-        alive = self._active.alive if self._active is not None else None
-        return alive is not None and not alive()
-
     def orphaned(self) -> bool:
         """Whether the loop this recorder records (``loop_alive``, when an integration knows it) has ended."""
         alive = self.loop_alive
         return alive is not None and not alive()
+
+    def stale(self) -> bool:
+        """Whether a step is being recorded and the loop that began it has ended (:mod:`.holder`): a step
+        takes its recorder's ``loop_alive``, which changes only once the recorder is closed."""
+        return self._active is not None and self.orphaned()
 
     def end_stale(self) -> None:
         """End a stale step unrecorded and release the folder: its loop will never end it."""
