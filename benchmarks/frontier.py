@@ -94,6 +94,8 @@ FUSEDCE_POINTS = {
     "fusedce_fast_per_chunk": {"memory_budget": "fast", "grad_weight_accumulation": "per_chunk"},
     "fusedce_min_per_chunk": {"memory_budget": "min", "grad_weight_accumulation": "per_chunk"},
     "fusedce_x1_25": {"memory_budget": 1.25},
+    "fusedce_x1_1": {"memory_budget": 1.1},
+    "fusedce_x1_08": {"memory_budget": 1.08},
 }
 """fusedce's explicit points beside ``fusedce`` / ``fusedce_min`` / ``fusedce_fast``:
 gradients in forward by name (at least 1024 rows a chunk, whatever the default budget), the fast
@@ -102,14 +104,18 @@ budget recomputing by name (nothing kept from the forward: its bytes go to wider
 that policy a bf16 weight's precompute needs a V×H fp32 accumulator, which "fast" does not
 hold at H=4096, so ``fusedce_fast`` recomputes there (keeping the logits of part of the vocabulary, in bf16).
 ``fusedce_x1_25`` asks for a peak of 1.25 × floor, the default's memory goal: at small heads the default's
-fixed 96 MiB of blocks exceeds it, and this point measures what meeting it costs in time."""
+fixed 96 MiB of blocks exceeds it, and this point measures what meeting it costs in time. ``fusedce_x1_1`` and
+``fusedce_x1_08`` ask for 1.1 and 1.08 × floor: in bf16 at the large heads, budgets below the default's
+one pass and above "min"'s, where a budget in numbers splits the backward (``fusedce/split_plan.py``)."""
 
 IMPLS = ("fusedce", "torch_compile", "fusedce_fast", "fusedce_min", "fusedce_precompute", "fusedce_fast_recompute",
-         "fusedce_fast_per_chunk", "fusedce_min_per_chunk", "fusedce_x1_25", "liger", "cce", "torch", "torch_native")
+         "fusedce_fast_per_chunk", "fusedce_min_per_chunk", "fusedce_x1_25", "fusedce_x1_1", "fusedce_x1_08", "liger",
+         "cce", "torch", "torch_native")
 """Measuring order within a case: fusedce and its yardstick first, so a cut run has them."""
 
 DRY_IMPLS = ("fusedce", "torch_compile", "fusedce_fast", "fusedce_min", "fusedce_precompute", "fusedce_fast_recompute",
-             "fusedce_fast_per_chunk", "fusedce_min_per_chunk", "fusedce_x1_25", "liger", "torch", "torch_native")
+             "fusedce_fast_per_chunk", "fusedce_min_per_chunk", "fusedce_x1_25", "fusedce_x1_1", "fusedce_x1_08",
+             "liger", "torch", "torch_native")
 """``--dry``: liger shows the CUDA-only skip; cce is left out (same path)."""
 
 

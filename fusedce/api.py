@@ -5,6 +5,7 @@ import torch
 from torch import nn
 
 from fusedce import custom_op
+from fusedce.budget_warning import warn_if_unmet
 from fusedce.matmul import split_k_sm_count
 from fusedce.options import IGNORE_INDEX, IMPLS, LossOptions
 from fusedce.planner import check_options, plan_chunks
@@ -57,7 +58,9 @@ def linear_cross_entropy(
             bf16 with the Triton kernels on a GPU with tensor-memory copies, the logits of part of
             the vocabulary kept from forward for backward; below H = 2048, wider blocks),
             a float ``f ≥ 1.0`` (a peak of f × floor), or an int (bytes). An explicit budget may hold
-            memory from the forward to the backward. See :mod:`fusedce.planner` and DESIGN.md.
+            memory from the forward to the backward; one in numbers that the smallest blocks exceed
+            warns once (:class:`fusedce.budget_warning.MemoryBudgetWarning`, with the predicted peak).
+            See :mod:`fusedce.planner` and DESIGN.md.
         strategy: "auto" (the planner picks from the budget), "recompute" (logits recomputed
             in backward: 8·N·H·V FLOPs, any reduction, any number of backwards, nothing but
             per-token vectors held from the forward) or
@@ -103,6 +106,9 @@ def linear_cross_entropy(
                        needs_grad=any(needs), cuda=cuda,
                        sm_count=split_k_sm_count(hidden.device, compute_dtype) if cuda else None,
                        tiled=impl == "triton" and custom_op.tiles_planned(hidden2d, weight, compute_dtype))
+    if any(needs) and chunk_size is None and vocab_chunk_size is None:
+        warn_if_unmet(memory_budget, plan, hidden2d.shape[0], h, vocab, hidden_dtype=hidden.dtype,
+                      weight_dtype=weight.dtype, compute_dtype=compute_dtype, has_bias=bias is not None, impl=impl)
 
     if plan.strategy == "precompute":
         loss, *_ = custom_op.loss_and_grads_op(hidden2d, weight, target1d, bias, ignore_index, reduction,

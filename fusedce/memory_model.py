@@ -74,6 +74,14 @@ def predict_peak_bytes(
                        strategy=strategy, grad_weight_accumulation=grad_weight_accumulation,
                        scalar_loss=reduction != "none", needs_grad=True, cuda=cuda, sm_count=sm_count if cuda else None,
                        tiled=tiled)
+    return plan_peak_bytes(n, h, v, plan, hidden_dtype=hidden_dtype, weight_dtype=weight_dtype,
+                           compute_dtype=compute_dtype, has_bias=has_bias, bias_dtype=bias_dtype, impl=impl)
+
+
+def plan_peak_bytes(n: int, h: int, v: int, plan: ChunkPlan, *, hidden_dtype: torch.dtype,
+                    weight_dtype: torch.dtype, compute_dtype: torch.dtype, has_bias: bool = False,
+                    bias_dtype: torch.dtype | None = None, impl: str = "triton") -> MemoryPrediction:
+    """:func:`predict_peak_bytes` for a ``plan`` already made (a training step: every gradient needed)."""
     if plan.strategy == "precompute":
         return _precompute_peaks(n, h, v, plan, hidden_dtype=hidden_dtype, weight_dtype=weight_dtype,
                                  compute_dtype=compute_dtype, has_bias=has_bias, bias_dtype=bias_dtype, impl=impl)

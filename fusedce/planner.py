@@ -58,7 +58,8 @@ and O(N) per-token vectors. :func:`budget_bytes` reads it as:
 **grad_weight of a bf16/fp16 weight summed over row chunks** (``grad_weight_accumulation``):
 ``"fp32"`` (default, exact: one rounding of an fp32 sum) either takes all N rows in one
 chunk (recompute: then grad_hidden's fp32 accumulator is N·H·4; where that one pass would
-hold twice the budget, the backward runs in two passes instead, :mod:`fusedce.split_plan`)
+hold twice a named budget, or more than one in numbers, the backward runs in two passes instead,
+:mod:`fusedce.split_plan`)
 or sums in a V·H·4 accumulator; ``"per_chunk"`` adds each row chunk's product into the bf16/fp16 gradient
 itself (one rounding per row chunk, Liger-Kernel's policy; error: DESIGN.md), so row chunks
 cost nothing extra. An fp32 weight's gradient is always summed in place, exactly.
@@ -261,13 +262,15 @@ def plan_chunks(
     if strategy == "precompute":
         _check_precompute_allowed(compute_dtype, scalar_loss, vocab_chunk_size)
     explicit = memory_budget not in (None, "default", "min")  # "min" recomputes: precompute holds more
+    # a budget in numbers is the caller's bytes: the backward splits wherever one pass would exceed them
+    split_over = 1 if isinstance(memory_budget, (int, float)) else split_plan.SPLIT_OVER_BUDGET
 
-    def plan_for(budget: int, explicit: bool = explicit) -> ChunkPlan:
+    def plan_for(budget: int, explicit: bool = explicit, split_over: int = split_over) -> ChunkPlan:
         return _plan_within(n, h, v, hidden_dtype, weight_dtype, compute_dtype, budget, chunk_size, vocab_chunk_size,
-                            strategy, explicit, per_chunk, scalar_loss, needs_grad, cuda, sm_count, tiled)
+                            strategy, explicit, per_chunk, scalar_loss, needs_grad, cuda, sm_count, tiled, split_over)
 
     def default_plan() -> ChunkPlan:  # the default budget's plan, for the budgets planned from it
-        return plan_for(default_budget_bytes(floor, n), explicit=False)
+        return plan_for(default_budget_bytes(floor, n), explicit=False, split_over=split_plan.SPLIT_OVER_BUDGET)
 
     plan = plan_for(budget)
     if explicit and strategy == "auto" and needs_grad and plan.strategy == "recompute" and chunk_size is None \
@@ -284,8 +287,9 @@ def plan_chunks(
 def _plan_within(n: int, h: int, v: int, hidden_dtype: torch.dtype, weight_dtype: torch.dtype,
                  compute_dtype: torch.dtype, budget: int, chunk_size: int | None, vocab_chunk_size: int | None,
                  strategy: str, explicit: bool, per_chunk: bool, scalar_loss: bool, needs_grad: bool, cuda: bool,
-                 sm_count: int | None, tiled: bool = False) -> ChunkPlan:
-    """The strategy and chunking for ``budget`` bytes of temporaries (see :func:`plan_chunks`)."""
+                 sm_count: int | None, tiled: bool, split_over: int) -> ChunkPlan:
+    """The strategy and chunking for ``budget`` bytes of temporaries (see :func:`plan_chunks`); a
+    bf16/fp16 weight's backward splits where one pass would hold ``split_over`` × the budget."""
     chosen = strategy == "auto" and explicit and needs_grad and h >= PRECOMPUTE_MIN_HIDDEN
     if (strategy == "precompute" or chosen) and scalar_loss and compute_dtype != torch.float16 \
             and vocab_chunk_size is None:
@@ -302,7 +306,7 @@ def _plan_within(n: int, h: int, v: int, hidden_dtype: torch.dtype, weight_dtype
         if plan.rows >= wanted:
             return plan
     return _plan_recompute(n, h, v, hidden_dtype, weight_dtype, compute_dtype, budget, chunk_size,
-                           vocab_chunk_size, per_chunk, tiled)
+                           vocab_chunk_size, per_chunk, tiled, split_over)
 
 
 def _low_precision(weight_dtype: torch.dtype, compute_dtype: torch.dtype) -> bool:
@@ -324,7 +328,7 @@ def _check_precompute_allowed(compute_dtype: torch.dtype, scalar_loss: bool, voc
 
 def _plan_recompute(n: int, h: int, v: int, hidden_dtype: torch.dtype, weight_dtype: torch.dtype,
                     compute_dtype: torch.dtype, budget: int, chunk_size: int | None, vocab_chunk_size: int | None,
-                    per_chunk: bool, tiled: bool = False) -> ChunkPlan:
+                    per_chunk: bool, tiled: bool, split_over: int) -> ChunkPlan:
     c = dtype_bytes(compute_dtype)
     converted_row = h * c if hidden_dtype != compute_dtype else 0
     per_row = h * 4 + converted_row  # accumulator (+ converted row)
@@ -332,11 +336,12 @@ def _plan_recompute(n: int, h: int, v: int, hidden_dtype: torch.dtype, weight_dt
     weight_row = h * c if weight_dtype != compute_dtype else 0  # a converted weight row
     tiled = tiled and c == TILED_LOGIT_BYTES
     logit_bytes = TILED_LOGIT_BYTES if tiled else 4
-    # only where the grad_hidden sum itself passes its share of the budget: a split cuts that sum, never
-    # the N-row blocks of its weight pass
-    if chunk_size is None and rows * per_row > budget * 2 // 3 and _low_precision(weight_dtype, compute_dtype):
+    # only where the grad_hidden sum itself passes its share of the budget (a split cuts that sum, never
+    # the N-row blocks of its weight pass), or where the caller's bytes are exceeded at all
+    if chunk_size is None and _low_precision(weight_dtype, compute_dtype) \
+            and (split_over == 1 or rows * per_row > budget * 2 // 3):
         split = split_plan.split_backward(n, v, per_row, converted_row, weight_row, budget, vocab_chunk_size,
-                                          logit_bytes)
+                                          logit_bytes, split_over)
         if split is not None:
             return ChunkPlan(rows=rows, cols=split.cols, tiled=tiled, hidden_rows=split.hidden_rows,
                              hidden_cols=split.hidden_cols)

@@ -21,7 +21,9 @@ Used only where the one-pass plan's smallest blocks (its N·H·4 accumulator and
 :data:`~fusedce.planner.MIN_COLS` columns) hold at least :data:`SPLIT_OVER_BUDGET` × the budget:
 where they fit, one pass fills the same budget and is faster, and where they exceed it by less, a
 quarter more time would buy less than the budget's own size (at 16384×3584×152064 in bf16 the
-default budget's one pass holds 1.2 × it: 256 MiB against 211, on a 1152 MiB floor). ``"min"``
+default budget's one pass holds 1.2 × it: 256 MiB against 211, on a 1152 MiB floor). That rule is the
+named budgets'; a budget in numbers is the caller's and splits wherever one pass exceeds it (Llama-3's
+head at 32768 tokens asked for 1.25 × the floor peaked at 1.458 × with one pass). ``"min"``
 takes a split plan only within :data:`SPLIT_TIME_FACTOR` of the default plan's modelled time
 (:func:`fusedce.min_plan.within_time_of`).
 """
@@ -47,9 +49,10 @@ class SplitBlocks:
 
 
 def split_backward(n: int, v: int, per_row: int, converted_row: int, weight_row: int, budget: int,
-                   vocab_chunk_size: int | None, logit_bytes: int) -> SplitBlocks | None:
+                   vocab_chunk_size: int | None, logit_bytes: int, over: int) -> SplitBlocks | None:
     """The split's blocks for ``budget`` bytes of temporaries, or None where one pass is kept
-    (it holds less than :data:`SPLIT_OVER_BUDGET` × the budget).
+    (it holds less than ``over`` × the budget: :data:`SPLIT_OVER_BUDGET` for the named budgets, 1 for
+    the caller's own bytes or multiple of the floor, which a split honours at any price in time).
 
     ``per_row``: bytes a row of a grad_hidden pass holds (its fp32 accumulator row and, when
     hidden is converted, ``converted_row``); ``weight_row``: bytes of a converted weight row (0
@@ -60,7 +63,7 @@ def split_backward(n: int, v: int, per_row: int, converted_row: int, weight_row:
     n_eff = max(n, 1)
     narrowest = min(v, vocab_chunk_size or MIN_COLS)
     one_pass = n_eff * per_row + narrowest * (n_eff * logit_bytes + weight_row)
-    if one_pass < SPLIT_OVER_BUDGET * budget:
+    if one_pass <= over * budget:
         return None
     fits = max(min(MIN_ROWS, n_eff), (budget * 2 // 3) // max(per_row, 1))
     hidden_rows = _balanced_rows(n_eff, fits, n_eff)

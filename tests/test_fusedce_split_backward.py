@@ -45,6 +45,25 @@ def test_the_planner_splits_where_one_pass_holds_twice_the_budget():
     assert _plan(8192, 768, 32777, BF16, memory_budget="min").hidden_rows == 0  # host-bound: not within time
 
 
+@pytest.mark.parametrize("n, h, v, budget", [(32768, 4096, 128256, 1.25), (8192, 5120, 131072, 1.1),
+                                             (8192, 4096, 128256, 1.1)])
+def test_a_budget_in_numbers_splits_wherever_one_pass_exceeds_it(n, h, v, budget):
+    """A multiple of the floor is the caller's number: where one pass holds between 1 and 2 × it (the
+    named budgets' rule keeps one pass there), the backward splits and the modelled peak meets it —
+    Llama-3's head at 32768 tokens asked for 1.25 × peaked at 1.458 × with one pass (measured on an
+    H200, the modelled one-pass peaks before: 1.458, 1.130, 1.135 ×); the default budget keeps one pass."""
+    floor = 2 * (n * h + v * h)
+    plan = _plan(n, h, v, BF16, memory_budget=budget)
+    peak = predict_peak_bytes(n, h, v, hidden_dtype=BF16, weight_dtype=BF16, compute_dtype=BF16,
+                              memory_budget=budget, sm_count=132, tiled=True)
+    assert plan.hidden_rows and peak.plan == plan
+    assert peak.step <= budget * floor
+    narrowest_one_pass = predict_peak_bytes(n, h, v, hidden_dtype=BF16, weight_dtype=BF16, compute_dtype=BF16,
+                                            chunk_size=n, vocab_chunk_size=1024, sm_count=132, tiled=True)
+    assert narrowest_one_pass.plan.hidden_rows == 0 and narrowest_one_pass.step > budget * floor
+    assert _plan(8192, 5120, 131072, BF16).hidden_rows == 0  # the default's one pass fits its own budget
+
+
 def test_a_split_costs_one_more_logits_pass_in_the_time_model():
     """10·N·H·V FLOPs instead of 8: at Llama-3's head the split's modelled time is 1.2–1.3 × one pass's."""
     n, h, v = 32768, 4096, 128256
