@@ -129,11 +129,10 @@ def not_own_file(info: os.stat_result) -> str | None:
 
 
 def check_own_file(fd: int, path: str | Path) -> int:
-    """``fd`` when it is its folder's own file (:func:`not_own_file`); otherwise ``fd`` is closed and
-    ``OSError`` (``EMLINK``) names ``path``. For every file opened to be written in place
+    """``fd`` when it is its folder's own file (:func:`not_own_file`); otherwise ``OSError`` (``EMLINK``)
+    names ``path`` (the caller closes ``fd``). For every file opened to be written in place
     (appended, truncated): ``O_NOFOLLOW`` stops a symbolic link, this a hard link."""
     if not_own_file(os.fstat(fd)) is not None:
-        os.close(fd)
         raise OSError(errno.EMLINK, WRITE_SHARED_REFUSED, str(path))
     return fd
 
@@ -155,8 +154,12 @@ def open_own_file(name: str | Path, flags: int, path: str | Path, mode: int = 0o
             raise OSError(errno.ENXIO, WRITE_SHARED_REFUSED, str(path)) from None
         exc.filename = str(path)
         raise
-    check_own_file(fd, path)
-    os.set_blocking(fd, True)
+    try:
+        check_own_file(fd, path)
+        os.set_blocking(fd, True)
+    except BaseException:  # refused, or anything else between the open and the return: no descriptor leaks
+        os.close(fd)
+        raise
     return fd
 
 

@@ -11,7 +11,7 @@ import threading
 import time
 from pathlib import Path
 
-from fusedce_profiler.instrument import confined, folder_identity
+from fusedce_profiler.instrument import confined, deferred_signals, folder_identity
 
 LOCK_FILE = ".lock"
 
@@ -50,6 +50,13 @@ def _lock_exclusive(fd: int) -> bool:
         time.sleep(0.002)
 
 
+_CHANGING = threading.RLock()
+"""Held while a run lock is taken or released, and by a fork (:func:`os.register_at_fork`): a child
+forked while another thread had the folder's descriptor open and locked but not yet recorded in
+``RunLock._held`` (or no longer) would keep that lock, unseen by :func:`_forget_locks_in_child`, after the
+parent released it. Re-entrant: a collection may release a dropped recorder's lock in the middle of a change."""
+
+
 class RunLock:
     """An exclusive lock on a run folder while a run writes into it (``fcntl.flock`` on the folder).
 
@@ -80,8 +87,15 @@ class RunLock:
         self._entry: list | None = None  # the _held entry it counts in: never another holder's of the folder
 
     def acquire(self) -> "RunLock":
+        """Take the lock (re-entered within a thread, module docstring); signals that come meanwhile are
+        delivered once it is taken and recorded, or given up (:mod:`.deferred_signals`)."""
         if self._key is not None:
             return self
+        with deferred_signals.deferred(undo=self.release), _CHANGING:  # a signal's exception: the lock is not kept
+            self._acquire()
+        return self
+
+    def _acquire(self) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
         key = self.folder.resolve()
         if key in RunLock._held:
@@ -93,9 +107,9 @@ class RunLock:
                 raise FolderInUse(self.folder, f"{self._holder()} (another thread of this process)")
             RunLock._held[key][1] += 1
             self._key, self._entry = key, RunLock._held[key]
-            return self
+            return
         fd = os.open(self.folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        opened, note = False, None
+        opened, noted, note = False, False, None
         try:  # whatever stops it before the lock is recorded (a full disk, Ctrl-C): no descriptor, lock or note stays
             if not _lock_exclusive(fd):
                 raise FolderInUse(self.folder, self._holder())
@@ -103,24 +117,29 @@ class RunLock:
             note = confined.open_own_file(LOCK_FILE, os.O_WRONLY | os.O_CREAT, self.path, dir_fd=fd)
             opened = True
             os.ftruncate(note, 0)  # only once it is known to be the folder's own file
-            with os.fdopen(note, "w", encoding="utf-8") as fh:
-                note = None  # the file object closes it
-                fh.write(f"pid {os.getpid()} since {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+            os.write(note, f"pid {os.getpid()} since {time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode())
+            written, note = note, None
+            os.close(written)
+            folder_identity.note_locked_folder(self.folder, fd)
+            noted = True
             self._entry = RunLock._held[key] = [fd, 1, threading.current_thread(), self.exclusive]
+            self._key = key
         except BaseException as exc:
+            if self._entry is not None:  # recorded before it stopped: forgotten again
+                RunLock._held.pop(key, None)
+                self._key = self._entry = None
+            if noted:
+                folder_identity.note_locked_folder(self.folder, None)
+            if note is not None:
+                os.close(note)
             if opened:  # the folder's own note: none is left behind
                 with contextlib.suppress(OSError):
-                    if note is not None:
-                        os.close(note)
                     os.unlink(LOCK_FILE, dir_fd=fd)
             os.close(fd)  # closing the folder releases the lock
             if isinstance(exc, OSError):
                 exc.filename = str(self.path)  # opened relative to the folder: name the whole path
             raise
-        folder_identity.note_locked_folder(self.folder, fd)
         RunLock.taken.append(self.folder)
-        self._key = key
-        return self
 
     @staticmethod
     def held_here(folder: str | Path) -> bool:
@@ -137,6 +156,19 @@ class RunLock:
         return shorten(note, 200) if note else "another process"
 
     def release(self) -> None:
+        """Release one acquire (the lock itself with the last); signals are held back meanwhile. A signal
+        that lands before they are (its handler raising before anything was released) goes on once the
+        lock is released after all: a collected recorder's finalizer, which calls this, runs only once."""
+        try:
+            with deferred_signals.deferred(), _CHANGING:
+                self._release()
+        except BaseException:
+            if self._key is not None:  # stopped before anything was released: released now, then it goes on
+                with deferred_signals.deferred(), _CHANGING:
+                    self._release()
+            raise
+
+    def _release(self) -> None:
         entry = RunLock._held.get(self._key) if self._key is not None else None
         if entry is None or entry is not self._entry:  # not held, or held by the process this one was forked
             self._key = self._entry = None  # from (whose folder this process may have locked anew since)
@@ -177,6 +209,11 @@ def live_holder(folder: str | Path) -> str | None:
     return None
 
 
+def _after_fork_in_child() -> None:
+    _CHANGING.release()
+    _forget_locks_in_child()
+
+
 def _forget_locks_in_child() -> None:
     """In a process forked while locks were held (a DataLoader worker forked during a recorded
     run): close its copies of the locked folders' descriptors. The lock lives as long as any copy
@@ -190,5 +227,5 @@ def _forget_locks_in_child() -> None:
     RunLock._held.clear()
 
 
-os.register_at_fork(after_in_child=_forget_locks_in_child)
+os.register_at_fork(before=_CHANGING.acquire, after_in_parent=_CHANGING.release, after_in_child=_after_fork_in_child)
 

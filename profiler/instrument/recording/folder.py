@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import gc
 import os
+import weakref
 from pathlib import Path
 
-from fusedce_profiler.instrument import confined, store
+from fusedce_profiler.instrument import confined, deferred_signals, store
 from fusedce_profiler.instrument.confined import FolderRefused, refuse_linked_folder
 from fusedce_profiler.instrument.kinds import a_kind, enclosing_run, other_kind
 
@@ -43,9 +44,11 @@ def _lock(out: Path) -> store.RunLock:
         return store.RunLock(out, exclusive=True).acquire()
 
 
-def take_folder(out: Path, *, force: bool, append: bool) -> store.RunLock:
-    """Lock ``out`` for a recording and return its lock; with ``force``, remove the recording it
-    holds (its steps and their snapshots) once locked.
+def take_folder(out: Path, *, force: bool, append: bool, owner: object) -> store.RunLock:
+    """Lock ``out`` for a recording and return its lock, released when ``owner`` (the recorder) is
+    collected if not before; with ``force``, remove the recording it holds (its steps and their
+    snapshots) once locked. Whatever stops it once locked (a removal refused, a signal) releases the
+    lock; signals that come meanwhile are delivered once it is done (:mod:`.deferred_signals`).
 
     ``FileExistsError``: ``out`` holds a recording and neither ``force`` nor ``append`` is given;
     :class:`~fusedce_profiler.instrument.confined.FolderRefused`: a linked folder or ``snapshots/``,
@@ -63,17 +66,28 @@ def take_folder(out: Path, *, force: bool, append: bool) -> store.RunLock:
                             "--force would remove the recording); a recording goes into a folder of its own")
     existing = out / store.RECORDED_STEPS_FILE
     _refuse_unless_a_recording(existing)
-    if os.path.lexists(existing) and append:
-        return _lock(out)
-    if os.path.lexists(existing) and not force:
+    recorded = os.path.lexists(existing)
+    if recorded and not (force or append):
         raise FileExistsError(f"{out} already holds a recording ({store.RECORDED_STEPS_FILE}); "
                               "pass force=True to replace it, append=True to add to it, or another folder")
     snapshots = out / store.SNAPSHOTS_DIR
-    refuse_linked_folder(snapshots)
-    lock = _lock(out)
-    if os.path.lexists(existing):
-        existing.unlink()
-        for old in snapshots.glob("step-*"):
-            if old.is_symlink() or old.is_file():  # a link is removed, never followed
-                old.unlink()
+    if not (recorded and append):
+        refuse_linked_folder(snapshots)
+    with deferred_signals.deferred(undo=lambda: lock.release()):
+        lock = _lock(out)
+        try:
+            if recorded and not append and os.path.lexists(existing):
+                _remove_recording(existing, snapshots)
+            weakref.finalize(owner, lock.release)  # dropped without close(): released once collected
+        except BaseException:
+            lock.release()
+            raise
     return lock
+
+
+def _remove_recording(steps: Path, snapshots: Path) -> None:
+    """Remove a recording's steps file and its snapshots (``force``); a link is removed, never followed."""
+    steps.unlink()
+    for old in snapshots.glob("step-*"):
+        if old.is_symlink() or old.is_file():
+            old.unlink()

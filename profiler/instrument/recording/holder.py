@@ -102,6 +102,15 @@ def _close_at_exit() -> None:
             recorder.close()
 
 
+def _forget_recorders_in_child() -> None:
+    """A forked child (a DataLoader worker) inherits its parent's open recorders: they are the parent's, so the
+    child's exit neither ends their steps nor says their unreached steps a second time."""
+    _OPEN.clear()
+
+
+os.register_at_fork(after_in_child=_forget_recorders_in_child)
+
+
 def loop_probe(module_prefix: str, function: str) -> Callable[[], bool] | None:
     """Whether the call of ``function`` (defined in a module whose name begins with
     ``module_prefix``) that runs now, the outermost on this thread's stack, still runs: the probe

@@ -35,14 +35,13 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-import weakref
 from pathlib import Path
 from typing import Callable, Iterable
 
 import torch
 from torch import nn
 
-from fusedce_profiler.instrument import confined, store
+from fusedce_profiler.instrument import confined, deferred_signals, store
 from fusedce_profiler.instrument.callables import what_it_raised
 from fusedce_profiler.instrument.confined import FolderRefused
 from fusedce_profiler.instrument.protocol import MemoryMeter
@@ -57,8 +56,7 @@ from fusedce_profiler.instrument.tensors import tensor_bytes
 from fusedce_profiler.instrument.text import one_line
 from fusedce_profiler.instrument.recording.records import EvalPass, RecordedStep, append_recorded_step
 
-#: What :meth:`StepRecorder.step` returns on a step that is not recorded (reusable, stateless).
-NOOP = contextlib.nullcontext()
+NOOP = contextlib.nullcontext()  #: What :meth:`StepRecorder.step` returns on a step not recorded (reusable, stateless)
 
 
 class StepRecorder:
@@ -102,18 +100,21 @@ class StepRecorder:
         self.loop_alive: Callable[[], bool] | None = None  # an integration's holder.loop_probe: the loop it records
         self._stored: int | None = None  # lines of recorded_steps.jsonl, once counted
         self.closed = False  # closed: it records no more (a callback used for another run makes a new one)
-        if self.enabled:
+        if self.enabled:  # a signal meanwhile comes once the recorder holds its folder, or gave it up
             try:
                 holder.close_orphans()  # the recorder of a loop that raised may hold this folder
-                self._lock = take_folder(self.out, force=force, append=append)
-                weakref.finalize(self, self._lock.release)  # dropped without close(): released once collected
-                holder.opened(self)
-            except FileExistsError:  # a recording is there: the caller must say replace or add
-                raise
+                with deferred_signals.deferred():
+                    self._lock = take_folder(self.out, force=force, append=append, owner=self)
+                    holder.opened(self)
             except (OSError, store.FolderInUse, FolderRefused) as exc:
+                if isinstance(exc, FileExistsError):  # a recording is there: the caller must say replace or add
+                    raise
                 notice(f"fusedce-profile: not recording into {one_line(self.out)}: {one_line(exc)}; "
                        "training goes on unrecorded", stacklevel=2)
                 self.enabled = False
+            except BaseException:  # a signal held back while the folder was taken: the folder is given up at once
+                StepRecorder.close(self)  # this class's: a subclass's own close may need what its __init__ sets
+                raise
 
     def close(self) -> None:
         """End an open recording and release the folder (also done when the process exits)."""
@@ -223,11 +224,10 @@ class StepRecorder:
         self._open_pass = EvalPass(kind, int(before_step), reserved, None, high, None)
 
     def end_pass(self) -> None:
-        if self._open_pass is None:
-            return
-        self._open_pass.reserved_after, self._open_pass.max_reserved_after = self.reserved_now()
-        self.passes.append(self._open_pass)
-        self._open_pass = None
+        if self._open_pass is not None:
+            self._open_pass.reserved_after, self._open_pass.max_reserved_after = self.reserved_now()
+            self.passes.append(self._open_pass)
+            self._open_pass = None
 
     def add_pass(self, kind: str, before_step: int, reserved_before: int | None, max_reserved_before: int | None):
         """A pass whose start was seen elsewhere (Hugging Face has no "evaluation begins" event)."""
