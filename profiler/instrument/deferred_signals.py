@@ -43,15 +43,15 @@ def deferred(undo: Callable[[], object] | None = None) -> Iterator[None]:
             _depth -= 1
         return
     came: list[int] = []
-    held = _hold(came)
+    held, wakeup = _hold(came)
     _depth = 1
     try:
         yield
     except BaseException:  # the block's own failure, undone by the block: the signals still come
-        _restore(held)
+        _restore(held, wakeup)
         _deliver(came)
         raise
-    _restore(held)
+    _restore(held, wakeup)
     try:
         _deliver(came)
     except BaseException:
@@ -61,11 +61,13 @@ def deferred(undo: Callable[[], object] | None = None) -> Iterator[None]:
         raise
 
 
-def _restore(held: dict[int, object]) -> None:
+def _restore(held: dict[int, object], wakeup: int) -> None:
     global _depth
     _depth = 0
     for number, handler in held.items():
         signal.signal(number, handler)
+    if wakeup != -1:
+        signal.set_wakeup_fd(wakeup)
 
 
 def _deliver(numbers: list[int]) -> None:
@@ -81,11 +83,14 @@ def _deliver(numbers: list[int]) -> None:
         raise first
 
 
-def _hold(came: list[int]) -> dict[int, object]:
-    """Replace every Python-level handler with one that appends its signal to ``came``; the handlers
-    replaced, by signal number. Plain numbers, not :func:`signal.valid_signals`'s enum members: a signal
-    that lands before its handler is replaced runs that handler here, so this loop is kept short."""
+def _hold(came: list[int]) -> tuple[dict[int, object], int]:
+    """Replace every Python-level handler with one that appends its signal to ``came``, and set aside the
+    wake-up descriptor (an event loop's, :func:`signal.set_wakeup_fd`, which would see the signal now
+    and again when it is delivered); the handlers replaced, by signal number, and that descriptor (-1:
+    none). Plain numbers, not :func:`signal.valid_signals`'s enum members: a signal that lands before
+    its handler is replaced runs that handler here, so this loop is kept short."""
     held: dict[int, object] = {}
+    wakeup = signal.set_wakeup_fd(-1)
 
     def note(number: int, frame: object) -> None:
         came.append(number)
@@ -100,6 +105,6 @@ def _hold(came: list[int]) -> dict[int, object]:
             except (ValueError, OSError, RuntimeError):  # not a signal here, or one Python cannot handle
                 held.pop(number, None)
     except BaseException:  # a signal landed before its handler was replaced: every handler put back
-        _restore(held)
+        _restore(held, wakeup)
         raise
-    return held
+    return held, wakeup
