@@ -815,6 +815,24 @@ def test_a_forked_child_leaves_its_parents_recorders_to_the_parent(tmp_path):
     assert done.stderr.count("step 5 was never reached") == 1, done.stderr
 
 
+def test_a_step_a_forked_child_runs_is_not_recorded_into_its_parents_folder(tmp_path):
+    """A training step run in a child forked after the recorder was made: recorded into the parent's folder,
+    without its lock, beside the parent's own steps."""
+    script = (f"import os, sys, torch\nsys.path.insert(0, {os.path.dirname(__file__)!r})\n"
+              f"from fusedce_profile import StepRecorder\nfrom doctor_models import WrappedHeadLM\n"
+              f"from test_recording import _batch, _loss\nmodel = WrappedHeadLM()\n"
+              f"r = StepRecorder(model, {str(tmp_path / 'r')!r}, steps=(0, 1), trace=False, snapshot=False, "
+              f"report=False)\npid = os.fork()\n"
+              f"with r.step(0):\n    _loss(model, _batch(0)).backward()\n"
+              f"if pid == 0:\n    os._exit(0)\nos.waitpid(pid, 0)\n"
+              f"with r.step(1):\n    _loss(model, _batch(1)).backward()\nr.close()\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=180,
+                          cwd=os.path.dirname(os.path.dirname(__file__)))
+    assert done.returncode == 0, done.stderr
+    assert "step 0 is not recorded: this StepRecorder is its parent's" in done.stderr
+    assert _recorded(tmp_path / "r") == [0, 1]  # the parent's two steps, once each
+
+
 def test_close_refuses_a_say_unreached_that_is_not_true_or_false(tmp_path):
     from fusedce_profile import StepRecorder
     from fusedce_profile.errors import UsageError

@@ -99,7 +99,7 @@ class StepRecorder:
         self._holds_recording = False  # this recorder holds the process's one recording (holder.take)
         self.loop_alive: Callable[[], bool] | None = None  # an integration's holder.loop_probe: the loop it records
         self._stored: int | None = None  # lines of recorded_steps.jsonl, once counted
-        self.closed = False  # closed: it records no more (a callback used for another run makes a new one)
+        self.closed: bool | str = False  # once closed, why it records no more (a callback then makes a new one)
         if self.enabled:  # a signal meanwhile comes once the recorder holds its folder, or gave it up
             try:
                 holder.close_orphans()  # the recorder of a loop that raised may hold this folder
@@ -124,7 +124,7 @@ class StepRecorder:
             self._lock.release()
             self._lock = None
         self.loop_alive = None  # the probe holds the loop's frame, and with it every caller's locals
-        self.closed = True
+        self.closed = f"this StepRecorder was closed and {one_line(self.out)} released"
         holder.closed(self)
 
     def unreached(self) -> list[int]:
@@ -151,8 +151,8 @@ class StepRecorder:
         requested = self.enabled and index in self.steps and index not in self._done
         if requested and self.closed:
             self._done.add(index)
-            notice(f"fusedce-profile: step {index} is not recorded: this StepRecorder was closed and "
-                   f"{one_line(self.out)} released (a new StepRecorder records again)", stacklevel=3)
+            notice(f"fusedce-profile: step {index} is not recorded: {self.closed} (a new StepRecorder records "
+                   "again)", stacklevel=3)
         return requested and not self.closed and self._active is None
 
     def start(self, index: int) -> None:
