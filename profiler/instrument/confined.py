@@ -128,18 +128,10 @@ def not_own_file(info: os.stat_result) -> str | None:
     return None if stat.S_ISREG(info.st_mode) and info.st_nlink == 1 else WRITE_SHARED_REFUSED
 
 
-def check_own_file(fd: int, path: str | Path) -> int:
-    """``fd`` when it is its folder's own file (:func:`not_own_file`); otherwise ``OSError`` (``EMLINK``)
-    names ``path`` (the caller closes ``fd``). For every file opened to be written in place
-    (appended, truncated): ``O_NOFOLLOW`` stops a symbolic link, this a hard link."""
-    if not_own_file(os.fstat(fd)) is not None:
-        raise OSError(errno.EMLINK, WRITE_SHARED_REFUSED, str(path))
-    return fd
-
-
 def open_own_file(name: str | Path, flags: int, path: str | Path, mode: int = 0o666, dir_fd: int | None = None) -> int:
     """A descriptor of the file ``name`` (relative to ``dir_fd`` when given) opened with ``flags``
-    to be written in place, when it is the folder's own regular file (:func:`check_own_file`).
+    to be written in place, when it is the folder's own regular file (:func:`not_own_file`; else ``OSError``
+    ``EMLINK`` naming ``path``).
 
     Opened without following a link and without blocking: a named pipe in place of the file would
     block the open (until a reader comes) or every write, so it is refused, like a link, with an
@@ -155,7 +147,8 @@ def open_own_file(name: str | Path, flags: int, path: str | Path, mode: int = 0o
         exc.filename = str(path)
         raise
     try:
-        check_own_file(fd, path)
+        if not_own_file(os.fstat(fd)) is not None:  # a hard link (O_NOFOLLOW stops a symbolic one), a pipe
+            raise OSError(errno.EMLINK, WRITE_SHARED_REFUSED, str(path))
         os.set_blocking(fd, True)
     except BaseException:  # refused, or anything else between the open and the return: no descriptor leaks
         os.close(fd)
@@ -212,7 +205,7 @@ def open_inside(folder: str | Path, path: str | Path, flags: int = _OPEN_READ, m
 
     ``flags`` default to reading; ``O_NOFOLLOW`` is always added. A link on the way is
     :class:`FolderRefused` naming it; a missing file is ``FileNotFoundError``; a file opened for
-    writing that has another name or is not a regular file is refused (:func:`check_own_file`).
+    writing that has another name or is not a regular file is refused (:func:`open_own_file`).
     """
     folder, path = Path(folder), Path(path)
     parts = _relative_parts(folder, path)
