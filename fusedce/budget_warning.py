@@ -42,7 +42,7 @@ def warn_if_unmet(memory_budget: int | float | str | None, plan: ChunkPlan, n: i
     _warn_once(memory_budget, plan, n, h, v, hidden_dtype, weight_dtype, compute_dtype, has_bias, impl)
 
 
-@functools.lru_cache(maxsize=256)  # once per process and call: a training loop plans the same call every step
+@functools.lru_cache(maxsize=256, typed=True)  # once per process and call (typed: 2 bytes are not 2.0 × the floor)
 def _warn_once(memory_budget: int | float, plan: ChunkPlan, n: int, h: int, v: int, hidden_dtype: torch.dtype,
                weight_dtype: torch.dtype, compute_dtype: torch.dtype, has_bias: bool, impl: str) -> None:
     message = _unmet_message(memory_budget, plan, n, h, v, hidden_dtype, weight_dtype, compute_dtype, has_bias, impl)

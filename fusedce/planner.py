@@ -191,8 +191,8 @@ def budget_bytes(memory_budget: int | float | str | None, *, floor: int, n: int,
         return max(0, int(MIN_FLOOR_FRACTION * floor) - PER_TOKEN_BYTES * n)
     if memory_budget == "fast":
         return max(default_budget_bytes(floor, n), int(FAST_SHARE * n * v * dtype_bytes(compute_dtype)))
-    if isinstance(memory_budget, float):
-        return max(0, int((memory_budget - 1.0) * floor) - PER_TOKEN_BYTES * n)
+    if isinstance(memory_budget, float):  # capped: 1e308 × a floor is no number of bytes
+        return max(0, int(min((memory_budget - 1.0) * floor, 2.0 ** 62)) - PER_TOKEN_BYTES * n)
     return memory_budget
 
 

@@ -10,6 +10,7 @@ import threading
 
 import pytest
 
+from fusedce_profiler.instrument import deferred_signals
 from fusedce_profiler.instrument.deferred_signals import deferred
 
 pytestmark = pytest.mark.faults
@@ -109,3 +110,109 @@ def test_an_event_loops_signal_handler_runs_once():
 
     asyncio.run(main())
     assert ran == [True]
+
+
+class _SignalModule:
+    """``signal`` as the deferral sees it, with ``signal.signal`` calling ``on_set(number, handler)`` first."""
+
+    def __init__(self, on_set):
+        self._on_set = on_set
+
+    def __getattr__(self, name):
+        return getattr(signal, name)
+
+    def signal(self, number, handler):
+        self._on_set(number, handler)
+        return signal.signal(number, handler)
+
+
+def _noting(handler) -> bool:
+    return getattr(handler, "__func__", None) is getattr(deferred_signals._Held, "note", None)
+
+
+def test_ctrl_c_landing_while_the_handlers_are_put_back_leaves_every_one_back(usr_handlers, monkeypatch):
+    """A Ctrl-C as SIGUSR1's handler was put back stopped the loop there: every later handler stayed the
+    deferral's own, for good, and the signals it had noted were never delivered."""
+    before = _handlers()
+
+    sent = []
+
+    def on_set(number, handler):
+        if number == signal.SIGUSR1 and not _noting(handler) and not sent:  # putting SIGUSR1's handler back
+            sent.append(True)
+            os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(deferred_signals, "signal", _SignalModule(on_set))
+    with pytest.raises(KeyboardInterrupt):
+        with deferred():
+            os.kill(os.getpid(), signal.SIGUSR2)
+    monkeypatch.undo()
+    assert _handlers() == before and usr_handlers == [signal.SIGUSR2]
+
+
+def test_a_handler_raising_while_the_others_are_replaced_loses_no_signal_and_no_change(usr_handlers,
+                                                                                       monkeypatch):
+    """Signals landing while the handlers were replaced: one noted, then one whose own handler (not yet
+    replaced) raised — the noted one was dropped; a handler run meanwhile that installed another handler saw
+    its change undone."""
+    def replacement(number, frame):
+        pass
+
+    def raising(number, frame):
+        signal.signal(signal.SIGUSR2, replacement)  # a handler's own change of another handler
+        raise TimeoutError("a watchdog")
+
+    previous = signal.signal(signal.SIGALRM, raising)
+
+    sent = []
+
+    def on_set(number, handler):
+        if number == signal.SIGUSR2 and _noting(handler) and not sent:  # SIGUSR1 replaced already, SIGALRM not yet
+            sent.append(True)
+            os.kill(os.getpid(), signal.SIGUSR1)
+            os.kill(os.getpid(), signal.SIGALRM)
+
+    monkeypatch.setattr(deferred_signals, "signal", _SignalModule(on_set))
+    try:
+        with pytest.raises(TimeoutError):
+            with deferred():
+                pass
+        monkeypatch.undo()
+        assert usr_handlers == [signal.SIGUSR1] and signal.getsignal(signal.SIGUSR2) is replacement
+    finally:
+        signal.signal(signal.SIGALRM, previous)
+
+
+def test_a_signal_that_came_three_times_is_delivered_three_times(usr_handlers):
+    with deferred():
+        for _ in range(3):
+            os.kill(os.getpid(), signal.SIGUSR1)
+    assert usr_handlers == [signal.SIGUSR1] * 3
+
+
+def test_a_child_forked_from_another_thread_meanwhile_has_its_handlers_back(usr_handlers):
+    """A fork from a thread while the main thread held signals back: the child kept the deferral's handlers
+    for life (Ctrl-C raised nothing in it, its own handlers never ran)."""
+    read, write = os.pipe()
+
+    def fork():
+        pid = os.fork()
+        if pid == 0:
+            os.close(read)
+            os.kill(os.getpid(), signal.SIGUSR1)
+            try:
+                os.kill(os.getpid(), signal.SIGINT)
+                said = "no KeyboardInterrupt"
+            except KeyboardInterrupt:
+                said = "KeyboardInterrupt"
+            os.write(write, f"{said} {usr_handlers}".encode())
+            os._exit(0)
+        os.waitpid(pid, 0)
+
+    with deferred():
+        thread = threading.Thread(target=fork)
+        thread.start()
+        thread.join()
+    os.close(write)
+    assert os.read(read, 200).decode() == f"KeyboardInterrupt [{int(signal.SIGUSR1)}]"
+    os.close(read)

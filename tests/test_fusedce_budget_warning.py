@@ -75,3 +75,18 @@ def test_a_call_without_gradients_does_not_warn():
         warnings.simplefilter("always")
         fusedce.linear_cross_entropy(hidden, weight, target, impl="torch", memory_budget=1.05)
     assert not [w for w in caught if issubclass(w.category, MemoryBudgetWarning)]
+
+
+def test_bytes_and_a_multiple_of_the_same_value_are_two_budgets():
+    """``memory_budget=2`` (2 bytes) after ``2.0`` (twice the floor) at the same shapes: taken for the same
+    call, its warning never given."""
+    assert len(_warnings_of(memory_budget=2.0)) == 1  # a 1024-column block is ~150 × this floor
+    assert len(_warnings_of(memory_budget=2)) == 1
+
+
+def test_a_vast_multiple_of_the_floor_is_no_limit():
+    """``memory_budget=1e308`` passed the check, then overflowed converting to bytes."""
+    from fusedce.planner import plan_chunks
+
+    plan = plan_chunks(N, H, V, hidden_dtype=BF16, weight_dtype=BF16, compute_dtype=BF16, memory_budget=1e308)
+    assert plan.cols == V and _warnings_of(memory_budget=1e308) == []

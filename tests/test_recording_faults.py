@@ -721,6 +721,41 @@ def test_a_signal_while_a_recorder_takes_its_folder_gives_the_folder_up_at_once(
     again.close()
 
 
+def test_a_watchdogs_timeout_landing_while_a_recorder_takes_its_folder_reaches_the_caller(tmp_path, monkeypatch):
+    """A SIGALRM watchdog raising ``TimeoutError`` (an ``OSError``) as the recorder took its folder: read as the
+    folder's refusal — "not recording into …: watchdog", the caller never saw it, the folder stayed locked."""
+    import signal
+
+    from fusedce_profiler.instrument.recording import holder
+
+    def watchdog(number, frame):
+        raise TimeoutError("a watchdog")
+
+    previous = signal.signal(signal.SIGALRM, watchdog)
+    monkeypatch.setattr(holder, "opened", _signalled(holder.opened, signal.SIGALRM))
+    try:
+        with pytest.raises(TimeoutError, match="a watchdog"):
+            StepRecorder(torch.nn.Linear(4, 4), tmp_path / "r", trace=False, snapshot=False, report=False)
+    finally:
+        signal.signal(signal.SIGALRM, previous)
+    monkeypatch.undo()
+    assert _free(tmp_path / "r")
+
+
+def test_a_lock_released_is_free_at_once_though_a_copy_of_its_descriptor_lives(tmp_path):
+    """A child forked while the folder was locked holds a copy of its descriptor until its fork hook closes it:
+    the parent's release, then its next run there, was refused "in use by another process" meanwhile."""
+    from fusedce_profiler.instrument import runlock
+
+    lock = runlock.RunLock(tmp_path).acquire()
+    copy = os.dup(runlock.RunLock._held[tmp_path.resolve()][0])  # what a child forked now holds
+    try:
+        lock.release()
+        runlock.RunLock(tmp_path).acquire().release()
+    finally:
+        os.close(copy)
+
+
 def test_alarms_at_any_moment_of_making_recorders_never_leave_a_folder_held(tmp_path):
     """A handler that raises (an alarm, Ctrl-C) at random moments of ``StepRecorder(...)``: 10 of 186 creations
     left the folder locked, after a collection too."""

@@ -11,16 +11,74 @@ an exception it raises finds the state whole.
 
 Other threads need nothing: a handler never runs in them. A signal without a Python handler (the
 default action of SIGTERM or SIGKILL, which end the process) is not held back: the operating system
-releases what the process held. Nested uses hold back until the outermost ends.
+releases what the process held. Nested uses hold back until the outermost ends. Each signal that came
+is delivered as often as it came, in order. A handler that the block, or a handler, installed meanwhile
+is left in place. A process forked meanwhile (from another thread) gets the handlers back at once: the
+signals held back are its parent's.
 """
 from __future__ import annotations
 
 import contextlib
+import functools
+import os
 import signal
 import threading
 from collections.abc import Callable, Iterator
 
-_depth = 0  # nested deferrals of the main thread (only the main thread changes it)
+
+class _Held:
+    """The main thread's deferral: the Python handlers it replaced (by signal number), the wake-up
+    descriptor it set aside (an event loop's, :func:`signal.set_wakeup_fd`, which would see a signal
+    when it comes and again when it is delivered; -1: none), the signals that came meanwhile, and how
+    many ``with`` blocks are open in it."""
+
+    def __init__(self) -> None:
+        self.handlers: dict[int, object] = {}
+        self.wakeup = -1
+        self.came: list[int] = []
+        self.depth = 1
+
+    def note(self, number: int, frame: object) -> None:
+        self.came.append(number)
+
+    def hold(self) -> None:
+        """Replace every Python-level handler with :meth:`note`. Plain numbers, not
+        :func:`signal.valid_signals`'s enum members: a signal that lands before its handler is replaced
+        runs that handler here, so this loop is kept short."""
+        self.wakeup = signal.set_wakeup_fd(-1)
+        for number in range(1, signal.NSIG):
+            try:
+                handler = signal.getsignal(number)
+            except ValueError:  # not a signal on this system (only that: a handler's own exception goes on)
+                continue
+            if callable(handler):
+                self.handlers[number] = handler  # put back only if still replaced (put_back)
+                signal.signal(number, self.note)
+
+    def put_back(self) -> None:
+        """Every handler replaced back (one changed meanwhile stays as changed), and the wake-up
+        descriptor. A signal landing meanwhile, its handler just put back raising, stops nothing: the
+        rest are put back, then its exception is raised."""
+        first: BaseException | None = None
+        steps = [functools.partial(self._put_back_one, number, handler) for number, handler in self.handlers.items()]
+        if self.wakeup != -1:
+            steps.append(functools.partial(signal.set_wakeup_fd, self.wakeup))
+        for step in steps:
+            for _ in range(2):  # once more when a signal's exception cut it (a second failure is not a signal's)
+                try:
+                    step()
+                    break
+                except BaseException as exc:  # noqa: BLE001 - raised once all are back
+                    first = first or exc
+        if first is not None:
+            raise first
+
+    def _put_back_one(self, number: int, handler: object) -> None:
+        if signal.getsignal(number) == self.note:
+            signal.signal(number, handler)
+
+
+_active: _Held | None = None  # the main thread's open deferral
 
 
 @contextlib.contextmanager
@@ -31,50 +89,55 @@ def deferred(undo: Callable[[], object] | None = None) -> Iterator[None]:
     came before the change was whole, so the change does not stand: a lock just taken is released);
     only the outermost deferral delivers, so a nested block's change is the outer one's to take back.
     """
-    global _depth
+    global _active
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    if _depth:  # within an outer deferral: its handlers already note what comes
-        _depth += 1
+    if _active is not None:  # within an outer deferral: its handlers already note what comes
+        _active.depth += 1
         try:
             yield
         finally:
-            _depth -= 1
+            _active.depth -= 1
         return
-    came: list[int] = []
-    held, wakeup = _hold(came)
-    _depth = 1
+    held = _active = _Held()
+    try:
+        held.hold()
+    except BaseException:  # a handler not yet replaced raised: everything back, what came delivered
+        with contextlib.suppress(BaseException):
+            _finish(held, undo=None)
+        raise
     try:
         yield
     except BaseException:  # the block's own failure, undone by the block: the signals still come
-        _restore(held, wakeup)
-        _deliver(came)
+        _finish(held, undo=None)
         raise
-    _restore(held, wakeup)
-    try:
-        _deliver(came)
-    except BaseException:
+    _finish(held, undo)
+
+
+def _finish(held: _Held, undo: Callable[[], object] | None) -> None:
+    """End ``held``: the handlers back, then each signal that came delivered; when either raises,
+    ``undo`` (itself deferred), then the first exception."""
+    global _active
+    _active = None
+    errors: list[BaseException] = []
+    for step in (held.put_back, lambda: _deliver(held.came)):
+        try:
+            step()
+        except BaseException as exc:  # noqa: BLE001 - raised below, once all has run
+            errors.append(exc)
+    if errors:
         if undo is not None:
             with deferred():  # a signal during the undo comes after it
                 undo()
-        raise
-
-
-def _restore(held: dict[int, object], wakeup: int) -> None:
-    global _depth
-    _depth = 0
-    for number, handler in held.items():
-        signal.signal(number, handler)
-    if wakeup != -1:
-        signal.set_wakeup_fd(wakeup)
+        raise errors[0]
 
 
 def _deliver(numbers: list[int]) -> None:
-    """Raise each signal again, in order, so its handler runs now; every one is delivered even when a
-    handler raises (the first exception is raised once all have run)."""
+    """Raise each signal again, as often as it came and in order, so that its handler runs now; every
+    one is delivered even when a handler raises (the first exception is raised once all have run)."""
     first: BaseException | None = None
-    for number in dict.fromkeys(numbers):  # each signal once, in the order it came
+    for number in numbers:
         try:
             signal.raise_signal(number)
         except BaseException as exc:  # noqa: BLE001 - a handler's own exception, raised below
@@ -83,28 +146,15 @@ def _deliver(numbers: list[int]) -> None:
         raise first
 
 
-def _hold(came: list[int]) -> tuple[dict[int, object], int]:
-    """Replace every Python-level handler with one that appends its signal to ``came``, and set aside the
-    wake-up descriptor (an event loop's, :func:`signal.set_wakeup_fd`, which would see the signal now
-    and again when it is delivered); the handlers replaced, by signal number, and that descriptor (-1:
-    none). Plain numbers, not :func:`signal.valid_signals`'s enum members: a signal that lands before
-    its handler is replaced runs that handler here, so this loop is kept short."""
-    held: dict[int, object] = {}
-    wakeup = signal.set_wakeup_fd(-1)
+def _put_back_in_child() -> None:
+    """A process forked while the main thread held signals back (a fork from another thread): its
+    handlers back at once; the signals held back are its parent's."""
+    global _active
+    held, _active = _active, None
+    if held is not None:
+        held.came.clear()
+        with contextlib.suppress(BaseException):
+            held.put_back()
 
-    def note(number: int, frame: object) -> None:
-        came.append(number)
 
-    try:
-        for number in range(1, signal.NSIG):
-            try:
-                handler = signal.getsignal(number)
-                if callable(handler):
-                    held[number] = handler
-                    signal.signal(number, note)
-            except (ValueError, OSError, RuntimeError):  # not a signal here, or one Python cannot handle
-                held.pop(number, None)
-    except BaseException:  # a signal landed before its handler was replaced: every handler put back
-        _restore(held, wakeup)
-        raise
-    return held, wakeup
+os.register_at_fork(after_in_child=_put_back_in_child)

@@ -6,6 +6,7 @@ Public API: :data:`LOCK_FILE`, :class:`RunLock`, :class:`FolderInUse`, :func:`li
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import threading
 import time
@@ -31,8 +32,6 @@ PROBES_WAIT_S = 1.0
 def _lock_exclusive(fd: int) -> bool:
     """Take the folder's lock on ``fd``; ``False`` when a run holds it. Refused while it can be taken shared, it
     is held only by probes: tried again for up to :data:`PROBES_WAIT_S`."""
-    import fcntl
-
     deadline = time.monotonic() + PROBES_WAIT_S
     while True:
         try:
@@ -180,7 +179,9 @@ class RunLock:
                 folder_identity.note_locked_folder(self.folder, None)
                 with contextlib.suppress(OSError):
                     os.unlink(LOCK_FILE, dir_fd=entry[0])  # while still held: no one else wrote it
-            finally:  # also when interrupted: the descriptor closed releases the lock
+            finally:  # unlocked, not only closed: a child forked meanwhile shares the lock until it closes its copy
+                with contextlib.suppress(OSError):
+                    fcntl.flock(entry[0], fcntl.LOCK_UN)
                 os.close(entry[0])
         self._key = self._entry = None
 
@@ -194,8 +195,6 @@ class RunLock:
 def live_holder(folder: str | Path) -> str | None:
     """Who holds ``folder``'s run lock now (its ``.lock`` note, or ``"another process"``); ``None``
     when no run does. A lock this process holds counts. ``folder`` is not followed when it is a link."""
-    import fcntl
-
     try:
         fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:

@@ -100,21 +100,19 @@ class StepRecorder:
         self.loop_alive: Callable[[], bool] | None = None  # an integration's holder.loop_probe: the loop it records
         self._stored: int | None = None  # lines of recorded_steps.jsonl, once counted
         self.closed: bool | str = False  # once closed, why it records no more (a callback then makes a new one)
-        if self.enabled:  # a signal meanwhile comes once the recorder holds its folder, or gave it up
-            try:
-                holder.close_orphans()  # the recorder of a loop that raised may hold this folder
-                with deferred_signals.deferred():
+        if self.enabled:  # signals meanwhile come once the folder is held or given up; one whose handler raises
+            # (whatever it raises: never read as the folder's refusal) closes the recorder (this class's close)
+            with deferred_signals.deferred(undo=lambda: StepRecorder.close(self)):
+                try:
+                    holder.close_orphans()  # the recorder of a loop that raised may hold this folder
                     self._lock = take_folder(self.out, force=force, append=append, owner=self)
                     holder.opened(self)
-            except (OSError, store.FolderInUse, FolderRefused) as exc:
-                if isinstance(exc, FileExistsError):  # a recording is there: the caller must say replace or add
-                    raise
-                notice(f"fusedce-profile: not recording into {one_line(self.out)}: {one_line(exc)}; "
-                       "training goes on unrecorded", stacklevel=2)
-                self.enabled = False
-            except BaseException:  # a signal held back while the folder was taken: the folder is given up at once
-                StepRecorder.close(self)  # this class's: a subclass's own close may need what its __init__ sets
-                raise
+                except (OSError, store.FolderInUse, FolderRefused) as exc:
+                    if isinstance(exc, FileExistsError):  # a recording is there: the caller must say replace or add
+                        raise
+                    notice(f"fusedce-profile: not recording into {one_line(self.out)}: {one_line(exc)}; "
+                           "training goes on unrecorded", stacklevel=2)
+                    self.enabled = False
 
     def close(self) -> None:
         """End an open recording and release the folder (also done when the process exits)."""
