@@ -2,11 +2,12 @@
 from fusedce.options import IGNORE_INDEX
 
 __all__ = ["linear_cross_entropy", "LinearCrossEntropyLoss", "IGNORE_INDEX", "vocab_parallel_linear_cross_entropy",
-           "vocab_shard_bounds"]
+           "vocab_shard_bounds", "MemoryBudgetWarning"]
 __version__ = "0.1.0"
 
 _LAZY = {"linear_cross_entropy": "fusedce.api", "LinearCrossEntropyLoss": "fusedce.api",
-         "vocab_parallel_linear_cross_entropy": "fusedce.parallel", "vocab_shard_bounds": "fusedce.parallel"}
+         "vocab_parallel_linear_cross_entropy": "fusedce.parallel", "vocab_shard_bounds": "fusedce.parallel",
+         "MemoryBudgetWarning": "fusedce.budget_warning"}
 
 
 def __getattr__(name: str):

@@ -59,7 +59,7 @@ def linear_cross_entropy(
             the vocabulary kept from forward for backward; below H = 2048, wider blocks),
             a float ``f ≥ 1.0`` (a peak of f × floor), or an int (bytes). An explicit budget may hold
             memory from the forward to the backward; one in numbers that the smallest blocks exceed
-            warns once (:class:`fusedce.budget_warning.MemoryBudgetWarning`, with the predicted peak).
+            warns once (:class:`fusedce.MemoryBudgetWarning`, with the predicted peak).
             See :mod:`fusedce.planner` and DESIGN.md.
         strategy: "auto" (the planner picks from the budget), "recompute" (logits recomputed
             in backward: 8·N·H·V FLOPs, any reduction, any number of backwards, nothing but

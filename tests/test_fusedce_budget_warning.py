@@ -90,3 +90,7 @@ def test_a_vast_multiple_of_the_floor_is_no_limit():
 
     plan = plan_chunks(N, H, V, hidden_dtype=BF16, weight_dtype=BF16, compute_dtype=BF16, memory_budget=1e308)
     assert plan.cols == V and _warnings_of(memory_budget=1e308) == []
+
+
+def test_the_warning_is_the_packages_own_name():
+    assert fusedce.MemoryBudgetWarning is MemoryBudgetWarning and "MemoryBudgetWarning" in fusedce.__all__
