@@ -15,6 +15,7 @@ from typing import Iterable
 
 from fusedce_profile import arguments
 from fusedce_profile.errors import UsageError
+from fusedce_profiler.instrument.recording.folder import RecordingExists
 from fusedce_profiler.instrument.recording.recorder import StepRecorder as _ProfilerStepRecorder
 from fusedce_profiler.instrument.recording.arguments import checked_flags, checked_out, checked_steps, checked_subject
 from fusedce_profiler.instrument.recording.notice import notice
@@ -66,6 +67,8 @@ class StepRecorder(_ProfilerStepRecorder):
         try:
             super().__init__(model, out, on_record=self._written, **options)
         except ValueError as exc:  # a bad argument, named, before anything is written: this API's error
+            if hasattr(self, "enabled"):  # raised past the argument checks: a signal handler's own, as it is
+                raise
             raise UsageError(str(exc)) from None
         self.report = report
         self._closed = False
@@ -122,7 +125,7 @@ def callback_recorder(model, folder: Path, steps, options: dict) -> StepRecorder
     said in one warning. A callback never stops the training it profiles."""
     try:
         return StepRecorder(model, folder, steps=steps, **options)
-    except FileExistsError:
+    except RecordingExists:
         fresh = _free_sibling(folder)
         notice(f"fusedce-profile: {folder} already holds a recording; this run is recorded in {fresh} "
                "(pass force=True to replace it, or append=True to add to it)", stacklevel=3)

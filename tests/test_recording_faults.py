@@ -742,6 +742,35 @@ def test_a_watchdogs_timeout_landing_while_a_recorder_takes_its_folder_reaches_t
     assert _free(tmp_path / "r")
 
 
+@pytest.mark.parametrize("raised", [ValueError, FileExistsError])
+def test_a_programs_own_error_from_a_held_back_handler_reaches_it_as_it_is(tmp_path, monkeypatch, raised):
+    """A watchdog's own ``ValueError`` or ``FileExistsError``, held back while the recorder took its folder:
+    turned into ``UsageError`` (a bad argument), or read by a callback as "the folder holds a recording"
+    (the run moved to ``DIR-2``, the watchdog's error dropped)."""
+    import signal
+
+    from fusedce_profile.recorder import callback_recorder
+    from fusedce_profiler.instrument.recording import holder
+
+    class WatchdogError(raised):
+        pass
+
+    def watchdog(number, frame):
+        raise WatchdogError("the watchdog's own")
+
+    previous = signal.signal(signal.SIGALRM, watchdog)
+    monkeypatch.setattr(holder, "opened", _signalled(holder.opened, signal.SIGALRM))
+    try:
+        with pytest.raises(WatchdogError):
+            StepRecorder(torch.nn.Linear(4, 4), tmp_path / "a", trace=False, snapshot=False, report=False)
+        with pytest.raises(WatchdogError):
+            callback_recorder(torch.nn.Linear(4, 4), tmp_path / "b", (0,), dict(trace=False, snapshot=False))
+    finally:
+        signal.signal(signal.SIGALRM, previous)
+    monkeypatch.undo()
+    assert _free(tmp_path / "a") and _free(tmp_path / "b") and not (tmp_path / "b-2").exists()
+
+
 def test_a_lock_released_is_free_at_once_though_a_copy_of_its_descriptor_lives(tmp_path):
     """A child forked while the folder was locked holds a copy of its descriptor until its fork hook closes it:
     the parent's release, then its next run there, was refused "in use by another process" meanwhile."""

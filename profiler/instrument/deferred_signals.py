@@ -5,9 +5,9 @@ Python runs a signal's handler in the main thread between two bytecodes, so Ctrl
 middle of taking a folder's lock or of making a recorder: the lock taken but not yet recorded as the
 recorder's, or its note written but not yet removable, and nothing left that would release it before
 the process ends. Within :func:`deferred`, the main thread's Python-level handlers are replaced by one
-that only notes which signal came; on leaving, the handlers are put back and each noted signal is
-raised again (:func:`signal.raise_signal`), so that its own handler runs right after the change, where
-an exception it raises finds the state whole.
+that only notes which signal came; on leaving, the handlers are put back and the handler of each noted
+signal is run, so that it runs right after the change, where an exception it raises finds the state
+whole.
 
 Other threads need nothing: a handler never runs in them. A signal without a Python handler (the
 default action of SIGTERM or SIGKILL, which end the process) is not held back: the operating system
@@ -19,24 +19,22 @@ signals held back are its parent's.
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import signal
+import sys
 import threading
 from collections.abc import Callable, Iterator
 
 
 class _Held:
-    """The main thread's deferral: the Python handlers it replaced (by signal number), the wake-up
-    descriptor it set aside (an event loop's, :func:`signal.set_wakeup_fd`, which would see a signal
-    when it comes and again when it is delivered; -1: none), the signals that came meanwhile, and how
-    many ``with`` blocks are open in it."""
+    """The main thread's deferral: the Python handlers it replaced (by signal number), the signals that
+    came meanwhile, and how many ``with`` blocks are open in it."""
 
     def __init__(self) -> None:
         self.handlers: dict[int, object] = {}
-        self.wakeup = -1
         self.came: list[int] = []
         self.depth = 1
+        self.finished = False  # handlers back and every signal delivered, none raising
 
     def note(self, number: int, frame: object) -> None:
         self.came.append(number)
@@ -45,7 +43,6 @@ class _Held:
         """Replace every Python-level handler with :meth:`note`. Plain numbers, not
         :func:`signal.valid_signals`'s enum members: a signal that lands before its handler is replaced
         runs that handler here, so this loop is kept short."""
-        self.wakeup = signal.set_wakeup_fd(-1)
         for number in range(1, signal.NSIG):
             try:
                 handler = signal.getsignal(number)
@@ -56,26 +53,22 @@ class _Held:
                 signal.signal(number, self.note)
 
     def put_back(self) -> None:
-        """Every handler replaced back (one changed meanwhile stays as changed), and the wake-up
-        descriptor. A signal landing meanwhile, its handler just put back raising, stops nothing: the
-        rest are put back, then its exception is raised."""
+        """Every handler replaced back (one changed meanwhile stays as changed). A signal landing
+        meanwhile, its handler just put back raising, stops nothing: the rest are put back, then its
+        exception is raised."""
         first: BaseException | None = None
-        steps = [functools.partial(self._put_back_one, number, handler) for number, handler in self.handlers.items()]
-        if self.wakeup != -1:
-            steps.append(functools.partial(signal.set_wakeup_fd, self.wakeup))
-        for step in steps:
-            for _ in range(2):  # once more when a signal's exception cut it (a second failure is not a signal's)
-                try:
-                    step()
-                    break
-                except BaseException as exc:  # noqa: BLE001 - raised once all are back
-                    first = first or exc
+        pending, cut = list(self.handlers.items()), 0
+        while pending and cut <= len(self.handlers):  # each cut by a signal's exception resumes where it was
+            try:
+                while pending:
+                    number, handler = pending[0]
+                    if signal.getsignal(number) == self.note:
+                        signal.signal(number, handler)
+                    pending.pop(0)
+            except BaseException as exc:  # noqa: BLE001 - raised once all are back
+                first, cut = first or exc, cut + 1
         if first is not None:
             raise first
-
-    def _put_back_one(self, number: int, handler: object) -> None:
-        if signal.getsignal(number) == self.note:
-            signal.signal(number, handler)
 
 
 _active: _Held | None = None  # the main thread's open deferral
@@ -112,34 +105,52 @@ def deferred(undo: Callable[[], object] | None = None) -> Iterator[None]:
     except BaseException:  # the block's own failure, undone by the block: the signals still come
         _finish(held, undo=None)
         raise
-    _finish(held, undo)
+    try:
+        _finish(held, undo)
+    except BaseException:
+        if held.finished and undo is not None:  # a signal as _finish returned: the change does not stand
+            with deferred():
+                undo()
+        raise
 
 
 def _finish(held: _Held, undo: Callable[[], object] | None) -> None:
     """End ``held``: the handlers back, then each signal that came delivered; when either raises,
-    ``undo`` (itself deferred), then the first exception."""
+    ``undo`` (itself deferred), then the first exception. Straight calls, each in its own ``try``: a
+    handler runs only at a call or a loop's jump back, so nothing can cut between them."""
     global _active
-    _active = None
     errors: list[BaseException] = []
-    for step in (held.put_back, lambda: _deliver(held.came)):
-        try:
-            step()
-        except BaseException as exc:  # noqa: BLE001 - raised below, once all has run
-            errors.append(exc)
+    try:
+        held.put_back()
+    except BaseException as exc:  # noqa: BLE001 - raised below, once all has run
+        errors.append(exc)
+    _active = None  # only now: a child forked before has its handlers put back by its own hook
+    try:
+        _deliver(held.came)
+    except BaseException as exc:  # noqa: BLE001 - raised below
+        errors.append(exc)
     if errors:
         if undo is not None:
             with deferred():  # a signal during the undo comes after it
                 undo()
         raise errors[0]
+    held.finished = True
 
 
 def _deliver(numbers: list[int]) -> None:
-    """Raise each signal again, as often as it came and in order, so that its handler runs now; every
-    one is delivered even when a handler raises (the first exception is raised once all have run)."""
+    """Run the handler of each signal now, as often as it came and in order: the handler installed now,
+    called as Python calls it (a default action is taken by raising the signal again; an ignored one is
+    dropped). Called, not raised again: the signal has been through the process's wake-up descriptor
+    (:func:`signal.set_wakeup_fd`: an event loop's) once, as it came. Every one runs even when a handler
+    raises (the first exception is raised once all have run)."""
     first: BaseException | None = None
     for number in numbers:
         try:
-            signal.raise_signal(number)
+            handler = signal.getsignal(number)
+            if callable(handler):
+                handler(number, sys._getframe())
+            elif handler == signal.SIG_DFL:
+                signal.raise_signal(number)
         except BaseException as exc:  # noqa: BLE001 - a handler's own exception, raised below
             first = first or exc
     if first is not None:

@@ -6,7 +6,7 @@ summary and environment a recording would replace) nor a folder inside a run's (
 would remove it), a recording already there replaced only
 with ``force`` and added to only with ``append``.
 
-Public API: :func:`take_folder`.
+Public API: :func:`take_folder`, :class:`RecordingExists`.
 """
 from __future__ import annotations
 
@@ -18,6 +18,11 @@ from pathlib import Path
 from fusedce_profiler.instrument import confined, deferred_signals, store
 from fusedce_profiler.instrument.confined import FolderRefused, refuse_linked_folder
 from fusedce_profiler.instrument.kinds import a_kind, enclosing_run, other_kind
+
+
+class RecordingExists(FileExistsError):
+    """The folder holds a recording, and neither ``force`` nor ``append`` was given (the tool's own refusal,
+    never a program's ``FileExistsError`` that a signal handler raised meanwhile)."""
 
 
 def _refuse_unless_a_recording(steps: Path) -> None:
@@ -50,7 +55,8 @@ def take_folder(out: Path, *, force: bool, append: bool, owner: object) -> store
     snapshots) once locked. Whatever stops it once locked (a removal refused, a signal) releases the
     lock; signals that come meanwhile are delivered once it is done (:mod:`.deferred_signals`).
 
-    ``FileExistsError``: ``out`` holds a recording and neither ``force`` nor ``append`` is given;
+    :class:`RecordingExists` (a ``FileExistsError``): ``out`` holds a recording and neither ``force`` nor
+    ``append`` is given;
     :class:`~fusedce_profiler.instrument.confined.FolderRefused`: a linked folder or ``snapshots/``,
     or another kind of run's folder (refused before anything is locked or removed);
     :class:`~fusedce_profiler.instrument.store.FolderInUse` or ``OSError``: the lock cannot be taken.
@@ -68,7 +74,7 @@ def take_folder(out: Path, *, force: bool, append: bool, owner: object) -> store
     _refuse_unless_a_recording(existing)
     recorded = os.path.lexists(existing)
     if recorded and not (force or append):
-        raise FileExistsError(f"{out} already holds a recording ({store.RECORDED_STEPS_FILE}); "
+        raise RecordingExists(f"{out} already holds a recording ({store.RECORDED_STEPS_FILE}); "
                               "pass force=True to replace it, append=True to add to it, or another folder")
     snapshots = out / store.SNAPSHOTS_DIR
     if not (recorded and append):

@@ -48,7 +48,7 @@ from fusedce_profiler.instrument.protocol import MemoryMeter
 from fusedce_profiler.instrument.recording import holder
 from fusedce_profiler.instrument.recording.arguments import checked_flags, checked_out, checked_steps, checked_subject
 from fusedce_profiler.instrument.recording.assemble import RecordedSubject, build_record
-from fusedce_profiler.instrument.recording.folder import take_folder
+from fusedce_profiler.instrument.recording.folder import RecordingExists, take_folder
 from fusedce_profiler.instrument.recording.landmarks import batch_shape, find_embedding, find_final_norm, find_head
 from fusedce_profiler.instrument.recording.notice import notice
 from fusedce_profiler.instrument.recording.phases import CudaPhaseMeter, SharedProfilerMeter, StepRecording
@@ -108,7 +108,7 @@ class StepRecorder:
                     self._lock = take_folder(self.out, force=force, append=append, owner=self)
                     holder.opened(self)
                 except (OSError, store.FolderInUse, FolderRefused) as exc:
-                    if isinstance(exc, FileExistsError):  # a recording is there: the caller must say replace or add
+                    if isinstance(exc, RecordingExists):  # a recording is there: the caller must say replace or add
                         raise
                     notice(f"fusedce-profile: not recording into {one_line(self.out)}: {one_line(exc)}; "
                            "training goes on unrecorded", stacklevel=2)
