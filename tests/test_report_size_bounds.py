@@ -1,6 +1,6 @@
 """A model or recorded-steps report of a file of many rows stays the size of a few.
 
-The audit's N45/N46: a ``recorded_steps.jsonl`` of 20,000 rows (inside every file limit) took
+A ``recorded_steps.jsonl`` of 20,000 rows (inside every file limit) took
 18.8 GB and did not finish, and a ``model_results.jsonl`` of 1,600 jobs 1.5 GB and a 10 MB PNG,
 because each figure was as tall as the rows it drew and each table and finding listed every row.
 The pages now draw at most a fixed number of rows and say which they left out; the stored file
