@@ -144,15 +144,18 @@ def _deliver(numbers: list[int]) -> None:
     (:func:`signal.set_wakeup_fd`: an event loop's) once, as it came. Every one runs even when a handler
     raises (the first exception is raised once all have run)."""
     first: BaseException | None = None
-    for number in numbers:
+    pending, cut = list(numbers), 0
+    while pending and cut <= len(numbers):  # a handler's exception, or a signal's as it loops, resumes it
         try:
-            handler = signal.getsignal(number)
-            if callable(handler):
-                handler(number, sys._getframe())
-            elif handler == signal.SIG_DFL:
-                signal.raise_signal(number)
+            while pending:
+                number = pending.pop(0)
+                handler = signal.getsignal(number)
+                if callable(handler):
+                    handler(number, sys._getframe())
+                elif handler == signal.SIG_DFL:
+                    signal.raise_signal(number)
         except BaseException as exc:  # noqa: BLE001 - a handler's own exception, raised below
-            first = first or exc
+            first, cut = first or exc, cut + 1
     if first is not None:
         raise first
 
