@@ -15,7 +15,7 @@ import os
 import weakref
 from pathlib import Path
 
-from fusedce_profiler.instrument import confined, deferred_signals, store
+from fusedce_profiler.instrument import confined, store
 from fusedce_profiler.instrument.confined import FolderRefused, refuse_linked_folder
 from fusedce_profiler.instrument.kinds import a_kind, enclosing_run, other_kind
 
@@ -52,8 +52,9 @@ def _lock(out: Path) -> store.RunLock:
 def take_folder(out: Path, *, force: bool, append: bool, owner: object) -> store.RunLock:
     """Lock ``out`` for a recording and return its lock, released when ``owner`` (the recorder) is
     collected if not before; with ``force``, remove the recording it holds (its steps and their
-    snapshots) once locked. Whatever stops it once locked (a removal refused, a signal) releases the
-    lock; signals that come meanwhile are delivered once it is done (:mod:`.deferred_signals`).
+    snapshots) once locked. A removal refused once locked releases the lock. Signals are the caller's to
+    hold back (the recorder takes its folder within :func:`~fusedce_profiler.instrument.deferred_signals.deferred`,
+    whose undo closes it).
 
     :class:`RecordingExists` (a ``FileExistsError``): ``out`` holds a recording and neither ``force`` nor
     ``append`` is given;
@@ -79,15 +80,14 @@ def take_folder(out: Path, *, force: bool, append: bool, owner: object) -> store
     snapshots = out / store.SNAPSHOTS_DIR
     if not (recorded and append):
         refuse_linked_folder(snapshots)
-    with deferred_signals.deferred(undo=lambda: lock.release()):
-        lock = _lock(out)
-        try:
-            if recorded and not append and os.path.lexists(existing):
-                _remove_recording(existing, snapshots)
-            weakref.finalize(owner, lock.release)  # dropped without close(): released once collected
-        except BaseException:
-            lock.release()
-            raise
+    lock = _lock(out)
+    try:
+        if recorded and not append and os.path.lexists(existing):
+            _remove_recording(existing, snapshots)
+        weakref.finalize(owner, lock.release)  # dropped without close(): released once collected
+    except BaseException:
+        lock.release()
+        raise
     return lock
 
 

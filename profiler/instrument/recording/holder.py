@@ -108,7 +108,6 @@ def _forget_recorders_in_child() -> None:
     runs is not recorded into the parent's folder (whose lock the child does not hold): one warning says so."""
     for recorder in _open_recorders():
         recorder.closed = "this StepRecorder is its parent's: this process was forked from the one that made it"
-        recorder._lock = None
     _OPEN.clear()
 
 
