@@ -25,7 +25,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import fusedce  # noqa: E402
-from fusedce import planner  # noqa: E402
+from fusedce import block_sizes, planner  # noqa: E402
 from benchmarks.tiles_ab import add_differences, print_row, save_with_environment, timed_variant  # noqa: E402
 
 HEADS = ("8192x3072x32064", "16384x3584x152064", "32768x4096x128256", "8192x768x32777")
@@ -38,8 +38,8 @@ def previous_plan(n: int, h: int, v: int, hidden_dtype: torch.dtype) -> tuple[in
     budget = planner.default_budget_bytes(floor, n)
     per_row = h * (4 + (2 if hidden_dtype != torch.bfloat16 else 0))
     share = budget * 2 // 3
-    rows = n if n * per_row <= share else min(n, max(planner.MIN_ROWS, share // per_row))
-    cols = planner._plan_cols(v, rows, budget - rows * per_row, h * 2, None, 4)
+    rows = n if n * per_row <= share else min(n, max(block_sizes.MIN_ROWS, share // per_row))
+    cols = block_sizes.cols_within(v, rows, budget - rows * per_row, h * 2, None, 4)
     return rows, cols
 
 

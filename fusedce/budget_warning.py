@@ -1,7 +1,7 @@
 """A memory budget in numbers that no plan meets: one warning, naming the peak the chosen plan will reach.
 
 A budget given as bytes or as a multiple of the gradient floor is the caller's number, but the planner
-never makes a block narrower than :data:`~fusedce.planner.MIN_COLS` vocabulary columns (unless
+never makes a block narrower than :func:`~fusedce.block_sizes.narrowest_cols` vocabulary columns (unless
 ``vocab_chunk_size`` asks for it), and an exact bf16/fp16 grad_weight sums all N rows at once, so a small
 budget can be out of reach: at 8192×768×32777 in bf16, ``memory_budget=1.25`` leaves 15.7 MiB of
 temporaries and the smallest split plan holds 17 MiB (1.27 × the floor). The step then runs with the
@@ -20,7 +20,8 @@ import warnings
 
 import torch
 
-from fusedce.planner import MIN_COLS, PER_TOKEN_BYTES, ChunkPlan, MiB, _low_precision, gradient_floor_bytes
+from fusedce.block_sizes import narrowest_cols
+from fusedce.planner import MAX_BUDGET_BYTES, PER_TOKEN_BYTES, ChunkPlan, MiB, _low_precision, gradient_floor_bytes
 
 SLACK_FLOOR_FRACTION = 0.01  # a peak within 1 % of the floor above the asked one is met (block alignment)
 
@@ -57,8 +58,8 @@ def _unmet_message(memory_budget: int | float, plan: ChunkPlan, n: int, h: int, 
     floor = gradient_floor_bytes(n, h, v, hidden_dtype, weight_dtype, has_bias=has_bias)
     if isinstance(memory_budget, float):
         allowed = memory_budget * floor
-    else:
-        allowed = floor + memory_budget + PER_TOKEN_BYTES * max(n, 1)
+    else:  # bytes past MAX_BUDGET_BYTES are no limit (and no float: 10**400 + 0.5 overflows)
+        allowed = floor + min(memory_budget, MAX_BUDGET_BYTES) + PER_TOKEN_BYTES * max(n, 1)
     peak = plan_peak_bytes(n, h, v, plan, hidden_dtype=hidden_dtype, weight_dtype=weight_dtype,
                            compute_dtype=compute_dtype, has_bias=has_bias, impl=impl).step
     if floor <= 0 or peak <= allowed + SLACK_FLOOR_FRACTION * floor:
@@ -67,9 +68,10 @@ def _unmet_message(memory_budget: int | float, plan: ChunkPlan, n: int, h: int, 
     if plan.strategy == "precompute":
         why = "strategy='precompute' takes at least 1024 rows of the whole vocabulary a chunk"
     else:
-        why = (f"blocks are at least {MIN_COLS} vocabulary columns wide unless vocab_chunk_size asks for narrower "
-               f"ones, at more time" + (" (an exact 2-byte grad_weight also sums all N rows in one block)"
-                                        if _low_precision(weight_dtype, compute_dtype) else ""))
+        why = (f"blocks of {plan.rows} rows are at least {narrowest_cols(plan.rows, v)} vocabulary columns wide "
+               f"unless vocab_chunk_size asks for narrower ones, at more time"
+               + (" (an exact 2-byte grad_weight also sums all N rows in one block)"
+                  if _low_precision(weight_dtype, compute_dtype) else ""))
     return (f"memory_budget={memory_budget!r} cannot be met at N×H×V = {n}×{h}×{v} ({weight} weight): the "
             f"smallest plan is predicted to peak at {peak / floor:.3g} × the gradient floor of "
             f"{floor / MiB:.1f} MiB ({(peak - allowed) / MiB:.1f} MiB over); {why}")

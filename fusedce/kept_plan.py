@@ -16,7 +16,7 @@ first K vocabulary columns, the same bytes save their backward product::
     FLOPs     (8 − 2·K/V)·N·H·V;  bytes held from the forward to the end of the backward: N·K·2
 
 Bytes: grad_hidden's fp32 sum (R·H·4) + the default plan's block + N·K·2 ≤ the budget, K a
-multiple of :data:`~fusedce.planner.COL_ALIGN`; the default plan's block is the one the default
+multiple of :data:`~fusedce.block_sizes.COL_ALIGN`; the default plan's block is the one the default
 budget found fast, so every byte beyond it goes to K.
 
 Precision: a kept logit is rounded to bf16 before its softmax, as in PyTorch's own bf16 loss and in
@@ -38,7 +38,8 @@ import dataclasses
 
 import torch
 
-from fusedce.planner import COL_ALIGN, ChunkPlan
+from fusedce.block_sizes import COL_ALIGN
+from fusedce.planner import ChunkPlan
 
 KEPT_BYTES = 2  # a kept logit in bf16
 KEPT_MIN_HIDDEN = 2048  # below, the kept blocks' launches cost more than their products save (module docstring)

@@ -11,8 +11,8 @@ import functools
 
 import torch
 
-from fusedce.planner import (COL_ALIGN, MIN_COLS, MIN_PLANNED_TIME_FACTOR, MIN_ROWS, ROW_ALIGN, ChunkPlan,
-                             _low_precision, dtype_bytes)
+from fusedce.block_sizes import COL_ALIGN, MIN_ROWS, ROW_ALIGN, narrowest_cols
+from fusedce.planner import MIN_PLANNED_TIME_FACTOR, ChunkPlan, _low_precision, dtype_bytes
 from fusedce import split_plan  # a module: it imports the planner, which imports this one
 from fusedce.time_model import step_seconds
 
@@ -49,15 +49,18 @@ def within_time_of(default: ChunkPlan, n: int, h: int, v: int, plan: ChunkPlan, 
         row_options += sorted({_ceil_to(-(-n_eff // chunks), ROW_ALIGN) for chunks in range(2, n_eff // MIN_ROWS + 1)}
                               - {n_eff}, reverse=True)
         row_options = [rows for rows in row_options if rows >= min(MIN_ROWS, n_eff)]
-    col_options = sorted({min(v, max(MIN_COLS, _ceil_to(-(-v // chunks), COL_ALIGN)))
-                          for chunks in range(1, max(1, v // MIN_COLS) + 1)})
+
+    def col_options(rows: int) -> list[int]:
+        narrowest = narrowest_cols(rows, v)
+        return sorted({min(v, max(narrowest, _ceil_to(-(-v // chunks), COL_ALIGN)))
+                       for chunks in range(1, max(1, v // narrowest) + 1)})
 
     def temporaries(candidate: ChunkPlan) -> int:
         return _recompute_bytes(n, h, v, candidate, hidden_dtype, weight_dtype, compute_dtype)
 
     best = default
     for rows in row_options:
-        for cols in col_options:  # narrowest first: the first one within the time is this row count's least
+        for cols in col_options(rows):  # narrowest first: the first one within the time is this row count's least
             candidate = ChunkPlan(rows=rows, cols=cols, per_chunk=per_chunk and rows < n_eff, tiled=plan.tiled)
             if seconds(candidate) <= limit:
                 if (temporaries(candidate), seconds(candidate)) < (temporaries(best), seconds(best)):

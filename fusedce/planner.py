@@ -7,8 +7,8 @@ and O(N) per-token vectors. :func:`budget_bytes` reads it as:
 - ``None`` or ``"default"``: a tenth of the floor plus 96 MiB, less 40 bytes a token, at
   least 32 MiB (:func:`default_budget_bytes`): the step stays under 1.1 × floor + 128 MiB.
 - ``"min"``: 5 % of the floor (less the per-token bytes): the step at ≤ 1.05 × floor where
-  the smallest blocks (1024 rows × 1024 columns) allow it — and where the blocks are not so
-  small that the step becomes host-bound: otherwise the block shape with the fewest bytes of
+  the smallest blocks (:mod:`fusedce.block_sizes`: 1024 rows × 1024 columns, or as many logits at
+  more rows) allow it — and where the blocks are not so small that the step becomes host-bound: otherwise the block shape with the fewest bytes of
   temporaries among those whose modelled time (:mod:`fusedce.time_model`) is within
   ``MIN_PLANNED_TIME_FACTOR`` of the default plan's. At large heads 5 % of the floor already
   is; at H = 768, V ≈ 32k it is not (5 % left 264 blocks, ten times the default's step time).
@@ -52,13 +52,14 @@ and O(N) per-token vectors. :func:`budget_bytes` reads it as:
   the FLOPs it saves grow with H, the cost of its whole-vocabulary fp32 rows does not (design 14). Asked
   for by name (``strategy="precompute"``), it gets at least that many rows (or all N, or
   ``chunk_size``) whatever the budget: the budget doubles until they fit, as a recompute
-  block never gets narrower than 1024 columns. Not for
+  block never gets narrower than :func:`~fusedce.block_sizes.narrowest_cols`. Not for
   fp16 compute (gradients pre-scaled by 1/N underflow fp16).
 
 **grad_weight of a bf16/fp16 weight summed over row chunks** (``grad_weight_accumulation``):
 ``"fp32"`` (default, exact: one rounding of an fp32 sum) either takes all N rows in one
 chunk (recompute: then grad_hidden's fp32 accumulator is N·H·4; where that one pass would
-hold twice a named budget, or more than one in numbers, the backward runs in two passes instead,
+hold twice the default or ``"fast"`` budget, or more than ``"min"``'s or one in numbers, the backward runs
+in two passes instead,
 :mod:`fusedce.split_plan`)
 or sums in a V·H·4 accumulator; ``"per_chunk"`` adds each row chunk's product into the bf16/fp16 gradient
 itself (one rounding per row chunk, Liger-Kernel's policy; error: DESIGN.md), so row chunks
@@ -70,16 +71,14 @@ from dataclasses import dataclass
 
 import torch
 
+from fusedce.block_sizes import cols_within, rows_within
 
 MiB = 1 << 20
 MIN_BUDGET = 32 * MiB
 BASE_BUDGET = 96 * MiB
 PER_TOKEN_BYTES = 40  # the per-token vectors a step holds (statistics, lse, loss, masks)
+MAX_BUDGET_BYTES = 2 ** 62  # a larger budget (10**400 bytes, 1e308 × the floor) is taken as this: no limit
 MIN_FLOOR_FRACTION = 0.05  # "min": temporaries of 5 % of the floor
-COL_ALIGN = 128
-MIN_COLS = 1024  # below this the GEMMs get thin and launches dominate
-MIN_ROWS = 1024
-ROW_ALIGN = 64
 PRECOMPUTE_MIN_ROWS = 1024
 PRECOMPUTE_MIN_HIDDEN = 2048  # "auto" precomputes only from this H (module docstring)
 ROW_PAD = 64  # elements: a CUDA block's rows are padded to this (see block_row_stride)
@@ -192,8 +191,8 @@ def budget_bytes(memory_budget: int | float | str | None, *, floor: int, n: int,
     if memory_budget == "fast":
         return max(default_budget_bytes(floor, n), int(FAST_SHARE * n * v * dtype_bytes(compute_dtype)))
     if isinstance(memory_budget, float):  # capped: 1e308 × a floor is no number of bytes
-        return max(0, int(min((memory_budget - 1.0) * floor, 2.0 ** 62)) - PER_TOKEN_BYTES * n)
-    return memory_budget
+        return max(0, int(min((memory_budget - 1.0) * floor, MAX_BUDGET_BYTES)) - PER_TOKEN_BYTES * n)
+    return min(memory_budget, MAX_BUDGET_BYTES)
 
 
 def check_options(*, chunk_size=None, vocab_chunk_size=None, memory_budget=None, strategy="auto",
@@ -246,8 +245,9 @@ def plan_chunks(
     """Pick the strategy, ``rows`` and ``cols`` so the temporaries fit the budget.
 
     ``chunk_size`` / ``vocab_chunk_size``, when given, cap rows / cols directly. The budget is
-    a target, not a hard limit: a chunk never gets narrower than 1024 vocabulary entries
-    (unless V is smaller or ``vocab_chunk_size`` asks for it). ``strategy="auto"`` considers
+    a target, not a hard limit: a chunk never gets narrower than
+    :func:`~fusedce.block_sizes.narrowest_cols` vocabulary entries (1024 up to 16384 rows; unless V is
+    smaller or ``vocab_chunk_size`` asks for it). ``strategy="auto"`` considers
     "precompute" only for a ``scalar_loss`` (mean/sum) that ``needs_grad``; ``cuda``: the
     block's rows are padded (:func:`block_row_stride`); ``sm_count``: the GPU's SM count
     when split-K products are available (None: never split); ``tiled``: the tiled kernels can
@@ -262,8 +262,10 @@ def plan_chunks(
     if strategy == "precompute":
         _check_precompute_allowed(compute_dtype, scalar_loss, vocab_chunk_size)
     explicit = memory_budget not in (None, "default", "min")  # "min" recomputes: precompute holds more
-    # a budget in numbers is the caller's bytes: the backward splits wherever one pass would exceed them
-    split_over = 1 if isinstance(memory_budget, (int, float)) else split_plan.SPLIT_OVER_BUDGET
+    # a budget in numbers is the caller's bytes, and "min" the fewest within its time cap: the backward
+    # splits wherever one pass would exceed them ("min" keeps the split only within SPLIT_TIME_FACTOR)
+    split_over = 1 if isinstance(memory_budget, (int, float)) or memory_budget == "min" \
+        else split_plan.SPLIT_OVER_BUDGET
 
     def plan_for(budget: int, explicit: bool = explicit, split_over: int = split_over) -> ChunkPlan:
         return _plan_within(n, h, v, hidden_dtype, weight_dtype, compute_dtype, budget, chunk_size, vocab_chunk_size,
@@ -332,7 +334,7 @@ def _plan_recompute(n: int, h: int, v: int, hidden_dtype: torch.dtype, weight_dt
     c = dtype_bytes(compute_dtype)
     converted_row = h * c if hidden_dtype != compute_dtype else 0
     per_row = h * 4 + converted_row  # accumulator (+ converted row)
-    rows = _plan_rows(n, per_row, budget, weight_dtype, chunk_size, per_chunk)
+    rows = rows_within(n, per_row, budget, weight_dtype, chunk_size, per_chunk)
     weight_row = h * c if weight_dtype != compute_dtype else 0  # a converted weight row
     tiled = tiled and c == TILED_LOGIT_BYTES
     logit_bytes = TILED_LOGIT_BYTES if tiled else 4
@@ -345,53 +347,8 @@ def _plan_recompute(n: int, h: int, v: int, hidden_dtype: torch.dtype, weight_dt
         if split is not None:
             return ChunkPlan(rows=rows, cols=split.cols, tiled=tiled, hidden_rows=split.hidden_rows,
                              hidden_cols=split.hidden_cols)
-    cols = _plan_cols(v, rows, budget - rows * per_row, weight_row, vocab_chunk_size, logit_bytes)
+    cols = cols_within(v, rows, budget - rows * per_row, weight_row, vocab_chunk_size, logit_bytes)
     return ChunkPlan(rows=rows, cols=cols, per_chunk=per_chunk and rows < max(n, 1), tiled=tiled)
-
-
-def _plan_rows(n: int, per_row: int, budget: int, weight_dtype: torch.dtype, chunk_size: int | None,
-               per_chunk: bool = False) -> int:
-    """Tokens per row chunk (≥ 1): ``per_row`` bytes each, at most two thirds of ``budget``; several chunks
-    are balanced, the bytes they leave go to the columns (at 8192×3072×32064 amp: 16 blocks, not 52; design 13)."""
-    n_eff = max(n, 1)
-    if chunk_size is not None:
-        return min(n_eff, chunk_size)
-    if weight_dtype != torch.float32 and not per_chunk:
-        return n_eff  # see the module docstring: avoids an fp32 copy of grad_weight
-    share = budget * 2 // 3  # at most two thirds of the budget for row-sized buffers
-    if n_eff * per_row <= share:
-        return n_eff
-    fits = max(MIN_ROWS, share // per_row)
-    return max(_balanced_rows(n_eff, fits, n_eff), min(MIN_ROWS, n_eff))
-
-
-def _plan_cols(v: int, rows: int, left: int, weight_row: int, vocab_chunk_size: int | None,
-               logit_bytes: int = 4) -> int:
-    """Vocabulary entries per chunk: a ``rows``-row block of ``logit_bytes`` a logit (and
-    ``weight_row`` bytes of converted weight per entry) in the ``left`` bytes of the budget, a
-    multiple of 128 and at least 1024 unless the whole vocabulary fits."""
-    if vocab_chunk_size is not None:
-        return min(v, vocab_chunk_size)
-    cols = max(0, left) // (rows * logit_bytes + weight_row)
-    if cols >= v:
-        return v
-    cols = max(MIN_COLS, cols // COL_ALIGN * COL_ALIGN)
-    return min(cols, v)
-
-
-def _balanced_rows(n: int, fits: int, limit: int) -> int:
-    """Rows per chunk ≤ ``fits``: the fewest chunks of ``limit``-capped rows, balanced and
-    rounded up to a multiple of 64 when that still fits (at least 1)."""
-    if fits >= limit:
-        return limit
-    if fits < 1:
-        return 1
-    chunks = -(-max(n, 1) // fits)
-    rows = -(-max(n, 1) // chunks)
-    aligned = -(-rows // ROW_ALIGN) * ROW_ALIGN
-    if aligned <= fits:
-        return aligned
-    return fits // ROW_ALIGN * ROW_ALIGN if fits >= ROW_ALIGN else fits
 
 
 # The plans built on this module's sizing (each imports from it), imported once it is defined, so that

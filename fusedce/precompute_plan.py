@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import torch
 
-from fusedce.planner import MAX_SPLIT_K, ROW_PAD, ChunkPlan, _balanced_rows, _low_precision, dtype_bytes
+from fusedce.block_sizes import balanced_rows
+from fusedce.planner import MAX_SPLIT_K, ROW_PAD, ChunkPlan, _low_precision, dtype_bytes
 
 
 def split_k_count(rows: int, h: int, v: int, sm_count: int | None) -> int:
@@ -45,7 +46,7 @@ def plan_precompute(n: int, h: int, v: int, hidden_dtype: torch.dtype, weight_dt
             want = split_k_count(min(max(rows, 1), limit), h, v, sm_count)
             cost = per_row + ((want + 1) * h * acc if want > 1 else 0)
             rows, splits = left // cost, want
-        return _balanced_rows(n, min(rows, limit), limit), splits
+        return balanced_rows(n, min(rows, limit), limit), splits
 
     rows, splits = fit(0)
     accumulate = _low_precision(weight_dtype, compute_dtype) and not per_chunk

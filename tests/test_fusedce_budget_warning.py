@@ -84,12 +84,14 @@ def test_bytes_and_a_multiple_of_the_same_value_are_two_budgets():
     assert len(_warnings_of(memory_budget=2)) == 1
 
 
-def test_a_vast_multiple_of_the_floor_is_no_limit():
-    """``memory_budget=1e308`` passed the check, then overflowed converting to bytes."""
+@pytest.mark.parametrize("budget", [1e308, 10 ** 309, 10 ** 400], ids=["1e308", "10**309", "10**400"])
+def test_a_vast_budget_is_no_limit(budget):
+    """``memory_budget=1e308`` (a multiple of the floor) passed the check, then overflowed converting to
+    bytes; ``10**309`` bytes passed it too, then overflowed in the warning's check (bytes + a float)."""
     from fusedce.planner import plan_chunks
 
-    plan = plan_chunks(N, H, V, hidden_dtype=BF16, weight_dtype=BF16, compute_dtype=BF16, memory_budget=1e308)
-    assert plan.cols == V and _warnings_of(memory_budget=1e308) == []
+    plan = plan_chunks(N, H, V, hidden_dtype=BF16, weight_dtype=BF16, compute_dtype=BF16, memory_budget=budget)
+    assert plan.cols == V and _warnings_of(memory_budget=budget) == []
 
 
 def test_the_warning_is_the_packages_own_name():

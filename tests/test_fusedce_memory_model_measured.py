@@ -10,7 +10,8 @@ Two rows of that file ran a plan the planner no longer makes, each predicted wit
 32768×4096×128256 in amp, before row chunks were balanced (the balanced plans are checked against
 the A/B that measured both plans side by side on an H100,
 ``benchmarks/results/balanced-rows-h100-2026-12-05/``), and the same head in bf16, before its
-backward was split in two passes (fusedce/split_plan.py: one pass of all 32768 rows then).
+backward was split in two passes (fusedce/split_plan.py: one pass of all 32768 rows then, in blocks of
+the 1024 columns a block was held to then, fusedce.block_sizes.narrowest_cols).
 """
 import json
 from pathlib import Path
@@ -25,7 +26,7 @@ RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "nvid
 BALANCED = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "balanced-rows-h100-2026-12-05"
 MiB = 1 << 20
 #: (tokens, hidden, vocab, mode) → (rows, cols) of a row measured with a plan the planner has since changed.
-PLAN_MEASURED = {(32768, 4096, 128256, "amp-bf16"): (13685, 1664), (32768, 4096, 128256, "bf16"): (32768, None)}
+PLAN_MEASURED = {(32768, 4096, 128256, "amp-bf16"): (13685, 1664), (32768, 4096, 128256, "bf16"): (32768, 1024)}
 
 
 def _fusedce_cells():

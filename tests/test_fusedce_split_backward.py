@@ -12,7 +12,9 @@ import torch
 
 import fusedce
 from fusedce.memory_model import predict_peak_bytes
+from fusedce.block_sizes import narrowest_cols
 from fusedce.planner import ChunkPlan, plan_chunks
+from fusedce.split_plan import SPLIT_TIME_FACTOR
 from fusedce.time_model import step_seconds
 from fusedce_profiler.instrument.protocol import MemoryMeter, settle
 from reference import OPTION_CASES, make_inputs, reference_linear_cross_entropy, relative_error, run_fused, seed_for
@@ -163,3 +165,30 @@ def test_a_split_plan_compiles_fullgraph_and_matches_eager():
     compiled = run_fused(torch.compile(loss_fn, fullgraph=True, backend="eager"), hidden, weight, target, bias)
     for name in ("loss", "grad_hidden", "grad_weight", "grad_bias"):
         assert torch.equal(getattr(eager, name), getattr(compiled, name)), name
+
+
+@pytest.mark.parametrize("n, h, v, one_pass_peak", [(8192, 2304, 256000, 1.076), (32768, 4096, 128256, 1.0515)])
+def test_min_meets_its_five_percent_where_a_split_within_its_time_cap_can(n, h, v, one_pass_peak):
+    """``"min"`` splits wherever one pass exceeds its budget (not only at twice it, the default's rule)
+    and keeps the split within SPLIT_TIME_FACTOR of the default's modelled time. Gemma-2's head in bf16:
+    one pass held its 72 MiB grad_hidden sum, 1.076 × the floor (measured on an H200: 1.077 ×); at
+    Llama-3's head at 32768 tokens the split's grad_weight pass, held to 1024-column blocks of 32768
+    rows (64 MiB against a 61.7 MiB budget), 1.0515 × (measured 1.051 ×): narrower blocks hold as
+    many logits there (``narrowest_cols``)."""
+    floor = 2 * (n * h + v * h)
+    peak = predict_peak_bytes(n, h, v, hidden_dtype=BF16, weight_dtype=BF16, compute_dtype=BF16,
+                              memory_budget="min", sm_count=132, tiled=True)
+    assert peak.plan.hidden_rows and peak.step <= 1.05 * floor < one_pass_peak * floor
+    default = _plan(n, h, v, BF16)
+    seconds = [step_seconds(n, h, v, plan, convert_weight=False) for plan in (peak.plan, default)]
+    assert seconds[0] <= SPLIT_TIME_FACTOR * seconds[1]
+
+
+def test_the_narrowest_block_holds_as_many_logits_beyond_16384_rows():
+    """1024 columns up to 16384 rows (the default plans there are unchanged: Qwen2.5-7B's head at
+    16384 tokens in bf16 keeps its 1024-column blocks), then the logits of 16384 × 1024, in multiples
+    of 128 and never under one 256-column tile; never wider than the vocabulary."""
+    assert [narrowest_cols(rows, 128256) for rows in (1, 1024, 8192, 16384, 20000, 32768, 65536, 10**6)] \
+        == [1024, 1024, 1024, 1024, 896, 512, 256, 256]
+    assert narrowest_cols(32768, 300) == 300 and narrowest_cols(100, 700) == 700
+    assert _plan(16384, 3584, 152064, BF16).cols == 1024
