@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sys
 from pathlib import Path
 from typing import Iterable
 
@@ -18,7 +17,7 @@ from fusedce_profile.errors import UsageError
 from fusedce_profiler.instrument.recording.folder import RecordingExists
 from fusedce_profiler.instrument.recording.recorder import StepRecorder as _ProfilerStepRecorder
 from fusedce_profiler.instrument.recording.arguments import checked_flags, checked_out, checked_steps, checked_subject
-from fusedce_profiler.instrument.recording.notice import notice
+from fusedce_profiler.instrument.recording.notice import notice, to_stderr
 from fusedce_profiler.instrument.text import one_line, shell_word
 
 
@@ -40,8 +39,9 @@ def _render(folder: Path) -> bool:
 
 
 def say(line: str) -> None:
-    """One line of the recorder to the user's standard error (their training output)."""
-    print(f"fusedce-profile: {one_line(line)}", file=sys.stderr, flush=True)
+    """One line of the recorder to the user's standard error (their training output), dropped when that
+    cannot be written."""
+    to_stderr(f"fusedce-profile: {one_line(line)}")
 
 
 class StepRecorder(_ProfilerStepRecorder):

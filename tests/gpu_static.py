@@ -5,10 +5,13 @@ longer exists (a renamed field of a result record) goes unnoticed until someone 
 This pass reads each such test's source and, without running it, resolves:
 
 - ``module.attr`` for every imported module (at the top of the file or inside the test);
-- ``value.attr`` where ``value`` is a local assigned from a call whose type is known — a
-  class called directly, or a function whose return annotation names a class — against the
-  class's attributes, dataclass fields and annotations;
-- the keyword arguments of every call to a resolvable class or function, against its signature.
+- ``value.attr`` where ``value``'s type is known — a local assigned from a call of a class, or of a
+  function whose return annotation names a class; a call itself; or an attribute of a known type whose
+  annotation (a field's, a property's return) names a class, so ``cell.parity.grad_hidden`` is checked
+  at each step — against the class's attributes, dataclass fields and annotations;
+- the arguments of every call to a resolvable class or function, against its signature: keywords
+  it does not take, too many positional arguments, a required one missing (not where the call
+  unpacks ``*args`` or ``**kwargs``).
 
 Public API: :func:`check_gpu_tests` → one sentence per problem (``path:line: ...``).
 """
@@ -20,9 +23,13 @@ import importlib
 import importlib.util
 import inspect
 import sys
+import types
 import typing
 from pathlib import Path
 from types import ModuleType
+
+
+OWN_PACKAGES = ("fusedce", "fusedce_profile", "fusedce_profiler", "fusedce_reports", "fusedce_cli", "benchmarks")
 
 
 def _is_gpu_mark(node: ast.expr) -> bool:
@@ -112,17 +119,54 @@ def _has(cls: type, attr: str) -> bool:
     return any(attr in getattr(klass, "__annotations__", {}) for klass in cls.__mro__)
 
 
-def _check_keywords(call: ast.Call, target, where: str) -> list[str]:
+def _annotated_class(cls: type, attr: str) -> type | None:
+    """The class that ``cls``'s annotation of ``attr`` names (a field's, or a property's return), ``X``
+    of ``X | None``; None when there is none or it is no single class."""
+    member = inspect.getattr_static(cls, attr, None)
+    try:
+        hint = typing.get_type_hints(member.fget).get("return") if isinstance(member, property) \
+            else typing.get_type_hints(cls).get(attr)
+    except Exception:  # noqa: BLE001 - an annotation that does not resolve tells us nothing
+        return None
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        classes = [arg for arg in typing.get_args(hint) if arg is not type(None)]
+        hint = classes[0] if len(classes) == 1 else None
+    return hint if isinstance(hint, type) and typing.get_origin(hint) is None else None
+
+
+def _type_of(node: ast.expr, typed: dict[str, type], scope: dict[str, object]) -> type | None:
+    """The class of the value ``node`` evaluates to, where the test's source tells it (module docstring):
+    a class of this project's only, through a call or an annotation (another library's classes differ
+    between the versions here and on a device: the CPU build's ``_CudaDeviceProperties`` lacks fields)."""
+    if isinstance(node, ast.Name):
+        return typed.get(node.id)
+    if isinstance(node, ast.Call):
+        found = _returned_class(_resolve(node.func, scope))
+    elif isinstance(node, ast.Attribute):
+        base = _type_of(node.value, typed, scope)
+        found = _annotated_class(base, node.attr) if base is not None else None
+    else:
+        return None
+    return found if found is not None and found.__module__.split(".")[0] in OWN_PACKAGES else None
+
+
+def _check_arguments(call: ast.Call, target, where: str) -> list[str]:
+    """The call's arguments bound to ``target``'s signature, as Python would bind them."""
     try:
         signature = inspect.signature(target)
     except (TypeError, ValueError):
         return []
-    parameters = signature.parameters.values()
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
-        return []
-    names = {p.name for p in parameters if p.kind is not inspect.Parameter.POSITIONAL_ONLY}
-    return [f"{where}: {getattr(target, '__qualname__', target)}() takes no keyword {kw.arg!r}"
-            for kw in call.keywords if kw.arg is not None and kw.arg not in names]
+    name, parameters = getattr(target, "__qualname__", target), signature.parameters.values()
+    unknown = [] if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters) else [
+        f"{where}: {name}() takes no keyword {kw.arg!r}" for kw in call.keywords if kw.arg is not None
+        and kw.arg not in {p.name for p in parameters if p.kind is not inspect.Parameter.POSITIONAL_ONLY}]
+    if unknown or any(isinstance(arg, ast.Starred) for arg in call.args) or any(kw.arg is None for kw in call.keywords):
+        return unknown  # unpacked arguments: only the keywords written out can be checked
+    try:
+        signature.bind(*call.args, **{kw.arg: kw.value for kw in call.keywords})
+    except TypeError as exc:
+        return [f"{where}: {name}(): {exc}"]
+    return []
 
 
 def check_test(path: Path, module: ModuleType, function: ast.FunctionDef) -> list[str]:
@@ -141,13 +185,13 @@ def check_test(path: Path, module: ModuleType, function: ast.FunctionDef) -> lis
         if isinstance(node, ast.Call):
             target = _resolve(node.func, scope)
             if target is not None and callable(target):
-                problems += _check_keywords(node, target, where)
-        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
-            owner = node.value.id
-            if owner in typed and not _has(typed[owner], node.attr):
-                problems.append(f"{where}: {owner} is a {typed[owner].__name__}, which has no attribute {node.attr!r}")
-            elif isinstance(scope.get(owner), ModuleType) and owner not in typed \
-                    and not hasattr(scope[owner], node.attr):
+                problems += _check_arguments(node, target, where)
+        if isinstance(node, ast.Attribute):
+            owner, owner_type = ast.unparse(node.value), _type_of(node.value, typed, scope)
+            if owner_type is not None and not _has(owner_type, node.attr):
+                problems.append(f"{where}: {owner} is a {owner_type.__name__}, which has no attribute {node.attr!r}")
+            elif isinstance(node.value, ast.Name) and isinstance(scope.get(owner), ModuleType) \
+                    and owner not in typed and not hasattr(scope[owner], node.attr):
                 problems.append(f"{where}: module {scope[owner].__name__} has no attribute {node.attr!r}")
     return problems
 

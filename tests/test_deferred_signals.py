@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import sys
 import threading
 
 import pytest
@@ -216,3 +217,52 @@ def test_a_child_forked_from_another_thread_meanwhile_has_its_handlers_back(usr_
     os.close(write)
     assert os.read(read, 200).decode() == f"KeyboardInterrupt [{int(signal.SIGUSR1)}]"
     os.close(read)
+
+
+def _handler_and_flags(number: int) -> tuple[bytes, bytes]:
+    """``sa_handler`` and ``sa_flags`` of the signal's ``struct sigaction`` (64-bit Linux's layout: the mask's
+    bytes past the kernel's 8 are whatever the C library leaves there)."""
+    raw = deferred_signals._disposition(number).raw
+    return raw[0:8], raw[136:140]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or sys.maxsize < 2 ** 32, reason="64-bit Linux's layout")
+def test_what_the_program_set_below_python_is_as_it_was_after_the_block(usr_handlers, tmp_path):
+    """Putting a handler back with ``signal.signal`` installed Python's own C handler with fresh flags: a
+    ``faulthandler.register(..., chain=True)`` over the program's handler stopped dumping once any recorder was
+    made, and ``signal.siginterrupt(sig, False)`` (``SA_RESTART``) was reset. The whole disposition of each
+    signal is now written back."""
+    import faulthandler
+
+    signal.siginterrupt(signal.SIGUSR2, False)
+    before = _handler_and_flags(signal.SIGUSR2)
+    with open(tmp_path / "dump", "w") as dump:
+        faulthandler.register(signal.SIGUSR1, file=dump, chain=True)
+        try:
+            with deferred():
+                pass
+            os.kill(os.getpid(), signal.SIGUSR1)
+        finally:
+            faulthandler.unregister(signal.SIGUSR1)
+    assert "Current thread" in (tmp_path / "dump").read_text() and usr_handlers == [signal.SIGUSR1]
+    assert _handler_and_flags(signal.SIGUSR2) == before
+
+
+def test_a_handler_installed_within_the_block_that_chains_to_the_one_it_found_reaches_the_programs():
+    """Code run within the block (a warnings hook, a finaliser) that installs a handler chaining to the one it
+    finds found the deferral's own, which only noted what came: after the block every Ctrl-C was swallowed."""
+    chained, original = [], signal.getsignal(signal.SIGINT)
+    with deferred():
+        found = signal.getsignal(signal.SIGINT)
+
+        def chaining(number, frame):
+            chained.append(number)
+            found(number, frame)
+
+        signal.signal(signal.SIGINT, chaining)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+    finally:
+        signal.signal(signal.SIGINT, original)
+    assert chained == [signal.SIGINT]

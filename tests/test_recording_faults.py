@@ -1050,3 +1050,38 @@ def test_the_global_hook_that_ends_a_stale_step_is_added_only_once_its_loop_has_
     assert torch.nn.Linear(2, 2)(torch.randn(1, 2)).shape == (1, 2) and len(ended) == 2  # the user's call goes on
     rec.remove_hooks()
     assert modules._global_forward_pre_hooks == before
+
+
+def _python_with_stderr_full(code: str, *flags: str) -> subprocess.CompletedProcess:
+    """``code`` in a fresh interpreter whose standard error is ``/dev/full`` (every write fails: no space)."""
+    with open("/dev/full", "w") as full:
+        return subprocess.run([sys.executable, *flags, "-c", code], stdout=subprocess.PIPE, stderr=full, text=True,
+                              timeout=120)
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_a_recorder_whose_standard_error_cannot_be_written_still_closes_and_training_goes_on(tmp_path, held):
+    """``close()`` said the steps never reached with a bare ``print`` (``OSError``: no space left, or
+    ``BrokenPipeError`` under a ``| tee`` that ended), out of the callbacks' end of training; under ``-W error``
+    the recorder's refusal of a held folder went to standard error the same way, out of ``StepRecorder(...)``."""
+    unreached = ("import torch; from fusedce_profile import StepRecorder; "
+                 f"r = StepRecorder(torch.nn.Linear(4, 4), {str(tmp_path / 'r')!r}, steps=(5,), trace=False, "
+                 "snapshot=False, report=False)\nwith r.step(): pass\nr.close(); print('closed', r.enabled)")
+    assert _python_with_stderr_full(unreached).stdout.split() == ["closed", "True"]
+    refused = ("import torch; from fusedce_profile import StepRecorder; "
+               f"r = StepRecorder(torch.nn.Linear(4, 4), {str(held)!r}, trace=False, snapshot=False, report=False); "
+               "r.close(); print('made', r.enabled)")
+    assert _python_with_stderr_full(refused, "-W", "error").stdout.split() == ["made", "False"]
+
+
+def test_a_relative_folder_once_the_current_folder_is_gone_is_a_warning(tmp_path, monkeypatch):
+    """``StepRecorder(model, "runs/mine")`` in a process whose current folder was removed raised
+    ``FileNotFoundError`` out of the constructor (making the folder absolute asks for the current one)."""
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    with pytest.warns(RuntimeWarning, match=r"not recording into runs/mine: .*training goes on unrecorded"):
+        recorder = StepRecorder(torch.nn.Linear(4, 4), "runs/mine", trace=False, snapshot=False, report=False)
+    assert not recorder.enabled
+    recorder.close()

@@ -15,15 +15,27 @@ releases what the process held. Nested uses hold back until the outermost ends. 
 is delivered as often as it came, in order. A handler that the block, or a handler, installed meanwhile
 is left in place. A process forked meanwhile (from another thread) gets the handlers back at once: the
 signals held back are its parent's.
+
+Putting a handler back with :func:`signal.signal` would install Python's own C-level handler with its
+own flags, dropping what the program had set below Python: a C handler installed over Python's
+(``faulthandler.register(..., chain=True)``, a native runtime's) and ``SA_RESTART``
+(:func:`signal.siginterrupt`). So each signal's whole operating-system disposition (its ``struct
+sigaction``, copied as opaque bytes through the C library) is read before its handler is replaced and
+written back after, where the C library can be asked (not on Windows, which has no ``sigaction``).
+The replaced handler stays observable meanwhile (:func:`signal.getsignal`): code that runs within
+the block and chains to it reaches the program's handler once the block has ended.
 """
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator
+
+SIGACTION_BYTES = 1024  # more than any C library's struct sigaction (glibc's is 152 bytes, macOS's 16)
 
 
 class _Held:
@@ -32,12 +44,20 @@ class _Held:
 
     def __init__(self) -> None:
         self.handlers: dict[int, object] = {}
+        self.dispositions: dict[int, ctypes.Array] = {}  # each replaced signal's struct sigaction, as it was
         self.came: list[int] = []
         self.depth = 1
         self.finished = False  # handlers back and every signal delivered, none raising
 
     def note(self, number: int, frame: object) -> None:
-        self.came.append(number)
+        """A signal came: noted while this deferral is open; once it has ended (a handler installed
+        within it chains to this one), passed to the program's handler it replaced, at once."""
+        if _active is self:
+            self.came.append(number)
+            return
+        handler = self.handlers.get(number)  # only Python-level handlers are replaced: a callable
+        if handler is not None:
+            handler(number, frame)
 
     def hold(self) -> None:
         """Replace every Python-level handler with :meth:`note`. Plain numbers, not
@@ -50,6 +70,7 @@ class _Held:
                 continue
             if callable(handler):
                 self.handlers[number] = handler  # put back only if still replaced (put_back)
+                self.dispositions[number] = _disposition(number)
                 signal.signal(number, self.note)
 
     def put_back(self) -> None:
@@ -64,6 +85,7 @@ class _Held:
                     number, handler = pending[0]
                     if signal.getsignal(number) == self.note:
                         signal.signal(number, handler)
+                        _set_disposition(number, self.dispositions.get(number))
                     pending.pop(0)
             except BaseException as exc:  # noqa: BLE001 - raised once all are back
                 first, cut = first or exc, cut + 1
@@ -72,6 +94,33 @@ class _Held:
 
 
 _active: _Held | None = None  # the main thread's open deferral
+
+
+def _sigaction() -> Callable | None:
+    """The C library's ``sigaction``, or None where there is none to ask."""
+    try:
+        function = ctypes.CDLL(None, use_errno=True).sigaction
+    except (OSError, AttributeError, TypeError):  # Windows: no C library by that name, no sigaction
+        return None
+    function.argtypes = (ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
+    return function
+
+
+_SIGACTION = _sigaction()
+
+
+def _disposition(number: int) -> ctypes.Array | None:
+    """Signal ``number``'s operating-system disposition (its ``struct sigaction``, opaque), or None."""
+    if _SIGACTION is None:
+        return None
+    saved = ctypes.create_string_buffer(SIGACTION_BYTES)
+    return saved if _SIGACTION(number, None, saved) == 0 else None
+
+
+def _set_disposition(number: int, saved: ctypes.Array | None) -> None:
+    """Signal ``number``'s disposition set back to ``saved`` (:func:`_disposition`'s), if there is one."""
+    if saved is not None:
+        _SIGACTION(number, saved, None)
 
 
 @contextlib.contextmanager

@@ -6,7 +6,7 @@ summary and environment a recording would replace) nor a folder inside a run's (
 would remove it), a recording already there replaced only
 with ``force`` and added to only with ``append``.
 
-Public API: :func:`take_folder`, :class:`RecordingExists`.
+Public API: :func:`absolute_folder`, :func:`take_folder`, :class:`RecordingExists`.
 """
 from __future__ import annotations
 
@@ -23,6 +23,16 @@ from fusedce_profiler.instrument.kinds import a_kind, enclosing_run, other_kind
 class RecordingExists(FileExistsError):
     """The folder holds a recording, and neither ``force`` nor ``append`` was given (the tool's own refusal,
     never a program's ``FileExistsError`` that a signal handler raised meanwhile)."""
+
+
+def absolute_folder(out: str | os.PathLike) -> tuple[Path, OSError | None]:
+    """``out`` made absolute, once (a later change of the current folder moves nothing), and None; for a
+    relative ``out`` in a process whose current folder was removed, ``out`` as given and the error saying
+    so (the recorder then records nothing, with a warning)."""
+    try:
+        return Path(os.path.abspath(out)), None
+    except OSError as exc:
+        return Path(out), exc
 
 
 def _refuse_unless_a_recording(steps: Path) -> None:

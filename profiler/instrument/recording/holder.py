@@ -11,7 +11,7 @@ of it runs outside that loop (the next ``backward``, forward or optimizer step o
 another recorder wants to record. A recorder whose loop has ended (with or without a step open) is closed
 when another recorder is made. At exit every recorder still open is ended and closed.
 
-Public API: :func:`take`, :func:`release`, :func:`close_orphans`, :func:`opened`, :func:`closed`,
+Public API: :func:`take`, :func:`holds`, :func:`release`, :func:`close_orphans`, :func:`opened`, :func:`closed`,
 :func:`loop_probe`, :func:`records_here`.
 """
 from __future__ import annotations
@@ -24,8 +24,12 @@ import threading
 import weakref
 from typing import Callable
 
-_ONE_RECORDING = threading.Lock()
-_holder: weakref.ref | None = None  # the recorder holding _ONE_RECORDING
+_HOLDER: dict[str, weakref.ref] = {}
+"""The process's one recording: under :data:`_RECORDING`, a reference to the recorder holding it. Taken by
+one ``setdefault`` and given back by one ``pop`` (single C calls: neither another thread nor a signal
+handler, which runs between bytecodes, sees it half taken), so whoever holds it is always named, and a
+recorder interrupted anywhere in taking it can tell whether it holds it (:func:`holds`)."""
+_RECORDING = "recording"
 _OPEN: dict[int, weakref.ref] = {}
 """The recorders holding a folder's lock, by ``id``. Any thread changes it, and so may a ``__del__`` run by a
 collection in the middle of a change: each change is one dict operation, and :func:`_open_recorders` lists
@@ -45,17 +49,26 @@ def records_here() -> bool:
 
 def take(recorder) -> bool:
     """Hold the process's one recording for ``recorder``; ``False`` when another recorder's step,
-    still live, holds it. A holder whose step is stale is ended first (its ``end_stale()``)."""
-    global _holder
-    if not _ONE_RECORDING.acquire(blocking=False):
-        holder = _holder() if _holder is not None else None
-        if holder is None or not holder.stale():
-            return False
+    still live, holds it. A holder whose step is stale is ended first (its ``end_stale()``); one
+    collected without giving it back (its reference dead) holds nothing."""
+    mine = weakref.ref(recorder)
+    held = _HOLDER.setdefault(_RECORDING, mine)
+    if held is mine:
+        return True
+    holder = held()
+    if holder is not None and not holder.stale():
+        return False
+    if holder is not None:
         holder.end_stale()
-        if not _ONE_RECORDING.acquire(blocking=False):
-            return False
-    _holder = weakref.ref(recorder)
-    return True
+    else:
+        _give_back(held)
+    return _HOLDER.setdefault(_RECORDING, mine) is mine
+
+
+def holds(recorder) -> bool:
+    """Whether ``recorder`` holds the process's one recording."""
+    held = _HOLDER.get(_RECORDING)
+    return held is not None and held() is recorder
 
 
 def _open_recorders() -> list:
@@ -73,11 +86,19 @@ def close_orphans() -> None:
             recorder.close()
 
 
-def release() -> None:
-    """Let another recorder of this process record (the step recorded has ended)."""
-    global _holder
-    _holder = None
-    _ONE_RECORDING.release()
+def release(recorder) -> None:
+    """Let another recorder of this process record, if ``recorder`` holds the recording (its step has
+    ended, or never began); nothing otherwise."""
+    held = _HOLDER.get(_RECORDING)
+    if held is not None and held() is recorder:
+        _give_back(held)
+
+
+def _give_back(held: weakref.ref) -> None:
+    """Remove ``held`` as the holder, if it still is (only its own recorder, or :func:`take` when its
+    recorder is gone, gives a reference back: no other can have replaced it meanwhile)."""
+    if _HOLDER.get(_RECORDING) is held:
+        _HOLDER.pop(_RECORDING, None)
 
 
 def opened(recorder) -> None:

@@ -4,9 +4,8 @@
 loss, backward, optimizer) records it when its index is one of ``steps`` and is a plain counter check otherwise: no
 hook, no profiler, nothing allocated (:data:`NOOP` is returned). A recorded step:
 
-1. synchronises, locates the LM head, final norm and embedding
-   (:mod:`~fusedce_profiler.instrument.recording.landmarks`, once per recorder) and reads what is alive and reserved
-   before it starts;
+1. synchronises, locates the LM head, final norm and embedding (:mod:`~fusedce_profiler.instrument.recording.landmarks`,
+   once per recorder) and reads what is alive and reserved before it starts;
 2. marks phases through hooks — ``forward`` at the start; ``loss`` at the end of the final norm's forward, the LM
    head's forward pre-hook or the end of the model's forward (whichever comes first); ``backward`` when
    ``Tensor.backward``/``torch.autograd.backward`` is called (the two are wrapped for the recorded step only:
@@ -33,7 +32,6 @@ unrecorded, with a warning. On a distributed run only rank 0 records. Public API
 from __future__ import annotations
 
 import contextlib
-import os
 import time
 from pathlib import Path
 from typing import Callable, Iterable
@@ -48,7 +46,7 @@ from fusedce_profiler.instrument.protocol import MemoryMeter
 from fusedce_profiler.instrument.recording import holder
 from fusedce_profiler.instrument.recording.arguments import checked_flags, checked_out, checked_steps, checked_subject
 from fusedce_profiler.instrument.recording.assemble import RecordedSubject, build_record
-from fusedce_profiler.instrument.recording.folder import RecordingExists, take_folder
+from fusedce_profiler.instrument.recording.folder import RecordingExists, absolute_folder, take_folder
 from fusedce_profiler.instrument.recording.landmarks import batch_shape, find_embedding, find_final_norm, find_head
 from fusedce_profiler.instrument.recording.notice import notice
 from fusedce_profiler.instrument.recording.phases import CudaPhaseMeter, SharedProfilerMeter, StepRecording
@@ -82,7 +80,7 @@ class StepRecorder:
         if not isinstance(model, nn.Module):  # refused before the folder is made: the loop would fail at its step
             raise ValueError(f"model: expected the torch.nn.Module being trained, got {type(model).__name__}")
         self.model = model
-        self.out = Path(os.path.abspath(checked_out(out)))  # once: a later change of the current folder moves nothing
+        self.out, unreachable = absolute_folder(checked_out(out))
         self.steps = checked_steps(steps)
         self.label, self.fused, self.head_path, self.vocab, self.batch, self.seq = checked_subject(
             label, fused, head, vocab, batch, seq)
@@ -96,7 +94,6 @@ class StepRecorder:
         self._located = False
         self._head = self._norm = self._embedding = None
         self._lock = None
-        self._holds_recording = False  # this recorder holds the process's one recording (holder.take)
         self.loop_alive: Callable[[], bool] | None = None  # an integration's holder.loop_probe: the loop it records
         self._stored: int | None = None  # lines of recorded_steps.jsonl, once counted
         self.closed: bool | str = False  # once closed, why it records no more (a callback then makes a new one)
@@ -104,6 +101,8 @@ class StepRecorder:
             # (whatever it raises: never read as the folder's refusal) closes the recorder (this class's close)
             with deferred_signals.deferred(undo=lambda: StepRecorder.close(self)):
                 try:
+                    if unreachable is not None:  # a relative out, the current folder removed
+                        raise unreachable
                     holder.close_orphans()  # the recorder of a loop that raised may hold this folder
                     self._lock = take_folder(self.out, force=force, append=append, owner=self)
                     holder.opened(self)
@@ -118,6 +117,7 @@ class StepRecorder:
         """End an open recording and release the folder (also done when the process exits)."""
         if self._active is not None:
             self._end(self._active, ok=True)
+        holder.release(self)  # held with no step open: a signal's handler closed it as a step began
         if self._lock is not None:
             self._lock.release()
             self._lock = None
@@ -269,17 +269,15 @@ class StepRecorder:
                    "step in this process (one step is recorded at a time)", stacklevel=3)
             self._done.add(rec.index)
             return
-        self._holds_recording = True
         try:
             self._start(rec)
         except Exception as exc:  # noqa: BLE001 - the user's step must run whatever happens here
             self._abandon(rec, exc)
-
-    def _release_recording(self) -> None:
-        """Let another recorder of this process record (the step this one recorded has ended)."""
-        if self._holds_recording:
-            self._holds_recording = False
-            holder.release()
+        except BaseException as exc:  # a signal's KeyboardInterrupt: the step ends unrecorded, the exception goes on
+            self._discard(rec, exc)
+            raise
+        if self._active is not rec or self.closed:  # a signal's handler ended the step or closed the recorder
+            self._discard(rec, RuntimeError("the recorder was closed as the step began"))  # what began meanwhile
 
     def orphaned(self) -> bool:
         """Whether the loop this recorder records (``loop_alive``, when an integration knows it) has ended."""
@@ -347,15 +345,19 @@ class StepRecorder:
         if rec.snapshot is not None:
             with contextlib.suppress(Exception):
                 torch.cuda.memory._record_memory_history(enabled=None)
-        self._active = None
-        self._release_recording()
+        if self._active is rec:
+            self._active = None
+        holder.release(self)  # another recorder of this process may record
         self._done.add(rec.index)
 
     def _end(self, rec: StepRecording, ok: bool) -> RecordedStep | None:
         if self._active is not rec:
             return None
-        if not ok:
+        if not ok or rec.meter is None:  # abandoned, or closed by a signal's handler as it began
             self._discard(rec, RuntimeError("the step was abandoned"))
+            if ok:
+                notice(f"fusedce-profile: step {rec.index} is not recorded: the recorder was closed as it began",
+                       stacklevel=3)
             return None
         device = rec.device
         try:
@@ -371,7 +373,7 @@ class StepRecorder:
             if shared:
                 rec.meter.__exit__(None, None, None)
             self._active = None
-            self._release_recording()
+            holder.release(self)  # another recorder of this process may record
             self._done.add(rec.index)
             record = build_record(self._subject(), rec, device, time_ms)
         except Exception as exc:  # noqa: BLE001

@@ -1,0 +1,89 @@
+"""A signal landing as a recorded step begins: Ctrl-C, or a handler of the program's that closes the
+recorder (a graceful shutdown), before or after the step is the recorder's active one. Whatever lands
+there, the step ends unrecorded, nothing of the recording outlives it (no wrapped ``Tensor.backward``,
+no profiler), and the next recorder of the process records."""
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+import torch
+
+from fusedce_profile import StepRecorder
+from fusedce_profiler.instrument.recording import phases, recorder as recorder_module
+from test_recording import _batch, _loss
+from test_recording_faults import _free, _recording_is_off, _signalled
+from tests.doctor_models import WrappedHeadLM
+
+pytestmark = pytest.mark.faults  # the fault suite: pytest -m faults
+
+MOMENTS = {  # where in the step's start the signal lands: before the step is the active one, and after
+    "measuring the parameters": (recorder_module, "tensor_bytes"),
+    "installing the hooks": (phases.StepRecording, "install"),
+}
+
+
+def _recorder(folder) -> StepRecorder:
+    return StepRecorder(WrappedHeadLM(), folder, steps=(0,), trace=False, snapshot=False, report=False)
+
+
+def _one_step(recorder) -> None:
+    with recorder.step():
+        _loss(recorder.model, _batch(0)).backward()
+
+
+def _records_again(folder) -> bool:
+    """A new recorder of this process, into ``folder``, records its step."""
+    again = _recorder(folder)
+    _one_step(again)
+    again.close()
+    return [record.step for record in again.records] == [0]
+
+
+@pytest.mark.parametrize("moment", MOMENTS)
+def test_ctrl_c_as_a_step_begins_leaves_the_process_free_to_record(tmp_path, monkeypatch, moment):
+    """The interrupt reached the caller, who closed the recorder (a notebook cell stopped, then run again):
+    the process's one recording stayed held, and no recorder of the process recorded again."""
+    owner, name = MOMENTS[moment]
+    recorder = _recorder(tmp_path / "first")
+    monkeypatch.setattr(owner, name, _signalled(getattr(owner, name), signal.SIGINT))
+    with pytest.raises(KeyboardInterrupt):
+        _one_step(recorder)
+    monkeypatch.undo()
+    recorder.close()
+    assert _recording_is_off() and recorder.records == [] and _free(tmp_path / "first")
+    assert _records_again(tmp_path / "second")
+
+
+@pytest.mark.parametrize("moment", MOMENTS)
+def test_a_handler_that_closes_the_recorder_as_a_step_begins_stops_everything_the_step_began(tmp_path, monkeypatch,
+                                                                                            moment):
+    """A graceful-shutdown handler closed the recorder while its step began; the step's start then went on
+    and started the profiler (and wrapped ``Tensor.backward``) for a recorder already closed: on for the
+    rest of the process, its memory growing with every step."""
+    owner, name = MOMENTS[moment]
+    recorder = _recorder(tmp_path / "first")
+    previous = signal.signal(signal.SIGUSR1, lambda number, frame: recorder.close())
+    monkeypatch.setattr(owner, name, _signalled(getattr(owner, name), signal.SIGUSR1))
+    try:
+        _one_step(recorder)
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+    monkeypatch.undo()
+    assert recorder.closed and recorder.records == [] and _recording_is_off() and _free(tmp_path / "first")
+    assert _records_again(tmp_path / "second")
+
+
+def test_a_recorder_collected_while_it_holds_the_recording_holds_nothing(tmp_path):
+    """The process's one recording names its holder by a weak reference: a holder gone without giving it
+    back (collected mid-step) holds nothing, and the next recorder records."""
+    from fusedce_profiler.instrument.recording import holder
+
+    class Gone:
+        pass
+
+    gone = Gone()
+    assert holder.take(gone)
+    del gone
+    assert _records_again(tmp_path / "next") and os.listdir(tmp_path / "next")
