@@ -21,10 +21,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import fusedce  # noqa: E402
 from fusedce import block_sizes, min_plan, split_plan  # noqa: E402
 from fusedce.planner import gradient_floor_bytes, plan_chunks  # noqa: E402
-from benchmarks.split_backward_ab import bf16_inputs  # noqa: E402
+from benchmarks.split_backward_ab import bf16_inputs, budget_step  # noqa: E402
 from benchmarks.tiles_ab import add_differences, print_row, probe_arguments, save_with_environment, timed_variant  # noqa: E402,E501
 
 HEADS = ("8192x2304x256000", "32768x4096x128256", "32768x3584x152064", "8192x4096x128256")
@@ -66,14 +65,7 @@ def main() -> None:
                                    compute_dtype=torch.bfloat16, memory_budget=budget, scalar_loss=True,
                                    needs_grad=True, cuda=True, sm_count=132, tiled=True)
             row[f"{name}_plan"] = dataclasses.asdict(plan)
-
-            def run(name=name, budget=budget):
-                hidden.grad = weight.grad = None
-                with previous_rule(name == "min_before"):
-                    loss = fusedce.linear_cross_entropy(hidden, weight, target, memory_budget=budget)
-                    loss.backward()
-                return loss.detach().float(), hidden.grad, weight.grad
-
+            run = budget_step(hidden, weight, target, budget, lambda before=name == "min_before": previous_rule(before))
             results[name] = timed_variant(row, name, run, hidden, weight, args.repeats)
             row[f"{name}_x_floor"] = 1 + row[f"{name}_peak_extra_bytes"] / row["floor_bytes"]
         add_differences(row, results["min"], results["min_before"])

@@ -51,6 +51,19 @@ def bf16_inputs(head: str):
     return hidden, weight, torch.randint(0, v, (n,), device="cuda", generator=gen)
 
 
+def budget_step(hidden, weight, target, budget, planner_rule):
+    """One forward + backward of the fused loss at ``memory_budget=budget``, planned within
+    ``planner_rule()`` (a context that sets the planner's rule): a variant's ``run()`` for
+    :func:`benchmarks.tiles_ab.timed_variant`, returning (loss, grad_hidden, grad_weight)."""
+    def run():
+        hidden.grad = weight.grad = None
+        with planner_rule():
+            loss = fusedce.linear_cross_entropy(hidden, weight, target, memory_budget=budget)
+            loss.backward()
+        return loss.detach().float(), hidden.grad, weight.grad
+    return run
+
+
 def main() -> None:
     args = probe_arguments()
     rows = []
@@ -68,13 +81,7 @@ def main() -> None:
                     if name == "one_pass" and row["split_plan"] == row["one_pass_plan"]:
                         break
 
-                    def run():
-                        hidden.grad = weight.grad = None
-                        with one_pass(name == "one_pass"):
-                            loss = fusedce.linear_cross_entropy(hidden, weight, target, memory_budget=budget)
-                            loss.backward()
-                        return loss.detach().float(), hidden.grad, weight.grad
-
+                    run = budget_step(hidden, weight, target, budget, lambda: one_pass(name == "one_pass"))
                     results[name] = timed_variant(row, name, run, hidden, weight, args.repeats)
             if "one_pass" in results:
                 add_differences(row, results["split"], results["one_pass"])

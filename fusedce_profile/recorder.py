@@ -65,7 +65,7 @@ class StepRecorder(_ProfilerStepRecorder):
     def __init__(self, model, out, *, report: bool = True, **options) -> None:
         arguments.flag(report, "report")  # before the folder is taken
         try:
-            super().__init__(model, out, on_record=self._written, **options)
+            super().__init__(model, out, **options)
         except ValueError as exc:  # a bad argument, named, before anything is written: this API's error
             if hasattr(self, "enabled"):  # raised past the argument checks: a signal handler's own, as it is
                 raise
@@ -73,7 +73,7 @@ class StepRecorder(_ProfilerStepRecorder):
         self.report = report
         self._closed = False
 
-    def _written(self, folder: Path) -> None:
+    def after_record(self, folder: Path) -> None:
         """After each recorded step: render the report, say in one line where the step went."""
         where = folder / "summary.md" if self.report and _render(folder) else folder
         say(f"step {self.records[-1].step} recorded in {where}")

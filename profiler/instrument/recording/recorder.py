@@ -69,14 +69,14 @@ class StepRecorder:
     the peak by module and kind (``torch.profiler``; slows the recorded step); ``snapshot``: store the CUDA
     allocator snapshot. ``force``: replace a recording already in ``out`` (else ``FileExistsError``); ``append``:
     add to it instead (another run of the same model, e.g. with the fused loss: the report compares runs by
-    ``label``). ``on_record(folder)``: called after each record is written (the public API renders the report
+    ``label``). :meth:`after_record` is called after each record is written (the public API renders the report
     there). A relative ``out`` is taken from the current folder once, here. Once closed it records nothing more.
     """
 
     def __init__(self, model: nn.Module, out: str | Path, *, steps: Iterable[int] = (2,), label: str = "",
                  fused: bool | None = None, head: str | None = None, vocab: int | None = None,
                  batch: int | None = None, seq: int | None = None, trace: bool = True, snapshot: bool = True,
-                 force: bool = False, append: bool = False, on_record: Callable[[Path], None] | None = None) -> None:
+                 force: bool = False, append: bool = False) -> None:
         if not isinstance(model, nn.Module):  # refused before the folder is made: the loop would fail at its step
             raise ValueError(f"model: expected the torch.nn.Module being trained, got {type(model).__name__}")
         self.model = model
@@ -85,8 +85,7 @@ class StepRecorder:
         self.label, self.fused, self.head_path, self.vocab, self.batch, self.seq = checked_subject(
             label, fused, head, vocab, batch, seq)
         self.trace, self.snapshot = checked_flags(trace=trace, snapshot=snapshot, force=force, append=append)
-        self.on_record, self.count = on_record, 0
-        self.records, self.passes = [], []  # RecordedStep, EvalPass
+        self.records, self.passes, self.count = [], [], 0  # RecordedStep, EvalPass; the steps counted
         self.enabled = holder.records_here()
         self._done: set[int] = set()
         self._active: StepRecording | None = None
@@ -97,8 +96,7 @@ class StepRecorder:
         self.loop_alive: Callable[[], bool] | None = None  # an integration's holder.loop_probe: the loop it records
         self._stored: int | None = None  # lines of recorded_steps.jsonl, once counted
         self.closed: bool | str = False  # once closed, why it records no more (a callback then makes a new one)
-        if self.enabled:  # signals meanwhile come once the folder is held or given up; one whose handler raises
-            # (whatever it raises: never read as the folder's refusal) closes the recorder (this class's close)
+        if self.enabled:  # a signal comes once the folder is held or given up; one that raises closes the recorder
             with deferred_signals.deferred(undo=lambda: StepRecorder.close(self)):
                 try:
                     if unreachable is not None:  # a relative out, the current folder removed
@@ -336,7 +334,7 @@ class StepRecorder:
     def _discard(self, rec: StepRecording, exc: BaseException) -> None:
         """End ``rec`` without reading what it measured (each part told ``exc``, so none analyses):
         a step that failed, or a stale one ended from another thread, whose profiler events that
-        thread cannot read."""
+        thread cannot read. Each part is stopped once (a step's start cut by a signal is discarded again)."""
         rec.remove_hooks()
         for part in (rec.meter, rec.tracer):
             if part is not None:
@@ -345,6 +343,7 @@ class StepRecorder:
         if rec.snapshot is not None:
             with contextlib.suppress(Exception):
                 torch.cuda.memory._record_memory_history(enabled=None)
+        rec.meter = rec.tracer = rec.snapshot = None
         if self._active is rec:
             self._active = None
         holder.release(self)  # another recorder of this process may record
@@ -356,8 +355,7 @@ class StepRecorder:
         if not ok or rec.meter is None:  # abandoned, or closed by a signal's handler as it began
             self._discard(rec, RuntimeError("the step was abandoned"))
             if ok:
-                notice(f"fusedce-profile: step {rec.index} is not recorded: the recorder was closed as it began",
-                       stacklevel=3)
+                notice(f"fusedce-profile: step {rec.index} is not recorded: closed as it began", stacklevel=3)
             return None
         device = rec.device
         try:
@@ -387,11 +385,13 @@ class StepRecorder:
             self._stored += 1
             self._save_environment()
             self.records.append(record)
-            if self.on_record is not None:
-                self.on_record(self.out)
+            self.after_record(self.out)
         except Exception as exc:  # noqa: BLE001
             notice(f"fusedce-profile: writing step {rec.index} to {self.out} failed: {exc}", stacklevel=3)
         return record
+
+    def after_record(self, folder: Path) -> None:
+        """After each record is written into ``folder`` (a method: a bound one held frees a recorder only at gc)."""
 
     def _save_environment(self) -> None:
         from fusedce_profiler.instrument.environment import collect_environment, save_environment
