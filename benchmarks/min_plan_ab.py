@@ -6,7 +6,8 @@ block may be narrower than 1024 columns if it holds as many logits (:func:`fused
 ``previous_rule`` restores the rule before: a split only where one pass holds twice the budget, within
 1.3 ×, and never under 1024 columns. Per pure bf16 head: ``"min"`` planned both ways and the default, each
 the median of ``--repeats`` CUDA-event timings and the peak allocated above the inputs, and the relative
-difference of the two ``"min"`` plans' loss and gradients.
+difference of the two ``"min"`` plans' loss and gradients; Liger and cut-cross-entropy beside them where
+installed (their time and peak, for the dominance of ``"min"``: their errors are the frontier's to measure).
 
     python3 benchmarks/min_plan_ab.py --out $OUT        (on the device; writes min-plan-ab.json)
 """
@@ -23,6 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fusedce import block_sizes, min_plan, split_plan  # noqa: E402
 from fusedce.planner import gradient_floor_bytes, plan_chunks  # noqa: E402
+from fusedce.options import LossOptions  # noqa: E402
+from benchmarks.impls import backend_for  # noqa: E402
 from benchmarks.split_backward_ab import bf16_inputs, budget_step  # noqa: E402
 from benchmarks.tiles_ab import add_differences, print_row, probe_arguments, save_with_environment, timed_variant  # noqa: E402,E501
 
@@ -52,6 +55,16 @@ def previous_rule(on: bool):
         min_plan.within_time_of.cache_clear()
 
 
+def peer_step(hidden, weight, target, loss_fn):
+    """One forward + backward of a peer's loss (a profiler back-end's, default options): a ``run()``."""
+    def run():
+        hidden.grad = weight.grad = None
+        loss = loss_fn(hidden, weight, target, None, LossOptions())
+        loss.backward()
+        return loss.detach().float(), hidden.grad, weight.grad
+    return run
+
+
 def main() -> None:
     args = probe_arguments()
     rows = []
@@ -68,6 +81,14 @@ def main() -> None:
             run = budget_step(hidden, weight, target, budget, lambda before=name == "min_before": previous_rule(before))
             results[name] = timed_variant(row, name, run, hidden, weight, args.repeats)
             row[f"{name}_x_floor"] = 1 + row[f"{name}_peak_extra_bytes"] / row["floor_bytes"]
+        for impl in ("liger", "cce"):
+            try:
+                peer = backend_for(impl).make()
+            except ImportError:
+                continue
+            run = peer_step(hidden, weight, target, peer)
+            timed_variant(row, impl, run, hidden, weight, args.repeats)
+            row[f"{impl}_x_floor"] = 1 + row[f"{impl}_peak_extra_bytes"] / row["floor_bytes"]
         add_differences(row, results["min"], results["min_before"])
         for name in ("min", "min_before"):
             row[f"{name}_time_x_default"] = row[f"{name}_median_ms"] / row["default_median_ms"]
