@@ -90,15 +90,16 @@ def plan_model(*, preset=None, config=None, tied=None, hf=None, model=None, head
     return ModelPlan(source, base, tuple(jobs), tuple(named) if named else None, fit, fit_axis, fit_max)
 
 
-def _job_line(job, result) -> str:
-    """The progress line of one finished job."""
+def _job_line(job, result, out_dir: Path) -> str:
+    """The progress line of one finished job (a worker's log named from where the command runs)."""
     from fusedce_profiler.instrument.text import shorten
+    from fusedce_profiler.instrument.worker_errors import logs_named_from
     from fusedce_reports.units import format_bytes, format_percent
 
     m = result.memory
     detail = (f"peak {format_bytes(m.peak)} ({m.peak_phase}), loss region {format_bytes(m.loss_extra)} "
               f"= {format_percent(m.loss_share)} of the peak" if m else f"{result.status}: "
-              f"{shorten(result.message, 120)}")
+              f"{shorten(logs_named_from(result.message, out_dir), 120)}")
     if result.attribution is not None:
         from fusedce_profiler.instrument.tracing.attribution import logits_verdict
 
@@ -142,7 +143,7 @@ def _run_jobs(plan: ModelPlan, out_dir: Path, done: dict, say) -> dict:
             append_model_result(out_dir, result)
         if not job.eval_step:
             measured[job.backend] = result
-        say(_job_line(job, result))
+        say(_job_line(job, result, out_dir))
     return measured
 
 

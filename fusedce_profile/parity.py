@@ -67,12 +67,13 @@ def parity_settings(*, preset=None, config=None, tied=None, backend: Sequence[st
         raise UsageError(str(exc)) from None
 
 
-def _print_result(result, say) -> None:
+def _print_result(result, say, out_dir: Path) -> None:
+    from fusedce_profiler.instrument.worker_errors import logs_named_from
     from fusedce_reports.parity_report import gap_sentences, parity_table
 
-    for row in parity_table(result).itertuples(index=False):
+    for row in parity_table(result).itertuples(index=False):  # a worker's log named from where the command runs
         say(f"  {row[0]}: {row[1]}, final loss {row[2]}, rel. diff {row[3]}, worst grad {row[5]}"
-            + (f" — {row[6]}" if row[6] else ""))
+            + (f" — {logs_named_from(row[6], out_dir)}" if row[6] else ""))
     for sentence in gap_sentences(result):
         say(f"  {sentence}")
 
@@ -217,7 +218,7 @@ def parity_command(*, out: str | Path | None = None, force: bool = False, resume
                 write_parity_report(out_dir)
         except KeyboardInterrupt as stopped:
             return report_stopped(out_dir, stopped, [result], count(len(result.curves), "curve"), say)
-    _print_result(result, say)
+    _print_result(result, say, out_dir)
     if not result.reference_learned:
         say("  torch did not learn on this data: raise --steps or --lr")
     say(f"parity: {'PASS' if result.passed else 'FAIL'}; report: {out_dir / 'summary.md'}")

@@ -62,3 +62,20 @@ def test_a_hanging_back_end_is_stopped_at_the_curve_time_limit(tmp_path, monkeyp
                     control=False, out=tmp_path / "run")
     (verdict,) = [v for v in report.verdicts if v.backend.endswith(":hangs")]
     assert verdict.passed is False and "did not finish within 15 s" in " ".join(verdict.reasons)
+
+
+def test_the_log_a_failed_curves_line_names_opens_from_where_the_command_ran(hostile, tmp_path, monkeypatch):
+    """The terminal printed the stored message, whose log is named within the run folder (``logs/worker-…``):
+    from the command's folder that path did not exist (``model`` and ``grid`` alike; the page keeps it)."""
+    import io
+    import re
+    from pathlib import Path
+
+    from rich.console import Console
+
+    monkeypatch.chdir(tmp_path)
+    printed = io.StringIO()
+    parity(preset="tiny", backend=[f"{hostile}:exits_3"], steps=10, batch=2, seq=8, device="cpu", control=False,
+           out="run", console=Console(file=printed, width=400))
+    logs = re.findall(r"\blog (\S+\.log)", printed.getvalue())
+    assert logs and all(Path(log).is_file() for log in logs), printed.getvalue()

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from fusedce_profile import StepRecorder
-from fusedce_profiler.instrument.recording import phases, recorder as recorder_module
+from fusedce_profiler.instrument.recording import holder, phases, recorder as recorder_module
 from test_recording import _batch, _loss
 from test_recording_faults import _free, _recording_is_off, _signalled
 from tests.doctor_models import WrappedHeadLM
@@ -21,7 +21,24 @@ pytestmark = pytest.mark.faults  # the fault suite: pytest -m faults
 MOMENTS = {  # where in the step's start the signal lands: before the step is the active one, and after
     "measuring the parameters": (recorder_module, "tensor_bytes"),
     "installing the hooks": (phases.StepRecording, "install"),
+    "having taken the recording": (holder, "take"),  # as take returns: the signal comes after the call
 }
+
+
+def _landing(moment: str, signum: int):
+    """The function of ``MOMENTS[moment]`` with ``signum`` sent to this process as it is called (as it
+    returns, for the taking of the recording)."""
+    owner, name = MOMENTS[moment]
+    real = getattr(owner, name)
+    if moment != "having taken the recording":
+        return _signalled(real, signum)
+
+    def taken(*args, **kwargs):
+        got = real(*args, **kwargs)
+        os.kill(os.getpid(), signum)
+        return got
+
+    return taken
 
 
 def _recorder(folder) -> StepRecorder:
@@ -44,13 +61,14 @@ def _records_again(folder) -> bool:
 @pytest.mark.parametrize("moment", MOMENTS)
 def test_ctrl_c_as_a_step_begins_leaves_the_process_free_to_record(tmp_path, monkeypatch, moment):
     """The interrupt reached the caller, who closed the recorder (a notebook cell stopped, then run again):
-    the process's one recording stayed held, and no recorder of the process recorded again."""
-    owner, name = MOMENTS[moment]
+    the process's one recording stayed held, and no recorder of the process recorded again (also, once that
+    was mended, with the signal landing as the recording was taken, before the step's start)."""
     recorder = _recorder(tmp_path / "first")
-    monkeypatch.setattr(owner, name, _signalled(getattr(owner, name), signal.SIGINT))
+    monkeypatch.setattr(*MOMENTS[moment], _landing(moment, signal.SIGINT))
     with pytest.raises(KeyboardInterrupt):
         _one_step(recorder)
     monkeypatch.undo()
+    assert not holder.holds(recorder)  # given back by the step itself, not only by a close() that may not come
     recorder.close()
     assert _recording_is_off() and recorder.records == [] and _free(tmp_path / "first")
     assert _records_again(tmp_path / "second")
@@ -62,10 +80,9 @@ def test_a_handler_that_closes_the_recorder_as_a_step_begins_stops_everything_th
     """A graceful-shutdown handler closed the recorder while its step began; the step's start then went on
     and started the profiler (and wrapped ``Tensor.backward``) for a recorder already closed: on for the
     rest of the process, its memory growing with every step."""
-    owner, name = MOMENTS[moment]
     recorder = _recorder(tmp_path / "first")
     previous = signal.signal(signal.SIGUSR1, lambda number, frame: recorder.close())
-    monkeypatch.setattr(owner, name, _signalled(getattr(owner, name), signal.SIGUSR1))
+    monkeypatch.setattr(*MOMENTS[moment], _landing(moment, signal.SIGUSR1))
     try:
         _one_step(recorder)
     finally:
@@ -78,8 +95,6 @@ def test_a_handler_that_closes_the_recorder_as_a_step_begins_stops_everything_th
 def test_a_recorder_collected_while_it_holds_the_recording_holds_nothing(tmp_path):
     """The process's one recording names its holder by a weak reference: a holder gone without giving it
     back (collected mid-step) holds nothing, and the next recorder records."""
-    from fusedce_profiler.instrument.recording import holder
-
     class Gone:
         pass
 

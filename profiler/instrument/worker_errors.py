@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import resource
 from pathlib import Path
 
@@ -45,6 +46,16 @@ class WorkerDied(RuntimeError):
         quiet = self.timed_out or self.over_memory
         cause = f" ({last})" if last and not quiet else ""
         return f"{self.reason}{cause}; log {_log_in(self.log_path, folder)}"
+
+
+def logs_named_from(message: str, folder: Path) -> str:
+    """``message`` as stored (its worker logs named within the run ``folder``: :meth:`WorkerDied.summary_in`),
+    each log named from where the command runs instead, for the terminal's line (``log logs/worker-1.log``
+    → ``log run/logs/worker-1.log``): what a terminal prints opens from there."""
+    return _STORED_LOG.sub(lambda found: f"log {Path(folder) / found.group(1)}", message)
+
+
+_STORED_LOG = re.compile(r"\blog (logs/[^\s;:,)]+\.log)")
 
 
 def _log_in(log_path: Path, folder: Path | None) -> str | Path:

@@ -262,12 +262,12 @@ class StepRecorder:
         self._embedding = find_embedding(self.model, self.vocab)
 
     def _begin(self, rec: StepRecording) -> None:
-        if not holder.take(self):
-            notice(f"fusedce-profile: step {rec.index} is not recorded: another StepRecorder is recording a "
-                   "step in this process (one step is recorded at a time)", stacklevel=3)
-            self._done.add(rec.index)
-            return
-        try:
+        try:  # from the taking on: a signal landing as the recording is taken gives it back (_discard)
+            if not holder.take(self):
+                notice(f"fusedce-profile: step {rec.index} is not recorded: another StepRecorder is recording a "
+                       "step in this process (one step is recorded at a time)", stacklevel=3)
+                self._done.add(rec.index)
+                return
             self._start(rec)
         except Exception as exc:  # noqa: BLE001 - the user's step must run whatever happens here
             self._abandon(rec, exc)
