@@ -22,7 +22,7 @@ from rich.text import Text
 
 from fusedce_profiler.instrument.records import CellResult, CellSpec
 from fusedce_profiler.instrument.text import capped, one_line, printable, shorten
-from fusedce_profiler.instrument.worker_errors import logs_named_from
+from fusedce_profiler.instrument.worker_errors import line_naming_log
 from fusedce_reports.units import format_bytes, format_error, format_ms, format_percent, format_tokens, is_missing
 
 if TYPE_CHECKING:
@@ -139,9 +139,8 @@ def _cell_line(done: int, total: int | None, result: CellResult, out_dir: Path |
         detail = "out of memory"
     else:
         first = result.message.strip().splitlines()[0] if result.message.strip() else ""
-        if out_dir is not None:  # a log named within the run folder, named from here
-            first = logs_named_from(first, Path(out_dir))
-        detail = f"{result.status}: {shorten(first, 100)}"
+        shown = line_naming_log(first, Path(out_dir), 100) if out_dir is not None else shorten(first, 100)
+        detail = f"{result.status}: {shown}"  # a log named within the run folder, named from here, whole
         if result.log_path and "; log " not in first:  # the worker's log holds the traceback
             log = Path(out_dir) / result.log_path if out_dir is not None else result.log_path
             detail += f" (traceback in {log})"

@@ -32,6 +32,7 @@ from fusedce_profiler.grid.runner import ResultNotStored, run_grid
 from fusedce_profiler.instrument.records import load_results
 from fusedce_profiler.instrument.records import FAILED_STATUSES, CellResult
 from fusedce_profiler.instrument.worker import WorkerDied
+from fusedce_profiler.instrument.worker_errors import logs_named_from
 from fusedce_reports import Report, build_report
 
 def print_report(report: Report, console: Console) -> None:
@@ -42,7 +43,8 @@ def print_report(report: Report, console: Console) -> None:
         console.print(f"note: {one_line(note)}", markup=False)
     for finding in report.findings:  # stored strings are escaped: only our own markup is markup
         scope = f"[bold]{escape(finding.scope)}[/]: " if finding.scope else ""
-        console.print(f"• {scope}{escape(finding.text)}", markup=True, highlight=False)
+        text = logs_named_from(finding.text, report.run_dir)  # a worker's log, named from where this runs
+        console.print(f"• {scope}{escape(text)}", markup=True, highlight=False)
     console.print(f"\nReport: [bold]{escape(one_line(report.summary))}[/] (Markdown), "
                   + escape(f"{one_line(report.html)} (HTML), {one_line(report.csv)} (CSV), "
                            f"plots in {one_line(report.run_dir / 'plots')}"),

@@ -92,14 +92,13 @@ def plan_model(*, preset=None, config=None, tied=None, hf=None, model=None, head
 
 def _job_line(job, result, out_dir: Path) -> str:
     """The progress line of one finished job (a worker's log named from where the command runs)."""
-    from fusedce_profiler.instrument.text import shorten
-    from fusedce_profiler.instrument.worker_errors import logs_named_from
+    from fusedce_profiler.instrument.worker_errors import line_naming_log
     from fusedce_reports.units import format_bytes, format_percent
 
     m = result.memory
     detail = (f"peak {format_bytes(m.peak)} ({m.peak_phase}), loss region {format_bytes(m.loss_extra)} "
               f"= {format_percent(m.loss_share)} of the peak" if m else f"{result.status}: "
-              f"{shorten(logs_named_from(result.message, out_dir), 120)}")
+              f"{line_naming_log(result.message, out_dir, 120)}")
     if result.attribution is not None:
         from fusedce_profiler.instrument.tracing.attribution import logits_verdict
 
@@ -206,7 +205,7 @@ def model_command(*, out: str | Path | None = None, force: bool = False, resume:
         except KeyboardInterrupt as stopped:
             results = list(load_model_results(out_dir).records)
             return report_stopped(out_dir, stopped, results, count(len(results), "job"), say)
-        say(f"report: {report_path}")
+        say(f"report: {one_line(report_path)}")
         results = list(load_model_results(out_dir).records)
     latest = {r.job.key(): r for r in results}  # a job's row is the last one stored for it
     summary = {"out": str(out_dir), "results": [_summary_row(job, latest[job.key()]) for job in plan.jobs

@@ -221,7 +221,7 @@ def parity_command(*, out: str | Path | None = None, force: bool = False, resume
     _print_result(result, say, out_dir)
     if not result.reference_learned:
         say("  torch did not learn on this data: raise --steps or --lr")
-    say(f"parity: {'PASS' if result.passed else 'FAIL'}; report: {out_dir / 'summary.md'}")
+    say(f"parity: {'PASS' if result.passed else 'FAIL'}; report: {one_line(out_dir / 'summary.md')}")
     code = exit_codes.OK if result.passed else exit_codes.PARITY_FAILED
     summary = {"out": str(out_dir), "passed": result.passed,
                "verdicts": [dataclasses.asdict(v) for v in result.verdicts]}

@@ -266,3 +266,26 @@ def test_a_handler_installed_within_the_block_that_chains_to_the_one_it_found_re
     finally:
         signal.signal(signal.SIGINT, original)
     assert chained == [signal.SIGINT]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or sys.maxsize < 2 ** 32, reason="64-bit Linux's layout")
+def test_a_signal_between_putting_a_handler_back_and_its_disposition_still_gets_the_disposition_back(usr_handlers,
+                                                                                                    monkeypatch):
+    """A signal whose handler raised right after ``signal.signal`` put a handler back cut the loop before the
+    signal's saved disposition was written: the loop resumed past it (the handler no longer the deferral's),
+    and ``SA_RESTART`` stayed lost."""
+    signal.siginterrupt(signal.SIGUSR2, False)
+    before = _handler_and_flags(signal.SIGUSR2)
+    real, cut = deferred_signals._set_disposition, []
+
+    def interrupted_once(number, saved):
+        if number == signal.SIGUSR2 and not cut:
+            cut.append(number)
+            raise KeyboardInterrupt  # as a handler landing there would
+        real(number, saved)
+
+    monkeypatch.setattr(deferred_signals, "_set_disposition", interrupted_once)
+    with pytest.raises(KeyboardInterrupt):
+        with deferred():
+            pass
+    assert cut and _handler_and_flags(signal.SIGUSR2) == before

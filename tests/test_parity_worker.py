@@ -79,3 +79,17 @@ def test_the_log_a_failed_curves_line_names_opens_from_where_the_command_ran(hos
            out="run", console=Console(file=printed, width=400))
     logs = re.findall(r"\blog (\S+\.log)", printed.getvalue())
     assert logs and all(Path(log).is_file() for log in logs), printed.getvalue()
+
+
+def test_a_terminal_line_names_the_whole_log_from_here_however_long_or_strange_the_folder():
+    """The shortening of a long line cut the log's path (``log…``), and a newline in the folder's name split
+    the line."""
+    from pathlib import Path
+
+    from fusedce_profiler.instrument.worker_errors import line_naming_log
+
+    folder = Path("/runs/" + "d" * 150 + "/new\nline")
+    line = line_naming_log("the worker exited with code 7 (" + "why " * 60 + "); log logs/worker-1.log:\ntail",
+                           folder, 100)
+    assert line.endswith(f"; log /runs/{'d' * 150}/new\\nline/logs/worker-1.log") and "\n" not in line
+    assert len(line.split("; log ")[0]) <= 101

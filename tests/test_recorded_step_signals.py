@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from fusedce_profile import StepRecorder
+from fusedce_profiler.instrument.protocol import MemoryMeter
 from fusedce_profiler.instrument.recording import holder, phases, recorder as recorder_module
 from test_recording import _batch, _loss
 from test_recording_faults import _free, _recording_is_off, _signalled
@@ -22,6 +23,7 @@ MOMENTS = {  # where in the step's start the signal lands: before the step is th
     "measuring the parameters": (recorder_module, "tensor_bytes"),
     "installing the hooks": (phases.StepRecording, "install"),
     "having taken the recording": (holder, "take"),  # as take returns: the signal comes after the call
+    "entering the meter": (MemoryMeter, "__enter__"),  # the profiler starts after the handler has run
 }
 
 
@@ -121,3 +123,28 @@ def test_a_recorder_nothing_holds_frees_its_folder_without_a_collection(tmp_path
     finally:
         if collecting:
             gc.enable()
+
+
+def test_one_recorder_used_by_two_threads_at_once_records_one_step():
+    """A recorder's ``weakref.ref`` is one cached object, so the same recorder taking the recording from a
+    second thread found it "already its own" and both steps ran recorded: a crash, or ``Tensor.backward``
+    left wrapped. Each taking is its own now: the second is refused."""
+    class Recorder:
+        def stale(self):
+            return False
+
+    shared = Recorder()
+    assert holder.take(shared) and not holder.take(shared) and holder.holds(shared)
+    holder.release(shared)
+    assert not holder.holds(shared) and holder.take(shared)
+    holder.release(shared)
+
+
+def test_a_mark_before_the_step_measures_anything_is_ignored():
+    """Another thread's ``backward()`` or optimizer step while a recorded step was starting reached the
+    hooks before the meter existed: ``AttributeError: 'NoneType' object has no attribute 'mark'`` in that
+    thread's training loop."""
+    step = phases.StepRecording(0, device=torch.device("cpu"), shape=None, begin=lambda rec: None,
+                                end=lambda rec, ok: None)
+    step.mark("backward")
+    assert step.marked == []

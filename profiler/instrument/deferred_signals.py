@@ -83,8 +83,11 @@ class _Held:
             try:
                 while pending:
                     number, handler = pending[0]
-                    if signal.getsignal(number) == self.note:
+                    current = signal.getsignal(number)
+                    if current == self.note:
                         signal.signal(number, handler)
+                        current = handler
+                    if current is handler:  # put back now, or before a signal cut this loop: its disposition too
                         _set_disposition(number, self.dispositions.get(number))
                     pending.pop(0)
             except BaseException as exc:  # noqa: BLE001 - raised once all are back

@@ -12,6 +12,8 @@ import re
 import resource
 from pathlib import Path
 
+from fusedce_profiler.instrument.text import one_line, shorten
+
 
 class RunStopped(RuntimeError):
     """The run could not go on (the command line's exit 3): a worker process could not be started or
@@ -51,8 +53,21 @@ class WorkerDied(RuntimeError):
 def logs_named_from(message: str, folder: Path) -> str:
     """``message`` as stored (its worker logs named within the run ``folder``: :meth:`WorkerDied.summary_in`),
     each log named from where the command runs instead, for the terminal's line (``log logs/worker-1.log``
-    → ``log run/logs/worker-1.log``): what a terminal prints opens from there."""
-    return _STORED_LOG.sub(lambda found: f"log {Path(folder) / found.group(1)}", message)
+    → ``log run/logs/worker-1.log``): what a terminal prints opens from there (a newline in the folder's
+    name spelled out, :func:`~fusedce_profiler.instrument.text.one_line`)."""
+    return _STORED_LOG.sub(lambda found: f"log {one_line(Path(folder) / found.group(1))}", message)
+
+
+def line_naming_log(message: str, folder: Path, width: int) -> str:
+    """``message``'s first line for a terminal: shortened to about ``width`` characters
+    (:func:`~fusedce_profiler.instrument.text.shorten`) but for its worker log, named whole from where the
+    command runs (:func:`logs_named_from`): a long folder's path is never what the shortening cuts."""
+    first = shorten(message, 10 ** 6)
+    found = _STORED_LOG.search(first)
+    if found is None:
+        return shorten(first, width)
+    text = (first[:found.start()].rstrip("; ") + first[found.end():]).strip()
+    return f"{shorten(text, width)}; {logs_named_from(found.group(0), folder)}"
 
 
 _STORED_LOG = re.compile(r"\blog (logs/[^\s;:,)]+\.log)")

@@ -24,11 +24,21 @@ import threading
 import weakref
 from typing import Callable
 
-_HOLDER: dict[str, weakref.ref] = {}
-"""The process's one recording: under :data:`_RECORDING`, a reference to the recorder holding it. Taken by
-one ``setdefault`` and given back by one ``pop`` (single C calls: neither another thread nor a signal
-handler, which runs between bytecodes, sees it half taken), so whoever holds it is always named, and a
-recorder interrupted anywhere in taking it can tell whether it holds it (:func:`holds`)."""
+class _Hold:
+    """One taking of the recording: a weak reference to its recorder, a new object each time (a recorder's
+    ``weakref.ref`` is one cached object, so a recorder used by two threads would take it twice)."""
+
+    __slots__ = ("recorder",)
+
+    def __init__(self, recorder) -> None:
+        self.recorder = weakref.ref(recorder)
+
+
+_HOLDER: dict[str, _Hold] = {}
+"""The process's one recording: under :data:`_RECORDING`, the :class:`_Hold` of the recorder holding it.
+Taken by one ``setdefault`` and given back by one ``pop`` (single C calls: neither another thread nor a
+signal handler, which runs between bytecodes, sees it half taken), so whoever holds it is always named,
+and a recorder interrupted anywhere in taking it can tell whether it holds it (:func:`holds`)."""
 _RECORDING = "recording"
 _OPEN: dict[int, weakref.ref] = {}
 """The recorders holding a folder's lock, by ``id``. Any thread changes it, and so may a ``__del__`` run by a
@@ -51,11 +61,11 @@ def take(recorder) -> bool:
     """Hold the process's one recording for ``recorder``; ``False`` when another recorder's step,
     still live, holds it. A holder whose step is stale is ended first (its ``end_stale()``); one
     collected without giving it back (its reference dead) holds nothing."""
-    mine = weakref.ref(recorder)
+    mine = _Hold(recorder)
     held = _HOLDER.setdefault(_RECORDING, mine)
     if held is mine:
         return True
-    holder = held()
+    holder = held.recorder()
     if holder is not None and not holder.stale():
         return False
     if holder is not None:
@@ -68,7 +78,7 @@ def take(recorder) -> bool:
 def holds(recorder) -> bool:
     """Whether ``recorder`` holds the process's one recording."""
     held = _HOLDER.get(_RECORDING)
-    return held is not None and held() is recorder
+    return held is not None and held.recorder() is recorder
 
 
 def _open_recorders() -> list:
@@ -90,11 +100,11 @@ def release(recorder) -> None:
     """Let another recorder of this process record, if ``recorder`` holds the recording (its step has
     ended, or never began); nothing otherwise."""
     held = _HOLDER.get(_RECORDING)
-    if held is not None and held() is recorder:
+    if held is not None and held.recorder() is recorder:
         _give_back(held)
 
 
-def _give_back(held: weakref.ref) -> None:
+def _give_back(held: _Hold) -> None:
     """Remove ``held`` as the holder, if it still is (only its own recorder, or :func:`take` when its
     recorder is gone, gives a reference back: no other can have replaced it meanwhile)."""
     if _HOLDER.get(_RECORDING) is held:

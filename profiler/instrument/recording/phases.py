@@ -129,8 +129,8 @@ class StepRecording:
     def mark(self, name: str) -> None:
         """Begin phase ``name`` (ignored when that phase or a later one has begun, and when the loop
         that began the step has ended: the step is then ended unrecorded)."""
-        if name in self.marked or (self.ended_if_stale is not None and self.ended_if_stale()):
-            return
+        if name in self.marked or self.meter is None or (self.ended_if_stale is not None and self.ended_if_stale()):
+            return  # meter None: the step's start has not begun measuring (another thread's backward meanwhile)
         if name in PHASES:
             current = max((PHASES.index(m) for m in self.marked if m in PHASES), default=-1)
             if PHASES.index(name) <= current:

@@ -270,7 +270,7 @@ class StepRecorder:
                 return
             self._start(rec)
         except Exception as exc:  # noqa: BLE001 - the user's step must run whatever happens here
-            self._abandon(rec, exc)
+            return self._abandon(rec, exc)
         except BaseException as exc:  # a signal's KeyboardInterrupt: the step ends unrecorded, the exception goes on
             self._discard(rec, exc)
             raise
@@ -334,7 +334,8 @@ class StepRecorder:
     def _discard(self, rec: StepRecording, exc: BaseException) -> None:
         """End ``rec`` without reading what it measured (each part told ``exc``, so none analyses):
         a step that failed, or a stale one ended from another thread, whose profiler events that
-        thread cannot read. Each part is stopped once (a step's start cut by a signal is discarded again)."""
+        thread cannot read. Parts stay named: a step's start cut by a signal may enter them after this, and
+        is discarded again (:meth:`_begin`); stopping one twice is harmless."""
         rec.remove_hooks()
         for part in (rec.meter, rec.tracer):
             if part is not None:
@@ -343,7 +344,6 @@ class StepRecorder:
         if rec.snapshot is not None:
             with contextlib.suppress(Exception):
                 torch.cuda.memory._record_memory_history(enabled=None)
-        rec.meter = rec.tracer = rec.snapshot = None
         if self._active is rec:
             self._active = None
         holder.release(self)  # another recorder of this process may record
