@@ -148,3 +148,43 @@ def test_a_mark_before_the_step_measures_anything_is_ignored():
                                 end=lambda rec, ok: None)
     step.mark("backward")
     assert step.marked == []
+
+
+def test_a_handler_that_closes_the_recorder_while_a_step_is_written_lets_it_be_written_then_releases(tmp_path,
+                                                                                                   monkeypatch):
+    """``close()`` from a signal's handler while a finished step was being written released the folder's lock
+    and removed ``.lock``, then the step's row, environment and report were written into the folder anyway
+    (a new owner's fresh recording got them); landing earlier, it ended the step a second time: the row
+    written, and a warning that the step was not recorded (that case, re-entering the end of a step as its
+    hooks were removed, hung the process in the profiler's second stop: not run here, where a regression
+    would hang the suite; ``_end`` runs once)."""
+    import warnings
+
+    from fusedce_profiler.instrument import store
+
+    recorder, locked_as_written = _recorder(tmp_path / "r"), []
+    append = recorder_module.append_recorded_step
+
+    def appended(folder, *args):  # whether the folder was still this run's as its row was written
+        locked_as_written.append((folder / store.LOCK_FILE).exists())
+        return append(folder, *args)
+
+    monkeypatch.setattr(recorder_module, "append_recorded_step", appended)
+    real, sent = recorder_module.append_recorded_step, []
+
+    def signalled_once(*args, **kwargs):  # the handler's own close() ends through the same call
+        if not sent:
+            sent.append(os.kill(os.getpid(), signal.SIGUSR1))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(recorder_module, "append_recorded_step", signalled_once)
+    previous = signal.signal(signal.SIGUSR1, lambda number, frame: recorder.close())
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            _one_step(recorder)
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+    monkeypatch.undo()
+    assert [record.step for record in recorder.records] == [0] and recorder.closed and _free(tmp_path / "r")
+    assert locked_as_written == [True] and not [w for w in caught if "not recorded" in str(w.message)]

@@ -46,6 +46,7 @@ from fusedce_profiler.instrument.protocol import MemoryMeter
 from fusedce_profiler.instrument.recording import holder
 from fusedce_profiler.instrument.recording.arguments import checked_flags, checked_out, checked_steps, checked_subject
 from fusedce_profiler.instrument.recording.assemble import RecordedSubject, build_record
+from fusedce_profiler.instrument.recording.eval_passes import EvalPasses
 from fusedce_profiler.instrument.recording.folder import RecordingExists, absolute_folder, take_folder
 from fusedce_profiler.instrument.recording.landmarks import batch_shape, find_embedding, find_final_norm, find_head
 from fusedce_profiler.instrument.recording.notice import notice
@@ -57,7 +58,7 @@ from fusedce_profiler.instrument.recording.records import EvalPass, RecordedStep
 NOOP = contextlib.nullcontext()  #: What :meth:`StepRecorder.step` returns on a step not recorded (reusable, stateless)
 
 
-class StepRecorder:
+class StepRecorder(EvalPasses):
     """Record the named steps of a training loop into the run folder ``out``.
 
     ``model``: the module being trained (a LightningModule or a wrapper is fine: the LM head is located inside it);
@@ -93,6 +94,7 @@ class StepRecorder:
         self._located = False
         self._head = self._norm = self._embedding = None
         self._lock = None
+        self._ending = False  # a step is being ended and written: a close() meanwhile (a signal's) waits for it
         self.loop_alive: Callable[[], bool] | None = None  # an integration's holder.loop_probe: the loop it records
         self._stored: int | None = None  # lines of recorded_steps.jsonl, once counted
         self.closed: bool | str = False  # once closed, why it records no more (a callback then makes a new one)
@@ -113,10 +115,10 @@ class StepRecorder:
 
     def close(self) -> None:
         """End an open recording and release the folder (also done when the process exits)."""
-        if self._active is not None:
+        if self._active is not None and not self._ending:
             self._end(self._active, ok=True)
         holder.release(self)  # held with no step open: a signal's handler closed it as a step began
-        if self._lock is not None:
+        if self._lock is not None and not self._ending:  # a step being ended (and written) releases it after
             self._lock.release()
             self._lock = None
         self.loop_alive = None  # the probe holds the loop's frame, and with it every caller's locals
@@ -194,7 +196,7 @@ class StepRecorder:
         if self._active is not None and self._active.shape is None:
             self._active.shape = batch_shape(batch)
 
-    # -- evaluation passes ------------------------------------------------------------------
+    # -- the model's device (evaluation passes: EvalPasses) ------------------------------------
     @property
     def device(self) -> torch.device | None:
         """The device of the model's first parameter (the CPU without one); None when the model cannot
@@ -204,33 +206,6 @@ class StepRecorder:
         except Exception:  # noqa: BLE001 - the user's model: profiling never stops its training
             return None
         return param.device if param is not None else torch.device("cpu")
-
-    def reserved_now(self) -> tuple[int | None, int | None]:
-        """(reserved, highest reserved) bytes of the model's CUDA device now; (None, None) off CUDA."""
-        device = self.device
-        if device is None or device.type != "cuda":
-            return None, None
-        return torch.cuda.memory_reserved(device), torch.cuda.max_memory_reserved(device)
-
-    def begin_pass(self, kind: str, before_step: int) -> None:
-        """An evaluation pass (``"sanity check"``, ``"validation"``, ``"evaluation"``) begins."""
-        if not self.enabled or self.closed or self._open_pass is not None:
-            return
-        reserved, high = self.reserved_now()
-        self._open_pass = EvalPass(kind, int(before_step), reserved, None, high, None)
-
-    def end_pass(self) -> None:
-        if self._open_pass is not None:
-            self._open_pass.reserved_after, self._open_pass.max_reserved_after = self.reserved_now()
-            self.passes.append(self._open_pass)
-            self._open_pass = None
-
-    def add_pass(self, kind: str, before_step: int, reserved_before: int | None, max_reserved_before: int | None):
-        """A pass whose start was seen elsewhere (Hugging Face has no "evaluation begins" event)."""
-        if not self.enabled or self.closed:
-            return
-        reserved, high = self.reserved_now()
-        self.passes.append(EvalPass(kind, int(before_step), reserved_before, reserved, max_reserved_before, high))
 
     # -- internals ------------------------------------------------------------------------------
     def _recording(self, index: int) -> StepRecording | contextlib.nullcontext:
@@ -327,8 +302,8 @@ class StepRecorder:
         rec.meter.__enter__()
         rec.mark("forward")
 
-    def _abandon(self, rec: StepRecording, exc: BaseException) -> None:
-        notice(f"fusedce-profile: step {rec.index} is not recorded: {what_it_raised(exc)}", stacklevel=4)
+    def _abandon(self, rec: StepRecording, exc: BaseException, stacklevel: int = 4) -> None:
+        notice(f"fusedce-profile: step {rec.index} is not recorded: {what_it_raised(exc)}", stacklevel=stacklevel)
         self._discard(rec, exc)
 
     def _discard(self, rec: StepRecording, exc: BaseException) -> None:
@@ -350,12 +325,24 @@ class StepRecorder:
         self._done.add(rec.index)
 
     def _end(self, rec: StepRecording, ok: bool) -> RecordedStep | None:
-        if self._active is not rec:
+        """End ``rec`` (recorded when ``ok``) and write it; once. A ``close()`` run meanwhile by a signal's
+        handler ends nothing more, and the folder is released only once the step is written."""
+        if self._active is not rec or self._ending:
             return None
+        self._ending = True
+        try:
+            return self._ended(rec, ok)
+        finally:
+            self._ending = False
+            if self.closed and self._lock is not None:  # closed meanwhile: the folder released now it is written
+                self._lock.release()
+                self._lock = None
+
+    def _ended(self, rec: StepRecording, ok: bool) -> RecordedStep | None:
         if not ok or rec.meter is None:  # abandoned, or closed by a signal's handler as it began
             self._discard(rec, RuntimeError("the step was abandoned"))
             if ok:
-                notice(f"fusedce-profile: step {rec.index} is not recorded: closed as it began", stacklevel=3)
+                notice(f"fusedce-profile: step {rec.index} is not recorded: closed as it began", stacklevel=4)
             return None
         device = rec.device
         try:
@@ -375,7 +362,7 @@ class StepRecorder:
             self._done.add(rec.index)
             record = build_record(self._subject(), rec, device, time_ms)
         except Exception as exc:  # noqa: BLE001
-            self._abandon(rec, exc)
+            self._abandon(rec, exc, stacklevel=5)  # its caller's caller: this frame is _end's
             return None
         try:
             confined.check_folder(self.out)  # replaced or moved mid-run: nothing read or written through its path
@@ -387,7 +374,7 @@ class StepRecorder:
             self.records.append(record)
             self.after_record(self.out)
         except Exception as exc:  # noqa: BLE001
-            notice(f"fusedce-profile: writing step {rec.index} to {self.out} failed: {exc}", stacklevel=3)
+            notice(f"fusedce-profile: writing step {rec.index} to {self.out} failed: {exc}", stacklevel=4)
         return record
 
     def after_record(self, folder: Path) -> None:
