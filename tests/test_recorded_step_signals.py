@@ -174,7 +174,8 @@ def test_a_handler_that_closes_the_recorder_while_a_step_is_written_lets_it_be_w
 
     def signalled_once(*args, **kwargs):  # the handler's own close() ends through the same call
         if not sent:
-            sent.append(os.kill(os.getpid(), signal.SIGUSR1))
+            sent.append(signal.SIGUSR1)  # first: the handler runs as the kill returns
+            os.kill(os.getpid(), signal.SIGUSR1)
         return real(*args, **kwargs)
 
     monkeypatch.setattr(recorder_module, "append_recorded_step", signalled_once)
@@ -188,3 +189,33 @@ def test_a_handler_that_closes_the_recorder_while_a_step_is_written_lets_it_be_w
     monkeypatch.undo()
     assert [record.step for record in recorder.records] == [0] and recorder.closed and _free(tmp_path / "r")
     assert locked_as_written == [True] and not [w for w in caught if "not recorded" in str(w.message)]
+
+
+def test_a_handler_that_closes_the_recorder_then_raises_as_the_step_ends_stops_the_step(tmp_path, monkeypatch):
+    """A handler that closed the recorder and then raised (Ctrl-C after a graceful close) while the step was
+    being ended: the close, waiting for the step's end, ended nothing, and the exception left the step open —
+    the profiler on, and a later ``close()`` wrote the step into the released folder."""
+    recorder = _recorder(tmp_path / "r")
+    real, sent = phases.StepRecording.remove_hooks, []
+
+    def signalled_once(*args, **kwargs):
+        if not sent:
+            sent.append(signal.SIGUSR1)  # first: the handler runs as the kill returns
+            os.kill(os.getpid(), signal.SIGUSR1)
+        return real(*args, **kwargs)
+
+    def close_then_stop(number, frame):
+        recorder.close()
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(phases.StepRecording, "remove_hooks", signalled_once)
+    previous = signal.signal(signal.SIGUSR1, close_then_stop)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            _one_step(recorder)
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+    monkeypatch.undo()
+    recorder.close()
+    assert _recording_is_off() and recorder.records == [] and _free(tmp_path / "r")
+    assert not (tmp_path / "r" / "recorded_steps.jsonl").exists() and not holder.holds(recorder)

@@ -115,15 +115,21 @@ class StepRecorder(EvalPasses):
 
     def close(self) -> None:
         """End an open recording and release the folder (also done when the process exits)."""
+        # said first: a step being ended meanwhile (by another thread, or by this handler's caller) then
+        # releases the folder itself once the step is written (_end)
+        self.closed = f"this StepRecorder was closed and {one_line(self.out)} released"
         if self._active is not None and not self._ending:
             self._end(self._active, ok=True)
         holder.release(self)  # held with no step open: a signal's handler closed it as a step began
-        if self._lock is not None and not self._ending:  # a step being ended (and written) releases it after
-            self._lock.release()
-            self._lock = None
+        if not self._ending:
+            self._release_folder()
         self.loop_alive = None  # the probe holds the loop's frame, and with it every caller's locals
-        self.closed = f"this StepRecorder was closed and {one_line(self.out)} released"
         holder.closed(self)
+
+    def _release_folder(self) -> None:
+        lock, self._lock = self._lock, None  # taken once, though a close() and a step's end both come here
+        if lock is not None:
+            lock.release()
 
     def unreached(self) -> list[int]:
         """The requested steps the run never reached, in order (not those reached but left unrecorded)."""
@@ -332,11 +338,14 @@ class StepRecorder(EvalPasses):
         self._ending = True
         try:
             return self._ended(rec, ok)
+        except BaseException as exc:  # a signal's, as the step ended: nothing of the step goes on running
+            if self._active is rec:
+                self._discard(rec, exc)
+            raise
         finally:
             self._ending = False
-            if self.closed and self._lock is not None:  # closed meanwhile: the folder released now it is written
-                self._lock.release()
-                self._lock = None
+            if self.closed:  # closed meanwhile: the folder released now the step is written
+                self._release_folder()
 
     def _ended(self, rec: StepRecording, ok: bool) -> RecordedStep | None:
         if not ok or rec.meter is None:  # abandoned, or closed by a signal's handler as it began
