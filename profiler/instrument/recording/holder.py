@@ -24,6 +24,7 @@ import threading
 import weakref
 from typing import Callable
 
+
 class _Hold:
     """One taking of the recording: a weak reference to its recorder, a new object each time (a recorder's
     ``weakref.ref`` is one cached object, so a recorder used by two threads would take it twice)."""
@@ -40,6 +41,7 @@ Taken by one ``setdefault`` and given back by one ``pop`` (single C calls: neith
 signal handler, which runs between bytecodes, sees it half taken), so whoever holds it is always named,
 and a recorder interrupted anywhere in taking it can tell whether it holds it (:func:`holds`)."""
 _RECORDING = "recording"
+
 _OPEN: dict[int, weakref.ref] = {}
 """The recorders holding a folder's lock, by ``id``. Any thread changes it, and so may a ``__del__`` run by a
 collection in the middle of a change: each change is one dict operation, and :func:`_open_recorders` lists
