@@ -61,12 +61,13 @@ def logs_named_from(message: str, folder: Path) -> str:
 def line_naming_log(message: str, folder: Path, width: int) -> str:
     """``message``'s first line for a terminal: shortened to about ``width`` characters
     (:func:`~fusedce_profiler.instrument.text.shorten`) but for its worker log, named whole from where the
-    command runs (:func:`logs_named_from`): a long folder's path is never what the shortening cuts."""
-    first = shorten(message, 10 ** 6)
+    command runs (:func:`logs_named_from`): a long folder's path is never what the shortening cuts. The
+    lines after the first (a traceback's tail) are the log's to show."""
+    first = next((line.strip() for line in message.splitlines() if line.strip()), "")
     found = _STORED_LOG.search(first)
     if found is None:
-        return shorten(first, width)
-    text = (first[:found.start()].rstrip("; ") + first[found.end():]).strip()
+        return shorten(message, width)
+    text = (first[:found.start()].rstrip("; ") + first[found.end():].rstrip(":")).strip()
     return f"{shorten(text, width)}; {logs_named_from(found.group(0), folder)}"
 
 
