@@ -26,7 +26,7 @@ from fusedce import block_sizes, min_plan, split_plan  # noqa: E402
 from fusedce.planner import gradient_floor_bytes, plan_chunks  # noqa: E402
 from fusedce.options import LossOptions  # noqa: E402
 from benchmarks.impls import backend_for  # noqa: E402
-from benchmarks.split_backward_ab import bf16_inputs, budget_step  # noqa: E402
+from benchmarks.split_backward_ab import bf16_inputs, budget_step, loss_step  # noqa: E402
 from benchmarks.tiles_ab import add_differences, print_row, probe_arguments, save_with_environment, timed_variant  # noqa: E402,E501
 
 HEADS = ("8192x2304x256000", "32768x4096x128256", "32768x3584x152064", "8192x4096x128256")
@@ -55,16 +55,6 @@ def previous_rule(on: bool):
         min_plan.within_time_of.cache_clear()
 
 
-def peer_step(hidden, weight, target, loss_fn):
-    """One forward + backward of a peer's loss (a profiler back-end's, default options): a ``run()``."""
-    def run():
-        hidden.grad = weight.grad = None
-        loss = loss_fn(hidden, weight, target, None, LossOptions())
-        loss.backward()
-        return loss.detach().float(), hidden.grad, weight.grad
-    return run
-
-
 def main() -> None:
     args = probe_arguments()
     rows = []
@@ -86,7 +76,7 @@ def main() -> None:
                 peer = backend_for(impl).make()
             except ImportError:
                 continue
-            run = peer_step(hidden, weight, target, peer)
+            run = loss_step(hidden, weight, lambda peer=peer: peer(hidden, weight, target, None, LossOptions()))
             timed_variant(row, impl, run, hidden, weight, args.repeats)
             row[f"{impl}_x_floor"] = 1 + row[f"{impl}_peak_extra_bytes"] / row["floor_bytes"]
         add_differences(row, results["min"], results["min_before"])

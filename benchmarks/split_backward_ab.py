@@ -51,17 +51,24 @@ def bf16_inputs(head: str):
     return hidden, weight, torch.randint(0, v, (n,), device="cuda", generator=gen)
 
 
-def budget_step(hidden, weight, target, budget, planner_rule):
-    """One forward + backward of the fused loss at ``memory_budget=budget``, planned within
-    ``planner_rule()`` (a context that sets the planner's rule): a variant's ``run()`` for
-    :func:`benchmarks.tiles_ab.timed_variant`, returning (loss, grad_hidden, grad_weight)."""
+def loss_step(hidden, weight, loss_fn, context=contextlib.nullcontext):
+    """One forward (``loss_fn()``) and backward of ``hidden`` and ``weight``, inside ``context()``: a
+    variant's ``run()`` for :func:`benchmarks.tiles_ab.timed_variant`, returning (loss, grad_hidden,
+    grad_weight)."""
     def run():
         hidden.grad = weight.grad = None
-        with planner_rule():
-            loss = fusedce.linear_cross_entropy(hidden, weight, target, memory_budget=budget)
+        with context():
+            loss = loss_fn()
             loss.backward()
         return loss.detach().float(), hidden.grad, weight.grad
     return run
+
+
+def budget_step(hidden, weight, target, budget, planner_rule):
+    """:func:`loss_step` of the fused loss at ``memory_budget=budget``, planned within ``planner_rule()``
+    (a context that sets the planner's rule)."""
+    return loss_step(hidden, weight,
+                     lambda: fusedce.linear_cross_entropy(hidden, weight, target, memory_budget=budget), planner_rule)
 
 
 def main() -> None:
