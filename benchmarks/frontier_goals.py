@@ -149,16 +149,22 @@ def verdict_lines(title: str, result: CaseVerdict) -> list[str]:
 TABLE_BACKENDS = ("torch_compile", "liger", "cce", "fusedce", "fusedce_fast", "fusedce_min")
 
 
-def judge_run(jsonl: Path) -> tuple[list[str], list[str]]:
-    """(printed verdicts, markdown table rows) for every case of a ``frontier.jsonl``, in run order.
-
-    Table cells: peak extra as × the floor · median ms; the last column marks goals 1–5
-    (✓ met, ✗ missed, · not checkable)."""
+def read_cases(jsonl: Path) -> dict[tuple[str, str], list[CellResult]]:
+    """The cells of a ``frontier.jsonl`` by case: (label, stored mode) → its cells, in run order."""
     cases: dict[tuple[str, str], list[CellResult]] = {}
     for line in jsonl.read_text().splitlines():
         record = json.loads(line)
         if record.get("kind") == "cell":
             cases.setdefault((record["case"], record["spec"]["mode"]), []).append(CellResult.from_dict(record))
+    return cases
+
+
+def judge_run(jsonl: Path) -> tuple[list[str], list[str]]:
+    """(printed verdicts, markdown table rows) for every case of a ``frontier.jsonl``, in run order.
+
+    Table cells: peak extra as × the floor · median ms; the last column marks goals 1–5
+    (✓ met, ✗ missed, · not checkable)."""
+    cases = read_cases(jsonl)
     lines, table = [], ["| case | mode | " + " | ".join(TABLE_BACKENDS) + " | goals 1–5 |",
                         "|" + "---|" * (len(TABLE_BACKENDS) + 3)]
     for (label, stored_mode), cells in cases.items():

@@ -113,14 +113,14 @@ def largest_frontier(group: pd.DataFrame) -> Frontier | None:
     return (compared or found)[-1]
 
 
-def frontiers(frame: pd.DataFrame) -> list[Frontier]:
+def frontiers(frame: pd.DataFrame, every_size: bool = False) -> list[Frontier]:
     """The frontiers a report shows: every (group, token count) when there are at most
-    :data:`FEW_PANELS` of them, else each group's :func:`largest_frontier`."""
+    :data:`FEW_PANELS` of them or ``every_size`` asks for them all, else each group's :func:`largest_frontier`."""
     if frame.empty:
         return []
     grouped = [group for _, group in frame.groupby(GROUP_KEYS, sort=False)]
     every = [f for group in grouped for _, rows in sorted(group.groupby("tokens"), key=lambda item: item[0])
              if (f := frontier_at(rows)) is not None]
-    if len(every) <= FEW_PANELS:
+    if every_size or len(every) <= FEW_PANELS:
         return every
     return [f for group in grouped if (f := largest_frontier(group)) is not None]

@@ -69,3 +69,10 @@ def test_frontiers_give_every_size_when_few_and_the_largest_per_head_when_many()
     many = frame(*(cell(b, t, 10, vocab=v) for v in (1000, 2000, 3000) for t in (1024, 2048)
                    for b in ("torch", "fusedce")))
     assert [(f.head, f.tokens) for f in frontiers(many)] == [("64×1000", 2048), ("64×2000", 2048), ("64×3000", 2048)]
+
+
+def test_every_size_gives_a_frontier_for_each_head_and_size_however_many():
+    many = frame(*(cell(b, t, 10, vocab=v) for v in (1000, 2000, 3000) for t in (1024, 2048)
+                   for b in ("torch", "fusedce")))
+    assert [(f.head, f.tokens) for f in frontiers(many, every_size=True)] == [
+        (f"64×{v}", t) for v in (1000, 2000, 3000) for t in (1024, 2048)]

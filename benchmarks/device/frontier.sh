@@ -8,7 +8,7 @@
 #   on the device:  bash benchmarks/device/frontier.sh        (carry .whl for liger and cce)
 #   on the CPU:     DRY=1 OUT=/tmp/frontier-dry bash benchmarks/device/frontier.sh
 # $OUT: gpu-tests.xml, frontier.jsonl (raw cells and per-case goals), frontier.json/.md,
-# environment.json, frontier.log, nvidia-smi.txt (device only).
+# environment.json, frontier.log, frontier.png (benchmarks/frontier_plot.py), nvidia-smi.txt (device only).
 # TESTS=0 skips (a) (after the GPU suite in the same session); FRONTIER_BUDGET_S=480 with it fills one call;
 # IMPLS="..." names other points (for example with fusedce_fast_recompute); CASES="user Llama-3-8B" only those labels.
 set -u
@@ -30,6 +30,7 @@ BUDGET_S=${FRONTIER_BUDGET_S:-270}
 timeout $((BUDGET_S + 60)) python3 benchmarks/frontier.py --out "$OUT" --repeats 5 --budget-s "$BUDGET_S" \
   --impls $IMPLS ${CASES:+--cases $CASES} 2>&1 | tee "$OUT/frontier.log"
 status=${PIPESTATUS[0]}
+python3 benchmarks/frontier_plot.py "$OUT/frontier.jsonl" -o "$OUT/frontier.png" 2>&1 | tail -1
 grep -o 'testsuite [^>]*' "$OUT/gpu-tests.xml" 2>/dev/null | head -1
 grep -E '^(==|   goal)' "$OUT/frontier.log"
 exit "$status"

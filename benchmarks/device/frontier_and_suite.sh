@@ -9,13 +9,14 @@ set -u
 START=$SECONDS
 CALL_S=${CALL_S:-585}
 left() { echo $((CALL_S - (SECONDS - START))); }
-# SUITE_FILES="tests/a.py tests/b.py": only those test files (the suite split over two calls).
+# SUITE_FILES="tests/a.py tests/b.py": only those test files (the suite split over two calls);
+# FRONTIER_IMPLS="...": the frontier's points (default: the seven below and fusedce_x1_25).
 timeout "${SUITE_S:-380}" bash benchmarks/device/gpu_suite.sh ${SUITE_FILES:-} | tail -8
 BUDGET=$(($(left) - ${RESERVE_S:-140}))  # RESERVE_S=60: no time kept for (c)
 if [ "$BUDGET" -gt 60 ]; then
   echo "frontier: $BUDGET s of budget"
   ALL_OUT=$OUT
-  IMPLS="fusedce torch_compile fusedce_fast fusedce_min fusedce_x1_25 liger cce torch" \
+  IMPLS=${FRONTIER_IMPLS:-"fusedce torch_compile fusedce_fast fusedce_min fusedce_x1_25 liger cce torch"} \
     OUT="$ALL_OUT/frontier" TESTS=0 FRONTIER_BUDGET_S=$BUDGET bash benchmarks/device/frontier.sh \
     > "$ALL_OUT/frontier-call.log" 2>&1
   grep -E '^(==|   goal|[0-9]+ of)' "$ALL_OUT/frontier-call.log" | tail -80

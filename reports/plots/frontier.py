@@ -52,10 +52,10 @@ def _draw_panel(ax, frontier: Frontier, backends: list[str]) -> None:
 
 
 @styled
-def draw_frontier(frame: pd.DataFrame) -> Figure | None:
+def draw_frontier(frame: pd.DataFrame, every_size: bool = False) -> Figure | None:
     """Peak extra vs median time of every back-end, one panel per head at its largest size
-    (a panel per size when there are few), the Pareto frontier ringed and joined."""
-    shown = frontiers(frame)
+    (a panel per size when there are few, or with ``every_size``), the Pareto frontier ringed and joined."""
+    shown = frontiers(frame, every_size)
     if not shown:
         return None
     backends = ordered(p.backend for f in shown for p in f.points)
