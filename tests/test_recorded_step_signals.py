@@ -219,3 +219,39 @@ def test_a_handler_that_closes_the_recorder_then_raises_as_the_step_ends_stops_t
     recorder.close()
     assert _recording_is_off() and recorder.records == [] and _free(tmp_path / "r")
     assert not (tmp_path / "r" / "recorded_steps.jsonl").exists() and not holder.holds(recorder)
+
+
+def _bad_batch(*args, **kwargs):
+    raise RuntimeError("a bad batch")
+
+
+@pytest.mark.parametrize("ending", ["finished", "its body raised", "its start raised"])
+def test_ctrl_c_as_a_step_gives_the_recording_back_leaves_the_process_free_to_record(tmp_path, monkeypatch, ending):
+    """Ctrl-C landing as a step that had let go of the recording was giving it back (a loop that catches the
+    interrupt and goes on, a notebook cell run again): no recorder of the process recorded again, the same
+    one included, until that recorder was closed."""
+    recorder = StepRecorder(WrappedHeadLM(), tmp_path / "first", steps=(0, 1), trace=False, snapshot=False,
+                            report=False)
+    real, sent = holder.release, []
+
+    def signalled_once(*args, **kwargs):
+        if not sent and recorder._active is None:  # the step has let go of it: only the giving back is left
+            sent.append(signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGINT)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(holder, "release", signalled_once)
+    if ending == "its start raised":
+        monkeypatch.setattr(recorder_module, "tensor_bytes", _bad_batch)
+    with pytest.raises(KeyboardInterrupt):
+        with recorder.step():
+            _loss(recorder.model, _batch(0)).backward()
+            if ending == "its body raised":
+                _bad_batch()
+    monkeypatch.undo()
+    assert sent and not holder.holds(recorder)
+    _one_step(recorder)  # the loop goes on: its next requested step is recorded
+    assert [record.step for record in recorder.records] == [1]
+    assert _records_again(tmp_path / "second")
+    recorder.close()
+    assert _recording_is_off() and _free(tmp_path / "first")

@@ -141,10 +141,8 @@ class StepRecorder(EvalPasses):
 
     # -- the public per-step API ------------------------------------------------------------
     def step(self, index: int | None = None):
-        """The context of one step: records it if its index is in ``steps``, else :data:`NOOP`.
-
-        ``index``: the step's 0-based index (default: the number of earlier :meth:`step` calls).
-        """
+        """The context of one step: records it if its index is in ``steps``, else :data:`NOOP`. ``index``: the
+        step's 0-based index (default: the number of earlier :meth:`step` calls)."""
         index = self.count if index is None else int(index)
         self.count = index + 1
         return self._recording(index) if self.wants(index) else NOOP
@@ -243,6 +241,13 @@ class StepRecorder(EvalPasses):
         self._embedding = find_embedding(self.model, self.vocab)
 
     def _begin(self, rec: StepRecording) -> None:
+        try:
+            self._take_and_start(rec)
+        except BaseException:  # a signal's, which may cut a discarding before it gave the recording back
+            holder.release(self)
+            raise
+
+    def _take_and_start(self, rec: StepRecording) -> None:
         try:  # from the taking on: a signal landing as the recording is taken gives it back (_discard)
             if not holder.take(self):
                 notice(f"fusedce-profile: step {rec.index} is not recorded: another StepRecorder is recording a "
@@ -313,10 +318,9 @@ class StepRecorder(EvalPasses):
         self._discard(rec, exc)
 
     def _discard(self, rec: StepRecording, exc: BaseException) -> None:
-        """End ``rec`` without reading what it measured (each part told ``exc``, so none analyses):
-        a step that failed, or a stale one ended from another thread, whose profiler events that
-        thread cannot read. Parts stay named: a step's start cut by a signal may enter them after this, and
-        is discarded again (:meth:`_begin`); stopping one twice is harmless."""
+        """End ``rec`` without reading what it measured (each part told ``exc``, so none analyses): a step that
+        failed, or a stale one ended from another thread, whose profiler events that thread cannot read. Parts stay
+        named: a step's start cut by a signal may enter them after this, and is discarded again (:meth:`_begin`)."""
         rec.remove_hooks()
         for part in (rec.meter, rec.tracer):
             if part is not None:
@@ -325,8 +329,7 @@ class StepRecorder(EvalPasses):
         if rec.snapshot is not None:
             with contextlib.suppress(Exception):
                 torch.cuda.memory._record_memory_history(enabled=None)
-        if self._active is rec:
-            self._active = None
+        self._active = None if self._active is rec else self._active
         holder.release(self)  # another recorder of this process may record
         self._done.add(rec.index)
 
@@ -341,6 +344,7 @@ class StepRecorder(EvalPasses):
         except BaseException as exc:  # a signal's, as the step ended: nothing of the step goes on running
             if self._active is rec:
                 self._discard(rec, exc)
+            holder.release(self)  # cut after the step let go of it, before it gave the recording back
             raise
         finally:
             self._ending = False
