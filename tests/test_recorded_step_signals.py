@@ -255,3 +255,71 @@ def test_ctrl_c_as_a_step_gives_the_recording_back_leaves_the_process_free_to_re
     assert _records_again(tmp_path / "second")
     recorder.close()
     assert _recording_is_off() and _free(tmp_path / "first")
+
+
+def test_ctrl_c_as_close_hands_the_folder_back_leaves_it_to_the_next_close(tmp_path, monkeypatch):
+    """The recorder forgot its folder's lock before releasing it: Ctrl-C landing at the release's call left the
+    folder locked after every later ``close()``, until a garbage collection or the process's end."""
+    from fusedce_profiler.instrument.runlock import RunLock
+
+    recorder = _recorder(tmp_path / "r")
+    monkeypatch.setattr(RunLock, "release", _signalled(RunLock.release, signal.SIGINT))
+    with pytest.raises(KeyboardInterrupt):
+        recorder.close()
+    monkeypatch.undo()
+    assert not _free(tmp_path / "r")
+    recorder.close()
+    assert _free(tmp_path / "r")
+
+
+def test_ctrl_c_right_after_backward_is_wrapped_leaves_torch_s_own_backward(tmp_path, monkeypatch):
+    """The wrapper was noted only after it replaced ``Tensor.backward``: Ctrl-C landing between the two left it
+    wrapped for the life of the process (and the model held by it)."""
+    sent = []
+
+    def set_then_signal(owner, name, value):
+        setattr(owner, name, value)
+        if not sent and hasattr(value, "__wrapped__"):  # the step's wrapper is in place
+            sent.append(name)
+            os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(phases, "setattr", set_then_signal, raising=False)
+    recorder = _recorder(tmp_path / "r")
+    with pytest.raises(KeyboardInterrupt):
+        _one_step(recorder)
+    monkeypatch.undo()
+    recorder.close()
+    assert sent == ["backward"] and _recording_is_off()
+    assert not hasattr(torch.autograd.backward, "__wrapped__") and _free(tmp_path / "r")
+
+
+@pytest.mark.parametrize("form", ["with", "start and finish"])
+def test_ctrl_c_as_a_step_is_left_ends_it_unrecorded_at_the_next_step(tmp_path, monkeypatch, form):
+    """Ctrl-C landing at the entry of the step's ``__exit__`` (or of ``finish()``), before any of its code, the
+    loop going on: the step stayed open for good — profiler on, ``Tensor.backward`` wrapped, the process's
+    recording held, this recorder's later steps silently unrecorded — and ``close()`` wrote it as a step
+    measured across every later one."""
+    recorder = StepRecorder(WrappedHeadLM(), tmp_path / "r", steps=(0, 1), trace=False, snapshot=False,
+                            report=False)
+    owner, name = (phases.StepRecording, "__exit__") if form == "with" else (StepRecorder, "finish")
+    monkeypatch.setattr(owner, name, _signalled(getattr(owner, name), signal.SIGINT))
+
+    def step(index):
+        if form == "with":
+            with recorder.step(index):
+                _loss(recorder.model, _batch(index)).backward()
+        else:
+            recorder.start(index)
+            _loss(recorder.model, _batch(index)).backward()
+            recorder.finish()
+
+    with pytest.raises(KeyboardInterrupt):
+        step(0)
+    monkeypatch.undo()
+    assert recorder.recording  # nothing can run at a function's entry: the next step ends it
+    with pytest.warns(RuntimeWarning, match="step 0 is not recorded: it was left without being ended"):
+        step(1)
+    assert _recording_is_off() and not holder.holds(recorder)
+    assert [record.step for record in recorder.records] == [1]
+    recorder.close()
+    assert _free(tmp_path / "r") and _records_again(tmp_path / "other")

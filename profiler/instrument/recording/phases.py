@@ -116,6 +116,7 @@ class StepRecording:
         self.loss: float | None = None
         self.alive: Callable[[], bool] | None = None  # whether the loop that began it still runs (holder.loop_probe)
         self.ended_if_stale: Callable[[], bool] | None = None  # the recorder's: ends a stale step, says if it did
+        self.thread = threading.get_ident()  # the thread that asked for it (``step()`` or ``start()``)
 
     # context manager form
     def __enter__(self) -> "StepRecording":
@@ -183,8 +184,8 @@ class StepRecording:
             return original(*args, **kwargs)
 
         wrapped.__wrapped__ = original
+        self.patched.append((owner, name, original))  # first: a signal landing after the setattr finds it noted
         setattr(owner, name, wrapped)
-        self.patched.append((owner, name, original))
 
     def _watch_loop(self) -> None:
         """Once the loop that began this step has ended without ending it (an exception its caller

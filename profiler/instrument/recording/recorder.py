@@ -49,6 +49,7 @@ from fusedce_profiler.instrument.recording.assemble import RecordedSubject, buil
 from fusedce_profiler.instrument.recording.eval_passes import EvalPasses
 from fusedce_profiler.instrument.recording.folder import RecordingExists, absolute_folder, take_folder
 from fusedce_profiler.instrument.recording.landmarks import batch_shape, find_embedding, find_final_norm, find_head
+from fusedce_profiler.instrument.recording.left_open import LeftOpenSteps
 from fusedce_profiler.instrument.recording.notice import notice
 from fusedce_profiler.instrument.recording.phases import CudaPhaseMeter, SharedProfilerMeter, StepRecording
 from fusedce_profiler.instrument.tensors import tensor_bytes
@@ -58,7 +59,7 @@ from fusedce_profiler.instrument.recording.records import EvalPass, RecordedStep
 NOOP = contextlib.nullcontext()  #: What :meth:`StepRecorder.step` returns on a step not recorded (reusable, stateless)
 
 
-class StepRecorder(EvalPasses):
+class StepRecorder(EvalPasses, LeftOpenSteps):
     """Record the named steps of a training loop into the run folder ``out``.
 
     ``model``: the module being trained (a LightningModule or a wrapper is fine: the LM head is located inside it);
@@ -127,9 +128,10 @@ class StepRecorder(EvalPasses):
         holder.closed(self)
 
     def _release_folder(self) -> None:
-        lock, self._lock = self._lock, None  # taken once, though a close() and a step's end both come here
+        lock = self._lock  # forgotten once released: a signal at the release's call leaves it to the next close()
         if lock is not None:
-            lock.release()
+            lock.release()  # once, though a close() and a step's end (another thread's) both come here
+            self._lock = None
 
     def unreached(self) -> list[int]:
         """The requested steps the run never reached, in order (not those reached but left unrecorded)."""
@@ -145,6 +147,7 @@ class StepRecorder(EvalPasses):
         step's 0-based index (default: the number of earlier :meth:`step` calls)."""
         index = self.count if index is None else int(index)
         self.count = index + 1
+        self._end_cut_step()
         return self._recording(index) if self.wants(index) else NOOP
 
     def wants(self, index: int) -> bool:
@@ -159,6 +162,7 @@ class StepRecorder(EvalPasses):
 
     def start(self, index: int) -> None:
         """Begin recording step ``index`` (the callbacks' form of ``with recorder.step(index)``)."""
+        self._end_cut_step()
         if self.wants(index):
             self.count = index + 1
             rec = self._recording(index)
@@ -263,27 +267,6 @@ class StepRecorder(EvalPasses):
         if self._active is not rec or self.closed:  # a signal's handler ended the step or closed the recorder
             self._discard(rec, RuntimeError("the recorder was closed as the step began"))  # what began meanwhile
 
-    def orphaned(self) -> bool:
-        """Whether the loop this recorder records (``loop_alive``, when an integration knows it) has ended."""
-        alive = self.loop_alive
-        return alive is not None and not alive()
-
-    def stale(self) -> bool:
-        """Whether a step is being recorded and the loop that began it has ended (:mod:`.holder`): a step
-        takes its recorder's ``loop_alive``, which changes only once the recorder is closed."""
-        return self._active is not None and self.orphaned()
-
-    def end_stale(self) -> None:
-        """End a stale step unrecorded and release the folder: its loop will never end it."""
-        index = self._active.index
-        self.abort()  # first: a warning taken as an error (-W error) must not leave the step open
-        self.close()
-        notice(f"fusedce-profile: step {index} is not recorded: the training loop that began it ended (an "
-               f"exception left it); {one_line(self.out)} is released", stacklevel=3)
-
-    def _ended_if_stale(self) -> bool:
-        return self.stale() and (self.end_stale() or True)  # a stale step ended: True
-
     def _start(self, rec: StepRecording) -> None:
         from fusedce_profiler.instrument.snapshot import SnapshotRecorder
         from fusedce_profiler.instrument.tracing.trace import StepTracer
@@ -320,7 +303,8 @@ class StepRecorder(EvalPasses):
     def _discard(self, rec: StepRecording, exc: BaseException) -> None:
         """End ``rec`` without reading what it measured (each part told ``exc``, so none analyses): a step that
         failed, or a stale one ended from another thread, whose profiler events that thread cannot read. Parts stay
-        named: a step's start cut by a signal may enter them after this, and is discarded again (:meth:`_begin`)."""
+        named: a step's start cut by a signal may enter them after this, and is discarded again (:meth:`_begin`);
+        stopping one twice is harmless."""
         rec.remove_hooks()
         for part in (rec.meter, rec.tracer):
             if part is not None:
@@ -329,7 +313,8 @@ class StepRecorder(EvalPasses):
         if rec.snapshot is not None:
             with contextlib.suppress(Exception):
                 torch.cuda.memory._record_memory_history(enabled=None)
-        self._active = None if self._active is rec else self._active
+        if self._active is rec:
+            self._active = None
         holder.release(self)  # another recorder of this process may record
         self._done.add(rec.index)
 

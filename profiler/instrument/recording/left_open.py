@@ -1,0 +1,58 @@
+"""Recorded steps that nothing will end: what began them is over, and they are ended unrecorded.
+
+Two ways a step is left open, each found at the first moment the recorder can tell:
+
+- *stale*: an integration told the recorder which loop it records in (``loop_alive``: Hugging Face's
+  ``Trainer.train``, which gives callbacks no event when a step raises), and that loop has ended. The
+  process's one recording (:mod:`.holder`) and the folder are then given up, the step ended unrecorded.
+- *cut*: a signal's exception (Ctrl-C) landed as a ``with recorder.step():`` block was left (or as
+  ``finish()`` was called), before the step's end ran any of its code (at the entry of ``__exit__``: no
+  ``try`` can be there yet), and the loop went on. Steps of one thread do not nest, so a step of this thread
+  still open when its next ``step()`` or ``start()`` is asked for is such a step: ended unrecorded there,
+  before its profiler and hooks measure the steps after it. (A ``close()`` before any next step ends it as
+  recorded, as it ends a step a signal's handler closes the recorder in: the two cannot be told apart.)
+
+Public API: :class:`LeftOpenSteps` (a part of :class:`~fusedce_profiler.instrument.recording.recorder.StepRecorder`).
+"""
+from __future__ import annotations
+
+import threading
+
+from fusedce_profiler.instrument.recording.notice import notice
+from fusedce_profiler.instrument.text import one_line
+
+
+class LeftOpenSteps:
+    """A recorder's left-open steps. The recorder provides ``_active`` (the step being recorded, a
+    :class:`~fusedce_profiler.instrument.recording.phases.StepRecording`), ``loop_alive``, ``out``,
+    :meth:`abort`, :meth:`close` and :meth:`_discard`."""
+
+    def orphaned(self) -> bool:
+        """Whether the loop this recorder records (``loop_alive``, when an integration knows it) has ended."""
+        alive = self.loop_alive
+        return alive is not None and not alive()
+
+    def stale(self) -> bool:
+        """Whether a step is being recorded and the loop that began it has ended (:mod:`.holder`): a step
+        takes its recorder's ``loop_alive``, which changes only once the recorder is closed."""
+        return self._active is not None and self.orphaned()
+
+    def end_stale(self) -> None:
+        """End a stale step unrecorded and release the folder: its loop will never end it."""
+        index = self._active.index
+        self.abort()  # first: a warning taken as an error (-W error) must not leave the step open
+        self.close()
+        notice(f"fusedce-profile: step {index} is not recorded: the training loop that began it ended (an "
+               f"exception left it); {one_line(self.out)} is released", stacklevel=3)
+
+    def _ended_if_stale(self) -> bool:
+        return self.stale() and (self.end_stale() or True)  # a stale step ended: True
+
+    def _end_cut_step(self) -> None:
+        """Before this thread's next step: end unrecorded a step of its own that was left without being ended
+        (another thread's step, recording meanwhile, is that thread's to end)."""
+        cut = self._active
+        if cut is not None and cut.thread == threading.get_ident():
+            notice(f"fusedce-profile: step {cut.index} is not recorded: it was left without being ended (a signal "
+                   "as its `with` block or `finish()` began?)", stacklevel=3)
+            self._discard(cut, RuntimeError("the step's end was cut"))
