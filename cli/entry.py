@@ -35,7 +35,13 @@ def command_starting() -> None:
     SIGTERM and SIGHUP to one raising :class:`~fusedce_profile.signals.Terminated` / ``HungUp``. The
     command line calls it first thing once it has parsed the command and is about to run it (its
     top-level callback); a no-op where :func:`main` did not install the start-up handlers (the
-    command line run inside another program keeps that program's handlers)."""
+    command line run inside another program keeps that program's handlers).
+
+    NumPy is imported first, while a signal still ends the process in one line: torch's start-up (its C
+    module) imports NumPy and drops whatever that import raised, so a Ctrl-C or SIGTERM landing in those
+    0.1 s was swallowed and left NumPy half-imported, for a traceback in the report's plots later."""
+    import numpy  # noqa: F401
+
     from fusedce_profile.signals import raise_terminated
 
     while _previous:
