@@ -80,3 +80,35 @@ def test_a_signal_while_a_user_module_is_checked_is_one_line_and_leaves_nothing(
     assert err.strip() == f"fusedce-profile: stopped by {name} before the command had anything to keep", (out, err)
     assert not (tmp_path / "never").exists()
     assert list(scratch.iterdir()) == []
+
+
+_NUMPY_CUT = """
+import builtins, os, signal, sys
+from fusedce_cli import entry
+
+entry._previous[signal.SIGINT] = signal.signal(signal.SIGINT, entry._stop_while_starting)  # as main() does
+real_import = builtins.__import__
+
+def cut(name, *args, **kwargs):
+    if name == "numpy" and "numpy" not in sys.modules:  # a Ctrl-C as NumPy's import begins
+        os.kill(os.getpid(), signal.SIGINT)
+    return real_import(name, *args, **kwargs)
+
+builtins.__import__ = cut
+entry.command_starting()
+import torch
+print("ran on; numpy whole:", hasattr(sys.modules.get("numpy"), "subtract"))
+"""
+
+
+def test_a_signal_while_numpy_is_imported_ends_the_start_in_one_line():
+    """torch's start-up imports NumPy from its C module and drops whatever that import raised: a Ctrl-C landing
+    there was swallowed (the command ran on, or its report failed on a half-imported NumPy, exit 1). NumPy is
+    imported before the command has the signals, so the start-up handler ends it."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _NUMPY_CUT], capture_output=True, text=True, timeout=120,
+                          env=cli_env())
+    assert done.returncode == 130, (done.stdout, done.stderr)
+    assert done.stderr.strip() == "fusedce-profile: stopped by Ctrl-C while starting; nothing was run"
