@@ -143,8 +143,11 @@ class StepRecorder(EvalPasses, LeftOpenSteps):
 
     # -- the public per-step API ------------------------------------------------------------
     def step(self, index: int | None = None):
-        """The context of one step: records it if its index is in ``steps``, else :data:`NOOP`. ``index``: the
-        step's 0-based index (default: the number of earlier :meth:`step` calls)."""
+        """The context of one step: records it if its index is in ``steps``, else :data:`NOOP`.
+
+        ``index``: the step's 0-based index (default: the number of earlier :meth:`step` calls). A step of this
+        thread still open (its end cut by a signal: :mod:`.left_open`) is ended unrecorded first.
+        """
         index = self.count if index is None else int(index)
         self.count = index + 1
         self._end_cut_step()
