@@ -27,12 +27,14 @@ from typing import Callable
 
 class _Hold:
     """One taking of the recording: a weak reference to its recorder, a new object each time (a recorder's
-    ``weakref.ref`` is one cached object, so a recorder used by two threads would take it twice)."""
+    ``weakref.ref`` is one cached object, so a recorder used by two threads would take it twice), and the
+    thread that took it."""
 
-    __slots__ = ("recorder",)
+    __slots__ = ("recorder", "thread")
 
     def __init__(self, recorder) -> None:
         self.recorder = weakref.ref(recorder)
+        self.thread = threading.get_ident()
 
 
 _HOLDER: dict[str, _Hold] = {}
@@ -60,20 +62,23 @@ def records_here() -> bool:
 
 
 def take(recorder) -> bool:
-    """Hold the process's one recording for ``recorder``; ``False`` when another recorder's step,
-    still live, holds it. A holder whose step is stale is ended first (its ``end_stale()``); one
-    collected without giving it back (its reference dead) holds nothing."""
+    """Hold the process's one recording for ``recorder``; ``False`` when a step of another thread, still
+    live, holds it. A holder whose step is stale is ended first (its ``end_stale()``). Taken by this thread
+    itself, which begins another step, the recording is left over: the step it was taken for was left open
+    (its end cut by a signal: that step is ended, ``end_cut_step()``), or was ended and cut as it gave the
+    recording back. One collected without giving it back (its reference dead) holds nothing."""
     mine = _Hold(recorder)
     held = _HOLDER.setdefault(_RECORDING, mine)
     if held is mine:
         return True
     holder = held.recorder()
-    if holder is not None and not holder.stale():
-        return False
-    if holder is not None:
+    if holder is not None and held.thread == threading.get_ident():
+        holder.end_cut_step()
+    elif holder is not None:
+        if not holder.stale():
+            return False
         holder.end_stale()
-    else:
-        _give_back(held)
+    _give_back(held)
     return _HOLDER.setdefault(_RECORDING, mine) is mine
 
 

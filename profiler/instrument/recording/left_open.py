@@ -8,9 +8,10 @@ Two ways a step is left open, each found at the first moment the recorder can te
 - *cut*: a signal's exception (Ctrl-C) landed as a ``with recorder.step():`` block was left (or as
   ``finish()`` was called), before the step's end ran any of its code (at the entry of ``__exit__``: no
   ``try`` can be there yet), and the loop went on. Steps of one thread do not nest, so a step of this thread
-  still open when its next ``step()`` or ``start()`` is asked for is such a step: ended unrecorded there,
-  before its profiler and hooks measure the steps after it. (A ``close()`` before any next step ends it as
-  recorded, as it ends a step a signal's handler closes the recorder in: the two cannot be told apart.)
+  still open when its next ``step()`` or ``start()`` is asked for (of this recorder or another) is such a step:
+  ended unrecorded there, before its profiler and hooks measure the steps after it. (A ``close()`` before any
+  next step ends it as recorded, as it ends a step a signal's handler closes the recorder in: the two cannot be
+  told apart.) A step asked for inside another of the same thread ends that one likewise.
 
 Public API: :class:`LeftOpenSteps` (a part of :class:`~fusedce_profiler.instrument.recording.recorder.StepRecorder`).
 """
@@ -24,8 +25,8 @@ from fusedce_profiler.instrument.text import one_line
 
 class LeftOpenSteps:
     """A recorder's left-open steps. The recorder provides ``_active`` (the step being recorded, a
-    :class:`~fusedce_profiler.instrument.recording.phases.StepRecording`), ``loop_alive``, ``out``,
-    :meth:`abort`, :meth:`close` and :meth:`_discard`."""
+    :class:`~fusedce_profiler.instrument.recording.phases.StepRecording`), ``loop_alive``, ``out``, ``records``,
+    :meth:`abort`, :meth:`close` and :meth:`_end`."""
 
     def orphaned(self) -> bool:
         """Whether the loop this recorder records (``loop_alive``, when an integration knows it) has ended."""
@@ -48,11 +49,18 @@ class LeftOpenSteps:
     def _ended_if_stale(self) -> bool:
         return self.stale() and (self.end_stale() or True)  # a stale step ended: True
 
-    def _end_cut_step(self) -> None:
-        """Before this thread's next step: end unrecorded a step of its own that was left without being ended
-        (another thread's step, recording meanwhile, is that thread's to end)."""
+    def end_cut_step(self) -> None:
+        """Before this thread's next step (of this recorder or another: :func:`.holder.take`): end unrecorded a
+        step of its own still open, whose end a signal cut (or that the next one is nested in); another thread's
+        step, recording meanwhile, is that thread's to end. Ended first, said after: a warning taken as an error
+        (``-W error``) must not leave it open; ended by :meth:`_end`, so a ``close()`` meanwhile (a signal's
+        handler) ends nothing more."""
         cut = self._active
-        if cut is not None and cut.thread == threading.get_ident():
-            notice(f"fusedce-profile: step {cut.index} is not recorded: it was left without being ended (a signal "
-                   "as its `with` block or `finish()` began?)", stacklevel=3)
-            self._discard(cut, RuntimeError("the step's end was cut"))
+        if cut is None or cut.thread != threading.get_ident():
+            return
+        try:
+            self._end(cut, ok=False)
+        finally:  # said once it is ended, also when a signal cuts the ending (not if a close() meanwhile wrote it)
+            if self._active is not cut and not any(record.step == cut.index for record in self.records[-1:]):
+                notice(f"fusedce-profile: step {cut.index} is not recorded: it was still open as this thread's next "
+                       "step began (its end cut by a signal, or steps nested)", stacklevel=4)

@@ -150,22 +150,24 @@ class StepRecorder(EvalPasses, LeftOpenSteps):
         """
         index = self.count if index is None else int(index)
         self.count = index + 1
-        self._end_cut_step()
+        self.end_cut_step()
         return self._recording(index) if self.wants(index) else NOOP
 
     def wants(self, index: int) -> bool:
         """Whether step ``index`` would be recorded (for integrations starting and ending it apart).
         A requested step that a closed recorder will not record is said once, in a warning."""
         requested = self.enabled and index in self.steps and index not in self._done
-        if requested and self.closed:
+        active = self._active
+        if requested and (self.closed or active is not None):
             self._done.add(index)
-            notice(f"fusedce-profile: step {index} is not recorded: {self.closed} (a new StepRecorder records "
-                   "again)", stacklevel=3)
-        return requested and not self.closed and self._active is None
+            why = self.closed and f"{self.closed} (a new StepRecorder records again)" or \
+                f"this StepRecorder is recording step {active.index} in another thread (one step at a time)"
+            notice(f"fusedce-profile: step {index} is not recorded: {why}", stacklevel=3)
+        return requested and not self.closed and active is None
 
     def start(self, index: int) -> None:
         """Begin recording step ``index`` (the callbacks' form of ``with recorder.step(index)``)."""
-        self._end_cut_step()
+        self.end_cut_step()
         if self.wants(index):
             self.count = index + 1
             rec = self._recording(index)
@@ -284,12 +286,12 @@ class StepRecorder(EvalPasses, LeftOpenSteps):
         rec.reserved_at_start, rec.max_reserved_before = self.reserved_now()
         rec.started = time.perf_counter()
         self._active = rec
+        if self.trace:  # before the hooks: the profiler's first start imports torch._dynamo, which would keep
+            rec.tracer = StepTracer().__enter__()  # the backward wrappers (and the model) for good
         rec.install(self.model, self._head, self._norm, self._embedding)
         if device.type == "cuda" and self.snapshot:
             rec.snapshot = SnapshotRecorder(device)
             rec.snapshot.start()
-        if self.trace:
-            rec.tracer = StepTracer().__enter__()
         if device.type == "cuda":
             rec.meter = CudaPhaseMeter(device)
         elif rec.tracer is not None:
