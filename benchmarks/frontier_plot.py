@@ -1,13 +1,13 @@
 """The frontier run as one figure: a panel per case, every implementation at (peak extra, median time).
 
-Reads a run's ``frontier.jsonl`` (:mod:`benchmarks.frontier`) and draws it with the report's frontier
+Reads a run's ``frontier.jsonl`` (:mod:`benchmarks.frontier`; several: a run split over processes) and draws it with the report's frontier
 plot (:func:`fusedce_reports.plots.frontier.draw_frontier`, a panel for every case and token count):
 the Pareto set ringed and joined, points that failed parity hollow, the gradient floor dashed. A pure
 function of the stored cells, so the committed figure is rebuilt without a GPU::
 
-    python3 benchmarks/frontier_plot.py benchmarks/results/<run>/frontier/frontier.jsonl -o frontier.png
+    python3 benchmarks/frontier_plot.py benchmarks/results/<run>/frontier/frontier.jsonl [more.jsonl] -o frontier.png
 
-Exit status 0; 2 when the file is missing or holds no measured cell.
+Exit status 0; 2 when a file is missing or none holds a measured cell.
 """
 from __future__ import annotations
 
@@ -25,26 +25,28 @@ from fusedce_reports.plots.frontier import draw_frontier
 from fusedce_reports.plots.style import DPI, styled
 
 
-def plot_run(jsonl: Path, png: Path) -> Path | None:
-    """Draw every case of ``jsonl`` into ``png``; ``None`` (nothing written) when no cell was measured
-    (cells that failed, ran out of memory or were skipped are kept: the plot says which)."""
-    cells = [cell for case in read_cases(jsonl).values() for cell in case]
+def plot_run(jsonl: Path | list[Path], png: Path) -> Path | None:
+    """Draw every case of ``jsonl`` (one file, or several) into ``png``; ``None`` (nothing written) when no cell
+    was measured (cells that failed, ran out of memory or were skipped are kept: the plot says which)."""
+    files = jsonl if isinstance(jsonl, list) else [jsonl]
+    cells = [cell for one in files for case in read_cases(one).values() for cell in case]
     figure = styled(draw_frontier)(results_frame(cells), every_size=True) if cells else None
     return None if figure is None else save_figure(figure, png, dpi=DPI)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Draw a frontier run's cells as one time–memory figure.")
-    parser.add_argument("jsonl", type=Path, help="the run's frontier.jsonl (benchmarks/frontier.py)")
+    parser.add_argument("jsonl", type=Path, nargs="+", help="the run's frontier.jsonl (benchmarks/frontier.py)")
     parser.add_argument("-o", "--output", type=Path, required=True, help="the PNG to write")
     args = parser.parse_args(argv)
-    if not args.jsonl.is_file():
-        print(f"frontier_plot.py: jsonl: {args.jsonl} is not a file (expected a run's frontier.jsonl)",
+    missing = [str(path) for path in args.jsonl if not path.is_file()]
+    if missing:
+        print(f"frontier_plot.py: jsonl: {', '.join(missing)} is not a file (expected a run's frontier.jsonl)",
               file=sys.stderr)
         return 2
     written = plot_run(args.jsonl, args.output)
     if written is None:
-        print(f"frontier_plot.py: jsonl: {args.jsonl} holds no measured cell", file=sys.stderr)
+        print(f"frontier_plot.py: jsonl: {', '.join(map(str, args.jsonl))} holds no measured cell", file=sys.stderr)
         return 2
     print(f"wrote {written}")
     return 0

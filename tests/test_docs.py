@@ -5,6 +5,7 @@ from the files they cite."""
 from __future__ import annotations
 
 import inspect
+import json
 import re
 import subprocess
 import sys
@@ -97,12 +98,17 @@ def test_the_benchmarks_page_quotes_the_files_it_names():
     assert "took 182 s on the H200" in text
     assert "92 of 110 cells in 228 s" in (REPO / "benchmarks/results/README.md").read_text()
     assert "228 s on the H200" in text
-    stored = REPO / "benchmarks/results/frontier-h200-2026-12-07"
-    runs = "".join((stored / f"{run}/goals.md").read_text() for run in ("frontier", "frontier-nemo"))
+    stored = REPO / "benchmarks/results/frontier-h100-2026-12-07"
+    runs = "".join((stored / f"{run}/goals.md").read_text() for run in ("frontier", "frontier-rest"))
     table = [line for line in _text("benchmarks.md").splitlines() if line.startswith("| ") and "×" in line]
     assert len(table) == 11
     for row in table:  # every row of the page's frontier table is its stored run's, word for word
         assert row in runs, row
+    assert "(0.002491 against 0.002480; Liger 0.002490)" in text  # the soft-capped case's grad_h errors, below
+    cells = [json.loads(line) for line in (stored / "frontier-rest/frontier.jsonl").read_text().splitlines()]
+    soft = {c["spec"]["backend"]: c["parity"]["grad_hidden"] for c in cells
+            if c.get("kind") == "cell" and c["case"].startswith("Gemma-2-2B, soft-cap")}
+    assert [round(soft[b], 6) for b in ("fusedce", "torch", "liger")] == [0.002491, 0.00248, 0.00249]
     for line in (line for block in fenced_blocks(_text("benchmarks.md"), "bash") for line in block.splitlines()):
         script = re.match(r"python (benchmarks/\S+\.py)", line)
         if script:
