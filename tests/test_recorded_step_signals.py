@@ -398,3 +398,48 @@ def test_the_first_traced_step_of_a_process_keeps_no_model_alive(tmp_path):
     done = subprocess.run([sys.executable, "-c", _FIRST_TRACED_STEP.format(folder=str(tmp_path / "r"))],
                           capture_output=True, text=True, timeout=300)
     assert done.stdout.strip().splitlines()[-1:] == ["model kept: False"], (done.stdout, done.stderr[-2000:])
+
+
+def test_asking_whether_a_step_would_be_recorded_from_another_thread_changes_nothing(tmp_path):
+    """``wants()`` is a question: asked from another thread while a step records, it marked the step asked about
+    as not recorded, so that step, when it came, was not recorded."""
+    import threading
+
+    recorder = StepRecorder(WrappedHeadLM(), tmp_path / "r", steps=(0, 1), trace=False, snapshot=False,
+                            report=False)
+    answers = []
+    with recorder.step(0):
+        asking = threading.Thread(target=lambda: answers.append(recorder.wants(1)))
+        asking.start()
+        asking.join()
+        _loss(recorder.model, _batch(0)).backward()
+    with recorder.step(1):
+        _loss(recorder.model, _batch(1)).backward()
+    recorder.close()
+    assert answers == [False] and [record.step for record in recorder.records] == [0, 1]
+
+
+def test_a_handler_that_records_a_step_as_this_thread_s_step_starts_leaves_that_step_its_recording(tmp_path,
+                                                                                                   monkeypatch):
+    """A handler running a recorded step of another recorder, landing as this thread's step was being started
+    (the recording taken, the step not yet the active one), took the recording from it: the step ran without it,
+    so a third recorder could record at the same time (a crash). The handler's step is refused now."""
+    first, second = _recorder(tmp_path / "first"), _recorder(tmp_path / "second")
+
+    def record_in_handler(number, frame):
+        _one_step(second)
+
+    monkeypatch.setattr(MemoryMeter, "__enter__", _signalled(MemoryMeter.__enter__, signal.SIGUSR1))
+    previous = signal.signal(signal.SIGUSR1, record_in_handler)
+    try:
+        with pytest.warns(RuntimeWarning, match="another StepRecorder is recording a step"):
+            with first.step():
+                monkeypatch.undo()
+                assert holder.holds(first)
+                _loss(first.model, _batch(0)).backward()
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+    assert not holder.holds(first)  # given back as the step ended (its measurement, cut by the handler's own
+    first.close()                   # backward, is lost: docs/run-folders.md)
+    second.close()
+    assert second.records == [] and _recording_is_off() and _free(tmp_path / "first") and _free(tmp_path / "second")

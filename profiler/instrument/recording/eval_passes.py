@@ -1,6 +1,6 @@
 """The evaluation passes a recorder notes between its recorded steps (a Lightning sanity check or validation,
 a Hugging Face evaluation): the memory the CUDA device had reserved before and after each, so the report can
-say where a pass, not a training step, set the process's peak.
+say where a pass, not a training step, set the process's peak; and the model's device, which both read.
 
 Public API: :class:`EvalPasses` (a part of :class:`~fusedce_profiler.instrument.recording.recorder.StepRecorder`).
 """
@@ -12,9 +12,19 @@ from fusedce_profiler.instrument.recording.records import EvalPass
 
 
 class EvalPasses:
-    """A recorder's evaluation passes: ``passes`` (:class:`EvalPass`, in order) and the one open now. The
-    recorder provides ``enabled``, ``closed``, ``passes``, ``_open_pass`` and ``device`` (None: the model
-    cannot list its parameters)."""
+    """A recorder's evaluation passes: ``passes`` (:class:`EvalPass`, in order) and the one open now, and the
+    model's :attr:`device`, which they read. The recorder provides ``model``, ``enabled``, ``closed``, ``passes``
+    and ``_open_pass``."""
+
+    @property
+    def device(self) -> torch.device | None:
+        """The device of the model's first parameter (the CPU without one); None when the model cannot
+        list them (its ``parameters()`` raised): then no step is recorded, and the training goes on."""
+        try:
+            param = next(self.model.parameters(), None)
+        except Exception:  # noqa: BLE001 - the user's model: profiling never stops its training
+            return None
+        return param.device if param is not None else torch.device("cpu")
 
     def reserved_now(self) -> tuple[int | None, int | None]:
         """(reserved, highest reserved) bytes of the model's CUDA device now; (None, None) off CUDA."""

@@ -66,13 +66,16 @@ def take(recorder) -> bool:
     live, holds it. A holder whose step is stale is ended first (its ``end_stale()``). Taken by this thread
     itself, which begins another step, the recording is left over: the step it was taken for was left open
     (its end cut by a signal: that step is ended, ``end_cut_step()``), or was ended and cut as it gave the
-    recording back. One collected without giving it back (its reference dead) holds nothing."""
+    recording back — unless that recorder is starting or ending a step right now (``busy()``: this is a signal's
+    handler inside it). One collected without giving it back (its reference dead) holds nothing."""
     mine = _Hold(recorder)
     held = _HOLDER.setdefault(_RECORDING, mine)
     if held is mine:
         return True
     holder = held.recorder()
     if holder is not None and held.thread == threading.get_ident():
+        if holder.busy():  # a signal's handler, inside the step that holds it as it starts or ends: still in use
+            return False
         holder.end_cut_step()
     elif holder is not None:
         if not holder.stale():

@@ -61,6 +61,8 @@ class LeftOpenSteps:
         try:
             self._end(cut, ok=False)
         finally:  # said once it is ended, also when a signal cuts the ending (not if a close() meanwhile wrote it)
-            if self._active is not cut and not any(record.step == cut.index for record in self.records[-1:]):
+            last = self.records[-1] if self.records else None  # no call: a signal cannot land before the warning
+            if self._active is not cut and (last is None or last.step != cut.index):
                 notice(f"fusedce-profile: step {cut.index} is not recorded: it was still open as this thread's next "
-                       "step began (its end cut by a signal, or steps nested)", stacklevel=4)
+                       "step began (its end cut by a signal, or one step inside another: two recorders in one loop)",
+                       stacklevel=4)

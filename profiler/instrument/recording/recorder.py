@@ -32,6 +32,7 @@ unrecorded, with a warning. On a distributed run only rank 0 records. Public API
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from pathlib import Path
 from typing import Callable, Iterable
@@ -96,6 +97,7 @@ class StepRecorder(EvalPasses, LeftOpenSteps):
         self._head = self._norm = self._embedding = None
         self._lock = None
         self._ending = False  # a step is being ended and written: a close() meanwhile (a signal's) waits for it
+        self._starting = False  # a step is being started (the recording taken, the hooks and meters put in place)
         self.loop_alive: Callable[[], bool] | None = None  # an integration's holder.loop_probe: the loop it records
         self._stored: int | None = None  # lines of recorded_steps.jsonl, once counted
         self.closed: bool | str = False  # once closed, why it records no more (a callback then makes a new one)
@@ -151,28 +153,39 @@ class StepRecorder(EvalPasses, LeftOpenSteps):
         index = self.count if index is None else int(index)
         self.count = index + 1
         self.end_cut_step()
-        return self._recording(index) if self.wants(index) else NOOP
+        if self.wants(index):
+            return self._recording(index)
+        self._refused(index)
+        return NOOP
 
     def wants(self, index: int) -> bool:
         """Whether step ``index`` would be recorded (for integrations starting and ending it apart).
         A requested step that a closed recorder will not record is said once, in a warning."""
         requested = self.enabled and index in self.steps and index not in self._done
-        active = self._active
-        if requested and (self.closed or active is not None):
+        if requested and self.closed:
             self._done.add(index)
-            why = self.closed and f"{self.closed} (a new StepRecorder records again)" or \
-                f"this StepRecorder is recording step {active.index} in another thread (one step at a time)"
-            notice(f"fusedce-profile: step {index} is not recorded: {why}", stacklevel=3)
-        return requested and not self.closed and active is None
+            notice(f"fusedce-profile: step {index} is not recorded: {self.closed} (a new StepRecorder records "
+                   "again)", stacklevel=3)
+        return requested and not self.closed and self._active is None
+
+    def _refused(self, index: int) -> None:
+        """Step ``index``, requested, begins while another thread's step records: not recorded, said once."""
+        active = self._active
+        if index in self.steps and index not in self._done and active is not None and not self.closed \
+                and self.enabled and active.thread != threading.get_ident():
+            self._done.add(index)
+            notice(f"fusedce-profile: step {index} is not recorded: this StepRecorder is recording step "
+                   f"{active.index} in another thread (one step at a time)", stacklevel=4)
 
     def start(self, index: int) -> None:
         """Begin recording step ``index`` (the callbacks' form of ``with recorder.step(index)``)."""
         self.end_cut_step()
-        if self.wants(index):
-            self.count = index + 1
-            rec = self._recording(index)
-            if rec is not NOOP:
-                self._begin(rec)
+        if not self.wants(index):
+            return self._refused(index)
+        self.count = index + 1
+        rec = self._recording(index)
+        if rec is not NOOP:
+            self._begin(rec)
 
     def finish(self, loss: float | None = None) -> RecordedStep | None:
         """End the recording begun by :meth:`start`; returns its record (``None`` if none)."""
@@ -209,17 +222,6 @@ class StepRecorder(EvalPasses, LeftOpenSteps):
         if self._active is not None and self._active.shape is None:
             self._active.shape = batch_shape(batch)
 
-    # -- the model's device (evaluation passes: EvalPasses) ------------------------------------
-    @property
-    def device(self) -> torch.device | None:
-        """The device of the model's first parameter (the CPU without one); None when the model cannot
-        list them (its ``parameters()`` raised): then no step is recorded, and the training goes on."""
-        try:
-            param = next(self.model.parameters(), None)
-        except Exception:  # noqa: BLE001 - the user's model: profiling never stops its training
-            return None
-        return param.device if param is not None else torch.device("cpu")
-
     # -- internals ------------------------------------------------------------------------------
     def _recording(self, index: int) -> StepRecording | contextlib.nullcontext:
         device = self.device
@@ -249,12 +251,19 @@ class StepRecorder(EvalPasses, LeftOpenSteps):
         self._norm = find_final_norm(self.model, self._head)
         self._embedding = find_embedding(self.model, self.vocab)
 
+    def busy(self) -> bool:
+        """Whether a step is being started or ended now (a signal's handler then runs inside it: holder.take)."""
+        return self._starting or self._ending
+
     def _begin(self, rec: StepRecording) -> None:
+        self._starting = True
         try:
             self._take_and_start(rec)
         except BaseException:  # a signal's, which may cut a discarding before it gave the recording back
             holder.release(self)
             raise
+        finally:
+            self._starting = False
 
     def _take_and_start(self, rec: StepRecording) -> None:
         try:  # from the taking on: a signal landing as the recording is taken gives it back (_discard)
