@@ -369,8 +369,8 @@ def test_a_step_asked_from_another_thread_while_one_records_is_said_not_recorded
         thread.start()
         thread.join()
     recorder.close()
-    assert said == ["fusedce-profile: step 1 is not recorded: this StepRecorder is recording step 0 in another "
-                    "thread (one step at a time)"]
+    assert said == ["fusedce-profile: step 1 is not recorded: this StepRecorder was recording step 0 (one step at "
+                    "a time)"]
     assert [record.step for record in recorder.records] == [0] and recorder.unreached() == []
 
 

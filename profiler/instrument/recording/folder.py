@@ -6,7 +6,8 @@ summary and environment a recording would replace) nor a folder inside a run's (
 would remove it), a recording already there replaced only
 with ``force`` and added to only with ``append``.
 
-Public API: :func:`absolute_folder`, :func:`take_folder`, :class:`RecordingExists`.
+Public API: :func:`absolute_folder`, :func:`take_folder`, :class:`RecordingExists`, :func:`save_environment_once`
+(the environment block, written with the first step recorded).
 """
 from __future__ import annotations
 
@@ -107,3 +108,11 @@ def _remove_recording(steps: Path, snapshots: Path) -> None:
     for old in snapshots.glob("step-*"):
         if old.is_symlink() or old.is_file():
             old.unlink()
+
+
+def save_environment_once(out: Path, first: bool) -> None:
+    """Write ``out``'s environment block with this session's ``first`` record, or where the folder has none."""
+    from fusedce_profiler.instrument.environment import collect_environment, save_environment
+
+    if first or not (out / store.ENVIRONMENT_FILE).is_file():
+        save_environment(out, collect_environment())

@@ -48,7 +48,8 @@ from fusedce_profiler.instrument.recording import holder
 from fusedce_profiler.instrument.recording.arguments import checked_flags, checked_out, checked_steps, checked_subject
 from fusedce_profiler.instrument.recording.assemble import RecordedSubject, build_record
 from fusedce_profiler.instrument.recording.eval_passes import EvalPasses
-from fusedce_profiler.instrument.recording.folder import RecordingExists, absolute_folder, take_folder
+from fusedce_profiler.instrument.recording.folder import (RecordingExists, absolute_folder, save_environment_once,
+                                                         take_folder)
 from fusedce_profiler.instrument.recording.landmarks import batch_shape, find_embedding, find_final_norm, find_head
 from fusedce_profiler.instrument.recording.left_open import LeftOpenSteps
 from fusedce_profiler.instrument.recording.notice import notice
@@ -97,7 +98,7 @@ class StepRecorder(EvalPasses, LeftOpenSteps):
         self._head = self._norm = self._embedding = None
         self._lock = None
         self._ending = False  # a step is being ended and written: a close() meanwhile (a signal's) waits for it
-        self._starting = False  # a step is being started (the recording taken, the hooks and meters put in place)
+        self._starting = 0  # steps being started (the recording taken, hooks and meters put in place): any thread
         self.loop_alive: Callable[[], bool] | None = None  # an integration's holder.loop_probe: the loop it records
         self._stored: int | None = None  # lines of recorded_steps.jsonl, once counted
         self.closed: bool | str = False  # once closed, why it records no more (a callback then makes a new one)
@@ -121,9 +122,10 @@ class StepRecorder(EvalPasses, LeftOpenSteps):
         # said first: a step being ended meanwhile (by another thread, or by this handler's caller) then
         # releases the folder itself once the step is written (_end)
         self.closed = f"this StepRecorder was closed and {one_line(self.out)} released"
-        if self._active is not None and not self._ending:
+        if self._active is not None and not self._ending and not self._starting:  # a start ends its own (below)
             self._end(self._active, ok=True)
-        holder.release(self)  # held with no step open: a signal's handler closed it as a step began
+        if not self._starting:  # a step being started gives it back itself, once it has stopped (_begin)
+            holder.release(self)  # held with no step open
         if not self._ending:
             self._release_folder()
         self.loop_alive = None  # the probe holds the loop's frame, and with it every caller's locals
@@ -153,10 +155,7 @@ class StepRecorder(EvalPasses, LeftOpenSteps):
         index = self.count if index is None else int(index)
         self.count = index + 1
         self.end_cut_step()
-        if self.wants(index):
-            return self._recording(index)
-        self._refused(index)
-        return NOOP
+        return self._recording(index) if self.wants(index) else self._refused(index)
 
     def wants(self, index: int) -> bool:
         """Whether step ``index`` would be recorded (for integrations starting and ending it apart).
@@ -168,20 +167,23 @@ class StepRecorder(EvalPasses, LeftOpenSteps):
                    "again)", stacklevel=3)
         return requested and not self.closed and self._active is None
 
-    def _refused(self, index: int) -> None:
-        """Step ``index``, requested, begins while another thread's step records: not recorded, said once."""
-        active = self._active
-        if index in self.steps and index not in self._done and active is not None and not self.closed \
-                and self.enabled and active.thread != threading.get_ident():
+    def _refused(self, index: int) -> contextlib.nullcontext:
+        """Step ``index`` begins and :meth:`wants` said no (:data:`NOOP`): if it was requested, not recorded, said once
+        (another thread's step was recording; or one was being ended, a signal's handler now running inside it)."""
+        if self.enabled and index in self.steps and index not in self._done and not self.closed:
             self._done.add(index)
-            notice(f"fusedce-profile: step {index} is not recorded: this StepRecorder is recording step "
-                   f"{active.index} in another thread (one step at a time)", stacklevel=4)
+            active = self._active
+            notice(f"fusedce-profile: step {index} is not recorded: this StepRecorder was recording "
+                   f"{f'step {active.index}' if active is not None else 'another step'} (one step at a time)",
+                   stacklevel=4)
+        return NOOP
 
     def start(self, index: int) -> None:
         """Begin recording step ``index`` (the callbacks' form of ``with recorder.step(index)``)."""
         self.end_cut_step()
         if not self.wants(index):
-            return self._refused(index)
+            self._refused(index)
+            return
         self.count = index + 1
         rec = self._recording(index)
         if rec is not NOOP:
@@ -253,17 +255,19 @@ class StepRecorder(EvalPasses, LeftOpenSteps):
 
     def busy(self) -> bool:
         """Whether a step is being started or ended now (a signal's handler then runs inside it: holder.take)."""
-        return self._starting or self._ending
+        return self._starting > 0 or self._ending
 
     def _begin(self, rec: StepRecording) -> None:
-        self._starting = True
+        self._starting += 1  # a count: another thread's start (refused) must not end this one's
         try:
             self._take_and_start(rec)
         except BaseException:  # a signal's, which may cut a discarding before it gave the recording back
             holder.release(self)
             raise
         finally:
-            self._starting = False
+            self._starting -= 1
+            if self.closed and not self._starting:  # closed meanwhile (close() left the recording to the start)
+                holder.release(self)
 
     def _take_and_start(self, rec: StepRecording) -> None:
         try:  # from the taking on: a signal landing as the recording is taken gives it back (_discard)
@@ -278,8 +282,11 @@ class StepRecorder(EvalPasses, LeftOpenSteps):
         except BaseException as exc:  # a signal's KeyboardInterrupt: the step ends unrecorded, the exception goes on
             self._discard(rec, exc)
             raise
-        if self._active is not rec or self.closed:  # a signal's handler ended the step or closed the recorder
-            self._discard(rec, RuntimeError("the recorder was closed as the step began"))  # what began meanwhile
+        if self.closed:  # a signal's handler closed the recorder as the step began: what began is stopped
+            notice(f"fusedce-profile: step {rec.index} is not recorded: closed as it began", stacklevel=4)
+            self._discard(rec, RuntimeError("the recorder was closed as the step began"))
+        elif self._active is not rec:  # a signal's handler ended the step
+            self._discard(rec, RuntimeError("the step was ended as it began"))
 
     def _start(self, rec: StepRecording) -> None:
         from fusedce_profiler.instrument.snapshot import SnapshotRecorder
@@ -382,7 +389,7 @@ class StepRecorder(EvalPasses, LeftOpenSteps):
                 self._stored = store.count_lines(self.out / store.RECORDED_STEPS_FILE)
             append_recorded_step(self.out, record, self._stored)
             self._stored += 1
-            self._save_environment()
+            save_environment_once(self.out, first=not self.records)
             self.records.append(record)
             self.after_record(self.out)
         except Exception as exc:  # noqa: BLE001
@@ -391,9 +398,3 @@ class StepRecorder(EvalPasses, LeftOpenSteps):
 
     def after_record(self, folder: Path) -> None:
         """After each record is written into ``folder`` (a method: a bound one held frees a recorder only at gc)."""
-
-    def _save_environment(self) -> None:
-        from fusedce_profiler.instrument.environment import collect_environment, save_environment
-
-        if not (self.out / store.ENVIRONMENT_FILE).is_file() or len(self.records) == 0:
-            save_environment(self.out, collect_environment())
