@@ -32,7 +32,6 @@ unrecorded, with a warning. On a distributed run only rank 0 records. Public API
 from __future__ import annotations
 
 import contextlib
-import threading
 import time
 from pathlib import Path
 from typing import Callable, Iterable
