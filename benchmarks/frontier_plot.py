@@ -1,9 +1,9 @@
 """The frontier run as one figure: a panel per case, every implementation at (peak extra, median time).
 
-Reads a run's ``frontier.jsonl`` (:mod:`benchmarks.frontier`; several: a run split over processes) and draws it with the report's frontier
-plot (:func:`fusedce_reports.plots.frontier.draw_frontier`, a panel for every case and token count):
-the Pareto set ringed and joined, points that failed parity hollow, the gradient floor dashed. A pure
-function of the stored cells, so the committed figure is rebuilt without a GPU::
+Reads a run's ``frontier.jsonl`` (:mod:`benchmarks.frontier`; several: a run split over processes) and
+draws it with the report's frontier plot (:func:`fusedce_reports.plots.frontier.draw_frontier`, a panel
+for every case and token count): the Pareto set ringed and joined, points that failed parity hollow, the
+gradient floor dashed. A pure function of the stored cells, so the committed figure is rebuilt without a GPU::
 
     python3 benchmarks/frontier_plot.py benchmarks/results/<run>/frontier/frontier.jsonl [more.jsonl] -o frontier.png
 
@@ -25,11 +25,10 @@ from fusedce_reports.plots.frontier import draw_frontier
 from fusedce_reports.plots.style import DPI, styled
 
 
-def plot_run(jsonl: Path | list[Path], png: Path) -> Path | None:
-    """Draw every case of ``jsonl`` (one file, or several) into ``png``; ``None`` (nothing written) when no cell
-    was measured (cells that failed, ran out of memory or were skipped are kept: the plot says which)."""
-    files = jsonl if isinstance(jsonl, list) else [jsonl]
-    cells = [cell for one in files for case in read_cases(one).values() for cell in case]
+def plot_run(jsonl: list[Path], png: Path) -> Path | None:
+    """Draw every case of the ``jsonl`` files into ``png``; ``None`` (nothing written) when no cell was measured
+    (cells that failed, ran out of memory or were skipped are kept: the plot says which)."""
+    cells = [cell for one in jsonl for case in read_cases(one).values() for cell in case]
     figure = styled(draw_frontier)(results_frame(cells), every_size=True) if cells else None
     return None if figure is None else save_figure(figure, png, dpi=DPI)
 

@@ -323,7 +323,8 @@ def test_ctrl_c_as_a_step_is_left_ends_it_unrecorded_at_the_next_step(tmp_path, 
         step(0)
     monkeypatch.undo()
     assert recorder.recording  # nothing can run at a function's entry: the next step ends it
-    with pytest.warns(RuntimeWarning, match="step 0 is not recorded: it was still open as this thread.s next step began"):
+    with pytest.warns(RuntimeWarning,
+                      match="step 0 is not recorded: it was still open as this thread.s next step began"):
         step(1)
     assert _recording_is_off() and not holder.holds(recorder)
     assert [record.step for record in recorder.records] == [1]
