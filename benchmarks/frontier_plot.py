@@ -7,7 +7,7 @@ gradient floor dashed. A pure function of the stored cells, so the committed fig
 
     python3 benchmarks/frontier_plot.py benchmarks/results/<run>/frontier/frontier.jsonl [more.jsonl] -o frontier.png
 
-Exit status 0; 2 when a file is missing or none holds a measured cell.
+Exit status 0; 2 when a file is missing, is not a frontier run's records, or none holds a measured cell.
 """
 from __future__ import annotations
 
@@ -43,7 +43,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"frontier_plot.py: jsonl: {', '.join(missing)} is not a file (expected a run's frontier.jsonl)",
               file=sys.stderr)
         return 2
-    written = plot_run(args.jsonl, args.output)
+    try:
+        written = plot_run(args.jsonl, args.output)
+    except (ValueError, KeyError, TypeError) as exc:  # a line that is not a frontier record
+        print(f"frontier_plot.py: jsonl: not a frontier run's records ({type(exc).__name__}: {exc})", file=sys.stderr)
+        return 2
     if written is None:
         print(f"frontier_plot.py: jsonl: {', '.join(map(str, args.jsonl))} holds no measured cell", file=sys.stderr)
         return 2

@@ -23,6 +23,9 @@ def test_a_missing_or_empty_run_is_one_line_and_exit_2(tmp_path, capsys):
     assert main([str(PARTS[0]), str(tmp_path / "nothing.jsonl"), "-o", str(tmp_path / "f.png")]) == 2
     (tmp_path / "empty.jsonl").write_text('{"kind": "gemm"}\n')
     assert main([str(tmp_path / "empty.jsonl"), "-o", str(tmp_path / "f.png")]) == 2
+    (tmp_path / "garbled.jsonl").write_text('{"kind": "cell", "case"\n')
+    assert main([str(tmp_path / "garbled.jsonl"), "-o", str(tmp_path / "f.png")]) == 2
     errors = capsys.readouterr().err.splitlines()
-    assert len(errors) == 2 and "nothing.jsonl is not a file" in errors[0] and "holds no measured cell" in errors[1]
+    assert len(errors) == 3 and "nothing.jsonl is not a file" in errors[0] and "holds no measured cell" in errors[1]
+    assert "not a frontier run's records (JSONDecodeError" in errors[2]
     assert not (tmp_path / "f.png").exists()
