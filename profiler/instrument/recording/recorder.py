@@ -32,6 +32,7 @@ unrecorded, with a warning. On a distributed run only rank 0 records. Public API
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from pathlib import Path
 from typing import Callable, Iterable
@@ -44,6 +45,7 @@ from fusedce_profiler.instrument.callables import what_it_raised
 from fusedce_profiler.instrument.confined import FolderRefused
 from fusedce_profiler.instrument.protocol import MemoryMeter
 from fusedce_profiler.instrument.recording import holder
+from fusedce_profiler.instrument.recording.admission import NOOP, Admission
 from fusedce_profiler.instrument.recording.arguments import checked_flags, checked_out, checked_steps, checked_subject
 from fusedce_profiler.instrument.recording.assemble import RecordedSubject, build_record
 from fusedce_profiler.instrument.recording.eval_passes import EvalPasses
@@ -57,10 +59,8 @@ from fusedce_profiler.instrument.tensors import tensor_bytes
 from fusedce_profiler.instrument.text import one_line
 from fusedce_profiler.instrument.recording.records import EvalPass, RecordedStep, append_recorded_step
 
-NOOP = contextlib.nullcontext()  #: What :meth:`StepRecorder.step` returns on a step not recorded (reusable, stateless)
 
-
-class StepRecorder(EvalPasses, LeftOpenSteps):
+class StepRecorder(Admission, EvalPasses, LeftOpenSteps):
     """Record the named steps of a training loop into the run folder ``out``.
 
     ``model``: the module being trained (a LightningModule or a wrapper is fine: the LM head is located inside it);
@@ -96,8 +96,7 @@ class StepRecorder(EvalPasses, LeftOpenSteps):
         self._located = False
         self._head = self._norm = self._embedding = None
         self._lock = None
-        self._ending = False  # a step is being ended and written: a close() meanwhile (a signal's) waits for it
-        self._starting = 0  # steps being started (the recording taken, hooks and meters put in place): any thread
+        self._admission_init()
         self.loop_alive: Callable[[], bool] | None = None  # an integration's holder.loop_probe: the loop it records
         self._stored: int | None = None  # lines of recorded_steps.jsonl, once counted
         self.closed: bool | str = False  # once closed, why it records no more (a callback then makes a new one)
@@ -118,31 +117,24 @@ class StepRecorder(EvalPasses, LeftOpenSteps):
 
     def close(self) -> None:
         """End an open recording and release the folder (also done when the process exits)."""
-        # said first: a step being ended meanwhile (by another thread, or by this handler's caller) then
-        # releases the folder itself once the step is written (_end)
-        self.closed = f"this StepRecorder was closed and {one_line(self.out)} released"
-        if self._active is not None and not self._ending and not self._starting:  # a start ends its own (below)
-            self._end(self._active, ok=True)
-        if not self._starting:  # a step being started gives it back itself, once it has stopped (_begin)
-            holder.release(self)  # held with no step open
-        if not self._ending:
-            self._release_folder()
-        self.loop_alive = None  # the probe holds the loop's frame, and with it every caller's locals
-        holder.closed(self)
+        with self._serialised_at_most("closing"):
+            # said first: a step being ended meanwhile (by this handler's caller) then releases the folder itself
+            # once the step is written (_end)
+            self.closed = f"this StepRecorder was closed and {one_line(self.out)} released"
+            if self._active is not None and not self._ending and not self._starting:  # a start ends its own
+                self._end(self._active, ok=True)
+            if not self._starting:  # a step being started gives it back itself, once it has stopped (_begin)
+                holder.release(self)  # held with no step open
+            if not self._ending:
+                self._release_folder()
+            self.loop_alive = None  # the probe holds the loop's frame, and with it every caller's locals
+            holder.closed(self)
 
     def _release_folder(self) -> None:
         lock = self._lock  # forgotten once released: a signal at the release's call leaves it to the next close()
         if lock is not None:
             lock.release()  # once, though a close() and a step's end (another thread's) both come here
             self._lock = None
-
-    def unreached(self) -> list[int]:
-        """The requested steps the run never reached, in order (not those reached but left unrecorded)."""
-        return sorted(s for s in self.steps if s not in self._done and s >= self.count)
-
-    def seen(self, index: int) -> None:
-        """Note that step ``index`` ran (integrations call it for every step, recorded or not)."""
-        self.count = max(self.count, int(index) + 1)
 
     # -- the public per-step API ------------------------------------------------------------
     def step(self, index: int | None = None):
@@ -153,53 +145,41 @@ class StepRecorder(EvalPasses, LeftOpenSteps):
         """
         index = self.count if index is None else int(index)
         self.count = index + 1
-        self.end_cut_step()
-        return self._recording(index) if self.wants(index) else self._refused(index)
-
-    def wants(self, index: int) -> bool:
-        """Whether step ``index`` would be recorded (for integrations starting and ending it apart).
-        A requested step that a closed recorder will not record is said once, in a warning."""
-        requested = self.enabled and index in self.steps and index not in self._done
-        if requested and self.closed:
-            self._done.add(index)
-            notice(f"fusedce-profile: step {index} is not recorded: {self.closed} (a new StepRecorder records "
-                   "again)", stacklevel=3)
-        return requested and not self.closed and self._active is None
-
-    def _refused(self, index: int) -> contextlib.nullcontext:
-        """Step ``index`` begins and :meth:`wants` said no (:data:`NOOP`): if it was requested, not recorded, said once
-        (another thread's step was recording; or one was being ended, a signal's handler now running inside it)."""
-        if self.enabled and index in self.steps and index not in self._done and not self.closed:
-            self._done.add(index)
-            active = self._active
-            notice(f"fusedce-profile: step {index} is not recorded: this StepRecorder was recording "
-                   f"{f'step {active.index}' if active is not None else 'another step'} (one step at a time)",
-                   stacklevel=4)
-        return NOOP
+        with self._serial:
+            self.end_cut_step()
+            return self._recording(index) if self.wants(index) else self._refused(index)
 
     def start(self, index: int) -> None:
         """Begin recording step ``index`` (the callbacks' form of ``with recorder.step(index)``)."""
-        self.end_cut_step()
-        if not self.wants(index):
-            self._refused(index)
-            return
-        self.count = index + 1
-        rec = self._recording(index)
-        if rec is not NOOP:
-            self._begin(rec)
+        with self._serial:
+            self.end_cut_step()
+            if not self.wants(index):
+                self._refused(index)
+                return
+            self.count = index + 1
+            rec = self._recording(index)
+            if rec is not NOOP:
+                self._begin(rec)
 
     def finish(self, loss: float | None = None) -> RecordedStep | None:
-        """End the recording begun by :meth:`start`; returns its record (``None`` if none)."""
-        active = self._active
-        if active is None:
-            return None
-        active.loss = loss if loss is not None else active.loss
-        return self._end(active, ok=True)
+        """End the recording begun by :meth:`start` in this thread; returns its record (``None`` if none: also
+        when called inside the step's own start, by a signal's handler)."""
+        with self._serial:
+            active = self._active
+            if active is None or self._starting:
+                return None
+            if active.thread != threading.get_ident():  # its profiler is that thread's to stop and read
+                notice(f"fusedce-profile: finish() is not for step {active.index}: another thread began it and "
+                       "ends it", stacklevel=3)
+                return None
+            active.loss = loss if loss is not None else active.loss
+            return self._end(active, ok=True)
 
     def abort(self) -> None:
-        """End the recording begun by :meth:`start` without writing it (the step failed)."""
-        if self._active is not None:
-            self._end(self._active, ok=False)
+        """End the recording begun by :meth:`start` without writing it (the step failed; from any thread)."""
+        with self._serialised_at_most("ending a step"):
+            if self._active is not None:
+                self._end(self._active, ok=False)
 
     @property
     def recording(self) -> bool:
@@ -252,21 +232,24 @@ class StepRecorder(EvalPasses, LeftOpenSteps):
         self._norm = find_final_norm(self.model, self._head)
         self._embedding = find_embedding(self.model, self.vocab)
 
-    def busy(self) -> bool:
-        """Whether a step is being started or ended now (a signal's handler then runs inside it: holder.take)."""
-        return self._starting > 0 or self._ending
-
     def _begin(self, rec: StepRecording) -> None:
-        self._starting += 1  # a count: another thread's start (refused) must not end this one's
-        try:
-            self._take_and_start(rec)
-        except BaseException:  # a signal's, which may cut a discarding before it gave the recording back
-            holder.release(self)
-            raise
-        finally:
-            self._starting -= 1
-            if self.closed and not self._starting:  # closed meanwhile (close() left the recording to the start)
+        with self._serial:
+            if self.closed:  # since step() said yes (another thread's close(), or a signal's handler's)
+                self.wants(rec.index)  # which says so, once
+                return
+            if rec.index in self._done or (self._active is not None and not self._starting):  # since step() said
+                self._refused(rec.index, stacklevel=5)  # yes, another thread began a step or recorded this one
+                return
+            self._starting += 1  # a count: a signal's handler may begin another inside this one
+            try:
+                self._take_and_start(rec)
+            except BaseException:  # a signal's, which may cut a discarding before it gave the recording back
                 holder.release(self)
+                raise
+            finally:
+                self._starting -= 1
+                if self.closed and not self._starting:  # closed meanwhile (close() left the recording to the start)
+                    holder.release(self)
 
     def _take_and_start(self, rec: StepRecording) -> None:
         try:  # from the taking on: a signal landing as the recording is taken gives it back (_discard)
@@ -341,20 +324,21 @@ class StepRecorder(EvalPasses, LeftOpenSteps):
     def _end(self, rec: StepRecording, ok: bool) -> RecordedStep | None:
         """End ``rec`` (recorded when ``ok``) and write it; once. A ``close()`` run meanwhile by a signal's
         handler ends nothing more, and the folder is released only once the step is written."""
-        if self._active is not rec or self._ending:
-            return None
-        self._ending = True
-        try:
-            return self._ended(rec, ok)
-        except BaseException as exc:  # a signal's, as the step ended: nothing of the step goes on running
-            if self._active is rec:
-                self._discard(rec, exc)
-            holder.release(self)  # cut after the step let go of it, before it gave the recording back
-            raise
-        finally:
-            self._ending = False
-            if self.closed:  # closed meanwhile: the folder released now the step is written
-                self._release_folder()
+        with self._serial:
+            if self._active is not rec or self._ending:
+                return None
+            self._ending = True
+            try:
+                return self._ended(rec, ok)
+            except BaseException as exc:  # a signal's, as the step ended: nothing of the step goes on running
+                if self._active is rec:
+                    self._discard(rec, exc)
+                holder.release(self)  # cut after the step let go of it, before it gave the recording back
+                raise
+            finally:
+                self._ending = False
+                if self.closed:  # closed meanwhile: the folder released now the step is written
+                    self._release_folder()
 
     def _ended(self, rec: StepRecording, ok: bool) -> RecordedStep | None:
         if not ok or rec.meter is None:  # abandoned, or closed by a signal's handler as it began

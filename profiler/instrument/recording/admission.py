@@ -1,0 +1,89 @@
+"""Which requested steps a recorder records: one at a time, decided under one lock across threads.
+
+A recorder's steps change state in a few places: a step asked for and begun (``step()`` and the
+``with`` block's entry, ``start()``), ended (the block's exit, ``finish()``, ``abort()``, a stale
+or cut step ended), the recorder closed. Each runs whole under the recorder's re-entrant lock
+(:attr:`Admission._serial`), so a change another thread makes meanwhile waits and then sees its
+outcome: a step asked for while another thread's step is being started, recorded or written is not
+recorded, with one warning naming that step — never recorded twice, dropped without a word, or left
+open because its end came while another's was being written. Re-entrant because a signal's handler
+runs in the main thread between two bytecodes, inside whatever that thread was doing: a handler's
+step inside this thread's own start or end is told apart by :meth:`Admission.busy` (:mod:`.holder`).
+
+The lock is held while a step is started and while it is ended and written (the report rendered
+after it included); a step of a recorder used by one thread never waits on it. ``close()`` and
+``abort()``, which also run at exit, wait at most :data:`CLOSE_WAIT_S` for it (a daemon thread
+stopped inside a change must not hang the interpreter's exit).
+
+Public API: :data:`NOOP`, :class:`Admission` (a part of :class:`~fusedce_profiler.instrument.recording.recorder.StepRecorder`).
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+
+from fusedce_profiler.instrument.recording.notice import notice
+
+CLOSE_WAIT_S = 30.0  # longer than a step's start and its end with the report rendered
+NOOP = contextlib.nullcontext()  #: What ``step()`` returns on a step not recorded (reusable, stateless)
+
+
+class Admission:
+    """A recorder's decision which step to record. The recorder provides ``enabled``, ``steps``, ``closed``,
+    ``count``, ``_done`` (the requested steps decided: recorded or said not to be) and ``_active`` (the step being
+    recorded); this part holds ``_serial``, ``_starting`` (starts under way in this recorder: a signal's handler
+    may begin one inside another) and ``_ending`` (a step is being ended and written)."""
+
+    def _admission_init(self) -> None:
+        self._serial = threading.RLock()
+        self._starting = 0
+        self._ending = False
+
+    @contextlib.contextmanager
+    def _serialised_at_most(self, doing: str):
+        """The lock, waited on at most :data:`CLOSE_WAIT_S` (``close()``, ``abort()``: also run at exit); then
+        ``doing`` goes on without it, said once."""
+        got = self._serial.acquire(timeout=CLOSE_WAIT_S)
+        try:
+            if not got:
+                notice(f"fusedce-profile: {doing} while another thread has been starting or ending a step of this "
+                       f"StepRecorder for {CLOSE_WAIT_S:.0f} s: without waiting for it", stacklevel=4)
+            yield
+        finally:
+            if got:
+                self._serial.release()
+
+    def unreached(self) -> list[int]:
+        """The requested steps the run never reached, in order (not those reached but left unrecorded)."""
+        return sorted(s for s in self.steps if s not in self._done and s >= self.count)
+
+    def seen(self, index: int) -> None:
+        """Note that step ``index`` ran (integrations call it for every step, recorded or not)."""
+        self.count = max(self.count, int(index) + 1)
+
+    def wants(self, index: int) -> bool:
+        """Whether step ``index`` would be recorded (for integrations starting and ending it apart).
+        A requested step that a closed recorder will not record is said once, in a warning."""
+        requested = self.enabled and index in self.steps and index not in self._done
+        if requested and self.closed:
+            self._done.add(index)
+            notice(f"fusedce-profile: step {index} is not recorded: {self.closed} (a new StepRecorder records "
+                   "again)", stacklevel=3)
+        return requested and not self.closed and self._active is None
+
+    def _refused(self, index: int, stacklevel: int = 4) -> contextlib.nullcontext:
+        """Step ``index`` begins and :meth:`wants` said no, or another step began since it said yes: if it was
+        requested and is still undecided, not recorded, said once (another thread's step was being recorded; or
+        this thread's was being started or ended, a signal's handler now running inside it). Returns a null
+        context, :data:`NOOP`."""
+        if self.enabled and index in self.steps and index not in self._done and not self.closed:
+            self._done.add(index)
+            active = self._active
+            notice(f"fusedce-profile: step {index} is not recorded: this StepRecorder was recording "
+                   f"{f'step {active.index}' if active is not None else 'another step'} (one step at a time)",
+                   stacklevel=stacklevel)
+        return NOOP
+
+    def busy(self) -> bool:
+        """Whether a step is being started or ended now (a signal's handler then runs inside it: holder.take)."""
+        return self._starting > 0 or self._ending

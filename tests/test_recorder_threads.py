@@ -1,0 +1,198 @@
+"""One recorder used from several threads: a step's start, end and write, ``finish()`` and ``close()`` are each
+whole before another thread's can begin, so a step is recorded once, never dropped without a word, and never
+left open because its end came while another thread's step was being written."""
+from __future__ import annotations
+
+import signal
+import threading
+import time
+import warnings
+
+import pytest
+
+from fusedce_profile import StepRecorder
+from fusedce_profiler.instrument.protocol import MemoryMeter
+from fusedce_profiler.instrument.recording import holder, recorder as recorder_module
+from test_recording import _batch, _loss
+from test_recording_faults import _free, _recording_is_off
+from tests.doctor_models import WrappedHeadLM
+
+pytestmark = pytest.mark.faults  # the fault suite: pytest -m faults
+
+WAIT_S = 20.0  # what a test thread waits for another at most (a stuck test fails, it does not hang)
+
+
+def _recorder(folder, steps=(0, 1)) -> StepRecorder:
+    return StepRecorder(WrappedHeadLM(), folder, steps=steps, trace=False, snapshot=False, report=False)
+
+
+def _train(recorder, index) -> None:
+    _loss(recorder.model, _batch(index)).backward()
+
+
+class _Said:
+    """The fusedce warnings each thread was given (``warnings.catch_warnings`` is not thread-safe: one
+    ``showwarning`` for the whole test, by thread name)."""
+
+    def __init__(self, monkeypatch) -> None:
+        self.by_thread: dict[str, list[str]] = {}
+        monkeypatch.setattr(warnings, "showwarning", self._show)
+        warnings.simplefilter("always")
+
+    def _show(self, message, *args, **kwargs) -> None:
+        if "fusedce" in str(message):
+            self.by_thread.setdefault(threading.current_thread().name, []).append(str(message))
+
+
+def test_a_step_asked_for_while_another_thread_starts_one_waits_for_that_start(tmp_path, monkeypatch):
+    """Thread B asked for a step while A's was being started (its head being located): B's start raced A's, each
+    saw no step active, and what followed depended on where the switch came (a step recorded twice, one dropped
+    without a word, or the recording given away). B now waits for A's start, then is told it is not recorded."""
+    said = _Said(monkeypatch)
+    recorder, locating, go = _recorder(tmp_path / "r"), threading.Event(), threading.Event()
+    real_locate = recorder_module.StepRecorder._locate
+
+    def slow_locate(self):
+        if threading.current_thread().name == "A":
+            locating.set()
+            go.wait(WAIT_S)
+        return real_locate(self)
+
+    monkeypatch.setattr(recorder_module.StepRecorder, "_locate", slow_locate)
+    got = {}
+
+    def a():
+        with recorder.step(0):
+            _train(recorder, 0)
+
+    def b_asks():
+        got["b"] = recorder.step(1)
+    a_thread = threading.Thread(target=a, name="A")
+    b = threading.Thread(target=b_asks, name="B")
+    a_thread.start()
+    assert locating.wait(WAIT_S)
+    b.start()
+    time.sleep(0.3)
+    got["b_waited"] = b.is_alive()
+    go.set()
+    a_thread.join(WAIT_S)
+    b.join(WAIT_S)
+    recorder.close()
+    assert got["b_waited"] and got["b"] is recorder_module.NOOP
+    assert said.by_thread.get("B") == ["fusedce-profile: step 1 is not recorded: this StepRecorder was recording "
+                                       "step 0 (one step at a time)"]
+    assert [r.step for r in recorder.records] == [0] and _recording_is_off() and _free(tmp_path / "r")
+
+
+@pytest.mark.parametrize("form", ["with", "start"])
+def test_a_step_that_ends_while_another_thread_s_is_written_is_ended_and_written(tmp_path, monkeypatch, form):
+    """Thread B's step 0 was being written (its report rendered) when thread C ran step 1: C's end was ignored
+    (the recorder was "ending" B's), so step 1 stayed open — profiler on, ``Tensor.backward`` wrapped, the
+    recording held — until a later warning or close() wrote it with the wrong measurement."""
+    said = _Said(monkeypatch)
+    recorder, writing, go = _recorder(tmp_path / "r"), threading.Event(), threading.Event()
+
+    def slow_write(folder):
+        if threading.current_thread().name == "B":
+            writing.set()
+            go.wait(WAIT_S)
+
+    recorder.after_record = slow_write
+
+    def b():
+        with recorder.step(0):
+            _train(recorder, 0)
+
+    def c():
+        if form == "with":
+            with recorder.step(1):
+                _train(recorder, 1)
+        else:
+            recorder.start(1)
+            _train(recorder, 1)
+            recorder.finish()
+    b_thread, c_thread = threading.Thread(target=b, name="B"), threading.Thread(target=c, name="C")
+    b_thread.start()
+    assert writing.wait(WAIT_S)
+    c_thread.start()
+    time.sleep(0.3)
+    go.set()
+    b_thread.join(WAIT_S)
+    c_thread.join(WAIT_S)
+    open_after = recorder.recording or holder.holds(recorder) or not _recording_is_off()
+    recorder.close()
+    assert not open_after and said.by_thread == {}
+    assert sorted(r.step for r in recorder.records) == [0, 1] and _free(tmp_path / "r")
+
+
+def test_finish_from_another_thread_leaves_that_thread_s_step(tmp_path, monkeypatch):
+    """A ``finish()`` from thread B ended the step thread A had started (reading A's measurement from B, and
+    with tracing a crash at exit); A's own ``finish()`` then found nothing."""
+    said = _Said(monkeypatch)
+    recorder = _recorder(tmp_path / "r")
+    recorder.start(0)
+    got = {}
+
+    def b():
+        recorder.start(1)  # refused: A's step is recording
+        got["b_finish"] = recorder.finish()
+    b_thread = threading.Thread(target=b, name="B")
+    b_thread.start()
+    b_thread.join(WAIT_S)
+    _train(recorder, 0)
+    record = recorder.finish()
+    recorder.close()
+    assert got["b_finish"] is None and record is not None and record.step == 0
+    assert said.by_thread["B"] == [
+        "fusedce-profile: step 1 is not recorded: this StepRecorder was recording step 0 (one step at a time)",
+        "fusedce-profile: finish() is not for step 0: another thread began it and ends it"]
+    assert [r.step for r in recorder.records] == [0] and _recording_is_off() and _free(tmp_path / "r")
+
+
+def test_one_step_asked_for_by_two_threads_is_recorded_once(tmp_path, monkeypatch):
+    """Thread B was given step 0's context, and before it entered it the main thread recorded step 0: B's entry
+    then recorded step 0 a second time (rows [0, 0])."""
+    said = _Said(monkeypatch)
+    recorder, given, entered = _recorder(tmp_path / "r", steps=(0,)), threading.Event(), threading.Event()
+
+    def b():
+        context = recorder.step(0)
+        given.set()
+        entered.wait(WAIT_S)
+        with context:
+            _train(recorder, 0)
+    b_thread = threading.Thread(target=b, name="B")
+    b_thread.start()
+    assert given.wait(WAIT_S)
+    with recorder.step(0):
+        _train(recorder, 0)
+    entered.set()
+    b_thread.join(WAIT_S)
+    recorder.close()
+    rows = (tmp_path / "r" / "recorded_steps.jsonl").read_text().splitlines()
+    assert [r.step for r in recorder.records] == [0] and len(rows) == 1 and said.by_thread == {}
+
+
+def test_finish_called_by_a_handler_inside_the_step_s_start_ends_nothing(tmp_path, monkeypatch):
+    """A signal's handler calling ``finish()`` while the step's meter was starting ended the step half begun:
+    lost, with an internal error as its warning. The start now goes on and the step is recorded."""
+    said = _Said(monkeypatch)
+    recorder, returned = _recorder(tmp_path / "r"), []
+    previous = signal.signal(signal.SIGUSR1, lambda *_: returned.append(recorder.finish()))
+    real_enter, armed = MemoryMeter.__enter__, [True]
+
+    def enter(self):
+        if armed:
+            armed.clear()
+            signal.raise_signal(signal.SIGUSR1)
+        return real_enter(self)
+
+    monkeypatch.setattr(MemoryMeter, "__enter__", enter)
+    try:
+        with recorder.step(0):
+            _train(recorder, 0)
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+    recorder.close()
+    assert returned == [None] and said.by_thread == {}
+    assert [r.step for r in recorder.records] == [0] and _recording_is_off() and _free(tmp_path / "r")
