@@ -13,15 +13,16 @@ from fusedce_cli.usage import usage_errors
 
 def _out_folder(value: Optional[str]) -> Optional[Path]:
     """``--out``'s folder; an empty value (``--out ""``, an unset shell variable) is refused, never
-    read as the current folder."""
-    if value is not None and not value.strip():
+    read as the current folder. The option is typed as text so that no typer version turns ``""``
+    into ``Path(".")`` before this sees it (some pass a ``Path`` here even when told ``parser=str``);
+    what this returns, a ``Path``, is what the command gets."""
+    if value is not None and not str(value).strip():
         raise typer.BadParameter("an empty folder name; give a folder (. for the current one)")
     return None if value is None else Path(value)
 
 
-OutOption = Annotated[Optional[Path], typer.Option(
-    "--out", help="Run folder (default: a new ./fusedce-profile-YYYYmmdd-HHMMSS).", parser=str,
-    callback=_out_folder)]
+OutOption = Annotated[Optional[str], typer.Option(
+    "--out", help="Run folder (default: a new ./fusedce-profile-YYYYmmdd-HHMMSS).", callback=_out_folder)]
 ForceOption = Annotated[bool, typer.Option("--force", help="Replace the previous run in a non-empty --out folder.")]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print a machine-readable summary on stdout.")]
 DeviceOption = Annotated[Optional[str], typer.Option(

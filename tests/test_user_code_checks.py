@@ -267,6 +267,24 @@ def test_an_empty_out_is_refused_not_read_as_the_current_folder(tmp_path, monkey
     assert list(tmp_path.iterdir()) == []
 
 
+def test_out_is_text_until_its_check_whatever_typer_converts():
+    """A typer that converts the value before the option's check (as one on the GPU machine did) passed it
+    a ``Path``: ``'PosixPath' object has no attribute 'strip'``, a traceback for every ``--out``. The option is
+    declared as text now, and the check takes either."""
+    import typing
+
+    from pathlib import Path
+
+    from typer import BadParameter
+
+    from fusedce_cli.options import OutOption, _out_folder
+
+    assert typing.get_args(OutOption)[0] == typing.Optional[str]
+    assert _out_folder(Path("run")) == Path("run") and _out_folder("run") == Path("run") and _out_folder(None) is None
+    with pytest.raises(BadParameter, match="an empty folder name"):
+        _out_folder(" ")
+
+
 def test_a_folder_no_run_wrote_is_refused_with_a_hint_that_works(tmp_path):
     (tmp_path / "thesis.tex").write_text("mine")
     result = CliRunner().invoke(app, [*TINY, "--backend", "torch", "--out", str(tmp_path)])
