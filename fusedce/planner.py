@@ -6,18 +6,19 @@ and O(N) per-token vectors. :func:`budget_bytes` reads it as:
 
 - ``None`` or ``"default"``: a tenth of the floor plus 96 MiB, less 40 bytes a token, at
   least 32 MiB (:func:`default_budget_bytes`): the step stays under 1.1 × floor + 128 MiB.
-- ``"min"``: 5 % of the floor (less the per-token bytes): the step at ≤ 1.05 × floor where
-  the smallest blocks (:mod:`fusedce.block_sizes`: 1024 rows × 1024 columns, or as many logits at
-  more rows) allow it — and where the blocks are not so small that the step becomes host-bound: otherwise the block shape with the fewest bytes of
-  temporaries among those whose modelled time (:mod:`fusedce.time_model`) is within
-  ``MIN_PLANNED_TIME_FACTOR`` of the default plan's. At large heads 5 % of the floor already
-  is; at H = 768, V ≈ 32k it is not (5 % left 264 blocks, ten times the default's step time).
+- ``"min"``: 5 % of the floor, less the per-token bytes and :data:`ALLOCATOR_SLACK_BYTES`: the step
+  at ≤ 1.05 × floor where the smallest blocks (:mod:`fusedce.block_sizes`: 1024 rows × 1024 columns,
+  or as many logits at more rows) allow it — and where the blocks are not so small that the step
+  becomes host-bound: otherwise the block shape with the fewest bytes of temporaries among those
+  whose modelled time (:mod:`fusedce.time_model`) is within ``MIN_PLANNED_TIME_FACTOR`` of the
+  default plan's. At large heads 5 % of the floor already is; at H = 768, V ≈ 32k it is not (5 %
+  left 264 blocks, ten times the default's step time).
 - ``"fast"``: 7/8 of N·V·c bytes, c the compute dtype's size. torch.compile keeps the N×V
   logits in the compute dtype for its backward (its extra memory is N·V·c, measured); a
   point that spends all of that on speed and is still slower is dominated by it, so
   ``"fast"`` stays strictly below it. Where it recomputes at H ≥ 2048, all in bf16 with the tiled kernels,
   the bytes beyond the default plan's block keep logits from forward for backward (:mod:`fusedce.kept_plan`).
-- a float ``f ≥ 1``: a peak of ``f × floor``; (f − 1)·floor less the per-token bytes.
+- a float ``f ≥ 1``: a peak of ``f × floor``; (f − 1)·floor less the per-token bytes and the allocator's slack.
 - an int: bytes, as given.
 
 **Two strategies** (``ChunkPlan.strategy``):
@@ -79,6 +80,10 @@ BASE_BUDGET = 96 * MiB
 PER_TOKEN_BYTES = 40  # the per-token vectors a step holds (statistics, lse, loss, masks)
 MAX_BUDGET_BYTES = 2 ** 62  # a larger budget (10**400 bytes, 1e308 × the floor) is taken as this: no limit
 MIN_FLOOR_FRACTION = 0.05  # "min": temporaries of 5 % of the floor
+# A budget as a share of the floor ("min", a float) is met as the CUDA caching allocator counts a peak: it hands out
+# a cached block whole when splitting it would leave less than 1 MiB, so a peak can count up to 1 MiB beyond its
+# tensors' bytes (one such block measured at the default's and "min"'s peaks: benchmarks/NOTES.md, design 23).
+ALLOCATOR_SLACK_BYTES = MiB
 PRECOMPUTE_MIN_ROWS = 1024
 PRECOMPUTE_MIN_HIDDEN = 2048  # "auto" precomputes only from this H (module docstring)
 ROW_PAD = 64  # elements: a CUDA block's rows are padded to this (see block_row_stride)
@@ -187,11 +192,12 @@ def budget_bytes(memory_budget: int | float | str | None, *, floor: int, n: int,
     if memory_budget is None or memory_budget == "default":
         return default_budget_bytes(floor, n)
     if memory_budget == "min":
-        return max(0, int(MIN_FLOOR_FRACTION * floor) - PER_TOKEN_BYTES * n)
+        return max(0, int(MIN_FLOOR_FRACTION * floor) - PER_TOKEN_BYTES * n - ALLOCATOR_SLACK_BYTES)
     if memory_budget == "fast":
         return max(default_budget_bytes(floor, n), int(FAST_SHARE * n * v * dtype_bytes(compute_dtype)))
     if isinstance(memory_budget, float):  # capped: 1e308 × a floor is no number of bytes
-        return max(0, int(min((memory_budget - 1.0) * floor, MAX_BUDGET_BYTES)) - PER_TOKEN_BYTES * n)
+        return max(0, int(min((memory_budget - 1.0) * floor, MAX_BUDGET_BYTES)) - PER_TOKEN_BYTES * n
+                   - ALLOCATOR_SLACK_BYTES)
     return min(memory_budget, MAX_BUDGET_BYTES)
 
 

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from fusedce.memory_model import predict_peak_bytes
-from fusedce.planner import ChunkPlan, MIN_PLANNED_TIME_FACTOR, default_budget_bytes, gradient_floor_bytes, plan_chunks
+from fusedce.planner import (ALLOCATOR_SLACK_BYTES, ChunkPlan, MIN_PLANNED_TIME_FACTOR, default_budget_bytes,
+                             gradient_floor_bytes, plan_chunks)
 from fusedce.split_plan import SPLIT_TIME_FACTOR
 from fusedce.time_model import HOST_S_PER_BLOCK_PASS, step_seconds
 
@@ -61,11 +62,18 @@ def test_min_stays_within_the_default_time_at_the_users_head(mode):
     assert _peak(n, h, v, weight_dtype, "min") < _peak(n, h, v, weight_dtype, None)
 
 
-@pytest.mark.parametrize("n,h,v", [(8192, 4096, 128256), (8192, 2304, 256000), (32768, 4096, 128256)])
-def test_min_keeps_five_percent_of_the_floor_at_the_large_amp_heads(n, h, v):
-    """Where blocks of ≥ 1024 × 1024 are large enough for the GPU, the time cap changes nothing."""
-    floor = gradient_floor_bytes(n, h, v, torch.bfloat16, torch.float32)
-    assert _peak(n, h, v, torch.float32, "min") <= 1.05 * floor
+@pytest.mark.parametrize("n,h,v", [(8192, 4096, 128256), (8192, 2304, 256000), (32768, 4096, 128256),
+                                   (16384, 3584, 152064)])
+@pytest.mark.parametrize("mode", ["amp", "bf16"])
+def test_min_keeps_five_percent_of_the_floor_at_the_large_heads(n, h, v, mode):
+    """Where blocks of ≥ 1024 × 1024 are large enough for the GPU (the tiled kernels' blocks, as on a
+    Hopper GPU), the time cap changes nothing, and the modelled peak leaves the caching allocator's slack
+    below 1.05 × floor: at 16384×3584×152064 in amp a plan modelled 0.7 MiB below it measured 0.1 MiB
+    above (a whole cached block counted)."""
+    floor = gradient_floor_bytes(n, h, v, torch.bfloat16, MODES[mode])
+    peak = predict_peak_bytes(n, h, v, hidden_dtype=torch.bfloat16, weight_dtype=MODES[mode],
+                              compute_dtype=torch.bfloat16, memory_budget="min", sm_count=132, tiled=True).step
+    assert peak <= 1.05 * floor - ALLOCATOR_SLACK_BYTES
 
 
 @pytest.mark.parametrize("n,h,v", ANCHOR_ROWS)
