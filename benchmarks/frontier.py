@@ -132,10 +132,10 @@ def _skip_reason(name: str, case: Case) -> str | None:
     return None
 
 
-def cell_spec(case: Case, name: str, device: str) -> CellSpec:
+def cell_spec(case: Case, name: str, device: str, seed: int = 0) -> CellSpec:
     row = case.row
     return CellSpec(backend=name, tokens=row.tokens, vocab=row.vocab, hidden=row.hidden, mode=MODES[case.mode],
-                    device=device, bias=case.bias, softcap=case.softcap)
+                    device=device, bias=case.bias, softcap=case.softcap, seed=seed)
 
 
 def _line(cell: CellResult, floor: int) -> str:
@@ -149,9 +149,9 @@ def _line(cell: CellResult, floor: int) -> str:
             f"err h {fmt_error(cell.parity.grad_hidden)} W {fmt_error(cell.parity.grad_weight)}")
 
 
-def keys_of(case: Case, impls: tuple[str, ...], device: str) -> set[str]:
+def keys_of(case: Case, impls: tuple[str, ...], device: str, seed: int = 0) -> set[str]:
     """The cell keys of ``case``: its cells among a run's."""
-    return {cell_spec(case, name, device).key() for name in impls}
+    return {cell_spec(case, name, device, seed).key() for name in impls}
 
 
 def judge_case(case: Case, cells: list[CellResult], floor: int, jsonl: Path, log: Callable[[str], None]) -> None:
@@ -166,8 +166,9 @@ def judge_case(case: Case, cells: list[CellResult], floor: int, jsonl: Path, log
 
 
 def run_frontier(out: Path, *, device: str, cases: tuple[Case, ...], impls: tuple[str, ...], repeats: int,
-                 budget_s: float, log: Callable[[str], None] = print) -> BenchRun:
-    """Measure ``cases`` × ``impls`` until ``budget_s`` has passed (the rest: skipped)."""
+                 budget_s: float, seed: int = 0, log: Callable[[str], None] = print) -> BenchRun:
+    """Measure ``cases`` × ``impls`` until ``budget_s`` has passed (the rest: skipped), on the
+    inputs :func:`benchmarks.protocol.make_inputs` draws from ``seed``."""
     if device == "cuda" and not torch.cuda.is_available():
         raise ValueError("device='cuda' but torch sees no CUDA device (use --dry for a CPU run)")
     started = time.perf_counter()
@@ -178,7 +179,7 @@ def run_frontier(out: Path, *, device: str, cases: tuple[Case, ...], impls: tupl
             raise FileExistsError(f"{path} exists (choose an empty --out)")
     settings = BenchSettings(rows=list(dict.fromkeys(c.row.shape for c in cases)),
                              modes=list(dict.fromkeys(c.mode for c in cases)), impls=list(impls), device=device,
-                             repeats=repeats, tag="frontier")
+                             repeats=repeats, seed=seed, tag="frontier")
     run = BenchRun(collect_environment(device), settings)
     store.write_json(paths["environment.json"], dataclasses.asdict(run.environment))
 
@@ -197,7 +198,7 @@ def run_frontier(out: Path, *, device: str, cases: tuple[Case, ...], impls: tupl
         floor = floor_bytes(row, mode, bias=case.bias)
         if time.perf_counter() - started > budget_s:
             for name in impls:
-                record(CellResult(cell_spec(case, name, device), "skipped", message="out of time"), floor, case)
+                record(CellResult(cell_spec(case, name, device, seed), "skipped", message="out of time"), floor, case)
             continue
         if row not in run.rows:
             run.rows.append(row)
@@ -205,8 +206,8 @@ def run_frontier(out: Path, *, device: str, cases: tuple[Case, ...], impls: tupl
             run.gemm.append(rate)
             store.append_jsonl(paths["frontier.jsonl"], {"kind": "gemm", **dataclasses.asdict(rate)})
             log(f"{row.shape} bf16 GEMM: {rate.tflops:.0f} TFLOP/s" if rate.tflops else f"{row.shape}: {rate.message}")
-        base = cell_spec(case, "", device)
-        inputs = make_inputs(row, mode, device=device, bias=case.bias)
+        base = cell_spec(case, "", device, seed)
+        inputs = make_inputs(row, mode, device=device, bias=case.bias, seed=seed)
         reference = fp32_reference(inputs.hidden, inputs.weight, inputs.target, inputs.bias, options_of(base))
         for name in impls:
             spec = dataclasses.replace(base, backend=name)
@@ -219,7 +220,7 @@ def run_frontier(out: Path, *, device: str, cases: tuple[Case, ...], impls: tupl
             record(measure_cell(implementation(name), spec, inputs, reference, repeats=repeats), floor, case)
         del inputs, reference
         settle(device)
-        judge_case(case, [cell for cell in run.cells if cell.spec.key() in keys_of(case, impls, device)], floor,
+        judge_case(case, [cell for cell in run.cells if cell.spec.key() in keys_of(case, impls, device, seed)], floor,
                    paths["frontier.jsonl"], log)
     run.wall_s = time.perf_counter() - started
     save_run(run, paths["frontier.json"])
@@ -237,6 +238,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--impls", nargs="+", metavar="NAME", help=f"only these (of {', '.join(IMPLS)})")
     parser.add_argument("--mode", choices=("amp", "bf16"), help="only the cases of this mode")
     parser.add_argument("--cases", nargs="+", metavar="LABEL", help="only the cases of these labels")
+    parser.add_argument("--seed", type=int, default=0, help="the seed the inputs are drawn from")
     return parser
 
 
@@ -263,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
         cases = tuple(case for case in cases if case.label in args.cases)
     try:
         run = run_frontier(args.out, device=device, cases=cases, impls=impls, repeats=args.repeats,
-                           budget_s=args.budget_s, log=lambda line: print(line, flush=True))
+                           budget_s=args.budget_s, seed=args.seed, log=lambda line: print(line, flush=True))
     except (FileExistsError, ValueError) as exc:
         print(f"frontier: {exc}", file=sys.stderr)
         return 2

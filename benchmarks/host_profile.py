@@ -9,6 +9,7 @@ own time and calls per step, the top ``--top``), and, for scale, the host time o
 tiny Triton kernel and one tiny torch op.
 
     python3 benchmarks/host_profile.py --out $OUT/host-profile.json      (on the device)
+    python3 benchmarks/host_profile.py --out … --cases 8192x768x32777:bf16:default 8192x768x32777:bf16:fast
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import fusedce  # noqa: E402
+from fusedce.memory_model import predict_peak_bytes  # noqa: E402
 from benchmarks.tiles_ab import save_with_environment  # noqa: E402
 
 CASES = (("8192x768x32777", "amp", "default"), ("8192x768x32777", "amp", "min"),
@@ -106,7 +108,10 @@ def profile_case(head, mode, budget, repeats, profiled, top):
                      "own_ms_per_step": own * 1e3 / profiled, "cumulative_ms_per_step": cumulative * 1e3 / profiled})
     rows.sort(key=lambda r: -r["own_ms_per_step"])
     by_cumulative = sorted(rows, key=lambda r: -r["cumulative_ms_per_step"])[:top]
-    return {"head": head, "mode": mode, "budget": budget, "step_ms": statistics.median(times),
+    n, h, v = (int(x) for x in head.split("x"))
+    plan = predict_peak_bytes(n, h, v, hidden_dtype=hidden.dtype, weight_dtype=weight.dtype,
+                              compute_dtype=torch.bfloat16, memory_budget=None if budget == "default" else budget).plan
+    return {"head": head, "mode": mode, "budget": budget, "plan": repr(plan), "step_ms": statistics.median(times),
             "step_ms_all": times, "host_issue_ms": statistics.median(host), "host_issue_ms_all": host,
             "top_own": rows[:top], "top_cumulative": by_cumulative}
 
@@ -117,15 +122,17 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--profiled", type=int, default=5)
     parser.add_argument("--top", type=int, default=40)
+    parser.add_argument("--cases", nargs="+", metavar="HEAD:MODE:BUDGET", type=lambda text: tuple(text.split(":")),
+                        default=CASES, help="e.g. 8192x768x32777:bf16:fast (default: the four of CASES)")
     args = parser.parse_args()
     x = torch.zeros(1, device="cuda")
     rows = [{"tiny_torch_op_us": launch_us(lambda: x.add_(1.0)), "tiny_triton_launch_us": launch_us(tiny_triton())}]
     print(rows[0], flush=True)
-    for head, mode, budget in CASES:
+    for head, mode, budget in args.cases:
         row = profile_case(head, mode, budget, args.repeats, args.profiled, args.top)
         rows.append(row)
-        print(f"{head} {mode} {budget}: step {row['step_ms']:.2f} ms, host issue {row['host_issue_ms']:.2f} ms",
-              flush=True)
+        print(f"{head} {mode} {budget}: step {row['step_ms']:.2f} ms, host issue {row['host_issue_ms']:.2f} ms, "
+              f"{row['plan']}", flush=True)
         for r in row["top_own"][:15]:
             print(f"   {r['own_ms_per_step']:7.3f} ms own  {r['calls_per_step']:7.1f} calls  {r['function']}")
         torch.cuda.empty_cache()
