@@ -65,3 +65,19 @@ def test_impls_and_mode_select_the_cells(tmp_path):
     cells = [row for row in rows if row["kind"] == "cell"]
     assert {c["spec"]["backend"] for c in cells} == {"fusedce_min_per_chunk", "fusedce"}
     assert {c["spec"]["mode"] for c in cells} == {"bf16"}
+
+
+def test_seed_draws_other_inputs_and_is_recorded_in_every_cell(tmp_path):
+    """Another seed, other inputs: the errors differ from seed 0's, and each cell and the goals name it."""
+    errors = {}
+    for seed in (0, 5):
+        out = tmp_path / f"seed{seed}"
+        assert frontier.main(["--out", str(out), "--dry", "--repeats", "1", "--cases", "tiny", "--seed", str(seed),
+                              "--impls", "fusedce", "torch"]) == 0
+        cells = [row for row in _lines(out) if row["kind"] == "cell"]
+        assert {c["spec"]["seed"] for c in cells} == {seed} and len(cells) == 2
+        goals = [row for row in _lines(out) if row["kind"] == "goals"]
+        assert "fusedce" in goals[0]["dominated_by"]  # the case's cells were found by their keys
+        assert load_run(out / "frontier.json").settings.seed == seed
+        errors[seed] = [c["parity"]["grad_hidden"] for c in cells]
+    assert errors[0] != errors[5]
