@@ -196,3 +196,37 @@ def test_finish_called_by_a_handler_inside_the_step_s_start_ends_nothing(tmp_pat
     recorder.close()
     assert returned == [None] and said.by_thread == {}
     assert [r.step for r in recorder.records] == [0] and _recording_is_off() and _free(tmp_path / "r")
+
+
+def test_a_child_forked_while_another_thread_changes_a_step_can_ask_for_steps(tmp_path):
+    """A fork while another thread of the parent held the recorder's lock (starting or ending a step) gave the
+    child a lock held for ever by a thread it does not have: the child's next ``step()`` would wait for good.
+    The child's copy gets a lock of its own, and its step is refused as the parent's recorder's, in one warning."""
+    import os
+
+    recorder, holding, done = _recorder(tmp_path / "r"), threading.Event(), threading.Event()
+
+    def hold():
+        with recorder._serial:
+            holding.set()
+            done.wait(WAIT_S)
+    holder_thread = threading.Thread(target=hold)
+    holder_thread.start()
+    assert holding.wait(WAIT_S)
+    pid = os.fork()
+    if pid == 0:  # the child: a step asked for must come back, unrecorded
+        code = 1
+        try:
+            signal.alarm(10)  # a child that waits for ever is ended (and the test fails on its status)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                context = recorder.step(0)
+            code = 0 if context is recorder_module.NOOP and any("its parent's" in str(w.message) for w in caught) \
+                else 3
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    done.set()
+    holder_thread.join(WAIT_S)
+    recorder.close()
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status

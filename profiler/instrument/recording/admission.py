@@ -39,6 +39,11 @@ class Admission:
         self._starting = 0
         self._ending = False
 
+    def forked(self) -> None:
+        """This is a forked child's copy of the recorder: its lock is made anew (held by a thread of the parent
+        as the fork came, it would be held for ever here, where that thread does not exist)."""
+        self._serial = threading.RLock()
+
     @contextlib.contextmanager
     def _serialised_at_most(self, doing: str):
         """The lock, waited on at most :data:`CLOSE_WAIT_S` (``close()``, ``abort()``: also run at exit); then
