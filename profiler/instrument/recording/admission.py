@@ -11,20 +11,30 @@ runs in the main thread between two bytecodes, inside whatever that thread was d
 step inside this thread's own start or end is told apart by :meth:`Admission.busy` (:mod:`.holder`).
 
 The lock is held while a step is started and while it is ended and written (the report rendered
-after it included); a step of a recorder used by one thread never waits on it. ``close()`` and
-``abort()``, which also run at exit, wait at most :data:`CLOSE_WAIT_S` for it (a daemon thread
-stopped inside a change must not hang the interpreter's exit).
+after it included); a step of a recorder used by one thread never waits on it. It is taken by a
+``with`` statement (nothing can land between its taking and the block that gives it back), except
+by ``close()`` and ``abort()``, which also run at exit and in signal handlers: they wait at most
+:data:`CLOSE_WAIT_S` (a daemon thread stopped inside a change must not hang the interpreter's
+exit), in slices taken with the main thread's signals held back until each is noted. A forked
+child gives every recorder a lock of its own. Not contained: a signal's handler that asks for a
+step while another thread holds the lock and waits for what the interrupted main thread holds.
 
-Public API: :data:`NOOP`, :class:`Admission` (a part of :class:`~fusedce_profiler.instrument.recording.recorder.StepRecorder`).
+Public API: :data:`NOOP`, :class:`Admission` (a part of
+:class:`~fusedce_profiler.instrument.recording.recorder.StepRecorder`).
 """
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
+import time
+import weakref
 
+from fusedce_profiler.instrument import deferred_signals
 from fusedce_profiler.instrument.recording.notice import notice
 
 CLOSE_WAIT_S = 30.0  # longer than a step's start and its end with the report rendered
+WAIT_SLICE_S = 0.05  # close() and abort() wait in slices, each with signals held back (below)
 NOOP = contextlib.nullcontext()  #: What ``step()`` returns on a step not recorded (reusable, stateless)
 
 
@@ -36,27 +46,50 @@ class Admission:
 
     def _admission_init(self) -> None:
         self._serial = threading.RLock()
+        self._without = threading.local()  # .on: this thread's close() or abort() goes on without the lock
         self._starting = 0
         self._ending = False
+        _RECORDERS.add(self)
 
     def forked(self) -> None:
         """This is a forked child's copy of the recorder: its lock is made anew (held by a thread of the parent
         as the fork came, it would be held for ever here, where that thread does not exist)."""
         self._serial = threading.RLock()
+        self._without = threading.local()
+
+    def _serial_unless_going_on(self):
+        """The lock, or nothing in a ``close()`` or ``abort()`` of this thread that already waited for it in
+        vain (the step is ended without it, not after a second wait)."""
+        return contextlib.nullcontext() if getattr(self._without, "on", False) else self._serial
 
     @contextlib.contextmanager
     def _serialised_at_most(self, doing: str):
-        """The lock, waited on at most :data:`CLOSE_WAIT_S` (``close()``, ``abort()``: also run at exit); then
-        ``doing`` goes on without it, said once."""
-        got = self._serial.acquire(timeout=CLOSE_WAIT_S)
+        """The lock, waited on at most :data:`CLOSE_WAIT_S` (``close()``, ``abort()``: also run at exit and by
+        signal handlers); then ``doing`` goes on without it, said once. Taken in slices, each with the main
+        thread's signals held back until whether it was taken is noted: a Ctrl-C landing as it is taken would
+        otherwise leave it held for good (every other thread's next step waiting for ever)."""
+        held = {"got": False}
+
+        def give_back() -> None:  # a signal delivered as the slice ends raised: what was taken goes back
+            if held["got"]:
+                held["got"] = False
+                self._serial.release()
+
+        outer = going_on = getattr(self._without, "on", False)  # an outer close() of this thread went on already
         try:
-            if not got:
-                notice(f"fusedce-profile: {doing} while another thread has been starting or ending a step of this "
-                       f"StepRecorder for {CLOSE_WAIT_S:.0f} s: without waiting for it", stacklevel=4)
+            deadline = time.monotonic() + CLOSE_WAIT_S
+            while not going_on and not held["got"]:
+                with deferred_signals.deferred(undo=give_back):
+                    held["got"] = self._serial.acquire(timeout=WAIT_SLICE_S)
+                if not held["got"] and time.monotonic() >= deadline:
+                    notice(f"fusedce-profile: {doing} while another thread has been starting or ending a step of "
+                           f"this StepRecorder for {CLOSE_WAIT_S:.0f} s: without waiting for it", stacklevel=4)
+                    self._without.on = going_on = True
             yield
         finally:
-            if got:
-                self._serial.release()
+            give_back()
+            if going_on and not outer:
+                self._without.on = False
 
     def unreached(self) -> list[int]:
         """The requested steps the run never reached, in order (not those reached but left unrecorded)."""
@@ -81,9 +114,11 @@ class Admission:
         requested and is still undecided, not recorded, said once (another thread's step was being recorded; or
         this thread's was being started or ended, a signal's handler now running inside it). Returns a null
         context, :data:`NOOP`."""
+        active = self._active
+        if active is not None and active.index == index:  # asked again while it is being recorded: it is
+            return NOOP
         if self.enabled and index in self.steps and index not in self._done and not self.closed:
             self._done.add(index)
-            active = self._active
             notice(f"fusedce-profile: step {index} is not recorded: this StepRecorder was recording "
                    f"{f'step {active.index}' if active is not None else 'another step'} (one step at a time)",
                    stacklevel=stacklevel)
@@ -92,3 +127,15 @@ class Admission:
     def busy(self) -> bool:
         """Whether a step is being started or ended now (a signal's handler then runs inside it: holder.take)."""
         return self._starting > 0 or self._ending
+
+
+_RECORDERS: "weakref.WeakSet[Admission]" = weakref.WeakSet()
+"""Every recorder of this process, open or not: a forked child gives each a lock of its own."""
+
+
+def _new_locks_in_child() -> None:
+    for recorder in list(_RECORDERS):
+        recorder.forked()
+
+
+os.register_at_fork(after_in_child=_new_locks_in_child)

@@ -146,10 +146,8 @@ def _close_at_exit() -> None:
 def _forget_recorders_in_child() -> None:
     """A forked child (a DataLoader worker) inherits its parent's open recorders: they are the parent's, so the
     child's exit neither ends their steps nor says their unreached steps a second time, and a step the child
-    runs is not recorded into the parent's folder (whose lock the child does not hold): one warning says so, even
-    when another thread of the parent was changing that recorder's steps as the fork came (its lock made anew)."""
+    runs is not recorded into the parent's folder (whose lock the child does not hold): one warning says so."""
     for recorder in _open_recorders():
-        recorder.forked()
         recorder.closed = "this StepRecorder is its parent's: this process was forked from the one that made it"
     _OPEN.clear()
 

@@ -168,9 +168,14 @@ class StepRecorder(Admission, EvalPasses, LeftOpenSteps):
             active = self._active
             if active is None or self._starting:
                 return None
-            if active.thread != threading.get_ident():  # its profiler is that thread's to stop and read
-                notice(f"fusedce-profile: finish() is not for step {active.index}: another thread began it and "
-                       "ends it", stacklevel=3)
+            if active.owner is not threading.current_thread():  # its profiler is that thread's to stop and read
+                if active.owner.is_alive():
+                    notice(f"fusedce-profile: finish() is not for step {active.index}: another thread began it "
+                           "and ends it", stacklevel=3)
+                    return None
+                notice(f"fusedce-profile: step {active.index} is not recorded: the thread that began it ended "
+                       "without finishing it", stacklevel=3)
+                self._end(active, ok=False)
                 return None
             active.loss = loss if loss is not None else active.loss
             return self._end(active, ok=True)
@@ -237,9 +242,9 @@ class StepRecorder(Admission, EvalPasses, LeftOpenSteps):
             if self.closed:  # since step() said yes (another thread's close(), or a signal's handler's)
                 self.wants(rec.index)  # which says so, once
                 return
-            if rec.index in self._done or (self._active is not None and not self._starting):  # since step() said
-                self._refused(rec.index, stacklevel=5)  # yes, another thread began a step or recorded this one
-                return
+            if rec.index in self._done or self._ending or (self._active is not None and not self._starting):
+                self._refused(rec.index, stacklevel=5)  # since step() said yes, another thread began a step or
+                return  # recorded this one; or a signal's handler asks for it inside this thread's step's end
             self._starting += 1  # a count: a signal's handler may begin another inside this one
             try:
                 self._take_and_start(rec)
@@ -324,7 +329,7 @@ class StepRecorder(Admission, EvalPasses, LeftOpenSteps):
     def _end(self, rec: StepRecording, ok: bool) -> RecordedStep | None:
         """End ``rec`` (recorded when ``ok``) and write it; once. A ``close()`` run meanwhile by a signal's
         handler ends nothing more, and the folder is released only once the step is written."""
-        with self._serial:
+        with self._serial_unless_going_on():
             if self._active is not rec or self._ending:
                 return None
             self._ending = True
