@@ -116,8 +116,12 @@ class StepRecording:
         self.loss: float | None = None
         self.alive: Callable[[], bool] | None = None  # whether the loop that began it still runs (holder.loop_probe)
         self.ended_if_stale: Callable[[], bool] | None = None  # the recorder's: ends a stale step, says if it did
-        self.thread = threading.get_ident()  # the thread that asked for it (``step()`` or ``start()``)
-        self.owner = threading.current_thread()  # the same thread's object (an ident is reused once it ends)
+        self.owner = threading.current_thread()  # the thread that asked for it (``step()`` or ``start()``)
+
+    @property
+    def thread(self) -> int:
+        """The ident of :attr:`owner` (reused by a later thread once it ends: :attr:`owner` tells them apart)."""
+        return self.owner.ident
 
     # context manager form
     def __enter__(self) -> "StepRecording":
