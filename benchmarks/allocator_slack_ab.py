@@ -27,7 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks import frontier  # noqa: E402
 from benchmarks.protocol import MODES, floor_bytes, make_inputs  # noqa: E402
-from fusedce import linear_cross_entropy, planner  # noqa: E402
+from benchmarks.host_profile import step_fn  # noqa: E402
+from fusedce import planner  # noqa: E402
 from fusedce.memory_model import predict_peak_bytes  # noqa: E402
 
 CASES = (("Qwen2.5-7B", "amp"), ("Gemma-2-2B", "bf16"), ("Llama-3-8B, 32k tokens", "amp"))
@@ -39,14 +40,7 @@ def both_peaks(case: frontier.Case, budget) -> dict:
     """One step's peak extra as allocated and as requested, and the model's prediction (bytes)."""
     row, mode = case.row, MODES[case.mode]
     inputs = make_inputs(row, mode, device="cuda", bias=case.bias)
-    kwargs = {} if budget is None else {"memory_budget": budget}
-
-    def step():
-        inputs.hidden.grad = inputs.weight.grad = None
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=case.mode == "amp"):
-            loss = linear_cross_entropy(inputs.hidden, inputs.weight, inputs.target, **kwargs)
-        loss.backward()
-
+    step = step_fn(inputs.hidden, inputs.weight, inputs.target, case.mode, budget or "default")
     step()
     inputs.hidden.grad = inputs.weight.grad = None
     torch.cuda.synchronize()
