@@ -247,6 +247,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.repeats < (1 if args.dry else 5):
         print(f"frontier: --repeats must be at least {1 if args.dry else 5}, got {args.repeats}", file=sys.stderr)
         return 2
+    if not 0 <= args.seed < 2 ** 63:
+        print(f"frontier: --seed must be in [0, 2**63), got {args.seed}", file=sys.stderr)
+        return 2
     if not args.budget_s > 0:
         print(f"frontier: --budget-s must be a positive number of seconds, got {args.budget_s}", file=sys.stderr)
         return 2

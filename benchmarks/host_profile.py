@@ -116,14 +116,26 @@ def profile_case(head, mode, budget, repeats, profiled, top):
             "top_own": rows[:top], "top_cumulative": by_cumulative}
 
 
+def case_of(text: str) -> tuple[str, str, str]:
+    """``N×H×V:MODE:BUDGET`` (``8192x768x32777:bf16:fast``) as (head, mode, budget); argparse names a bad one."""
+    head, _, rest = text.partition(":")
+    mode, _, budget = rest.partition(":")
+    sizes = head.split("x")
+    if len(sizes) != 3 or not all(size.isdigit() and int(size) > 0 for size in sizes) or mode not in ("amp", "bf16") \
+            or budget not in ("default", "fast", "min"):
+        raise argparse.ArgumentTypeError(f"expected N×H×V:MODE:BUDGET such as 8192x768x32777:bf16:fast (MODE amp "
+                                         f"or bf16, BUDGET default, fast or min), got {text!r}")
+    return head, mode, budget
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--profiled", type=int, default=5)
     parser.add_argument("--top", type=int, default=40)
-    parser.add_argument("--cases", nargs="+", metavar="HEAD:MODE:BUDGET", type=lambda text: tuple(text.split(":")),
-                        default=CASES, help="e.g. 8192x768x32777:bf16:fast (default: the four of CASES)")
+    parser.add_argument("--cases", nargs="+", metavar="HEAD:MODE:BUDGET", type=case_of, default=CASES,
+                        help="e.g. 8192x768x32777:bf16:fast (default: the four of CASES)")
     args = parser.parse_args()
     x = torch.zeros(1, device="cuda")
     rows = [{"tiny_torch_op_us": launch_us(lambda: x.add_(1.0)), "tiny_triton_launch_us": launch_us(tiny_triton())}]

@@ -51,7 +51,8 @@ def test_an_existing_result_is_not_overwritten(tmp_path):
     assert frontier.main(["--out", str(tmp_path), "--dry"]) == 2
 
 
-@pytest.mark.parametrize("argv", [["--repeats", "3"], ["--budget-s", "0"], ["--impls", "fusedce_nope"]])
+@pytest.mark.parametrize("argv", [["--repeats", "3"], ["--budget-s", "0"], ["--impls", "fusedce_nope"],
+                                  ["--seed", str(2 ** 70)], ["--seed", "-1"]])
 def test_bad_arguments_exit_2_in_one_line(tmp_path, capsys, argv):
     assert frontier.main(["--out", str(tmp_path)] + argv) == 2
     err = capsys.readouterr().err.strip()
