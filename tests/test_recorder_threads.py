@@ -345,3 +345,38 @@ def test_a_handler_s_step_inside_this_recorder_s_write_is_said_not_recorded(tmp_
     assert not open_after and [r.step for r in recorder.records] == [0]
     assert said.by_thread["MainThread"] == ["fusedce-profile: step 1 is not recorded: this StepRecorder was "
                                             "recording another step (one step at a time)"]
+
+
+def test_a_stale_step_found_by_several_threads_at_once_is_ended_and_said_once(tmp_path, monkeypatch):
+    """Data-parallel replicas' hooks found one stale step at the same moment: each read the step and ended it
+    outside the lock, so it was said not recorded twice (and a reader finding it already gone would raise in the
+    user's forward). Thread A's ending is slowed so that B arrives while A is inside it."""
+    said = _Said(monkeypatch)
+    recorder = _recorder(tmp_path / "r", steps=(0,))
+    alive = [True]
+    recorder.loop_alive = lambda: alive[0]
+    recorder.start(0)
+    alive[0] = False  # the loop that began the step has ended (an exception left it)
+    real_abort, inside, errors = type(recorder).abort, threading.Event(), []
+
+    def slow_abort(self):
+        inside.set()
+        time.sleep(0.2)
+        return real_abort(self)
+    monkeypatch.setattr(type(recorder), "abort", slow_abort)
+
+    def find_it_stale():
+        try:
+            if threading.current_thread().name == "B":
+                inside.wait(WAIT_S)
+            recorder.end_stale()
+        except Exception as error:  # noqa: BLE001 - what the user's forward would have raised
+            errors.append(repr(error))
+    threads = [threading.Thread(target=find_it_stale, name=name) for name in "AB"]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(WAIT_S)
+    assert not errors and not recorder.recording and _recording_is_off()
+    assert sum(said.by_thread.values(), []) == ["fusedce-profile: step 0 is not recorded: the training loop that "
+                                               f"began it ended (an exception left it); {tmp_path / 'r'} is released"]

@@ -26,7 +26,7 @@ from fusedce_profiler.instrument.text import one_line
 class LeftOpenSteps:
     """A recorder's left-open steps. The recorder provides ``_active`` (the step being recorded, a
     :class:`~fusedce_profiler.instrument.recording.phases.StepRecording`), ``loop_alive``, ``out``, ``records``,
-    :meth:`abort`, :meth:`close` and :meth:`_end`."""
+    :meth:`abort`, :meth:`close`, :meth:`_end` and its lock (:meth:`_serial_unless_going_on`)."""
 
     def orphaned(self) -> bool:
         """Whether the loop this recorder records (``loop_alive``, when an integration knows it) has ended."""
@@ -39,10 +39,16 @@ class LeftOpenSteps:
         return self._active is not None and self.orphaned()
 
     def end_stale(self) -> None:
-        """End a stale step unrecorded and release the folder: its loop will never end it."""
-        index = self._active.index
-        self.abort()  # first: a warning taken as an error (-W error) must not leave the step open
-        self.close()
+        """End a stale step unrecorded and release the folder: its loop will never end it (the caller knows it
+        is stale). Several threads' hooks may find it stale at once (data-parallel replicas): under the recorder's
+        lock the first ends it, closes the recorder and says so; the others find no step and do nothing."""
+        with self._serial_unless_going_on():
+            stale = self._active
+            if stale is None:
+                return
+            self.abort()  # first: a warning taken as an error (-W error) must not leave the step open
+            self.close()
+        index = stale.index
         notice(f"fusedce-profile: step {index} is not recorded: the training loop that began it ended (an "
                f"exception left it); {one_line(self.out)} is released", stacklevel=3)
 
