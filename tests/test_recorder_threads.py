@@ -4,6 +4,7 @@ left open because its end came while another thread's step was being written."""
 from __future__ import annotations
 
 import signal
+import sys
 import threading
 import time
 import warnings
@@ -14,7 +15,7 @@ from fusedce_profile import StepRecorder
 from fusedce_profiler.instrument.protocol import MemoryMeter
 from fusedce_profiler.instrument.recording import holder, recorder as recorder_module
 from test_recording import _batch, _loss
-from test_recording_faults import _free, _recording_is_off
+from test_recording_faults import _free, _recorded, _recording_is_off
 from tests.doctor_models import WrappedHeadLM
 
 pytestmark = pytest.mark.faults  # the fault suite: pytest -m faults
@@ -293,6 +294,50 @@ def test_signals_raising_in_close_never_leave_the_recorder_s_lock_held(tmp_path)
     assert interrupts > 20 and leaks == 0, (interrupts, leaks)
 
 
+@pytest.mark.parametrize("change", ["close", "abort"])
+def test_a_signal_landing_at_any_call_of_close_or_abort_leaves_the_lock_free(tmp_path, change):
+    """Where a raising handler can run: at each call's start and at each return from a C function (where the
+    interpreter checks for signals). Landing just after ``close()`` had taken the lock (a generator's
+    ``__enter__`` returning it), or as it began to give it back (a call in its ``finally``), left it held
+    while the exception lived, or for good. Each point of one ``close()`` (``abort()``) is tried in turn."""
+    recorder = _recorder(tmp_path / "r", steps=(0,))
+    recorder.close()
+    run, kept, points = getattr(recorder, change), [], []
+
+    def handler(signum, frame):
+        raise _Interrupted()
+    previous = signal.signal(signal.SIGUSR1, handler)  # first: holding signals back visits each handler
+    try:
+        sys.setprofile(lambda frame, event, arg: points.append(event) if event in ("call", "c_call") else None)
+        run()
+        sys.setprofile(None)
+        for k in range(len(points)):
+            seen = [0]
+
+            def land(frame, event, arg, k=k):
+                if event in ("call", "c_return"):
+                    seen[0] += 1
+                    if seen[0] > k:
+                        sys.setprofile(None)
+                        signal.raise_signal(signal.SIGUSR1)
+            try:
+                sys.setprofile(land)
+                run()
+            except _Interrupted:
+                if recorder._serial._is_owned():
+                    kept.append((k, "while the exception lives"))
+            finally:
+                sys.setprofile(None)
+            if recorder._serial._is_owned() or getattr(recorder._without, "on", False):
+                kept.append((k, "for good"))
+                while recorder._serial._is_owned():
+                    recorder._serial.release()
+                recorder._without.on = False
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+    assert len(points) > 20 and not kept, kept
+
+
 def test_a_child_forked_while_another_thread_asks_a_closed_recorder_for_a_step_can_ask_too(tmp_path):
     """Only open recorders got a lock of their own in a forked child: a closed (or not recording) one's lock,
     held by a parent thread in its ``step()`` as the fork came, made the child's ``step()`` wait for ever."""
@@ -380,3 +425,73 @@ def test_a_stale_step_found_by_several_threads_at_once_is_ended_and_said_once(tm
     assert not errors and not recorder.recording and _recording_is_off()
     assert sum(said.by_thread.values(), []) == ["fusedce-profile: step 0 is not recorded: the training loop that "
                                                f"began it ended (an exception left it); {tmp_path / 'r'} is released"]
+
+
+def test_a_child_forked_inside_a_recorded_step_does_not_write_it(tmp_path):
+    """A process forked between ``start()`` and ``finish()`` whose child went on with the loop: the child's
+    ``finish()`` wrote the parent's step into the parent's folder, and the parent wrote it again (rows [0, 0])."""
+    import os
+
+    recorder = _recorder(tmp_path / "r")
+    recorder.start(0)
+    _train(recorder, 0)
+    pid = os.fork()
+    if pid == 0:  # the child: the step is its parent's, ended here unrecorded with one warning
+        code = 1
+        try:
+            signal.alarm(10)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                record = recorder.finish()
+            said = [str(w.message) for w in caught if "fusedce" in str(w.message)]
+            code = 0 if record is None and not recorder.recording and said == [
+                "fusedce-profile: step 0 is not recorded: this process was forked from the one that began it"] else 3
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    record = recorder.finish()
+    recorder.close()
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    assert record is not None and _recorded(tmp_path / "r") == [0]
+
+
+def test_a_recorder_subclass_that_defines_equality_can_be_made(tmp_path):
+    """Every recorder is remembered for a forked child's sake; remembered in a set, one whose class defines
+    ``__eq__`` (so has no hash: a ``@dataclass``, a user's subclass) could not be made at all."""
+
+    class Compared(StepRecorder):
+        def __eq__(self, other):
+            return self is other
+
+    recorder = Compared(WrappedHeadLM(), tmp_path / "r", steps=(0,), trace=False, snapshot=False, report=False)
+    with recorder.step(0):
+        _train(recorder, 0)
+    recorder.close()
+    assert [r.step for r in recorder.records] == [0]
+
+
+def test_finish_of_a_step_begun_by_a_thread_threading_did_not_start_ends_it_once_that_thread_is_gone(tmp_path,
+                                                                                                      monkeypatch):
+    """A thread started outside ``threading`` (``_thread.start_new_thread``, a native one) is a stand-in that
+    says it is alive for ever: a step it began and left was refused to every other thread's ``finish()``,
+    open for good."""
+    import _thread
+
+    said = _Said(monkeypatch)
+    recorder, began = _recorder(tmp_path / "r"), threading.Event()
+
+    def begin():
+        try:
+            recorder.start(0)
+        finally:
+            began.set()
+    _thread.start_new_thread(begin, ())
+    assert began.wait(WAIT_S)
+    owner = recorder._active.owner
+    deadline = time.monotonic() + WAIT_S
+    while owner.ident in sys._current_frames() and time.monotonic() < deadline:  # its last bytecodes
+        time.sleep(0.01)
+    assert recorder.finish() is None and not recorder.recording and _recording_is_off()
+    recorder.close()
+    assert said.by_thread["MainThread"] == ["fusedce-profile: step 0 is not recorded: the thread that began it "
+                                            "ended without finishing it"]

@@ -29,6 +29,7 @@ import os
 import threading
 import time
 import weakref
+from collections.abc import Callable
 
 from fusedce_profiler.instrument import deferred_signals
 from fusedce_profiler.instrument.recording.notice import notice
@@ -42,54 +43,65 @@ class Admission:
     """A recorder's decision which step to record. The recorder provides ``enabled``, ``steps``, ``closed``,
     ``count``, ``_done`` (the requested steps decided: recorded or said not to be) and ``_active`` (the step being
     recorded); this part holds ``_serial``, ``_starting`` (starts under way in this recorder: a signal's handler
-    may begin one inside another) and ``_ending`` (a step is being ended and written)."""
+    may begin one inside another), ``_ending`` (a step is being ended and written) and ``_parents`` (this is a
+    forked child's copy: a step open at the fork is the parent's to write)."""
 
     def _admission_init(self) -> None:
         self._serial = threading.RLock()
         self._without = threading.local()  # .on: this thread's close() or abort() goes on without the lock
         self._starting = 0
         self._ending = False
-        _RECORDERS.add(self)
+        self._parents = False
+        key = id(self)  # by identity: a subclass may define __eq__ (and so be unhashable)
+        _RECORDERS[key] = weakref.ref(self, lambda _, key=key: _RECORDERS.pop(key, None))
 
     def forked(self) -> None:
         """This is a forked child's copy of the recorder: its lock is made anew (held by a thread of the parent
-        as the fork came, it would be held for ever here, where that thread does not exist)."""
+        as the fork came, it would be held for ever here, where that thread does not exist), and a step open at
+        the fork is its parent's (ended unrecorded here, written there)."""
         self._serial = threading.RLock()
         self._without = threading.local()
+        self._parents = True
 
     def _serial_unless_going_on(self):
         """The lock, or nothing in a ``close()`` or ``abort()`` of this thread that already waited for it in
         vain (the step is ended without it, not after a second wait)."""
         return contextlib.nullcontext() if getattr(self._without, "on", False) else self._serial
 
-    @contextlib.contextmanager
-    def _serialised_at_most(self, doing: str):
-        """The lock, waited on at most :data:`CLOSE_WAIT_S` (``close()``, ``abort()``: also run at exit and by
-        signal handlers); then ``doing`` goes on without it, said once. Taken in slices, each with the main
-        thread's signals held back until whether it was taken is noted: a Ctrl-C landing as it is taken would
-        otherwise leave it held for good (every other thread's next step waiting for ever)."""
-        held = {"got": False}
-
-        def give_back() -> None:  # a signal delivered as the slice ends raised: what was taken goes back
-            if held["got"]:
-                held["got"] = False
+    def _change_at_most(self, doing: str, change: Callable[[], None]) -> None:
+        """``change()`` under the lock, waited on at most :data:`CLOSE_WAIT_S` (``close()``, ``abort()``: also run
+        at exit and by signal handlers); then ``doing`` goes on without it, said once. A signal's exception may
+        land at any call's return here: the lock is noted as taken where no handler can run (:meth:`_wait_at_most`)
+        and given back in this frame's ``finally`` before any call, so none leaves it held."""
+        hold = _Hold()
+        try:
+            self._wait_at_most(hold, doing)
+            change()
+        finally:  # no call before the release: a handler runs only at a call's start or return, or a jump back
+            if hold.going_on:
+                self._without.on = False
+            if hold.got:
+                hold.got = False
                 self._serial.release()
 
-        outer = going_on = getattr(self._without, "on", False)  # an outer close() of this thread went on already
-        try:
-            deadline = time.monotonic() + CLOSE_WAIT_S
-            while not going_on and not held["got"]:
-                with deferred_signals.deferred(undo=give_back):
-                    held["got"] = self._serial.acquire(timeout=WAIT_SLICE_S)
-                if not held["got"] and time.monotonic() >= deadline:
-                    notice(f"fusedce-profile: {doing} while another thread has been starting or ending a step of "
-                           f"this StepRecorder for {CLOSE_WAIT_S:.0f} s: without waiting for it", stacklevel=4)
-                    self._without.on = going_on = True
-            yield
-        finally:
-            give_back()
-            if going_on and not outer:
-                self._without.on = False
+    def _wait_at_most(self, hold: "_Hold", doing: str) -> None:
+        """Take the lock into ``hold`` in slices of :data:`WAIT_SLICE_S`, each with the main thread's signals held
+        back until whether it was taken is noted in ``hold``; after :data:`CLOSE_WAIT_S` in vain, ``hold.going_on``.
+        Nothing when an outer ``close()`` of this thread already went on without it."""
+        if getattr(self._without, "on", False):
+            return
+        deadline = time.monotonic() + CLOSE_WAIT_S
+        while True:
+            with deferred_signals.deferred():
+                hold.got = self._serial.acquire(timeout=WAIT_SLICE_S)
+            if hold.got:
+                return
+            if time.monotonic() >= deadline:
+                notice(f"fusedce-profile: {doing} while another thread has been starting or ending a step of "
+                       f"this StepRecorder for {CLOSE_WAIT_S:.0f} s: without waiting for it", stacklevel=4)
+                hold.going_on = True  # first: the finally ends what it marks, and nothing can land between the two
+                self._without.on = True
+                return
 
     def unreached(self) -> list[int]:
         """The requested steps the run never reached, in order (not those reached but left unrecorded)."""
@@ -129,13 +141,27 @@ class Admission:
         return self._starting > 0 or self._ending
 
 
-_RECORDERS: "weakref.WeakSet[Admission]" = weakref.WeakSet()
-"""Every recorder of this process, open or not: a forked child gives each a lock of its own."""
+class _Hold:
+    """What one ``close()`` or ``abort()`` holds of the recorder's lock: ``got`` (taken), ``going_on`` (waited for
+    in vain: this thread's ``_without.on`` set)."""
+
+    __slots__ = ("got", "going_on")
+
+    def __init__(self) -> None:
+        self.got = self.going_on = False
+
+
+_RECORDERS: dict[int, weakref.ref] = {}
+"""Every recorder of this process, open or not, by ``id``: a forked child gives each a lock of its own. Each
+change is one dict operation (as the open recorders' list in :mod:`.holder`: no lock a ``__del__`` could
+wait on)."""
 
 
 def _new_locks_in_child() -> None:
-    for recorder in list(_RECORDERS):
-        recorder.forked()
+    for ref in list(_RECORDERS.values()):
+        recorder = ref()
+        if recorder is not None:
+            recorder.forked()
 
 
 os.register_at_fork(after_in_child=_new_locks_in_child)

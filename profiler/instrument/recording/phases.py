@@ -12,6 +12,7 @@ decides which steps get one and starts, ends and writes it.
 """
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -122,6 +123,14 @@ class StepRecording:
     def thread(self) -> int:
         """The ident of :attr:`owner` (reused by a later thread once it ends: :attr:`owner` tells them apart)."""
         return self.owner.ident
+
+    def owner_alive(self) -> bool:
+        """Whether :attr:`owner` still runs. A thread ``threading`` did not start (a native one, or one of
+        ``_thread.start_new_thread``) is a stand-in that says it is alive for ever: told by its ident among the
+        running threads instead."""
+        if isinstance(self.owner, threading._DummyThread):
+            return self.owner.ident in sys._current_frames()
+        return self.owner.is_alive()
 
     # context manager form
     def __enter__(self) -> "StepRecording":

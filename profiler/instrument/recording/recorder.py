@@ -117,18 +117,20 @@ class StepRecorder(Admission, EvalPasses, LeftOpenSteps):
 
     def close(self) -> None:
         """End an open recording and release the folder (also done when the process exits)."""
-        with self._serialised_at_most("closing"):
-            # said first: a step being ended meanwhile (by this handler's caller) then releases the folder itself
-            # once the step is written (_end)
-            self.closed = f"this StepRecorder was closed and {one_line(self.out)} released"
-            if self._active is not None and not self._ending and not self._starting:  # a start ends its own
-                self._end(self._active, ok=True)
-            if not self._starting:  # a step being started gives it back itself, once it has stopped (_begin)
-                holder.release(self)  # held with no step open
-            if not self._ending:
-                self._release_folder()
-            self.loop_alive = None  # the probe holds the loop's frame, and with it every caller's locals
-            holder.closed(self)
+        self._change_at_most("closing", self._close)
+
+    def _close(self) -> None:
+        # said first: a step being ended meanwhile (by this handler's caller) then releases the folder itself
+        # once the step is written (_end)
+        self.closed = f"this StepRecorder was closed and {one_line(self.out)} released"
+        if self._active is not None and not self._ending and not self._starting:  # a start ends its own
+            self._end(self._active, ok=True)
+        if not self._starting:  # a step being started gives it back itself, once it has stopped (_begin)
+            holder.release(self)  # held with no step open
+        if not self._ending:
+            self._release_folder()
+        self.loop_alive = None  # the probe holds the loop's frame, and with it every caller's locals
+        holder.closed(self)
 
     def _release_folder(self) -> None:
         lock = self._lock  # forgotten once released: a signal at the release's call leaves it to the next close()
@@ -169,7 +171,7 @@ class StepRecorder(Admission, EvalPasses, LeftOpenSteps):
             if active is None or self._starting:
                 return None
             if active.owner is not threading.current_thread():  # its profiler is that thread's to stop and read
-                if active.owner.is_alive():
+                if active.owner_alive():
                     notice(f"fusedce-profile: finish() is not for step {active.index}: another thread began it "
                            "and ends it", stacklevel=3)
                     return None
@@ -182,9 +184,11 @@ class StepRecorder(Admission, EvalPasses, LeftOpenSteps):
 
     def abort(self) -> None:
         """End the recording begun by :meth:`start` without writing it (the step failed; from any thread)."""
-        with self._serialised_at_most("ending a step"):
-            if self._active is not None:
-                self._end(self._active, ok=False)
+        self._change_at_most("ending a step", self._abort)
+
+    def _abort(self) -> None:
+        if self._active is not None:
+            self._end(self._active, ok=False)
 
     @property
     def recording(self) -> bool:
@@ -346,10 +350,11 @@ class StepRecorder(Admission, EvalPasses, LeftOpenSteps):
                     self._release_folder()
 
     def _ended(self, rec: StepRecording, ok: bool) -> RecordedStep | None:
-        if not ok or rec.meter is None:  # abandoned, or closed by a signal's handler as it began
+        if not ok or rec.meter is None or self._parents:  # abandoned, closed as it began, or the parent's step
             self._discard(rec, RuntimeError("the step was abandoned"))
             if ok:
-                notice(f"fusedce-profile: step {rec.index} is not recorded: closed as it began", stacklevel=4)
+                why = "this process was forked from the one that began it" if self._parents else "closed as it began"
+                notice(f"fusedce-profile: step {rec.index} is not recorded: {why}", stacklevel=4)
             return None
         device = rec.device
         try:
