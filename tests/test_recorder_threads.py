@@ -3,6 +3,7 @@ whole before another thread's can begin, so a step is recorded once, never dropp
 left open because its end came while another thread's step was being written."""
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
@@ -402,13 +403,13 @@ def test_a_stale_step_found_by_several_threads_at_once_is_ended_and_said_once(tm
     recorder.loop_alive = lambda: alive[0]
     recorder.start(0)
     alive[0] = False  # the loop that began the step has ended (an exception left it)
-    real_abort, inside, errors = type(recorder).abort, threading.Event(), []
+    real_abort, inside, errors = type(recorder)._abort, threading.Event(), []
 
     def slow_abort(self):
         inside.set()
         time.sleep(0.2)
         return real_abort(self)
-    monkeypatch.setattr(type(recorder), "abort", slow_abort)
+    monkeypatch.setattr(type(recorder), "_abort", slow_abort)
 
     def find_it_stale():
         try:
@@ -487,11 +488,107 @@ def test_finish_of_a_step_begun_by_a_thread_threading_did_not_start_ends_it_once
             began.set()
     _thread.start_new_thread(begin, ())
     assert began.wait(WAIT_S)
-    owner = recorder._active.owner
     deadline = time.monotonic() + WAIT_S
-    while owner.ident in sys._current_frames() and time.monotonic() < deadline:  # its last bytecodes
+    while recorder._active.owner_alive() and time.monotonic() < deadline:  # its last bytecodes
         time.sleep(0.01)
     assert recorder.finish() is None and not recorder.recording and _recording_is_off()
     recorder.close()
     assert said.by_thread["MainThread"] == ["fusedce-profile: step 0 is not recorded: the thread that began it "
                                             "ended without finishing it"]
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="the operating system's thread list: Linux")
+def test_a_live_thread_threading_did_not_start_is_alive_between_its_calls_into_python(monkeypatch):
+    """A native thread calling in through callbacks (ctypes, a C++ extension) has no Python frame between two
+    calls: told alive by its frames, its step was ended from another thread's ``finish()`` and lost. Here a
+    ``_thread`` thread stands in, blocked, with the interpreter's frame list emptied to show no frame."""
+    import _thread
+
+    from fusedce_profiler.instrument.recording.phases import StepRecording
+
+    made, go, gone = [], threading.Event(), threading.Event()
+
+    def native():
+        made.append((threading.current_thread(), threading.get_native_id()))
+        go.wait(WAIT_S)
+        gone.set()
+    _thread.start_new_thread(native, ())
+    deadline = time.monotonic() + WAIT_S
+    while not made and time.monotonic() < deadline:
+        time.sleep(0.01)
+    step = StepRecording.__new__(StepRecording)
+    step.owner, step.native_id = made[0]
+    with monkeypatch.context() as patched:
+        patched.setattr(sys, "_current_frames", lambda: {})
+        alive_between_calls = step.owner_alive()
+    go.set()
+    assert gone.wait(WAIT_S)
+    while step.owner_alive() and time.monotonic() < deadline:  # its thread's last instructions
+        time.sleep(0.01)
+    assert alive_between_calls and not step.owner_alive()
+
+
+def test_finish_from_a_later_thread_given_a_finished_native_thread_s_ident_ends_it_unrecorded(tmp_path, monkeypatch):
+    """The stand-in of a thread ``threading`` did not start is handed to a later such thread given the same
+    ident: that thread's ``finish()`` passed as the owner's and read the step's profiler from the wrong thread
+    (the step lost, an internal error as its warning). It is told apart by its operating system id."""
+    import _thread
+
+    said = _Said(monkeypatch)
+    recorder, done = _recorder(tmp_path / "r"), threading.Event()
+
+    def begin():
+        try:
+            recorder.start(0)
+        finally:
+            done.set()
+    _thread.start_new_thread(begin, ())
+    assert done.wait(WAIT_S)
+    first = recorder._active
+    deadline = time.monotonic() + WAIT_S
+    while first.owner_alive() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    finished, done = [], threading.Event()
+
+    def later():  # a later native thread; given the same ident, it gets the same stand-in
+        try:
+            finished.append((threading.current_thread() is first.owner, recorder.finish()))
+        finally:
+            done.set()
+    _thread.start_new_thread(later, ())
+    assert done.wait(WAIT_S)
+    recorder.close()
+    assert finished[0][1] is None and not recorder.records and _recording_is_off()
+    ours = sum(said.by_thread.values(), [])
+    assert ours == ["fusedce-profile: step 0 is not recorded: the thread that began it ended without finishing it"], ours
+
+
+def test_a_stale_step_is_ended_without_the_lock_when_another_thread_holds_it_past_close_s_wait(tmp_path, monkeypatch):
+    """Ending a stale step (a new recorder, the next ``train()``, any module call) waited on the recorder's lock
+    without limit: a thread stuck inside a step's start or end hung it until that thread let go (for ever, if
+    it never does), where ``close()`` gives up after its wait."""
+    from fusedce_profiler.instrument.recording import admission
+
+    said = _Said(monkeypatch)
+    monkeypatch.setattr(admission, "CLOSE_WAIT_S", 0.3)
+    recorder, alive = _recorder(tmp_path / "r", steps=(0,)), [True]
+    recorder.loop_alive = lambda: alive[0]
+    recorder.start(0)
+    alive[0] = False
+    holding, release = threading.Event(), threading.Event()
+
+    def stuck():  # a thread stuck inside a change of this recorder (its meter's end not returning)
+        with recorder._serial:
+            holding.set()
+            release.wait(WAIT_S)
+    holder_thread = threading.Thread(target=stuck, name="stuck")
+    holder_thread.start()
+    assert holding.wait(WAIT_S)
+    threading.Timer(5.0, release.set).start()  # lets a waiting end_stale() go on, after 5 s
+    started = time.monotonic()
+    recorder.end_stale()
+    waited = time.monotonic() - started
+    release.set()
+    holder_thread.join(WAIT_S)
+    assert waited < 3.0 and not recorder.recording and _recording_is_off(), waited
+    assert said.by_thread["MainThread"][-1].startswith("fusedce-profile: step 0 is not recorded: the training loop")

@@ -26,7 +26,7 @@ from fusedce_profiler.instrument.text import one_line
 class LeftOpenSteps:
     """A recorder's left-open steps. The recorder provides ``_active`` (the step being recorded, a
     :class:`~fusedce_profiler.instrument.recording.phases.StepRecording`), ``loop_alive``, ``out``, ``records``,
-    :meth:`abort`, :meth:`close`, :meth:`_end` and its lock (:meth:`_serial_unless_going_on`)."""
+    :meth:`_abort`, :meth:`_close` (their bodies, under the lock), :meth:`_end` and :meth:`_change_at_most`."""
 
     def orphaned(self) -> bool:
         """Whether the loop this recorder records (``loop_alive``, when an integration knows it) has ended."""
@@ -41,16 +41,19 @@ class LeftOpenSteps:
     def end_stale(self) -> None:
         """End a stale step unrecorded and release the folder: its loop will never end it (the caller knows it
         is stale). Several threads' hooks may find it stale at once (data-parallel replicas): under the recorder's
-        lock the first ends it, closes the recorder and says so; the others find no step and do nothing."""
-        with self._serial_unless_going_on():
-            stale = self._active
-            if stale is None:
-                return
-            self.abort()  # first: a warning taken as an error (-W error) must not leave the step open
-            self.close()
-        index = stale.index
-        notice(f"fusedce-profile: step {index} is not recorded: the training loop that began it ended (an "
-               f"exception left it); {one_line(self.out)} is released", stacklevel=3)
+        lock, waited on at most as long as ``close()`` waits, the first ends it, closes the recorder and says so;
+        the others find no step and do nothing."""
+        ended = []
+
+        def end() -> None:
+            if self._active is not None:
+                ended.append(self._active.index)
+                self._abort()  # first: a warning taken as an error (-W error) must not leave the step open
+                self._close()
+        self._change_at_most("ending a stale step", end)
+        if ended:
+            notice(f"fusedce-profile: step {ended[0]} is not recorded: the training loop that began it ended (an "
+                   f"exception left it); {one_line(self.out)} is released", stacklevel=3)
 
     def _ended_if_stale(self) -> bool:
         return self.stale() and (self.end_stale() or True)  # a stale step ended: True

@@ -12,7 +12,7 @@ decides which steps get one and starts, ends and writes it.
 """
 from __future__ import annotations
 
-import sys
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -89,6 +89,9 @@ class SharedProfilerMeter(MemoryMeter):
             self.record.phases = replay_cpu_events(self._owner.profiler.profiler, self._names, self.record.baseline_bytes)
 
 
+_TASKS = "/proc/self/task"  # Linux: one entry per thread of this process, by native id
+
+
 # --- one recorded step -----------------------------------------------------------------------
 
 WATCH_S = 0.5
@@ -118,18 +121,27 @@ class StepRecording:
         self.alive: Callable[[], bool] | None = None  # whether the loop that began it still runs (holder.loop_probe)
         self.ended_if_stale: Callable[[], bool] | None = None  # the recorder's: ends a stale step, says if it did
         self.owner = threading.current_thread()  # the thread that asked for it (``step()`` or ``start()``)
+        self.native_id = threading.get_native_id()  # the operating system's id of that thread (owner_alive)
 
     @property
     def thread(self) -> int:
         """The ident of :attr:`owner` (reused by a later thread once it ends: :attr:`owner` tells them apart)."""
         return self.owner.ident
 
+    def of_this_thread(self) -> bool:
+        """Whether the calling thread began the step: its :attr:`owner` — and, for the stand-in of a thread
+        ``threading`` did not start, which is handed to a later such thread given its ident, its
+        :attr:`native_id` too."""
+        return self.owner is threading.current_thread() and (
+            not isinstance(self.owner, threading._DummyThread) or self.native_id == threading.get_native_id())
+
     def owner_alive(self) -> bool:
         """Whether :attr:`owner` still runs. A thread ``threading`` did not start (a native one, or one of
-        ``_thread.start_new_thread``) is a stand-in that says it is alive for ever: told by its ident among the
-        running threads instead."""
-        if isinstance(self.owner, threading._DummyThread):
-            return self.owner.ident in sys._current_frames()
+        ``_thread.start_new_thread``) is a stand-in that says it is alive for ever and, between its calls into
+        Python, may have no frame: told by the operating system's list of this process's threads where there is
+        one (``/proc/self/task``, by :attr:`native_id`), else taken as alive."""
+        if isinstance(self.owner, threading._DummyThread) and os.path.isdir(_TASKS):
+            return os.path.exists(os.path.join(_TASKS, str(self.native_id)))
         return self.owner.is_alive()
 
     # context manager form

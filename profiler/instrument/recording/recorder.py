@@ -32,7 +32,6 @@ unrecorded, with a warning. On a distributed run only rank 0 records. Public API
 from __future__ import annotations
 
 import contextlib
-import threading
 import time
 from pathlib import Path
 from typing import Callable, Iterable
@@ -170,7 +169,7 @@ class StepRecorder(Admission, EvalPasses, LeftOpenSteps):
             active = self._active
             if active is None or self._starting:
                 return None
-            if active.owner is not threading.current_thread():  # its profiler is that thread's to stop and read
+            if not active.of_this_thread():  # its profiler is that thread's to stop and read
                 if active.owner_alive():
                     notice(f"fusedce-profile: finish() is not for step {active.index}: another thread began it "
                            "and ends it", stacklevel=3)
