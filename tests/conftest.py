@@ -71,6 +71,17 @@ def no_process_left_behind():
         pytest.fail("processes started by the tests are still alive:\n" + "\n".join(left.values()), pytrace=False)
 
 
+# --- gradients on after every test --------------------------------------------------------------
+@pytest.fixture(autouse=True)
+def gradients_left_on():
+    """A test that leaves this thread's gradients off (torch's own ``no_grad`` cut by a signal a test sent) fails
+    itself, and gradients are turned back on: otherwise every later test of the process that trains fails."""
+    yield
+    if not torch.is_grad_enabled():
+        torch.set_grad_enabled(True)
+        pytest.fail("this test left gradients off in the main thread", pytrace=False)
+
+
 # --- one finished grid for the whole session ------------------------------------------------
 # A tiny CPU grid (two cells of torch) costs a worker's start-up and a report: made once, shared
 # by the fault tests of test_cli_faults.py, test_confinement.py and test_report_bounds.py. It is

@@ -444,3 +444,35 @@ def test_a_handler_that_records_a_step_as_this_thread_s_step_starts_leaves_that_
     first.close()                   # backward, is lost: docs/run-folders.md)
     second.close()
     assert second.records == [] and _recording_is_off() and _free(tmp_path / "first") and _free(tmp_path / "second")
+
+
+def test_ctrl_c_as_the_head_is_probed_leaves_gradients_on_and_the_next_step_recorded(tmp_path):
+    """A recorder's first step finds the head by calling it on a probe under ``torch.no_grad``, whose entry runs
+    Python: a Ctrl-C landing there, caught by the loop (a notebook's interrupt), left gradients off in that thread
+    for good — every later ``backward()`` raised "does not require grad" — and the head search was never made
+    again. The landing is chosen exactly: as ``no_grad`` has just switched gradients off."""
+    import sys
+
+    model = WrappedHeadLM()
+    recorder = StepRecorder(model, tmp_path / "r", steps=(0, 1), trace=False, snapshot=False, report=False)
+    fired = []
+
+    def land(frame, event, arg):
+        if event == "c_return" and getattr(arg, "__name__", "") == "_set_grad_enabled" and not fired:
+            sys.setprofile(None)
+            fired.append(frame.f_code.co_name)
+            signal.raise_signal(signal.SIGINT)
+    with pytest.raises(KeyboardInterrupt):
+        sys.setprofile(land)
+        try:
+            with recorder.step(0):
+                _loss(model, _batch(0)).backward()
+        finally:
+            sys.setprofile(None)
+    grad_on = torch.is_grad_enabled()
+    torch.set_grad_enabled(True)  # whatever happened, the tests after this one train
+    with recorder.step(1):
+        _loss(model, _batch(1)).backward()
+    recorder.close()
+    assert fired and grad_on
+    assert [r.step for r in recorder.records] == [1] and recorder._head is not None and _recording_is_off()

@@ -471,15 +471,12 @@ def test_a_recorder_subclass_that_defines_equality_can_be_made(tmp_path):
     assert [r.step for r in recorder.records] == [0]
 
 
-def test_finish_of_a_step_begun_by_a_thread_threading_did_not_start_ends_it_once_that_thread_is_gone(tmp_path,
-                                                                                                      monkeypatch):
-    """A thread started outside ``threading`` (``_thread.start_new_thread``, a native one) is a stand-in that
-    says it is alive for ever: a step it began and left was refused to every other thread's ``finish()``,
-    open for good."""
+def _begun_by_a_native_thread_that_ended(recorder):
+    """Step 0 of ``recorder`` started by a ``_thread`` thread (one ``threading`` did not start), which then ended;
+    returns the step."""
     import _thread
 
-    said = _Said(monkeypatch)
-    recorder, began = _recorder(tmp_path / "r"), threading.Event()
+    began = threading.Event()
 
     def begin():
         try:
@@ -488,9 +485,20 @@ def test_finish_of_a_step_begun_by_a_thread_threading_did_not_start_ends_it_once
             began.set()
     _thread.start_new_thread(begin, ())
     assert began.wait(WAIT_S)
-    deadline = time.monotonic() + WAIT_S
-    while recorder._active.owner_alive() and time.monotonic() < deadline:  # its last bytecodes
+    step, deadline = recorder._active, time.monotonic() + WAIT_S
+    while step.owner_alive() and time.monotonic() < deadline:  # its last instructions
         time.sleep(0.01)
+    return step
+
+
+def test_finish_of_a_step_begun_by_a_thread_threading_did_not_start_ends_it_once_that_thread_is_gone(tmp_path,
+                                                                                                      monkeypatch):
+    """A thread started outside ``threading`` (``_thread.start_new_thread``, a native one) is a stand-in that
+    says it is alive for ever: a step it began and left was refused to every other thread's ``finish()``,
+    open for good."""
+    said = _Said(monkeypatch)
+    recorder = _recorder(tmp_path / "r")
+    _begun_by_a_native_thread_that_ended(recorder)
     assert recorder.finish() is None and not recorder.recording and _recording_is_off()
     recorder.close()
     assert said.by_thread["MainThread"] == ["fusedce-profile: step 0 is not recorded: the thread that began it "
@@ -504,12 +512,12 @@ def test_a_live_thread_threading_did_not_start_is_alive_between_its_calls_into_p
     ``_thread`` thread stands in, blocked, with the interpreter's frame list emptied to show no frame."""
     import _thread
 
-    from fusedce_profiler.instrument.recording.phases import StepRecording
+    from fusedce_profiler.instrument.recording.phases import StepRecording, _task_start
 
     made, go, gone = [], threading.Event(), threading.Event()
 
     def native():
-        made.append((threading.current_thread(), threading.get_native_id()))
+        made.append((threading.current_thread(), threading.get_native_id(), _task_start(threading.get_native_id())))
         go.wait(WAIT_S)
         gone.set()
     _thread.start_new_thread(native, ())
@@ -517,7 +525,7 @@ def test_a_live_thread_threading_did_not_start_is_alive_between_its_calls_into_p
     while not made and time.monotonic() < deadline:
         time.sleep(0.01)
     step = StepRecording.__new__(StepRecording)
-    step.owner, step.native_id = made[0]
+    step.owner, step.native_id, step.native_start = made[0]
     with monkeypatch.context() as patched:
         patched.setattr(sys, "_current_frames", lambda: {})
         alive_between_calls = step.owner_alive()
@@ -535,19 +543,8 @@ def test_finish_from_a_later_thread_given_a_finished_native_thread_s_ident_ends_
     import _thread
 
     said = _Said(monkeypatch)
-    recorder, done = _recorder(tmp_path / "r"), threading.Event()
-
-    def begin():
-        try:
-            recorder.start(0)
-        finally:
-            done.set()
-    _thread.start_new_thread(begin, ())
-    assert done.wait(WAIT_S)
-    first = recorder._active
-    deadline = time.monotonic() + WAIT_S
-    while first.owner_alive() and time.monotonic() < deadline:
-        time.sleep(0.01)
+    recorder = _recorder(tmp_path / "r")
+    first = _begun_by_a_native_thread_that_ended(recorder)
     finished, done = [], threading.Event()
 
     def later():  # a later native thread; given the same ident, it gets the same stand-in
@@ -560,7 +557,8 @@ def test_finish_from_a_later_thread_given_a_finished_native_thread_s_ident_ends_
     recorder.close()
     assert finished[0][1] is None and not recorder.records and _recording_is_off()
     ours = sum(said.by_thread.values(), [])
-    assert ours == ["fusedce-profile: step 0 is not recorded: the thread that began it ended without finishing it"], ours
+    assert ours == ["fusedce-profile: step 0 is not recorded: the thread that began it ended without finishing "
+                    "it"], ours
 
 
 def test_a_stale_step_is_ended_without_the_lock_when_another_thread_holds_it_past_close_s_wait(tmp_path, monkeypatch):
@@ -592,3 +590,32 @@ def test_a_stale_step_is_ended_without_the_lock_when_another_thread_holds_it_pas
     holder_thread.join(WAIT_S)
     assert waited < 3.0 and not recorder.recording and _recording_is_off(), waited
     assert said.by_thread["MainThread"][-1].startswith("fusedce-profile: step 0 is not recorded: the training loop")
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="the operating system's thread list: Linux")
+def test_a_later_thread_given_a_native_thread_s_id_does_not_keep_its_step_alive():
+    """Thread ids come round again (32,768 on many machines): a thread of the process given an ended native
+    thread's id kept that thread's step alive, every later step refused until ``close()``. The thread's start
+    time tells them apart: here a stand-in with the id of a live thread and another start time."""
+    import _thread
+
+    from fusedce_profiler.instrument.recording.phases import StepRecording, _task_start
+
+    made, go = [], threading.Event()
+
+    def native():
+        made.append(threading.current_thread())
+        go.wait(WAIT_S)
+    _thread.start_new_thread(native, ())
+    deadline = time.monotonic() + WAIT_S
+    while not made and time.monotonic() < deadline:
+        time.sleep(0.01)
+    step = StepRecording.__new__(StepRecording)
+    step.owner, step.native_id = made[0], threading.get_native_id()  # this live thread's id ...
+    step.native_start = str(int(_task_start(step.native_id)) - 1)  # ... with a start time before it began
+    try:
+        assert not step.owner_alive()
+        step.native_start = _task_start(step.native_id)
+        assert step.owner_alive()
+    finally:
+        go.set()

@@ -798,10 +798,12 @@ def test_alarms_at_any_moment_of_making_recorders_never_leave_a_folder_held(tmp_
     interrupted, generator = 0, random.Random(5)
     try:
         for i in range(60):
-            folder, recorder = tmp_path / f"r{i}", None
+            # the model made outside the alarm's window: torch's own no_grad (in the layer's initialisation)
+            # interrupted at its entry or exit leaves this thread's gradients off for every test after this one
+            folder, recorder, model = tmp_path / f"r{i}", None, torch.nn.Linear(4, 4)
             try:
                 signal.setitimer(signal.ITIMER_REAL, generator.uniform(0.0002, 0.004))
-                recorder = StepRecorder(torch.nn.Linear(4, 4), folder, trace=False, snapshot=False, report=False)
+                recorder = StepRecorder(model, folder, trace=False, snapshot=False, report=False)
                 signal.setitimer(signal.ITIMER_REAL, 0)
             except KeyboardInterrupt:
                 interrupted += 1
@@ -812,7 +814,7 @@ def test_alarms_at_any_moment_of_making_recorders_never_leave_a_folder_held(tmp_
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
-    assert interrupted >= 5  # the alarms did land inside the creations
+    assert interrupted >= 5 and torch.is_grad_enabled()  # the alarms did land inside the creations
 
 
 def test_a_fork_beside_a_thread_taking_run_locks_never_hands_the_child_a_lock(tmp_path):

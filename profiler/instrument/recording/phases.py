@@ -92,6 +92,16 @@ class SharedProfilerMeter(MemoryMeter):
 _TASKS = "/proc/self/task"  # Linux: one entry per thread of this process, by native id
 
 
+def _task_start(native_id: int) -> str | None:
+    """When thread ``native_id`` of this process began (clock ticks since boot: field 22 of its ``stat``), or
+    None where there is no such thread or no such list."""
+    try:
+        with open(os.path.join(_TASKS, str(native_id), "stat")) as stat:
+            return stat.read().rsplit(")", 1)[1].split()[19]  # the fields after the name, from field 3 on
+    except (OSError, IndexError):
+        return None
+
+
 # --- one recorded step -----------------------------------------------------------------------
 
 WATCH_S = 0.5
@@ -122,6 +132,7 @@ class StepRecording:
         self.ended_if_stale: Callable[[], bool] | None = None  # the recorder's: ends a stale step, says if it did
         self.owner = threading.current_thread()  # the thread that asked for it (``step()`` or ``start()``)
         self.native_id = threading.get_native_id()  # the operating system's id of that thread (owner_alive)
+        self.native_start = _task_start(self.native_id) if isinstance(self.owner, threading._DummyThread) else None
 
     @property
     def thread(self) -> int:
@@ -139,9 +150,9 @@ class StepRecording:
         """Whether :attr:`owner` still runs. A thread ``threading`` did not start (a native one, or one of
         ``_thread.start_new_thread``) is a stand-in that says it is alive for ever and, between its calls into
         Python, may have no frame: told by the operating system's list of this process's threads where there is
-        one (``/proc/self/task``, by :attr:`native_id`), else taken as alive."""
-        if isinstance(self.owner, threading._DummyThread) and os.path.isdir(_TASKS):
-            return os.path.exists(os.path.join(_TASKS, str(self.native_id)))
+        one (``/proc/self/task``: :attr:`native_id` there, with the start time it had), else taken as alive."""
+        if isinstance(self.owner, threading._DummyThread) and self.native_start is not None:
+            return _task_start(self.native_id) == self.native_start  # a later thread given its id began later
         return self.owner.is_alive()
 
     # context manager form

@@ -10,9 +10,8 @@ hook, no profiler, nothing allocated (:data:`NOOP` is returned). A recorded step
    head's forward pre-hook or the end of the model's forward (whichever comes first); ``backward`` when
    ``Tensor.backward``/``torch.autograd.backward`` is called (the two are wrapped for the recorded step only:
    autograd has no hook for "a backward begins"); ``optimizer`` from a global optimizer step pre-hook. Phases only
-   move forward (a final norm re-run by activation checkpointing in backward marks nothing);
-   :meth:`StepRecorder.mark` sets one explicitly (hooks and meters:
-   :mod:`~fusedce_profiler.instrument.recording.phases`);
+   move forward (a final norm re-run by activation checkpointing in backward marks nothing); :meth:`~StepRecorder.mark`
+   sets one explicitly (hooks and meters: :mod:`~fusedce_profiler.instrument.recording.phases`);
 3. meters every phase: on CUDA the caching allocator's counters (peak allocated and reserved per phase, device use
    at each mark), on the CPU the profiler's memory events (:mod:`fusedce_profiler.instrument.protocol`); optionally
    (``trace``) wraps the step in :class:`fusedce_profiler.instrument.tracing.trace.StepTracer` for the peak by
@@ -22,12 +21,11 @@ hook, no profiler, nothing allocated (:data:`NOOP` is returned). A recorded step
    :mod:`~fusedce_profiler.instrument.recording.assemble`) to the folder's ``recorded_steps.jsonl`` and writes
    ``environment.json`` once.
 
-A failure of the recorder itself never stops the user's training: it is reported as a warning
-(:mod:`~fusedce_profiler.instrument.recording.notice`, never raised) and the step runs unrecorded; so is a folder
-that cannot be written, that another run holds, or that fills up (the recorder then records nothing more). One step
-is recorded at a time in a process: a step another recorder (another thread's) would record meanwhile runs
-unrecorded, with a warning. On a distributed run only rank 0 records. Public API: :class:`StepRecorder`,
-:data:`NOOP` (the public face, which also renders the report, is :mod:`fusedce_profile`).
+A failure of the recorder itself never stops the user's training: it is reported as a warning (:mod:`.notice`, never
+raised) and the step runs unrecorded; so is a folder that cannot be written, that another run holds, or that fills up
+(the recorder then records nothing more). One step is recorded at a time in a process: a step another recorder
+(another thread's) would record meanwhile runs unrecorded, with a warning. On a distributed run only rank 0 records.
+Public API: :class:`StepRecorder`, :data:`NOOP` (the public face, rendering the report too: :mod:`fusedce_profile`).
 """
 from __future__ import annotations
 
@@ -169,7 +167,7 @@ class StepRecorder(Admission, EvalPasses, LeftOpenSteps):
             active = self._active
             if active is None or self._starting:
                 return None
-            if not active.of_this_thread():  # its profiler is that thread's to stop and read
+            if not active.of_this_thread() and not self._parents:  # its profiler is that thread's to stop, read
                 if active.owner_alive():
                     notice(f"fusedce-profile: finish() is not for step {active.index}: another thread began it "
                            "and ends it", stacklevel=3)
@@ -228,17 +226,27 @@ class StepRecorder(Admission, EvalPasses, LeftOpenSteps):
                                tuple(self.passes))
 
     def _locate(self) -> None:
+        """Find the head, final norm and embedding, once (again at the next step if a signal cut it short). The head
+        is probed under ``torch.no_grad``, whose entry and exit run Python: the gradient mode is put back."""
         if self._located:
             return
-        self._located = True
+        grad, found = torch.is_grad_enabled(), BaseException  # a signal cut it short (Ctrl-C, caught by the loop)
         try:
-            self._head = find_head(self.model, vocab=self.vocab, head_path=self.head_path)
-        except ValueError as exc:
-            notice(f"fusedce-profile: {exc}", stacklevel=3)
-            self._head = None
-        self.vocab = self.vocab or (self._head.info.vocab if self._head else None)
-        self._norm = find_final_norm(self.model, self._head)
-        self._embedding = find_embedding(self.model, self.vocab)
+            try:
+                self._head = find_head(self.model, vocab=self.vocab, head_path=self.head_path)
+            except ValueError as exc:
+                notice(f"fusedce-profile: {exc}", stacklevel=3)
+                self._head = None
+            self.vocab = self.vocab or (self._head.info.vocab if self._head else None)
+            self._norm = find_final_norm(self.model, self._head)
+            self._embedding = find_embedding(self.model, self.vocab)
+            found = None
+        except Exception:  # the head's own error: said by the step (_abandon), not tried again
+            found = None
+            raise
+        finally:  # gradients left off would train nothing; one C call: nothing can land before the mode is back
+            torch._C._set_grad_enabled(grad)
+            self._located = found is None
 
     def _begin(self, rec: StepRecording) -> None:
         with self._serial:
