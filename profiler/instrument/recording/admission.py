@@ -32,6 +32,7 @@ import weakref
 from collections.abc import Callable
 
 from fusedce_profiler.instrument import deferred_signals
+from fusedce_profiler.instrument.recording import holder
 from fusedce_profiler.instrument.recording.notice import notice
 
 CLOSE_WAIT_S = 30.0  # longer than a step's start and its end with the report rendered
@@ -52,8 +53,7 @@ class Admission:
         self._starting = 0
         self._ending = False
         self._parents = False
-        key = id(self)  # by identity: a subclass may define __eq__ (and so be unhashable)
-        _RECORDERS[key] = weakref.ref(self, lambda _, key=key: _RECORDERS.pop(key, None))
+        holder.remember(_RECORDERS, self)
 
     def forked(self) -> None:
         """This is a forked child's copy of the recorder: its lock is made anew (held by a thread of the parent
@@ -152,16 +152,13 @@ class _Hold:
 
 
 _RECORDERS: dict[int, weakref.ref] = {}
-"""Every recorder of this process, open or not, by ``id``: a forked child gives each a lock of its own. Each
-change is one dict operation (as the open recorders' list in :mod:`.holder`: no lock a ``__del__`` could
-wait on)."""
+"""Every recorder of this process, open or not (:func:`.holder.remember`): a forked child gives each a lock of its
+own."""
 
 
 def _new_locks_in_child() -> None:
-    for ref in list(_RECORDERS.values()):
-        recorder = ref()
-        if recorder is not None:
-            recorder.forked()
+    for recorder in holder.remembered(_RECORDERS):
+        recorder.forked()
 
 
 os.register_at_fork(after_in_child=_new_locks_in_child)

@@ -91,8 +91,20 @@ def holds(recorder) -> bool:
     return held is not None and held.recorder() is recorder
 
 
+def remember(registry: dict[int, weakref.ref], recorder) -> None:
+    """``recorder`` into ``registry`` (such as :data:`_OPEN`) by ``id``, dropped once it is collected: by identity
+    (a subclass may define ``__eq__``, and so be unhashable), each change one dict operation."""
+    key = id(recorder)
+    registry[key] = weakref.ref(recorder, lambda _, key=key: registry.pop(key, None))
+
+
+def remembered(registry: dict[int, weakref.ref]) -> list:
+    """The recorders of ``registry`` still alive, listed from a copy (one C call)."""
+    return [recorder for recorder in (ref() for ref in registry.copy().values()) if recorder is not None]
+
+
 def _open_recorders() -> list:
-    return [recorder for recorder in (ref() for ref in _OPEN.copy().values()) if recorder is not None]
+    return remembered(_OPEN)
 
 
 def close_orphans() -> None:
@@ -123,8 +135,7 @@ def _give_back(held: _Hold) -> None:
 
 def opened(recorder) -> None:
     """``recorder`` holds its folder's lock (released at exit if it is never closed)."""
-    key = id(recorder)
-    _OPEN[key] = weakref.ref(recorder, lambda _, key=key: _OPEN.pop(key, None))
+    remember(_OPEN, recorder)
 
 
 def closed(recorder) -> None:

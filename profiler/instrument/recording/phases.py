@@ -140,11 +140,9 @@ class StepRecording:
         return self.owner.ident
 
     def of_this_thread(self) -> bool:
-        """Whether the calling thread began the step: its :attr:`owner` — and, for the stand-in of a thread
-        ``threading`` did not start, which is handed to a later such thread given its ident, its
-        :attr:`native_id` too."""
-        return self.owner is threading.current_thread() and (
-            not isinstance(self.owner, threading._DummyThread) or self.native_id == threading.get_native_id())
+        """Whether the calling thread began the step: its :attr:`owner` and its :attr:`native_id` (the stand-in of a
+        thread ``threading`` did not start is handed to a later such thread given its ident)."""
+        return self.owner is threading.current_thread() and self.native_id == threading.get_native_id()
 
     def owner_alive(self) -> bool:
         """Whether :attr:`owner` still runs. A thread ``threading`` did not start (a native one, or one of

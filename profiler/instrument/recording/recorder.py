@@ -230,7 +230,7 @@ class StepRecorder(Admission, EvalPasses, LeftOpenSteps):
         is probed under ``torch.no_grad``, whose entry and exit run Python: the gradient mode is put back."""
         if self._located:
             return
-        grad, found = torch.is_grad_enabled(), BaseException  # a signal cut it short (Ctrl-C, caught by the loop)
+        grad, done = torch.is_grad_enabled(), False  # not done: a signal cut it short (Ctrl-C, caught by the loop)
         try:
             try:
                 self._head = find_head(self.model, vocab=self.vocab, head_path=self.head_path)
@@ -240,13 +240,13 @@ class StepRecorder(Admission, EvalPasses, LeftOpenSteps):
             self.vocab = self.vocab or (self._head.info.vocab if self._head else None)
             self._norm = find_final_norm(self.model, self._head)
             self._embedding = find_embedding(self.model, self.vocab)
-            found = None
+            done = True
         except Exception:  # the head's own error: said by the step (_abandon), not tried again
-            found = None
+            done = True
             raise
         finally:  # gradients left off would train nothing; one C call: nothing can land before the mode is back
             torch._C._set_grad_enabled(grad)
-            self._located = found is None
+            self._located = done
 
     def _begin(self, rec: StepRecording) -> None:
         with self._serial:
