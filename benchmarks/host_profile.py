@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import fusedce  # noqa: E402
 from fusedce.memory_model import predict_peak_bytes  # noqa: E402
+from benchmarks.protocol import parse_row  # noqa: E402
 from benchmarks.tiles_ab import save_with_environment  # noqa: E402
 
 CASES = (("8192x768x32777", "amp", "default"), ("8192x768x32777", "amp", "min"),
@@ -117,15 +118,19 @@ def profile_case(head, mode, budget, repeats, profiled, top):
 
 
 def case_of(text: str) -> tuple[str, str, str]:
-    """``N×H×V:MODE:BUDGET`` (``8192x768x32777:bf16:fast``) as (head, mode, budget); argparse names a bad one."""
+    """``N×H×V:MODE:BUDGET`` (``8192x768x32777:bf16:fast``) as (head, mode, budget), the head written
+    ``NxHxV``; argparse names a bad one."""
     head, _, rest = text.partition(":")
     mode, _, budget = rest.partition(":")
-    sizes = head.split("x")
-    if len(sizes) != 3 or not all(size.isdigit() and int(size) > 0 for size in sizes) or mode not in ("amp", "bf16") \
+    try:
+        row = parse_row(head)
+    except ValueError:
+        row = None
+    if row is None or min(row.tokens, row.hidden, row.vocab) <= 0 or mode not in ("amp", "bf16") \
             or budget not in ("default", "fast", "min"):
         raise argparse.ArgumentTypeError(f"expected N×H×V:MODE:BUDGET such as 8192x768x32777:bf16:fast (MODE amp "
                                          f"or bf16, BUDGET default, fast or min), got {text!r}")
-    return head, mode, budget
+    return f"{row.tokens}x{row.hidden}x{row.vocab}", mode, budget
 
 
 def main() -> None:
