@@ -428,6 +428,28 @@ def test_a_stale_step_found_by_several_threads_at_once_is_ended_and_said_once(tm
                                                f"began it ended (an exception left it); {tmp_path / 'r'} is released"]
 
 
+def test_a_stale_step_found_again_while_it_is_being_written_is_not_said_lost(tmp_path, monkeypatch):
+    """A stale step closed by its loop's owner: while ``close()`` wrote it, a signal's handler ran a forward, whose
+    hook found the step stale and ended it — a no-op inside that end, which went on to write it — yet said "step 0 is
+    not recorded". The handler is played by a call inside the step's writing."""
+    said = _Said(monkeypatch)
+    recorder = _recorder(tmp_path / "r", steps=(0,))
+    alive = [True]
+    recorder.loop_alive = lambda: alive[0]
+    recorder.start(0)
+    _train(recorder, 0)
+    alive[0] = False
+    real_ended = type(recorder)._ended
+
+    def ended_with_a_handler_inside(self, rec, ok):
+        self.end_stale()  # the handler's forward, in this thread, as the step is being ended
+        return real_ended(self, rec, ok)
+    monkeypatch.setattr(type(recorder), "_ended", ended_with_a_handler_inside)
+    recorder.close()
+    assert [r.step for r in recorder.records] == [0] and not recorder.recording and _recording_is_off()
+    assert said.by_thread == {}
+
+
 def test_a_child_forked_inside_a_recorded_step_does_not_write_it(tmp_path):
     """A process forked between ``start()`` and ``finish()`` whose child went on with the loop: the child's
     ``finish()`` wrote the parent's step into the parent's folder, and the parent wrote it again (rows [0, 0])."""

@@ -46,9 +46,11 @@ class LeftOpenSteps:
         ended = []
 
         def end() -> None:
-            if self._active is not None:
-                ended.append(self._active.index)
+            step = self._active
+            if step is not None:
                 self._abort()  # first: a warning taken as an error (-W error) must not leave the step open
+                if self._active is None:  # not when run inside that step's end (a handler's): that end decides
+                    ended.append(step.index)
                 self._close()
         self._change_at_most("ending a stale step", end)
         if ended:
