@@ -84,11 +84,16 @@ class StepRecorder(_ProfilerStepRecorder):
         that goes on in a recorder of its own)."""
         arguments.flag(say_unreached, "say_unreached")
         super().close()
+        if not say_unreached:
+            self._closed = True  # nothing to say, now or later
+        self.after_close()
+
+    def after_close(self) -> None:
+        """Say which requested steps the run never reached, once (also when the recorder closed itself: its loop
+        ended with a step open)."""
         if self._closed or not self.enabled:
             return
         self._closed = True
-        if not say_unreached:
-            return
         ran = f"the run ended after step {self.count - 1}" if self.count else "no step ran"
         for step in self.unreached():
             say(f"step {step} was never reached ({ran}); nothing was recorded for it")

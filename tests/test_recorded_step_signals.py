@@ -12,7 +12,7 @@ import torch
 
 from fusedce_profile import StepRecorder
 from fusedce_profiler.instrument.protocol import MemoryMeter
-from fusedce_profiler.instrument.recording import holder, phases, recorder as recorder_module
+from fusedce_profiler.instrument.recording import beginning, holder, phases, recorder as recorder_module
 from test_recording import _batch, _loss
 from test_recording_faults import _free, _recording_is_off, _signalled
 from tests.doctor_models import WrappedHeadLM
@@ -20,7 +20,7 @@ from tests.doctor_models import WrappedHeadLM
 pytestmark = pytest.mark.faults  # the fault suite: pytest -m faults
 
 MOMENTS = {  # where in the step's start the signal lands: before the step is the active one, and after
-    "measuring the parameters": (recorder_module, "tensor_bytes"),
+    "measuring the parameters": (beginning, "tensor_bytes"),
     "installing the hooks": (phases.StepRecording, "install"),
     "having taken the recording": (holder, "take"),  # as take returns: the signal comes after the call
     "entering the meter": (MemoryMeter, "__enter__"),  # the profiler starts after the handler has run
@@ -197,10 +197,12 @@ def test_a_handler_that_closes_the_recorder_while_a_step_is_written_lets_it_be_w
     assert locked_as_written == [True] and not [w for w in caught if "not recorded" in str(w.message)]
 
 
-def test_a_handler_that_closes_the_recorder_then_raises_as_the_step_ends_stops_the_step(tmp_path, monkeypatch):
+def test_a_handler_that_closes_the_recorder_then_raises_as_the_step_ends_runs_once_the_step_is_written(tmp_path,
+                                                                                                    monkeypatch):
     """A handler that closed the recorder and then raised (Ctrl-C after a graceful close) while the step was
     being ended: the close, waiting for the step's end, ended nothing, and the exception left the step open —
-    the profiler on, and a later ``close()`` wrote the step into the released folder."""
+    the profiler on, and a later ``close()`` wrote the step into the released folder. The signal is held back
+    while the step ends: the step is written once, then the handler closes the recorder and its exception goes on."""
     recorder = _recorder(tmp_path / "r")
     real, sent = phases.StepRecording.remove_hooks, []
 
@@ -222,9 +224,10 @@ def test_a_handler_that_closes_the_recorder_then_raises_as_the_step_ends_stops_t
     finally:
         signal.signal(signal.SIGUSR1, previous)
     monkeypatch.undo()
+    assert recorder.closed and _recording_is_off() and [record.step for record in recorder.records] == [0]
     recorder.close()
-    assert _recording_is_off() and recorder.records == [] and _free(tmp_path / "r")
-    assert not (tmp_path / "r" / "recorded_steps.jsonl").exists() and not holder.holds(recorder)
+    assert _free(tmp_path / "r") and not holder.holds(recorder)
+    assert len((tmp_path / "r" / "recorded_steps.jsonl").read_text().splitlines()) == 1
 
 
 def _bad_batch(*args, **kwargs):
@@ -235,7 +238,7 @@ def _bad_batch(*args, **kwargs):
 def test_ctrl_c_as_a_step_gives_the_recording_back_leaves_the_process_free_to_record(tmp_path, monkeypatch, ending):
     """Ctrl-C landing as a step that had let go of the recording was giving it back (a loop that catches the
     interrupt and goes on, a notebook cell run again): no recorder of the process recorded again, the same
-    one included, until that recorder was closed."""
+    one included, until that recorder was closed. (Held back as the step ends: a finished step is written first.)"""
     recorder = StepRecorder(WrappedHeadLM(), tmp_path / "first", steps=(0, 1), trace=False, snapshot=False,
                             report=False)
     real, sent = holder.release, []
@@ -248,7 +251,7 @@ def test_ctrl_c_as_a_step_gives_the_recording_back_leaves_the_process_free_to_re
 
     monkeypatch.setattr(holder, "release", signalled_once)
     if ending == "its start raised":
-        monkeypatch.setattr(recorder_module, "tensor_bytes", _bad_batch)
+        monkeypatch.setattr(beginning, "tensor_bytes", _bad_batch)
     with pytest.raises(KeyboardInterrupt):
         with recorder.step():
             _loss(recorder.model, _batch(0)).backward()
@@ -257,7 +260,7 @@ def test_ctrl_c_as_a_step_gives_the_recording_back_leaves_the_process_free_to_re
     monkeypatch.undo()
     assert sent and not holder.holds(recorder)
     _one_step(recorder)  # the loop goes on: its next requested step is recorded
-    assert [record.step for record in recorder.records] == [1]
+    assert [record.step for record in recorder.records] == ([0, 1] if ending == "finished" else [1])
     assert _records_again(tmp_path / "second")
     recorder.close()
     assert _recording_is_off() and _free(tmp_path / "first")
@@ -476,3 +479,49 @@ def test_ctrl_c_as_the_head_is_probed_leaves_gradients_on_and_the_next_step_reco
     recorder.close()
     assert fired and grad_on
     assert [r.step for r in recorder.records] == [1] and recorder._head is not None and _recording_is_off()
+
+
+def _watchdog(number, frame):
+    raise TimeoutError("watchdog")
+
+
+@pytest.mark.parametrize("moment", [*MOMENTS, "probing the head"])
+def test_a_watchdogs_timeout_as_a_step_begins_reaches_the_program_and_the_next_step_records(tmp_path, monkeypatch,
+                                                                                             moment):
+    """A program's ``SIGALRM`` handler raising ``TimeoutError`` (a watchdog) as a recorded step began: the recorder
+    took it for its own failure ("step 0 is not recorded: TimeoutError: watchdog") and the watchdog never fired;
+    landing in the head search, it also kept the head from ever being found."""
+    recorder = StepRecorder(WrappedHeadLM(), tmp_path / "r", steps=(0, 1), trace=False, snapshot=False, report=False)
+    if moment == "probing the head":
+        monkeypatch.setattr(beginning, "find_head", _signalled(beginning.find_head, signal.SIGALRM))
+    else:
+        monkeypatch.setattr(*MOMENTS[moment], _landing(moment, signal.SIGALRM))
+    previous = signal.signal(signal.SIGALRM, _watchdog)
+    try:
+        with pytest.raises(TimeoutError, match="watchdog"):
+            _one_step(recorder)
+    finally:
+        signal.signal(signal.SIGALRM, previous)
+    monkeypatch.undo()
+    assert not recorder.recording and _recording_is_off()
+    with recorder.step(1):
+        _loss(recorder.model, _batch(1)).backward()
+    recorder.close()
+    assert [record.step for record in recorder.records] == [1] and recorder._head is not None
+
+
+def test_a_watchdogs_timeout_as_a_step_is_written_reaches_the_program_once_the_step_is_written(tmp_path, monkeypatch):
+    """The same watchdog landing as the step was written: "writing step 0 … failed: watchdog", the step lost and the
+    program never told."""
+    recorder = _recorder(tmp_path / "r")
+    monkeypatch.setattr(recorder_module, "append_recorded_step",
+                        _signalled(recorder_module.append_recorded_step, signal.SIGALRM))
+    previous = signal.signal(signal.SIGALRM, _watchdog)
+    try:
+        with pytest.raises(TimeoutError, match="watchdog"):
+            _one_step(recorder)
+    finally:
+        signal.signal(signal.SIGALRM, previous)
+    monkeypatch.undo()
+    recorder.close()
+    assert [record.step for record in recorder.records] == [0] and _recording_is_off() and _free(tmp_path / "r")

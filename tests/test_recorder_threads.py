@@ -615,6 +615,31 @@ def test_a_stale_step_is_ended_without_the_lock_when_another_thread_holds_it_pas
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="the operating system's thread list: Linux")
+def test_a_later_native_thread_given_both_ids_of_an_ended_one_is_not_the_one_that_began_its_step():
+    """A native thread given both the ident (its stack reused) and the id of an ended one that began a step passed
+    for it: its ``finish()`` ended the step as its own, reading a profiler another thread had started. Here the
+    stand-in of a live native thread with a start time before it began, asked from that thread."""
+    import _thread
+
+    from fusedce_profiler.instrument.recording.phases import StepRecording, _task_start
+
+    told, done = [], threading.Event()
+
+    def native():
+        try:
+            step = StepRecording.__new__(StepRecording)
+            step.owner, step.native_id = threading.current_thread(), threading.get_native_id()
+            step.native_start = str(int(_task_start(step.native_id)) - 1)  # an ended thread's, begun earlier
+            told.append(step.of_this_thread())
+            step.native_start = _task_start(step.native_id)
+            told.append(step.of_this_thread())
+        finally:
+            done.set()
+    _thread.start_new_thread(native, ())
+    assert done.wait(WAIT_S) and told == [False, True]
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="the operating system's thread list: Linux")
 def test_a_later_thread_given_a_native_thread_s_id_does_not_keep_its_step_alive():
     """Thread ids come round again (32,768 on many machines): a thread of the process given an ended native
     thread's id kept that thread's step alive, every later step refused until ``close()``. The thread's start

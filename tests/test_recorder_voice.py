@@ -59,3 +59,33 @@ def test_the_lightning_callback_says_where_it_wrote_and_at_the_end_of_fit_which_
         f"fusedce-profile: step 1 recorded in {folder / 'summary.md'}",
         "fusedce-profile: step 7 was never reached (the run ended after step 2); nothing was recorded for it",
     ]
+
+
+def test_a_stale_step_ended_by_a_later_forward_still_says_which_steps_never_came(tmp_path, capfd):
+    """A Hugging Face ``train()`` raised inside its recorded step and the model was used again (an evaluation):
+    the forward ended the stale step and closed the recorder, but the line naming the requested steps never reached
+    was never printed, not even at exit."""
+    import time
+    import warnings
+
+    from fusedce_profile import StepRecorder
+    from fusedce_profiler.instrument.recording.phases import WATCH_S
+
+    model = WrappedHeadLM()
+    ids = torch.randint(0, 64, (2, 8))
+    recorder = StepRecorder(model, tmp_path / "r", steps=(0, 5), trace=False, snapshot=False, report=False)
+    alive = [True]
+    recorder.loop_alive = lambda: alive[0]
+    recorder.start(0)
+    model(ids).float().mean().backward()
+    alive[0] = False  # the loop that began the step ended (an exception left it)
+    time.sleep(3 * WATCH_S)  # the step's watch sees its loop ended
+    with warnings.catch_warnings(record=True) as caught, torch.no_grad():
+        warnings.simplefilter("always")
+        model(ids)
+    assert not recorder.recording and recorder.closed
+    assert [str(w.message).split(":")[1] for w in caught] == [" step 0 is not recorded"]
+    assert capfd.readouterr().err.splitlines() == [
+        "fusedce-profile: step 5 was never reached (the run ended after step 0); nothing was recorded for it"]
+    recorder.close()  # said once
+    assert capfd.readouterr().err == ""

@@ -26,7 +26,8 @@ from fusedce_profiler.instrument.text import one_line
 class LeftOpenSteps:
     """A recorder's left-open steps. The recorder provides ``_active`` (the step being recorded, a
     :class:`~fusedce_profiler.instrument.recording.phases.StepRecording`), ``loop_alive``, ``out``, ``records``,
-    :meth:`_abort`, :meth:`_close` (their bodies, under the lock), :meth:`_end` and :meth:`_change_at_most`."""
+    :meth:`_abort`, :meth:`_close` (their bodies, under the lock), :meth:`after_close`, :meth:`_end` and
+    :meth:`_change_at_most`."""
 
     def orphaned(self) -> bool:
         """Whether the loop this recorder records (``loop_alive``, when an integration knows it) has ended."""
@@ -56,6 +57,7 @@ class LeftOpenSteps:
         if ended:
             notice(f"fusedce-profile: step {ended[0]} is not recorded: the training loop that began it ended (an "
                    f"exception left it); {one_line(self.out)} is released", stacklevel=3)
+            self.after_close()  # what a run's end says (the public recorder: the steps never reached)
 
     def _ended_if_stale(self) -> bool:
         return self.stale() and (self.end_stale() or True)  # a stale step ended: True

@@ -140,9 +140,11 @@ class StepRecording:
         return self.owner.ident
 
     def of_this_thread(self) -> bool:
-        """Whether the calling thread began the step: its :attr:`owner` and its :attr:`native_id` (the stand-in of a
-        thread ``threading`` did not start is handed to a later such thread given its ident)."""
-        return self.owner is threading.current_thread() and self.native_id == threading.get_native_id()
+        """Whether the calling thread began the step: its :attr:`owner`, its :attr:`native_id` and, for a thread
+        ``threading`` did not start (whose stand-in is handed to a later such thread given its ident, and which
+        may be given its id too), the time it began."""
+        return (self.owner is threading.current_thread() and self.native_id == threading.get_native_id()
+                and (self.native_start is None or _task_start(self.native_id) == self.native_start))
 
     def owner_alive(self) -> bool:
         """Whether :attr:`owner` still runs. A thread ``threading`` did not start (a native one, or one of

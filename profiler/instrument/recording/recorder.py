@@ -40,24 +40,23 @@ from torch import nn
 from fusedce_profiler.instrument import confined, deferred_signals, store
 from fusedce_profiler.instrument.callables import what_it_raised
 from fusedce_profiler.instrument.confined import FolderRefused
-from fusedce_profiler.instrument.protocol import MemoryMeter
 from fusedce_profiler.instrument.recording import holder
 from fusedce_profiler.instrument.recording.admission import NOOP, Admission
 from fusedce_profiler.instrument.recording.arguments import checked_flags, checked_out, checked_steps, checked_subject
 from fusedce_profiler.instrument.recording.assemble import RecordedSubject, build_record
+from fusedce_profiler.instrument.recording.beginning import StepBeginning
 from fusedce_profiler.instrument.recording.eval_passes import EvalPasses
 from fusedce_profiler.instrument.recording.folder import (RecordingExists, absolute_folder, save_environment_once,
                                                          take_folder)
-from fusedce_profiler.instrument.recording.landmarks import batch_shape, find_embedding, find_final_norm, find_head
+from fusedce_profiler.instrument.recording.landmarks import batch_shape
 from fusedce_profiler.instrument.recording.left_open import LeftOpenSteps
 from fusedce_profiler.instrument.recording.notice import notice
-from fusedce_profiler.instrument.recording.phases import CudaPhaseMeter, SharedProfilerMeter, StepRecording
-from fusedce_profiler.instrument.tensors import tensor_bytes
+from fusedce_profiler.instrument.recording.phases import SharedProfilerMeter, StepRecording
 from fusedce_profiler.instrument.text import one_line
 from fusedce_profiler.instrument.recording.records import EvalPass, RecordedStep, append_recorded_step
 
 
-class StepRecorder(Admission, EvalPasses, LeftOpenSteps):
+class StepRecorder(Admission, StepBeginning, EvalPasses, LeftOpenSteps):
     """Record the named steps of a training loop into the run folder ``out``.
 
     ``model``: the module being trained (a LightningModule or a wrapper is fine: the LM head is located inside it);
@@ -225,96 +224,6 @@ class StepRecorder(Admission, EvalPasses, LeftOpenSteps):
         return RecordedSubject(self.model, self._head, self.vocab, self.label, self.fused, self.out,
                                tuple(self.passes))
 
-    def _locate(self) -> None:
-        """Find the head, final norm and embedding, once (again at the next step if a signal cut it short). The head
-        is probed under ``torch.no_grad``, whose entry and exit run Python: the gradient mode is put back."""
-        if self._located:
-            return
-        grad, done = torch.is_grad_enabled(), False  # not done: a signal cut it short (Ctrl-C, caught by the loop)
-        try:
-            try:
-                self._head = find_head(self.model, vocab=self.vocab, head_path=self.head_path)
-            except ValueError as exc:
-                notice(f"fusedce-profile: {exc}", stacklevel=3)
-                self._head = None
-            self.vocab = self.vocab or (self._head.info.vocab if self._head else None)
-            self._norm = find_final_norm(self.model, self._head)
-            self._embedding = find_embedding(self.model, self.vocab)
-            done = True
-        except Exception:  # the head's own error: said by the step (_abandon), not tried again
-            done = True
-            raise
-        finally:  # gradients left off would train nothing; one C call: nothing can land before the mode is back
-            torch._C._set_grad_enabled(grad)
-            self._located = done
-
-    def _begin(self, rec: StepRecording) -> None:
-        with self._serial:
-            if self.closed:  # since step() said yes (another thread's close(), or a signal's handler's)
-                self.wants(rec.index)  # which says so, once
-                return
-            if rec.index in self._done or self._ending or (self._active is not None and not self._starting):
-                self._refused(rec.index, stacklevel=5)  # since step() said yes, another thread began a step or
-                return  # recorded this one; or a signal's handler asks for it inside this thread's step's end
-            self._starting += 1  # a count: a signal's handler may begin another inside this one
-            try:
-                self._take_and_start(rec)
-            except BaseException:  # a signal's, which may cut a discarding before it gave the recording back
-                holder.release(self)
-                raise
-            finally:
-                self._starting -= 1
-                if self.closed and not self._starting:  # closed meanwhile (close() left the recording to the start)
-                    holder.release(self)
-
-    def _take_and_start(self, rec: StepRecording) -> None:
-        try:  # from the taking on: a signal landing as the recording is taken gives it back (_discard)
-            if not holder.take(self):
-                notice(f"fusedce-profile: step {rec.index} is not recorded: another StepRecorder is recording a "
-                       "step in this process (one step is recorded at a time)", stacklevel=3)
-                self._done.add(rec.index)
-                return
-            self._start(rec)
-        except Exception as exc:  # noqa: BLE001 - the user's step must run whatever happens here
-            return self._abandon(rec, exc)
-        except BaseException as exc:  # a signal's KeyboardInterrupt: the step ends unrecorded, the exception goes on
-            self._discard(rec, exc)
-            raise
-        if self.closed:  # a signal's handler closed the recorder as the step began: what began is stopped
-            notice(f"fusedce-profile: step {rec.index} is not recorded: closed as it began", stacklevel=4)
-            self._discard(rec, RuntimeError("the recorder was closed as the step began"))
-        elif self._active is not rec:  # a signal's handler ended the step
-            self._discard(rec, RuntimeError("the step was ended as it began"))
-
-    def _start(self, rec: StepRecording) -> None:
-        from fusedce_profiler.instrument.snapshot import SnapshotRecorder
-        from fusedce_profiler.instrument.tracing.trace import StepTracer
-
-        device = rec.device
-        self._locate()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        params = list(self.model.parameters())
-        rec.parameters = tensor_bytes(params)
-        rec.gradients = tensor_bytes(p.grad for p in params)
-        rec.reserved_at_start, rec.max_reserved_before = self.reserved_now()
-        rec.started = time.perf_counter()
-        self._active = rec
-        if self.trace:  # before the hooks: the profiler's first start imports torch._dynamo, which would keep
-            rec.tracer = StepTracer().__enter__()  # the backward wrappers (and the model) for good
-        rec.install(self.model, self._head, self._norm, self._embedding)
-        if device.type == "cuda" and self.snapshot:
-            rec.snapshot = SnapshotRecorder(device)
-            rec.snapshot.start()
-        if device.type == "cuda":
-            rec.meter = CudaPhaseMeter(device)
-        elif rec.tracer is not None:
-            rec.meter = SharedProfilerMeter(device, rec.parameters + rec.gradients, rec.tracer)
-        else:
-            rec.meter = MemoryMeter(device, baseline_bytes=rec.parameters + rec.gradients)
-        rec.meter.__enter__()
-        rec.mark("forward")
-
     def _abandon(self, rec: StepRecording, exc: BaseException, stacklevel: int = 4) -> None:
         notice(f"fusedce-profile: step {rec.index} is not recorded: {what_it_raised(exc)}", stacklevel=stacklevel)
         self._discard(rec, exc)
@@ -345,8 +254,9 @@ class StepRecorder(Admission, EvalPasses, LeftOpenSteps):
                 return None
             self._ending = True
             try:
-                return self._ended(rec, ok)
-            except BaseException as exc:  # a signal's, as the step ended: nothing of the step goes on running
+                with deferred_signals.deferred():  # a handler's exception comes once the step is written
+                    return self._ended(rec, ok)
+            except BaseException as exc:  # as the deferral began, or a step's own: nothing of it goes on running
                 if self._active is rec:
                     self._discard(rec, exc)
                 holder.release(self)  # cut after the step let go of it, before it gave the recording back
@@ -398,3 +308,7 @@ class StepRecorder(Admission, EvalPasses, LeftOpenSteps):
 
     def after_record(self, folder: Path) -> None:
         """After each record is written into ``folder`` (a method: a bound one held frees a recorder only at gc)."""
+
+    def after_close(self) -> None:
+        """After the recorder closed itself (its loop ended with a step open: :meth:`end_stale`), what a subclass
+        says at a run's end."""
