@@ -485,6 +485,16 @@ def _watchdog(number, frame):
     raise TimeoutError("watchdog")
 
 
+def _step_under_watchdog(recorder) -> None:
+    """One step with a watchdog's handler for ``SIGALRM``: its ``TimeoutError`` must reach this caller."""
+    previous = signal.signal(signal.SIGALRM, _watchdog)
+    try:
+        with pytest.raises(TimeoutError, match="watchdog"):
+            _one_step(recorder)
+    finally:
+        signal.signal(signal.SIGALRM, previous)
+
+
 @pytest.mark.parametrize("moment", [*MOMENTS, "probing the head"])
 def test_a_watchdogs_timeout_as_a_step_begins_reaches_the_program_and_the_next_step_records(tmp_path, monkeypatch,
                                                                                              moment):
@@ -496,12 +506,7 @@ def test_a_watchdogs_timeout_as_a_step_begins_reaches_the_program_and_the_next_s
         monkeypatch.setattr(beginning, "find_head", _signalled(beginning.find_head, signal.SIGALRM))
     else:
         monkeypatch.setattr(*MOMENTS[moment], _landing(moment, signal.SIGALRM))
-    previous = signal.signal(signal.SIGALRM, _watchdog)
-    try:
-        with pytest.raises(TimeoutError, match="watchdog"):
-            _one_step(recorder)
-    finally:
-        signal.signal(signal.SIGALRM, previous)
+    _step_under_watchdog(recorder)
     monkeypatch.undo()
     assert not recorder.recording and _recording_is_off()
     with recorder.step(1):
@@ -516,12 +521,7 @@ def test_a_watchdogs_timeout_as_a_step_is_written_reaches_the_program_once_the_s
     recorder = _recorder(tmp_path / "r")
     monkeypatch.setattr(recorder_module, "append_recorded_step",
                         _signalled(recorder_module.append_recorded_step, signal.SIGALRM))
-    previous = signal.signal(signal.SIGALRM, _watchdog)
-    try:
-        with pytest.raises(TimeoutError, match="watchdog"):
-            _one_step(recorder)
-    finally:
-        signal.signal(signal.SIGALRM, previous)
+    _step_under_watchdog(recorder)
     monkeypatch.undo()
     recorder.close()
     assert [record.step for record in recorder.records] == [0] and _recording_is_off() and _free(tmp_path / "r")
