@@ -231,8 +231,8 @@ class StepRecorder(Admission, StepBeginning, EvalPasses, LeftOpenSteps):
     def _discard(self, rec: StepRecording, exc: BaseException) -> None:
         """End ``rec`` without reading what it measured (each part told ``exc``, so none analyses): a step that
         failed, or a stale one ended from another thread, whose profiler events that thread cannot read. Parts stay
-        named: a step's start cut by a signal may enter them after this, and is discarded again (:meth:`_begin`);
-        stopping one twice is harmless."""
+        named: a step discarded as it began may be discarded again once the handlers held back have run
+        (:meth:`_begin`); stopping one twice is harmless."""
         rec.remove_hooks()
         for part in (rec.meter, rec.tracer):
             if part is not None:
