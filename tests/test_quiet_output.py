@@ -70,13 +70,16 @@ def test_a_signal_landing_anywhere_in_a_quiet_block_leaves_the_output_and_the_fi
 
 def test_another_threads_warnings_during_a_quiet_block_are_shown_and_pytorchs_are_not():
     """The quiet block set the process's one warnings filter to ``ignore``: a warning another thread gave meanwhile
-    (the recorder's own "not recorded" notice for that thread's step included) was lost."""
+    (the recorder's own "not recorded" notice for that thread's step included, attributed to the recorder's
+    modules) was lost."""
     inside, warned = threading.Event(), threading.Event()
     shown = []
 
     def other_thread():
         inside.wait(10)
         warnings.warn("the other thread's warning", RuntimeWarning)
+        warnings.warn_explicit("step 1 is not recorded", RuntimeWarning, "phases.py", 1,  # the recorder's notice
+                               module="fusedce_profiler.instrument.recording.phases")
         warned.set()
     with warnings.catch_warnings():
         warnings.simplefilter("always")
@@ -91,4 +94,4 @@ def test_another_threads_warnings_during_a_quiet_block_are_shown_and_pytorchs_ar
             thread.join(10)
         finally:
             warnings.showwarning = previous
-    assert shown == ["the other thread's warning"]
+    assert shown == ["the other thread's warning", "step 1 is not recorded"]

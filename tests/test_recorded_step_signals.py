@@ -525,3 +525,21 @@ def test_a_watchdogs_timeout_as_a_step_is_written_reaches_the_program_once_the_s
     monkeypatch.undo()
     recorder.close()
     assert [record.step for record in recorder.records] == [0] and _recording_is_off() and _free(tmp_path / "r")
+
+
+def test_ctrl_c_while_after_record_runs_is_not_held_back_and_the_step_stays_written(tmp_path):
+    """The step's end held signals back until ``after_record`` returned: a report of seconds (a subclass's of any
+    length) made Ctrl-C wait for it."""
+    reached = []
+
+    class SlowAfter(StepRecorder):
+        def after_record(self, folder):
+            signal.raise_signal(signal.SIGINT)
+            reached.append("after the interrupt")
+
+    recorder = SlowAfter(WrappedHeadLM(), tmp_path / "r", steps=(0,), trace=False, snapshot=False)
+    with pytest.raises(KeyboardInterrupt):
+        _one_step(recorder)
+    recorder.close()
+    assert reached == [] and [record.step for record in recorder.records] == [0] and _recording_is_off()
+    assert _free(tmp_path / "r")

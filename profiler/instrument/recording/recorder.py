@@ -255,7 +255,14 @@ class StepRecorder(Admission, StepBeginning, EvalPasses, LeftOpenSteps):
             self._ending = True
             try:
                 with deferred_signals.deferred():  # a handler's exception comes once the step is written
-                    return self._ended(rec, ok)
+                    record = self._ended(rec, ok)
+                if record is not None and self.records and self.records[-1] is record:  # not held back: a report
+                    try:  # may take seconds (a subclass's, any time), and the step is written
+                        self.after_record(self.out)
+                    except Exception as exc:  # noqa: BLE001
+                        notice(f"fusedce-profile: step {rec.index} is written to {one_line(self.out)}; after_record "
+                               f"raised {what_it_raised(exc)}", stacklevel=4)
+                return record
             except BaseException as exc:  # as the deferral began, or a step's own: nothing of it goes on running
                 if self._active is rec:
                     self._discard(rec, exc)
@@ -301,7 +308,6 @@ class StepRecorder(Admission, StepBeginning, EvalPasses, LeftOpenSteps):
             self._stored += 1
             save_environment_once(self.out, first=not self.records)
             self.records.append(record)
-            self.after_record(self.out)
         except Exception as exc:  # noqa: BLE001
             notice(f"fusedce-profile: writing step {rec.index} to {self.out} failed: {exc}", stacklevel=4)
         return record

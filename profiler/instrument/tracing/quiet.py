@@ -5,8 +5,10 @@ process's file descriptors (C++, not Python's ``sys.stderr``), and starting or s
 trace can raise Python warnings meant for PyTorch's developers. Inside the user's own training
 run those lines are noise. :func:`quiet_third_party` captures file descriptors 1 and 2 around
 such a call, writes back every line that is not chatter, and ignores the warnings attributed to
-PyTorch's modules or this package's (:data:`QUIET_MODULES`): another thread's own warnings meanwhile
-are shown as ever (the filter list is the process's one: a module-wide ``ignore`` would drop them).
+PyTorch's modules or this package's profiler calls (:data:`QUIET_MODULES`): another thread's own warnings
+meanwhile are shown as ever (the filter list is the process's one: a plain ``ignore`` would drop them; a
+``catch_warnings`` another thread enters and leaves across the block may keep this narrow filter, as
+Python's warnings are not thread-safe).
 Only the start and the stop are wrapped, never the user's step (:func:`start_profiler` spends the
 allocator's one warning at the start).
 
@@ -47,9 +49,10 @@ def start_profiler(profiler) -> None:
         del primer
 
 
-QUIET_MODULES = r"(torch|fusedce_profiler)(\.|$)"
+QUIET_MODULES = r"(torch|fusedce_profiler\.instrument\.(tracing|protocol|snapshot))(\.|$)"
 """The modules (a regular expression, as :func:`warnings.filterwarnings` takes it) whose warnings a quiet block
-ignores: PyTorch's, and this package's own code that calls it (a warning raised with ``stacklevel`` lands there)."""
+ignores: PyTorch's, and this package's modules that start and stop its profiler (a warning PyTorch raises with
+``stacklevel`` lands there). Not the recorder's: its notices, another thread's meanwhile, are the user's."""
 
 
 @contextlib.contextmanager
