@@ -5,7 +5,8 @@ loss, backward, optimizer) records it when its index is one of ``steps`` and is 
 hook, no profiler, nothing allocated (:data:`NOOP` is returned). A recorded step:
 
 1. synchronises, locates the LM head, final norm and embedding (:mod:`~fusedce_profiler.instrument.recording.landmarks`,
-   once per recorder) and reads what is alive and reserved before it starts;
+   once per recorder) and reads what is alive and reserved before it starts, with signals held back
+   (:mod:`~fusedce_profiler.instrument.recording.beginning`; so is its end, until it is written);
 2. marks phases through hooks — ``forward`` at the start; ``loss`` at the end of the final norm's forward, the LM
    head's forward pre-hook or the end of the model's forward (whichever comes first); ``backward`` when
    ``Tensor.backward``/``torch.autograd.backward`` is called (the two are wrapped for the recorded step only:
