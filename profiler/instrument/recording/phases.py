@@ -86,7 +86,8 @@ class SharedProfilerMeter(MemoryMeter):
 
     def __exit__(self, *exc) -> None:
         if exc[0] is None:
-            self.record.phases = replay_cpu_events(self._owner.profiler.profiler, self._names, self.record.baseline_bytes)
+            self.record.phases = replay_cpu_events(self._owner.profiler.profiler, self._names,
+                                                   self.record.baseline_bytes)
 
 
 _TASKS = "/proc/self/task"  # Linux: one entry per thread of this process, by native id
