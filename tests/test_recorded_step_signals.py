@@ -543,3 +543,32 @@ def test_ctrl_c_while_after_record_runs_is_not_held_back_and_the_step_stays_writ
     recorder.close()
     assert reached == [] and [record.step for record in recorder.records] == [0] and _recording_is_off()
     assert _free(tmp_path / "r")
+
+
+@pytest.mark.parametrize("form", ["with", "start"])
+def test_ctrl_c_as_a_steps_start_returns_ends_the_step_at_once(tmp_path, form):
+    """A Ctrl-C landing as the step's start gave its lock back (the return of the release) left the step begun and
+    open — the profiler on, ``Tensor.backward`` wrapped, the recording held — until this thread's next step."""
+    import sys
+
+    recorder = _recorder(tmp_path / "r")
+    fired = []
+
+    def land(frame, event, arg):
+        if event == "c_return" and frame.f_code.co_name == "_begin" and getattr(arg, "__name__", "") == "__exit__":
+            sys.setprofile(None)
+            fired.append(True)
+            signal.raise_signal(signal.SIGINT)
+    with pytest.raises(KeyboardInterrupt):
+        sys.setprofile(land)
+        try:
+            if form == "with":
+                with recorder.step(0):
+                    pass
+            else:
+                recorder.start(0)
+        finally:
+            sys.setprofile(None)
+    assert fired and not recorder.recording and _recording_is_off() and not holder.holds(recorder)
+    recorder.close()
+    assert recorder.records == [] and _free(tmp_path / "r")

@@ -39,7 +39,7 @@ class StepBeginning:
             try:
                 self._head = find_head(self.model, vocab=self.vocab, head_path=self.head_path)
             except ValueError as exc:
-                notice(f"fusedce-profile: {exc}", stacklevel=3)
+                notice(f"fusedce-profile: {exc}", stacklevel=6)  # at the user's step (_start, its callers, the step)
                 self._head = None
             self.vocab = self.vocab or (self._head.info.vocab if self._head else None)
             self._norm = find_final_norm(self.model, self._head)
@@ -77,13 +77,13 @@ class StepBeginning:
         try:  # from the taking on: a step's own BaseException gives the recording back (_discard)
             if not holder.take(self):
                 notice(f"fusedce-profile: step {rec.index} is not recorded: another StepRecorder is recording a "
-                       "step in this process (one step is recorded at a time)", stacklevel=3)
+                       "step in this process (one step is recorded at a time)", stacklevel=4)
                 self._done.add(rec.index)
                 return False
             self._start(rec)
             return True
         except Exception as exc:  # noqa: BLE001 - the user's step must run whatever happens here
-            self._abandon(rec, exc)
+            self._abandon(rec, exc, stacklevel=5)  # said at the user's step: this frame, _begin's, and the step's
             return False
         except BaseException as exc:  # the head's own KeyboardInterrupt: the step ends unrecorded, it goes on
             self._discard(rec, exc)

@@ -158,7 +158,11 @@ class StepRecording:
 
     # context manager form
     def __enter__(self) -> "StepRecording":
-        self._begin(self)
+        try:
+            self._begin(self)
+        except BaseException:  # also a signal's, landing as the start returned (the step begun): it ends unrecorded
+            self._end(self, False)  # (nothing if it is not the one recording)
+            raise
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:

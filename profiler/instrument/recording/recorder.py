@@ -158,7 +158,11 @@ class StepRecorder(Admission, StepBeginning, EvalPasses, LeftOpenSteps):
             self.count = index + 1
             rec = self._recording(index)
             if rec is not NOOP:
-                self._begin(rec)
+                try:
+                    self._begin(rec)
+                except BaseException:  # also a signal's, landing as the start returned: the step ends unrecorded
+                    self._end(rec, ok=False)
+                    raise
 
     def finish(self, loss: float | None = None) -> RecordedStep | None:
         """End the recording begun by :meth:`start` in this thread; returns its record (``None`` if none: also
