@@ -284,3 +284,18 @@ def test_report_of_a_folder_a_live_run_holds_before_its_first_record_names_the_h
         lock.release()
     with pytest.raises(UsageError, match="no results.jsonl, .* here"):
         report_command(folder)
+
+
+def test_a_lock_released_twice_holds_no_signal_back_the_second_time(tmp_path, monkeypatch):
+    """A closed recorder's finalizer releases its lock again when a garbage collection runs it, anywhere: the
+    release held the main thread's signals back and delivered a Ctrl-C inside the finalizer, where Python drops its
+    exception ("Exception ignored in …") — the interrupt lost."""
+    from fusedce_profiler.instrument import deferred_signals, runlock
+
+    lock = store.RunLock(tmp_path).acquire()
+    lock.release()
+    held_back = []
+    real = deferred_signals.deferred
+    monkeypatch.setattr(runlock.deferred_signals, "deferred", lambda *a, **k: held_back.append(1) or real(*a, **k))
+    lock.release()
+    assert held_back == [] and not (tmp_path / ".lock").exists()

@@ -157,7 +157,11 @@ class RunLock:
     def release(self) -> None:
         """Release one acquire (the lock itself with the last); signals are held back meanwhile. A signal
         that lands before they are (its handler raising before anything was released) goes on once the
-        lock is released after all: a collected recorder's finalizer, which calls this, runs only once."""
+        lock is released after all: a collected recorder's finalizer, which calls this, runs only once. Released
+        already (a closed recorder's finalizer, run by a garbage collection anywhere): nothing is held back, so a
+        signal landing meanwhile is not delivered inside the finalizer, where Python drops its exception."""
+        if self._key is None:
+            return
         try:
             with deferred_signals.deferred(), _CHANGING:
                 self._release()
