@@ -572,3 +572,30 @@ def test_ctrl_c_as_a_steps_start_returns_ends_the_step_at_once(tmp_path, form):
     assert fired and not recorder.recording and _recording_is_off() and not holder.holds(recorder)
     recorder.close()
     assert recorder.records == [] and _free(tmp_path / "r")
+
+
+def test_a_handler_run_by_a_profilers_hook_as_a_step_begins_leaves_the_lock_free(tmp_path):
+    """Under a traced step's profiler, a signal's handler may run inside the profiler's hook as a C function is called;
+    its exception then stops that call. Landing at the call giving the recorder's lock back as the step's start ended,
+    it kept the lock for good: every other thread's step waited (a storm of interrupts with ``trace=True`` left it
+    held in 3 of 6 runs). A profile function plays the hook."""
+    import sys
+
+    recorder = _recorder(tmp_path / "r")
+    fired = []
+
+    def hook(frame, event, arg):
+        if event == "c_call" and frame.f_code.co_name == "_begin" and getattr(arg, "__name__", "") == "__exit__":
+            sys.setprofile(None)
+            fired.append(True)
+            signal.raise_signal(signal.SIGINT)  # its handler runs here, inside the hook
+    with pytest.raises(KeyboardInterrupt):
+        sys.setprofile(hook)
+        try:
+            with recorder.step(0):
+                pass
+        finally:
+            sys.setprofile(None)
+    assert fired and not recorder._serial._is_owned() and not recorder.recording and _recording_is_off()
+    recorder.close()
+    assert recorder.records == [] and _free(tmp_path / "r")

@@ -5,12 +5,15 @@ back (:mod:`fusedce_profiler.instrument.deferred_signals`): a handler's exceptio
 ``TimeoutError`` — comes once the step has begun whole, then ends it unrecorded and goes on to the caller; it is
 never taken for the recorder's own failure (which is said and lets the step run unrecorded), and never cuts the head
 search or a part's start in two. A handler that closed the recorder or ended the step meanwhile has its way once it
-has run: what began is stopped.
+has run: what began is stopped. Signals stay held back over the recorder's lock's release: under a traced step's
+profiler a handler may run inside the profiler's hook as a C function is called, and its exception then stops that
+call — the release — leaving the lock held for good.
 
 Public API: :class:`StepBeginning` (a part of :class:`~fusedce_profiler.instrument.recording.recorder.StepRecorder`).
 """
 from __future__ import annotations
 
+import contextlib
 import time
 
 import torch
@@ -48,29 +51,30 @@ class StepBeginning:
             torch._C._set_grad_enabled(grad)
 
     def _begin(self, rec: StepRecording) -> None:
-        with self._serial:
-            if self.closed:  # since step() said yes (another thread's close(), or a signal's handler's)
-                self.wants(rec.index)  # which says so, once
-                return
-            if rec.index in self._done or self._ending or (self._active is not None and not self._starting):
-                self._refused(rec.index, stacklevel=5)  # since step() said yes, another thread began a step or
-                return  # recorded this one; or a signal's handler asks for it inside this thread's step's end
-            self._starting += 1  # a count: a signal's handler may begin another inside this one
-            try:  # a handler's exception (Ctrl-C, a watchdog's) comes once the step has begun, then ends it
-                with deferred_signals.deferred(undo=lambda: self._discard(rec, RuntimeError("a signal came"))):
-                    began = self._take_and_start(rec)
-                if began:  # the handlers that came have run: one may have closed the recorder or ended the step
-                    with deferred_signals.deferred():
+        with contextlib.ExitStack() as over_the_release:  # left last: handlers held back over the lock's release
+            with self._serial:
+                if self.closed:  # since step() said yes (another thread's close(), or a signal's handler's)
+                    self.wants(rec.index)  # which says so, once
+                    return
+                if rec.index in self._done or self._ending or (self._active is not None and not self._starting):
+                    self._refused(rec.index, stacklevel=5)  # since step() said yes, another thread began a step or
+                    return  # recorded this one; or a signal's handler asks for it inside this thread's step's end
+                self._starting += 1  # a count: a signal's handler may begin another inside this one
+                try:  # a handler's exception (Ctrl-C, a watchdog's) comes once the step has begun, then ends it
+                    with deferred_signals.deferred(undo=lambda: self._discard(rec, RuntimeError("a signal came"))):
+                        began = self._take_and_start(rec)
+                    if began:  # the handlers that came have run: one may have closed the recorder or ended the step
+                        over_the_release.enter_context(deferred_signals.deferred())
                         self._stopped_if_closed(rec)
-            except BaseException as exc:  # raised as a deferral began: the step, if it began, ends unrecorded
-                if self._active is rec:
-                    self._discard(rec, exc)
-                holder.release(self)
-                raise
-            finally:
-                self._starting -= 1
-                if self.closed and not self._starting:  # closed meanwhile (close() left the recording to the start)
+                except BaseException as exc:  # raised as a deferral began: the step, if it began, ends unrecorded
+                    if self._active is rec:
+                        self._discard(rec, exc)
                     holder.release(self)
+                    raise
+                finally:
+                    self._starting -= 1
+                    if self.closed and not self._starting:  # closed meanwhile (close() left the recording to it)
+                        holder.release(self)
 
     def _take_and_start(self, rec: StepRecording) -> bool:
         """Take the process's one recording and start ``rec``: whether it began (else it is said why not)."""
