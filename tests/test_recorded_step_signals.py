@@ -545,22 +545,21 @@ def test_ctrl_c_while_after_record_runs_is_not_held_back_and_the_step_stays_writ
     assert _free(tmp_path / "r")
 
 
-@pytest.mark.parametrize("form", ["with", "start"])
-def test_ctrl_c_as_a_steps_start_returns_ends_the_step_at_once(tmp_path, form):
-    """A Ctrl-C landing as the step's start gave its lock back (the return of the release) left the step begun and
-    open — the profiler on, ``Tensor.backward`` wrapped, the recording held — until this thread's next step."""
+def _begun_with_an_interrupt_at_the_release(recorder, event: str, form: str = "with") -> None:
+    """Step 0 begun with a real SIGINT raised at ``event`` of the lock's release that ends the step's start:
+    ``"c_return"`` (as the release returns) or ``"c_call"`` (inside a profile hook as it is called, where the
+    handler's exception stops the call); the ``KeyboardInterrupt`` must reach this caller."""
     import sys
 
-    recorder = _recorder(tmp_path / "r")
     fired = []
 
-    def land(frame, event, arg):
-        if event == "c_return" and frame.f_code.co_name == "_begin" and getattr(arg, "__name__", "") == "__exit__":
+    def hook(frame, hook_event, arg):
+        if hook_event == event and frame.f_code.co_name == "_begin" and getattr(arg, "__name__", "") == "__exit__":
             sys.setprofile(None)
             fired.append(True)
-            signal.raise_signal(signal.SIGINT)
+            signal.raise_signal(signal.SIGINT)  # its handler runs at the next check: here, inside the hook
     with pytest.raises(KeyboardInterrupt):
-        sys.setprofile(land)
+        sys.setprofile(hook)
         try:
             if form == "with":
                 with recorder.step(0):
@@ -569,7 +568,16 @@ def test_ctrl_c_as_a_steps_start_returns_ends_the_step_at_once(tmp_path, form):
                 recorder.start(0)
         finally:
             sys.setprofile(None)
-    assert fired and not recorder.recording and _recording_is_off() and not holder.holds(recorder)
+    assert fired
+
+
+@pytest.mark.parametrize("form", ["with", "start"])
+def test_ctrl_c_as_a_steps_start_returns_ends_the_step_at_once(tmp_path, form):
+    """A Ctrl-C landing as the step's start gave its lock back (the return of the release) left the step begun and
+    open — the profiler on, ``Tensor.backward`` wrapped, the recording held — until this thread's next step."""
+    recorder = _recorder(tmp_path / "r")
+    _begun_with_an_interrupt_at_the_release(recorder, "c_return", form)
+    assert not recorder.recording and _recording_is_off() and not holder.holds(recorder)
     recorder.close()
     assert recorder.records == [] and _free(tmp_path / "r")
 
@@ -579,23 +587,8 @@ def test_a_handler_run_by_a_profilers_hook_as_a_step_begins_leaves_the_lock_free
     its exception then stops that call. Landing at the call giving the recorder's lock back as the step's start ended,
     it kept the lock for good: every other thread's step waited (a storm of interrupts with ``trace=True`` left it
     held in 3 of 6 runs). A profile function plays the hook."""
-    import sys
-
     recorder = _recorder(tmp_path / "r")
-    fired = []
-
-    def hook(frame, event, arg):
-        if event == "c_call" and frame.f_code.co_name == "_begin" and getattr(arg, "__name__", "") == "__exit__":
-            sys.setprofile(None)
-            fired.append(True)
-            signal.raise_signal(signal.SIGINT)  # its handler runs here, inside the hook
-    with pytest.raises(KeyboardInterrupt):
-        sys.setprofile(hook)
-        try:
-            with recorder.step(0):
-                pass
-        finally:
-            sys.setprofile(None)
-    assert fired and not recorder._serial._is_owned() and not recorder.recording and _recording_is_off()
+    _begun_with_an_interrupt_at_the_release(recorder, "c_call")
+    assert not recorder._serial._is_owned() and not recorder.recording and _recording_is_off()
     recorder.close()
     assert recorder.records == [] and _free(tmp_path / "r")
