@@ -545,50 +545,69 @@ def test_ctrl_c_while_after_record_runs_is_not_held_back_and_the_step_stays_writ
     assert _free(tmp_path / "r")
 
 
-def _begun_with_an_interrupt_at_the_release(recorder, event: str, form: str = "with") -> None:
-    """Step 0 begun with a real SIGINT raised at ``event`` of the lock's release that ends the step's start:
-    ``"c_return"`` (as the release returns) or ``"c_call"`` (inside a profile hook as it is called, where the
-    handler's exception stops the call); the ``KeyboardInterrupt`` must reach this caller."""
+def _begun_with_an_interrupt_at_a_release(recorder, event: str, form: str, nth: int) -> bool:
+    """Step ``nth`` (a forward and backward) with a real SIGINT raised at ``event`` of the ``nth`` release of a lock in ``start()`` or the
+    step's start (``_begin``): ``"c_return"`` (as the release returns) or ``"c_call"`` (inside a profile hook as it
+    is called, where the handler's exception stops the call: only the start's own release runs under a traced
+    step's profiler). Whether there was an ``nth``; if so, the ``KeyboardInterrupt`` must have reached this caller."""
     import sys
 
-    fired = []
+    where = ("_begin", "start") if event == "c_return" else ("_begin",)
+
+    seen, fired = [0], []
 
     def hook(frame, hook_event, arg):
-        if hook_event == event and frame.f_code.co_name == "_begin" and getattr(arg, "__name__", "") == "__exit__":
-            sys.setprofile(None)
-            fired.append(True)
-            signal.raise_signal(signal.SIGINT)  # its handler runs at the next check: here, inside the hook
-    with pytest.raises(KeyboardInterrupt):
+        if (hook_event == event and frame.f_code.co_name in where
+                and getattr(arg, "__name__", "") == "__exit__"):
+            seen[0] += 1
+            if seen[0] == nth + 1:
+                sys.setprofile(None)
+                fired.append(True)
+                signal.raise_signal(signal.SIGINT)  # its handler runs at the next check: here, inside the hook
+    interrupted = False
+    try:
         sys.setprofile(hook)
         try:
             if form == "with":
-                with recorder.step(0):
-                    pass
+                with recorder.step(nth):
+                    _loss(recorder.model, _batch(nth)).backward()
             else:
-                recorder.start(0)
+                recorder.start(nth)
+                _loss(recorder.model, _batch(nth)).backward()
+                recorder.finish()
         finally:
             sys.setprofile(None)
-    assert fired
+    except KeyboardInterrupt:
+        interrupted = True
+    assert interrupted == bool(fired)
+    return bool(fired)
+
+
+def _every_release_interrupted(tmp_path, event: str, form: str) -> None:
+    """At each release in turn: afterwards nothing begun is left open and the lock is free; the next step records."""
+    recorder = StepRecorder(WrappedHeadLM(), tmp_path / "r", steps=range(20), trace=False, snapshot=False,
+                            report=False)
+    nth = 0
+    while _begun_with_an_interrupt_at_a_release(recorder, event, form, nth):
+        assert not recorder._serial._is_owned() and not recorder.recording and _recording_is_off(), nth
+        assert not holder.holds(recorder), nth
+        nth += 1
+    recorder.close()  # the step of the last call, where no release was left to interrupt, recorded
+    assert nth >= 1 and [record.step for record in recorder.records] == [nth] and _free(tmp_path / "r")
 
 
 @pytest.mark.parametrize("form", ["with", "start"])
 def test_ctrl_c_as_a_steps_start_returns_ends_the_step_at_once(tmp_path, form):
-    """A Ctrl-C landing as the step's start gave its lock back (the return of the release) left the step begun and
-    open — the profiler on, ``Tensor.backward`` wrapped, the recording held — until this thread's next step."""
-    recorder = _recorder(tmp_path / "r")
-    _begun_with_an_interrupt_at_the_release(recorder, "c_return", form)
-    assert not recorder.recording and _recording_is_off() and not holder.holds(recorder)
-    recorder.close()
-    assert recorder.records == [] and _free(tmp_path / "r")
+    """A Ctrl-C landing as the step's start gave its lock back (the return of the release: the start's own, or
+    ``start()``'s around it) left the step begun and open — the profiler on, ``Tensor.backward`` wrapped, the
+    recording held — until this thread's next step."""
+    _every_release_interrupted(tmp_path, "c_return", form)
 
 
-def test_a_handler_run_by_a_profilers_hook_as_a_step_begins_leaves_the_lock_free(tmp_path):
+@pytest.mark.parametrize("form", ["with", "start"])
+def test_a_handler_run_by_a_profilers_hook_as_a_step_begins_leaves_the_lock_free(tmp_path, form):
     """Under a traced step's profiler, a signal's handler may run inside the profiler's hook as a C function is called;
     its exception then stops that call. Landing at the call giving the recorder's lock back as the step's start ended,
     it kept the lock for good: every other thread's step waited (a storm of interrupts with ``trace=True`` left it
     held in 3 of 6 runs). A profile function plays the hook."""
-    recorder = _recorder(tmp_path / "r")
-    _begun_with_an_interrupt_at_the_release(recorder, "c_call")
-    assert not recorder._serial._is_owned() and not recorder.recording and _recording_is_off()
-    recorder.close()
-    assert recorder.records == [] and _free(tmp_path / "r")
+    _every_release_interrupted(tmp_path, "c_call", form)

@@ -157,12 +157,12 @@ class StepRecorder(Admission, StepBeginning, EvalPasses, LeftOpenSteps):
                 return
             self.count = index + 1
             rec = self._recording(index)
-            if rec is not NOOP:
-                try:
-                    self._begin(rec)
-                except BaseException:  # also a signal's, landing as the start returned: the step ends unrecorded
-                    self._end(rec, ok=False)
-                    raise
+        if rec is not NOOP:  # begun outside this lock, as the with form's: its release is the start's own (_begin)
+            try:
+                self._begin(rec)
+            except BaseException:  # also a signal's, landing as the start returned: the step ends unrecorded
+                self._end(rec, ok=False)
+                raise
 
     def finish(self, loss: float | None = None) -> RecordedStep | None:
         """End the recording begun by :meth:`start` in this thread; returns its record (``None`` if none: also
