@@ -128,6 +128,7 @@ class StepRecording:
         self.optimizers: list = []
         self.notes: list[str] = []
         self.meter = self.tracer = self.snapshot = None
+        self.started: float | None = None  # ``time.perf_counter()`` as the step began (it began only if set)
         self.loss: float | None = None
         self.alive: Callable[[], bool] | None = None  # whether the loop that began it still runs (holder.loop_probe)
         self.ended_if_stale: Callable[[], bool] | None = None  # the recorder's: ends a stale step, says if it did
@@ -161,7 +162,8 @@ class StepRecording:
         try:
             self._begin(self)
         except BaseException:  # also a signal's, landing as the start returned (the step begun): it ends unrecorded
-            self._end(self, False)  # (nothing if it is not the one recording)
+            if self.started is not None:  # (not one that never began: waiting for the lock again would delay it)
+                self._end(self, False)
             raise
         return self
 

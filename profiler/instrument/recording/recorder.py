@@ -161,7 +161,8 @@ class StepRecorder(Admission, StepBeginning, EvalPasses, LeftOpenSteps):
             try:
                 self._begin(rec)
             except BaseException:  # also a signal's, landing as the start returned: the step ends unrecorded
-                self._end(rec, ok=False)
+                if rec.started is not None:
+                    self._end(rec, ok=False)
                 raise
 
     def finish(self, loss: float | None = None) -> RecordedStep | None:
