@@ -30,7 +30,7 @@ from fusedce_profiler.instrument.tensors import tensor_bytes
 class StepBeginning:
     """A recorder's step start. The recorder provides ``model``, ``trace``, ``snapshot``, ``head_path``, ``vocab``,
     ``closed``, ``_active``, ``_done``, ``_ending``, ``_starting``, ``_located``, ``_serial``, :meth:`wants`,
-    :meth:`_refused`, :meth:`reserved_now`, :meth:`_abandon` and :meth:`_discard`."""
+    :meth:`_refused`, :meth:`reserved_now`, :meth:`_abandon`, :meth:`_discard` and :meth:`_end`."""
 
     def _locate(self) -> None:
         """Find the head, final norm and embedding, once (a step's start: signals held back). The head is probed
@@ -51,10 +51,10 @@ class StepBeginning:
             torch._C._set_grad_enabled(grad)
 
     def _begin(self, rec: StepRecording) -> None:
-        with contextlib.ExitStack() as over_the_release:  # left last: handlers held back over the lock's release
-            with self._serial:
-                if self.closed:  # since step() said yes (another thread's close(), or a signal's handler's)
-                    self.wants(rec.index)  # which says so, once
+        try:  # around the whole: a signal's exception landing as the lock's release returns (the step begun) too
+            with contextlib.ExitStack() as over_the_release, self._serial:  # the stack left last: handlers held
+                if self.closed:  # back over the lock's release; since step() said yes, closed (another thread's
+                    self.wants(rec.index)  # close(), or a signal's handler's), which wants() says, once
                     return
                 if rec.index in self._done or self._ending or (self._active is not None and not self._starting):
                     self._refused(rec.index, stacklevel=5)  # since step() said yes, another thread began a step or
@@ -75,6 +75,10 @@ class StepBeginning:
                     self._starting -= 1
                     if self.closed and not self._starting:  # closed meanwhile (close() left the recording to it)
                         holder.release(self)
+        except BaseException:  # the step, if it began, ends unrecorded (one that never began is not waited for)
+            if rec.started is not None:
+                self._end(rec, ok=False)
+            raise
 
     def _take_and_start(self, rec: StepRecording) -> bool:
         """Take the process's one recording and start ``rec``: whether it began (else it is said why not)."""

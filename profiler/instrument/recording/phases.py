@@ -159,12 +159,7 @@ class StepRecording:
 
     # context manager form
     def __enter__(self) -> "StepRecording":
-        try:
-            self._begin(self)
-        except BaseException:  # also a signal's, landing as the start returned (the step begun): it ends unrecorded
-            if self.started is not None:  # (not one that never began: waiting for the lock again would delay it)
-                self._end(self, False)
-            raise
+        self._begin(self)
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:

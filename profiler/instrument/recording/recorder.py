@@ -158,12 +158,7 @@ class StepRecorder(Admission, StepBeginning, EvalPasses, LeftOpenSteps):
             self.count = index + 1
             rec = self._recording(index)
         if rec is not NOOP:  # begun outside this lock, as the with form's: its release is the start's own (_begin)
-            try:
-                self._begin(rec)
-            except BaseException:  # also a signal's, landing as the start returned: the step ends unrecorded
-                if rec.started is not None:
-                    self._end(rec, ok=False)
-                raise
+            self._begin(rec)
 
     def finish(self, loss: float | None = None) -> RecordedStep | None:
         """End the recording begun by :meth:`start` in this thread; returns its record (``None`` if none: also
